@@ -1,0 +1,79 @@
+// Problem descriptions for fused attention: dense, causal, neighborhood (1/2/3-D), block mask and
+// element mask. Layouts (DESIGN §2): Q [B, *tokens, Hq, D], K [B, *tokens_kv, Hkv, D],
+// V [B, *tokens_kv, Hkv, Dv], O [B, *tokens, Hq, Dv], LSE [B, *tokens, Hq] (fp32, natural log).
+// Tokens are numbered row-major over their extents; that flat index is the "sequence position" used
+// by causal, block and element masks.
+#pragma once
+#include "attnkit/export.hpp"
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+
+#include "attnkit/backend.hpp"
+#include "attnkit/tensor.hpp"
+
+namespace attnkit {
+
+constexpr int kMaxTokenDims = 3;
+
+// One dimension of a neighborhood (DESIGN §3): window w, dilation d, stride s, causal c.
+struct NeighborhoodDim {
+  int64_t kernel_size = 1;
+  int64_t dilation = 1;
+  int64_t stride = 1;
+  bool causal = false;
+};
+
+enum class MaskKind : int32_t { none = 0, causal = 1, neighborhood = 2, block = 3, element = 4 };
+
+// Which diagonal a dense causal mask keeps when Sq != Sk. top_left: query i sees keys [0, i]
+// (torch SDPA's is_causal). bottom_right: query i sees keys [0, i + Sk - Sq] (FlashAttention >= 2.1,
+// decoding with a KV cache). Identical when Sq == Sk.
+enum class CausalAlignment : int32_t { top_left = 0, bottom_right = 1 };
+
+struct AttentionMask {
+  MaskKind kind = MaskKind::none;
+  CausalAlignment causal_alignment = CausalAlignment::top_left;
+  // kind == neighborhood: one entry per token dimension (dims = rank of *tokens); Q and KV tokens equal.
+  int32_t dims = 0;
+  std::array<NeighborhoodDim, kMaxTokenDims> neighborhood{};
+  // kind == block: bool [B|1, Hq|1, ceil(Sq/block_q), ceil(Sk/block_k)]; a true block is attended in full.
+  TensorView block_mask{};
+  int64_t block_q = 0;
+  int64_t block_k = 0;
+  // kind == element: bool [B|1, Hq|1, Sq, Sk]; true = attend.
+  TensorView element_mask{};
+};
+
+ATTNKIT_API AttentionMask causal_mask(CausalAlignment alignment = CausalAlignment::top_left);
+// kernel_size/dilation/stride/causal per token dimension; missing trailing lists default to 1/1/false.
+ATTNKIT_API AttentionMask neighborhood_mask(std::initializer_list<int64_t> kernel_size,
+                                std::initializer_list<int64_t> dilation = {},
+                                std::initializer_list<int64_t> stride = {},
+                                std::initializer_list<bool> causal = {});
+ATTNKIT_API AttentionMask block_sparse_mask(TensorView block_mask, int64_t block_q, int64_t block_k);
+ATTNKIT_API AttentionMask element_sparse_mask(TensorView element_mask);
+
+struct AttentionForward {
+  TensorView q, k, v;
+  TensorView out;
+  TensorView lse;               // optional output
+  std::optional<double> scale;  // default 1/sqrt(D)
+  AttentionMask mask{};
+};
+
+// Gradients of AttentionForward. `out` and `lse` are the forward's outputs (lse is required).
+// Rows that attend no key get zero gradients.
+struct AttentionBackward {
+  TensorView q, k, v, out, lse, grad_out;
+  TensorView grad_q, grad_k, grad_v;  // outputs, same shapes and dtypes as q, k, v
+  std::optional<double> scale;
+  AttentionMask mask{};
+  bool deterministic = false;  // GPU only: no order-dependent atomics
+};
+
+ATTNKIT_API void attention_forward(const AttentionForward& problem, const RunOptions& options = {});
+ATTNKIT_API void attention_backward(const AttentionBackward& problem, const RunOptions& options = {});
+
+}  // namespace attnkit

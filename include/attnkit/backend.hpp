@@ -1,0 +1,23 @@
+// Which backend runs a call, and on which stream.
+#pragma once
+#include "attnkit/export.hpp"
+#include <cstdint>
+
+namespace attnkit {
+
+// Values match the C ABI's attnkit_backend.
+enum class Backend : int32_t {
+  automatic = 0,  // the tensors' device decides: CPU tensors -> cpu, CUDA tensors -> best CUDA tier
+  cpu = 1,
+  cuda = 2,
+};
+
+struct RunOptions {
+  Backend backend = Backend::automatic;
+  void* stream = nullptr;  // cudaStream_t for CUDA backends; nullptr = legacy default stream
+  int32_t num_threads = 0; // CPU backend: 0 = all available
+};
+
+ATTNKIT_API const char* backend_name(Backend backend);
+
+}  // namespace attnkit

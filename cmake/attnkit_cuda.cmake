@@ -21,6 +21,11 @@ if(ATTNKIT_CUDA_ENABLED)
   enable_language(CUDA)
   set(CMAKE_CUDA_STANDARD 20)
   set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  # CMake before 3.26 knows no C++20 flag for nvcc and fails at generate time; nvcc >= 12 accepts it.
+  if(NOT CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+    set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+    set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+  endif()
   find_package(CUDAToolkit 12.4 REQUIRED)
 
   set(ATTNKIT_CUTLASS_INCLUDE "")
@@ -73,11 +78,19 @@ if(ATTNKIT_CUDA_ENABLED)
     list(APPEND ATTNKIT_CUDA_GENCODE "-gencode=arch=compute_${arch},code=sm_${arch}")
   endforeach()
 
+  # -DATTNKIT_CUDA_PTXAS_VERBOSE=ON prints each kernel's registers, stack frame and spills (ptxas -v).
+  option(ATTNKIT_CUDA_PTXAS_VERBOSE "Report registers and spills of every CUDA kernel (ptxas -v)" OFF)
+  set(ATTNKIT_CUDA_EXTRA_FLAGS "")
+  if(ATTNKIT_CUDA_PTXAS_VERBOSE)
+    list(APPEND ATTNKIT_CUDA_EXTRA_FLAGS -Xptxas=-v)
+  endif()
+
   function(attnkit_configure_cuda_target target)
     target_include_directories(${target} SYSTEM PRIVATE ${ATTNKIT_CUTLASS_INCLUDE})
     target_link_libraries(${target} PUBLIC CUDA::cudart CUDA::cuda_driver CUDA::cublas)
     target_compile_options(${target} PRIVATE
-      $<$<COMPILE_LANGUAGE:CUDA>:${ATTNKIT_CUDA_GENCODE} --expt-relaxed-constexpr -lineinfo -Xcompiler=-fvisibility=hidden>)
+      $<$<COMPILE_LANGUAGE:CUDA>:${ATTNKIT_CUDA_GENCODE} --expt-relaxed-constexpr -lineinfo -Xcompiler=-fvisibility=hidden
+      ${ATTNKIT_CUDA_EXTRA_FLAGS}>)
     target_compile_definitions(${target} PRIVATE ATTNKIT_WITH_CUDA=1)
   endfunction()
 endif()

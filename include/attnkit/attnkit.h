@@ -1,0 +1,204 @@
+/* attnkit C ABI. Plain C structs and functions with status codes, usable from C, C++ and through
+ * ctypes/cffi. Every function validates its arguments before touching memory; on failure it
+ * returns a non-zero attnkit_status and attnkit_last_error() (per thread) says what was wrong and
+ * what is allowed. Nothing is written to outputs when validation fails.
+ *
+ * Layouts (heads-last, token-major): Q [B, *tokens, Hq, D], K [B, *tokens_kv, Hkv, D],
+ * V [B, *tokens_kv, Hkv, Dv], O [B, *tokens, Hq, Dv], LSE [B, *tokens, Hq] (float32, natural log).
+ * Strides are in elements; the last dimension must be contiguous.
+ *
+ * Call the *_init function of an argument struct first: it zeroes the struct and sets defaults, so
+ * code keeps working when fields are added. ATTNKIT_ABI_VERSION changes when a struct's layout
+ * changes; check attnkit_abi_version() at load time. */
+#ifndef ATTNKIT_ATTNKIT_H
+#define ATTNKIT_ATTNKIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#define ATTNKIT_C_API __declspec(dllexport)
+#else
+#define ATTNKIT_C_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ATTNKIT_ABI_VERSION 1
+#define ATTNKIT_MAX_RANK 8
+#define ATTNKIT_MAX_TOKEN_DIMS 3
+
+typedef enum attnkit_status {
+  ATTNKIT_OK = 0,
+  ATTNKIT_INVALID_ARGUMENT = 1,
+  ATTNKIT_UNSUPPORTED = 2,
+  ATTNKIT_CUDA_ERROR = 3,
+  ATTNKIT_OUT_OF_MEMORY = 4,
+  ATTNKIT_INTERNAL = 5
+} attnkit_status;
+
+typedef enum attnkit_dtype {
+  ATTNKIT_FLOAT32 = 0,
+  ATTNKIT_FLOAT16 = 1,
+  ATTNKIT_BFLOAT16 = 2,
+  ATTNKIT_FLOAT64 = 3,
+  ATTNKIT_BOOL = 4
+} attnkit_dtype;
+
+typedef enum attnkit_device_type { ATTNKIT_DEVICE_CPU = 0, ATTNKIT_DEVICE_CUDA = 1 } attnkit_device_type;
+
+typedef enum attnkit_backend {
+  ATTNKIT_BACKEND_AUTO = 0,
+  ATTNKIT_BACKEND_CPU = 1,
+  ATTNKIT_BACKEND_CUDA = 2
+} attnkit_backend;
+
+typedef enum attnkit_mask_kind {
+  ATTNKIT_MASK_NONE = 0,
+  ATTNKIT_MASK_CAUSAL = 1,
+  ATTNKIT_MASK_NEIGHBORHOOD = 2,
+  ATTNKIT_MASK_BLOCK = 3,
+  ATTNKIT_MASK_ELEMENT = 4
+} attnkit_mask_kind;
+
+typedef enum attnkit_causal_alignment {
+  ATTNKIT_CAUSAL_TOP_LEFT = 0,
+  ATTNKIT_CAUSAL_BOTTOM_RIGHT = 1
+} attnkit_causal_alignment;
+
+typedef enum attnkit_retention_mode {
+  ATTNKIT_RETENTION_PARALLEL = 0,
+  ATTNKIT_RETENTION_CHUNKWISE = 1,
+  ATTNKIT_RETENTION_RECURRENT = 2
+} attnkit_retention_mode;
+
+/* A non-owning strided view. data == NULL marks an absent optional tensor. */
+typedef struct attnkit_tensor {
+  void* data;
+  int32_t dtype;       /* attnkit_dtype */
+  int32_t device_type; /* attnkit_device_type */
+  int32_t device_index;
+  int32_t rank;
+  int64_t extents[ATTNKIT_MAX_RANK];
+  int64_t strides[ATTNKIT_MAX_RANK];
+} attnkit_tensor;
+
+typedef struct attnkit_run_options {
+  int32_t backend;     /* attnkit_backend */
+  int32_t num_threads; /* CPU backend: 0 = all */
+  void* stream;        /* cudaStream_t; NULL = default stream */
+} attnkit_run_options;
+
+typedef struct attnkit_neighborhood_dim {
+  int64_t kernel_size;
+  int64_t dilation;
+  int64_t stride;
+  int32_t causal;
+  int32_t reserved;
+} attnkit_neighborhood_dim;
+
+typedef struct attnkit_attention_mask {
+  int32_t kind;             /* attnkit_mask_kind */
+  int32_t causal_alignment; /* attnkit_causal_alignment */
+  int32_t dims;             /* neighborhood: number of token dimensions */
+  int32_t reserved;
+  attnkit_neighborhood_dim neighborhood[ATTNKIT_MAX_TOKEN_DIMS];
+  attnkit_tensor block_mask; /* bool [B|1, Hq|1, ceil(Sq/block_q), ceil(Sk/block_k)] */
+  int64_t block_q;
+  int64_t block_k;
+  attnkit_tensor element_mask; /* bool [B|1, Hq|1, Sq, Sk] */
+} attnkit_attention_mask;
+
+typedef struct attnkit_attention_forward_args {
+  attnkit_tensor q, k, v, out, lse; /* lse optional */
+  int32_t has_scale;                /* 0: scale = 1/sqrt(D) */
+  int32_t reserved;
+  double scale;
+  attnkit_attention_mask mask;
+} attnkit_attention_forward_args;
+
+typedef struct attnkit_attention_backward_args {
+  attnkit_tensor q, k, v, out, lse, grad_out;
+  attnkit_tensor grad_q, grad_k, grad_v;
+  int32_t has_scale;
+  int32_t deterministic;
+  double scale;
+  attnkit_attention_mask mask;
+} attnkit_attention_backward_args;
+
+typedef struct attnkit_retention_forward_args {
+  attnkit_tensor q, k, v, out;
+  attnkit_tensor initial_state, final_state; /* optional, [B, H, Dk, Dv]: float32, float64 for float64 inputs */
+  const double* gamma;                       /* per head; NULL = default 1 - 2^(-5-h) */
+  int64_t gamma_count;
+  int32_t mode; /* attnkit_retention_mode */
+  int32_t normalize;
+  int64_t chunk_size;
+  int32_t has_scale;
+  int32_t reserved;
+  double scale;
+} attnkit_retention_forward_args;
+
+typedef struct attnkit_retention_backward_args {
+  attnkit_tensor q, k, v, grad_out;
+  attnkit_tensor initial_state, grad_final_state; /* optional */
+  attnkit_tensor grad_q, grad_k, grad_v;
+  attnkit_tensor grad_initial_state; /* optional output */
+  const double* gamma;
+  int64_t gamma_count;
+  int32_t mode;
+  int32_t normalize;
+  int64_t chunk_size;
+  int32_t has_scale;
+  int32_t reserved;
+  double scale;
+} attnkit_retention_backward_args;
+
+typedef struct attnkit_gemm_args {
+  attnkit_tensor a, b, c; /* rank 2 [rows, cols] or 3 [batch, rows, cols]; row- or column-major */
+  int32_t transpose_a;
+  int32_t transpose_b;
+  double alpha;
+  double beta;
+  int32_t allow_tf32;
+  int32_t reserved;
+} attnkit_gemm_args;
+
+/* Library identity and capabilities. */
+ATTNKIT_C_API int32_t attnkit_abi_version(void);
+ATTNKIT_C_API const char* attnkit_version(void);
+ATTNKIT_C_API int32_t attnkit_cuda_compiled(void);
+ATTNKIT_C_API int32_t attnkit_cuda_device_count(void);
+/* The last error message of the calling thread ("" after a successful call). */
+ATTNKIT_C_API const char* attnkit_last_error(void);
+ATTNKIT_C_API const char* attnkit_status_name(int32_t status);
+
+/* Contiguous (row-major) view helper. */
+ATTNKIT_C_API attnkit_status attnkit_tensor_contiguous(attnkit_tensor* view, void* data, int32_t dtype,
+                                                       int32_t device_type, int32_t device_index, int32_t rank,
+                                                       const int64_t* extents);
+
+ATTNKIT_C_API void attnkit_run_options_init(attnkit_run_options* options);
+ATTNKIT_C_API void attnkit_attention_forward_args_init(attnkit_attention_forward_args* args);
+ATTNKIT_C_API void attnkit_attention_backward_args_init(attnkit_attention_backward_args* args);
+ATTNKIT_C_API void attnkit_retention_forward_args_init(attnkit_retention_forward_args* args);
+ATTNKIT_C_API void attnkit_retention_backward_args_init(attnkit_retention_backward_args* args);
+ATTNKIT_C_API void attnkit_gemm_args_init(attnkit_gemm_args* args);
+
+/* Operations. options may be NULL (automatic backend, default stream). */
+ATTNKIT_C_API attnkit_status attnkit_attention_forward(const attnkit_attention_forward_args* args,
+                                                       const attnkit_run_options* options);
+ATTNKIT_C_API attnkit_status attnkit_attention_backward(const attnkit_attention_backward_args* args,
+                                                        const attnkit_run_options* options);
+ATTNKIT_C_API attnkit_status attnkit_retention_forward(const attnkit_retention_forward_args* args,
+                                                       const attnkit_run_options* options);
+ATTNKIT_C_API attnkit_status attnkit_retention_backward(const attnkit_retention_backward_args* args,
+                                                        const attnkit_run_options* options);
+ATTNKIT_C_API attnkit_status attnkit_gemm(const attnkit_gemm_args* args, const attnkit_run_options* options);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ATTNKIT_ATTNKIT_H */

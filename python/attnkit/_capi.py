@@ -1,0 +1,509 @@
+"""ctypes binding of attnkit's C ABI (include/attnkit/attnkit.h).
+
+The structs below mirror the header field for field, in the same order and with the same C types,
+so ctypes lays them out exactly as the C compiler does. Enum values are plain ints named as in the
+header. `load_library()` finds libattnkit.so, declares every function's argument and result types,
+and refuses a library whose attnkit_abi_version() differs from ATTNKIT_ABI_VERSION (a struct layout
+changed, so passing these structs would corrupt memory).
+
+Nothing here imports torch at module import time: `tensor_view()` imports it when called.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import threading
+from pathlib import Path
+
+# ---------------------------------------------------------------------------------------------
+# Constants and enums (values as in attnkit.h)
+
+ATTNKIT_ABI_VERSION = 1
+ATTNKIT_MAX_RANK = 8
+ATTNKIT_MAX_TOKEN_DIMS = 3
+
+# attnkit_status
+ATTNKIT_OK = 0
+ATTNKIT_INVALID_ARGUMENT = 1
+ATTNKIT_UNSUPPORTED = 2
+ATTNKIT_CUDA_ERROR = 3
+ATTNKIT_OUT_OF_MEMORY = 4
+ATTNKIT_INTERNAL = 5
+
+# attnkit_dtype
+ATTNKIT_FLOAT32 = 0
+ATTNKIT_FLOAT16 = 1
+ATTNKIT_BFLOAT16 = 2
+ATTNKIT_FLOAT64 = 3
+ATTNKIT_BOOL = 4
+
+# attnkit_device_type
+ATTNKIT_DEVICE_CPU = 0
+ATTNKIT_DEVICE_CUDA = 1
+
+# attnkit_backend
+ATTNKIT_BACKEND_AUTO = 0
+ATTNKIT_BACKEND_CPU = 1
+ATTNKIT_BACKEND_CUDA = 2
+
+# attnkit_mask_kind
+ATTNKIT_MASK_NONE = 0
+ATTNKIT_MASK_CAUSAL = 1
+ATTNKIT_MASK_NEIGHBORHOOD = 2
+ATTNKIT_MASK_BLOCK = 3
+ATTNKIT_MASK_ELEMENT = 4
+
+# attnkit_causal_alignment
+ATTNKIT_CAUSAL_TOP_LEFT = 0
+ATTNKIT_CAUSAL_BOTTOM_RIGHT = 1
+
+# attnkit_retention_mode
+ATTNKIT_RETENTION_PARALLEL = 0
+ATTNKIT_RETENTION_CHUNKWISE = 1
+ATTNKIT_RETENTION_RECURRENT = 2
+
+_STATUS_NAMES = {
+    ATTNKIT_OK: "ATTNKIT_OK",
+    ATTNKIT_INVALID_ARGUMENT: "ATTNKIT_INVALID_ARGUMENT",
+    ATTNKIT_UNSUPPORTED: "ATTNKIT_UNSUPPORTED",
+    ATTNKIT_CUDA_ERROR: "ATTNKIT_CUDA_ERROR",
+    ATTNKIT_OUT_OF_MEMORY: "ATTNKIT_OUT_OF_MEMORY",
+    ATTNKIT_INTERNAL: "ATTNKIT_INTERNAL",
+}
+
+# ---------------------------------------------------------------------------------------------
+# Structs (field order and types exactly as in attnkit.h)
+
+_i32 = ctypes.c_int32
+_i64 = ctypes.c_int64
+_f64 = ctypes.c_double
+_ptr = ctypes.c_void_p
+
+
+class Tensor(ctypes.Structure):
+    """attnkit_tensor: a non-owning strided view; data == NULL marks an absent optional tensor."""
+
+    _fields_ = [
+        ("data", _ptr),
+        ("dtype", _i32),
+        ("device_type", _i32),
+        ("device_index", _i32),
+        ("rank", _i32),
+        ("extents", _i64 * ATTNKIT_MAX_RANK),
+        ("strides", _i64 * ATTNKIT_MAX_RANK),
+    ]
+
+
+class RunOptions(ctypes.Structure):
+    """attnkit_run_options."""
+
+    _fields_ = [
+        ("backend", _i32),
+        ("num_threads", _i32),
+        ("stream", _ptr),
+    ]
+
+
+class NeighborhoodDim(ctypes.Structure):
+    """attnkit_neighborhood_dim."""
+
+    _fields_ = [
+        ("kernel_size", _i64),
+        ("dilation", _i64),
+        ("stride", _i64),
+        ("causal", _i32),
+        ("reserved", _i32),
+    ]
+
+
+class AttentionMask(ctypes.Structure):
+    """attnkit_attention_mask."""
+
+    _fields_ = [
+        ("kind", _i32),
+        ("causal_alignment", _i32),
+        ("dims", _i32),
+        ("reserved", _i32),
+        ("neighborhood", NeighborhoodDim * ATTNKIT_MAX_TOKEN_DIMS),
+        ("block_mask", Tensor),
+        ("block_q", _i64),
+        ("block_k", _i64),
+        ("element_mask", Tensor),
+    ]
+
+
+class AttentionForwardArgs(ctypes.Structure):
+    """attnkit_attention_forward_args."""
+
+    _fields_ = [
+        ("q", Tensor),
+        ("k", Tensor),
+        ("v", Tensor),
+        ("out", Tensor),
+        ("lse", Tensor),
+        ("has_scale", _i32),
+        ("reserved", _i32),
+        ("scale", _f64),
+        ("mask", AttentionMask),
+    ]
+
+
+class AttentionBackwardArgs(ctypes.Structure):
+    """attnkit_attention_backward_args."""
+
+    _fields_ = [
+        ("q", Tensor),
+        ("k", Tensor),
+        ("v", Tensor),
+        ("out", Tensor),
+        ("lse", Tensor),
+        ("grad_out", Tensor),
+        ("grad_q", Tensor),
+        ("grad_k", Tensor),
+        ("grad_v", Tensor),
+        ("has_scale", _i32),
+        ("deterministic", _i32),
+        ("scale", _f64),
+        ("mask", AttentionMask),
+    ]
+
+
+class RetentionForwardArgs(ctypes.Structure):
+    """attnkit_retention_forward_args."""
+
+    _fields_ = [
+        ("q", Tensor),
+        ("k", Tensor),
+        ("v", Tensor),
+        ("out", Tensor),
+        ("initial_state", Tensor),
+        ("final_state", Tensor),
+        ("gamma", ctypes.POINTER(_f64)),
+        ("gamma_count", _i64),
+        ("mode", _i32),
+        ("normalize", _i32),
+        ("chunk_size", _i64),
+        ("has_scale", _i32),
+        ("reserved", _i32),
+        ("scale", _f64),
+    ]
+
+
+class RetentionBackwardArgs(ctypes.Structure):
+    """attnkit_retention_backward_args."""
+
+    _fields_ = [
+        ("q", Tensor),
+        ("k", Tensor),
+        ("v", Tensor),
+        ("grad_out", Tensor),
+        ("initial_state", Tensor),
+        ("grad_final_state", Tensor),
+        ("grad_q", Tensor),
+        ("grad_k", Tensor),
+        ("grad_v", Tensor),
+        ("grad_initial_state", Tensor),
+        ("gamma", ctypes.POINTER(_f64)),
+        ("gamma_count", _i64),
+        ("mode", _i32),
+        ("normalize", _i32),
+        ("chunk_size", _i64),
+        ("has_scale", _i32),
+        ("reserved", _i32),
+        ("scale", _f64),
+    ]
+
+
+class GemmArgs(ctypes.Structure):
+    """attnkit_gemm_args."""
+
+    _fields_ = [
+        ("a", Tensor),
+        ("b", Tensor),
+        ("c", Tensor),
+        ("transpose_a", _i32),
+        ("transpose_b", _i32),
+        ("alpha", _f64),
+        ("beta", _f64),
+        ("allow_tf32", _i32),
+        ("reserved", _i32),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Function prototypes: name -> (restype, argtypes)
+
+_status = ctypes.c_int  # a C enum return value is an int
+
+_PROTOTYPES = {
+    "attnkit_abi_version": (_i32, []),
+    "attnkit_version": (ctypes.c_char_p, []),
+    "attnkit_cuda_compiled": (_i32, []),
+    "attnkit_cuda_device_count": (_i32, []),
+    "attnkit_last_error": (ctypes.c_char_p, []),
+    "attnkit_status_name": (ctypes.c_char_p, [_i32]),
+    "attnkit_tensor_contiguous": (
+        _status,
+        [ctypes.POINTER(Tensor), _ptr, _i32, _i32, _i32, _i32, ctypes.POINTER(_i64)],
+    ),
+    "attnkit_run_options_init": (None, [ctypes.POINTER(RunOptions)]),
+    "attnkit_attention_forward_args_init": (None, [ctypes.POINTER(AttentionForwardArgs)]),
+    "attnkit_attention_backward_args_init": (None, [ctypes.POINTER(AttentionBackwardArgs)]),
+    "attnkit_retention_forward_args_init": (None, [ctypes.POINTER(RetentionForwardArgs)]),
+    "attnkit_retention_backward_args_init": (None, [ctypes.POINTER(RetentionBackwardArgs)]),
+    "attnkit_gemm_args_init": (None, [ctypes.POINTER(GemmArgs)]),
+    "attnkit_attention_forward": (
+        _status,
+        [ctypes.POINTER(AttentionForwardArgs), ctypes.POINTER(RunOptions)],
+    ),
+    "attnkit_attention_backward": (
+        _status,
+        [ctypes.POINTER(AttentionBackwardArgs), ctypes.POINTER(RunOptions)],
+    ),
+    "attnkit_retention_forward": (
+        _status,
+        [ctypes.POINTER(RetentionForwardArgs), ctypes.POINTER(RunOptions)],
+    ),
+    "attnkit_retention_backward": (
+        _status,
+        [ctypes.POINTER(RetentionBackwardArgs), ctypes.POINTER(RunOptions)],
+    ),
+    "attnkit_gemm": (_status, [ctypes.POINTER(GemmArgs), ctypes.POINTER(RunOptions)]),
+}
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+_LIBRARY_NAME = "libattnkit.so"
+_lock = threading.Lock()
+_loaded: dict[str, ctypes.CDLL] = {}
+_default: ctypes.CDLL | None = None
+
+
+def _repo_root() -> Path:
+    # python/attnkit/_capi.py -> repository root
+    return Path(__file__).resolve().parent.parent.parent
+
+
+def candidate_paths() -> list[str]:
+    """Where load_library() looks when given no path, in order."""
+    paths = []
+    env = os.environ.get("ATTNKIT_LIBRARY")
+    if env:
+        paths.append(env)
+    paths.append(str(Path(__file__).resolve().parent / _LIBRARY_NAME))
+    # Newest build first, so a fresh build in any build/<name>/ folder wins over a stale one.
+    builds = [p for p in glob.glob(str(_repo_root() / "build" / "*" / _LIBRARY_NAME)) if os.path.exists(p)]
+    builds.sort(key=os.path.getmtime, reverse=True)
+    paths.extend(builds)
+    return paths
+
+
+def _declare(lib: ctypes.CDLL, path: str) -> None:
+    missing = []
+    for name, (restype, argtypes) in _PROTOTYPES.items():
+        try:
+            fn = getattr(lib, name)
+        except AttributeError:
+            missing.append(name)
+            continue
+        fn.restype = restype
+        fn.argtypes = argtypes
+    if missing:
+        raise RuntimeError(
+            f"{path} does not export {', '.join(missing)}: it is not an attnkit library of ABI "
+            f"version {ATTNKIT_ABI_VERSION}; rebuild attnkit or point ATTNKIT_LIBRARY at a current build"
+        )
+
+
+def load_library(path: str | os.PathLike | None = None) -> ctypes.CDLL:
+    """Load libattnkit.so and declare its functions.
+
+    With no path: $ATTNKIT_LIBRARY, then libattnkit.so next to this package, then the newest
+    build/*/libattnkit.so of the repository. Raises OSError when none is found or loadable and
+    RuntimeError when the library's ABI version differs from this binding's. Loaded libraries are
+    cached per resolved path; the first one loaded becomes the default that later calls without a
+    path return.
+    """
+    global _default
+    with _lock:
+        if path is None and _default is not None:
+            return _default
+        if path is not None:
+            candidates = [os.fspath(path)]
+        else:
+            candidates = candidate_paths()
+        tried = []
+        for candidate in candidates:
+            if not os.path.exists(candidate):
+                tried.append(f"{candidate} (absent)")
+                continue
+            resolved = os.path.realpath(candidate)
+            lib = _loaded.get(resolved)
+            if lib is None:
+                try:
+                    lib = ctypes.CDLL(resolved)
+                except OSError as error:
+                    tried.append(f"{candidate} ({error})")
+                    continue
+                _declare(lib, resolved)
+                version = lib.attnkit_abi_version()
+                if version != ATTNKIT_ABI_VERSION:
+                    raise RuntimeError(
+                        f"{resolved}: attnkit_abi_version() is {version} but this Python binding "
+                        f"expects {ATTNKIT_ABI_VERSION}; rebuild attnkit from the same source tree as "
+                        f"python/attnkit, or set ATTNKIT_LIBRARY to a matching libattnkit.so"
+                    )
+                lib._attnkit_path = resolved  # type: ignore[attr-defined]
+                _loaded[resolved] = lib
+            # An explicitly loaded library also becomes the default (for check() without a
+            # library), unless one was loaded before.
+            if path is None or _default is None:
+                _default = lib
+            return lib
+        raise OSError(
+            "libattnkit.so not found or not loadable; tried: " + "; ".join(tried or ["nothing"])
+            + ". Build it (cmake -S . -B build/cpu -G Ninja && cmake --build build/cpu) or set "
+            "ATTNKIT_LIBRARY=/path/to/libattnkit.so"
+        )
+
+
+def library_path(lib: ctypes.CDLL) -> str:
+    return getattr(lib, "_attnkit_path", getattr(lib, "_name", "?"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+
+
+class AttnkitError(RuntimeError):
+    """A failed call whose status is not ATTNKIT_INVALID_ARGUMENT; `.status` holds the code."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+class AttnkitInvalidArgument(ValueError):
+    """ATTNKIT_INVALID_ARGUMENT: the arguments were rejected before any memory was touched."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def status_name(status: int, lib: ctypes.CDLL | None = None) -> str:
+    if lib is not None:
+        name = lib.attnkit_status_name(int(status))
+        if name:
+            return name.decode("utf-8", "replace")
+    return _STATUS_NAMES.get(int(status), f"status {int(status)}")
+
+
+def check(status: int, lib: ctypes.CDLL | None = None) -> None:
+    """Raise for a non-zero attnkit_status, with attnkit_last_error()'s text.
+
+    Call it on the thread that made the call, right after it (the message is per thread).
+    ATTNKIT_INVALID_ARGUMENT raises ValueError (AttnkitInvalidArgument); every other failure
+    raises RuntimeError (AttnkitError, whose .status tells e.g. ATTNKIT_UNSUPPORTED apart).
+    """
+    status = int(status)
+    if status == ATTNKIT_OK:
+        return
+    if lib is None:
+        lib = load_library()
+    raw = lib.attnkit_last_error()
+    message = raw.decode("utf-8", "replace") if raw else ""
+    text = f"{status_name(status, lib)}: {message or '(no message)'}"
+    if status == ATTNKIT_INVALID_ARGUMENT:
+        raise AttnkitInvalidArgument(status, text)
+    raise AttnkitError(status, text)
+
+
+# ---------------------------------------------------------------------------------------------
+# Building arguments
+
+
+def absent_tensor() -> Tensor:
+    """An absent optional tensor (data == NULL)."""
+    return Tensor()
+
+
+def _torch_dtype_codes() -> dict:
+    import torch
+
+    return {
+        torch.float32: ATTNKIT_FLOAT32,
+        torch.float16: ATTNKIT_FLOAT16,
+        torch.bfloat16: ATTNKIT_BFLOAT16,
+        torch.float64: ATTNKIT_FLOAT64,
+        torch.bool: ATTNKIT_BOOL,
+    }
+
+
+def tensor_view(t) -> Tensor:
+    """An attnkit_tensor viewing a torch tensor (no copy; the tensor must outlive the call).
+
+    Maps dtype (float32/float16/bfloat16/float64/bool), device (cpu, or cuda with its index),
+    shape and strides in elements. None gives an absent tensor.
+    """
+    if t is None:
+        return absent_tensor()
+    import torch
+
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"tensor_view: expected a torch.Tensor or None, got {type(t).__name__}")
+    code = _torch_dtype_codes().get(t.dtype)
+    if code is None:
+        raise TypeError(
+            f"tensor_view: dtype {t.dtype} is not supported; allowed: float32, float16, bfloat16, "
+            f"float64, bool"
+        )
+    if t.dim() > ATTNKIT_MAX_RANK:
+        raise ValueError(f"tensor_view: rank {t.dim()} exceeds ATTNKIT_MAX_RANK = {ATTNKIT_MAX_RANK}")
+    view = Tensor()
+    view.data = t.data_ptr() or None
+    view.dtype = code
+    if t.device.type == "cuda":
+        view.device_type = ATTNKIT_DEVICE_CUDA
+        index = t.device.index
+        view.device_index = torch.cuda.current_device() if index is None else index
+    elif t.device.type == "cpu":
+        view.device_type = ATTNKIT_DEVICE_CPU
+        view.device_index = 0
+    else:
+        raise ValueError(f"tensor_view: device {t.device} is not supported; allowed: cpu, cuda")
+    view.rank = t.dim()
+    for i, (extent, stride) in enumerate(zip(t.shape, t.stride())):
+        view.extents[i] = extent
+        view.strides[i] = stride
+    return view
+
+
+def run_options(lib: ctypes.CDLL, backend: int = ATTNKIT_BACKEND_AUTO, stream=None,
+                num_threads: int = 0) -> RunOptions:
+    """attnkit_run_options with defaults from attnkit_run_options_init; stream is a cudaStream_t
+    as an int (e.g. torch.cuda.current_stream().cuda_stream) or None for the default stream."""
+    options = RunOptions()
+    lib.attnkit_run_options_init(ctypes.byref(options))
+    options.backend = backend
+    options.num_threads = num_threads
+    options.stream = stream or None
+    return options
+
+
+def neighborhood_mask(mask: AttentionMask, kernel_size, dilation=None, stride=None, causal=None) -> None:
+    """Fill `mask` as a neighborhood mask; per-dimension lists (missing entries: 1 / 1 / False)."""
+    dims = len(kernel_size)
+    if not 1 <= dims <= ATTNKIT_MAX_TOKEN_DIMS:
+        raise ValueError(f"neighborhood_mask: {dims} dimensions; allowed: 1 to {ATTNKIT_MAX_TOKEN_DIMS}")
+    mask.kind = ATTNKIT_MASK_NEIGHBORHOOD
+    mask.dims = dims
+    for i in range(dims):
+        entry = mask.neighborhood[i]
+        entry.kernel_size = int(kernel_size[i])
+        entry.dilation = int(dilation[i]) if dilation else 1
+        entry.stride = int(stride[i]) if stride else 1
+        entry.causal = 1 if (causal and causal[i]) else 0

@@ -1,0 +1,250 @@
+#include "cuda/fmha/fmha_arguments.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <sstream>
+#include <string>
+
+#include "attnkit/error.hpp"
+#include "cuda/fmha/fmha_box_shape.hpp"
+
+namespace attnkit::cuda::fmha {
+namespace {
+
+constexpr int64_t kMaxTokens = int64_t{1} << 30;            // flat indices and coordinates are int32
+constexpr int64_t kMaxNeighborhoodExtent = int64_t{1} << 24;  // (index + box) * dilation stays in int32
+constexpr int64_t kMaxGridYZ = 65535;
+
+[[noreturn]] void unsupported(const std::string& message) { throw Error(Status::unsupported, message); }
+
+int log2_exact(int value) {
+  int l = 0;
+  while ((1 << l) < value) ++l;
+  return l;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+void check_dtype(const TensorView& view, const char* name) {
+  if (view.dtype == DType::f16 || view.dtype == DType::bf16) return;
+  unsupported(std::string(name) + ".dtype: " + std::string(dtype_name(view.dtype)) +
+              " is not supported by the CUDA attention kernels; allowed: float16, bfloat16 (use the CPU backend for "
+              "float32/float64)");
+}
+
+void check_head_dim_multiple_of_8(int64_t value, const char* name) {
+  if (value % 8 == 0) return;
+  unsupported(std::string(name) + ": " + std::to_string(value) +
+              "; allowed: a multiple of 8 on the CUDA backend (rows are loaded in 16-byte chunks), or run on CPU "
+              "tensors (backend cpu)");
+}
+
+void check_strides_and_alignment(const TensorView& view, const char* name) {
+  for (int d = 0; d + 1 < view.rank; ++d) {
+    if (view.strides[d] % 8 != 0) {
+      unsupported(std::string(name) + ".strides[" + std::to_string(d) + "]: " + std::to_string(view.strides[d]) +
+                  " elements; allowed: a multiple of 8 elements (16 bytes) in every dim but the last on the CUDA "
+                  "backend, which loads 16-byte chunks (make the tensor contiguous, or run on CPU tensors)");
+    }
+  }
+  const auto address = reinterpret_cast<std::uintptr_t>(view.data);
+  if (address % 16 != 0) {
+    std::ostringstream hex;
+    hex << std::hex << "0x" << address;
+    unsupported(std::string(name) + ": data pointer " + hex.str() +
+                " is not 16-byte aligned; allowed: a 16-byte aligned address on the CUDA backend (16-byte cp.async "
+                "loads)");
+  }
+}
+
+void check_limit(int64_t value, int64_t limit, const std::string& what) {
+  if (value <= limit) return;
+  unsupported(what + ": " + std::to_string(value) + "; allowed: at most " + std::to_string(limit) +
+              " on the CUDA backend");
+}
+
+TensorAddress address_of(const TensorView& view, int32_t token_dims) {
+  TensorAddress a;
+  a.data = view.data;
+  a.batch_stride = view.strides[0];
+  a.head_stride = view.strides[token_dims + 1];
+  for (int d = 0; d < token_dims; ++d) a.token_stride[d] = view.strides[1 + d];
+  return a;
+}
+
+// The stride of the flattened sequence when the token dims of `view` collapse into one, else -1.
+int64_t collapsed_stride(const TensorView& view, int32_t token_dims) {
+  int64_t stride = 0;
+  int64_t expected = -1;
+  for (int d = token_dims - 1; d >= 0; --d) {
+    const int64_t extent = view.extents[1 + d];
+    const int64_t s = view.strides[1 + d];
+    if (extent == 1) continue;
+    if (expected < 0) {
+      stride = s;
+    } else if (s != expected) {
+      return -1;
+    }
+    expected = s * extent;
+  }
+  return stride;
+}
+
+void set_box_shifts(TokenSpace& space) {
+  int shift = 0;
+  for (int d = kMaxDims - 1; d >= 0; --d) {
+    space.box_shift[d] = shift;
+    shift += space.box_log2[d];
+  }
+}
+
+// One side of a flat-mask problem (queries: q, out, lse; keys: k, v): a one-dimensional box over the
+// flattened sequence when every tensor's token strides collapse, else decompose mode.
+void set_flat_side(TokenSpace& space, int block_log2, int64_t sequence, int32_t token_dims,
+                   const std::array<int64_t, kMaxTokenDims>& extents,
+                   std::initializer_list<std::pair<TensorAddress*, const TensorView*>> tensors) {
+  bool collapses = true;
+  for (const auto& [address, view] : tensors) collapses = collapses && collapsed_stride(*view, token_dims) >= 0;
+  space = TokenSpace{};
+  space.box_log2[0] = block_log2;
+  space.flat_extent = static_cast<int32_t>(sequence);
+  if (collapses) {
+    space.extent[0] = static_cast<int32_t>(sequence);
+    for (const auto& [address, view] : tensors) {
+      address->token_stride[0] = collapsed_stride(*view, token_dims);
+      address->token_stride[1] = 0;
+      address->token_stride[2] = 0;
+    }
+  } else {
+    // Right-align the token dims: extents {1, .., e}, strides {0, .., s}.
+    space.decompose = true;
+    const int pad = kMaxDims - token_dims;
+    for (int d = 0; d < kMaxDims; ++d) space.extent[d] = d < pad ? 1 : static_cast<int32_t>(extents[d - pad]);
+    for (const auto& [address, view] : tensors) {
+      for (int d = 0; d < kMaxDims; ++d) address->token_stride[d] = d < pad ? 0 : view->strides[1 + d - pad];
+    }
+  }
+  set_box_shifts(space);
+}
+
+void set_tile_list_source(TileListBuildParams& b, const AttentionMask& mask, const detail::AttentionShape& shape) {
+  const TensorView& m = mask.kind == MaskKind::block ? mask.block_mask : mask.element_mask;
+  b.kind = mask.kind == MaskKind::block ? TileMaskKind::block : TileMaskKind::element;
+  b.mask = static_cast<const uint8_t*>(m.data);
+  for (int d = 0; d < 4; ++d) b.mask_stride[d] = m.strides[d];
+  b.mask_batch = static_cast<int32_t>(m.extents[0]);
+  b.mask_heads = static_cast<int32_t>(m.extents[1]);
+  b.block_q = mask.kind == MaskKind::block ? mask.block_q : 1;
+  b.block_k = mask.kind == MaskKind::block ? mask.block_k : 1;
+  b.seq_q = static_cast<int32_t>(shape.seq_q);
+  b.seq_k = static_cast<int32_t>(shape.seq_k);
+}
+
+}  // namespace
+
+FmhaPolicyKind fmha_policy_for(MaskKind kind) {
+  return kind == MaskKind::block || kind == MaskKind::element ? FmhaPolicyKind::tile_list : FmhaPolicyKind::box;
+}
+
+void check_forward_supported(const AttentionForward& problem, const detail::AttentionShape& shape) {
+  check_dtype(problem.q, "q");
+  check_dtype(problem.k, "k");
+  check_dtype(problem.v, "v");
+  check_dtype(problem.out, "out");
+  check_head_dim_multiple_of_8(shape.head_dim, "q.shape[-1] (head_dim D)");
+  check_head_dim_multiple_of_8(shape.head_dim_v, "v.shape[-1] (head_dim_v Dv)");
+  if (fmha_compiled_width(problem.q.dtype, shape.head_dim, shape.head_dim_v) == 0) {
+    unsupported("head_dim: max(D, Dv) = " + std::to_string(std::max(shape.head_dim, shape.head_dim_v)) + " for " +
+                std::string(dtype_name(problem.q.dtype)) +
+                "; allowed: up to the largest compiled head dim of this build: " + fmha_compiled_summary() +
+                " (a build with -DATTNKIT_KERNEL_SET=full compiles 32, 64, 128 and 256), or run on CPU tensors");
+  }
+  check_strides_and_alignment(problem.q, "q");
+  check_strides_and_alignment(problem.k, "k");
+  check_strides_and_alignment(problem.v, "v");
+  check_strides_and_alignment(problem.out, "out");
+  check_limit(shape.seq_q, kMaxTokens, "q: tokens (sequence length)");
+  check_limit(shape.seq_k, kMaxTokens, "k: tokens (sequence length)");
+  check_limit(shape.heads_q, kMaxGridYZ, "q: heads");
+  check_limit(shape.batch, kMaxGridYZ, "q: batch");
+  if (problem.mask.kind == MaskKind::neighborhood) {
+    for (int d = 0; d < shape.token_dims; ++d) {
+      check_limit(shape.tokens[d], kMaxNeighborhoodExtent, "q: tokens[" + std::to_string(d) + "] with a neighborhood mask");
+    }
+  }
+}
+
+FmhaLaunch make_forward_launch(const AttentionForward& problem, const detail::AttentionShape& shape,
+                               const FmhaConfig& config) {
+  FmhaLaunch launch;
+  FmhaParams& p = launch.params;
+  const int block_m_log2 = log2_exact(config.block_m);
+  const int block_n_log2 = log2_exact(config.block_n);
+  p.q = address_of(problem.q, shape.token_dims);
+  p.o = address_of(problem.out, shape.token_dims);
+  if (problem.lse.defined()) p.lse = address_of(problem.lse, shape.token_dims);
+  p.k = address_of(problem.k, shape.token_dims_kv);
+  p.v = address_of(problem.v, shape.token_dims_kv);
+  p.batch = static_cast<int32_t>(shape.batch);
+  p.heads_q = static_cast<int32_t>(shape.heads_q);
+  p.heads_per_kv = static_cast<int32_t>(shape.heads_q / shape.heads_kv);
+  p.head_dim = static_cast<int32_t>(shape.head_dim);
+  p.head_dim_v = static_cast<int32_t>(shape.head_dim_v);
+  p.scale_log2 = static_cast<float>(shape.scale * 1.4426950408889634);
+
+  const AttentionMask& mask = problem.mask;
+  if (mask.kind == MaskKind::neighborhood) {
+    BoxGeometry geometry;
+    geometry.dims = shape.token_dims;
+    for (int d = 0; d < shape.token_dims; ++d) {
+      const NeighborhoodDim& nd = mask.neighborhood[d];
+      geometry.extent[d] = shape.tokens[d];
+      geometry.dilation[d] = nd.dilation;
+      geometry.rule[d].kind = WindowKind::neighborhood;
+      geometry.rule[d].window = static_cast<int32_t>(nd.kernel_size);
+      geometry.rule[d].stride = static_cast<int32_t>(nd.stride);
+      geometry.rule[d].causal = nd.causal;
+    }
+    const BoxShapes shapes = choose_box_shapes(geometry, block_m_log2, block_n_log2);
+    p.dims = shape.token_dims;
+    for (int d = 0; d < kMaxDims; ++d) {
+      if (d < shape.token_dims) {
+        p.q_space.extent[d] = static_cast<int32_t>(shape.tokens[d]);
+        p.kv_space.extent[d] = static_cast<int32_t>(shape.tokens_kv[d]);
+        p.q_space.box_log2[d] = shapes.q_log2[d];
+        p.kv_space.box_log2[d] = shapes.kv_log2[d];
+        p.dilation[d] = static_cast<int32_t>(geometry.dilation[d]);
+        p.rule[d] = geometry.rule[d];
+        const int64_t group_size = ceil_div(shape.tokens[d], geometry.dilation[d]);
+        p.q_tiles[d] = static_cast<int32_t>(ceil_div(group_size, int64_t{1} << shapes.q_log2[d]));
+      }
+    }
+    set_box_shifts(p.q_space);
+    set_box_shifts(p.kv_space);
+  } else {
+    p.dims = 1;
+    if (mask.kind == MaskKind::causal) {
+      p.rule[0].kind = WindowKind::prefix;
+      p.rule[0].prefix_offset =
+          mask.causal_alignment == CausalAlignment::bottom_right ? shape.seq_k - shape.seq_q : 0;
+    }
+    if (problem.lse.defined()) {
+      set_flat_side(p.q_space, block_m_log2, shape.seq_q, shape.token_dims, shape.tokens,
+                    {{&p.q, &problem.q}, {&p.o, &problem.out}, {&p.lse, &problem.lse}});
+    } else {
+      set_flat_side(p.q_space, block_m_log2, shape.seq_q, shape.token_dims, shape.tokens,
+                    {{&p.q, &problem.q}, {&p.o, &problem.out}});
+    }
+    set_flat_side(p.kv_space, block_n_log2, shape.seq_k, shape.token_dims_kv, shape.tokens_kv,
+                  {{&p.k, &problem.k}, {&p.v, &problem.v}});
+    p.q_tiles[0] = static_cast<int32_t>(ceil_div(shape.seq_q, config.block_m));
+    if (config.policy == FmhaPolicyKind::tile_list) set_tile_list_source(launch.tile_list, mask, shape);
+  }
+  int64_t total = 1;
+  for (int d = 0; d < kMaxDims; ++d) total *= int64_t{p.dilation[d]} * p.q_tiles[d];
+  check_limit(total, (int64_t{1} << 31) - 1, "query tiles (grid size)");
+  p.total_q_tiles = static_cast<int32_t>(total);
+  return launch;
+}
+
+}  // namespace attnkit::cuda::fmha

@@ -1,0 +1,179 @@
+// BoxPolicy: the mask policy for no mask, causal masks (flat, top-left or bottom-right aligned) and
+// neighborhood masks in 1-D, 2-D and 3-D (kernel size, dilation, stride and causality per dimension,
+// all runtime values).
+//
+// Per Q tile it visits the box of KV tiles that meets the union of the windows of the tile's queries in
+// every dimension (dim_tile_range in cuda/common/tile_range.hpp), last dimension fastest; a KV tile
+// inside the intersection of those windows in every dimension is full and skips element masking.
+// Tiles live in group-index space: the Q tile and all its KV tiles come from one dilation group, so
+// dilation only changes how indices map to coordinates when rows are loaded.
+// For partial tiles, each query row's window per dimension (begin, end) is kept in shared memory and
+// turned into the row's column mask through the column prefix table (fmha_mask_tables.cuh).
+#pragma once
+#include <cstdint>
+
+#include "cuda/common/tile_range.hpp"
+#include "cuda/fmha/fmha_fragment.cuh"
+#include "cuda/fmha/fmha_mask_tables.cuh"
+#include "cuda/fmha/fmha_params.hpp"
+#include "cuda/fmha/fmha_tokens.cuh"
+
+namespace attnkit::cuda::fmha {
+
+template <class Traits>
+class BoxPolicy {
+ public:
+  static constexpr int kRows = Traits::kRows;
+  static constexpr int kCols = Traits::kCols;
+
+  struct Tile {
+    int32_t index[kMaxDims];  // first key index per dimension (group-index space)
+    bool full;
+  };
+  struct TileBits {};  // box masks need no per-tile data from memory
+
+  // Per-CTA tile ranges in key indices (tile index << kv_log2), kept in shared memory (read once per
+  // tile) to spare registers. Tiles are walked like an odometer, last dimension fastest.
+  struct State {
+    int32_t first[kMaxDims];
+    int32_t end[kMaxDims];
+    int32_t full_first[kMaxDims];
+    int32_t full_end[kMaxDims];
+    int32_t step[kMaxDims];  // KV box extent
+    int32_t group[kMaxDims];
+    int32_t dims;
+  };
+
+  // `state_smem` must be published by a barrier before the tile and mask functions are called.
+  __device__ __forceinline__ void init(const FmhaParams& p, const CtaTile& cta, char* policy_smem, void* state_smem,
+                                       int tid) {
+    State s;
+    s.dims = p.dims;
+    count_ = 1;
+#pragma unroll
+    for (int d = 0; d < kMaxDims; ++d) {
+      DimTileRange r;
+      if (d < p.dims) {
+        const int64_t q_first = cta.q.index[d];
+        const int64_t q_end = q_first + (int64_t{1} << p.q_space.box_log2[d]);
+        const int64_t q_last = (q_end < cta.n_q[d] ? q_end : cta.n_q[d]) - 1;
+        r = dim_tile_range(p.rule[d], q_first, q_last, cta.n_kv[d], int64_t{1} << p.kv_space.box_log2[d]);
+      } else {
+        r.first = 0;
+        r.end = 1;
+        r.full_first = 0;
+        r.full_end = 1;
+      }
+      const int log2 = p.kv_space.box_log2[d];
+      s.first[d] = static_cast<int32_t>(r.first) << log2;
+      s.end[d] = static_cast<int32_t>(r.end) << log2;
+      s.full_first[d] = static_cast<int32_t>(r.full_first) << log2;
+      s.full_end[d] = static_cast<int32_t>(r.full_end) << log2;
+      s.step[d] = 1 << log2;
+      s.group[d] = cta.q.group[d];
+      count_ *= static_cast<int32_t>(r.end - r.first);
+    }
+    state_ = static_cast<State*>(state_smem);
+    if (tid == 0) *state_ = s;
+    windows_ = reinterpret_cast<int2*>(policy_smem);
+    prefix_.table = reinterpret_cast<uint32_t*>(policy_smem + Traits::kWindowBytes);
+  }
+
+  __device__ __forceinline__ int count() const { return count_; }
+
+  struct Lookahead {};  // tile ranges are in shared memory: nothing to read ahead
+  __device__ __forceinline__ Lookahead lookahead(int) const { return {}; }
+
+  __device__ __forceinline__ Tile first_tile(Lookahead) const {
+    Tile t;
+#pragma unroll
+    for (int d = 0; d < kMaxDims; ++d) t.index[d] = state_->first[d];
+    t.full = is_full(t);
+    return t;
+  }
+
+  __device__ __forceinline__ Tile next_tile(const Tile& current, Lookahead) const {
+    Tile t = current;
+#pragma unroll
+    for (int d = kMaxDims - 1; d >= 0; --d) {
+      t.index[d] += state_->step[d];
+      if (t.index[d] < state_->end[d]) break;
+      t.index[d] = state_->first[d];
+    }
+    t.full = is_full(t);
+    return t;
+  }
+
+  __device__ __forceinline__ bool is_full(const Tile& t) const {
+    bool full = true;
+#pragma unroll
+    for (int d = 0; d < kMaxDims; ++d) {
+      full = full && t.index[d] >= state_->full_first[d] && t.index[d] < state_->full_end[d];
+    }
+    return full;
+  }
+
+  __device__ __forceinline__ TileOrigin origin(const Tile& t) const {
+    TileOrigin o;
+#pragma unroll
+    for (int d = 0; d < kMaxDims; ++d) {
+      o.index[d] = t.index[d];
+      o.group[d] = state_->group[d];
+    }
+    return o;
+  }
+
+  // Row windows and column prefix masks for partial tiles.
+  __device__ __forceinline__ void prepare_shared(const FmhaParams& p, const CtaTile& cta, const int (&col_of)[kCols],
+                                                 int tid) const {
+    for (int r = tid; r < Traits::kBlockM; r += Traits::kThreads) {
+#pragma unroll
+      for (int d = 0; d < kMaxDims; ++d) {
+        if (d >= p.dims) break;
+        const int32_t in_box = (r >> p.q_space.box_shift[d]) & ((1 << p.q_space.box_log2[d]) - 1);
+        const int32_t i = cta.q.index[d] + in_box;
+        detail::IndexRange w{0, 0};
+        if (i < cta.n_q[d]) w = window_of(p.rule[d], i, cta.n_kv[d]);
+        windows_[d * Traits::kBlockM + r] = make_int2(static_cast<int>(w.begin), static_cast<int>(w.end));
+      }
+    }
+    int32_t shift[3];
+    int32_t mask[3];
+#pragma unroll
+    for (int d = 0; d < 3; ++d) {
+      shift[d] = p.kv_space.box_shift[d];
+      mask[d] = (1 << p.kv_space.box_log2[d]) - 1;
+    }
+    prefix_.build(col_of, p.dims, shift, mask, tid);
+  }
+
+  __device__ __forceinline__ TileBits fetch_bits(const Tile&, const FmhaParams&, int) const { return {}; }
+
+  __device__ __forceinline__ void row_masks(const Tile& t, const TileBits&, int tid, uint32_t (&masks)[kRows]) const {
+    const int lane_class = tid % 4;
+    const int dims = state_->dims;
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) masks[i] = ~0u;
+#pragma unroll
+    for (int d = 0; d < kMaxDims; ++d) {
+      if (d < dims) {
+        const int box = state_->step[d];
+#pragma unroll
+        for (int i = 0; i < kRows; ++i) {
+          const int2 w = windows_[d * Traits::kBlockM + score_row<Traits>(tid, i)];
+          const int lo = min(max(w.x - t.index[d], 0), box);
+          const int hi = min(max(w.y - t.index[d], lo), box);
+          masks[i] &= prefix_.at(lane_class, d, hi) & ~prefix_.at(lane_class, d, lo);
+        }
+      }
+    }
+  }
+
+ private:
+  int32_t count_;
+  State* state_;
+  int2* windows_;
+  ColumnPrefixTable<Traits> prefix_;
+};
+
+}  // namespace attnkit::cuda::fmha

@@ -1,0 +1,40 @@
+// Chooses the box shapes of Q tiles (BlockM tokens) and KV tiles (BlockN tokens) for a neighborhood
+// mask: powers of two per dimension whose product is the tile size.
+//
+// Cost model: the MMA work is proportional to the number of (Q tile, visited KV tile) pairs, and a
+// partial tile costs a little more than a full one (element masking). Q tiles enumerate as a product
+// over dimensions (dilation group, tile position) and the KV tiles a Q tile visits form a product of
+// per-dimension ranges, so the total visits are prod_d C_d and the full ones prod_d F_d, with C_d and
+// F_d per-dimension sums over that dimension's Q tiles (dim_tile_range). These are tabulated per
+// dimension for every box extent, then all splits of log2(BlockM) and log2(BlockN) over the
+// dimensions are scored; ties go to the more cubic shape. Results are cached per geometry.
+#pragma once
+#include <array>
+#include <cstdint>
+
+#include "cuda/common/tile_range.hpp"
+
+namespace attnkit::cuda::fmha {
+
+struct BoxShapes {
+  std::array<int, 3> q_log2{0, 0, 0};
+  std::array<int, 3> kv_log2{0, 0, 0};
+};
+
+struct BoxGeometry {
+  int dims = 1;
+  std::array<int64_t, 3> extent{1, 1, 1};
+  std::array<int64_t, 3> dilation{1, 1, 1};
+  std::array<WindowRule, 3> rule{};
+};
+
+BoxShapes choose_box_shapes(const BoxGeometry& geometry, int block_m_log2, int block_n_log2);
+
+// Visits of (Q tile, KV tile) pairs and how many of them are full, for given shapes (tests, tuning).
+struct BoxVisitCounts {
+  double visited = 0;
+  double full = 0;
+};
+BoxVisitCounts count_box_visits(const BoxGeometry& geometry, const BoxShapes& shapes);
+
+}  // namespace attnkit::cuda::fmha

@@ -1,0 +1,72 @@
+#include "cuda/fmha/fmha_configs.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include "cuda/fmha/fmha_instances.hpp"
+
+namespace attnkit::cuda::fmha {
+
+const std::vector<FmhaKernel>& fmha_forward_kernels() {
+  static const std::vector<FmhaKernel> kernels = [] {
+    std::vector<FmhaKernel> list;
+#define ATTNKIT_FMHA_REGISTER_KERNEL(dtype, head_dim, policy) list.push_back(fmha_kernel_##dtype##_d##head_dim##_##policy());
+    ATTNKIT_FMHA_KERNELS(ATTNKIT_FMHA_REGISTER_KERNEL)
+#undef ATTNKIT_FMHA_REGISTER_KERNEL
+    return list;
+  }();
+  return kernels;
+}
+
+const char* fmha_policy_name(FmhaPolicyKind policy) { return policy == FmhaPolicyKind::box ? "box" : "list"; }
+
+std::string fmha_config_name(const FmhaConfig& c) {
+  return std::string(c.dtype == DType::f16 ? "f16" : "bf16") + "_d" + std::to_string(c.head_dim) + "_m" +
+         std::to_string(c.block_m) + "_n" + std::to_string(c.block_n) + "_w" + std::to_string(c.warps) + "_s" +
+         std::to_string(c.stages) + "_" + fmha_policy_name(c.policy);
+}
+
+bool fmha_config_fits(const FmhaConfig& config, int max_shared_bytes_optin) {
+  return config.smem_bytes <= max_shared_bytes_optin;
+}
+
+int fmha_compiled_width(DType dtype, int64_t head_dim, int64_t head_dim_v) {
+  const int64_t needed = std::max(head_dim, head_dim_v);
+  int best = 0;
+  for (const auto& k : fmha_forward_kernels()) {
+    if (k.config.dtype != dtype || k.config.head_dim < needed) continue;
+    if (best == 0 || k.config.head_dim < best) best = k.config.head_dim;
+  }
+  return best;
+}
+
+const FmhaKernel* fmha_default_kernel(DType dtype, int64_t head_dim, int64_t head_dim_v, FmhaPolicyKind policy,
+                                      int max_shared_bytes_optin) {
+  const int width = fmha_compiled_width(dtype, head_dim, head_dim_v);
+  for (const auto& k : fmha_forward_kernels()) {
+    if (k.config.dtype == dtype && k.config.head_dim == width && k.config.policy == policy &&
+        fmha_config_fits(k.config, max_shared_bytes_optin)) {
+      return &k;
+    }
+  }
+  return nullptr;
+}
+
+std::string fmha_compiled_summary() {
+  std::map<std::string, std::vector<int>> widths;
+  for (const auto& k : fmha_forward_kernels()) {
+    auto& list = widths[std::string(dtype_name(k.config.dtype))];
+    if (std::find(list.begin(), list.end(), k.config.head_dim) == list.end()) list.push_back(k.config.head_dim);
+  }
+  std::string text;
+  for (auto& [name, list] : widths) {
+    std::sort(list.begin(), list.end());
+    if (!text.empty()) text += ", ";
+    text += name + " {";
+    for (std::size_t i = 0; i < list.size(); ++i) text += (i ? ", " : "") + std::to_string(list[i]);
+    text += "}";
+  }
+  return text.empty() ? "none" : text;
+}
+
+}  // namespace attnkit::cuda::fmha

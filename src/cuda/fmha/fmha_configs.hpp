@@ -1,0 +1,61 @@
+// Registry of the compiled forward-kernel configurations (one entry per instantiation): head dim, tile
+// sizes, warps, pipeline stages, shared memory, a register estimate, the mask policy, and the launcher.
+// The default choice is a pure function of (dtype, head dims, policy, device limit); the tuner
+// (a later issue) enumerates the same entries.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attnkit/dtype.hpp"
+#include "cuda/fmha/fmha_params.hpp"
+
+namespace attnkit::cuda::fmha {
+
+enum class FmhaPolicyKind : int32_t { box = 0, tile_list = 1 };
+
+struct FmhaConfig {
+  DType dtype = DType::f16;
+  int head_dim = 0;  // compiled width: serves any D, Dv <= head_dim (multiples of 8)
+  int block_m = 0;
+  int block_n = 0;
+  int warps = 0;
+  int stages = 0;              // K and V buffers in flight (K(j+1) overlaps P*V(j), V(j) overlaps Q*K(j)^T)
+  int smem_bytes = 0;          // dynamic shared memory per CTA
+  int registers_estimate = 0;  // per thread, from ptxas -v of the sm_90a build
+  FmhaPolicyKind policy = FmhaPolicyKind::box;
+};
+
+// Everything one launch needs: the kernel's params and, for tile-list policies, the mask to
+// preprocess (its workspace fields are filled by the launcher).
+struct FmhaLaunch {
+  FmhaParams params{};
+  TileListBuildParams tile_list{};
+};
+
+struct FmhaKernel {
+  FmhaConfig config;
+  void (*launch)(const FmhaLaunch& launch, cudaStream_t stream);
+};
+
+const std::vector<FmhaKernel>& fmha_forward_kernels();
+
+std::string fmha_config_name(const FmhaConfig& config);  // "bf16_d128_m128_n64_w4_s2_box"
+const char* fmha_policy_name(FmhaPolicyKind policy);
+
+// Validity predicate of a config on a device: its shared memory fits the opt-in maximum per block.
+bool fmha_config_fits(const FmhaConfig& config, int max_shared_bytes_optin);
+
+// The compiled head-dim width that serves max(D, Dv), or 0 when none does (for this dtype).
+int fmha_compiled_width(DType dtype, int64_t head_dim, int64_t head_dim_v);
+
+// The default kernel for a problem, or nullptr when none is compiled or fits the device.
+const FmhaKernel* fmha_default_kernel(DType dtype, int64_t head_dim, int64_t head_dim_v, FmhaPolicyKind policy,
+                                      int max_shared_bytes_optin);
+
+// "float16 {64, 128}, bfloat16 {64, 128}": what this build can run, for error messages and skips.
+std::string fmha_compiled_summary();
+
+}  // namespace attnkit::cuda::fmha

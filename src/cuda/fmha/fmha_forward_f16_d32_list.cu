@@ -1,0 +1,7 @@
+// Forward kernel instantiation: f16, head dim 32, list policy (block and element masks).
+#include "cuda/fmha/fmha_instances.hpp"
+
+#if ATTNKIT_FMHA_HEAD_DIM_COMPILED(32)
+#include "cuda/fmha/fmha_launch.cuh"
+ATTNKIT_FMHA_DEFINE_KERNEL(f16, 32, list)
+#endif

@@ -1,0 +1,150 @@
+// Device launcher of the portable forward kernel, instantiated once per (dtype, head dim, policy) by the
+// fmha_forward_<dtype>_d<head dim>_<policy>.cu files through ATTNKIT_FMHA_DEFINE_KERNEL.
+//
+// Box policy: one launch. Tile-list policy: a stream-ordered workspace (cudaMallocAsync), the two
+// preprocessing kernels (fmha_tile_list_build.cuh), the main kernel, then cudaFreeAsync on the same
+// stream; nothing synchronises with the host, so the call can be captured into a CUDA graph. Every
+// launch is checked with cudaGetLastError and failures throw Status::cuda_error.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "attnkit/error.hpp"
+#include "cuda/common/cuda_check.hpp"
+#include "cuda/fmha/fmha_box_policy.cuh"
+#include "cuda/fmha/fmha_configs.hpp"
+#include "cuda/fmha/fmha_kernel.cuh"
+#include "cuda/fmha/fmha_tile_list_build.cuh"
+#include "cuda/fmha/fmha_tile_list_policy.cuh"
+#include "cuda/fmha/fmha_traits.cuh"
+
+namespace attnkit::cuda::fmha {
+
+// Tile shape per compiled head dim (one config each; the registry can hold more).
+template <int HeadDim>
+struct DefaultTileShape {
+  static constexpr int kBlockM = HeadDim <= 128 ? 128 : 64;
+  static constexpr int kBlockN = 64;
+  static constexpr int kWarps = 4;
+};
+
+inline int64_t round_up_bytes(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// Allocates the workspace, runs the preprocessing and fills launch.params.list. Returns the workspace
+// (to be freed on `stream` after the main kernel).
+template <class Traits>
+void* build_tile_lists(FmhaLaunch& launch, cudaStream_t stream) {
+  TileListBuildParams& b = launch.tile_list;
+  b.q_tiles = static_cast<int32_t>((b.seq_q + Traits::kBlockM - 1) / Traits::kBlockM);
+  b.kv_tiles = static_cast<int32_t>((b.seq_k + Traits::kBlockN - 1) / Traits::kBlockN);
+  b.blocks_align_with_tiles =
+      b.kind == TileMaskKind::block && b.block_q % Traits::kBlockM == 0 && b.block_k % Traits::kBlockN == 0;
+  const int64_t mask_bh = static_cast<int64_t>(b.mask_batch) * b.mask_heads;
+  if (b.q_tiles > 65535 || mask_bh > 65535) {
+    throw Error(Status::unsupported,
+                "mask: " + std::to_string(b.q_tiles) + " query tiles and " + std::to_string(mask_bh) +
+                    " mask (batch x head) slices; allowed: at most 65535 of each on the CUDA backend (sequence "
+                    "length up to " + std::to_string(65535 * Traits::kBlockM) + ")");
+  }
+  const int64_t tiles = mask_bh * b.q_tiles * b.kv_tiles;
+  const bool needs_bits = !b.blocks_align_with_tiles;
+  const int64_t classes_bytes = round_up_bytes(tiles);
+  const int64_t entries_bytes = round_up_bytes(tiles * 4);
+  const int64_t counts_bytes = round_up_bytes(mask_bh * b.q_tiles * 4);
+  const int64_t bits_bytes = needs_bits ? tiles * Traits::kBitWords * Traits::kThreads * 4 : 0;
+  void* memory = nullptr;
+  check_cuda(cudaMallocAsync(&memory, static_cast<size_t>(classes_bytes + entries_bytes + counts_bytes + bits_bytes),
+                             stream),
+             "cudaMallocAsync (tile-list workspace)");
+  char* base = static_cast<char*>(memory);
+  b.classes = reinterpret_cast<uint8_t*>(base);
+  b.entries = reinterpret_cast<uint32_t*>(base + classes_bytes);
+  b.counts = reinterpret_cast<int32_t*>(base + classes_bytes + entries_bytes);
+  b.bits = needs_bits ? reinterpret_cast<uint32_t*>(base + classes_bytes + entries_bytes + counts_bytes) : nullptr;
+
+  classify_tiles_kernel<Traits><<<dim3(b.kv_tiles, b.q_tiles, static_cast<unsigned>(mask_bh)), Traits::kThreads, 0,
+                                  stream>>>(b);
+  cudaError_t status = cudaGetLastError();
+  if (status == cudaSuccess) {
+    compact_tile_lists_kernel<Traits><<<dim3(b.q_tiles, static_cast<unsigned>(mask_bh)), 32, 0, stream>>>(b);
+    status = cudaGetLastError();
+  }
+  if (status != cudaSuccess) {
+    cudaFreeAsync(memory, stream);
+    throw_cuda_error(status, "tile-list preprocessing launch");
+  }
+
+  TileListArgs& list = launch.params.list;
+  list.entries = b.entries;
+  list.counts = b.counts;
+  list.bits = b.bits;
+  list.q_tiles = b.q_tiles;
+  list.kv_tiles = b.kv_tiles;
+  list.mask_batch = b.mask_batch;
+  list.mask_heads = b.mask_heads;
+  return memory;
+}
+
+template <class Traits, template <class> class PolicyTemplate>
+void launch_fmha_forward(const FmhaLaunch& request, cudaStream_t stream) {
+  using Policy = PolicyTemplate<Traits>;
+  FmhaLaunch launch = request;
+  void* workspace = nullptr;
+  if constexpr (std::is_same_v<Policy, TileListPolicy<Traits>>) workspace = build_tile_lists<Traits>(launch, stream);
+
+  auto* kernel = &fmha_forward_kernel<Traits, Policy>;
+  cudaError_t status = cudaSuccess;
+  if (Traits::kSmemBytes > 48 * 1024) {
+    status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
+  }
+  if (status == cudaSuccess) {
+    const FmhaParams& p = launch.params;
+    kernel<<<dim3(p.total_q_tiles, p.heads_q, p.batch), Traits::kThreads, Traits::kSmemBytes, stream>>>(p);
+    status = cudaGetLastError();
+  }
+  if (workspace != nullptr) {
+    const cudaError_t freed = cudaFreeAsync(workspace, stream);
+    if (status == cudaSuccess) status = freed;
+  }
+  check_cuda(status, "fused attention forward kernel launch");
+}
+
+template <class Element, int HeadDim, template <class> class PolicyTemplate>
+FmhaKernel make_fmha_kernel(DType dtype, FmhaPolicyKind policy) {
+  using Shape = DefaultTileShape<HeadDim>;
+  using Traits = FmhaTraits<Element, HeadDim, Shape::kBlockM, Shape::kBlockN, Shape::kWarps>;
+  // fp32 accumulators of O and S, the fp16/bf16 P operand, plus addressing and softmax state.
+  constexpr int kAccumulators = (Traits::kBlockM * Traits::kHeadDim + Traits::kBlockM * Traits::kBlockN) / Traits::kThreads;
+  constexpr int kEstimate = kAccumulators + Traits::kBlockM * Traits::kBlockN / Traits::kThreads / 2 + 48;
+  FmhaConfig config;
+  config.dtype = dtype;
+  config.head_dim = HeadDim;
+  config.block_m = Traits::kBlockM;
+  config.block_n = Traits::kBlockN;
+  config.warps = Traits::kWarps;
+  config.stages = 2;
+  config.smem_bytes = Traits::kSmemBytes;
+  config.registers_estimate = kEstimate < 255 ? kEstimate : 255;
+  config.policy = policy;
+  return FmhaKernel{config, &launch_fmha_forward<Traits, PolicyTemplate>};
+}
+
+}  // namespace attnkit::cuda::fmha
+
+#define ATTNKIT_FMHA_ELEMENT_f16 cutlass::half_t
+#define ATTNKIT_FMHA_ELEMENT_bf16 cutlass::bfloat16_t
+#define ATTNKIT_FMHA_POLICY_box BoxPolicy
+#define ATTNKIT_FMHA_POLICY_list TileListPolicy
+#define ATTNKIT_FMHA_POLICY_KIND_box FmhaPolicyKind::box
+#define ATTNKIT_FMHA_POLICY_KIND_list FmhaPolicyKind::tile_list
+
+#define ATTNKIT_FMHA_DEFINE_KERNEL(dtype, head_dim, policy)                                                   \
+  namespace attnkit::cuda::fmha {                                                                             \
+  FmhaKernel fmha_kernel_##dtype##_d##head_dim##_##policy() {                                                 \
+    return make_fmha_kernel<ATTNKIT_FMHA_ELEMENT_##dtype, head_dim, ATTNKIT_FMHA_POLICY_##policy>(DType::dtype, \
+                                                                                                  ATTNKIT_FMHA_POLICY_KIND_##policy); \
+  }                                                                                                           \
+  }

@@ -1,0 +1,57 @@
+// Shared-memory tables that make the element masking of a partial tile cheap.
+//
+// A thread owns kRows rows x kCols columns of each score tile; its allowed keys in one row are a
+// kCols-bit mask. For box tiles, the keys a query allows in dimension d form an interval [lo, hi) of
+// in-box coordinates, so the row's mask is the AND over dimensions of
+//   prefix[d][hi] & ~prefix[d][lo],   prefix[d][c] = columns whose in-box coordinate along d is < c.
+// The column set of a thread depends only on its lane within the quad (lane % 4: warps split rows,
+// not columns), so the prefix masks are tabulated once per CTA for the 4 lane classes, 3 dimensions
+// and c in [0, BlockN]: masking a partial tile then costs two shared loads and a few logic ops per
+// row and dimension, plus one select per score.
+#pragma once
+#include <cstdint>
+
+namespace attnkit::cuda::fmha {
+
+template <class Traits>
+struct ColumnPrefixTable {
+  static constexpr int kEntries = Traits::kPrefixEntries;  // BlockN + 1
+  uint32_t* table;                                          // [4 lane classes][3 dims][kEntries]
+
+  __device__ __forceinline__ uint32_t at(int lane_class, int d, int c) const {
+    return table[(lane_class * 3 + d) * kEntries + c];
+  }
+
+  // Fills the entries of dimensions < dims. col_of[j] is this thread's j-th column; a column's in-box
+  // coordinate along d is (col >> shift[d]) & mask[d]. Threads of one lane class split the entries.
+  __device__ __forceinline__ void build(const int (&col_of)[Traits::kCols], int dims, const int32_t (&shift)[3],
+                                        const int32_t (&mask)[3], int tid) const {
+    const int lane_class = tid % 4;
+    constexpr int kPerClass = Traits::kThreads / 4;
+    for (int e = tid / 4; e < dims * kEntries; e += kPerClass) {
+      const int d = e / kEntries;
+      const int c = e % kEntries;
+      uint32_t bits = 0;
+#pragma unroll
+      for (int j = 0; j < Traits::kCols; ++j) {
+        const int coordinate = (col_of[j] >> shift[d]) & mask[d];
+        bits |= static_cast<uint32_t>(coordinate < c) << j;
+      }
+      table[(lane_class * 3 + d) * kEntries + c] = bits;
+    }
+  }
+};
+
+// Sets every score whose bit in its row's mask is clear to -inf.
+template <int Rows, int Cols, class Scores>
+__device__ __forceinline__ void apply_row_masks(Scores& s, const uint32_t (&masks)[Rows]) {
+#pragma unroll
+  for (int i = 0; i < Rows; ++i) {
+#pragma unroll
+    for (int j = 0; j < Cols; ++j) {
+      if (!((masks[i] >> j) & 1u)) s(i, j) = -INFINITY;
+    }
+  }
+}
+
+}  // namespace attnkit::cuda::fmha

@@ -1,0 +1,52 @@
+// Tuning one problem in this process: rank the space's configs by predicted cost, time the chosen
+// candidates (top K plus the default, or all in thorough mode), and pick the winner with the margin
+// rule. Every step is logged: info for the outcome, debug for each config's timing, warning for a
+// config that failed (it is excluded).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "tune/config_space.hpp"
+#include "tune/measurement.hpp"
+#include "tune/problem_key.hpp"
+#include "tune/runner.hpp"
+#include "tune/tuner_settings.hpp"
+
+namespace attnkit::tune {
+
+enum class ChoiceSource {
+  cached,          // a winner already known (memory or disk cache, or agreed by the ranks earlier)
+  tuned,           // benchmarked for this call
+  default_config,  // no winner known and tuning not allowed now
+};
+
+std::string_view source_name(ChoiceSource source);  // "cached", "tuned", "default"
+
+struct TuneOutcome {
+  std::string winner;  // config id; "" only when the space has no valid config
+  std::string default_id;
+  ChoiceSource source = ChoiceSource::default_config;
+  std::vector<ConfigTiming> timings;  // of the configs timed, when source == tuned
+};
+
+struct TuningPlan {
+  std::string default_id;
+  std::vector<const Config*> candidates;  // cheapest predicted first
+};
+
+// Throws Error(unsupported) when no config of the space can run the problem.
+TuningPlan plan_tuning(const ConfigSpace& space, const ProblemKey& key, const DeviceLimits& limits,
+                       const TunerSettings& settings);
+
+// Times `candidates` (failures included, marked !ok) with the op's measurement policy.
+std::vector<ConfigTiming> time_candidates(const std::vector<const Config*>& candidates, const ProblemKey& key,
+                                          const TunerSettings& settings, Runner& runner);
+
+// The winner among `timings` by the margin rule; the default when none succeeded. Logs the outcome.
+std::string decide_winner(const ProblemKey& key, const std::vector<ConfigTiming>& timings,
+                          const std::string& default_id, double margin);
+
+TuneOutcome tune_locally(const ConfigSpace& space, const ProblemKey& key, const DeviceLimits& limits,
+                         const TunerSettings& settings, Runner& runner);
+
+}  // namespace attnkit::tune

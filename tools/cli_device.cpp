@@ -11,7 +11,7 @@
 namespace attnkit::cli {
 namespace {
 
-[[noreturn]] void no_cuda() {
+[[maybe_unused]] [[noreturn]] void no_cuda() {
   throw Error(Status::unsupported,
               "--backend cuda: this attnkit was built without CUDA; rebuild with -DATTNKIT_WITH_CUDA=ON or use "
               "--backend cpu");

@@ -4,11 +4,11 @@
 // Tokens are numbered row-major over their extents; that flat index is the "sequence position" used
 // by causal, block and element masks.
 #pragma once
-#include "attnkit/export.hpp"
 #include <array>
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
+#include "attnkit/export.hpp"
 
 #include "attnkit/backend.hpp"
 #include "attnkit/tensor.hpp"
@@ -49,9 +49,9 @@ struct AttentionMask {
 ATTNKIT_API AttentionMask causal_mask(CausalAlignment alignment = CausalAlignment::top_left);
 // kernel_size/dilation/stride/causal per token dimension; missing trailing lists default to 1/1/false.
 ATTNKIT_API AttentionMask neighborhood_mask(std::initializer_list<int64_t> kernel_size,
-                                std::initializer_list<int64_t> dilation = {},
-                                std::initializer_list<int64_t> stride = {},
-                                std::initializer_list<bool> causal = {});
+                                            std::initializer_list<int64_t> dilation = {},
+                                            std::initializer_list<int64_t> stride = {},
+                                            std::initializer_list<bool> causal = {});
 ATTNKIT_API AttentionMask block_sparse_mask(TensorView block_mask, int64_t block_q, int64_t block_k);
 ATTNKIT_API AttentionMask element_sparse_mask(TensorView element_mask);
 

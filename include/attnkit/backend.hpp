@@ -1,7 +1,7 @@
 // Which backend runs a call, and on which stream.
 #pragma once
-#include "attnkit/export.hpp"
 #include <cstdint>
+#include "attnkit/export.hpp"
 
 namespace attnkit {
 
@@ -14,8 +14,8 @@ enum class Backend : int32_t {
 
 struct RunOptions {
   Backend backend = Backend::automatic;
-  void* stream = nullptr;  // cudaStream_t for CUDA backends; nullptr = legacy default stream
-  int32_t num_threads = 0; // CPU backend: 0 = all available
+  void* stream = nullptr;   // cudaStream_t for CUDA backends; nullptr = legacy default stream
+  int32_t num_threads = 0;  // CPU backend: 0 = all available
 };
 
 ATTNKIT_API const char* backend_name(Backend backend);

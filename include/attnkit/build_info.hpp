@@ -1,8 +1,8 @@
 // What this build of libattnkit contains and which devices it sees.
 #pragma once
-#include "attnkit/export.hpp"
 #include <string>
 #include <vector>
+#include "attnkit/export.hpp"
 
 namespace attnkit {
 

@@ -1,10 +1,10 @@
 // The one exception type of the C++ API. Its message names the argument, the value received and
 // what is allowed; its status maps one-to-one onto the C ABI's attnkit_status.
 #pragma once
-#include "attnkit/export.hpp"
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include "attnkit/export.hpp"
 
 namespace attnkit {
 

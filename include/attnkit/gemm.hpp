@@ -3,8 +3,8 @@
 // stride 1), so leading dimensions and batch strides come from the views. A batch extent of 1
 // broadcasts. op(X) = X^T when transpose_x.
 #pragma once
-#include "attnkit/export.hpp"
 #include "attnkit/backend.hpp"
+#include "attnkit/export.hpp"
 #include "attnkit/tensor.hpp"
 
 namespace attnkit {

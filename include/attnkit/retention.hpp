@@ -1,12 +1,12 @@
 // RetNet retention (DESIGN §3). q, k [B, T, H, Dk], v [B, T, H, Dv], out [B, T, H, Dv].
-// State S [B, H, Dk, Dv] (fp32; fp64 when the inputs are fp64): S_t = gamma * S_{t-1} + k_t^T v_t with S_{-1} = initial_state
-// (zero when absent); out_t = scale * q_t S_t, i.e. scale * sum_{m<=t} gamma^(t-m) (q_t.k_m) v_m
+// State S [B, H, Dk, Dv] (fp32; fp64 when the inputs are fp64): S_t = gamma * S_{t-1} + k_t^T v_t with S_{-1} =
+// initial_state (zero when absent); out_t = scale * q_t S_t, i.e. scale * sum_{m<=t} gamma^(t-m) (q_t.k_m) v_m
 // + scale * gamma^(t+1) q_t S_{-1}. final_state = S_{T-1}.
 #pragma once
-#include "attnkit/export.hpp"
 #include <cstdint>
 #include <optional>
 #include <vector>
+#include "attnkit/export.hpp"
 
 #include "attnkit/backend.hpp"
 #include "attnkit/tensor.hpp"
@@ -21,9 +21,9 @@ ATTNKIT_API std::vector<double> default_retention_gamma(int64_t heads);
 struct RetentionForward {
   TensorView q, k, v;
   TensorView out;
-  TensorView initial_state;  // optional input, fp32 (fp64 for fp64 inputs) [B, H, Dk, Dv]
-  TensorView final_state;    // optional output, same dtype as initial_state
-  std::vector<double> gamma; // per head, each in (0, 1); empty = default_retention_gamma(H)
+  TensorView initial_state;   // optional input, fp32 (fp64 for fp64 inputs) [B, H, Dk, Dv]
+  TensorView final_state;     // optional output, same dtype as initial_state
+  std::vector<double> gamma;  // per head, each in (0, 1); empty = default_retention_gamma(H)
   RetentionMode mode = RetentionMode::chunkwise;
   int64_t chunk_size = 64;
   std::optional<double> scale;  // default 1/sqrt(Dk)
@@ -34,8 +34,8 @@ struct RetentionForward {
 
 struct RetentionBackward {
   TensorView q, k, v, grad_out;
-  TensorView initial_state;       // optional, as in the forward
-  TensorView grad_final_state;    // optional incoming gradient of final_state
+  TensorView initial_state;     // optional, as in the forward
+  TensorView grad_final_state;  // optional incoming gradient of final_state
   TensorView grad_q, grad_k, grad_v;
   TensorView grad_initial_state;  // optional output, fp32 [B, H, Dk, Dv]
   std::vector<double> gamma;

@@ -1,10 +1,10 @@
 // A non-owning view of a strided tensor on some device. Strides are in elements.
 #pragma once
-#include "attnkit/export.hpp"
 #include <array>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include "attnkit/export.hpp"
 
 #include "attnkit/dtype.hpp"
 

@@ -23,10 +23,10 @@ Backend resolve_backend(Backend requested, const Device& device) {
       requested != Backend::automatic ? requested : (device.type == DeviceType::cuda ? Backend::cuda : Backend::cpu);
   const bool device_is_cuda = device.type == DeviceType::cuda;
   if ((chosen == Backend::cuda) != device_is_cuda) {
-    throw Error(Status::invalid_argument,
-                std::string("backend: '") + backend_name(chosen) + "' cannot run tensors on device '" +
-                    (device_is_cuda ? "cuda" : "cpu") + "'; allowed: backend 'cpu' for CPU tensors, 'cuda' for "
-                    "CUDA tensors, or 'auto'");
+    throw Error(Status::invalid_argument, std::string("backend: '") + backend_name(chosen) +
+                                              "' cannot run tensors on device '" + (device_is_cuda ? "cuda" : "cpu") +
+                                              "'; allowed: backend 'cpu' for CPU tensors, 'cuda' for "
+                                              "CUDA tensors, or 'auto'");
   }
   if (chosen == Backend::cuda && !cuda::compiled()) {
     throw Error(Status::unsupported,

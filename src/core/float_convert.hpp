@@ -46,10 +46,10 @@ inline uint16_t float_to_half(float f) {
   const uint32_t bits = float_to_bits(f);
   const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
   const uint32_t abs_bits = bits & 0x7fffffffu;
-  if (abs_bits > 0x7f800000u) return sign | 0x7e00u;          // NaN
-  if (abs_bits >= 0x477ff000u) return sign | 0x7c00u;         // rounds to >= 65520: infinity
-  if (abs_bits < 0x38800000u) {                               // below the smallest normal 2^-14
-    if (abs_bits < 0x33000000u) return sign;                  // below half the smallest subnormal
+  if (abs_bits > 0x7f800000u) return sign | 0x7e00u;   // NaN
+  if (abs_bits >= 0x477ff000u) return sign | 0x7c00u;  // rounds to >= 65520: infinity
+  if (abs_bits < 0x38800000u) {                        // below the smallest normal 2^-14
+    if (abs_bits < 0x33000000u) return sign;           // below half the smallest subnormal
     // Subnormal: shift the full mantissa into place with round-to-nearest-even.
     const uint32_t exponent = abs_bits >> 23;
     const uint32_t mantissa = (abs_bits & 0x7fffffu) | 0x800000u;

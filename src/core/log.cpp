@@ -16,15 +16,24 @@ struct LogSink {
   LogSink() {
     if (const char* env = std::getenv("ATTNKIT_LOG_LEVEL")) {
       const std::string value = env;
-      if (value == "error") level = LogLevel::error;
-      else if (value == "warning") level = LogLevel::warning;
-      else if (value == "info") level = LogLevel::info;
-      else if (value == "debug") level = LogLevel::debug;
-      else std::fprintf(stderr, "attnkit [warning] ATTNKIT_LOG_LEVEL='%s' is not one of error|warning|info|debug; using warning\n", env);
+      if (value == "error")
+        level = LogLevel::error;
+      else if (value == "warning")
+        level = LogLevel::warning;
+      else if (value == "info")
+        level = LogLevel::info;
+      else if (value == "debug")
+        level = LogLevel::debug;
+      else
+        std::fprintf(stderr,
+                     "attnkit [warning] ATTNKIT_LOG_LEVEL='%s' is not one of error|warning|info|debug; using warning\n",
+                     env);
     }
     if (const char* path = std::getenv("ATTNKIT_LOG_FILE"); path && *path && std::string(path) != "stderr") {
-      if (std::FILE* f = std::fopen(path, "a")) file = f;
-      else std::fprintf(stderr, "attnkit [warning] cannot open ATTNKIT_LOG_FILE='%s'; logging to stderr\n", path);
+      if (std::FILE* f = std::fopen(path, "a"))
+        file = f;
+      else
+        std::fprintf(stderr, "attnkit [warning] cannot open ATTNKIT_LOG_FILE='%s'; logging to stderr\n", path);
     }
   }
 };

@@ -22,8 +22,7 @@ ATTNKIT_HOST_DEVICE int64_t dilation_group_size(int64_t extent, int64_t dilation
 }
 
 // Keys (group indices) seen by the query with group index i in a group of n tokens.
-ATTNKIT_HOST_DEVICE IndexRange neighborhood_window(int64_t i, int64_t n, int64_t window, int64_t stride,
-                                                   bool causal) {
+ATTNKIT_HOST_DEVICE IndexRange neighborhood_window(int64_t i, int64_t n, int64_t window, int64_t stride, bool causal) {
   if (causal) {
     int64_t leader = (i / stride) * stride + stride - 1;
     leader = leader < n - 1 ? leader : n - 1;
@@ -50,8 +49,8 @@ struct CoordinateWindow {
 };
 
 ATTNKIT_HOST_DEVICE CoordinateWindow neighborhood_window_of_coordinate(int64_t coordinate, int64_t extent,
-                                                                        int64_t window, int64_t dilation,
-                                                                        int64_t stride, bool causal) {
+                                                                       int64_t window, int64_t dilation, int64_t stride,
+                                                                       bool causal) {
   const int64_t group = coordinate % dilation;
   const int64_t n = dilation_group_size(extent, dilation, group);
   return {group, neighborhood_window(coordinate / dilation, n, window, stride, causal)};

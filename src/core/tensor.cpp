@@ -31,8 +31,8 @@ std::string TensorView::shape_string() const {
 
 TensorView make_view(void* data, DType dtype, int32_t rank, const int64_t* extents, Device device) {
   if (rank < 0 || rank > kMaxRank) {
-    throw Error(Status::invalid_argument, "make_view: rank " + std::to_string(rank) + " is not allowed; allowed: 0.." +
-                                              std::to_string(kMaxRank));
+    throw Error(Status::invalid_argument,
+                "make_view: rank " + std::to_string(rank) + " is not allowed; allowed: 0.." + std::to_string(kMaxRank));
   }
   TensorView view;
   view.data = data;

@@ -7,8 +7,7 @@
 
 namespace attnkit::cpu {
 
-void attention_forward(const AttentionForward& problem, const detail::AttentionShape& shape,
-                       const RunOptions& options);
+void attention_forward(const AttentionForward& problem, const detail::AttentionShape& shape, const RunOptions& options);
 void attention_backward(const AttentionBackward& problem, const detail::AttentionShape& shape,
                         const RunOptions& options);
 void retention_forward(const RetentionForward& problem, const RunOptions& options);

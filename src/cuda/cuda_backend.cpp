@@ -13,8 +13,8 @@ namespace attnkit::cuda {
 namespace {
 
 [[noreturn]] void not_yet(const char* what) {
-  throw Error(Status::unsupported, std::string(what) +
-                                       ": not yet available on the CUDA backend; allowed: run on CPU tensors (backend cpu)");
+  throw Error(Status::unsupported,
+              std::string(what) + ": not yet available on the CUDA backend; allowed: run on CPU tensors (backend cpu)");
 }
 
 std::string version_string(int version) {

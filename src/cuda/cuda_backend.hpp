@@ -15,8 +15,7 @@ std::vector<DeviceInfo> devices();
 std::string runtime_version();
 std::string driver_version();
 
-void attention_forward(const AttentionForward& problem, const detail::AttentionShape& shape,
-                       const RunOptions& options);
+void attention_forward(const AttentionForward& problem, const detail::AttentionShape& shape, const RunOptions& options);
 void attention_backward(const AttentionBackward& problem, const detail::AttentionShape& shape,
                         const RunOptions& options);
 void retention_forward(const RetentionForward& problem, const RunOptions& options);

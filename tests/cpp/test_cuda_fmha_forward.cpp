@@ -105,7 +105,8 @@ struct TestTensor {
     std::vector<char> in_view(static_cast<std::size_t>(buffer.view.numel()), 0);
     test::for_each_offset(host, [&](int64_t off) { in_view[static_cast<std::size_t>(off)] = 1; });
     for (std::size_t i = 0; i < in_view.size(); ++i) {
-      if (!in_view[i] && !std::isnan(detail::load_as_double(buffer.view.data, buffer.view.dtype, static_cast<int64_t>(i)))) {
+      if (!in_view[i] &&
+          !std::isnan(detail::load_as_double(buffer.view.data, buffer.view.dtype, static_cast<int64_t>(i)))) {
         return false;
       }
     }
@@ -119,7 +120,8 @@ test::HostTensor widen_to_f32(const TestTensor& t, TensorView& view) {
   std::vector<int64_t> extents(whole.extents.begin(), whole.extents.begin() + whole.rank);
   test::HostTensor wide = test::HostTensor::contiguous(DType::f32, extents);
   auto* out = static_cast<float*>(wide.view.data);
-  for (int64_t i = 0; i < whole.numel(); ++i) out[i] = static_cast<float>(detail::load_as_double(whole.data, whole.dtype, i));
+  for (int64_t i = 0; i < whole.numel(); ++i)
+    out[i] = static_cast<float>(detail::load_as_double(whole.data, whole.dtype, i));
   view = t.host;
   view.dtype = DType::f32;
   view.data = wide.view.data;
@@ -204,7 +206,8 @@ CaseResult run_case(const Case& c, uint64_t seed) {
                                     padding_for(c.layout, tq + 3, tq, true));
   std::optional<TestTensor> lse;
   if (c.with_lse) {
-    lse = TestTensor::make(DType::f32, concat(c.batch, c.tokens_q, {c.heads_q}), padding_for(c.layout, tq + 2, tq, false));
+    lse = TestTensor::make(DType::f32, concat(c.batch, c.tokens_q, {c.heads_q}),
+                           padding_for(c.layout, tq + 2, tq, false));
   }
   test::fill_random(q.buffer.view, rng, -2.0, 2.0);
   test::fill_random(k.buffer.view, rng, -2.0, 2.0);
@@ -273,7 +276,8 @@ CaseResult run_case(const Case& c, uint64_t seed) {
   cpu.out = out_ref.host;
   std::optional<TestTensor> lse_ref;
   if (lse) {
-    lse_ref = TestTensor::make(DType::f32, concat(c.batch, c.tokens_q, {c.heads_q}), padding_for(c.layout, tq + 2, tq, false));
+    lse_ref = TestTensor::make(DType::f32, concat(c.batch, c.tokens_q, {c.heads_q}),
+                               padding_for(c.layout, tq + 2, tq, false));
     cpu.lse = lse_ref->host;
   }
   cpu.scale = c.scale;
@@ -292,8 +296,8 @@ CaseResult run_case(const Case& c, uint64_t seed) {
     result.lse_error = test::max_abs_difference(lse->host, lse_ref->host);
     EXPECT_LE(result.lse_error, 2e-3) << "lse max abs difference vs the CPU oracle (-inf rows must match exactly)";
   }
-  std::printf("    [%s] out rel-L2 %.3e, lse max-abs %.3e\n", std::string(dtype_name(c.dtype)).c_str(), result.out_error,
-              result.lse_error);
+  std::printf("    [%s] out rel-L2 %.3e, lse max-abs %.3e\n", std::string(dtype_name(c.dtype)).c_str(),
+              result.out_error, result.lse_error);
   return result;
 }
 
@@ -629,18 +633,16 @@ struct TimingShape {
 double attended_pairs(const TimingShape& s, const std::vector<char>& blocks) {
   const double seq = static_cast<double>(product(s.tokens));
   switch (s.mask.kind) {
-    case MaskKind::none:
-      return seq * seq;
-    case MaskKind::causal:
-      return seq * (seq + 1) / 2;
+    case MaskKind::none: return seq * seq;
+    case MaskKind::causal: return seq * (seq + 1) / 2;
     case MaskKind::neighborhood: {
       double pairs = 1;
       for (std::size_t d = 0; d < s.tokens.size(); ++d) {
         const auto& n = s.mask.neighborhood[d];
         double sum = 0;
         for (int64_t x = 0; x < s.tokens[d]; ++x) {
-          const auto w = detail::neighborhood_window_of_coordinate(x, s.tokens[d], n.kernel_size, n.dilation, n.stride,
-                                                                   n.causal);
+          const auto w =
+              detail::neighborhood_window_of_coordinate(x, s.tokens[d], n.kernel_size, n.dilation, n.stride, n.causal);
           sum += static_cast<double>(w.indices.end - w.indices.begin);
         }
         pairs *= sum;
@@ -652,8 +654,7 @@ double attended_pairs(const TimingShape& s, const std::vector<char>& blocks) {
       for (char b : blocks) count += b ? 1 : 0;
       return count * static_cast<double>(s.mask.block_q * s.mask.block_k);
     }
-    default:
-      return 0;
+    default: return 0;
   }
 }
 
@@ -667,8 +668,8 @@ void time_shape(const TimingShape& s) {
                                   std::vector<int64_t>(s.tokens.size() + 3, 0));
   TestTensor out = TestTensor::make(s.dtype, concat(s.batch, s.tokens, {s.heads, s.head_dim}),
                                     std::vector<int64_t>(s.tokens.size() + 3, 0));
-  TestTensor lse = TestTensor::make(DType::f32, concat(s.batch, s.tokens, {s.heads}),
-                                    std::vector<int64_t>(s.tokens.size() + 2, 0));
+  TestTensor lse =
+      TestTensor::make(DType::f32, concat(s.batch, s.tokens, {s.heads}), std::vector<int64_t>(s.tokens.size() + 2, 0));
   std::mt19937_64 rng(7);
   for (TestTensor* t : {&q, &k, &v}) {
     test::fill_random(t->buffer.view, rng, -2.0, 2.0);
@@ -714,8 +715,8 @@ void time_shape(const TimingShape& s) {
   expect_cuda(cudaGetLastError(), "timed runs");
   std::sort(ms.begin(), ms.end());
   const double median = ms[ms.size() / 2];
-  const double flops = 4.0 * static_cast<double>(s.batch * s.heads) * attended_pairs(s, block_values) *
-                       static_cast<double>(s.head_dim);
+  const double flops =
+      4.0 * static_cast<double>(s.batch * s.heads) * attended_pairs(s, block_values) * static_cast<double>(s.head_dim);
   std::printf("TIMING %-34s %-9s median %8.3f ms  min %8.3f ms  %7.1f TF/s\n", s.name.c_str(),
               std::string(dtype_name(s.dtype)).c_str(), median, static_cast<double>(ms.front()),
               flops / (median * 1e-3) / 1e12);
@@ -731,12 +732,24 @@ TEST_F(CudaFmhaTiming, DISABLED_RepresentativeShapes) {
   }
   shapes.push_back({"dense b4 h16 s4096 d64", DType::bf16, 4, {4096}, 16, 64, AttentionMask{}});
   shapes.push_back({"na1d s32768 k2047 h16 d128", DType::bf16, 1, {32768}, 16, 128, neighborhood({nd(2047)})});
-  shapes.push_back({"na2d 128x128 k31 b1 h16 d128", DType::bf16, 1, {128, 128}, 16, 128, neighborhood({nd(31), nd(31)})});
+  shapes.push_back(
+      {"na2d 128x128 k31 b1 h16 d128", DType::bf16, 1, {128, 128}, 16, 128, neighborhood({nd(31), nd(31)})});
   shapes.push_back({"na2d 128x128 k31 b1 h16 d64", DType::bf16, 1, {128, 128}, 16, 64, neighborhood({nd(31), nd(31)})});
-  shapes.push_back({"na3d 16x64x64 k7x15x15 h16 d128", DType::bf16, 1, {16, 64, 64}, 16, 128,
+  shapes.push_back({"na3d 16x64x64 k7x15x15 h16 d128",
+                    DType::bf16,
+                    1,
+                    {16, 64, 64},
+                    16,
+                    128,
                     neighborhood({nd(7), nd(15), nd(15)})});
-  shapes.push_back({"block 50% s16384 b128 h16 d128", DType::bf16, 1, {16384}, 16, 128,
-                    block_sparse_mask(TensorView{}, 128, 128), 0.5});
+  shapes.push_back({"block 50% s16384 b128 h16 d128",
+                    DType::bf16,
+                    1,
+                    {16384},
+                    16,
+                    128,
+                    block_sparse_mask(TensorView{}, 128, 128),
+                    0.5});
   for (const auto& s : shapes) {
     if (cuda::fmha::fmha_compiled_width(s.dtype, s.head_dim, s.head_dim) == 0) continue;
     time_shape(s);

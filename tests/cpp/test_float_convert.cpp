@@ -17,13 +17,13 @@ TEST(FloatConvert, HalfRoundTripsEveryFiniteValue) {
 }
 
 TEST(FloatConvert, HalfRoundsToNearestEven) {
-  EXPECT_EQ(float_to_half(1.0f + 1.0f / 2048.0f), 0x3c00u);                 // tie -> even (down)
-  EXPECT_EQ(float_to_half(1.0f + 3.0f / 2048.0f), 0x3c02u);                 // tie -> even (up)
-  EXPECT_EQ(float_to_half(65520.0f), 0x7c00u);                              // overflows to inf
-  EXPECT_EQ(float_to_half(65504.0f), 0x7bffu);                              // largest finite
-  EXPECT_EQ(float_to_half(std::ldexp(1.0f, -24)), 0x0001u);                 // smallest subnormal
-  EXPECT_EQ(float_to_half(std::ldexp(1.0f, -25)), 0x0000u);                 // tie -> even (zero)
-  EXPECT_EQ(float_to_half(std::ldexp(3.0f, -25)), 0x0002u);                 // tie -> even (two)
+  EXPECT_EQ(float_to_half(1.0f + 1.0f / 2048.0f), 0x3c00u);  // tie -> even (down)
+  EXPECT_EQ(float_to_half(1.0f + 3.0f / 2048.0f), 0x3c02u);  // tie -> even (up)
+  EXPECT_EQ(float_to_half(65520.0f), 0x7c00u);               // overflows to inf
+  EXPECT_EQ(float_to_half(65504.0f), 0x7bffu);               // largest finite
+  EXPECT_EQ(float_to_half(std::ldexp(1.0f, -24)), 0x0001u);  // smallest subnormal
+  EXPECT_EQ(float_to_half(std::ldexp(1.0f, -25)), 0x0000u);  // tie -> even (zero)
+  EXPECT_EQ(float_to_half(std::ldexp(3.0f, -25)), 0x0002u);  // tie -> even (two)
 }
 
 TEST(FloatConvert, Bf16RoundTripsAndRoundsToNearestEven) {

@@ -23,8 +23,8 @@ namespace attnkit::cuda {
 namespace {
 
 struct DimProblem {
-  int64_t extent = 1;    // coordinates (queries and keys share them for neighborhoods)
-  int64_t extent_kv = 1; // flat masks: keys may differ from queries
+  int64_t extent = 1;     // coordinates (queries and keys share them for neighborhoods)
+  int64_t extent_kv = 1;  // flat masks: keys may differ from queries
   int64_t dilation = 1;
   WindowRule rule{};
   int64_t q_box = 1;
@@ -36,10 +36,8 @@ struct DimProblem {
 
 bool attended_in_dim(const DimProblem& p, int64_t xq, int64_t xk) {
   switch (p.rule.kind) {
-    case WindowKind::dense:
-      return true;
-    case WindowKind::prefix:
-      return xk <= xq + p.causal_offset;
+    case WindowKind::dense: return true;
+    case WindowKind::prefix: return xk <= xq + p.causal_offset;
     case WindowKind::neighborhood: {
       const auto w = detail::neighborhood_window_of_coordinate(xq, p.extent, p.rule.window, p.dilation, p.rule.stride,
                                                                p.rule.causal);
@@ -179,7 +177,8 @@ DimProblem random_neighborhood_dim(std::mt19937_64& rng, int64_t max_extent) {
 TEST(TileRange, NeighborhoodOneDimensionalMatchesDefinition) {
   std::mt19937_64 rng(11);
   int64_t visited = 0;
-  for (int trial = 0; trial < 300 && !HasFailure(); ++trial) visited += check_problem({random_neighborhood_dim(rng, 80)});
+  for (int trial = 0; trial < 300 && !HasFailure(); ++trial)
+    visited += check_problem({random_neighborhood_dim(rng, 80)});
   EXPECT_GT(visited, 0);
 }
 

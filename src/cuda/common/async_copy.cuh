@@ -14,8 +14,7 @@ __device__ __forceinline__ uint32_t shared_address(const void* pointer) {
 // (source is then not read, but must still be a mapped address; callers pass the tensor base).
 __device__ __forceinline__ void copy_16_bytes_async(uint32_t destination, const void* source, bool valid) {
   const int source_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(destination), "l"(source),
-               "r"(source_bytes));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(destination), "l"(source), "r"(source_bytes));
 }
 
 __device__ __forceinline__ void commit_async_copies() { asm volatile("cp.async.commit_group;\n" ::); }

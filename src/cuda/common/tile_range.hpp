@@ -48,11 +48,9 @@ ATTNKIT_HOST_DEVICE detail::IndexRange window_of(const WindowRule& rule, int64_t
       end = end < 0 ? 0 : (end > n_kv ? n_kv : end);
       return {0, end};
     }
-    case WindowKind::neighborhood:
-      return detail::neighborhood_window(i, n_kv, rule.window, rule.stride, rule.causal);
+    case WindowKind::neighborhood: return detail::neighborhood_window(i, n_kv, rule.window, rule.stride, rule.causal);
     case WindowKind::dense:
-    default:
-      return {0, n_kv};
+    default: return {0, n_kv};
   }
 }
 

@@ -11,7 +11,7 @@
 namespace attnkit::cuda::fmha {
 namespace {
 
-constexpr int64_t kMaxTokens = int64_t{1} << 30;            // flat indices and coordinates are int32
+constexpr int64_t kMaxTokens = int64_t{1} << 30;              // flat indices and coordinates are int32
 constexpr int64_t kMaxNeighborhoodExtent = int64_t{1} << 24;  // (index + box) * dilation stays in int32
 constexpr int64_t kMaxGridYZ = 65535;
 
@@ -169,7 +169,8 @@ void check_forward_supported(const AttentionForward& problem, const detail::Atte
   check_limit(shape.batch, kMaxGridYZ, "q: batch");
   if (problem.mask.kind == MaskKind::neighborhood) {
     for (int d = 0; d < shape.token_dims; ++d) {
-      check_limit(shape.tokens[d], kMaxNeighborhoodExtent, "q: tokens[" + std::to_string(d) + "] with a neighborhood mask");
+      check_limit(shape.tokens[d], kMaxNeighborhoodExtent,
+                  "q: tokens[" + std::to_string(d) + "] with a neighborhood mask");
     }
   }
 }
@@ -225,8 +226,7 @@ FmhaLaunch make_forward_launch(const AttentionForward& problem, const detail::At
     p.dims = 1;
     if (mask.kind == MaskKind::causal) {
       p.rule[0].kind = WindowKind::prefix;
-      p.rule[0].prefix_offset =
-          mask.causal_alignment == CausalAlignment::bottom_right ? shape.seq_k - shape.seq_q : 0;
+      p.rule[0].prefix_offset = mask.causal_alignment == CausalAlignment::bottom_right ? shape.seq_k - shape.seq_q : 0;
     }
     if (problem.lse.defined()) {
       set_flat_side(p.q_space, block_m_log2, shape.seq_q, shape.token_dims, shape.tokens,

@@ -43,6 +43,8 @@ class BoxPolicy {
     int32_t group[kMaxDims];
     int32_t dims;
   };
+  static_assert(16 + sizeof(State) <= Traits::kStateBytes,
+                "KV head offsets and tile ranges overflow their shared memory");
 
   // `state_smem` must be published by a barrier before the tile and mask functions are called.
   __device__ __forceinline__ void init(const FmhaParams& p, const CtaTile& cta, char* policy_smem, void* state_smem,
@@ -149,8 +151,8 @@ class BoxPolicy {
 
   __device__ __forceinline__ TileBits fetch_bits(const Tile&, const FmhaParams&, int) const { return {}; }
 
-  __device__ __forceinline__ void row_masks(const Tile& t, const TileBits&, int tid, uint32_t (&masks)[kRows]) const {
-    const int lane_class = tid % 4;
+  __device__ __forceinline__ void row_masks(const Tile& t, const TileBits&, const int (&row_of)[kRows], int lane_class,
+                                            uint32_t (&masks)[kRows]) const {
     const int dims = state_->dims;
 #pragma unroll
     for (int i = 0; i < kRows; ++i) masks[i] = ~0u;
@@ -160,7 +162,7 @@ class BoxPolicy {
         const int box = state_->step[d];
 #pragma unroll
         for (int i = 0; i < kRows; ++i) {
-          const int2 w = windows_[d * Traits::kBlockM + score_row<Traits>(tid, i)];
+          const int2 w = windows_[d * Traits::kBlockM + row_of[i]];
           const int lo = min(max(w.x - t.index[d], 0), box);
           const int hi = min(max(w.y - t.index[d], lo), box);
           masks[i] &= prefix_.at(lane_class, d, hi) & ~prefix_.at(lane_class, d, lo);

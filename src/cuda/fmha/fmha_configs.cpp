@@ -10,7 +10,8 @@ namespace attnkit::cuda::fmha {
 const std::vector<FmhaKernel>& fmha_forward_kernels() {
   static const std::vector<FmhaKernel> kernels = [] {
     std::vector<FmhaKernel> list;
-#define ATTNKIT_FMHA_REGISTER_KERNEL(dtype, head_dim, policy) list.push_back(fmha_kernel_##dtype##_d##head_dim##_##policy());
+#define ATTNKIT_FMHA_REGISTER_KERNEL(dtype, head_dim, policy) \
+  list.push_back(fmha_kernel_##dtype##_d##head_dim##_##policy());
     ATTNKIT_FMHA_KERNELS(ATTNKIT_FMHA_REGISTER_KERNEL)
 #undef ATTNKIT_FMHA_REGISTER_KERNEL
     return list;

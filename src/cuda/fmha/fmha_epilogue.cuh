@@ -23,7 +23,8 @@ struct FmhaEpilogue {
   // Call after every warp is done with the Q buffer (the caller's barrier).
   template <class AccO>
   __device__ __forceinline__ void operator()(const FmhaParams& p, const CtaTile& cta, AccO& acc_o,
-                                             OnlineSoftmax<kRows>& softmax, Element* smem_o, int tid) const {
+                                             OnlineSoftmax<kRows>& softmax, const int (&row_of)[kRows], Element* smem_o,
+                                             int tid) const {
     using namespace cute;
     Tensor o = as_rows_cols(acc_o);
     float lse[kRows];
@@ -33,7 +34,7 @@ struct FmhaEpilogue {
       const int64_t head_offset = cta.batch * p.lse.batch_stride + cta.head * p.lse.head_stride;
 #pragma unroll
       for (int i = 0; i < kRows; ++i) {
-        const RowToken t = row_token(p.q_space, p.dilation, cta.q, score_row<Traits>(tid, i));
+        const RowToken t = row_token(p.q_space, p.dilation, cta.q, row_of[i]);
         if (t.valid) static_cast<float*>(p.lse.data)[head_offset + token_offset(p.lse, t)] = lse[i];
       }
     }

@@ -45,14 +45,14 @@ void run_forward(const AttentionForward& problem, const detail::AttentionShape& 
                                          "and cp.async), or run on CPU tensors");
   }
   const FmhaPolicyKind policy = fmha_policy_for(problem.mask.kind);
-  const FmhaKernel* kernel = fmha_default_kernel(problem.q.dtype, shape.head_dim, shape.head_dim_v, policy,
-                                                 limits.max_shared_bytes_optin);
+  const FmhaKernel* kernel =
+      fmha_default_kernel(problem.q.dtype, shape.head_dim, shape.head_dim_v, policy, limits.max_shared_bytes_optin);
   if (kernel == nullptr) {
     throw Error(Status::unsupported,
                 "head_dim: no compiled " + std::string(fmha_policy_name(policy)) + " kernel for " +
-                    std::string(dtype_name(problem.q.dtype)) + " with max(D, Dv) = " +
-                    std::to_string(std::max(shape.head_dim, shape.head_dim_v)) + " fits cuda:" +
-                    std::to_string(device) + " (" + std::to_string(limits.max_shared_bytes_optin) +
+                    std::string(dtype_name(problem.q.dtype)) +
+                    " with max(D, Dv) = " + std::to_string(std::max(shape.head_dim, shape.head_dim_v)) +
+                    " fits cuda:" + std::to_string(device) + " (" + std::to_string(limits.max_shared_bytes_optin) +
                     " bytes of shared memory per block); compiled: " + fmha_compiled_summary());
   }
   const FmhaLaunch launch = make_forward_launch(problem, shape, kernel->config);

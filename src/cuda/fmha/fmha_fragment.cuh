@@ -2,7 +2,7 @@
 // accumulator fragment, and the CTA-relative row or column of each of the thread's values. The
 // coordinates come from the TiledMMA's own partition of an identity tensor, so every user (softmax,
 // masks, tile-list bits, LSE stores) agrees with the MMA by construction; they fold to a few integer
-// operations on the thread index, cheap enough to recompute instead of keeping them in registers.
+// operations on the thread index, computed once per thread.
 #pragma once
 #include <cute/tensor.hpp>
 
@@ -27,8 +27,8 @@ template <class Traits>
 __device__ __forceinline__ int score_row(int tid, int i) {
   using namespace cute;
   typename Traits::TiledMma mma;
-  auto coords = as_rows_cols(mma.get_thread_slice(tid).partition_C(
-      make_identity_tensor(Shape<Int<Traits::kBlockM>, Int<Traits::kBlockN>>{})));
+  auto coords = as_rows_cols(
+      mma.get_thread_slice(tid).partition_C(make_identity_tensor(Shape<Int<Traits::kBlockM>, Int<Traits::kBlockN>>{})));
   return get<0>(coords(i, 0));
 }
 
@@ -36,8 +36,8 @@ template <class Traits>
 __device__ __forceinline__ int score_col(int tid, int j) {
   using namespace cute;
   typename Traits::TiledMma mma;
-  auto coords = as_rows_cols(mma.get_thread_slice(tid).partition_C(
-      make_identity_tensor(Shape<Int<Traits::kBlockM>, Int<Traits::kBlockN>>{})));
+  auto coords = as_rows_cols(
+      mma.get_thread_slice(tid).partition_C(make_identity_tensor(Shape<Int<Traits::kBlockM>, Int<Traits::kBlockN>>{})));
   return get<1>(coords(0, j));
 }
 

@@ -5,18 +5,21 @@
 #pragma once
 #include "cuda/fmha/fmha_configs.hpp"
 
+// clang-format off
 #if defined(ATTNKIT_KERNEL_SET_DEV)
 #define ATTNKIT_FMHA_HEAD_DIM_COMPILED(head_dim) ((head_dim) == 64 || (head_dim) == 128)
-#define ATTNKIT_FMHA_KERNELS(X)                                                                            \
-  X(f16, 64, box) X(f16, 64, list) X(f16, 128, box) X(f16, 128, list) X(bf16, 64, box) X(bf16, 64, list) \
-  X(bf16, 128, box) X(bf16, 128, list)
+#define ATTNKIT_FMHA_KERNELS(X) \
+  X(f16, 64, box) X(f16, 64, list) X(f16, 128, box) X(f16, 128, list) \
+  X(bf16, 64, box) X(bf16, 64, list) X(bf16, 128, box) X(bf16, 128, list)
 #else
 #define ATTNKIT_FMHA_HEAD_DIM_COMPILED(head_dim) 1
-#define ATTNKIT_FMHA_KERNELS(X)                                                                              \
-  X(f16, 32, box) X(f16, 32, list) X(f16, 64, box) X(f16, 64, list) X(f16, 128, box) X(f16, 128, list)       \
-  X(f16, 256, box) X(f16, 256, list) X(bf16, 32, box) X(bf16, 32, list) X(bf16, 64, box) X(bf16, 64, list) \
+#define ATTNKIT_FMHA_KERNELS(X) \
+  X(f16, 32, box) X(f16, 32, list) X(f16, 64, box) X(f16, 64, list) \
+  X(f16, 128, box) X(f16, 128, list) X(f16, 256, box) X(f16, 256, list) \
+  X(bf16, 32, box) X(bf16, 32, list) X(bf16, 64, box) X(bf16, 64, list) \
   X(bf16, 128, box) X(bf16, 128, list) X(bf16, 256, box) X(bf16, 256, list)
 #endif
+// clang-format on
 
 namespace attnkit::cuda::fmha {
 

@@ -39,6 +39,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) fmha_forward_kernel(const
                                                                     Traits::kPrefixBytes + Traits::kStateBytes);
   typename Traits::TiledMma mma;
   Policy policy;
+  int row_of[Traits::kRows];  // this thread's rows of a score tile (CTA-relative)
   {
     const CtaTile cta = resolve_cta(p);
     if (!cta.valid) return;
@@ -56,8 +57,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) fmha_forward_kernel(const
     }
     commit_async_copies();
 
-    // This thread's columns of a score tile (CTA-relative), as the MMA partitions them.
+    // This thread's rows and columns of a score tile (CTA-relative), as the MMA partitions them.
     int col_of[Traits::kCols];
+#pragma unroll
+    for (int i = 0; i < Traits::kRows; ++i) row_of[i] = score_row<Traits>(tid, i);
 #pragma unroll
     for (int j = 0; j < Traits::kCols; ++j) col_of[j] = score_col<Traits>(tid, j);
     policy.prepare_shared(p, cta, col_of, tid);
@@ -69,11 +72,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) fmha_forward_kernel(const
   OnlineSoftmax<Traits::kRows> softmax;
   softmax.reset();
   const Mainloop mainloop{smem_q, smem_k, smem_v, row_tables, kv_head_offsets};
-  mainloop(p, policy, acc_o, softmax, tid);
+  mainloop(p, policy, row_of, acc_o, softmax, tid);
 
   wait_async_copies<0>();
   __syncthreads();  // Q buffer free for O (and landed, when no KV tile was visited)
-  FmhaEpilogue<Traits>{}(p, resolve_cta(p), acc_o, softmax, smem_q, tid);
+  FmhaEpilogue<Traits>{}(p, resolve_cta(p), acc_o, softmax, row_of, smem_q, tid);
 }
 
 }  // namespace attnkit::cuda::fmha

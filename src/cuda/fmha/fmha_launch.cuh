@@ -47,7 +47,8 @@ void* build_tile_lists(FmhaLaunch& launch, cudaStream_t stream) {
     throw Error(Status::unsupported,
                 "mask: " + std::to_string(b.q_tiles) + " query tiles and " + std::to_string(mask_bh) +
                     " mask (batch x head) slices; allowed: at most 65535 of each on the CUDA backend (sequence "
-                    "length up to " + std::to_string(65535 * Traits::kBlockM) + ")");
+                    "length up to " +
+                    std::to_string(65535 * Traits::kBlockM) + ")");
   }
   const int64_t tiles = mask_bh * b.q_tiles * b.kv_tiles;
   const bool needs_bits = !b.blocks_align_with_tiles;
@@ -56,17 +57,17 @@ void* build_tile_lists(FmhaLaunch& launch, cudaStream_t stream) {
   const int64_t counts_bytes = round_up_bytes(mask_bh * b.q_tiles * 4);
   const int64_t bits_bytes = needs_bits ? tiles * Traits::kBitWords * Traits::kThreads * 4 : 0;
   void* memory = nullptr;
-  check_cuda(cudaMallocAsync(&memory, static_cast<size_t>(classes_bytes + entries_bytes + counts_bytes + bits_bytes),
-                             stream),
-             "cudaMallocAsync (tile-list workspace)");
+  check_cuda(
+      cudaMallocAsync(&memory, static_cast<size_t>(classes_bytes + entries_bytes + counts_bytes + bits_bytes), stream),
+      "cudaMallocAsync (tile-list workspace)");
   char* base = static_cast<char*>(memory);
   b.classes = reinterpret_cast<uint8_t*>(base);
   b.entries = reinterpret_cast<uint32_t*>(base + classes_bytes);
   b.counts = reinterpret_cast<int32_t*>(base + classes_bytes + entries_bytes);
   b.bits = needs_bits ? reinterpret_cast<uint32_t*>(base + classes_bytes + entries_bytes + counts_bytes) : nullptr;
 
-  classify_tiles_kernel<Traits><<<dim3(b.kv_tiles, b.q_tiles, static_cast<unsigned>(mask_bh)), Traits::kThreads, 0,
-                                  stream>>>(b);
+  classify_tiles_kernel<Traits>
+      <<<dim3(b.kv_tiles, b.q_tiles, static_cast<unsigned>(mask_bh)), Traits::kThreads, 0, stream>>>(b);
   cudaError_t status = cudaGetLastError();
   if (status == cudaSuccess) {
     compact_tile_lists_kernel<Traits><<<dim3(b.q_tiles, static_cast<unsigned>(mask_bh)), 32, 0, stream>>>(b);
@@ -117,7 +118,8 @@ FmhaKernel make_fmha_kernel(DType dtype, FmhaPolicyKind policy) {
   using Shape = DefaultTileShape<HeadDim>;
   using Traits = FmhaTraits<Element, HeadDim, Shape::kBlockM, Shape::kBlockN, Shape::kWarps>;
   // fp32 accumulators of O and S, the fp16/bf16 P operand, plus addressing and softmax state.
-  constexpr int kAccumulators = (Traits::kBlockM * Traits::kHeadDim + Traits::kBlockM * Traits::kBlockN) / Traits::kThreads;
+  constexpr int kAccumulators =
+      (Traits::kBlockM * Traits::kHeadDim + Traits::kBlockM * Traits::kBlockN) / Traits::kThreads;
   constexpr int kEstimate = kAccumulators + Traits::kBlockM * Traits::kBlockN / Traits::kThreads / 2 + 48;
   FmhaConfig config;
   config.dtype = dtype;
@@ -141,10 +143,10 @@ FmhaKernel make_fmha_kernel(DType dtype, FmhaPolicyKind policy) {
 #define ATTNKIT_FMHA_POLICY_KIND_box FmhaPolicyKind::box
 #define ATTNKIT_FMHA_POLICY_KIND_list FmhaPolicyKind::tile_list
 
-#define ATTNKIT_FMHA_DEFINE_KERNEL(dtype, head_dim, policy)                                                   \
-  namespace attnkit::cuda::fmha {                                                                             \
-  FmhaKernel fmha_kernel_##dtype##_d##head_dim##_##policy() {                                                 \
-    return make_fmha_kernel<ATTNKIT_FMHA_ELEMENT_##dtype, head_dim, ATTNKIT_FMHA_POLICY_##policy>(DType::dtype, \
-                                                                                                  ATTNKIT_FMHA_POLICY_KIND_##policy); \
-  }                                                                                                           \
+#define ATTNKIT_FMHA_DEFINE_KERNEL(dtype, head_dim, policy)                                        \
+  namespace attnkit::cuda::fmha {                                                                  \
+  FmhaKernel fmha_kernel_##dtype##_d##head_dim##_##policy() {                                      \
+    return make_fmha_kernel<ATTNKIT_FMHA_ELEMENT_##dtype, head_dim, ATTNKIT_FMHA_POLICY_##policy>( \
+        DType::dtype, ATTNKIT_FMHA_POLICY_KIND_##policy);                                          \
+  }                                                                                                \
   }

@@ -56,14 +56,6 @@ __device__ __forceinline__ void gemm_registers_shared(const Mma& mma, Acc& acc, 
   }
 }
 
-// The same pointer, but opaque to the optimizer at this point (so address arithmetic on it is not
-// hoisted out of the loop that calls this).
-template <class T>
-__device__ __forceinline__ T* opaque(T* pointer) {
-  asm volatile("" : "+l"(pointer));
-  return pointer;
-}
-
 template <class Element>
 __device__ __forceinline__ uint32_t pack_pair(float lo, float hi);
 
@@ -117,11 +109,12 @@ struct FmhaMainloop {
     const Element* v[Traits::kBlockN];
     Tile tile;
   };
+  static_assert(2 * sizeof(RowTable) <= Traits::kRowTableBytes, "the row tables overflow their shared memory");
 
   Element* smem_q;
   Element* smem_k;
   Element* smem_v;
-  RowTable* row_tables;             // shared, [2]
+  RowTable* row_tables;            // shared, [2]
   const int64_t* kv_head_offsets;  // shared: K's and V's batch + KV-head element offsets
 
   __device__ __forceinline__ void fill_rows(const FmhaParams& p, const Policy& policy, const Tile& t, RowTable& table,
@@ -130,21 +123,21 @@ struct FmhaMainloop {
       const bool is_v = e >= Traits::kBlockN;
       const int row = is_v ? e - Traits::kBlockN : e;
       const TensorAddress& a = is_v ? p.v : p.k;
-      const Element* start = tile_row_start<Element>(a, kv_head_offsets[is_v ? 1 : 0], p.kv_space, p.dilation,
-                                                     policy.origin(t), row);
+      const Element* start =
+          tile_row_start<Element>(a, kv_head_offsets[is_v ? 1 : 0], p.kv_space, p.dilation, policy.origin(t), row);
       (is_v ? table.v : table.k)[row] = start;
     }
   }
 
   __device__ __forceinline__ void load_k(const FmhaParams& p, const RowTable& table, int tid) const {
-    load_rows_async<Traits, Traits::kBlockN>(smem_k, typename Traits::SmemLayoutKV{}, p.k.data,
-                                             [&](int row) { return table.k[row]; }, p.head_dim, tid);
+    load_rows_async<Traits, Traits::kBlockN>(
+        smem_k, typename Traits::SmemLayoutKV{}, p.k.data, [&](int row) { return table.k[row]; }, p.head_dim, tid);
     commit_async_copies();
   }
 
   __device__ __forceinline__ void load_v(const FmhaParams& p, const RowTable& table, int tid) const {
-    load_rows_async<Traits, Traits::kBlockN>(smem_v, typename Traits::SmemLayoutKV{}, p.v.data,
-                                             [&](int row) { return table.v[row]; }, p.head_dim_v, tid);
+    load_rows_async<Traits, Traits::kBlockN>(
+        smem_v, typename Traits::SmemLayoutKV{}, p.v.data, [&](int row) { return table.v[row]; }, p.head_dim_v, tid);
     commit_async_copies();
   }
 
@@ -152,32 +145,42 @@ struct FmhaMainloop {
   // Returns with every warp done with the K and V buffers and the row tables (loads may be in flight only
   // when no tile was visited).
   template <class AccO>
-  __device__ __forceinline__ void operator()(const FmhaParams& p, const Policy& policy, AccO& acc_o,
-                                             OnlineSoftmax<kRows>& softmax, int tid) const {
+  __device__ __forceinline__ void operator()(const FmhaParams& p, const Policy& policy, const int (&row_of)[kRows],
+                                             AccO& acc_o, OnlineSoftmax<kRows>& softmax, int tid) const {
     using namespace cute;
     const int count = policy.count();
     if (count == 0) return;
 
+    Tensor sQ = make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutQ{});
+    Tensor sK = make_tensor(make_smem_ptr(smem_k), typename Traits::SmemLayoutKV{});
+    Tensor sVt = make_tensor(make_smem_ptr(smem_v), typename Traits::SmemLayoutVt{});
+
     TiledMma mma;
     auto thread_mma = mma.get_thread_slice(tid);
+    Tensor tSrQ = thread_mma.partition_fragment_A(sQ);
+    Tensor tSrK = thread_mma.partition_fragment_B(sK);
+    Tensor tOrVt = thread_mma.partition_fragment_B(sVt);
+
     auto copy_q = make_tiled_copy_A(typename Traits::SmemCopyAtom{}, mma);
     auto thread_copy_q = copy_q.get_thread_slice(tid);
+    Tensor tSsQ = thread_copy_q.partition_S(sQ);
+    Tensor tSrQ_view = thread_copy_q.retile_D(tSrQ);
+
     auto copy_k = make_tiled_copy_B(typename Traits::SmemCopyAtom{}, mma);
     auto thread_copy_k = copy_k.get_thread_slice(tid);
+    Tensor tSsK = thread_copy_k.partition_S(sK);
+    Tensor tSrK_view = thread_copy_k.retile_D(tSrK);
+
     auto copy_v = make_tiled_copy_B(typename Traits::SmemCopyAtomTransposed{}, mma);
     auto thread_copy_v = copy_v.get_thread_slice(tid);
-    // Register fragments (only their shapes depend on the shared layouts).
-    Tensor tSrQ = thread_mma.partition_fragment_A(make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutQ{}));
-    Tensor tSrK = thread_mma.partition_fragment_B(make_tensor(make_smem_ptr(smem_k), typename Traits::SmemLayoutKV{}));
-    Tensor tOrVt = thread_mma.partition_fragment_B(make_tensor(make_smem_ptr(smem_v), typename Traits::SmemLayoutVt{}));
-    Tensor tSrQ_view = thread_copy_q.retile_D(tSrQ);
-    Tensor tSrK_view = thread_copy_k.retile_D(tSrK);
+    Tensor tOsVt = thread_copy_v.partition_S(sVt);
     Tensor tOrVt_view = thread_copy_v.retile_D(tOrVt);
 
     Tensor acc_s = partition_fragment_C(mma, Shape<Int<Traits::kBlockM>, Int<Traits::kBlockN>>{});
     Tensor s = as_rows_cols(acc_s);
     Tensor o = as_rows_cols(acc_o);
     Tensor tOrP = make_tensor<Element>(partition_shape_A(mma, Shape<Int<Traits::kBlockM>, Int<Traits::kBlockN>>{}));
+    const int lane_class = tid % 4;
 
     {
       const Tile first = policy.first_tile(policy.lookahead(0));
@@ -201,17 +204,12 @@ struct FmhaMainloop {
         if (tid == 0) next_table.tile = next;
       }
 
-      // The ldmatrix source partitions are rebuilt each iteration from a base the compiler cannot hoist:
-      // otherwise it precomputes one address register per k-slice outside the loop and, with the O and S
-      // accumulators holding most registers, spills them.
-      Tensor tSsQ = thread_copy_q.partition_S(make_tensor(make_smem_ptr(opaque(smem_q)), typename Traits::SmemLayoutQ{}));
-      Tensor tSsK = thread_copy_k.partition_S(make_tensor(make_smem_ptr(opaque(smem_k)), typename Traits::SmemLayoutKV{}));
       clear(acc_s);
       gemm_shared_shared(mma, acc_s, tSrQ, tSrK, tSsQ, tSsK, tSrQ_view, tSrK_view, copy_q, copy_k);
       const Tile current = table.tile;
       if (!current.full) {
         uint32_t masks[kRows];
-        policy.row_masks(current, bits, tid, masks);
+        policy.row_masks(current, bits, row_of, lane_class, masks);
         apply_row_masks<kRows, kCols>(s, masks);
       }
 
@@ -221,7 +219,6 @@ struct FmhaMainloop {
 
       softmax.update(s, o, p.scale_log2);
       convert_scores_to_operand<Element>(acc_s, tOrP);
-      Tensor tOsVt = thread_copy_v.partition_S(make_tensor(make_smem_ptr(opaque(smem_v)), typename Traits::SmemLayoutVt{}));
       gemm_registers_shared(mma, acc_o, tOrP, tOrVt, tOsVt, tOrVt_view, copy_v);
     }
   }

@@ -16,7 +16,7 @@ namespace attnkit::cuda::fmha {
 template <class Traits>
 struct ColumnPrefixTable {
   static constexpr int kEntries = Traits::kPrefixEntries;  // BlockN + 1
-  uint32_t* table;                                          // [4 lane classes][3 dims][kEntries]
+  uint32_t* table;                                         // [4 lane classes][3 dims][kEntries]
 
   __device__ __forceinline__ uint32_t at(int lane_class, int d, int c) const {
     return table[(lane_class * 3 + d) * kEntries + c];

@@ -32,7 +32,7 @@ struct TokenSpace {
   int32_t extent[kMaxDims] = {1, 1, 1};
   int32_t box_log2[kMaxDims] = {0, 0, 0};
   int32_t box_shift[kMaxDims] = {0, 0, 0};  // sum of box_log2 of the dimensions after d
-  int32_t flat_extent = 1;                   // decompose mode: tokens in the sequence
+  int32_t flat_extent = 1;                  // decompose mode: tokens in the sequence
   bool decompose = false;
 };
 
@@ -78,9 +78,9 @@ enum class TileMaskKind : int32_t { block = 0, element = 1 };
 
 struct TileListBuildParams {
   TileMaskKind kind = TileMaskKind::block;
-  const uint8_t* mask = nullptr;            // bool [mask_batch, mask_heads, rows, cols]
-  int64_t mask_stride[4] = {0, 0, 0, 0};    // in elements (bytes)
-  int64_t block_q = 1;                      // block masks: tokens per block
+  const uint8_t* mask = nullptr;          // bool [mask_batch, mask_heads, rows, cols]
+  int64_t mask_stride[4] = {0, 0, 0, 0};  // in elements (bytes)
+  int64_t block_q = 1;                    // block masks: tokens per block
   int64_t block_k = 1;
   int32_t seq_q = 0;
   int32_t seq_k = 0;
@@ -88,11 +88,11 @@ struct TileListBuildParams {
   int32_t kv_tiles = 0;
   int32_t mask_batch = 1;
   int32_t mask_heads = 1;
-  bool blocks_align_with_tiles = false;     // block masks: block_q % BlockM == 0 and block_k % BlockN == 0
+  bool blocks_align_with_tiles = false;  // block masks: block_q % BlockM == 0 and block_k % BlockN == 0
   uint8_t* classes = nullptr;
   uint32_t* entries = nullptr;
   int32_t* counts = nullptr;
-  uint32_t* bits = nullptr;                 // null when no tile can need element bits
+  uint32_t* bits = nullptr;  // null when no tile can need element bits
 };
 
 }  // namespace attnkit::cuda::fmha

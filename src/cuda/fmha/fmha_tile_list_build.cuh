@@ -22,8 +22,8 @@
 
 #include <cstdint>
 
-#include "cuda/fmha/fmha_params.hpp"
 #include "cuda/fmha/fmha_fragment.cuh"
+#include "cuda/fmha/fmha_params.hpp"
 
 namespace attnkit::cuda::fmha {
 
@@ -49,8 +49,8 @@ __global__ void __launch_bounds__(Traits::kThreads) classify_tiles_kernel(const 
   const int32_t cols_valid = min(kBlockN, p.seq_k - n0);
 
   typename Traits::TiledMma mma;
-  Tensor coords = as_rows_cols(
-      mma.get_thread_slice(tid).partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{})));
+  Tensor coords =
+      as_rows_cols(mma.get_thread_slice(tid).partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{})));
 
   uint8_t tile_class = kTileEmpty;
   if (p.kind == TileMaskKind::block) {
@@ -80,7 +80,8 @@ __global__ void __launch_bounds__(Traits::kThreads) classify_tiles_kernel(const 
         const int c = e % kBlockN;
         bool v = false;
         if (r < rows_valid && c < cols_valid) {
-          v = p.mask[mask_base + ((m0 + r) / p.block_q) * p.mask_stride[2] + ((n0 + c) / p.block_k) * p.mask_stride[3]] != 0;
+          v = p.mask[mask_base + ((m0 + r) / p.block_q) * p.mask_stride[2] +
+                     ((n0 + c) / p.block_k) * p.mask_stride[3]] != 0;
         }
         staged[e] = v;
       }

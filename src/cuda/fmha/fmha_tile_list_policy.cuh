@@ -88,8 +88,8 @@ class TileListPolicy {
     return b;
   }
 
-  __device__ __forceinline__ void row_masks(const Tile& t, const TileBits& b, int tid, uint32_t (&masks)[kRows]) const {
-    const int lane_class = tid % 4;
+  __device__ __forceinline__ void row_masks(const Tile& t, const TileBits& b, const int (&)[kRows], int lane_class,
+                                            uint32_t (&masks)[kRows]) const {
     int keys_left = seq_k_ - static_cast<int32_t>(t.entry & kEntryTileMask) * Traits::kBlockN;
     keys_left = keys_left < 0 ? 0 : (keys_left > Traits::kBlockN ? Traits::kBlockN : keys_left);
     const uint32_t in_sequence = prefix_.at(lane_class, 0, keys_left);

@@ -31,7 +31,7 @@ struct CtaTile {
   int32_t n_kv[kMaxDims];    // key indices per dimension in this group
   int32_t batch;
   int32_t head;
-  bool valid;                // false: the group holds fewer tiles than group 0 and this one is past its end
+  bool valid;  // false: the group holds fewer tiles than group 0 and this one is past its end
 };
 
 __device__ __forceinline__ int32_t indices_in_group(const TokenSpace& space, int d, int32_t dilation, int32_t group) {
@@ -107,7 +107,8 @@ __device__ __forceinline__ int64_t token_offset(const TensorAddress& a, const Ro
 // column sits a fixed distance after row r. Returns that distance for k = 1 (in elements).
 template <class SmemLayout>
 __device__ __forceinline__ constexpr int smem_stride_of_8_rows(const SmemLayout& layout) {
-  return static_cast<int>(layout(cute::Int<8>{}, cute::Int<0>{})) - static_cast<int>(layout(cute::Int<0>{}, cute::Int<0>{}));
+  return static_cast<int>(layout(cute::Int<8>{}, cute::Int<0>{})) -
+         static_cast<int>(layout(cute::Int<0>{}, cute::Int<0>{}));
 }
 
 // Issues the cp.async copies of a Rows x HeadDim tile whose row r starts at row_start(r) (nullptr: the row
@@ -145,9 +146,9 @@ __device__ __forceinline__ void load_rows_async(typename Traits::Element* smem, 
 
 // Start of row `row` of a tile of tensor `a` (batch and head offset included), or nullptr outside the extents.
 template <class Element>
-__device__ __forceinline__ const Element* tile_row_start(const TensorAddress& a, int64_t head_offset, const TokenSpace& space,
-                                                    const int32_t (&dilation)[kMaxDims], const TileOrigin& origin,
-                                                    int row) {
+__device__ __forceinline__ const Element* tile_row_start(const TensorAddress& a, int64_t head_offset,
+                                                         const TokenSpace& space, const int32_t (&dilation)[kMaxDims],
+                                                         const TileOrigin& origin, int row) {
   const RowToken t = row_token(space, dilation, origin, row);
   return t.valid ? static_cast<const Element*>(a.data) + head_offset + token_offset(a, t) : nullptr;
 }

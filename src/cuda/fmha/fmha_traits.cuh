@@ -7,10 +7,10 @@
 // 8x32 for 32-wide rows), which makes both the cp.async writes and the ldmatrix reads of eight
 // consecutive rows hit distinct banks. V is read transposed with ldmatrix.trans for the P*V product.
 #pragma once
-#include <cute/tensor.hpp>
+#include <cutlass/numeric_types.h>
 #include <cute/atom/copy_atom.hpp>
 #include <cute/atom/mma_atom.hpp>
-#include <cutlass/numeric_types.h>
+#include <cute/tensor.hpp>
 
 #include <cstdint>
 #include <type_traits>
@@ -31,8 +31,9 @@ struct FmhaTraits {
 
   using MmaOp = std::conditional_t<std::is_same_v<Element, cutlass::half_t>, cute::SM80_16x8x16_F32F16F16F32_TN,
                                    cute::SM80_16x8x16_F32BF16BF16F32_TN>;
-  using TiledMma = cute::TiledMMA<cute::MMA_Atom<MmaOp>, cute::Layout<cute::Shape<cute::Int<kWarps>, cute::_1, cute::_1>>,
-                                  cute::Tile<cute::Int<16 * kWarps>, cute::_16, cute::_16>>;
+  using TiledMma =
+      cute::TiledMMA<cute::MMA_Atom<MmaOp>, cute::Layout<cute::Shape<cute::Int<kWarps>, cute::_1, cute::_1>>,
+                     cute::Tile<cute::Int<16 * kWarps>, cute::_16, cute::_16>>;
 
   // Per-thread share of a BlockM x BlockN score tile: kRows rows x kCols columns.
   static constexpr int kRows = 2 * (kBlockM / (16 * kWarps));
@@ -46,7 +47,8 @@ struct FmhaTraits {
       cute::Swizzle<kSwizzleBits, 3, 3>{},
       cute::Layout<cute::Shape<cute::_8, cute::Int<kSwizzleCols>>, cute::Stride<cute::Int<kSwizzleCols>, cute::_1>>{}));
   using SmemLayoutQ = decltype(cute::tile_to_shape(SmemAtom{}, cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>{}));
-  using SmemLayoutKV = decltype(cute::tile_to_shape(SmemAtom{}, cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>>{}));
+  using SmemLayoutKV =
+      decltype(cute::tile_to_shape(SmemAtom{}, cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>>{}));
   // V seen as (head dim, key): the same memory, read with ldmatrix.trans as the B operand of P*V.
   using SmemLayoutVt = decltype(cute::composition(
       SmemLayoutKV{}, cute::make_layout(cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>>{}, cute::GenRowMajor{})));
@@ -72,8 +74,10 @@ struct FmhaTraits {
   // Per-CTA constants the mainloop reads back instead of holding them in registers (KV head offsets,
   // the policy's tile ranges).
   static constexpr int kStateBytes = 128;
-  // Two tables of KV row starts (K and V, one pointer per row).
-  static constexpr int kRowTableBytes = 2 * 2 * kBlockN * 8;
+  // Two tables of KV row starts (K and V, one pointer per row) and the tile they describe (the policy's
+  // Tile, at most kRowTableTileBytes; FmhaMainloop checks the whole table fits).
+  static constexpr int kRowTableTileBytes = 64;
+  static constexpr int kRowTableBytes = 2 * (2 * kBlockN * 8 + kRowTableTileBytes);
   static constexpr int kSmemBytes =
       kTileBytesQ + 2 * kTileBytesKV + kWindowBytes + kPrefixBytes + kStateBytes + kRowTableBytes;
 };

@@ -286,6 +286,8 @@ def flex_block_mask(spec: MaskSpec, seq_q: int, seq_k: int, device, block_size: 
         return None, "none"
     from torch.nn.attention.flex_attention import create_block_mask
 
+    if spec.kind == "block" and spec.block_size == block_size and builder == "auto":
+        return block_aligned_block_mask(spec, seq_q, seq_k, device, block_size), "from_blocks"
     mask_mod = mask_mod_for(spec)
     if builder == "auto":
         builder = "create_block_mask" if seq_q * seq_k <= 16384 * 16384 else "chunked"
@@ -298,6 +300,22 @@ def flex_block_mask(spec: MaskSpec, seq_q: int, seq_k: int, device, block_size: 
                   f"building the BlockMask in chunks")
             _free_cuda_memory()
     return chunked_block_mask(spec, mask_mod, seq_q, seq_k, device, block_size), "chunked"
+
+
+def block_aligned_block_mask(spec: MaskSpec, seq_q: int, seq_k: int, device, block_size: int):
+    """A block mask whose blocks are Flex's blocks: every true block is a full block and no mask_mod
+    runs (Flex's fastest path; a mask_mod indexing the block tensor fails to lower in Inductor,
+    "Buffers cannot be created while lowering a pointwise subgraph")."""
+    import torch
+    from torch.nn.attention.flex_attention import BlockMask
+
+    full = spec.blocks.to(device=device, dtype=torch.int32)
+    num = full.sum(dim=-1).to(torch.int32)[None, None].contiguous()
+    indices = torch.argsort(full, dim=-1, descending=True, stable=True).to(torch.int32)[None, None].contiguous()
+    empty_num = torch.zeros_like(num)
+    return BlockMask.from_kv_blocks(empty_num, torch.zeros_like(indices), num, indices,
+                                    BLOCK_SIZE=(block_size, block_size), mask_mod=None,
+                                    seq_lengths=(seq_q, seq_k))
 
 
 def _free_cuda_memory():
@@ -439,6 +457,10 @@ def self_test(verbose: bool = True) -> list[str]:
         for name in ("kv_num_blocks", "full_kv_num_blocks"):
             if not torch.equal(getattr(reference, name), getattr(chunked, name)):
                 note(f"chunked BlockMask {name} differs for {spec.extents} {spec.describe()}")
+        if spec.kind == "block":
+            aligned, _ = flex_block_mask(spec, seq, seq, "cpu", block)
+            if not torch.equal(reference.to_dense(), aligned.to_dense()):
+                note(f"block-aligned BlockMask differs for {spec.describe()}")
         if not torch.equal(reference.to_dense(), chunked.to_dense()):
             note(f"chunked BlockMask blocks differ for {spec.extents} {spec.describe()}")
     if verbose:

@@ -1,13 +1,18 @@
 // The tuner's hit path (DESIGN §6.1: a cache hit costs < 5 us): Tuner::choose for a problem whose
 // winner is known, with the key precomputed (what a kernel launcher that keeps its key does), with
 // the key built from the problem spec on every call (what a plain API call does), and with many
-// problems in the cache.
+// problems in the cache; and the whole dispatch of a CPU attention call (key from the call's shape,
+// the process's CPU tuner, its answer), which every call pays before its kernels run.
 #include <benchmark/benchmark.h>
 
 #include <vector>
 
+#include "attnkit/tuner.hpp"
+#include "core/attention_shape.hpp"
 #include "tune/config_space_registry.hpp"
+#include "tune/cpu_attention_dispatch.hpp"
 #include "tune/device_key.hpp"
+#include "tune/process_tuners.hpp"
 #include "tune/tuner.hpp"
 
 namespace {
@@ -42,7 +47,7 @@ std::unique_ptr<Tuner> tuner_with(const std::vector<ProblemKey>& keys) {
   options.registry = &builtin_config_spaces();
   options.device = cpu_device_key(0, *options.registry);
   options.limits = cpu_device_limits(options.device.processors);
-  options.settings.mode = TuneMode::on;
+  options.settings.mode = tune::TuneMode::on;
   options.settings.cache_dir = "";  // memory only
   options.settings.warmup_steps_forward = 0;
   options.settings.steps_forward = options.settings.min_steps = 1;
@@ -90,6 +95,33 @@ void BM_TunerHitAmongManyProblems(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_TunerHitAmongManyProblems)->Arg(1000);
+
+// A causal CPU forward's config, asked as cpu::attention_forward asks it, with its winner cached.
+void BM_CpuDispatchHit(benchmark::State& state) {
+  attnkit::TunerSettings settings = tuner_settings();
+  settings.mode = attnkit::TuneMode::on;
+  settings.cache_dir = "";
+  settings.warmup_steps_forward = 0;
+  settings.steps_forward = 1;
+  configure_tuner(settings);
+  std::vector<float> storage(16);
+  const int64_t extents[4] = {4, 4096, 16, 128};
+  AttentionForward f;
+  f.q = f.k = f.v = f.out = make_view(storage.data(), DType::f32, 4, extents);  // never read: no kernel runs
+  f.mask.kind = MaskKind::causal;
+  const detail::AttentionShape shape = detail::describe_attention(f.q, f.k, f.v, std::nullopt);
+  // Seed the winner without timing a 4096-token problem on the CPU.
+  const ProblemKey key =
+      make_problem_key(attention_problem_spec(TuneOp::attention_forward, DType::f32, shape, f.mask, 1.0));
+  ConstantRunner runner;
+  cpu_process_tuner()->tune(key, runner);
+  for (auto _ : state) {
+    const CpuAttentionChoice choice = choose_cpu_attention_forward(f, shape);
+    benchmark::DoNotOptimize(choice.config);
+  }
+  reset_process_tuners();
+}
+BENCHMARK(BM_CpuDispatchHit);
 
 }  // namespace
 

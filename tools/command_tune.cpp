@@ -3,9 +3,9 @@
 //       (its bucket), cheapest predicted first, marking the default and the ones a tuning run times;
 //   attnkit tune --optimize FILE [--dir DIR] [--force]     tunes every problem of a JSON-lines file
 //       (format: src/tune/problem_file.hpp, docs/tuner.md) into the cache, printing progress.
-// Only the CPU backend is tunable offline for now: the CUDA kernels have not registered config
-// spaces yet. Problem options match `attnkit run` (OP = attention | na1d | na2d | na3d |
-// block-sparse | element-sparse, --backward for the gradient).
+// Backends: cpu, and cuda (device 0) in a build with CUDA. Problem
+// options match `attnkit run` (OP = attention | na1d | na2d | na3d | block-sparse | element-sparse,
+// --backward for the gradient).
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
@@ -20,6 +20,11 @@
 #include "tune/device_key.hpp"
 #include "tune/offline_tuning.hpp"
 #include "tune/problem_file.hpp"
+
+#if defined(ATTNKIT_WITH_CUDA)
+#include "cuda/tune/fmha_attention_runner.hpp"
+#include "cuda/tune/fmha_forward_selection.hpp"
+#endif
 
 namespace attnkit::cli {
 namespace {
@@ -133,19 +138,47 @@ TunerSettings settings_from_options(const TuneOptions& o) {
   return s;
 }
 
-// The CPU only, for now; the CUDA kernels have not registered their config spaces yet.
-TunerOptions tuner_options(const TuneOptions& o) {
-  if (parse_backend(o.backend) != Backend::cpu) {
-    throw Error(Status::unsupported, "--backend: '" + o.backend +
-                                         "'; offline tuning supports cpu only until the CUDA kernels register "
-                                         "their config spaces");
-  }
+#if defined(ATTNKIT_WITH_CUDA)
+constexpr int kDevice = 0;  // offline CUDA tuning runs on the first device (CUDA_VISIBLE_DEVICES picks it)
+#endif
+
+// The device tuned: its tuner options, how to time a problem on it, and how to name its processors.
+struct OfflineDevice {
   TunerOptions options;
-  options.registry = &builtin_config_spaces();
-  options.device = cpu_device_key(o.threads, *options.registry);
-  options.limits = cpu_device_limits(options.device.processors);
-  options.settings = settings_from_options(o);
-  return options;
+  RunnerFactory make_runner;
+  std::string processors;  // e.g. "8 threads", "132 SMs"
+};
+
+OfflineDevice offline_device(const TuneOptions& o) {
+  OfflineDevice device;
+  device.options.registry = &builtin_config_spaces();
+  device.options.settings = settings_from_options(o);
+  const Backend backend = parse_backend(o.backend);
+  if (backend == Backend::cuda) {
+#if defined(ATTNKIT_WITH_CUDA)
+    const DeviceDescription description = cuda::fmha::describe_cuda_device(kDevice);
+    device.options.device = description.first;
+    device.options.limits = description.second;
+    const int64_t l2 = cuda::fmha::device_l2_bytes(kDevice);
+    device.make_runner = [l2](const ProblemSpec& bucketed) -> std::unique_ptr<Runner> {
+      return std::make_unique<cuda::fmha::FmhaAttentionRunner>(bucketed, kDevice, l2);
+    };
+    device.processors = std::to_string(description.first.processors) + " SMs";
+    return device;
+#else
+    throw Error(Status::unsupported, "--backend: 'cuda'; this attnkit was built without CUDA; allowed: cpu");
+#endif
+  }
+  if (backend != Backend::cpu) {
+    throw Error(Status::unsupported, "--backend: '" + o.backend + "'; allowed: cpu, cuda");
+  }
+  device.options.device = cpu_device_key(o.threads, *device.options.registry);
+  device.options.limits = cpu_device_limits(device.options.device.processors);
+  device.make_runner = [](const ProblemSpec& bucketed) -> std::unique_ptr<Runner> {
+    return std::make_unique<CpuAttentionRunner>(bucketed);
+  };
+  device.processors = std::to_string(device.options.device.processors) + " threads";
+  return device;
 }
 
 std::string format_seconds(double seconds) {
@@ -161,26 +194,29 @@ std::string format_seconds(double seconds) {
 
 int print_dry_run(const TuneOptions& o) {
   const ProblemSpec spec = problem_from_options(o);
-  const TunerOptions options = tuner_options(o);
+  const OfflineDevice device = offline_device(o);
+  const TunerOptions& options = device.options;
   const ConfigSpace* space = options.registry->find(spec.op, options.device.backend);
   if (space == nullptr) throw Error(Status::unsupported, "no config space for " + std::string(op_name(spec.op)));
   const DryRunReport report = dry_run(*space, spec, options.limits, options.settings);
   std::printf("problem: %s\n", report.key.text.c_str());
-  std::printf("device:  %s, %d threads\n", options.device.name.c_str(), options.device.processors);
+  std::printf("device:  %s, %s\n", options.device.name.c_str(), device.processors.c_str());
   std::printf("%zu valid configs, cheapest predicted first (* default, + timed when tuning with top-k %d%s):\n",
               report.ranking.valid.size(), o.top_k, o.thorough ? ", thorough" : "");
-  std::printf("  %-14s %12s %10s %8s %10s %10s\n", "config", "predicted", "tiles", "waves", "GFLOP", "MB");
+  int width = 14;  // CUDA config names are longer than CPU ones
+  for (const auto& config : space->configs) width = std::max(width, static_cast<int>(config.id.size()));
+  std::printf("  %-*s %12s %10s %8s %10s %10s\n", width, "config", "predicted", "tiles", "waves", "GFLOP", "MB");
   for (const auto& ranked : report.ranking.valid) {
     const std::string& id = ranked.config->id;
     const bool timed = std::find(report.would_time.begin(), report.would_time.end(), id) != report.would_time.end();
-    std::printf("%c%c%-14s %12s %10" PRId64 " %8" PRId64 " %10.3f %10.2f\n", id == report.default_id ? '*' : ' ',
-                timed ? '+' : ' ', id.c_str(), format_seconds(ranked.cost.seconds).c_str(), ranked.cost.tiles,
+    std::printf("%c%c%-*s %12s %10" PRId64 " %8" PRId64 " %10.3f %10.2f\n", id == report.default_id ? '*' : ' ',
+                timed ? '+' : ' ', width, id.c_str(), format_seconds(ranked.cost.seconds).c_str(), ranked.cost.tiles,
                 ranked.cost.waves, ranked.cost.flops * 1e-9, ranked.cost.bytes * 1e-6);
   }
   if (o.all) {
     std::printf("%zu configs cannot run it:\n", report.ranking.rejected.size());
     for (const auto& rejected : report.ranking.rejected) {
-      std::printf("  %-14s %s\n", rejected.config->id.c_str(), rejected.reason.c_str());
+      std::printf("  %-*s %s\n", width, rejected.config->id.c_str(), rejected.reason.c_str());
     }
   } else if (!report.ranking.rejected.empty()) {
     std::printf("(%zu configs cannot run it; --all lists them with the reason)\n", report.ranking.rejected.size());
@@ -190,15 +226,16 @@ int print_dry_run(const TuneOptions& o) {
 
 int optimize(const TuneOptions& o) {
   const std::vector<ProblemSpec> problems = read_problem_list(o.optimize_file);
-  TunerOptions options = tuner_options(o);
+  const OfflineDevice device = offline_device(o);
+  const TunerOptions& options = device.options;
   if (options.settings.cache_dir.empty()) {
     throw UsageError("--dir: no cache folder (HOME and ATTNKIT_CACHE_DIR are unset); pass --dir DIR");
   }
   Tuner tuner(options);
-  std::printf("tuning %zu problems on %s (%d threads) into %s\n", problems.size(), options.device.name.c_str(),
-              options.device.processors, options.settings.cache_dir.c_str());
+  std::printf("tuning %zu problems on %s (%s) into %s\n", problems.size(), options.device.name.c_str(),
+              device.processors.c_str(), options.settings.cache_dir.c_str());
   const auto summary = tune_problem_list(
-      tuner, problems, [](const ProblemSpec& bucketed) { return std::make_unique<CpuAttentionRunner>(bucketed); },
+      tuner, problems, device.make_runner,
       [](const TuneProgress& p) {
         std::printf("[%zu/%zu] %s -> %s (%s); %zu configs timed, %s elapsed, ~%s left\n", p.problems_done,
                     p.problems_total, p.last_problem.c_str(), p.last_winner.empty() ? "failed" : p.last_winner.c_str(),
@@ -247,7 +284,7 @@ Command add_tune_command(CLI::App& parent) {
   app->add_option("--block-size", o->block_size, "Block mask block sizes, e.g. 64x64")->group(problem);
   app->add_option("--density", o->density, "Sparse mask density")->check(CLI::Range(0.0, 1.0))->group(problem);
   const char* tuning = "Tuning";
-  app->add_option("--backend", o->backend, "Backend to tune (cpu only for now)")->group(tuning);
+  app->add_option("--backend", o->backend, "Backend to tune: cpu, or cuda (device 0) in a CUDA build")->group(tuning);
   app->add_option("--threads", o->threads, "CPU threads of the device key (0 = all)")->group(tuning);
   app->add_flag("--all", o->all, "With --dry-run: also list the configs that cannot run, with the reason")
       ->group(tuning);

@@ -76,4 +76,9 @@ struct AttentionBackward {
 ATTNKIT_API void attention_forward(const AttentionForward& problem, const RunOptions& options = {});
 ATTNKIT_API void attention_backward(const AttentionBackward& problem, const RunOptions& options = {});
 
+// Bytes of device scratch the call needs with these options (0 when none); pass that much memory as
+// RunOptions::workspace to keep the call free of allocations (frameworks, CUDA graphs).
+ATTNKIT_API int64_t attention_forward_workspace_size(const AttentionForward& problem, const RunOptions& options = {});
+ATTNKIT_API int64_t attention_backward_workspace_size(const AttentionBackward& problem, const RunOptions& options = {});
+
 }  // namespace attnkit

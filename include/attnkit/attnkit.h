@@ -26,7 +26,7 @@
 extern "C" {
 #endif
 
-#define ATTNKIT_ABI_VERSION 1
+#define ATTNKIT_ABI_VERSION 2
 #define ATTNKIT_MAX_RANK 8
 #define ATTNKIT_MAX_TOKEN_DIMS 3
 
@@ -89,6 +89,11 @@ typedef struct attnkit_run_options {
   int32_t backend;     /* attnkit_backend */
   int32_t num_threads; /* CPU backend: 0 = all */
   void* stream;        /* cudaStream_t; NULL = default stream */
+  /* Scratch memory on the op's device of at least the size the matching *_workspace_size function
+   * returns (256-byte aligned). NULL: the library allocates it stream-ordered (cudaMallocAsync) when
+   * a kernel needs one. Frameworks pass memory from their own allocator. */
+  void* workspace;
+  int64_t workspace_bytes;
 } attnkit_run_options;
 
 typedef struct attnkit_neighborhood_dim {
@@ -197,6 +202,84 @@ ATTNKIT_C_API attnkit_status attnkit_retention_forward(const attnkit_retention_f
 ATTNKIT_C_API attnkit_status attnkit_retention_backward(const attnkit_retention_backward_args* args,
                                                         const attnkit_run_options* options);
 ATTNKIT_C_API attnkit_status attnkit_gemm(const attnkit_gemm_args* args, const attnkit_run_options* options);
+
+/* Workspace an operation needs on its device for these arguments and options (0 when none). */
+ATTNKIT_C_API attnkit_status attnkit_attention_forward_workspace_size(const attnkit_attention_forward_args* args,
+                                                                      const attnkit_run_options* options,
+                                                                      int64_t* bytes);
+ATTNKIT_C_API attnkit_status attnkit_attention_backward_workspace_size(const attnkit_attention_backward_args* args,
+                                                                       const attnkit_run_options* options,
+                                                                       int64_t* bytes);
+
+/* ---- Auto-tuner (DESIGN §6) ---- */
+typedef enum attnkit_tune_mode {
+  ATTNKIT_TUNE_OFF = 0,      /* default configs only; the cache is not read */
+  ATTNKIT_TUNE_ON = 1,       /* tune a problem without a cached winner on its first call */
+  ATTNKIT_TUNE_LOAD_ONLY = 2 /* cached winners or defaults; never benchmark */
+} attnkit_tune_mode;
+
+/* Names follow NATTEN's use_autotuner() where it has one. */
+typedef struct attnkit_tuner_settings {
+  int32_t mode; /* attnkit_tune_mode */
+  int32_t deterministic;
+  int32_t forward_pass;
+  int32_t backward_pass;
+  int32_t thorough_mode_forward;
+  int32_t thorough_mode_backward;
+  int32_t warmup_steps_forward;
+  int32_t warmup_steps_backward;
+  int32_t steps_forward;
+  int32_t steps_backward;
+  int32_t top_k;
+  int32_t reserved;
+  const char* cache_dir; /* "" = memory only; in get_settings, valid until the next configure */
+} attnkit_tuner_settings;
+
+/* The settings in force (environment defaults until the first configure). */
+ATTNKIT_C_API attnkit_status attnkit_tuner_get_settings(attnkit_tuner_settings* settings);
+/* Replaces the settings for every later call in this process (clears the in-memory winners when the
+ * cache folder or mode changes). */
+ATTNKIT_C_API attnkit_status attnkit_tuner_configure(const attnkit_tuner_settings* settings);
+
+/* Multi-rank agreement through collectives the caller provides (torch.distributed in Python).
+ * A callback returns 0 on success and hands its result over with attnkit_bytes_append. */
+typedef struct attnkit_bytes attnkit_bytes;
+ATTNKIT_C_API void attnkit_bytes_append(attnkit_bytes* result, const char* data, int64_t size);
+/* On return `result` holds what rank `root` passed as (data, size). */
+typedef int32_t (*attnkit_broadcast_fn)(void* context, const char* data, int64_t size, int32_t root,
+                                        attnkit_bytes* result);
+/* results[r] (an array of `size` handles) receives rank r's bytes. */
+typedef int32_t (*attnkit_all_gather_fn)(void* context, const char* data, int64_t size, attnkit_bytes** results);
+
+typedef enum attnkit_agreement {
+  ATTNKIT_AGREE_ROOT_TUNES = 0,   /* rank 0 tunes and broadcasts the winner */
+  ATTNKIT_AGREE_SPLIT_CONFIGS = 1 /* ranks time disjoint configs and all-gather the timings */
+} attnkit_agreement;
+
+typedef struct attnkit_rank_group {
+  int32_t rank;
+  int32_t size;
+  int32_t agreement; /* attnkit_agreement */
+  int32_t reserved;
+  void* context;
+  attnkit_broadcast_fn broadcast;
+  attnkit_all_gather_fn all_gather;
+} attnkit_rank_group;
+
+/* NULL: this process alone. The callbacks must stay valid until the group is replaced. */
+ATTNKIT_C_API attnkit_status attnkit_tuner_set_rank_group(const attnkit_rank_group* group);
+
+/* The config the tuner picks for a forward/backward call with these arguments (tuning first when
+ * the settings allow it), as its name, e.g. "bf16_d128_m128_n64_w4_s2_box" or a CPU block config;
+ * also whether it came from "default", "cache" or "tuned". */
+ATTNKIT_C_API attnkit_status attnkit_attention_forward_config(const attnkit_attention_forward_args* args,
+                                                              const attnkit_run_options* options, char* name,
+                                                              int64_t name_capacity, char* source,
+                                                              int64_t source_capacity);
+ATTNKIT_C_API attnkit_status attnkit_attention_backward_config(const attnkit_attention_backward_args* args,
+                                                               const attnkit_run_options* options, char* name,
+                                                               int64_t name_capacity, char* source,
+                                                               int64_t source_capacity);
 
 #ifdef __cplusplus
 }

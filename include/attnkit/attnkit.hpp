@@ -8,4 +8,5 @@
 #include "attnkit/gemm.hpp"
 #include "attnkit/retention.hpp"
 #include "attnkit/tensor.hpp"
+#include "attnkit/tuner.hpp"
 #include "attnkit/version.hpp"

@@ -16,6 +16,10 @@ struct RunOptions {
   Backend backend = Backend::automatic;
   void* stream = nullptr;   // cudaStream_t for CUDA backends; nullptr = legacy default stream
   int32_t num_threads = 0;  // CPU backend: 0 = all available
+  // Device scratch of at least attention_*_workspace_size() bytes (256-byte aligned); nullptr = the
+  // library allocates stream-ordered when a kernel needs scratch.
+  void* workspace = nullptr;
+  int64_t workspace_bytes = 0;
 };
 
 ATTNKIT_API const char* backend_name(Backend backend);

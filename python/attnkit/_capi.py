@@ -20,7 +20,7 @@ from pathlib import Path
 # ---------------------------------------------------------------------------------------------
 # Constants and enums (values as in attnkit.h)
 
-ATTNKIT_ABI_VERSION = 1
+ATTNKIT_ABI_VERSION = 2
 ATTNKIT_MAX_RANK = 8
 ATTNKIT_MAX_TOKEN_DIMS = 3
 
@@ -64,6 +64,15 @@ ATTNKIT_RETENTION_PARALLEL = 0
 ATTNKIT_RETENTION_CHUNKWISE = 1
 ATTNKIT_RETENTION_RECURRENT = 2
 
+# attnkit_tune_mode
+ATTNKIT_TUNE_OFF = 0
+ATTNKIT_TUNE_ON = 1
+ATTNKIT_TUNE_LOAD_ONLY = 2
+
+# attnkit_agreement
+ATTNKIT_AGREE_ROOT_TUNES = 0
+ATTNKIT_AGREE_SPLIT_CONFIGS = 1
+
 _STATUS_NAMES = {
     ATTNKIT_OK: "ATTNKIT_OK",
     ATTNKIT_INVALID_ARGUMENT: "ATTNKIT_INVALID_ARGUMENT",
@@ -103,6 +112,8 @@ class RunOptions(ctypes.Structure):
         ("backend", _i32),
         ("num_threads", _i32),
         ("stream", _ptr),
+        ("workspace", _ptr),
+        ("workspace_bytes", _i64),
     ]
 
 
@@ -232,6 +243,49 @@ class GemmArgs(ctypes.Structure):
     ]
 
 
+class TunerSettings(ctypes.Structure):
+    """attnkit_tuner_settings (names follow NATTEN's use_autotuner())."""
+
+    _fields_ = [
+        ("mode", _i32),
+        ("deterministic", _i32),
+        ("forward_pass", _i32),
+        ("backward_pass", _i32),
+        ("thorough_mode_forward", _i32),
+        ("thorough_mode_backward", _i32),
+        ("warmup_steps_forward", _i32),
+        ("warmup_steps_backward", _i32),
+        ("steps_forward", _i32),
+        ("steps_backward", _i32),
+        ("top_k", _i32),
+        ("reserved", _i32),
+        ("cache_dir", ctypes.c_char_p),
+    ]
+
+
+# attnkit_bytes is opaque: callbacks only pass its handle back to attnkit_bytes_append.
+BytesHandle = ctypes.c_void_p
+
+# int32_t (*)(void* context, const char* data, int64_t size, int32_t root, attnkit_bytes* result)
+BroadcastFn = ctypes.CFUNCTYPE(_i32, _ptr, _ptr, _i64, _i32, BytesHandle)
+# int32_t (*)(void* context, const char* data, int64_t size, attnkit_bytes** results)
+AllGatherFn = ctypes.CFUNCTYPE(_i32, _ptr, _ptr, _i64, ctypes.POINTER(BytesHandle))
+
+
+class RankGroup(ctypes.Structure):
+    """attnkit_rank_group: collectives of a multi-process job for tuner agreement."""
+
+    _fields_ = [
+        ("rank", _i32),
+        ("size", _i32),
+        ("agreement", _i32),
+        ("reserved", _i32),
+        ("context", _ptr),
+        ("broadcast", BroadcastFn),
+        ("all_gather", AllGatherFn),
+    ]
+
+
 # ---------------------------------------------------------------------------------------------
 # Function prototypes: name -> (restype, argtypes)
 
@@ -271,6 +325,33 @@ _PROTOTYPES = {
         [ctypes.POINTER(RetentionBackwardArgs), ctypes.POINTER(RunOptions)],
     ),
     "attnkit_gemm": (_status, [ctypes.POINTER(GemmArgs), ctypes.POINTER(RunOptions)]),
+    "attnkit_attention_forward_workspace_size": (
+        _status,
+        [ctypes.POINTER(AttentionForwardArgs), ctypes.POINTER(RunOptions), ctypes.POINTER(_i64)],
+    ),
+    "attnkit_attention_backward_workspace_size": (
+        _status,
+        [ctypes.POINTER(AttentionBackwardArgs), ctypes.POINTER(RunOptions), ctypes.POINTER(_i64)],
+    ),
+}
+
+# Functions a library of this ABI may not export yet (the tuner's C API landed after the ops):
+# they are looked up on first use by optional_function(), so the package imports without them.
+_OPTIONAL_PROTOTYPES = {
+    "attnkit_tuner_get_settings": (_status, [ctypes.POINTER(TunerSettings)]),
+    "attnkit_tuner_configure": (_status, [ctypes.POINTER(TunerSettings)]),
+    "attnkit_bytes_append": (None, [BytesHandle, ctypes.c_char_p, _i64]),
+    "attnkit_tuner_set_rank_group": (_status, [ctypes.POINTER(RankGroup)]),
+    "attnkit_attention_forward_config": (
+        _status,
+        [ctypes.POINTER(AttentionForwardArgs), ctypes.POINTER(RunOptions), ctypes.c_char_p, _i64,
+         ctypes.c_char_p, _i64],
+    ),
+    "attnkit_attention_backward_config": (
+        _status,
+        [ctypes.POINTER(AttentionBackwardArgs), ctypes.POINTER(RunOptions), ctypes.c_char_p, _i64,
+         ctypes.c_char_p, _i64],
+    ),
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -282,22 +363,35 @@ _loaded: dict[str, ctypes.CDLL] = {}
 _default: ctypes.CDLL | None = None
 
 
-def _repo_root() -> Path:
-    # python/attnkit/_capi.py -> repository root
-    return Path(__file__).resolve().parent.parent.parent
+class LibraryNotFoundError(ImportError, RuntimeError):
+    """No usable libattnkit.so: raised on first use, naming every place that was tried."""
+
+
+def packaged_library_path() -> str:
+    """Where `pip install .` puts the library: attnkit/lib/libattnkit.so inside the package."""
+    return str(Path(__file__).resolve().parent / "lib" / _LIBRARY_NAME)
+
+
+def checkout_build_paths() -> list[str]:
+    """Run from a source checkout (PYTHONPATH=python): its build/*/libattnkit.so, newest first, so
+    tools in the repository (bench/) find a fresh build without being told. Empty for an installed
+    package."""
+    root = Path(__file__).resolve().parent.parent.parent
+    if not (root / "CMakeLists.txt").exists():
+        return []
+    builds = [p for p in glob.glob(str(root / "build" / "*" / _LIBRARY_NAME)) if os.path.exists(p)]
+    return sorted(builds, key=os.path.getmtime, reverse=True)
 
 
 def candidate_paths() -> list[str]:
-    """Where load_library() looks when given no path, in order."""
+    """Where load_library() looks when given no path, in order: $ATTNKIT_LIBRARY, then the copy
+    installed inside the package, then (in a source checkout only) the newest build folder's."""
     paths = []
     env = os.environ.get("ATTNKIT_LIBRARY")
     if env:
         paths.append(env)
-    paths.append(str(Path(__file__).resolve().parent / _LIBRARY_NAME))
-    # Newest build first, so a fresh build in any build/<name>/ folder wins over a stale one.
-    builds = [p for p in glob.glob(str(_repo_root() / "build" / "*" / _LIBRARY_NAME)) if os.path.exists(p)]
-    builds.sort(key=os.path.getmtime, reverse=True)
-    paths.extend(builds)
+    paths.append(packaged_library_path())
+    paths.extend(checkout_build_paths())
     return paths
 
 
@@ -318,24 +412,44 @@ def _declare(lib: ctypes.CDLL, path: str) -> None:
         )
 
 
+def optional_function(lib: ctypes.CDLL, name: str):
+    """A function of _OPTIONAL_PROTOTYPES, declared on first use; RuntimeError when the library
+    does not export it (built from a source tree before that function existed)."""
+    restype, argtypes = _OPTIONAL_PROTOTYPES[name]
+    try:
+        fn = getattr(lib, name)
+    except AttributeError:
+        raise RuntimeError(
+            f"{library_path(lib)} does not export {name}: this libattnkit was built before that part "
+            f"of the C ABI existed; rebuild it from the same source tree as this package"
+        ) from None
+    fn.restype = restype
+    fn.argtypes = argtypes
+    return fn
+
+
+def has_function(lib: ctypes.CDLL, name: str) -> bool:
+    return hasattr(lib, name)
+
+
 def load_library(path: str | os.PathLike | None = None) -> ctypes.CDLL:
     """Load libattnkit.so and declare its functions.
 
-    With no path: $ATTNKIT_LIBRARY, then libattnkit.so next to this package, then the newest
-    build/*/libattnkit.so of the repository. Raises OSError when none is found or loadable and
-    RuntimeError when the library's ABI version differs from this binding's. Loaded libraries are
-    cached per resolved path; the first one loaded becomes the default that later calls without a
-    path return.
+    With no path: $ATTNKIT_LIBRARY, then attnkit/lib/libattnkit.so inside this package (put there
+    by `pip install .`), then, only when run from a source checkout, the newest build/*/libattnkit.so
+    there. Raises LibraryNotFoundError (an ImportError and a RuntimeError) when none
+    is found or loadable, naming both places, and RuntimeError when the library's ABI version
+    differs from this binding's. Loaded libraries are cached per resolved path; the first one
+    loaded without a path becomes the default that later calls return.
     """
     global _default
     with _lock:
         if path is None and _default is not None:
             return _default
-        if path is not None:
-            candidates = [os.fspath(path)]
-        else:
-            candidates = candidate_paths()
+        candidates = [os.fspath(path)] if path is not None else candidate_paths()
         tried = []
+        if path is None and not os.environ.get("ATTNKIT_LIBRARY"):
+            tried.append("$ATTNKIT_LIBRARY (not set)")
         for candidate in candidates:
             if not os.path.exists(candidate):
                 tried.append(f"{candidate} (absent)")
@@ -358,15 +472,14 @@ def load_library(path: str | os.PathLike | None = None) -> ctypes.CDLL:
                     )
                 lib._attnkit_path = resolved  # type: ignore[attr-defined]
                 _loaded[resolved] = lib
-            # An explicitly loaded library also becomes the default (for check() without a
-            # library), unless one was loaded before.
             if path is None or _default is None:
                 _default = lib
             return lib
-        raise OSError(
-            "libattnkit.so not found or not loadable; tried: " + "; ".join(tried or ["nothing"])
-            + ". Build it (cmake -S . -B build/cpu -G Ninja && cmake --build build/cpu) or set "
-            "ATTNKIT_LIBRARY=/path/to/libattnkit.so"
+        raise LibraryNotFoundError(
+            "attnkit: libattnkit.so not found or not loadable; tried: " + "; ".join(tried)
+            + ". Install the package with `pip install .` from the attnkit repository (it builds and "
+            "bundles the library), or build it (cmake --preset cpu && cmake --build --preset cpu) and "
+            "set ATTNKIT_LIBRARY=/path/to/build/cpu/libattnkit.so"
         )
 
 
@@ -483,14 +596,17 @@ def tensor_view(t) -> Tensor:
 
 
 def run_options(lib: ctypes.CDLL, backend: int = ATTNKIT_BACKEND_AUTO, stream=None,
-                num_threads: int = 0) -> RunOptions:
+                num_threads: int = 0, workspace=None, workspace_bytes: int = 0) -> RunOptions:
     """attnkit_run_options with defaults from attnkit_run_options_init; stream is a cudaStream_t
-    as an int (e.g. torch.cuda.current_stream().cuda_stream) or None for the default stream."""
+    as an int (e.g. torch.cuda.current_stream().cuda_stream) or None for the default stream;
+    workspace a device address (int) of at least workspace_bytes, or None."""
     options = RunOptions()
     lib.attnkit_run_options_init(ctypes.byref(options))
     options.backend = backend
     options.num_threads = num_threads
     options.stream = stream or None
+    options.workspace = workspace or None
+    options.workspace_bytes = int(workspace_bytes) if workspace else 0
     return options
 
 

@@ -120,6 +120,12 @@ RunOptions to_run_options(const attnkit_run_options* options) {
   run.backend = static_cast<Backend>(options->backend);
   run.num_threads = options->num_threads;
   run.stream = options->stream;
+  if (options->workspace_bytes < 0) {
+    throw Error(Status::invalid_argument, "options.workspace_bytes: " + std::to_string(options->workspace_bytes) +
+                                              "; allowed: >= 0 (0 with workspace NULL: the library allocates)");
+  }
+  run.workspace = options->workspace;
+  run.workspace_bytes = options->workspace_bytes;
   return run;
 }
 

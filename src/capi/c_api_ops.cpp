@@ -27,6 +27,24 @@ attnkit_status attnkit_attention_backward(const attnkit_attention_backward_args*
   });
 }
 
+attnkit_status attnkit_attention_forward_workspace_size(const attnkit_attention_forward_args* args,
+                                                        const attnkit_run_options* options, int64_t* bytes) {
+  return guarded_call([&] {
+    require_args(args, "attnkit_attention_forward_args");
+    require_args(bytes, "bytes");
+    *bytes = attnkit::attention_forward_workspace_size(to_attention_forward(*args), to_run_options(options));
+  });
+}
+
+attnkit_status attnkit_attention_backward_workspace_size(const attnkit_attention_backward_args* args,
+                                                         const attnkit_run_options* options, int64_t* bytes) {
+  return guarded_call([&] {
+    require_args(args, "attnkit_attention_backward_args");
+    require_args(bytes, "bytes");
+    *bytes = attnkit::attention_backward_workspace_size(to_attention_backward(*args), to_run_options(options));
+  });
+}
+
 attnkit_status attnkit_retention_forward(const attnkit_retention_forward_args* args,
                                          const attnkit_run_options* options) {
   return guarded_call([&] {

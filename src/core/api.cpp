@@ -28,6 +28,20 @@ void attention_backward(const AttentionBackward& problem, const RunOptions& opti
   }
 }
 
+int64_t attention_forward_workspace_size(const AttentionForward& problem, const RunOptions& options) {
+  detail::validate_attention_forward(problem, options);
+  const auto shape = detail::describe_attention(problem.q, problem.k, problem.v, problem.scale);
+  if (detail::resolve_backend(options.backend, problem.q.device) != Backend::cuda) return 0;
+  return cuda::attention_forward_workspace_size(problem, shape, options);
+}
+
+int64_t attention_backward_workspace_size(const AttentionBackward& problem, const RunOptions& options) {
+  detail::validate_attention_backward(problem, options);
+  const auto shape = detail::describe_attention(problem.q, problem.k, problem.v, problem.scale);
+  if (detail::resolve_backend(options.backend, problem.q.device) != Backend::cuda) return 0;
+  return cuda::attention_backward_workspace_size(problem, shape, options);
+}
+
 void retention_forward(const RetentionForward& problem, const RunOptions& options) {
   detail::validate_retention_forward(problem, options);
   if (detail::resolve_backend(options.backend, problem.q.device) == Backend::cuda) {

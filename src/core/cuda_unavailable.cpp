@@ -17,6 +17,12 @@ std::string runtime_version() { return ""; }
 std::string driver_version() { return ""; }
 void attention_forward(const AttentionForward&, const detail::AttentionShape&, const RunOptions&) { not_built(); }
 void attention_backward(const AttentionBackward&, const detail::AttentionShape&, const RunOptions&) { not_built(); }
+int64_t attention_forward_workspace_size(const AttentionForward&, const detail::AttentionShape&, const RunOptions&) {
+  not_built();
+}
+int64_t attention_backward_workspace_size(const AttentionBackward&, const detail::AttentionShape&, const RunOptions&) {
+  not_built();
+}
 void retention_forward(const RetentionForward&, const RunOptions&) { not_built(); }
 void retention_backward(const RetentionBackward&, const RunOptions&) { not_built(); }
 void gemm(const GemmProblem&, const RunOptions&) { not_built(); }

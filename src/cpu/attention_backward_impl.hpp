@@ -17,13 +17,14 @@
 namespace attnkit::cpu::ATTNKIT_CPU_ISA_NAMESPACE {
 
 inline constexpr int64_t kTargetTasks = 64;
-inline constexpr int64_t kMinRowsPerSlice = 128;
 
-// Slices per pair: enough tasks to balance threads, not so many that slices get tiny or that the
-// worst case (every slice visiting every key) exceeds the scratch budget.
-inline int64_t plan_slice_count(int64_t pairs, int64_t rows_per_pair, int64_t accumulator_bytes_per_slice) {
+// Slices per pair: enough tasks to balance threads, not so many that slices get smaller than
+// min_rows_per_slice (the tuned query_block) or that the worst case (every slice visiting every key)
+// exceeds the scratch budget.
+inline int64_t plan_slice_count(int64_t pairs, int64_t rows_per_pair, int64_t accumulator_bytes_per_slice,
+                                int64_t min_rows_per_slice) {
   int64_t count = (kTargetTasks + pairs - 1) / std::max<int64_t>(pairs, 1);
-  count = std::min(count, rows_per_pair / kMinRowsPerSlice);
+  count = std::min(count, rows_per_pair / std::max<int64_t>(min_rows_per_slice, 1));
   count = std::min(count, kScratchBudgetBytes / std::max<int64_t>(accumulator_bytes_per_slice, 1) - 1);
   return std::max<int64_t>(count, 1);
 }
@@ -37,7 +38,8 @@ struct BackwardWorkspace {
 };
 
 template <class Storage>
-void run_backward(const AttentionBackward& problem, const detail::AttentionShape& shape, const RunOptions& options) {
+void run_backward(const AttentionBackward& problem, const detail::AttentionShape& shape, const RunOptions& options,
+                  const CpuAttentionConfig& config) {
   using Acc = typename AccumulatorOf<Storage>::type;
   const AttentionMaskVisitor visitor(problem.mask, shape);
   const KvReader<Storage, Acc> reader(problem.k, problem.v, shape, visitor);
@@ -57,7 +59,8 @@ void run_backward(const AttentionBackward& problem, const detail::AttentionShape
   const int64_t rows_per_pair = group * shape.seq_q;
   const int64_t rows_per_line = visitor.rows_per_line();
   const int64_t row_bytes = (d_pad + dv_pad) * static_cast<int64_t>(sizeof(Acc));
-  const int64_t slice_count = plan_slice_count(pairs, rows_per_pair, seq_k * row_bytes);
+  const int64_t min_rows_per_slice = config.query_block > 0 ? config.query_block : kDefaultBackwardQueryBlock;
+  const int64_t slice_count = plan_slice_count(pairs, rows_per_pair, seq_k * row_bytes, min_rows_per_slice);
   const int64_t keys_t_size = d_pad * t_stride;
   const int64_t values_t_size = dv_pad * t_stride;
   const int64_t keys_size = seq_k * d_pad;
@@ -229,9 +232,10 @@ void run_backward(const AttentionBackward& problem, const detail::AttentionShape
 }
 
 void attention_backward(const AttentionBackward& problem, const detail::AttentionShape& shape,
-                        const RunOptions& options) {
+                        const RunOptions& options, const CpuAttentionConfig& config) {
+  const RunOptions applied = with_config_threads(options, config);
   dispatch_storage(problem.q.dtype, "q",
-                   [&](auto storage) { run_backward<decltype(storage)>(problem, shape, options); });
+                   [&](auto storage) { run_backward<decltype(storage)>(problem, shape, applied, config); });
 }
 
 }  // namespace attnkit::cpu::ATTNKIT_CPU_ISA_NAMESPACE

@@ -3,7 +3,7 @@
 //
 // Work is split by (batch, kv head) pair: a chunk of pairs gets its K (transposed) and V (by rows)
 // converted once into accumulator buffers, in parallel over key blocks; then threads take tasks of
-// (pair, query head of its GQA group, block of kRowsPerTask query rows) dynamically. A task walks
+// (pair, query head of its GQA group, block of rows_per_task query rows) dynamically. A task walks
 // its rows in tiles of kTileRows rows of one line (so that, for neighborhood masks, they share
 // their windows in all but the last dimension), asks the mask visitor for each row's key runs and
 // runs forward_tile. Rows never depend on which thread or tile neighbours they had, except through
@@ -14,9 +14,12 @@
 namespace attnkit::cpu::ATTNKIT_CPU_ISA_NAMESPACE {
 
 template <class Storage>
-void run_forward(const AttentionForward& problem, const detail::AttentionShape& shape, const RunOptions& options) {
+void run_forward(const AttentionForward& problem, const detail::AttentionShape& shape, const RunOptions& options,
+                 const CpuAttentionConfig& config) {
   using Acc = typename AccumulatorOf<Storage>::type;
-  constexpr int64_t kRowsPerTask = 8 * kTileRows;
+  // Whole tiles per task, so tile boundaries (and results) do not depend on the tuned block.
+  const int64_t requested_rows = config.query_block > 0 ? config.query_block : kDefaultForwardQueryBlock;
+  const int64_t rows_per_task = (requested_rows + kTileRows - 1) / kTileRows * kTileRows;
   const AttentionMaskVisitor visitor(problem.mask, shape);
   const KvReader<Storage, Acc> reader(problem.k, problem.v, shape, visitor);
   const int64_t d_pad = reader.d_pad;
@@ -28,7 +31,7 @@ void run_forward(const AttentionForward& problem, const detail::AttentionShape& 
   const auto lse_strides = write_lse ? detail::token_strides(problem.lse, shape.token_dims) : detail::TokenStrides{};
   const int64_t group = shape.heads_q / shape.heads_kv;
   const int64_t pairs = shape.batch * shape.heads_kv;
-  const int64_t row_blocks = (shape.seq_q + kRowsPerTask - 1) / kRowsPerTask;
+  const int64_t row_blocks = (shape.seq_q + rows_per_task - 1) / rows_per_task;
   const int64_t rows_per_line = visitor.rows_per_line();
   const int64_t keys_size = d_pad * t_stride;        // K transposed, per pair
   const int64_t values_size = shape.seq_k * dv_pad;  // V by rows, per pair
@@ -75,8 +78,8 @@ void run_forward(const AttentionForward& problem, const detail::AttentionShape& 
         const int64_t pair = first_pair + local;
         const int64_t b = pair / shape.heads_kv;
         const int64_t head = (pair % shape.heads_kv) * group + (task / row_blocks) % group;
-        const int64_t task_end = std::min((task % row_blocks + 1) * kRowsPerTask, shape.seq_q);
-        for (int64_t row = (task % row_blocks) * kRowsPerTask; row < task_end;) {
+        const int64_t task_end = std::min((task % row_blocks + 1) * rows_per_task, shape.seq_q);
+        for (int64_t row = (task % row_blocks) * rows_per_task; row < task_end;) {
           const int64_t line_end = (row / rows_per_line + 1) * rows_per_line;
           const int rows = static_cast<int>(std::min<int64_t>({kTileRows, task_end - row, line_end - row}));
           std::array<int64_t, kTileRows> tokens{};
@@ -109,10 +112,11 @@ void run_forward(const AttentionForward& problem, const detail::AttentionShape& 
   }
 }
 
-void attention_forward(const AttentionForward& problem, const detail::AttentionShape& shape,
-                       const RunOptions& options) {
+void attention_forward(const AttentionForward& problem, const detail::AttentionShape& shape, const RunOptions& options,
+                       const CpuAttentionConfig& config) {
+  const RunOptions applied = with_config_threads(options, config);
   dispatch_storage(problem.q.dtype, "q",
-                   [&](auto storage) { run_forward<decltype(storage)>(problem, shape, options); });
+                   [&](auto storage) { run_forward<decltype(storage)>(problem, shape, applied, config); });
 }
 
 }  // namespace attnkit::cpu::ATTNKIT_CPU_ISA_NAMESPACE

@@ -1,4 +1,5 @@
-// Runs cpu::attention_forward/backward with the kernels of the chosen instruction set.
+// Runs cpu::attention_forward/backward with the kernels of the chosen instruction set and the config
+// the tuner chose (tune/cpu_attention_dispatch.hpp).
 #include "cpu/attention_isa.hpp"
 
 #include <atomic>
@@ -8,11 +9,13 @@
 
 #include "attnkit/error.hpp"
 #include "cpu/cpu_backend.hpp"
+#include "tune/cpu_attention_dispatch.hpp"
 
 namespace attnkit::cpu {
 namespace {
 
 constexpr int32_t kAutomatic = -1;
+thread_local CpuAttentionConfig last_config;
 std::atomic<int32_t> forced_isa{kAutomatic};
 
 CpuIsa widest_supported_isa() {
@@ -81,26 +84,40 @@ void force_attention_cpu_isa(std::optional<CpuIsa> isa) {
   forced_isa.store(isa ? static_cast<int32_t>(*isa) : kAutomatic, std::memory_order_relaxed);
 }
 
-void attention_forward(const AttentionForward& problem, const detail::AttentionShape& shape,
-                       const RunOptions& options) {
+CpuAttentionConfig last_attention_config_on_this_thread() { return last_config; }
+
+void attention_forward_configured(const AttentionForward& problem, const detail::AttentionShape& shape,
+                                  const RunOptions& options, const CpuAttentionConfig& config) {
+  last_config = config;
   switch (attention_cpu_isa()) {
 #if ATTNKIT_CPU_X86_KERNELS
-    case CpuIsa::avx512: isa_avx512::attention_forward(problem, shape, options); return;
-    case CpuIsa::avx2: isa_avx2::attention_forward(problem, shape, options); return;
+    case CpuIsa::avx512: isa_avx512::attention_forward(problem, shape, options, config); return;
+    case CpuIsa::avx2: isa_avx2::attention_forward(problem, shape, options, config); return;
 #endif
-    default: isa_baseline::attention_forward(problem, shape, options); return;
+    default: isa_baseline::attention_forward(problem, shape, options, config); return;
   }
+}
+
+void attention_backward_configured(const AttentionBackward& problem, const detail::AttentionShape& shape,
+                                   const RunOptions& options, const CpuAttentionConfig& config) {
+  last_config = config;
+  switch (attention_cpu_isa()) {
+#if ATTNKIT_CPU_X86_KERNELS
+    case CpuIsa::avx512: isa_avx512::attention_backward(problem, shape, options, config); return;
+    case CpuIsa::avx2: isa_avx2::attention_backward(problem, shape, options, config); return;
+#endif
+    default: isa_baseline::attention_backward(problem, shape, options, config); return;
+  }
+}
+
+void attention_forward(const AttentionForward& problem, const detail::AttentionShape& shape,
+                       const RunOptions& options) {
+  attention_forward_configured(problem, shape, options, tune::choose_cpu_attention_forward(problem, shape).config);
 }
 
 void attention_backward(const AttentionBackward& problem, const detail::AttentionShape& shape,
                         const RunOptions& options) {
-  switch (attention_cpu_isa()) {
-#if ATTNKIT_CPU_X86_KERNELS
-    case CpuIsa::avx512: isa_avx512::attention_backward(problem, shape, options); return;
-    case CpuIsa::avx2: isa_avx2::attention_backward(problem, shape, options); return;
-#endif
-    default: isa_baseline::attention_backward(problem, shape, options); return;
-  }
+  attention_backward_configured(problem, shape, options, tune::choose_cpu_attention_backward(problem, shape).config);
 }
 
 }  // namespace attnkit::cpu

@@ -15,6 +15,7 @@
 
 #include "attnkit/attention.hpp"
 #include "core/attention_shape.hpp"
+#include "cpu/attention_config.hpp"
 
 #if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
 #define ATTNKIT_CPU_X86_KERNELS 1
@@ -36,20 +37,23 @@ CpuIsa attention_cpu_isa();
 void force_attention_cpu_isa(std::optional<CpuIsa> isa);
 
 namespace isa_baseline {
-void attention_forward(const AttentionForward& problem, const detail::AttentionShape& shape, const RunOptions& options);
+void attention_forward(const AttentionForward& problem, const detail::AttentionShape& shape, const RunOptions& options,
+                       const CpuAttentionConfig& config);
 void attention_backward(const AttentionBackward& problem, const detail::AttentionShape& shape,
-                        const RunOptions& options);
+                        const RunOptions& options, const CpuAttentionConfig& config);
 }  // namespace isa_baseline
 #if ATTNKIT_CPU_X86_KERNELS
 namespace isa_avx2 {
-void attention_forward(const AttentionForward& problem, const detail::AttentionShape& shape, const RunOptions& options);
+void attention_forward(const AttentionForward& problem, const detail::AttentionShape& shape, const RunOptions& options,
+                       const CpuAttentionConfig& config);
 void attention_backward(const AttentionBackward& problem, const detail::AttentionShape& shape,
-                        const RunOptions& options);
+                        const RunOptions& options, const CpuAttentionConfig& config);
 }  // namespace isa_avx2
 namespace isa_avx512 {
-void attention_forward(const AttentionForward& problem, const detail::AttentionShape& shape, const RunOptions& options);
+void attention_forward(const AttentionForward& problem, const detail::AttentionShape& shape, const RunOptions& options,
+                       const CpuAttentionConfig& config);
 void attention_backward(const AttentionBackward& problem, const detail::AttentionShape& shape,
-                        const RunOptions& options);
+                        const RunOptions& options, const CpuAttentionConfig& config);
 }  // namespace isa_avx512
 #endif
 

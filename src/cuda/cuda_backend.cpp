@@ -7,6 +7,7 @@
 #include <string>
 
 #include "attnkit/error.hpp"
+#include "cuda/fmha/fmha_backward.hpp"
 #include "cuda/fmha/fmha_forward.hpp"
 
 namespace attnkit::cuda {
@@ -69,8 +70,19 @@ void attention_forward(const AttentionForward& problem, const detail::AttentionS
   fmha::run_forward(problem, shape, options);
 }
 
-void attention_backward(const AttentionBackward&, const detail::AttentionShape&, const RunOptions&) {
-  not_yet("attention_backward");
+int64_t attention_forward_workspace_size(const AttentionForward& problem, const detail::AttentionShape& shape,
+                                         const RunOptions& options) {
+  return fmha::forward_workspace_size(problem, shape, options);
+}
+
+void attention_backward(const AttentionBackward& problem, const detail::AttentionShape& shape,
+                        const RunOptions& options) {
+  fmha::run_backward(problem, shape, options);
+}
+
+int64_t attention_backward_workspace_size(const AttentionBackward& problem, const detail::AttentionShape& shape,
+                                          const RunOptions& options) {
+  return fmha::backward_workspace_size(problem, shape, options);
 }
 
 void retention_forward(const RetentionForward&, const RunOptions&) { not_yet("retention_forward"); }

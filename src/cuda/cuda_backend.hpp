@@ -18,6 +18,11 @@ std::string driver_version();
 void attention_forward(const AttentionForward& problem, const detail::AttentionShape& shape, const RunOptions& options);
 void attention_backward(const AttentionBackward& problem, const detail::AttentionShape& shape,
                         const RunOptions& options);
+// Device scratch the call needs (RunOptions::workspace); 0 when none.
+int64_t attention_forward_workspace_size(const AttentionForward& problem, const detail::AttentionShape& shape,
+                                         const RunOptions& options);
+int64_t attention_backward_workspace_size(const AttentionBackward& problem, const detail::AttentionShape& shape,
+                                          const RunOptions& options);
 void retention_forward(const RetentionForward& problem, const RunOptions& options);
 void retention_backward(const RetentionBackward& problem, const RunOptions& options);
 void gemm(const GemmProblem& problem, const RunOptions& options);

@@ -7,6 +7,10 @@
 #include "tune/cpu_attention_space.hpp"
 #include "tune/stable_hash.hpp"
 
+#if defined(ATTNKIT_WITH_CUDA)
+#include "cuda/tune/fmha_config_space.hpp"
+#endif
+
 namespace attnkit::tune {
 
 void ConfigSpaceRegistry::add(ConfigSpace space) {
@@ -62,7 +66,9 @@ const ConfigSpaceRegistry& builtin_config_spaces() {
   static const ConfigSpaceRegistry registry = [] {
     ConfigSpaceRegistry r;
     register_cpu_attention_spaces(r);
-    // CUDA kernels add their register_*_spaces(r) calls here (under ATTNKIT_WITH_CUDA).
+#if defined(ATTNKIT_WITH_CUDA)
+    cuda::fmha::register_fmha_spaces(r);
+#endif
     return r;
   }();
   return registry;

@@ -5,6 +5,9 @@
 
 #include "attnkit/error.hpp"
 #include "core/float_convert.hpp"
+#include "core/validate.hpp"
+#include "cpu/attention_config.hpp"
+#include "tune/cpu_attention_space.hpp"
 
 namespace attnkit::tune {
 namespace {
@@ -80,10 +83,15 @@ void CpuAttentionRunner::build(BufferSet& set, uint64_t seed) {
       f.mask.element_mask = mask;
     }
   }
+  // Checked once here; every timed run then goes straight to the CPU drivers with the config under
+  // test, bypassing the tuner (which is waiting for this runner).
+  const RunOptions options{Backend::cpu, nullptr, 0};
+  detail::validate_attention_forward(f, options);
+  set.shape = detail::describe_attention(f.q, f.k, f.v, f.scale);
   if (s.op != TuneOp::attention_backward) return;
 
   // Backward needs the forward's outputs; they are computed once here, with all threads.
-  attention_forward(f, RunOptions{Backend::cpu, nullptr, 0});
+  cpu::attention_forward_configured(f, set.shape, options, cpu::CpuAttentionConfig{});
   AttentionBackward& b = set.backward;
   b.q = f.q;
   b.k = f.k;
@@ -96,16 +104,18 @@ void CpuAttentionRunner::build(BufferSet& set, uint64_t seed) {
   b.grad_q = allocate(set.grad_q, s.dtype, tensor_extents(s, s.tokens, s.heads_q, s.head_dim));
   b.grad_k = allocate(set.grad_k, s.dtype, tensor_extents(s, s.tokens_kv, s.heads_kv, s.head_dim));
   b.grad_v = allocate(set.grad_v, s.dtype, tensor_extents(s, s.tokens_kv, s.heads_kv, s.head_dim_v));
+  detail::validate_attention_backward(b, options);
 }
 
 double CpuAttentionRunner::measure_seconds(const Config& config, int iteration) {
   BufferSet& set = sets_[static_cast<size_t>(iteration) % sets_.size()];
-  const RunOptions options{Backend::cpu, nullptr, static_cast<int32_t>(config.param("threads"))};
+  const RunOptions options{Backend::cpu, nullptr, 0};
+  const cpu::CpuAttentionConfig driver_config = cpu_attention_config(config);
   const auto start = std::chrono::steady_clock::now();
   if (spec_.op == TuneOp::attention_backward)
-    attention_backward(set.backward, options);
+    cpu::attention_backward_configured(set.backward, set.shape, options, driver_config);
   else
-    attention_forward(set.forward, options);
+    cpu::attention_forward_configured(set.forward, set.shape, options, driver_config);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 

@@ -1,12 +1,14 @@
-// A Runner that times the CPU backend's attention through the public API (attention_forward /
-// attention_backward), for offline tuning of the CPU config space. It owns `buffer_sets` sets of
+// A Runner that times the CPU backend's attention (validated once, then the drivers), for tuning the
+// CPU config space offline and on a call's first run. It owns `buffer_sets` sets of
 // random inputs and outputs and uses set `iteration % buffer_sets`, so consecutive runs do not find
-// their inputs in cache. A config's `threads` goes to RunOptions::num_threads.
+// their inputs in cache. Runs go straight to the CPU drivers with the config under test
+// (cpu::attention_*_configured), never through the tuner that is timing them.
 #pragma once
 #include <cstdint>
 #include <vector>
 
 #include "attnkit/attention.hpp"
+#include "core/attention_shape.hpp"
 #include "tune/runner.hpp"
 
 namespace attnkit::tune {
@@ -24,6 +26,7 @@ class CpuAttentionRunner : public Runner {
     std::vector<unsigned char> mask;  // block or element mask, bool
     AttentionForward forward;
     AttentionBackward backward;
+    detail::AttentionShape shape;
   };
   void build(BufferSet& set, uint64_t seed);
 

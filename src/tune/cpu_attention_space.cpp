@@ -31,7 +31,8 @@ ConfigSpace cpu_attention_space(TuneOp op) {
   space.op = op;
   space.backend = Backend::cpu;
   space.description =
-      "cpu attention v1: query_block = queries per worker task; threads = worker threads (0 = all available)";
+      "cpu attention v2: query_block = forward rows per task, backward least rows per slice; threads = worker "
+      "threads (0 = all available)";
   for (const int64_t query_block : {16, 32, 64, 128}) {
     for (const int64_t threads : {0, 1, 2, 4, 8, 16, 32, 64}) {
       Config config;
@@ -58,7 +59,19 @@ ConfigSpace cpu_attention_space(TuneOp op) {
     const TileWork work = attention_tile_work(spec, config.param("query_block"), kKeyBlock);
     return roofline_estimate(work, workers(config, limits), 1, limits);
   };
+  const int64_t default_block =
+      op == TuneOp::attention_backward ? cpu::kDefaultBackwardQueryBlock : cpu::kDefaultForwardQueryBlock;
+  space.default_config = [default_block](const ProblemSpec&, const DeviceLimits&) {
+    return std::string("q").append(std::to_string(default_block)).append("-all");
+  };
   return space;
+}
+
+cpu::CpuAttentionConfig cpu_attention_config(const Config& config) {
+  cpu::CpuAttentionConfig result;
+  result.query_block = config.param("query_block");
+  result.threads = static_cast<int32_t>(config.param("threads"));
+  return result;
 }
 
 void register_cpu_attention_spaces(ConfigSpaceRegistry& registry) {

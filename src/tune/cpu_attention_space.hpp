@@ -1,12 +1,17 @@
-// The CPU backend's attention config spaces (forward and backward): a query-block size (queries a
-// worker processes per task, so that their K/V stream stays in its L2) and a worker thread count.
-// The thread count is applied through RunOptions::num_threads; the CPU backend does not read the
-// query-block size yet, so its timings differ only by noise until it does.
+// The CPU backend's attention config spaces (forward and backward): a query-block size and a worker
+// thread count, which the CPU drivers read as cpu::CpuAttentionConfig (src/cpu/attention_config.hpp):
+// forward: query rows per task; backward: least query rows per dK/dV slice; threads: workers when
+// the caller leaves RunOptions::num_threads at 0. The default config is the drivers' own choice
+// before tuning existed (forward q32-all, backward q128-all), so untuned results do not change.
 #pragma once
 
+#include "cpu/attention_config.hpp"
 #include "tune/config_space_registry.hpp"
 
 namespace attnkit::tune {
+
+// The driver knobs a config of the CPU space stands for.
+cpu::CpuAttentionConfig cpu_attention_config(const Config& config);
 
 ConfigSpace cpu_attention_space(TuneOp op);  // op: attention_forward or attention_backward
 void register_cpu_attention_spaces(ConfigSpaceRegistry& registry);

@@ -93,6 +93,13 @@ TuneOutcome tune_locally(const ConfigSpace& space, const ProblemKey& key, const 
   TuneOutcome outcome;
   outcome.default_id = plan.default_id;
   outcome.source = ChoiceSource::tuned;
+  if (plan.candidates.size() == 1) {
+    // One candidate: the choice is made, and timing it would only delay the call.
+    outcome.winner = plan.default_id;
+    log_message(LogLevel::info,
+                "tuner: [" + key.text + "] -> " + outcome.winner + " (the only candidate; nothing timed)");
+    return outcome;
+  }
   outcome.timings = time_candidates(plan.candidates, key, settings, runner);
   outcome.winner = decide_winner(key, outcome.timings, plan.default_id, settings.margin);
   return outcome;

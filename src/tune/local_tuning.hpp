@@ -1,7 +1,8 @@
 // Tuning one problem in this process: rank the space's configs by predicted cost, time the chosen
 // candidates (top K plus the default, or all in thorough mode), and pick the winner with the margin
-// rule. Every step is logged: info for the outcome, debug for each config's timing, warning for a
-// config that failed (it is excluded).
+// rule. A plan with a single candidate (one valid config, or top_k 1 landing on the default) is
+// decided without timing. Every step is logged: info for the outcome, debug for each config's timing,
+// warning for a config that failed (it is excluded).
 #pragma once
 #include <string>
 #include <vector>

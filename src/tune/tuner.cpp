@@ -13,9 +13,9 @@ namespace attnkit::tune {
 using detail::log_message;
 using detail::LogLevel;
 
-Tuner::Tuner(TunerOptions options) : options_(std::move(options)) {
+Tuner::Tuner(TunerOptions options) : options_(std::move(options)), cache_dir_(options_.settings.cache_dir) {
   if (options_.registry == nullptr) options_.registry = &builtin_config_spaces();
-  if (options_.settings.mode != TuneMode::off && !options_.settings.cache_dir.empty()) load_disk_cache();
+  if (options_.settings.mode != TuneMode::off && !cache_dir_.empty()) load_disk_cache();
 }
 
 const ConfigSpace& Tuner::space_for(TuneOp op) const {
@@ -27,13 +27,28 @@ const ConfigSpace& Tuner::space_for(TuneOp op) const {
   return *space;
 }
 
-bool Tuner::may_benchmark(TuneOp op, const Runner* runner) const {
-  const auto& s = options_.settings;
+bool Tuner::may_benchmark(const TunerSettings& s, TuneOp op, const Runner* runner) {
   return runner != nullptr && s.mode == TuneMode::on && !s.deterministic && s.enabled(op);
 }
 
+TunerSettings Tuner::settings() const {
+  std::lock_guard lock(settings_mutex_);
+  return options_.settings;
+}
+
+void Tuner::update_settings(const TunerSettings& settings) {
+  std::lock_guard lock(settings_mutex_);
+  if (settings.mode != options_.settings.mode || settings.cache_dir != options_.settings.cache_dir) {
+    throw Error(Status::invalid_argument, "tuner: update_settings cannot change the mode ('" +
+                                              std::string(mode_name(options_.settings.mode)) + "' -> '" +
+                                              std::string(mode_name(settings.mode)) +
+                                              "') or the cache folder; allowed: build a new Tuner");
+  }
+  options_.settings = settings;
+}
+
 void Tuner::load_disk_cache() {
-  const std::filesystem::path file = cache_file_path(options_.settings.cache_dir, options_.device);
+  const std::filesystem::path file = cache_file_path(cache_dir_, options_.device);
   CacheLoad load = read_cache_file(file, &options_.device);
   cache_problems_ = load.problems;
   for (const auto& record : load.contents.winners) {
@@ -75,7 +90,8 @@ const Config* Tuner::default_choice(const ProblemKey& key) {
 
 TuneChoice Tuner::choose(const ProblemKey& key, Runner* runner, bool capturing) {
   if (const Config* config = winners_.find(key)) return {config, ChoiceSource::cached};
-  if (options_.settings.mode == TuneMode::off || capturing) return {default_choice(key), ChoiceSource::default_config};
+  const TunerSettings settings = this->settings();
+  if (settings.mode == TuneMode::off || capturing) return {default_choice(key), ChoiceSource::default_config};
   const ConfigSpace& space = space_for(key.spec.op);
 
   if (grouped()) {
@@ -85,10 +101,10 @@ TuneChoice Tuner::choose(const ProblemKey& key, Runner* runner, bool capturing) 
     inputs.space = &space;
     inputs.key = &key;
     inputs.limits = &options_.limits;
-    inputs.settings = &options_.settings;
+    inputs.settings = &settings;
     const auto disk = disk_winners_.find(key.text);
     inputs.cached_winner = disk == disk_winners_.end() ? nullptr : disk->second;
-    inputs.may_benchmark = may_benchmark(key.spec.op, runner);
+    inputs.may_benchmark = may_benchmark(settings, key.spec.op, runner);
     inputs.runner = runner;
     const TuneOutcome outcome = agree_on_config(*options_.group, options_.agreement, inputs);
     const Config* config = resolve(space, key, outcome.winner);
@@ -97,10 +113,10 @@ TuneChoice Tuner::choose(const ProblemKey& key, Runner* runner, bool capturing) 
     return {config, outcome.source};
   }
 
-  if (!may_benchmark(key.spec.op, runner)) return {default_choice(key), ChoiceSource::default_config};
+  if (!may_benchmark(settings, key.spec.op, runner)) return {default_choice(key), ChoiceSource::default_config};
   std::lock_guard lock(tuning_mutex_);
   if (const Config* config = winners_.find(key)) return {config, ChoiceSource::cached};
-  const TuneOutcome outcome = tune_locally(space, key, options_.limits, options_.settings, *runner);
+  const TuneOutcome outcome = tune_locally(space, key, options_.limits, settings, *runner);
   const Config* config = resolve(space, key, outcome.winner);
   winners_.insert(key, config);
   persist(key, outcome);
@@ -118,20 +134,20 @@ TuneOutcome Tuner::tune(const ProblemKey& key, Runner& runner, bool force) {
     }
   }
   const ConfigSpace& space = space_for(key.spec.op);
-  TuneOutcome outcome = tune_locally(space, key, options_.limits, options_.settings, runner);
+  TuneOutcome outcome = tune_locally(space, key, options_.limits, settings(), runner);
   winners_.insert(key, resolve(space, key, outcome.winner));
   persist(key, outcome);
   return outcome;
 }
 
 void Tuner::persist(const ProblemKey& key, const TuneOutcome& outcome) {
-  if (options_.settings.cache_dir.empty()) return;
+  if (cache_dir_.empty()) return;
   const int64_t now = now_unix_ms();
   CacheContents additions;
   additions.device = options_.device;
   for (const auto& timing : outcome.timings) additions.timings.push_back(timing_record(key.text, timing, now));
   additions.winners.push_back({key.text, outcome.winner, now});
-  const std::filesystem::path file = cache_file_path(options_.settings.cache_dir, options_.device);
+  const std::filesystem::path file = cache_file_path(cache_dir_, options_.device);
   const std::string error = merge_into_cache_file(file, additions);
   if (!error.empty()) {
     log_message(LogLevel::warning, "tune cache: cannot save the result for [" + key.text + "]: " + error);

@@ -57,7 +57,12 @@ class Tuner {
   // The config used without tuning. Pure function of the key and the device limits.
   const Config* default_choice(const ProblemKey& key);
 
-  const TunerSettings& settings() const { return options_.settings; }
+  // A copy: settings can be replaced while other threads choose.
+  TunerSettings settings() const;
+  // Replaces the settings that do not decide what is loaded (steps, toggles, thoroughness, ...).
+  // Throws Error(invalid_argument) when `settings` changes the mode or the cache folder: those need a
+  // new Tuner (process_tuners.hpp rebuilds it).
+  void update_settings(const TunerSettings& settings);
   const DeviceKey& device() const { return options_.device; }
   const DeviceLimits& limits() const { return options_.limits; }
   const ConfigSpaceRegistry& registry() const { return *options_.registry; }
@@ -67,15 +72,17 @@ class Tuner {
 
  private:
   const ConfigSpace& space_for(TuneOp op) const;
-  bool may_benchmark(TuneOp op, const Runner* runner) const;
+  static bool may_benchmark(const TunerSettings& settings, TuneOp op, const Runner* runner);
   bool grouped() const { return options_.group != nullptr && options_.group->size() > 1; }
   void load_disk_cache();
   void persist(const ProblemKey& key, const TuneOutcome& outcome);
   const Config* resolve(const ConfigSpace& space, const ProblemKey& key, const std::string& id);
 
-  TunerOptions options_;
-  DecisionCache winners_;   // final choices; in a group, only ever filled by agreement
-  DecisionCache defaults_;  // defaults memoised while tuning was not allowed; never shadow a later tuning
+  TunerOptions options_;  // options_.settings is guarded by settings_mutex_
+  mutable std::mutex settings_mutex_;
+  const std::string cache_dir_;  // fixed for the tuner's life, read without the lock
+  DecisionCache winners_;        // final choices; in a group, only ever filled by agreement
+  DecisionCache defaults_;       // defaults memoised while tuning was not allowed; never shadow a later tuning
   std::unordered_map<std::string, const Config*> disk_winners_;  // by problem text
   std::vector<std::string> cache_problems_;
   std::mutex tuning_mutex_;  // one tuning (or agreement) at a time

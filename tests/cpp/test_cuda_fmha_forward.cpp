@@ -24,6 +24,7 @@
 #include "attnkit/error.hpp"
 #include "core/float_convert.hpp"
 #include "core/neighborhood_window.hpp"
+#include "cuda_test_support.hpp"
 #include "test_support.hpp"
 
 #if defined(ATTNKIT_WITH_CUDA)
@@ -43,99 +44,11 @@ TEST(CudaFmhaForward, SkipsWithoutCuda) {
 
 #else
 
-// --- device memory and tensors -----------------------------------------------------------------
-
-void expect_cuda(cudaError_t status, const char* what) {
-  ASSERT_EQ(status, cudaSuccess) << what << ": " << cudaGetErrorString(status);
-}
-
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(std::size_t bytes) {
-    if (cudaMalloc(&data_, std::max<std::size_t>(bytes, 16)) != cudaSuccess) data_ = nullptr;
-  }
-  ~DeviceBuffer() {
-    if (data_ != nullptr) cudaFree(data_);
-  }
-  DeviceBuffer(DeviceBuffer&& other) noexcept : data_(other.data_) { other.data_ = nullptr; }
-  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
-    std::swap(data_, other.data_);
-    return *this;
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  void* data() const { return data_; }
-
- private:
-  void* data_ = nullptr;
-};
-
-// A logical view into a padded, 16-byte aligned buffer, on the host and on the device. Padding keeps
-// every stride a multiple of 8 elements when the padded extents are; the view starts at the buffer start.
-struct TestTensor {
-  test::HostTensor buffer;  // the whole padded buffer (contiguous)
-  TensorView host;          // the logical view into buffer
-  DeviceBuffer device_memory;
-  TensorView device;
-  std::size_t bytes = 0;
-
-  static TestTensor make(DType dtype, const std::vector<int64_t>& extents, const std::vector<int64_t>& padding) {
-    TestTensor t;
-    std::vector<int64_t> padded = extents;
-    for (std::size_t d = 0; d < extents.size(); ++d) padded[d] += padding[d];
-    t.buffer = test::HostTensor::contiguous(dtype, padded);
-    t.host = t.buffer.view;
-    for (std::size_t d = 0; d < extents.size(); ++d) t.host.extents[d] = extents[d];
-    t.bytes = t.buffer.storage.size();
-    t.device_memory = DeviceBuffer(t.bytes);
-    t.device = t.host;
-    t.device.data = t.device_memory.data();
-    t.device.device = Device{DeviceType::cuda, 0};
-    return t;
-  }
-  void upload() const {
-    expect_cuda(cudaMemcpy(device.data, buffer.view.data, bytes, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
-  }
-  void download() {
-    expect_cuda(cudaMemcpy(buffer.view.data, device.data, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
-  }
-  // Every element of the buffer outside the view (padding) is still NaN.
-  bool padding_untouched() const {
-    std::vector<char> in_view(static_cast<std::size_t>(buffer.view.numel()), 0);
-    test::for_each_offset(host, [&](int64_t off) { in_view[static_cast<std::size_t>(off)] = 1; });
-    for (std::size_t i = 0; i < in_view.size(); ++i) {
-      if (!in_view[i] &&
-          !std::isnan(detail::load_as_double(buffer.view.data, buffer.view.dtype, static_cast<int64_t>(i)))) {
-        return false;
-      }
-    }
-    return true;
-  }
-};
-
-// An fp32 copy of a host tensor's whole buffer with the same strides (the oracle's input).
-test::HostTensor widen_to_f32(const TestTensor& t, TensorView& view) {
-  const TensorView& whole = t.buffer.view;
-  std::vector<int64_t> extents(whole.extents.begin(), whole.extents.begin() + whole.rank);
-  test::HostTensor wide = test::HostTensor::contiguous(DType::f32, extents);
-  auto* out = static_cast<float*>(wide.view.data);
-  for (int64_t i = 0; i < whole.numel(); ++i)
-    out[i] = static_cast<float>(detail::load_as_double(whole.data, whole.dtype, i));
-  view = t.host;
-  view.dtype = DType::f32;
-  view.data = wide.view.data;
-  return wide;
-}
-
-bool cuda_device_present() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return count > 0;
-}
+using test::cuda_device_present;
+using test::DeviceBuffer;
+using test::expect_cuda;
+using test::TestTensor;
+using test::widen_to_f32;
 
 // --- one case: problem description, run on both backends, compare ---------------------------
 

@@ -24,6 +24,16 @@ TEST(TuneSelection, PicksTheTrulyFastestConfigFromInjectedTimings) {
   EXPECT_EQ(choice.source, ChoiceSource::tuned);
 }
 
+TEST(TuneSelection, ASingleCandidateIsChosenWithoutTiming) {
+  const auto registry = testing::scripted_registry({10});
+  Tuner tuner(testing::test_options(registry, testing::fast_settings(TuneMode::on)));
+  ScriptedRunner runner({{"c0", 100}});
+  const TuneChoice choice = tuner.choose(make_problem_key(testing::test_problem()), &runner);
+  EXPECT_EQ(choice.config->id, "c0");
+  EXPECT_EQ(choice.source, ChoiceSource::tuned);
+  EXPECT_EQ(runner.total_calls(), 0);
+}
+
 TEST(TuneSelection, MarginKeepsTheDefaultWhenTheGainIsSmall) {
   const auto registry = testing::scripted_registry({10, 20, 30});  // default: c0, the cheapest predicted
   Tuner tuner(testing::test_options(registry, testing::fast_settings(TuneMode::on)));

@@ -1,6 +1,7 @@
 #include "cuda/fmha/fmha_configs.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 
 #include "cuda/fmha/fmha_instances.hpp"
@@ -10,8 +11,8 @@ namespace attnkit::cuda::fmha {
 const std::vector<FmhaKernel>& fmha_forward_kernels() {
   static const std::vector<FmhaKernel> kernels = [] {
     std::vector<FmhaKernel> list;
-#define ATTNKIT_FMHA_REGISTER_KERNEL(dtype, head_dim, policy) \
-  list.push_back(fmha_kernel_##dtype##_d##head_dim##_##policy());
+#define ATTNKIT_FMHA_REGISTER_KERNEL(dtype, head_dim, m, n, w, policy) \
+  list.push_back(fmha_kernel_##dtype##_d##head_dim##_m##m##n##n##w##w##_##policy());
     ATTNKIT_FMHA_KERNELS(ATTNKIT_FMHA_REGISTER_KERNEL)
 #undef ATTNKIT_FMHA_REGISTER_KERNEL
     return list;
@@ -44,6 +45,16 @@ int fmha_compiled_width(DType dtype, int64_t head_dim, int64_t head_dim_v) {
 const FmhaKernel* fmha_default_kernel(DType dtype, int64_t head_dim, int64_t head_dim_v, FmhaPolicyKind policy,
                                       int max_shared_bytes_optin) {
   const int width = fmha_compiled_width(dtype, head_dim, head_dim_v);
+  // ATTNKIT_FMHA_CONFIG=<config name> (benchmarks, config sweeps) forces a registry entry when it can
+  // run the call.
+  if (const char* forced = std::getenv("ATTNKIT_FMHA_CONFIG"); forced != nullptr && *forced != '\0') {
+    for (const auto& k : fmha_forward_kernels()) {
+      if (k.config.dtype == dtype && k.config.head_dim == width && k.config.policy == policy &&
+          fmha_config_fits(k.config, max_shared_bytes_optin) && fmha_config_name(k.config) == forced) {
+        return &k;
+      }
+    }
+  }
   for (const auto& k : fmha_forward_kernels()) {
     if (k.config.dtype == dtype && k.config.head_dim == width && k.config.policy == policy &&
         fmha_config_fits(k.config, max_shared_bytes_optin)) {
@@ -53,11 +64,11 @@ const FmhaKernel* fmha_default_kernel(DType dtype, int64_t head_dim, int64_t hea
   return nullptr;
 }
 
-std::string fmha_compiled_summary() {
+std::string compiled_widths_summary(const std::vector<std::pair<DType, int>>& kernels) {
   std::map<std::string, std::vector<int>> widths;
-  for (const auto& k : fmha_forward_kernels()) {
-    auto& list = widths[std::string(dtype_name(k.config.dtype))];
-    if (std::find(list.begin(), list.end(), k.config.head_dim) == list.end()) list.push_back(k.config.head_dim);
+  for (const auto& [dtype, head_dim] : kernels) {
+    auto& list = widths[std::string(dtype_name(dtype))];
+    if (std::find(list.begin(), list.end(), head_dim) == list.end()) list.push_back(head_dim);
   }
   std::string text;
   for (auto& [name, list] : widths) {
@@ -68,6 +79,12 @@ std::string fmha_compiled_summary() {
     text += "}";
   }
   return text.empty() ? "none" : text;
+}
+
+std::string fmha_compiled_summary() {
+  std::vector<std::pair<DType, int>> kernels;
+  for (const auto& k : fmha_forward_kernels()) kernels.emplace_back(k.config.dtype, k.config.head_dim);
+  return compiled_widths_summary(kernels);
 }
 
 }  // namespace attnkit::cuda::fmha

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attnkit/dtype.hpp"
@@ -35,9 +36,16 @@ struct FmhaLaunch {
   TileListBuildParams tile_list{};
 };
 
+// Caller-provided scratch (RunOptions::workspace); data == nullptr: the launcher allocates stream-ordered.
+struct FmhaWorkspace {
+  void* data = nullptr;
+  int64_t bytes = 0;
+};
+
 struct FmhaKernel {
   FmhaConfig config;
-  void (*launch)(const FmhaLaunch& launch, cudaStream_t stream);
+  void (*launch)(const FmhaLaunch& launch, FmhaWorkspace workspace, cudaStream_t stream);
+  int64_t (*workspace_bytes)(const FmhaLaunch& launch);  // 0 for box policies
 };
 
 const std::vector<FmhaKernel>& fmha_forward_kernels();
@@ -56,6 +64,8 @@ const FmhaKernel* fmha_default_kernel(DType dtype, int64_t head_dim, int64_t hea
                                       int max_shared_bytes_optin);
 
 // "float16 {64, 128}, bfloat16 {64, 128}": what this build can run, for error messages and skips.
+// "bf16 {64, 128}, f16 {64, 128}": the compiled head-dim widths per dtype of a kernel list.
+std::string compiled_widths_summary(const std::vector<std::pair<DType, int>>& kernels);
 std::string fmha_compiled_summary();
 
 }  // namespace attnkit::cuda::fmha

@@ -9,6 +9,7 @@
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/fmha/fmha_arguments.hpp"
 #include "cuda/fmha/fmha_configs.hpp"
+#include "cuda/tune/fmha_forward_selection.hpp"
 
 namespace attnkit::cuda::fmha {
 namespace {
@@ -30,12 +31,11 @@ DeviceLimits device_limits(int device) {
   return limits;
 }
 
-}  // namespace
-
-void run_forward(const AttentionForward& problem, const detail::AttentionShape& shape, const RunOptions& options) {
+// The kernel a forward call runs with: checks the device and picks the config (the tuner's choice).
+const FmhaKernel& forward_kernel(const AttentionForward& problem, const detail::AttentionShape& shape,
+                                 const RunOptions& options) {
   check_forward_supported(problem, shape);
   const int device = problem.q.device.index;
-  const DeviceGuard guard(device);
   const DeviceLimits limits = device_limits(device);
   if (limits.compute_capability < 80) {
     throw Error(Status::unsupported, "q.device: cuda:" + std::to_string(device) + " has compute capability " +
@@ -46,7 +46,7 @@ void run_forward(const AttentionForward& problem, const detail::AttentionShape& 
   }
   const FmhaPolicyKind policy = fmha_policy_for(problem.mask.kind);
   const FmhaKernel* kernel =
-      fmha_default_kernel(problem.q.dtype, shape.head_dim, shape.head_dim_v, policy, limits.max_shared_bytes_optin);
+      select_forward_kernel(problem, shape, options, device, limits.max_shared_bytes_optin).kernel;
   if (kernel == nullptr) {
     throw Error(Status::unsupported,
                 "head_dim: no compiled " + std::string(fmha_policy_name(policy)) + " kernel for " +
@@ -55,8 +55,24 @@ void run_forward(const AttentionForward& problem, const detail::AttentionShape& 
                     " fits cuda:" + std::to_string(device) + " (" + std::to_string(limits.max_shared_bytes_optin) +
                     " bytes of shared memory per block); compiled: " + fmha_compiled_summary());
   }
-  const FmhaLaunch launch = make_forward_launch(problem, shape, kernel->config);
-  kernel->launch(launch, static_cast<cudaStream_t>(options.stream));
+  return *kernel;
+}
+
+}  // namespace
+
+void run_forward(const AttentionForward& problem, const detail::AttentionShape& shape, const RunOptions& options) {
+  const DeviceGuard guard(problem.q.device.index);
+  const FmhaKernel& kernel = forward_kernel(problem, shape, options);
+  const FmhaLaunch launch = make_forward_launch(problem, shape, kernel.config);
+  kernel.launch(launch, FmhaWorkspace{options.workspace, options.workspace_bytes},
+                static_cast<cudaStream_t>(options.stream));
+}
+
+int64_t forward_workspace_size(const AttentionForward& problem, const detail::AttentionShape& shape,
+                               const RunOptions& options) {
+  const DeviceGuard guard(problem.q.device.index);
+  const FmhaKernel& kernel = forward_kernel(problem, shape, options);
+  return kernel.workspace_bytes(make_forward_launch(problem, shape, kernel.config));
 }
 
 }  // namespace attnkit::cuda::fmha

@@ -7,5 +7,8 @@
 namespace attnkit::cuda::fmha {
 
 void run_forward(const AttentionForward& problem, const detail::AttentionShape& shape, const RunOptions& options);
+// Bytes of RunOptions::workspace the forward uses (tile-list masks: classified and compacted tiles).
+int64_t forward_workspace_size(const AttentionForward& problem, const detail::AttentionShape& shape,
+                               const RunOptions& options);
 
 }  // namespace attnkit::cuda::fmha

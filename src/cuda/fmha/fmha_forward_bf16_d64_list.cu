@@ -1,7 +1,5 @@
-// Forward kernel instantiation: bf16, head dim 64, list policy (block and element masks).
+// Forward kernel instantiation: bf16, head dim 64, list policy, 128x64 tiles, 4 warps (block and element masks).
 #include "cuda/fmha/fmha_instances.hpp"
 
-#if ATTNKIT_FMHA_HEAD_DIM_COMPILED(64)
 #include "cuda/fmha/fmha_launch.cuh"
-ATTNKIT_FMHA_DEFINE_KERNEL(bf16, 64, list)
-#endif
+ATTNKIT_FMHA_DEFINE_KERNEL(bf16, 64, 128, 64, 4, list)

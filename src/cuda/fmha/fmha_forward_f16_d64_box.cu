@@ -1,7 +1,6 @@
-// Forward kernel instantiation: f16, head dim 64, box policy (none, causal and neighborhood masks).
+// Forward kernel instantiation: f16, head dim 64, box policy, 128x64 tiles, 4 warps (none, causal and neighborhood
+// masks).
 #include "cuda/fmha/fmha_instances.hpp"
 
-#if ATTNKIT_FMHA_HEAD_DIM_COMPILED(64)
 #include "cuda/fmha/fmha_launch.cuh"
-ATTNKIT_FMHA_DEFINE_KERNEL(f16, 64, box)
-#endif
+ATTNKIT_FMHA_DEFINE_KERNEL(f16, 64, 128, 64, 4, box)

@@ -21,7 +21,8 @@
 namespace attnkit::cuda::fmha {
 
 template <class Traits, class Policy>
-__global__ void __launch_bounds__(Traits::kThreads, 2) fmha_forward_kernel(const __grid_constant__ FmhaParams p) {
+__global__ void __launch_bounds__(Traits::kThreads, Traits::kMinCtasPerSm)
+    fmha_forward_kernel(const __grid_constant__ FmhaParams p) {
   using namespace cute;
   using Element = typename Traits::Element;
   extern __shared__ __align__(128) char smem[];

@@ -23,25 +23,47 @@
 
 namespace attnkit::cuda::fmha {
 
-// Tile shape per compiled head dim (one config each; the registry can hold more).
-template <int HeadDim>
-struct DefaultTileShape {
-  static constexpr int kBlockM = HeadDim <= 128 ? 128 : 64;
-  static constexpr int kBlockN = 64;
-  static constexpr int kWarps = 4;
-};
-
 inline int64_t round_up_bytes(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 
-// Allocates the workspace, runs the preprocessing and fills launch.params.list. Returns the workspace
-// (to be freed on `stream` after the main kernel).
+// Byte sizes of the tile-list workspace's parts (each 256-byte aligned), with the tile counts filled in.
+struct TileListWorkspaceLayout {
+  int64_t classes = 0, entries = 0, counts = 0, bits = 0;
+  int64_t total() const { return classes + entries + counts + bits; }
+};
+
 template <class Traits>
-void* build_tile_lists(FmhaLaunch& launch, cudaStream_t stream) {
-  TileListBuildParams& b = launch.tile_list;
+TileListWorkspaceLayout tile_list_workspace_layout(TileListBuildParams& b) {
   b.q_tiles = static_cast<int32_t>((b.seq_q + Traits::kBlockM - 1) / Traits::kBlockM);
   b.kv_tiles = static_cast<int32_t>((b.seq_k + Traits::kBlockN - 1) / Traits::kBlockN);
   b.blocks_align_with_tiles =
       b.kind == TileMaskKind::block && b.block_q % Traits::kBlockM == 0 && b.block_k % Traits::kBlockN == 0;
+  const int64_t mask_bh = static_cast<int64_t>(b.mask_batch) * b.mask_heads;
+  const int64_t tiles = mask_bh * b.q_tiles * b.kv_tiles;
+  TileListWorkspaceLayout layout;
+  layout.classes = round_up_bytes(tiles);
+  layout.entries = round_up_bytes(tiles * 4);
+  layout.counts = round_up_bytes(mask_bh * b.q_tiles * 4);
+  layout.bits = b.blocks_align_with_tiles ? 0 : round_up_bytes(tiles * Traits::kBitWords * Traits::kThreads * 4);
+  return layout;
+}
+
+template <class Traits, template <class> class PolicyTemplate>
+int64_t fmha_workspace_bytes(const FmhaLaunch& request) {
+  if constexpr (std::is_same_v<PolicyTemplate<Traits>, TileListPolicy<Traits>>) {
+    TileListBuildParams b = request.tile_list;
+    return tile_list_workspace_layout<Traits>(b).total();
+  } else {
+    return 0;
+  }
+}
+
+// Runs the preprocessing into the caller's workspace (or a stream-ordered allocation) and fills
+// launch.params.list. Returns the memory the launcher allocated (to be freed on `stream` after the main
+// kernel), or nullptr when the caller's workspace was used.
+template <class Traits>
+void* build_tile_lists(FmhaLaunch& launch, FmhaWorkspace workspace, cudaStream_t stream) {
+  TileListBuildParams& b = launch.tile_list;
+  const TileListWorkspaceLayout layout = tile_list_workspace_layout<Traits>(b);
   const int64_t mask_bh = static_cast<int64_t>(b.mask_batch) * b.mask_heads;
   if (b.q_tiles > 65535 || mask_bh > 65535) {
     throw Error(Status::unsupported,
@@ -50,21 +72,25 @@ void* build_tile_lists(FmhaLaunch& launch, cudaStream_t stream) {
                     "length up to " +
                     std::to_string(65535 * Traits::kBlockM) + ")");
   }
-  const int64_t tiles = mask_bh * b.q_tiles * b.kv_tiles;
-  const bool needs_bits = !b.blocks_align_with_tiles;
-  const int64_t classes_bytes = round_up_bytes(tiles);
-  const int64_t entries_bytes = round_up_bytes(tiles * 4);
-  const int64_t counts_bytes = round_up_bytes(mask_bh * b.q_tiles * 4);
-  const int64_t bits_bytes = needs_bits ? tiles * Traits::kBitWords * Traits::kThreads * 4 : 0;
   void* memory = nullptr;
-  check_cuda(
-      cudaMallocAsync(&memory, static_cast<size_t>(classes_bytes + entries_bytes + counts_bytes + bits_bytes), stream),
-      "cudaMallocAsync (tile-list workspace)");
-  char* base = static_cast<char*>(memory);
+  char* base = nullptr;
+  if (workspace.data != nullptr) {
+    if (workspace.bytes < layout.total()) {
+      throw Error(Status::invalid_argument,
+                  "options.workspace_bytes: " + std::to_string(workspace.bytes) + " bytes for a mask that needs " +
+                      std::to_string(layout.total()) +
+                      "; allowed: at least attention_forward_workspace_size() bytes, or no workspace");
+    }
+    base = static_cast<char*>(workspace.data);
+  } else {
+    check_cuda(cudaMallocAsync(&memory, static_cast<size_t>(layout.total()), stream),
+               "cudaMallocAsync (tile-list workspace)");
+    base = static_cast<char*>(memory);
+  }
   b.classes = reinterpret_cast<uint8_t*>(base);
-  b.entries = reinterpret_cast<uint32_t*>(base + classes_bytes);
-  b.counts = reinterpret_cast<int32_t*>(base + classes_bytes + entries_bytes);
-  b.bits = needs_bits ? reinterpret_cast<uint32_t*>(base + classes_bytes + entries_bytes + counts_bytes) : nullptr;
+  b.entries = reinterpret_cast<uint32_t*>(base + layout.classes);
+  b.counts = reinterpret_cast<int32_t*>(base + layout.classes + layout.entries);
+  b.bits = layout.bits ? reinterpret_cast<uint32_t*>(base + layout.classes + layout.entries + layout.counts) : nullptr;
 
   classify_tiles_kernel<Traits>
       <<<dim3(b.kv_tiles, b.q_tiles, static_cast<unsigned>(mask_bh)), Traits::kThreads, 0, stream>>>(b);
@@ -74,7 +100,7 @@ void* build_tile_lists(FmhaLaunch& launch, cudaStream_t stream) {
     status = cudaGetLastError();
   }
   if (status != cudaSuccess) {
-    cudaFreeAsync(memory, stream);
+    if (memory != nullptr) cudaFreeAsync(memory, stream);
     throw_cuda_error(status, "tile-list preprocessing launch");
   }
 
@@ -90,11 +116,13 @@ void* build_tile_lists(FmhaLaunch& launch, cudaStream_t stream) {
 }
 
 template <class Traits, template <class> class PolicyTemplate>
-void launch_fmha_forward(const FmhaLaunch& request, cudaStream_t stream) {
+void launch_fmha_forward(const FmhaLaunch& request, FmhaWorkspace caller_workspace, cudaStream_t stream) {
   using Policy = PolicyTemplate<Traits>;
   FmhaLaunch launch = request;
   void* workspace = nullptr;
-  if constexpr (std::is_same_v<Policy, TileListPolicy<Traits>>) workspace = build_tile_lists<Traits>(launch, stream);
+  if constexpr (std::is_same_v<Policy, TileListPolicy<Traits>>) {
+    workspace = build_tile_lists<Traits>(launch, caller_workspace, stream);
+  }
 
   auto* kernel = &fmha_forward_kernel<Traits, Policy>;
   cudaError_t status = cudaSuccess;
@@ -113,10 +141,9 @@ void launch_fmha_forward(const FmhaLaunch& request, cudaStream_t stream) {
   check_cuda(status, "fused attention forward kernel launch");
 }
 
-template <class Element, int HeadDim, template <class> class PolicyTemplate>
+template <class Element, int HeadDim, int BlockM, int BlockN, int Warps, template <class> class PolicyTemplate>
 FmhaKernel make_fmha_kernel(DType dtype, FmhaPolicyKind policy) {
-  using Shape = DefaultTileShape<HeadDim>;
-  using Traits = FmhaTraits<Element, HeadDim, Shape::kBlockM, Shape::kBlockN, Shape::kWarps>;
+  using Traits = FmhaTraits<Element, HeadDim, BlockM, BlockN, Warps>;
   // fp32 accumulators of O and S, the fp16/bf16 P operand, plus addressing and softmax state.
   constexpr int kAccumulators =
       (Traits::kBlockM * Traits::kHeadDim + Traits::kBlockM * Traits::kBlockN) / Traits::kThreads;
@@ -131,7 +158,8 @@ FmhaKernel make_fmha_kernel(DType dtype, FmhaPolicyKind policy) {
   config.smem_bytes = Traits::kSmemBytes;
   config.registers_estimate = kEstimate < 255 ? kEstimate : 255;
   config.policy = policy;
-  return FmhaKernel{config, &launch_fmha_forward<Traits, PolicyTemplate>};
+  return FmhaKernel{config, &launch_fmha_forward<Traits, PolicyTemplate>,
+                    &fmha_workspace_bytes<Traits, PolicyTemplate>};
 }
 
 }  // namespace attnkit::cuda::fmha
@@ -143,10 +171,11 @@ FmhaKernel make_fmha_kernel(DType dtype, FmhaPolicyKind policy) {
 #define ATTNKIT_FMHA_POLICY_KIND_box FmhaPolicyKind::box
 #define ATTNKIT_FMHA_POLICY_KIND_list FmhaPolicyKind::tile_list
 
-#define ATTNKIT_FMHA_DEFINE_KERNEL(dtype, head_dim, policy)                                        \
-  namespace attnkit::cuda::fmha {                                                                  \
-  FmhaKernel fmha_kernel_##dtype##_d##head_dim##_##policy() {                                      \
-    return make_fmha_kernel<ATTNKIT_FMHA_ELEMENT_##dtype, head_dim, ATTNKIT_FMHA_POLICY_##policy>( \
-        DType::dtype, ATTNKIT_FMHA_POLICY_KIND_##policy);                                          \
-  }                                                                                                \
+// One registry entry: dtype, compiled head dim, tile (BlockM x BlockN, warps), mask policy.
+#define ATTNKIT_FMHA_DEFINE_KERNEL(dtype, head_dim, m, n, w, policy)                                        \
+  namespace attnkit::cuda::fmha {                                                                           \
+  FmhaKernel fmha_kernel_##dtype##_d##head_dim##_m##m##n##n##w##w##_##policy() {                            \
+    return make_fmha_kernel<ATTNKIT_FMHA_ELEMENT_##dtype, head_dim, m, n, w, ATTNKIT_FMHA_POLICY_##policy>( \
+        DType::dtype, ATTNKIT_FMHA_POLICY_KIND_##policy);                                                   \
+  }                                                                                                         \
   }

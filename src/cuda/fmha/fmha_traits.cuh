@@ -27,6 +27,12 @@ struct FmhaTraits {
   static constexpr int kBlockN = BlockN_;
   static constexpr int kWarps = Warps_;
   static constexpr int kThreads = kWarps * 32;
+  // CTAs per SM the register budget is cut for: 32 query rows per warp need ~255 registers per thread
+  // (two CTAs of four warps fill the 64K registers), 16 rows per warp fit in ~168.
+  static constexpr int kRowsPerWarp = kBlockM / kWarps;
+  static constexpr int kMinCtasPerSm = ((kRowsPerWarp >= 32 ? 8 : 12) / kWarps) > 0
+                                           ? (kRowsPerWarp >= 32 ? 8 : 12) / kWarps
+                                           : 1;
   static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0 && kBlockM % (16 * kWarps) == 0, "tile shape");
 
   using MmaOp = std::conditional_t<std::is_same_v<Element, cutlass::half_t>, cute::SM80_16x8x16_F32F16F16F32_TN,

@@ -1,0 +1,93 @@
+"""MaskSpec: the attention mask as the op arguments that describe it, built from the functional
+API's keywords with Python-side checks of their types (the library checks their values)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional, Sequence
+
+import torch
+
+from . import _capi
+
+_ALIGNMENTS = {"top_left": _capi.ATTNKIT_CAUSAL_TOP_LEFT, "bottom_right": _capi.ATTNKIT_CAUSAL_BOTTOM_RIGHT}
+
+
+class MaskSpec(NamedTuple):
+    block_mask: Optional[torch.Tensor] = None
+    element_mask: Optional[torch.Tensor] = None
+    kind: int = _capi.ATTNKIT_MASK_NONE
+    causal_alignment: int = _capi.ATTNKIT_CAUSAL_TOP_LEFT
+    kernel_size: Sequence[int] = ()
+    dilation: Sequence[int] = ()
+    stride: Sequence[int] = ()
+    causal: Sequence[bool] = ()
+    block_q: int = 0
+    block_k: int = 0
+
+    def op_args(self) -> tuple:
+        return (self.block_mask, self.element_mask, self.kind, self.causal_alignment, list(self.kernel_size),
+                list(self.dilation), list(self.stride), list(self.causal), self.block_q, self.block_k)
+
+
+def per_dim(value, dims: int, name: str, kind=int) -> list:
+    """An int (bool) for every dimension, or a sequence of exactly `dims` of them."""
+    if isinstance(value, (list, tuple, torch.Size)):
+        if len(value) != dims:
+            raise ValueError(f"{name}: {tuple(value)} has {len(value)} entries; allowed: one int or {dims} entries, "
+                             f"one per token dimension")
+        values = list(value)
+    else:
+        values = [value] * dims
+    for v in values:
+        if kind is bool:
+            if not isinstance(v, bool):
+                raise TypeError(f"{name}: {value!r}; allowed: a bool or a tuple of {dims} bools")
+        elif isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError(f"{name}: {value!r}; allowed: an int or a tuple of {dims} ints")
+    return [kind(v) for v in values]
+
+
+def check_bool_mask(mask, name: str) -> torch.Tensor:
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"{name}: {type(mask).__name__}; allowed: a torch.bool tensor")
+    if mask.dtype != torch.bool:
+        raise TypeError(f"{name}: dtype {mask.dtype}; allowed: torch.bool (True = attend)")
+    return mask
+
+
+def dense(is_causal: bool = False, causal_alignment: str = "top_left") -> MaskSpec:
+    if not isinstance(is_causal, bool):
+        raise TypeError(f"is_causal: {is_causal!r}; allowed: True or False")
+    if causal_alignment not in _ALIGNMENTS:
+        raise ValueError(f"causal_alignment: {causal_alignment!r}; allowed: 'top_left' (torch SDPA) or "
+                         f"'bottom_right' (FlashAttention >= 2.1)")
+    kind = _capi.ATTNKIT_MASK_CAUSAL if is_causal else _capi.ATTNKIT_MASK_NONE
+    return MaskSpec(kind=kind, causal_alignment=_ALIGNMENTS[causal_alignment])
+
+
+def element(mask) -> MaskSpec:
+    mask = check_bool_mask(mask, "mask")
+    if mask.dim() == 2:
+        mask = mask[None, None]
+    return MaskSpec(element_mask=mask, kind=_capi.ATTNKIT_MASK_ELEMENT)
+
+
+def block(block_mask, block_size) -> MaskSpec:
+    block_mask = check_bool_mask(block_mask, "block_mask")
+    if block_mask.dim() == 2:
+        block_mask = block_mask[None, None]
+    if block_size is None:
+        raise ValueError("block_size: None; allowed: an int or (block_q, block_k), the token extent of one "
+                         "block_mask entry")
+    block_q, block_k = per_dim(block_size, 2, "block_size")
+    return MaskSpec(block_mask=block_mask, kind=_capi.ATTNKIT_MASK_BLOCK, block_q=block_q, block_k=block_k)
+
+
+def neighborhood(dims: int, kernel_size, dilation, stride, is_causal) -> MaskSpec:
+    return MaskSpec(
+        kind=_capi.ATTNKIT_MASK_NEIGHBORHOOD,
+        kernel_size=per_dim(kernel_size, dims, "kernel_size"),
+        dilation=per_dim(dilation, dims, "dilation"),
+        stride=per_dim(stride, dims, "stride"),
+        causal=per_dim(is_causal, dims, "is_causal", kind=bool),
+    )

@@ -1,0 +1,141 @@
+"""The retention custom ops: attnkit::retention_forward and attnkit::retention_backward.
+
+The forward always writes the final state [B, H, Dk, Dv] (float32; float64 for float64 inputs):
+it is cheap next to the output and keeps the op's schema fixed; the functional API returns it
+only when asked. The normalised form (parallel only) has no state and returns an empty one. The backward takes the incoming gradients of the output and of the final state
+(either may be absent) and returns the gradients of q, k, v and of the initial state (an empty
+tensor when there was no initial state).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import List, Optional, Tuple
+
+import torch
+
+from . import _capi
+from . import _launch
+
+
+def state_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _state_shape(q: torch.Tensor, v: torch.Tensor):
+    return (q.shape[0], q.shape[2], q.shape[3], v.shape[3])
+
+
+def _final_state_shape(q: torch.Tensor, v: torch.Tensor, normalize: bool):
+    # The normalised form has no recurrent state: its "final state" is empty.
+    return (0,) if normalize else _state_shape(q, v)
+
+
+def _set_common(args, gamma, mode, chunk_size, normalize, scale):
+    """Fill the fields forward and backward args share; returns the gamma array to keep alive."""
+    gamma_array = None
+    if gamma is not None:
+        gamma_array = (ctypes.c_double * len(gamma))(*[float(g) for g in gamma])
+        args.gamma = ctypes.cast(gamma_array, ctypes.POINTER(ctypes.c_double))
+        args.gamma_count = len(gamma)
+    args.mode = mode
+    args.chunk_size = chunk_size
+    args.normalize = 1 if normalize else 0
+    if scale is not None:
+        args.has_scale = 1
+        args.scale = float(scale)
+    return gamma_array
+
+
+@torch.library.custom_op("attnkit::retention_forward", mutates_args=())
+def retention_forward(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, initial_state: Optional[torch.Tensor],
+    gamma: Optional[List[float]], mode: int, chunk_size: int, normalize: bool, scale: Optional[float],
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    lib = _launch.library()
+    device = _launch.check_device(lib, q, k, v, initial_state)
+    q, k, v, initial_state = (_launch.contiguous_last(t) for t in (q, k, v, initial_state))
+    out = torch.empty(q.shape[:-1] + v.shape[-1:], dtype=q.dtype, device=device)
+    final_state = torch.empty(_final_state_shape(q, v, normalize), dtype=state_dtype(q.dtype), device=device)
+    args = _capi.RetentionForwardArgs()
+    lib.attnkit_retention_forward_args_init(ctypes.byref(args))
+    args.q, args.k, args.v, args.out = (_launch.view(t) for t in (q, k, v, out))
+    args.initial_state = _launch.view(initial_state)
+    if not normalize:
+        args.final_state = _launch.view(final_state)
+    keep = _set_common(args, gamma, mode, chunk_size, normalize, scale)
+    with _launch.device_guard(device):
+        _launch.call(lib.attnkit_retention_forward, args, _launch.run_options(lib, device))
+    del keep
+    return out, final_state
+
+
+@retention_forward.register_fake
+def _(q, k, v, initial_state, gamma, mode, chunk_size, normalize, scale):
+    out = q.new_empty(q.shape[:-1] + v.shape[-1:])
+    final_state = q.new_empty(_final_state_shape(q, v, normalize), dtype=state_dtype(q.dtype))
+    return out, final_state
+
+
+@torch.library.custom_op("attnkit::retention_backward", mutates_args=())
+def retention_backward(
+    grad_out: Optional[torch.Tensor], grad_final_state: Optional[torch.Tensor],
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, initial_state: Optional[torch.Tensor],
+    gamma: Optional[List[float]], mode: int, chunk_size: int, normalize: bool, scale: Optional[float],
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    lib = _launch.library()
+    device = _launch.check_device(lib, q, k, v, initial_state, grad_out, grad_final_state)
+    q, k, v, initial_state = (_launch.contiguous_last(t) for t in (q, k, v, initial_state))
+    if grad_out is None:
+        grad_out = torch.zeros(q.shape[:-1] + v.shape[-1:], dtype=q.dtype, device=device)
+    grad_out = _launch.contiguous_last(grad_out.to(q.dtype))
+    if normalize:
+        grad_final_state = None
+    if grad_final_state is not None:
+        grad_final_state = _launch.contiguous_last(grad_final_state.to(state_dtype(q.dtype)))
+    grad_q = torch.empty(q.shape, dtype=q.dtype, device=device)
+    grad_k = torch.empty(k.shape, dtype=k.dtype, device=device)
+    grad_v = torch.empty(v.shape, dtype=v.dtype, device=device)
+    if initial_state is not None:
+        grad_initial_state = torch.empty(initial_state.shape, dtype=initial_state.dtype, device=device)
+    else:
+        grad_initial_state = torch.empty(0, dtype=state_dtype(q.dtype), device=device)
+    args = _capi.RetentionBackwardArgs()
+    lib.attnkit_retention_backward_args_init(ctypes.byref(args))
+    args.q, args.k, args.v, args.grad_out = (_launch.view(t) for t in (q, k, v, grad_out))
+    args.initial_state, args.grad_final_state = _launch.view(initial_state), _launch.view(grad_final_state)
+    args.grad_q, args.grad_k, args.grad_v = (_launch.view(t) for t in (grad_q, grad_k, grad_v))
+    if initial_state is not None:
+        args.grad_initial_state = _launch.view(grad_initial_state)
+    keep = _set_common(args, gamma, mode, chunk_size, normalize, scale)
+    with _launch.device_guard(device):
+        _launch.call(lib.attnkit_retention_backward, args, _launch.run_options(lib, device))
+    del keep
+    return grad_q, grad_k, grad_v, grad_initial_state
+
+
+@retention_backward.register_fake
+def _(grad_out, grad_final_state, q, k, v, initial_state, gamma, mode, chunk_size, normalize, scale):
+    if initial_state is not None:
+        grad_initial_state = initial_state.new_empty(initial_state.shape)
+    else:
+        grad_initial_state = q.new_empty((0,), dtype=state_dtype(q.dtype))
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), grad_initial_state
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, initial_state = inputs[:4]
+    ctx.save_for_backward(q, k, v, initial_state)
+    ctx.set_materialize_grads(False)  # an unused final state's gradient stays None, not zeros
+    ctx.params = inputs[4:]
+
+
+def _backward(ctx, grad_out, grad_final_state):
+    q, k, v, initial_state = ctx.saved_tensors
+    grad_q, grad_k, grad_v, grad_initial_state = retention_backward(
+        grad_out, grad_final_state, q, k, v, initial_state, *ctx.params)
+    return grad_q, grad_k, grad_v, (grad_initial_state if initial_state is not None else None), None, None, \
+        None, None, None
+
+
+retention_forward.register_autograd(_backward, setup_context=_setup_context)

@@ -1,0 +1,96 @@
+// The inverse of dim_tile_range (tile_range.hpp): for a KV tile, which Q tiles meet it. Used by the
+// KV-tile-centric backward kernel (dK, dV), on the device per CTA, and by its CPU unit tests.
+//
+// Per dimension, a query i sees the keys [begin(i), end(i)) of its WindowRule, and begin and end never
+// decrease as i grows. For a KV tile holding the key indices [k_first, k_last]:
+//   queries seeing SOME key: begin(i) <= k_last and end(i) > k_first — the intersection of a prefix of
+//                            the queries (begin non-decreasing) and a suffix (end non-decreasing), hence
+//                            one contiguous range;
+//   queries seeing EVERY key: begin(i) <= k_first and end(i) > k_last — contiguous for the same reason
+//                            (empty when k_last >= n_kv: windows never leave [0, n_kv)).
+// Both ends are found by binary search over the queries (O(log n_q) window evaluations). The Q tiles
+// visited are those that meet the first range; a Q tile is FULL (no element masking) when every one of
+// its queries that exists (index < n_q) lies in the second range. Queries past n_q may be counted as
+// seen because the backward gives such rows zero weight (their LSE is treated as +inf), whereas keys
+// past n_kv are never inside a window, so a KV tile that crosses the extent has no full Q tile. As for
+// the forward, a Q tile that meets the first range in every dimension holds at least one attended
+// (query, key) pair, so no visited tile is empty.
+#pragma once
+#include <cstdint>
+
+#include "core/host_device.hpp"
+#include "core/neighborhood_window.hpp"
+#include "cuda/common/tile_range.hpp"
+
+namespace attnkit::cuda {
+
+// First query index in [0, n_q) whose window end exceeds `key` (n_q when none).
+ATTNKIT_HOST_DEVICE int64_t first_query_with_end_after(const WindowRule& rule, int64_t key, int64_t n_q, int64_t n_kv) {
+  int64_t lo = 0;
+  int64_t hi = n_q;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (window_of(rule, mid, n_kv).end > key) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  return lo;
+}
+
+// First query index in [0, n_q) whose window begins after `key` (n_q when none).
+ATTNKIT_HOST_DEVICE int64_t first_query_with_begin_after(const WindowRule& rule, int64_t key, int64_t n_q,
+                                                         int64_t n_kv) {
+  int64_t lo = 0;
+  int64_t hi = n_q;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (window_of(rule, mid, n_kv).begin > key) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  return lo;
+}
+
+// Queries [begin, end) that see at least one key of [k_first, k_last] (every query in it does).
+ATTNKIT_HOST_DEVICE detail::IndexRange queries_seeing_any(const WindowRule& rule, int64_t k_first, int64_t k_last,
+                                                          int64_t n_q, int64_t n_kv) {
+  const int64_t begin = first_query_with_end_after(rule, k_first, n_q, n_kv);
+  const int64_t end = first_query_with_begin_after(rule, k_last, n_q, n_kv);
+  return {begin, end > begin ? end : begin};
+}
+
+// Queries [begin, end) that see every key of [k_first, k_last].
+ATTNKIT_HOST_DEVICE detail::IndexRange queries_seeing_all(const WindowRule& rule, int64_t k_first, int64_t k_last,
+                                                          int64_t n_q, int64_t n_kv) {
+  const int64_t begin = first_query_with_end_after(rule, k_last, n_q, n_kv);
+  const int64_t end = first_query_with_begin_after(rule, k_first, n_q, n_kv);
+  return {begin, end > begin ? end : begin};
+}
+
+// Q tiles (boxes of q_box query indices) of one dimension for the KV tile holding key indices
+// [k_first, k_first + kv_box): visited [first, end) and, inside them, full [full_first, full_end).
+ATTNKIT_HOST_DEVICE DimTileRange dim_tile_range_inverse(const WindowRule& rule, int64_t k_first, int64_t kv_box,
+                                                        int64_t n_q, int64_t n_kv, int64_t q_box) {
+  DimTileRange r;
+  const int64_t k_last = k_first + kv_box - 1;
+  const detail::IndexRange any = queries_seeing_any(rule, k_first, k_last, n_q, n_kv);
+  if (any.end <= any.begin) return r;
+  r.first = any.begin / q_box;
+  r.end = ceil_div_nonneg(any.end, q_box);
+  const detail::IndexRange all = queries_seeing_all(rule, k_first, k_last, n_q, n_kv);
+  if (all.end > all.begin) {
+    r.full_first = ceil_div_nonneg(all.begin, q_box);
+    // The last Q tile may be full though it reaches past n_q: its missing queries carry no weight.
+    r.full_end = all.end == n_q ? ceil_div_nonneg(n_q, q_box) : all.end / q_box;
+  }
+  if (r.full_first < r.first) r.full_first = r.first;
+  if (r.full_end > r.end) r.full_end = r.end;
+  if (r.full_end < r.full_first) r.full_end = r.full_first;
+  return r;
+}
+
+}  // namespace attnkit::cuda

@@ -1,0 +1,18 @@
+// Host entry of the portable fused-attention backward on CUDA tensors: capability checks, config
+// choice (the tuner's, over the backward registry), workspace layout, launch of the preprocess, dK/dV and dQ kernels
+// on the caller's stream.
+#pragma once
+#include <cstdint>
+
+#include "attnkit/attention.hpp"
+#include "core/attention_shape.hpp"
+
+namespace attnkit::cuda::fmha {
+
+void run_backward(const AttentionBackward& problem, const detail::AttentionShape& shape, const RunOptions& options);
+// Bytes of RunOptions::workspace the backward uses (per-row LSE in log2 units and delta = rowsum(dO*O),
+// tile classes and lists for block and element masks).
+int64_t backward_workspace_size(const AttentionBackward& problem, const detail::AttentionShape& shape,
+                                const RunOptions& options);
+
+}  // namespace attnkit::cuda::fmha

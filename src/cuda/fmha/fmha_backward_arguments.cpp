@@ -1,0 +1,166 @@
+// Capability checks of the CUDA backward and the AttentionBackward -> FmhaBackwardParams translation.
+// Checks and token addressing are shared with the forward (fmha_argument_support.hpp): neighborhood masks tile the
+// token grid with boxes chosen by choose_box_shapes(); flat masks (none, causal, block, element) use one box dimension
+// over the flattened sequence when the token strides of every tensor of a side collapse into one, else decompose mode
+// (flat token split by the extents). The query side is q, out, grad_out, grad_q and lse; the key side k, v, grad_k and
+// grad_v.
+#include "cuda/fmha/fmha_backward_arguments.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+#include <sstream>
+#include <string>
+#include <utility>
+
+#include "attnkit/error.hpp"
+#include "cuda/fmha/fmha_argument_support.hpp"
+#include "cuda/fmha/fmha_box_shape.hpp"
+
+namespace attnkit::cuda::fmha {
+
+FmhaBackwardPolicy fmha_backward_policy_for(MaskKind kind) {
+  return kind == MaskKind::block || kind == MaskKind::element ? FmhaBackwardPolicy::tile_list : FmhaBackwardPolicy::box;
+}
+
+void check_backward_supported(const AttentionBackward& problem, const detail::AttentionShape& shape) {
+  const std::pair<const TensorView*, const char*> tensors[] = {{&problem.q, "q"},
+                                                               {&problem.k, "k"},
+                                                               {&problem.v, "v"},
+                                                               {&problem.out, "out"},
+                                                               {&problem.grad_out, "grad_out"},
+                                                               {&problem.grad_q, "grad_q"},
+                                                               {&problem.grad_k, "grad_k"},
+                                                               {&problem.grad_v, "grad_v"}};
+  for (const auto& [view, name] : tensors) check_dtype(*view, name);
+  check_head_dim_multiple_of_8(shape.head_dim, "q.shape[-1] (head_dim D)");
+  check_head_dim_multiple_of_8(shape.head_dim_v, "v.shape[-1] (head_dim_v Dv)");
+  if (fmha_backward_compiled_width(problem.q.dtype, shape.head_dim, shape.head_dim_v) == 0) {
+    unsupported("head_dim: max(D, Dv) = " + std::to_string(std::max(shape.head_dim, shape.head_dim_v)) + " for " +
+                std::string(dtype_name(problem.q.dtype)) +
+                " in attention_backward; allowed: the compiled backward widths " + fmha_backward_compiled_summary() +
+                " (D and Dv up to 128, multiples of 8), or run on CPU tensors");
+  }
+  for (const auto& [view, name] : tensors) check_strides_and_alignment(*view, name);
+  check_extent_limits(shape, problem.mask.kind);
+}
+
+FmhaBackwardLaunch make_backward_launch(const AttentionBackward& problem, const detail::AttentionShape& shape,
+                                        const FmhaBackwardConfig& config) {
+  FmhaBackwardLaunch launch;
+  launch.deterministic = problem.deterministic;
+  FmhaBackwardParams& p = launch.params;
+  const int block_m_log2 = log2_exact(config.block_m);
+  const int block_n_log2 = log2_exact(config.block_n);
+  const int32_t tq = shape.token_dims;
+  const int32_t tk = shape.token_dims_kv;
+  p.q = address_of(problem.q, tq);
+  p.o = address_of(problem.out, tq);
+  p.d_o = address_of(problem.grad_out, tq);
+  p.d_q = address_of(problem.grad_q, tq);
+  p.lse = address_of(problem.lse, tq);
+  p.k = address_of(problem.k, tk);
+  p.v = address_of(problem.v, tk);
+  p.d_k = address_of(problem.grad_k, tk);
+  p.d_v = address_of(problem.grad_v, tk);
+  p.batch = static_cast<int32_t>(shape.batch);
+  p.heads_q = static_cast<int32_t>(shape.heads_q);
+  p.heads_kv = static_cast<int32_t>(shape.heads_kv);
+  p.heads_per_kv = static_cast<int32_t>(shape.heads_q / shape.heads_kv);
+  p.head_dim = static_cast<int32_t>(shape.head_dim);
+  p.head_dim_v = static_cast<int32_t>(shape.head_dim_v);
+  p.scale = static_cast<float>(shape.scale);
+  p.scale_log2 = static_cast<float>(shape.scale * 1.4426950408889634);
+
+  const AttentionMask& mask = problem.mask;
+  if (mask.kind == MaskKind::neighborhood) {
+    BoxGeometry geometry;
+    geometry.dims = tq;
+    for (int d = 0; d < tq; ++d) {
+      const NeighborhoodDim& nd = mask.neighborhood[d];
+      geometry.extent[d] = shape.tokens[d];
+      geometry.dilation[d] = nd.dilation;
+      geometry.rule[d].kind = WindowKind::neighborhood;
+      geometry.rule[d].window = static_cast<int32_t>(nd.kernel_size);
+      geometry.rule[d].stride = static_cast<int32_t>(nd.stride);
+      geometry.rule[d].causal = nd.causal;
+    }
+    const BoxShapes shapes = choose_box_shapes(geometry, block_m_log2, block_n_log2);
+    p.dims = tq;
+    for (int d = 0; d < kMaxDims; ++d) {
+      if (d < tq) {
+        p.q_space.extent[d] = static_cast<int32_t>(shape.tokens[d]);
+        p.kv_space.extent[d] = static_cast<int32_t>(shape.tokens_kv[d]);
+        p.q_space.box_log2[d] = shapes.q_log2[d];
+        p.kv_space.box_log2[d] = shapes.kv_log2[d];
+        p.dilation[d] = static_cast<int32_t>(geometry.dilation[d]);
+        p.rule[d] = geometry.rule[d];
+        const int64_t q_group = ceil_div(shape.tokens[d], geometry.dilation[d]);
+        const int64_t kv_group = ceil_div(shape.tokens_kv[d], geometry.dilation[d]);
+        p.q_tiles[d] = static_cast<int32_t>(ceil_div(q_group, int64_t{1} << shapes.q_log2[d]));
+        p.kv_tiles[d] = static_cast<int32_t>(ceil_div(kv_group, int64_t{1} << shapes.kv_log2[d]));
+      }
+    }
+    set_box_shifts(p.q_space);
+    set_box_shifts(p.kv_space);
+  } else {
+    p.dims = 1;
+    if (mask.kind == MaskKind::causal) {
+      p.rule[0].kind = WindowKind::prefix;
+      p.rule[0].prefix_offset = mask.causal_alignment == CausalAlignment::bottom_right ? shape.seq_k - shape.seq_q : 0;
+    }
+    set_flat_side(p.q_space, block_m_log2, shape.seq_q, tq, shape.tokens,
+                  {{&p.q, &problem.q},
+                   {&p.o, &problem.out},
+                   {&p.d_o, &problem.grad_out},
+                   {&p.d_q, &problem.grad_q},
+                   {&p.lse, &problem.lse}});
+    set_flat_side(p.kv_space, block_n_log2, shape.seq_k, tk, shape.tokens_kv,
+                  {{&p.k, &problem.k}, {&p.v, &problem.v}, {&p.d_k, &problem.grad_k}, {&p.d_v, &problem.grad_v}});
+    p.q_tiles[0] = static_cast<int32_t>(ceil_div(shape.seq_q, config.block_m));
+    p.kv_tiles[0] = static_cast<int32_t>(ceil_div(shape.seq_k, config.block_n));
+    if (config.policy == FmhaBackwardPolicy::tile_list) {
+      const TensorView& m = mask.kind == MaskKind::block ? mask.block_mask : mask.element_mask;
+      BackwardListBuildParams& b = launch.lists;
+      b.kind = mask.kind == MaskKind::block ? TileMaskKind::block : TileMaskKind::element;
+      b.mask = static_cast<const uint8_t*>(m.data);
+      for (int d = 0; d < 4; ++d) b.mask_stride[d] = m.strides[d];
+      b.mask_batch = static_cast<int32_t>(m.extents[0]);
+      b.mask_heads = static_cast<int32_t>(m.extents[1]);
+      b.block_q = mask.kind == MaskKind::block ? mask.block_q : 1;
+      b.block_k = mask.kind == MaskKind::block ? mask.block_k : 1;
+      b.seq_q = static_cast<int32_t>(shape.seq_q);
+      b.seq_k = static_cast<int32_t>(shape.seq_k);
+      b.q_tiles = p.q_tiles[0];
+      b.kv_tiles = p.kv_tiles[0];
+      p.use_lists = true;
+      BackwardTileLists& l = p.list;
+      l.q_tiles = b.q_tiles;
+      l.kv_tiles = b.kv_tiles;
+      l.mask_batch = b.mask_batch;
+      l.mask_heads = b.mask_heads;
+      l.kind = b.kind;
+      l.mask = b.mask;
+      for (int d = 0; d < 4; ++d) l.mask_stride[d] = b.mask_stride[d];
+      check_limit(b.block_q, (int64_t{1} << 31) - 1, "mask.block_q");
+      check_limit(b.block_k, (int64_t{1} << 31) - 1, "mask.block_k");
+      l.block_q = static_cast<int32_t>(b.block_q);
+      l.block_k = static_cast<int32_t>(b.block_k);
+      check_limit(b.kv_tiles, (int64_t{1} << 31) - 1, "key tiles");
+    }
+  }
+  int64_t total_q = 1;
+  int64_t total_kv = 1;
+  for (int d = 0; d < kMaxDims; ++d) {
+    total_q *= int64_t{p.dilation[d]} * p.q_tiles[d];
+    total_kv *= int64_t{p.dilation[d]} * p.kv_tiles[d];
+  }
+  check_limit(total_q, (int64_t{1} << 31) - 1, "query tiles (grid size)");
+  check_limit(total_kv, (int64_t{1} << 31) - 1, "key tiles (grid size)");
+  check_limit(shape.heads_kv, kMaxGridYZ, "k: heads");
+  p.total_q_tiles = static_cast<int32_t>(total_q);
+  p.total_kv_tiles = static_cast<int32_t>(total_kv);
+  return launch;
+}
+
+}  // namespace attnkit::cuda::fmha

@@ -1,0 +1,64 @@
+// Registry of the compiled backward-kernel configurations, one entry per instantiation (dtype, compiled
+// head dim, mask policy): tile sizes, warps, shared memory of each kernel, and the launcher. The default
+// choice is a pure function of (dtype, head dims, policy, device limit); the tuner enumerates the same
+// entries (attention_backward_config names them with fmha_backward_config_name()).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attnkit/dtype.hpp"
+#include "cuda/fmha/fmha_backward_params.hpp"
+
+namespace attnkit::cuda::fmha {
+
+enum class FmhaBackwardPolicy : int32_t { box = 0, tile_list = 1 };
+
+struct FmhaBackwardConfig {
+  DType dtype = DType::f16;
+  int head_dim = 0;  // compiled width: serves any D, Dv <= head_dim (multiples of 8)
+  int block_m = 0;   // queries per Q tile
+  int block_n = 0;   // keys per KV tile
+  int warps = 0;
+  int smem_bytes_dkdv = 0;  // dynamic shared memory of the dK/dV kernel
+  int smem_bytes_dq = 0;    // dynamic shared memory of the dQ kernel
+  FmhaBackwardPolicy policy = FmhaBackwardPolicy::box;
+};
+
+// Everything one call needs: the kernels' params and, for tile-list policies, the mask to preprocess
+// (the launcher fills in the workspace pointers of both).
+struct FmhaBackwardLaunch {
+  FmhaBackwardParams params{};
+  BackwardListBuildParams lists{};
+  bool deterministic = false;
+};
+
+// Caller-provided scratch (RunOptions::workspace); data == nullptr: the launcher allocates stream-ordered.
+struct FmhaBackwardWorkspace {
+  void* data = nullptr;
+  int64_t bytes = 0;
+};
+
+struct FmhaBackwardKernel {
+  FmhaBackwardConfig config;
+  void (*launch)(const FmhaBackwardLaunch& launch, FmhaBackwardWorkspace workspace, cudaStream_t stream);
+  int64_t (*workspace_bytes)(const FmhaBackwardLaunch& launch);
+};
+
+const std::vector<FmhaBackwardKernel>& fmha_backward_kernels();
+
+std::string fmha_backward_config_name(const FmhaBackwardConfig& config);  // "bwd_bf16_d128_m64_n64_w4_box"
+
+// The compiled head-dim width that serves max(D, Dv) for this dtype, or 0 when none does.
+int fmha_backward_compiled_width(DType dtype, int64_t head_dim, int64_t head_dim_v);
+
+// The default kernel for a problem, or nullptr when none is compiled or fits the device.
+const FmhaBackwardKernel* fmha_backward_default_kernel(DType dtype, int64_t head_dim, int64_t head_dim_v,
+                                                       FmhaBackwardPolicy policy, int max_shared_bytes_optin);
+
+// "float16 {64, 128}, bfloat16 {64, 128}": what this build's backward can run.
+std::string fmha_backward_compiled_summary();
+
+}  // namespace attnkit::cuda::fmha

@@ -1,0 +1,241 @@
+// The dK/dV kernel of the portable fused-attention backward (SM80+: mma.sync, ldmatrix, cp.async), one
+// CTA per (KV tile, KV head, batch).
+//
+// Algorithm (FlashAttention-2 backward, KV-tile-centric, with the scores kept transposed so that no
+// product needs a shared-memory round trip): the CTA loads its K and V tiles (BlockN keys) once, then
+// for every query head of its GQA group and every Q tile its schedule lists (the Q tiles whose windows
+// meet the KV tile, fmha_backward_tiles.cuh) it computes, with keys as rows:
+//   S^T  = K Q^T                 P^T = exp2(S^T * scale*log2(e) - lse_log2)   (0 on masked elements)
+//   dP^T = V dO^T                dS^T = P^T * (dP^T - delta)
+//   dV  += P^T dO                dK  += dS^T Q
+// P^T and dS^T go from accumulators straight into A operands; dO and Q are read transposed
+// (ldmatrix.trans) as B operands. dK and dV stay in registers (fp32) across the whole group, so the GQA
+// reduction over query heads is exact and needs no workspace; dK is scaled by the softmax scale at
+// the end, both are stored through shared memory as whole 16-byte chunks. Loads are double-buffered:
+// Q, dO, the row statistics (lse_log2, delta: two 16-byte-copied rows of the workspace) and, for
+// partial box tiles, the query windows of visit i+1 are fetched while visit i computes. No atomics:
+// the result does not depend on scheduling (dQ is computed by fmha_backward_dq.cuh).
+#pragma once
+#include <cute/tensor.hpp>
+
+#include <cstdint>
+
+#include "cuda/common/async_copy.cuh"
+#include "cuda/fmha/fmha_backward_gemm.cuh"
+#include "cuda/fmha/fmha_backward_params.hpp"
+#include "cuda/fmha/fmha_backward_tiles.cuh"
+#include "cuda/fmha/fmha_fragment.cuh"
+#include "cuda/fmha/fmha_softmax.cuh"
+#include "cuda/fmha/fmha_tokens.cuh"
+
+namespace attnkit::cuda::fmha {
+
+template <class Traits, template <int> class ScheduleTemplate, bool kLists>
+__global__ void __launch_bounds__(Traits::kThreads, 2)
+    fmha_backward_dkdv_kernel(const __grid_constant__ FmhaBackwardParams p) {
+  using namespace cute;
+  using Element = typename Traits::Element;
+  using TiledMma = typename Traits::TiledMma;
+  using Schedule = ScheduleTemplate<Traits::kBlockM>;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kBlockN = Traits::kBlockN;
+  constexpr int kRows = Traits::template kRowsOf<kBlockN>;  // keys per thread
+  constexpr int kCols = Traits::template kColsOf<kBlockM>;  // queries per thread
+
+  extern __shared__ __align__(128) char smem[];
+  Element* smem_k = reinterpret_cast<Element*>(smem);
+  Element* smem_v = reinterpret_cast<Element*>(smem + Traits::kTileBytesKV);
+  char* buffers = smem + 2 * Traits::kTileBytesKV;
+  constexpr int kBufferBytes = 2 * Traits::kTileBytesQ + Traits::kRowStatBytes + Traits::kWindowBytes;
+  auto q_buffer = [&](int b) { return reinterpret_cast<Element*>(buffers + b * kBufferBytes); };
+  auto do_buffer = [&](int b) { return reinterpret_cast<Element*>(buffers + b * kBufferBytes + Traits::kTileBytesQ); };
+  auto stat_buffer = [&](int b) {
+    return reinterpret_cast<float*>(buffers + b * kBufferBytes + 2 * Traits::kTileBytesQ);
+  };
+  auto window_buffer = [&](int b) {
+    return reinterpret_cast<int2*>(buffers + b * kBufferBytes + 2 * Traits::kTileBytesQ + Traits::kRowStatBytes);
+  };
+  __shared__ typename Schedule::State schedule_state;
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const DecodedTile kv = decode_tile(p, static_cast<int32_t>(blockIdx.x), p.kv_tiles, p.kv_space, p.q_space, false);
+  if (!kv.valid) return;
+  const int32_t head_kv = static_cast<int32_t>(blockIdx.y);
+  const int32_t batch = static_cast<int32_t>(blockIdx.z);
+  const int64_t k_head = batch * p.k.batch_stride + head_kv * p.k.head_stride;
+  const int64_t v_head = batch * p.v.batch_stride + head_kv * p.v.head_stride;
+
+  load_rows_async<Traits, kBlockN>(
+      smem_k, typename Traits::SmemLayoutKV{}, p.k.data,
+      [&](int row) { return tile_row_start<Element>(p.k, k_head, p.kv_space, p.dilation, kv.origin, row); }, p.head_dim,
+      tid);
+  load_rows_async<Traits, kBlockN>(
+      smem_v, typename Traits::SmemLayoutKV{}, p.v.data,
+      [&](int row) { return tile_row_start<Element>(p.v, v_head, p.kv_space, p.dilation, kv.origin, row); },
+      p.head_dim_v, tid);
+  commit_async_copies();
+
+  Schedule schedule;
+  schedule.init(p, kv, head_kv, &schedule_state, tid);
+  __syncthreads();  // publish the schedule state
+  const int count = schedule.count();
+
+  // This thread's keys (rows) and queries (columns) of a BlockN x BlockM score tile.
+  int row_of[kRows];
+  int col_of[kCols];
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) row_of[i] = accumulator_row<TiledMma, kBlockN, kBlockM>(tid, i);
+#pragma unroll
+  for (int j = 0; j < kCols; ++j) col_of[j] = accumulator_col<TiledMma, kBlockN, kBlockM>(tid, j);
+  // Key index per dimension (box masks) or flat key token (list masks) of each of this thread's rows.
+  int32_t key_index[kRows][kMaxDims];
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+#pragma unroll
+    for (int d = 0; d < kMaxDims; ++d) key_index[i][d] = kv.origin.index[d] + in_box(p.kv_space, d, row_of[i]);
+  }
+
+  // Issues the loads of visit `v` into buffer `b` (and, for a partial box tile, its query windows).
+  auto issue_visit = [&](const QVisit& v, int b) {
+    const int64_t q_head = batch * p.q.batch_stride + v.head * p.q.head_stride;
+    const int64_t do_head = batch * p.d_o.batch_stride + v.head * p.d_o.head_stride;
+    load_rows_async<Traits, kBlockM>(
+        q_buffer(b), typename Traits::SmemLayoutQ{}, p.q.data,
+        [&](int row) { return tile_row_start<Element>(p.q, q_head, p.q_space, p.dilation, v.origin, row); }, p.head_dim,
+        tid);
+    load_rows_async<Traits, kBlockM>(
+        do_buffer(b), typename Traits::SmemLayoutQ{}, p.d_o.data,
+        [&](int row) { return tile_row_start<Element>(p.d_o, do_head, p.q_space, p.dilation, v.origin, row); },
+        p.head_dim_v, tid);
+    // Row statistics: lse_log2 then delta, kBlockM floats each, 4 floats per 16-byte copy.
+    constexpr int kChunks = kBlockM / 4;
+    if (tid < 2 * kChunks) {
+      const int64_t base =
+          ((static_cast<int64_t>(batch) * p.heads_q + v.head) * p.total_q_tiles + v.q_linear) * kBlockM;
+      const float* source = (tid < kChunks ? p.lse_log2 : p.delta) + base + (tid % kChunks) * 4;
+      copy_16_bytes_async(shared_address(stat_buffer(b) + tid * 4), source, true);
+    }
+    commit_async_copies();
+    if constexpr (!kLists) {
+      if (!v.full && tid < kBlockM) {
+        int2* windows = window_buffer(b);
+#pragma unroll
+        for (int d = 0; d < kMaxDims; ++d) {
+          if (d < p.dims) {
+            const int32_t i = v.origin.index[d] + in_box(p.q_space, d, tid);
+            detail::IndexRange w{0, 0};
+            if (i < kv.n_q[d]) w = window_of(p.rule[d], i, kv.n_kv[d]);
+            windows[d * kBlockM + tid] = make_int2(static_cast<int>(w.begin), static_cast<int>(w.end));
+          }
+        }
+      }
+    }
+  };
+
+  Tensor acc_dk = partition_fragment_C(TiledMma{}, Shape<Int<kBlockN>, Int<Traits::kHeadDim>>{});
+  Tensor acc_dv = partition_fragment_C(TiledMma{}, Shape<Int<kBlockN>, Int<Traits::kHeadDim>>{});
+  clear(acc_dk);
+  clear(acc_dv);
+  Tensor sK = make_tensor(make_smem_ptr(smem_k), typename Traits::SmemLayoutKV{});
+  Tensor sV = make_tensor(make_smem_ptr(smem_v), typename Traits::SmemLayoutKV{});
+
+  if (count > 0) issue_visit(schedule.visit(p, 0), 0);
+  for (int it = 0; it < count; ++it) {
+    const int b = it & 1;
+    const QVisit v = schedule.visit(p, it);
+    wait_async_copies<0>();
+    __syncthreads();  // visit it's tiles (and K, V) landed; every warp is done with buffer b ^ 1
+    if (it + 1 < count) issue_visit(schedule.visit(p, it + 1), b ^ 1);
+
+    Tensor sQ = make_tensor(make_smem_ptr(q_buffer(b)), typename Traits::SmemLayoutQ{});
+    Tensor sdO = make_tensor(make_smem_ptr(do_buffer(b)), typename Traits::SmemLayoutQ{});
+    Tensor sQt = make_tensor(make_smem_ptr(q_buffer(b)), typename Traits::SmemLayoutQt{});
+    Tensor sdOt = make_tensor(make_smem_ptr(do_buffer(b)), typename Traits::SmemLayoutQt{});
+    const float* stats = stat_buffer(b);
+
+    Tensor acc_s = partition_fragment_C(TiledMma{}, Shape<Int<kBlockN>, Int<kBlockM>>{});
+    clear(acc_s);
+    gemm_smem_smem<TiledMma, typename Traits::SmemCopyAtom, typename Traits::SmemCopyAtom>(acc_s, sK, sQ, tid);
+
+    uint32_t allowed[kRows];  // bit j: column j of row i is attended
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) allowed[i] = ~0u;
+    if (!v.full) {
+      if constexpr (kLists) {
+        const int64_t base = list_mask_base(p.list, batch, v.head);
+        const int32_t seq_q = p.q_space.flat_extent;
+        const int32_t seq_k = p.kv_space.flat_extent;
+#pragma unroll
+        for (int j = 0; j < kCols; ++j) {
+          const int32_t q = v.origin.index[0] + col_of[j];
+#pragma unroll
+          for (int i = 0; i < kRows; ++i) {
+            const int32_t k = key_index[i][0];
+            const bool ok = q < seq_q && k < seq_k && list_mask_allows(p.list, base, q, k);
+            if (!ok) allowed[i] &= ~(1u << j);
+          }
+        }
+      } else {
+        const int2* windows = window_buffer(b);
+#pragma unroll
+        for (int d = 0; d < kMaxDims; ++d) {
+          if (d < p.dims) {
+#pragma unroll
+            for (int j = 0; j < kCols; ++j) {
+              const int2 w = windows[d * kBlockM + col_of[j]];
+#pragma unroll
+              for (int i = 0; i < kRows; ++i) {
+                if (key_index[i][d] < w.x || key_index[i][d] >= w.y) allowed[i] &= ~(1u << j);
+              }
+            }
+          }
+        }
+      }
+    }
+    // P^T in place, then packed into the A operand of dV += P^T dO. The packed (fp16/bf16) P also
+    // serves dS below, which keeps only one fp32 score tile alive at a time.
+    Tensor s = as_rows_cols(acc_s);
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) {
+      const float lse = stats[col_of[j]];
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) {
+        s(i, j) = (allowed[i] >> j) & 1u ? fast_exp2(fmaf(s(i, j), p.scale_log2, -lse)) : 0.f;
+      }
+    }
+    Tensor prob = make_tensor<Element>(partition_shape_A(TiledMma{}, Shape<Int<kBlockN>, Int<kBlockM>>{}));
+    convert_scores_to_operand<Element>(acc_s, prob);
+    gemm_registers_smem<TiledMma, typename Traits::SmemCopyAtomTransposed>(acc_dv, prob, sdOt, tid);
+
+    Tensor acc_dp = partition_fragment_C(TiledMma{}, Shape<Int<kBlockN>, Int<kBlockM>>{});
+    clear(acc_dp);
+    gemm_smem_smem<TiledMma, typename Traits::SmemCopyAtom, typename Traits::SmemCopyAtom>(acc_dp, sV, sdO, tid);
+    Tensor dp = as_rows_cols(acc_dp);
+    constexpr int kBlocksM = decltype(size<1>(acc_dp))::value;
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) {
+      const float delta = stats[kBlockM + col_of[j]];
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) dp(i, j) = operand_value<Element, kBlocksM>(prob, i, j) * (dp(i, j) - delta);
+    }
+    convert_scores_to_operand<Element>(acc_dp, prob);
+    gemm_registers_smem<TiledMma, typename Traits::SmemCopyAtomTransposed>(acc_dk, prob, sQt, tid);
+  }
+
+  wait_async_copies<0>();
+  __syncthreads();  // K and V buffers free for the output (and landed, when nothing was visited)
+#pragma unroll
+  for (int i = 0; i < size(acc_dk); ++i) acc_dk(i) *= p.scale;
+  const int64_t dk_head = batch * p.d_k.batch_stride + head_kv * p.d_k.head_stride;
+  const int64_t dv_head = batch * p.d_v.batch_stride + head_kv * p.d_v.head_stride;
+  store_tile<Traits, kBlockN>(
+      acc_dk, smem_k, typename Traits::SmemLayoutKV{},
+      [&](int row) { return tile_row_output<Element>(p.d_k, dk_head, p.kv_space, p.dilation, kv.origin, row); },
+      p.head_dim, tid);
+  store_tile<Traits, kBlockN>(
+      acc_dv, smem_v, typename Traits::SmemLayoutKV{},
+      [&](int row) { return tile_row_output<Element>(p.d_v, dv_head, p.kv_space, p.dilation, kv.origin, row); },
+      p.head_dim_v, tid);
+}
+
+}  // namespace attnkit::cuda::fmha

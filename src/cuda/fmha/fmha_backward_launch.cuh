@@ -1,0 +1,197 @@
+// Device launcher of the portable backward, instantiated once per (dtype, head dim, policy) by the
+// fmha_backward_<dtype>_d<head dim>_<policy>.cu files through ATTNKIT_FMHA_BACKWARD_DEFINE.
+//
+// Sequence on the caller's stream: (tile-list masks: classify + row and column compaction) ->
+// preprocess (lse_log2, delta) -> dK/dV kernel -> dQ kernel. Scratch comes from RunOptions::workspace
+// when the caller passes it (an error names the size needed when it is too small), else from one
+// stream-ordered cudaMallocAsync freed with cudaFreeAsync after the last kernel: nothing synchronises
+// with the host, so the call can be captured into a CUDA graph. Scratch layout (each part 256-byte
+// aligned): lse_log2 and delta (4 bytes per (batch, query head, tile row) each), then for tile-list
+// masks the classes (1 byte per tile), row and column entries (4 bytes per tile each) and counts.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+
+#include "attnkit/error.hpp"
+#include "cuda/common/cuda_check.hpp"
+#include "cuda/fmha/fmha_backward_configs.hpp"
+#include "cuda/fmha/fmha_backward_dkdv.cuh"
+#include "cuda/fmha/fmha_backward_dq.cuh"
+#include "cuda/fmha/fmha_backward_lists.cuh"
+#include "cuda/fmha/fmha_backward_preprocess.cuh"
+#include "cuda/fmha/fmha_backward_traits.cuh"
+
+namespace attnkit::cuda::fmha {
+
+inline int64_t backward_round_up(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+
+struct BackwardWorkspaceLayout {
+  int64_t lse_log2 = 0, delta = 0, classes = 0, q_entries = 0, q_counts = 0, kv_entries = 0, kv_counts = 0;
+  int64_t total() const { return lse_log2 + delta + classes + q_entries + q_counts + kv_entries + kv_counts; }
+};
+
+template <class Traits, bool kLists>
+BackwardWorkspaceLayout backward_workspace_layout(const FmhaBackwardLaunch& launch) {
+  const FmhaBackwardParams& p = launch.params;
+  BackwardWorkspaceLayout layout;
+  const int64_t rows = static_cast<int64_t>(p.batch) * p.heads_q * p.total_q_tiles * Traits::kBlockM;
+  layout.lse_log2 = backward_round_up(rows * 4);
+  layout.delta = backward_round_up(rows * 4);
+  if constexpr (kLists) {
+    const BackwardListBuildParams& b = launch.lists;
+    const int64_t mask_bh = static_cast<int64_t>(b.mask_batch) * b.mask_heads;
+    const int64_t tiles = mask_bh * b.q_tiles * b.kv_tiles;
+    layout.classes = backward_round_up(tiles);
+    layout.q_entries = backward_round_up(tiles * 4);
+    layout.q_counts = backward_round_up(mask_bh * b.q_tiles * 4);
+    layout.kv_entries = backward_round_up(tiles * 4);
+    layout.kv_counts = backward_round_up(mask_bh * b.kv_tiles * 4);
+  }
+  return layout;
+}
+
+template <class Traits, bool kLists>
+int64_t backward_workspace_bytes(const FmhaBackwardLaunch& launch) {
+  return backward_workspace_layout<Traits, kLists>(launch).total();
+}
+
+// Always raised: the kernels' static shared memory (schedule state) counts against the 48 KiB default
+// too, so a dynamic size just under it can still fail to launch.
+template <class Kernel>
+cudaError_t allow_shared_memory(Kernel* kernel, int bytes) {
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+}
+
+// Only the policy's own kernels are instantiated in each .cu file.
+template <class Traits, bool kLists>
+auto dkdv_kernel_of() {
+  if constexpr (kLists) {
+    return &fmha_backward_dkdv_kernel<Traits, KvListSchedule, true>;
+  } else {
+    return &fmha_backward_dkdv_kernel<Traits, KvBoxSchedule, false>;
+  }
+}
+
+template <class Traits, bool kLists>
+auto dq_kernel_of() {
+  if constexpr (kLists) {
+    return &fmha_backward_dq_kernel<Traits, QListSchedule, true>;
+  } else {
+    return &fmha_backward_dq_kernel<Traits, QBoxSchedule, false>;
+  }
+}
+
+template <class Traits, bool kLists>
+cudaError_t launch_backward_kernels(FmhaBackwardLaunch& launch, char* base, const BackwardWorkspaceLayout& layout,
+                                    cudaStream_t stream) {
+  FmhaBackwardParams& p = launch.params;
+  p.lse_log2 = reinterpret_cast<float*>(base);
+  p.delta = reinterpret_cast<float*>(base + layout.lse_log2);
+  if constexpr (kLists) {
+    BackwardListBuildParams& b = launch.lists;
+    char* at = base + layout.lse_log2 + layout.delta;
+    b.classes = reinterpret_cast<uint8_t*>(at);
+    at += layout.classes;
+    b.q_entries = reinterpret_cast<uint32_t*>(at);
+    at += layout.q_entries;
+    b.q_counts = reinterpret_cast<int32_t*>(at);
+    at += layout.q_counts;
+    b.kv_entries = reinterpret_cast<uint32_t*>(at);
+    at += layout.kv_entries;
+    b.kv_counts = reinterpret_cast<int32_t*>(at);
+    const unsigned mask_bh = static_cast<unsigned>(b.mask_batch * b.mask_heads);
+    classify_backward_tiles_kernel<Traits::kBlockM, Traits::kBlockN>
+        <<<dim3(b.kv_tiles, b.q_tiles, mask_bh), 128, 0, stream>>>(b);
+    compact_backward_rows_kernel<Traits::kBlockM, Traits::kBlockN><<<dim3(b.q_tiles, mask_bh), 32, 0, stream>>>(b);
+    compact_backward_columns_kernel<Traits::kBlockM, Traits::kBlockN><<<dim3(b.kv_tiles, mask_bh), 32, 0, stream>>>(b);
+    if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
+    p.list.q_entries = b.q_entries;
+    p.list.q_counts = b.q_counts;
+    p.list.kv_entries = b.kv_entries;
+    p.list.kv_counts = b.kv_counts;
+  }
+
+  fmha_backward_preprocess_kernel<Traits><<<dim3(p.total_q_tiles, p.heads_q, p.batch), 128, 0, stream>>>(p);
+  if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
+
+  auto* dkdv = dkdv_kernel_of<Traits, kLists>();
+  if (const cudaError_t status = allow_shared_memory(dkdv, Traits::kSmemBytesDkDv); status != cudaSuccess) {
+    return status;
+  }
+  dkdv<<<dim3(p.total_kv_tiles, p.heads_kv, p.batch), Traits::kThreads, Traits::kSmemBytesDkDv, stream>>>(p);
+  if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
+
+  auto* dq = dq_kernel_of<Traits, kLists>();
+  if (const cudaError_t status = allow_shared_memory(dq, Traits::kSmemBytesDq); status != cudaSuccess) return status;
+  dq<<<dim3(p.total_q_tiles, p.heads_q, p.batch), Traits::kThreads, Traits::kSmemBytesDq, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <class Traits, bool kLists>
+void launch_fmha_backward(const FmhaBackwardLaunch& request, FmhaBackwardWorkspace caller, cudaStream_t stream) {
+  FmhaBackwardLaunch launch = request;
+  const BackwardWorkspaceLayout layout = backward_workspace_layout<Traits, kLists>(launch);
+  if constexpr (kLists) {
+    const int64_t mask_bh = static_cast<int64_t>(launch.lists.mask_batch) * launch.lists.mask_heads;
+    if (launch.lists.q_tiles > 65535 || mask_bh > 65535) {
+      throw Error(Status::unsupported,
+                  "mask: " + std::to_string(launch.lists.q_tiles) + " query tiles and " + std::to_string(mask_bh) +
+                      " mask (batch x head) slices; allowed: at most 65535 of each in the CUDA backward (sequence "
+                      "length up to " +
+                      std::to_string(65535 * Traits::kBlockM) + ")");
+    }
+  }
+  void* memory = nullptr;
+  char* base = nullptr;
+  if (caller.data != nullptr) {
+    if (caller.bytes < layout.total()) {
+      throw Error(Status::invalid_argument,
+                  "options.workspace_bytes: " + std::to_string(caller.bytes) + " bytes for a backward that needs " +
+                      std::to_string(layout.total()) +
+                      "; allowed: at least attention_backward_workspace_size() bytes, or no workspace");
+    }
+    base = static_cast<char*>(caller.data);
+  } else {
+    check_cuda(cudaMallocAsync(&memory, static_cast<size_t>(layout.total()), stream),
+               "cudaMallocAsync (backward workspace)");
+    base = static_cast<char*>(memory);
+  }
+  cudaError_t status = launch_backward_kernels<Traits, kLists>(launch, base, layout, stream);
+  if (memory != nullptr) {
+    const cudaError_t freed = cudaFreeAsync(memory, stream);
+    if (status == cudaSuccess) status = freed;
+  }
+  check_cuda(status, "fused attention backward kernel launch");
+}
+
+template <class Element, int HeadDim, bool kLists>
+FmhaBackwardKernel make_fmha_backward_kernel(DType dtype) {
+  using Traits = FmhaBackwardTraits<Element, HeadDim, 64, 64, 4>;
+  FmhaBackwardConfig config;
+  config.dtype = dtype;
+  config.head_dim = HeadDim;
+  config.block_m = Traits::kBlockM;
+  config.block_n = Traits::kBlockN;
+  config.warps = Traits::kWarps;
+  config.smem_bytes_dkdv = Traits::kSmemBytesDkDv;
+  config.smem_bytes_dq = Traits::kSmemBytesDq;
+  config.policy = kLists ? FmhaBackwardPolicy::tile_list : FmhaBackwardPolicy::box;
+  return FmhaBackwardKernel{config, &launch_fmha_backward<Traits, kLists>, &backward_workspace_bytes<Traits, kLists>};
+}
+
+}  // namespace attnkit::cuda::fmha
+
+#define ATTNKIT_FMHA_BACKWARD_ELEMENT_f16 cutlass::half_t
+#define ATTNKIT_FMHA_BACKWARD_ELEMENT_bf16 cutlass::bfloat16_t
+#define ATTNKIT_FMHA_BACKWARD_LISTS_box false
+#define ATTNKIT_FMHA_BACKWARD_LISTS_list true
+
+#define ATTNKIT_FMHA_BACKWARD_DEFINE(dtype, head_dim, policy)                             \
+  namespace attnkit::cuda::fmha {                                                         \
+  FmhaBackwardKernel fmha_backward_kernel_##dtype##_d##head_dim##_##policy() {            \
+    return make_fmha_backward_kernel<ATTNKIT_FMHA_BACKWARD_ELEMENT_##dtype, head_dim,     \
+                                     ATTNKIT_FMHA_BACKWARD_LISTS_##policy>(DType::dtype); \
+  }                                                                                       \
+  }

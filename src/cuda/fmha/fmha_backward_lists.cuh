@@ -1,0 +1,98 @@
+// Tile lists of block and element masks for the backward: every (mask batch x head, Q tile, KV tile) is
+// classified empty, full or partial once, then compacted twice — along rows (per Q tile, the KV tiles
+// the dQ kernel visits, in KV order) and along columns (per KV tile, the Q tiles the dK/dV kernel
+// visits, in Q order; the transpose of the forward's lists).
+//
+// classify_backward_tiles_kernel: one CTA per tile. Block masks read the block entries covering the
+// tile (block sizes need not match the tiles), element masks every element of the tile, with
+// coalesced byte loads. A tile is full when every element inside the sequences is attended and the
+// tile's keys do not run past the end of the keys (rows past the end of the queries carry no weight
+// in the backward); partial tiles are masked element by element from the mask itself by the main
+// kernels. compact_backward_rows_kernel / compact_backward_columns_kernel: one warp per list, ballot +
+// popc, entries tile | kEntryPartial, then the count.
+#pragma once
+#include <cstdint>
+
+#include "cuda/fmha/fmha_backward_params.hpp"
+
+namespace attnkit::cuda::fmha {
+
+constexpr uint8_t kBackwardTileEmpty = 0;
+constexpr uint8_t kBackwardTileFull = 1;
+constexpr uint8_t kBackwardTilePartial = 2;
+
+template <int BlockM, int BlockN>
+__global__ void __launch_bounds__(128) classify_backward_tiles_kernel(const BackwardListBuildParams p) {
+  const int tid = static_cast<int>(threadIdx.x);
+  const int32_t kv_tile = static_cast<int32_t>(blockIdx.x);
+  const int32_t q_tile = static_cast<int32_t>(blockIdx.y);
+  const int32_t mask_bh = static_cast<int32_t>(blockIdx.z);
+  const int64_t base = (mask_bh / p.mask_heads) * p.mask_stride[0] + (mask_bh % p.mask_heads) * p.mask_stride[1];
+  const int32_t m0 = q_tile * BlockM;
+  const int32_t n0 = kv_tile * BlockN;
+  const int32_t rows = min(BlockM, p.seq_q - m0);
+  const int32_t cols = min(BlockN, p.seq_k - n0);
+  int any = 0;
+  int all = 1;
+  if (p.kind == TileMaskKind::block) {
+    const int64_t qb0 = m0 / p.block_q;
+    const int64_t kb0 = n0 / p.block_k;
+    const int64_t nq = (m0 + rows - 1) / p.block_q - qb0 + 1;
+    const int64_t nk = (n0 + cols - 1) / p.block_k - kb0 + 1;
+    for (int64_t e = tid; e < nq * nk; e += 128) {
+      const bool v = p.mask[base + (qb0 + e / nk) * p.mask_stride[2] + (kb0 + e % nk) * p.mask_stride[3]] != 0;
+      any |= v;
+      all &= v;
+    }
+  } else {
+    for (int e = tid; e < rows * cols; e += 128) {
+      const int r = e / cols;
+      const int c = e % cols;
+      const bool v = p.mask[base + (m0 + r) * p.mask_stride[2] + (n0 + c) * p.mask_stride[3]] != 0;
+      any |= v;
+      all &= v;
+    }
+  }
+  any = __syncthreads_or(any);
+  all = __syncthreads_and(all);
+  if (tid == 0) {
+    uint8_t c = kBackwardTileEmpty;
+    if (any) c = all && cols == BlockN ? kBackwardTileFull : kBackwardTilePartial;
+    p.classes[(static_cast<int64_t>(mask_bh) * p.q_tiles + q_tile) * p.kv_tiles + kv_tile] = c;
+  }
+}
+
+// Compacts `n` classes read at classes[i * stride] into entries / *count.
+__device__ __forceinline__ void compact_classes(const uint8_t* classes, int64_t stride, int32_t n, uint32_t* entries,
+                                                int32_t* count_out) {
+  const int lane = static_cast<int>(threadIdx.x);
+  int32_t count = 0;
+  for (int32_t start = 0; start < n; start += 32) {
+    const int32_t i = start + lane;
+    const uint8_t c = i < n ? classes[i * stride] : kBackwardTileEmpty;
+    const uint32_t ballot = __ballot_sync(0xffffffffu, c != kBackwardTileEmpty);
+    if (c != kBackwardTileEmpty) {
+      entries[count + __popc(ballot & ((1u << lane) - 1u))] =
+          static_cast<uint32_t>(i) | (c == kBackwardTilePartial ? kEntryPartial : 0u);
+    }
+    count += __popc(ballot);
+  }
+  if (lane == 0) *count_out = count;
+}
+
+// Templates (on the tile shape) so that every instantiation file may hold its own copy.
+template <int BlockM, int BlockN>
+__global__ void __launch_bounds__(32) compact_backward_rows_kernel(const BackwardListBuildParams p) {
+  const int64_t row = static_cast<int64_t>(blockIdx.y) * p.q_tiles + blockIdx.x;  // (mask_bh, q_tile)
+  compact_classes(p.classes + row * p.kv_tiles, 1, p.kv_tiles, p.q_entries + row * p.kv_tiles, p.q_counts + row);
+}
+
+template <int BlockM, int BlockN>
+__global__ void __launch_bounds__(32) compact_backward_columns_kernel(const BackwardListBuildParams p) {
+  const int64_t mask_bh = blockIdx.y;
+  const int64_t column = mask_bh * p.kv_tiles + blockIdx.x;  // (mask_bh, kv_tile)
+  compact_classes(p.classes + mask_bh * p.q_tiles * p.kv_tiles + blockIdx.x, p.kv_tiles, p.q_tiles,
+                  p.kv_entries + column * p.q_tiles, p.kv_counts + column);
+}
+
+}  // namespace attnkit::cuda::fmha

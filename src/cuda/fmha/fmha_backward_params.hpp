@@ -1,0 +1,85 @@
+// Params of the portable fused-attention backward kernels: the plain struct every backward kernel
+// receives by value, built on the host by make_backward_launch() (fmha_backward_arguments.cpp).
+//
+// Tiles are boxes of tokens exactly as in the forward (TokenSpace, fmha_params.hpp): Q tiles of BlockM
+// query tokens, KV tiles of BlockN key tokens, enumerated per dilation group and box position, last
+// dimension fastest. A tile's linear index is group-major: ((group linear) * prod(tiles) + tile linear).
+//
+// Per-row statistics live in the workspace in "tile-row" order, so that a Q tile's rows are contiguous
+// and load with 16-byte copies: element ((b * Hq + h) * total_q_tiles + q_tile) * BlockM + row of
+//   lse_log2  the forward's LSE times log2(e), or +inf for rows with no key and rows past the extents
+//             (so that exp2(s * scale_log2 - lse_log2) is 0 for them, never inf or NaN);
+//   delta     rowsum(dO * O) in fp32 (0 past the extents).
+#pragma once
+#include <cstdint>
+
+#include "cuda/common/tile_range.hpp"
+#include "cuda/fmha/fmha_params.hpp"
+
+namespace attnkit::cuda::fmha {
+
+// Per-KV-tile lists of Q tiles (dK/dV kernel) and per-Q-tile lists of KV tiles (dQ kernel) for block
+// and element masks, built by fmha_backward_lists.cuh. Entries are tile | kEntryPartial.
+struct BackwardTileLists {
+  const uint32_t* q_entries = nullptr;   // [mask_bh][q_tiles][kv_tiles]: KV tiles of each Q tile
+  const int32_t* q_counts = nullptr;     // [mask_bh][q_tiles]
+  const uint32_t* kv_entries = nullptr;  // [mask_bh][kv_tiles][q_tiles]: Q tiles of each KV tile
+  const int32_t* kv_counts = nullptr;    // [mask_bh][kv_tiles]
+  int32_t q_tiles = 0;
+  int32_t kv_tiles = 0;
+  int32_t mask_batch = 1;  // 1: broadcast over the batch
+  int32_t mask_heads = 1;  // 1: broadcast over the heads
+  // The mask itself, read for the element predicate of partial tiles.
+  TileMaskKind kind = TileMaskKind::block;
+  const uint8_t* mask = nullptr;
+  int64_t mask_stride[4] = {0, 0, 0, 0};
+  int32_t block_q = 1;
+  int32_t block_k = 1;
+};
+
+struct FmhaBackwardParams {
+  TensorAddress q, k, v, o, d_o, lse;
+  TensorAddress d_q, d_k, d_v;
+  TokenSpace q_space, kv_space;
+  int32_t dims = 1;
+  int32_t dilation[kMaxDims] = {1, 1, 1};
+  WindowRule rule[kMaxDims]{};
+  int32_t q_tiles[kMaxDims] = {1, 1, 1};   // per dimension, dilation group 0
+  int32_t kv_tiles[kMaxDims] = {1, 1, 1};  // per dimension, dilation group 0
+  int32_t total_q_tiles = 0;
+  int32_t total_kv_tiles = 0;
+  int32_t batch = 0;
+  int32_t heads_q = 0;
+  int32_t heads_kv = 0;
+  int32_t heads_per_kv = 1;
+  int32_t head_dim = 0;
+  int32_t head_dim_v = 0;
+  float scale = 0.f;
+  float scale_log2 = 0.f;
+  float* lse_log2 = nullptr;  // workspace, tile-row order
+  float* delta = nullptr;     // workspace, tile-row order
+  bool use_lists = false;
+  BackwardTileLists list{};
+};
+
+// What the list builders read and write.
+struct BackwardListBuildParams {
+  TileMaskKind kind = TileMaskKind::block;
+  const uint8_t* mask = nullptr;
+  int64_t mask_stride[4] = {0, 0, 0, 0};
+  int64_t block_q = 1;
+  int64_t block_k = 1;
+  int32_t seq_q = 0;
+  int32_t seq_k = 0;
+  int32_t q_tiles = 0;
+  int32_t kv_tiles = 0;
+  int32_t mask_batch = 1;
+  int32_t mask_heads = 1;
+  uint8_t* classes = nullptr;  // [mask_bh][q_tiles][kv_tiles]
+  uint32_t* q_entries = nullptr;
+  int32_t* q_counts = nullptr;
+  uint32_t* kv_entries = nullptr;
+  int32_t* kv_counts = nullptr;
+};
+
+}  // namespace attnkit::cuda::fmha

@@ -1,0 +1,65 @@
+// Backward preprocessing: per query row, delta = rowsum(dO * O) in fp32 and the forward's LSE in log2
+// units, written in the tile-row order of fmha_backward_params.hpp so the main kernels load a Q tile's
+// statistics with a few 16-byte copies.
+//
+// One CTA per (Q tile, query head, batch), the main kernels' Q tile enumeration. Each warp takes rows
+// warp, warp + warps, ...; its lanes read 16-byte chunks of the dO and O rows (Dv <= 256 columns: one
+// chunk per lane) and reduce the products with shuffles. Rows past the extents, and rows whose LSE is
+// -inf (no key attended), get lse_log2 = +inf so that their probabilities come out as exactly 0.
+#pragma once
+#include <cstdint>
+
+#include "cuda/fmha/fmha_backward_params.hpp"
+#include "cuda/fmha/fmha_backward_tiles.cuh"
+
+namespace attnkit::cuda::fmha {
+
+template <class Element>
+__device__ __forceinline__ float dot8(const uint4& a, const uint4& b) {
+  const Element* x = reinterpret_cast<const Element*>(&a);
+  const Element* y = reinterpret_cast<const Element*>(&b);
+  float sum = 0.f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) sum = fmaf(static_cast<float>(x[i]), static_cast<float>(y[i]), sum);
+  return sum;
+}
+
+template <class Traits>
+__global__ void __launch_bounds__(128) fmha_backward_preprocess_kernel(const __grid_constant__ FmhaBackwardParams p) {
+  using Element = typename Traits::Element;
+  static_assert(sizeof(Element) == 2, "8 elements per 16-byte chunk");
+  const int32_t q_linear = static_cast<int32_t>(blockIdx.x);
+  const int32_t head = static_cast<int32_t>(blockIdx.y);
+  const int32_t batch = static_cast<int32_t>(blockIdx.z);
+  const DecodedTile tile = decode_tile(p, q_linear, p.q_tiles, p.q_space, p.kv_space, true);
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t o_head = batch * p.o.batch_stride + head * p.o.head_stride;
+  const int64_t do_head = batch * p.d_o.batch_stride + head * p.d_o.head_stride;
+  const int64_t lse_head = batch * p.lse.batch_stride + head * p.lse.head_stride;
+  const int64_t out_base =
+      ((static_cast<int64_t>(batch) * p.heads_q + head) * p.total_q_tiles + q_linear) * Traits::kBlockM;
+  const int col = lane * 8;
+  for (int row = warp; row < Traits::kBlockM; row += 4) {
+    const RowToken t = row_token(p.q_space, p.dilation, tile.origin, row);
+    const bool valid = tile.valid && t.valid;
+    float sum = 0.f;
+    if (valid && col < p.head_dim_v) {
+      const uint4 o =
+          *reinterpret_cast<const uint4*>(static_cast<const Element*>(p.o.data) + o_head + token_offset(p.o, t) + col);
+      const uint4 d = *reinterpret_cast<const uint4*>(static_cast<const Element*>(p.d_o.data) + do_head +
+                                                      token_offset(p.d_o, t) + col);
+      sum = dot8<Element>(o, d);
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if (lane == 0) {
+      float lse = -INFINITY;
+      if (valid) lse = static_cast<const float*>(p.lse.data)[lse_head + token_offset(p.lse, t)];
+      p.lse_log2[out_base + row] = lse == -INFINITY ? INFINITY : lse * 1.4426950408889634f;
+      p.delta[out_base + row] = valid ? sum : 0.f;
+    }
+  }
+}
+
+}  // namespace attnkit::cuda::fmha

@@ -1,0 +1,64 @@
+// A tune::Runner that times the portable fused-attention forward or backward on a GPU (DESIGN §5
+// speed method, §6.4): inputs of the problem's bucket representative, in several copies ("buffer
+// sets") used in turn so the working set of consecutive runs exceeds the L2 cache (cold-L2 timings);
+// each run is bracketed by CUDA events on the runner's own stream and synchronised, so the time is the
+// kernels' (with the tile-list preprocessing of sparse masks, and the backward's preprocess and dQ
+// kernels, which every call pays too).
+//
+// Inputs are random, built from a 1 M-element random pattern tiled over each tensor (generating every
+// element on the host would take longer than the tuning it serves); block and element masks are
+// random with the spec's density. The backward's out and lse come from running the registry's default
+// forward kernel once per set. A config whose launch fails throws, which excludes it.
+// The runner never runs while a caller's stream is capturing: the dispatch checks before building it.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "attnkit/attention.hpp"
+#include "core/attention_shape.hpp"
+#include "tune/runner.hpp"
+
+namespace attnkit::cuda::fmha {
+
+class FmhaAttentionRunner : public tune::Runner {
+ public:
+  // spec.op: attention_forward or attention_backward, in f16 or bf16. `l2_bytes` sizes the rotation.
+  FmhaAttentionRunner(const tune::ProblemSpec& spec, int device, int64_t l2_bytes, uint64_t seed = 1);
+  ~FmhaAttentionRunner() override;
+  FmhaAttentionRunner(const FmhaAttentionRunner&) = delete;
+  FmhaAttentionRunner& operator=(const FmhaAttentionRunner&) = delete;
+
+  double measure_seconds(const tune::Config& config, int iteration) override;
+  int buffer_sets() const { return static_cast<int>(sets_.size()); }
+
+ private:
+  struct BufferSet {
+    void* memory = nullptr;  // one allocation holding every tensor of the set
+    AttentionForward forward;
+    AttentionBackward backward;
+  };
+
+  void build(int64_t l2_bytes, uint64_t seed);
+  void compute_forward_outputs();
+  void reserve_workspace(int64_t bytes);
+  void release() noexcept;
+
+  tune::ProblemSpec spec_;
+  int device_ = 0;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t start_ = nullptr;
+  cudaEvent_t stop_ = nullptr;
+  std::vector<BufferSet> sets_;
+  detail::AttentionShape shape_;
+  void* pattern_ = nullptr;
+  void* workspace_ = nullptr;
+  int64_t workspace_bytes_ = 0;
+  std::vector<std::vector<int64_t>> extents_;  // of every tensor, kept alive for the views
+};
+
+// The L2 size of `device` (cudaDevAttrL2CacheSize), e.g. 50 MB on an H100.
+int64_t device_l2_bytes(int device);
+
+}  // namespace attnkit::cuda::fmha

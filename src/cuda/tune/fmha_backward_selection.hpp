@@ -1,0 +1,33 @@
+// Which compiled backward kernel a CUDA attention backward runs: the tuner's choice among the backward
+// registry's entries (fmha_backward_kernels()) for the call's dtype, width and mask policy, as for the
+// forward (fmha_forward_selection.hpp, whose rules apply: capture never tunes, the caller's stream is
+// waited for before timing, density 1 in sparse keys), except that ATTNKIT_FMHA_CONFIG does not apply.
+// The backward is timed by FmhaAttentionRunner (its out and lse from the default forward). With one
+// tile per (dtype, width, policy) in the registry today there is nothing to time: a problem with a
+// single valid config is decided without timing (local_tuning.hpp).
+// fmha_backward.cpp's backward_kernel() is meant to call select_backward_kernel() in place of
+// fmha_backward_default_kernel() (its owner wires it).
+#pragma once
+#include <string>
+
+#include "attnkit/attention.hpp"
+#include "core/attention_shape.hpp"
+#include "cuda/fmha/fmha_backward_configs.hpp"
+#include "tune/local_tuning.hpp"
+
+namespace attnkit::cuda::fmha {
+
+struct BackwardSelection {
+  const FmhaBackwardKernel* kernel = nullptr;  // nullptr: nothing compiled runs the call on this device
+  std::string name;
+  tune::ChoiceSource source = tune::ChoiceSource::default_config;
+};
+
+BackwardSelection select_backward_kernel(const AttentionBackward& problem, const detail::AttentionShape& shape,
+                                         const RunOptions& options, int device, int max_shared_bytes_optin);
+
+// For attention_backward_config(): the capability checks of a call, then select_backward_kernel.
+BackwardSelection backward_selection(const AttentionBackward& problem, const detail::AttentionShape& shape,
+                                     const RunOptions& options);
+
+}  // namespace attnkit::cuda::fmha

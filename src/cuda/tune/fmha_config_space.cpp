@@ -1,0 +1,213 @@
+#include "cuda/tune/fmha_config_space.hpp"
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <unordered_map>
+
+#include "cuda/fmha/fmha_arguments.hpp"
+#include "cuda/fmha/fmha_backward_arguments.hpp"
+#include "cuda/fmha/fmha_box_shape.hpp"
+#include "tune/attention_tile_work.hpp"
+#include "tune/roofline.hpp"
+
+namespace attnkit::cuda::fmha {
+namespace {
+
+int log2_of(int value) {
+  int l = 0;
+  while ((1 << l) < value) ++l;
+  return l;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+FmhaPolicyKind policy_of(const tune::Config& config) { return static_cast<FmhaPolicyKind>(config.param("policy")); }
+
+// The registry's default for (dtype, width, policy) on a device with `max_smem` bytes per block.
+const FmhaKernel* registry_default(const tune::ProblemSpec& spec, int64_t max_smem) {
+  const int width = fmha_compiled_width(spec.dtype, spec.head_dim, spec.head_dim_v);
+  const FmhaPolicyKind policy = fmha_policy_for(spec.mask);
+  for (const auto& k : fmha_forward_kernels()) {
+    if (k.config.dtype == spec.dtype && k.config.head_dim == width && k.config.policy == policy &&
+        k.config.smem_bytes <= max_smem) {
+      return &k;
+    }
+  }
+  return nullptr;
+}
+
+std::string invalid_reason(const tune::Config& config, const tune::ProblemSpec& spec) {
+  const auto dtype = static_cast<DType>(config.param("dtype"));
+  if (dtype != spec.dtype) return "built for " + std::string(dtype_name(dtype));
+  const int width = fmha_compiled_width(spec.dtype, spec.head_dim, spec.head_dim_v);
+  if (config.param("head_dim") != width) {
+    return "compiled for head dim " + std::to_string(config.param("head_dim")) +
+           "; max(D, Dv) = " + std::to_string(std::max(spec.head_dim, spec.head_dim_v)) + " runs on width " +
+           std::to_string(width);
+  }
+  const FmhaPolicyKind wanted = fmha_policy_for(spec.mask);
+  if (policy_of(config) != wanted) {
+    return std::string("policy ") + fmha_policy_name(policy_of(config)) + "; mask " +
+           std::string(tune::mask_name(spec.mask)) + " runs on policy " + fmha_policy_name(wanted);
+  }
+  return "";
+}
+
+}  // namespace
+
+tune::TileWork fmha_forward_tile_work(const FmhaConfig& config, const tune::ProblemSpec& spec) {
+  if (spec.mask != MaskKind::neighborhood) return tune::attention_tile_work(spec, config.block_m, config.block_n);
+  BoxGeometry geometry;
+  geometry.dims = spec.token_dims;
+  for (int d = 0; d < spec.token_dims; ++d) {
+    const auto& nd = spec.neighborhood[static_cast<size_t>(d)];
+    geometry.extent[static_cast<size_t>(d)] = spec.tokens[static_cast<size_t>(d)];
+    geometry.dilation[static_cast<size_t>(d)] = nd.dilation;
+    geometry.rule[static_cast<size_t>(d)].kind = WindowKind::neighborhood;
+    geometry.rule[static_cast<size_t>(d)].window = static_cast<int32_t>(nd.kernel_size);
+    geometry.rule[static_cast<size_t>(d)].stride = static_cast<int32_t>(nd.stride);
+    geometry.rule[static_cast<size_t>(d)].causal = nd.causal;
+  }
+  const BoxShapes shapes = choose_box_shapes(geometry, log2_of(config.block_m), log2_of(config.block_n));
+  const BoxVisitCounts visits = count_box_visits(geometry, shapes);
+  int64_t q_tiles = 1;
+  for (int d = 0; d < spec.token_dims; ++d) {
+    const int64_t group = ceil_div(spec.tokens[static_cast<size_t>(d)], geometry.dilation[static_cast<size_t>(d)]);
+    q_tiles *= geometry.dilation[static_cast<size_t>(d)] *
+               ceil_div(group, int64_t{1} << shapes.q_log2[static_cast<size_t>(d)]);
+  }
+  // Same per-tile accounting as attention_tile_work, with the box visits instead of flat ones.
+  const double element = static_cast<double>(dtype_size(spec.dtype));
+  const double d = static_cast<double>(spec.head_dim);
+  const double dv = static_cast<double>(spec.head_dim_v);
+  const double bm = config.block_m;
+  const double bn = config.block_n;
+  const double avg_visited = std::max(visits.visited / static_cast<double>(std::max<int64_t>(q_tiles, 1)), 1.0);
+  // A partial KV tile pays for element masking on top of its MMA work.
+  const double partial = std::max(visits.visited - visits.full, 0.0) / std::max(visits.visited, 1.0);
+  tune::TileWork work;
+  work.tiles = spec.batch * spec.heads_q * q_tiles;
+  work.flops_per_tile = avg_visited * bm * bn * 2.0 * (d + dv) * (1.0 + 0.1 * partial);
+  work.bytes_per_tile = (bm * d + avg_visited * bn * (d + dv) + bm * dv) * element + bm * 4.0;
+  return work;
+}
+
+tune::ConfigSpace fmha_forward_space() {
+  tune::ConfigSpace space;
+  space.op = tune::TuneOp::attention_forward;
+  space.backend = Backend::cuda;
+  space.description =
+      "fmha sm80 forward v1: block_m x block_n tiles (boxes for neighborhood masks), warps, stages; policy box "
+      "(dense, causal, neighborhood) or list (block, element masks)";
+  std::set<std::string> seen;
+  for (const auto& kernel : fmha_forward_kernels()) {
+    const FmhaConfig& c = kernel.config;
+    tune::Config config;
+    config.id = fmha_config_name(c);
+    if (!seen.insert(config.id).second) continue;  // an instantiation listed twice adds nothing
+    config.params = {{"dtype", static_cast<int64_t>(c.dtype)},
+                     {"head_dim", c.head_dim},
+                     {"block_m", c.block_m},
+                     {"block_n", c.block_n},
+                     {"warps", c.warps},
+                     {"stages", c.stages},
+                     {"policy", static_cast<int64_t>(c.policy)}};
+    config.resources.smem_bytes = c.smem_bytes;
+    config.resources.registers_per_thread = c.registers_estimate;
+    config.resources.threads = c.warps * 32;
+    space.configs.push_back(std::move(config));
+  }
+  space.invalid_reason = [](const tune::Config& config, const tune::ProblemSpec& spec, const tune::DeviceLimits&) {
+    return invalid_reason(config, spec);
+  };
+  space.estimate = [](const tune::Config& config, const tune::ProblemSpec& spec, const tune::DeviceLimits& limits) {
+    const FmhaKernel* kernel = fmha_forward_kernel_by_name(config.id);
+    const tune::TileWork work = fmha_forward_tile_work(kernel->config, spec);
+    return tune::roofline_estimate(work, limits.processors, tune::blocks_per_processor(config.resources, limits),
+                                   limits);
+  };
+  space.default_config = [](const tune::ProblemSpec& spec, const tune::DeviceLimits& limits) {
+    const FmhaKernel* kernel = registry_default(spec, limits.max_smem_per_block);
+    return kernel == nullptr ? std::string() : fmha_config_name(kernel->config);
+  };
+  return space;
+}
+
+const FmhaKernel* fmha_forward_kernel_by_name(const std::string& id) {
+  // Every dispatched call looks its kernel up by name: build the names once.
+  static const std::unordered_map<std::string, const FmhaKernel*> by_name = [] {
+    std::unordered_map<std::string, const FmhaKernel*> map;
+    for (const auto& kernel : fmha_forward_kernels()) map.emplace(fmha_config_name(kernel.config), &kernel);
+    return map;
+  }();
+  const auto it = by_name.find(id);
+  return it == by_name.end() ? nullptr : it->second;
+}
+
+tune::ConfigSpace fmha_backward_space() {
+  tune::ConfigSpace space;
+  space.op = tune::TuneOp::attention_backward;
+  space.backend = Backend::cuda;
+  space.description =
+      "fmha sm80 backward v1: preprocess, dK/dV (KV-tile-centric) and dQ (Q-tile-centric) kernels; block_m x "
+      "block_n tiles, warps; policy box (dense, causal, neighborhood) or list (block, element masks)";
+  std::set<std::string> seen;
+  for (const auto& kernel : fmha_backward_kernels()) {
+    const FmhaBackwardConfig& c = kernel.config;
+    tune::Config config;
+    config.id = fmha_backward_config_name(c);
+    if (!seen.insert(config.id).second) continue;
+    config.params = {{"dtype", static_cast<int64_t>(c.dtype)},
+                     {"head_dim", c.head_dim},
+                     {"block_m", c.block_m},
+                     {"block_n", c.block_n},
+                     {"warps", c.warps},
+                     {"policy", static_cast<int64_t>(c.policy)}};
+    config.resources.smem_bytes = std::max(c.smem_bytes_dkdv, c.smem_bytes_dq);
+    config.resources.threads = c.warps * 32;
+    space.configs.push_back(std::move(config));
+  }
+  space.invalid_reason = [](const tune::Config& config, const tune::ProblemSpec& spec,
+                            const tune::DeviceLimits&) -> std::string {
+    const auto dtype = static_cast<DType>(config.param("dtype"));
+    if (dtype != spec.dtype) return "built for " + std::string(dtype_name(dtype));
+    const int width = fmha_backward_compiled_width(spec.dtype, spec.head_dim, spec.head_dim_v);
+    if (config.param("head_dim") != width) {
+      return "compiled for head dim " + std::to_string(config.param("head_dim")) + "; this problem runs on width " +
+             std::to_string(width);
+    }
+    const auto wanted = fmha_backward_policy_for(spec.mask);
+    if (config.param("policy") != static_cast<int64_t>(wanted)) return "another mask policy";
+    return "";
+  };
+  space.estimate = [](const tune::Config& config, const tune::ProblemSpec& spec, const tune::DeviceLimits& limits) {
+    const tune::TileWork work = tune::attention_tile_work(spec, config.param("block_m"), config.param("block_n"));
+    return tune::roofline_estimate(work, limits.processors, tune::blocks_per_processor(config.resources, limits),
+                                   limits);
+  };
+  space.default_config = [](const tune::ProblemSpec& spec, const tune::DeviceLimits& limits) {
+    const FmhaBackwardKernel* kernel =
+        fmha_backward_default_kernel(spec.dtype, spec.head_dim, spec.head_dim_v, fmha_backward_policy_for(spec.mask),
+                                     static_cast<int>(limits.max_smem_per_block));
+    return kernel == nullptr ? std::string() : fmha_backward_config_name(kernel->config);
+  };
+  return space;
+}
+
+const FmhaBackwardKernel* fmha_backward_kernel_by_name(const std::string& id) {
+  static const std::unordered_map<std::string, const FmhaBackwardKernel*> by_name = [] {
+    std::unordered_map<std::string, const FmhaBackwardKernel*> map;
+    for (const auto& kernel : fmha_backward_kernels()) map.emplace(fmha_backward_config_name(kernel.config), &kernel);
+    return map;
+  }();
+  const auto it = by_name.find(id);
+  return it == by_name.end() ? nullptr : it->second;
+}
+
+void register_fmha_spaces(tune::ConfigSpaceRegistry& registry) {
+  if (!fmha_forward_kernels().empty()) registry.add(fmha_forward_space());
+  if (!fmha_backward_kernels().empty()) registry.add(fmha_backward_space());
+}
+
+}  // namespace attnkit::cuda::fmha

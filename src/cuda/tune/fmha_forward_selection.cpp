@@ -1,0 +1,113 @@
+#include "cuda/tune/fmha_forward_selection.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <cstdlib>
+#include <exception>
+
+#include "attnkit/error.hpp"
+#include "core/log.hpp"
+#include "cuda/common/cuda_check.hpp"
+#include "cuda/fmha/fmha_arguments.hpp"
+#include "cuda/tune/fmha_attention_runner.hpp"
+#include "cuda/tune/fmha_config_space.hpp"
+#include "tune/lazy_runner.hpp"
+
+namespace attnkit::cuda::fmha {
+namespace {
+
+int attribute(cudaDeviceAttr what, int device) {
+  int value = 0;
+  check_cuda(cudaDeviceGetAttribute(&value, what, device), "cudaDeviceGetAttribute");
+  return value;
+}
+
+ForwardSelection registry_default(const AttentionForward& problem, const detail::AttentionShape& shape,
+                                  int max_shared_bytes_optin) {
+  ForwardSelection selection;
+  selection.kernel = fmha_default_kernel(problem.q.dtype, shape.head_dim, shape.head_dim_v,
+                                         fmha_policy_for(problem.mask.kind), max_shared_bytes_optin);
+  if (selection.kernel != nullptr) selection.name = fmha_config_name(selection.kernel->config);
+  return selection;
+}
+
+}  // namespace
+
+bool stream_is_capturing(void* stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status) != cudaSuccess) {
+    cudaGetLastError();  // e.g. the legacy stream while another stream captures globally
+    return true;
+  }
+  return status != cudaStreamCaptureStatusNone;
+}
+
+tune::DeviceDescription describe_cuda_device(int device) {
+  cudaDeviceProp props{};
+  check_cuda(cudaGetDeviceProperties(&props, device), "cudaGetDeviceProperties");
+  DeviceInfo info;
+  info.index = device;
+  info.name = props.name;
+  info.compute_capability = props.major * 10 + props.minor;
+  info.multiprocessors = props.multiProcessorCount;
+  info.memory_bytes = static_cast<long long>(props.totalGlobalMem);
+  const tune::ConfigSpaceRegistry& registry = tune::builtin_config_spaces();
+  tune::DeviceLimits limits = tune::cuda_device_limits(info.compute_capability, info.multiprocessors);
+  // The published table scales the roofline; the hard filters use what this device reports.
+  limits.max_smem_per_block = attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  limits.max_smem_per_processor = attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+  limits.max_threads_per_block = attribute(cudaDevAttrMaxThreadsPerBlock, device);
+  limits.max_threads_per_processor = attribute(cudaDevAttrMaxThreadsPerMultiProcessor, device);
+  limits.registers_per_processor = attribute(cudaDevAttrMaxRegistersPerMultiprocessor, device);
+  limits.max_blocks_per_processor = attribute(cudaDevAttrMaxBlocksPerMultiprocessor, device);
+  return {tune::cuda_device_key(info, registry), limits};
+}
+
+ForwardSelection select_forward_kernel(const AttentionForward& problem, const detail::AttentionShape& shape,
+                                       const RunOptions& options, int device, int max_shared_bytes_optin) {
+  if (const char* forced = std::getenv("ATTNKIT_FMHA_CONFIG"); forced != nullptr && *forced != '\0') {
+    return registry_default(problem, shape, max_shared_bytes_optin);
+  }
+  try {
+    const tune::ProblemKey key = tune::make_problem_key(
+        tune::attention_problem_spec(tune::TuneOp::attention_forward, problem.q.dtype, shape, problem.mask, 1.0));
+    const auto tuner = tune::cuda_process_tuner(device, [device] { return describe_cuda_device(device); });
+    void* const stream = options.stream;
+    tune::LazyRunner runner([&key, device, stream] {
+      check_cuda(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "cudaStreamSynchronize (before tuning)");
+      return std::make_unique<FmhaAttentionRunner>(key.spec, device, device_l2_bytes(device));
+    });
+    const tune::TuneChoice choice = tuner->choose(key, &runner, stream_is_capturing(stream));
+    ForwardSelection selection;
+    selection.kernel = fmha_forward_kernel_by_name(choice.config->id);
+    selection.name = choice.config->id;
+    selection.source = choice.source;
+    if (selection.kernel != nullptr && selection.kernel->config.smem_bytes <= max_shared_bytes_optin) return selection;
+  } catch (const std::exception& e) {
+    detail::log_message(detail::LogLevel::warning, std::string("tuner: no CUDA forward config from the tuner (") +
+                                                       e.what() + "); using the registry default");
+  }
+  return registry_default(problem, shape, max_shared_bytes_optin);
+}
+
+ForwardSelection forward_selection(const AttentionForward& problem, const detail::AttentionShape& shape,
+                                   const RunOptions& options) {
+  check_forward_supported(problem, shape);
+  const int device = problem.q.device.index;
+  const DeviceGuard guard(device);
+  const int capability =
+      attribute(cudaDevAttrComputeCapabilityMajor, device) * 10 + attribute(cudaDevAttrComputeCapabilityMinor, device);
+  if (capability < 80) {
+    throw Error(Status::unsupported, "q.device: cuda:" + std::to_string(device) +
+                                         " has compute capability below 8.0; allowed: 8.0 or newer, or CPU tensors");
+  }
+  ForwardSelection selection = select_forward_kernel(problem, shape, options, device,
+                                                     attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (selection.kernel == nullptr) {
+    throw Error(Status::unsupported, "head_dim: no compiled kernel for this call fits cuda:" + std::to_string(device) +
+                                         "; compiled: " + fmha_compiled_summary());
+  }
+  return selection;
+}
+
+}  // namespace attnkit::cuda::fmha

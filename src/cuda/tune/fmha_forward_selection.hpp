@@ -1,0 +1,44 @@
+// Which compiled forward kernel a CUDA attention call runs (the tuner's choice among the registry
+// entries that match the call's dtype, compiled head-dim width and mask policy and fit the device):
+//
+//  1. ATTNKIT_FMHA_CONFIG=<config name> forces an entry (benchmarks, config sweeps), as before;
+//  2. else the device's tuner (tune/process_tuners.hpp) answers for the call's problem key: a cached
+//     winner, or the default, or — mode on, the call's stream not capturing a CUDA graph — tunes now
+//     with an FmhaAttentionRunner on its own stream and buffers, after waiting for the caller's stream
+//     so that its pending work does not share the GPU with the timings.
+//  Block and element masks live on the GPU, so their density is not read on the call path (a
+//  device-to-host copy per call): their keys carry density 1 (see docs/tuner.md).
+//  If the tuner cannot answer, the registry default is used, so tuning never breaks a call.
+#pragma once
+#include <string>
+
+#include "attnkit/attention.hpp"
+#include "core/attention_shape.hpp"
+#include "cuda/fmha/fmha_configs.hpp"
+#include "tune/local_tuning.hpp"
+#include "tune/process_tuners.hpp"
+
+namespace attnkit::cuda::fmha {
+
+struct ForwardSelection {
+  const FmhaKernel* kernel = nullptr;  // nullptr: no compiled kernel can run the call on this device
+  std::string name;
+  tune::ChoiceSource source = tune::ChoiceSource::default_config;
+};
+
+ForwardSelection select_forward_kernel(const AttentionForward& problem, const detail::AttentionShape& shape,
+                                       const RunOptions& options, int device, int max_shared_bytes_optin);
+
+// For attention_forward_config(): the capability checks of a call, then select_forward_kernel.
+ForwardSelection forward_selection(const AttentionForward& problem, const detail::AttentionShape& shape,
+                                   const RunOptions& options);
+
+// cudaStreamIsCapturing on `stream` (nullptr = the legacy default stream); a query that fails counts
+// as capturing, since timing inside a capture would break it.
+bool stream_is_capturing(void* stream);
+
+// The key and limits of a CUDA device for its tuner: name, SMs, capability, runtime/driver, kernel-set
+// hash; shared memory, threads and registers from the device attributes.
+tune::DeviceDescription describe_cuda_device(int device);
+
+}  // namespace attnkit::cuda::fmha

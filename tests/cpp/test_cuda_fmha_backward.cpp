@@ -1,0 +1,769 @@
+// The portable fused-attention backward on the GPU (src/cuda/fmha/fmha_backward*), checked against the
+// CPU oracle's gradients through the public API. Each case: fresh random q, k, v and grad_out; the
+// forward's out and lse come from the CPU oracle (out rounded to the case's dtype, so both backends see
+// the same values); grad_q, grad_k and grad_v are poisoned with NaN before the GPU run and must be fully
+// written (and nothing outside the views); their relative L2 errors against the oracle's fp32
+// gradients stay within DESIGN §5 (fp16 <= 5e-3, bf16 <= 1.5e-2). Every mask kind, GQA/MQA, odd extents,
+// head_dim_v != head_dim, strided views, rows with no key (zero gradients), deterministic mode
+// (bit-identical reruns), caller workspace and streams. Without CUDA (or a GPU) every test skips.
+//
+// CudaFmhaBackwardTiming.* (disabled by default; --gtest_also_run_disabled_tests) prints the backward's
+// TF/s on representative shapes, counting 2.5 x the forward's useful FLOPs (10 * pairs * D per head).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attnkit/attention.hpp"
+#include "attnkit/error.hpp"
+#include "core/float_convert.hpp"
+#include "core/neighborhood_window.hpp"
+#include "cuda_test_support.hpp"
+#include "test_support.hpp"
+
+#if defined(ATTNKIT_WITH_CUDA)
+#include <cuda_runtime_api.h>
+
+#include "cuda/fmha/fmha_backward_configs.hpp"
+#endif
+
+namespace attnkit {
+namespace {
+
+#if !defined(ATTNKIT_WITH_CUDA)
+
+TEST(CudaFmhaBackward, SkipsWithoutCuda) {
+  GTEST_SKIP() << "no CUDA device: this build has no CUDA backend (configure with -DATTNKIT_WITH_CUDA=ON)";
+}
+
+#else
+
+using test::cuda_device_present;
+using test::DeviceBuffer;
+using test::expect_cuda;
+using test::TestTensor;
+using test::widen_to_f32;
+
+// --- one case: problem description, run on both backends, compare ---------------------------
+
+enum class Layout { contiguous, padded_heads, noncollapsible_tokens };
+
+struct Case {
+  DType dtype = DType::f16;
+  int64_t batch = 2;
+  std::vector<int64_t> tokens_q{77};
+  std::vector<int64_t> tokens_kv{131};
+  int64_t heads_q = 4;
+  int64_t heads_kv = 2;
+  int64_t head_dim = 64;
+  int64_t head_dim_v = 64;
+  std::optional<double> scale;
+  Layout layout = Layout::contiguous;
+  AttentionMask mask{};
+  int64_t mask_batch = 1;
+  int64_t mask_heads = 1;
+  double mask_density = 0.5;
+  int64_t empty_rows_every = 0;  // element masks: every n-th query row attends nothing
+  bool deterministic = false;
+  bool use_stream = false;
+  bool use_workspace = false;
+};
+
+double tolerance(DType dtype) { return dtype == DType::f16 ? 5e-3 : 1.5e-2; }
+
+int64_t product(const std::vector<int64_t>& v) {
+  int64_t p = 1;
+  for (auto x : v) p *= x;
+  return p;
+}
+
+std::vector<int64_t> concat(int64_t b, const std::vector<int64_t>& tokens, std::vector<int64_t> tail) {
+  std::vector<int64_t> e{b};
+  e.insert(e.end(), tokens.begin(), tokens.end());
+  e.insert(e.end(), tail.begin(), tail.end());
+  return e;
+}
+
+std::vector<int64_t> padding_for(Layout layout, std::size_t rank, std::size_t token_dims, bool has_head_dim) {
+  std::vector<int64_t> pad(rank, 0);
+  if (layout == Layout::padded_heads && has_head_dim) pad[rank - 1] = 8;
+  if (layout == Layout::noncollapsible_tokens && token_dims >= 2) pad[1 + token_dims - 1] = 1;
+  return pad;
+}
+
+bool compiled_for(const Case& c) {
+  return cuda::fmha::fmha_backward_compiled_width(c.dtype, c.head_dim, c.head_dim_v) != 0;
+}
+
+// Copies the values of an fp32 view into a view of another dtype with the same extents.
+void convert_into(const TensorView& from, const TensorView& to) {
+  std::vector<int64_t> from_offsets;
+  test::for_each_offset(from, [&](int64_t off) { from_offsets.push_back(off); });
+  std::size_t i = 0;
+  test::for_each_offset(to, [&](int64_t off) {
+    detail::store_from_double(to.data, to.dtype, off, detail::load_as_double(from.data, from.dtype, from_offsets[i++]));
+  });
+}
+
+// Rows (b, token, h) of a [B, *tokens, H, X] view for which is_structural_zero({b, *coords, h, 0}) holds and
+// that hold a nonzero element: how many such rows there are.
+template <class Predicate>
+int64_t count_nonzero_rows(const TensorView& view, const std::vector<int64_t>& tokens, int64_t heads,
+                           const Predicate& is_structural_zero) {
+  const int64_t width = view.extents[view.rank - 1];
+  int64_t count = 0;
+  for (int64_t b = 0; b < view.extents[0]; ++b) {
+    for (int64_t t = 0; t < product(tokens); ++t) {
+      std::vector<int64_t> index{b};
+      std::vector<int64_t> coords(tokens.size());
+      int64_t rest = t;
+      for (std::size_t d = tokens.size(); d-- > 0;) {
+        coords[d] = rest % tokens[d];
+        rest /= tokens[d];
+      }
+      index.insert(index.end(), coords.begin(), coords.end());
+      for (int64_t h = 0; h < heads; ++h) {
+        std::vector<int64_t> row = index;
+        row.push_back(h);
+        row.push_back(0);
+        if (!is_structural_zero(row)) continue;
+        for (int64_t e = 0; e < width; ++e) {
+          row.back() = e;
+          if (test::element_at(view, row) != 0.0) {
+            ++count;
+            break;
+          }
+        }
+      }
+    }
+  }
+  return count;
+}
+
+struct CaseResult {
+  double dq_error = 0, dk_error = 0, dv_error = 0;
+  std::vector<std::byte> dq_bytes, dk_bytes, dv_bytes;  // the GPU results, for bit-identity checks
+};
+
+// Builds the case's tensors (seeded), runs the GPU backward `gpu_runs` times (the results of the last
+// run are compared) and the CPU oracle once.
+CaseResult run_case(const Case& c, uint64_t seed) {
+  CaseResult result;
+  std::mt19937_64 rng(seed);
+  const std::size_t tq = c.tokens_q.size();
+  const std::size_t tk = c.tokens_kv.size();
+  auto q_side = [&](int64_t tail) {
+    return TestTensor::make(c.dtype, concat(c.batch, c.tokens_q, {c.heads_q, tail}),
+                            padding_for(c.layout, tq + 3, tq, true));
+  };
+  auto kv_side = [&](int64_t heads, int64_t tail) {
+    return TestTensor::make(c.dtype, concat(c.batch, c.tokens_kv, {heads, tail}),
+                            padding_for(c.layout, tk + 3, tk, true));
+  };
+  TestTensor q = q_side(c.head_dim);
+  TestTensor k = kv_side(c.heads_kv, c.head_dim);
+  TestTensor v = kv_side(c.heads_kv, c.head_dim_v);
+  TestTensor out = q_side(c.head_dim_v);
+  TestTensor grad_out = q_side(c.head_dim_v);
+  TestTensor lse =
+      TestTensor::make(DType::f32, concat(c.batch, c.tokens_q, {c.heads_q}), padding_for(c.layout, tq + 2, tq, false));
+  TestTensor dq = q_side(c.head_dim);
+  TestTensor dk = kv_side(c.heads_kv, c.head_dim);
+  TestTensor dv = kv_side(c.heads_kv, c.head_dim_v);
+  test::fill_random(q.buffer.view, rng, -2.0, 2.0);
+  test::fill_random(k.buffer.view, rng, -2.0, 2.0);
+  test::fill_random(v.buffer.view, rng, -1.0, 1.0);
+  test::fill_random(grad_out.buffer.view, rng, -1.0, 1.0);
+
+  AttentionMask mask = c.mask;
+  std::optional<TestTensor> mask_tensor;
+  const int64_t seq_q = product(c.tokens_q);
+  const int64_t seq_k = product(c.tokens_kv);
+  if (mask.kind == MaskKind::block) {
+    const int64_t rows = (seq_q + mask.block_q - 1) / mask.block_q;
+    const int64_t cols = (seq_k + mask.block_k - 1) / mask.block_k;
+    mask_tensor = TestTensor::make(DType::boolean, {c.mask_batch, c.mask_heads, rows, cols}, {0, 0, 0, 0});
+    test::fill_random_bool(mask_tensor->host, rng, c.mask_density);
+  } else if (mask.kind == MaskKind::element) {
+    mask_tensor = TestTensor::make(DType::boolean, {c.mask_batch, c.mask_heads, seq_q, seq_k}, {0, 0, 0, 0});
+    test::fill_random_bool(mask_tensor->host, rng, c.mask_density);
+    if (c.empty_rows_every > 0) {
+      auto* m = static_cast<bool*>(mask_tensor->host.data);
+      for (int64_t bh = 0; bh < c.mask_batch * c.mask_heads; ++bh) {
+        for (int64_t r = 0; r < seq_q; r += c.empty_rows_every) std::fill_n(m + (bh * seq_q + r) * seq_k, seq_k, false);
+      }
+    }
+  }
+  AttentionMask cpu_mask = mask;
+  if (mask.kind == MaskKind::block) cpu_mask.block_mask = mask_tensor->host;
+  if (mask.kind == MaskKind::element) cpu_mask.element_mask = mask_tensor->host;
+
+  // Forward on the CPU oracle (fp32 copies of the inputs); out is rounded to the case's dtype.
+  AttentionForward forward;
+  const test::HostTensor q32 = widen_to_f32(q, forward.q);
+  const test::HostTensor k32 = widen_to_f32(k, forward.k);
+  const test::HostTensor v32 = widen_to_f32(v, forward.v);
+  test::HostTensor out32 =
+      test::HostTensor::contiguous(DType::f32, concat(c.batch, c.tokens_q, {c.heads_q, c.head_dim_v}));
+  forward.out = out32.view;
+  forward.lse = lse.host;
+  forward.scale = c.scale;
+  forward.mask = cpu_mask;
+  attention_forward(forward, RunOptions{Backend::cpu, nullptr, 0});
+  convert_into(out32.view, out.host);
+
+  for (TestTensor* t : {&q, &k, &v, &out, &grad_out, &lse}) t->upload();
+  if (mask_tensor) mask_tensor->upload();
+
+  // GPU backward.
+  AttentionBackward gpu;
+  gpu.q = q.device;
+  gpu.k = k.device;
+  gpu.v = v.device;
+  gpu.out = out.device;
+  gpu.lse = lse.device;
+  gpu.grad_out = grad_out.device;
+  gpu.grad_q = dq.device;
+  gpu.grad_k = dk.device;
+  gpu.grad_v = dv.device;
+  gpu.scale = c.scale;
+  gpu.mask = mask;
+  gpu.deterministic = c.deterministic;
+  if (mask.kind == MaskKind::block) gpu.mask.block_mask = mask_tensor->device;
+  if (mask.kind == MaskKind::element) gpu.mask.element_mask = mask_tensor->device;
+  RunOptions options;
+  options.backend = Backend::cuda;
+  cudaStream_t stream = nullptr;
+  if (c.use_stream) {
+    expect_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    options.stream = stream;
+  }
+  DeviceBuffer workspace;
+  if (c.use_workspace) {
+    const int64_t bytes = attention_backward_workspace_size(gpu, options);
+    EXPECT_GT(bytes, 0) << "the backward always needs its row statistics";
+    workspace = DeviceBuffer(static_cast<std::size_t>(bytes));
+    options.workspace = workspace.data();
+    options.workspace_bytes = bytes;
+  }
+  for (TestTensor* t : {&dq, &dk, &dv}) {
+    test::poison_nan(t->buffer.view);
+    t->upload();
+  }
+  attention_backward(gpu, options);
+  expect_cuda(c.use_stream ? cudaStreamSynchronize(stream) : cudaDeviceSynchronize(), "synchronize");
+  if (stream != nullptr) cudaStreamDestroy(stream);
+  for (TestTensor* t : {&dq, &dk, &dv}) t->download();
+
+  // CPU oracle backward on fp32 copies of the same values.
+  AttentionBackward cpu;
+  cpu.q = forward.q;
+  cpu.k = forward.k;
+  cpu.v = forward.v;
+  const test::HostTensor out_wide = widen_to_f32(out, cpu.out);
+  const test::HostTensor grad_out_wide = widen_to_f32(grad_out, cpu.grad_out);
+  cpu.lse = lse.host;
+  TestTensor dq_ref = TestTensor::make(DType::f32, concat(c.batch, c.tokens_q, {c.heads_q, c.head_dim}),
+                                       padding_for(c.layout, tq + 3, tq, true));
+  TestTensor dk_ref = TestTensor::make(DType::f32, concat(c.batch, c.tokens_kv, {c.heads_kv, c.head_dim}),
+                                       padding_for(c.layout, tk + 3, tk, true));
+  TestTensor dv_ref = TestTensor::make(DType::f32, concat(c.batch, c.tokens_kv, {c.heads_kv, c.head_dim_v}),
+                                       padding_for(c.layout, tk + 3, tk, true));
+  cpu.grad_q = dq_ref.host;
+  cpu.grad_k = dk_ref.host;
+  cpu.grad_v = dv_ref.host;
+  cpu.scale = c.scale;
+  cpu.mask = cpu_mask;
+  attention_backward(cpu, RunOptions{Backend::cpu, nullptr, 0});
+
+  const char* names[] = {"grad_q", "grad_k", "grad_v"};
+  TestTensor* got[] = {&dq, &dk, &dv};
+  TestTensor* want[] = {&dq_ref, &dk_ref, &dv_ref};
+  double* errors[] = {&result.dq_error, &result.dk_error, &result.dv_error};
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_FALSE(test::any_nan(got[i]->host)) << names[i] << " not fully written (NaN poison left) or NaN produced";
+    EXPECT_TRUE(got[i]->padding_untouched()) << names[i] << ": elements outside the view were written";
+    *errors[i] = test::relative_l2(got[i]->host, want[i]->host);
+    EXPECT_LE(*errors[i], tolerance(c.dtype)) << names[i] << " relative L2 error vs the CPU oracle";
+  }
+  // Structural zeros must be exact: a query row that attends no key (LSE = -inf) has grad_q 0, and a key
+  // that no query attends (its grad_v row is 0 in the oracle) has grad_k and grad_v 0. (Gradients that
+  // are 0 only by cancellation, e.g. a row attending a single key, are merely within tolerance.)
+  const int64_t zeros_missed_q =
+      count_nonzero_rows(dq.host, c.tokens_q, c.heads_q, [&](const std::vector<int64_t>& row) {
+        std::vector<int64_t> at(row.begin(), row.end() - 1);
+        return std::isinf(test::element_at(lse.host, at)) && test::element_at(lse.host, at) < 0;
+      });
+  EXPECT_EQ(zeros_missed_q, 0) << "grad_q: rows that attend no key are not exactly 0";
+  auto key_unseen = [&](const std::vector<int64_t>& row) {
+    std::vector<int64_t> at = row;
+    for (int64_t e = 0; e < c.head_dim_v; ++e) {
+      at.back() = e;
+      if (test::element_at(dv_ref.host, at) != 0.0) return false;
+    }
+    return true;
+  };
+  EXPECT_EQ(count_nonzero_rows(dk.host, c.tokens_kv, c.heads_kv, key_unseen), 0)
+      << "grad_k: keys no query attends are not exactly 0";
+  EXPECT_EQ(count_nonzero_rows(dv.host, c.tokens_kv, c.heads_kv, key_unseen), 0)
+      << "grad_v: keys no query attends are not exactly 0";
+
+  auto bytes_of = [](const TestTensor& t) {
+    const auto* b = static_cast<const std::byte*>(t.buffer.view.data);
+    return std::vector<std::byte>(b, b + t.bytes);
+  };
+  result.dq_bytes = bytes_of(dq);
+  result.dk_bytes = bytes_of(dk);
+  result.dv_bytes = bytes_of(dv);
+  std::printf("    [%s] rel-L2 dq %.3e dk %.3e dv %.3e\n", std::string(dtype_name(c.dtype)).c_str(), result.dq_error,
+              result.dk_error, result.dv_error);
+  return result;
+}
+
+class CudaFmhaBackward : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda_device_present()) GTEST_SKIP() << "no CUDA device: cudaGetDeviceCount found none";
+  }
+  void run_both_dtypes(Case c, uint64_t seed) {
+    bool any = false;
+    for (DType dtype : {DType::f16, DType::bf16}) {
+      c.dtype = dtype;
+      if (!compiled_for(c)) continue;
+      any = true;
+      SCOPED_TRACE(std::string(dtype_name(dtype)));
+      run_case(c, seed++);
+    }
+    if (!any) {
+      GTEST_SKIP() << "not compiled in this kernel set: head dims " << c.head_dim << "/" << c.head_dim_v
+                   << "; compiled: " << cuda::fmha::fmha_backward_compiled_summary();
+    }
+  }
+};
+
+NeighborhoodDim nd(int64_t kernel, int64_t dilation = 1, int64_t stride = 1, bool causal = false) {
+  return NeighborhoodDim{kernel, dilation, stride, causal};
+}
+
+AttentionMask neighborhood(std::initializer_list<NeighborhoodDim> dims) {
+  AttentionMask m;
+  m.kind = MaskKind::neighborhood;
+  m.dims = static_cast<int32_t>(dims.size());
+  int d = 0;
+  for (const auto& x : dims) m.neighborhood[d++] = x;
+  return m;
+}
+
+// --- dense -------------------------------------------------------------------------------------
+
+TEST_F(CudaFmhaBackward, SmallDenseMatchesOracleAtOddExtents) {
+  Case c;
+  run_both_dtypes(c, 1000);
+}
+
+TEST_F(CudaFmhaBackward, DenseHeadDim128MatchesOracle) {
+  Case c;
+  c.head_dim = c.head_dim_v = 128;
+  c.tokens_q = {200};
+  c.tokens_kv = {129};
+  run_both_dtypes(c, 1010);
+}
+
+TEST_F(CudaFmhaBackward, HeadDim32RunsOnThe64WideKernel) {
+  Case c;
+  c.head_dim = c.head_dim_v = 32;
+  run_both_dtypes(c, 1020);
+}
+
+TEST_F(CudaFmhaBackward, ValueHeadDimMayDifferFromQueryHeadDim) {
+  Case c;
+  c.head_dim = 128;
+  c.head_dim_v = 64;
+  run_both_dtypes(c, 1030);
+  c.head_dim = 48;
+  c.head_dim_v = 96;
+  run_both_dtypes(c, 1035);
+}
+
+// One query token against a few keys (with a single key the gradients of q and k are 0 by cancellation,
+// which leaves nothing but rounding noise to compare).
+TEST_F(CudaFmhaBackward, SingleQueryTokenAgainstFewKeys) {
+  Case c;
+  c.tokens_q = {1};
+  c.tokens_kv = {3};
+  c.batch = 3;
+  run_both_dtypes(c, 1040);
+}
+
+TEST_F(CudaFmhaBackward, GroupedQueryAndMultiQueryHeadsSumKeyValueGradientsOverTheGroup) {
+  Case c;
+  c.heads_q = 6;
+  c.heads_kv = 2;
+  run_both_dtypes(c, 1050);
+  c.heads_kv = 1;
+  run_both_dtypes(c, 1055);
+}
+
+TEST_F(CudaFmhaBackward, SmallStridedViewsWithPaddedHeads) {
+  Case c;
+  c.layout = Layout::padded_heads;
+  run_both_dtypes(c, 1060);
+}
+
+TEST_F(CudaFmhaBackward, CustomScale) {
+  Case c;
+  c.scale = 0.37;
+  run_both_dtypes(c, 1070);
+}
+
+TEST_F(CudaFmhaBackward, MultiDimTokensDenseCrossAttention) {
+  Case c;
+  c.tokens_q = {7, 11};
+  c.tokens_kv = {90};
+  run_both_dtypes(c, 1080);
+}
+
+// --- causal ------------------------------------------------------------------------------------
+
+TEST_F(CudaFmhaBackward, SmallCausalTopLeftWithDifferentLengths) {
+  Case c;
+  c.mask = causal_mask(CausalAlignment::top_left);
+  c.tokens_q = {100};
+  c.tokens_kv = {157};
+  run_both_dtypes(c, 1100);
+  c.tokens_q = {157};
+  c.tokens_kv = {100};
+  run_both_dtypes(c, 1105);
+}
+
+TEST_F(CudaFmhaBackward, CausalBottomRightRowsWithoutKeysGetZeroGradients) {
+  Case c;
+  c.mask = causal_mask(CausalAlignment::bottom_right);
+  c.tokens_q = {150};
+  c.tokens_kv = {60};  // queries 0..89 see no key: their grad_q rows must be exactly 0
+  run_both_dtypes(c, 1110);
+  c.tokens_q = {70};
+  c.tokens_kv = {200};  // query i sees keys [0, i + 130]: keys 0..130 are seen by every query
+  run_both_dtypes(c, 1115);
+}
+
+TEST_F(CudaFmhaBackward, CausalOverMultiDimTokensWithNonCollapsibleStrides) {
+  Case c;
+  c.mask = causal_mask();
+  c.tokens_q = {9, 13};
+  c.tokens_kv = {9, 13};
+  c.layout = Layout::noncollapsible_tokens;
+  run_both_dtypes(c, 1120);
+}
+
+// --- neighborhood ------------------------------------------------------------------------------
+
+TEST_F(CudaFmhaBackward, SmallNeighborhood1DWithDilationStrideAndCausal) {
+  Case c;
+  c.tokens_q = c.tokens_kv = {300};
+  c.mask = neighborhood({nd(31, 3, 2, true)});
+  run_both_dtypes(c, 1200);
+  c.mask = neighborhood({nd(17, 2, 5, false)});
+  run_both_dtypes(c, 1205);
+}
+
+TEST_F(CudaFmhaBackward, Neighborhood2DMixedPerDimensionSettings) {
+  Case c;
+  c.tokens_q = c.tokens_kv = {13, 19};
+  c.mask = neighborhood({nd(5, 2, 1, false), nd(7, 1, 2, true)});
+  run_both_dtypes(c, 1210);
+}
+
+TEST_F(CudaFmhaBackward, Neighborhood2DLargeWindowOnStridedViews) {
+  Case c;
+  c.tokens_q = c.tokens_kv = {33, 29};
+  c.heads_q = 2;
+  c.heads_kv = 1;
+  c.layout = Layout::noncollapsible_tokens;
+  c.mask = neighborhood({nd(15), nd(13, 2)});
+  run_both_dtypes(c, 1220);
+}
+
+TEST_F(CudaFmhaBackward, Neighborhood3DMixedPerDimensionSettings) {
+  Case c;
+  c.tokens_q = c.tokens_kv = {6, 9, 10};
+  c.mask = neighborhood({nd(3, 1, 1, true), nd(5, 1, 2, false), nd(3, 3, 1, false)});
+  run_both_dtypes(c, 1230);
+}
+
+TEST_F(CudaFmhaBackward, Neighborhood2DHeadDim128WithGroupedHeads) {
+  Case c;
+  c.tokens_q = c.tokens_kv = {24, 21};
+  c.head_dim = c.head_dim_v = 128;
+  c.heads_q = 4;
+  c.heads_kv = 2;
+  c.mask = neighborhood({nd(7), nd(9, 2)});
+  run_both_dtypes(c, 1240);
+}
+
+// --- block and element masks -------------------------------------------------------------------
+
+TEST_F(CudaFmhaBackward, SmallBlockMaskWithTileAlignedBlocks) {
+  Case c;
+  c.tokens_q = {200};
+  c.tokens_kv = {250};
+  c.mask = block_sparse_mask(TensorView{}, 64, 64);
+  c.mask_density = 0.5;
+  run_both_dtypes(c, 1300);
+}
+
+TEST_F(CudaFmhaBackward, BlockMaskWithUnalignedBlocksPerHeadAndBatch) {
+  Case c;
+  c.tokens_q = {150};
+  c.tokens_kv = {170};
+  c.mask = block_sparse_mask(TensorView{}, 24, 40);
+  c.mask_batch = 2;
+  c.mask_heads = 4;
+  c.mask_density = 0.4;
+  run_both_dtypes(c, 1310);
+}
+
+TEST_F(CudaFmhaBackward, SmallElementMaskWithEmptyRowsGivesZeroGradientsForThem) {
+  Case c;
+  c.tokens_q = {130};
+  c.tokens_kv = {97};
+  c.mask = element_sparse_mask(TensorView{});
+  c.mask_heads = 4;
+  c.mask_density = 0.3;
+  c.empty_rows_every = 7;
+  run_both_dtypes(c, 1320);
+}
+
+TEST_F(CudaFmhaBackward, ElementMaskOnMultiDimTokensWithGroupedHeads) {
+  Case c;
+  c.tokens_q = c.tokens_kv = {9, 14};
+  c.heads_q = 6;
+  c.heads_kv = 2;
+  c.mask = element_sparse_mask(TensorView{});
+  c.mask_density = 0.7;
+  c.layout = Layout::noncollapsible_tokens;
+  run_both_dtypes(c, 1330);
+}
+
+// --- modes, streams, workspace, refusals -------------------------------------------------------
+
+TEST_F(CudaFmhaBackward, DeterministicModeIsBitIdenticalAcrossRuns) {
+  Case c;
+  c.dtype = DType::bf16;
+  c.deterministic = true;
+  c.tokens_q = c.tokens_kv = {40, 37};
+  c.heads_q = 4;
+  c.heads_kv = 1;
+  c.mask = neighborhood({nd(11), nd(9)});
+  if (!compiled_for(c)) GTEST_SKIP() << "bf16 head dim 64 not compiled";
+  const CaseResult first = run_case(c, 1400);
+  const CaseResult second = run_case(c, 1400);  // same seed: same inputs
+  EXPECT_TRUE(first.dq_bytes == second.dq_bytes) << "grad_q differs between two deterministic runs";
+  EXPECT_TRUE(first.dk_bytes == second.dk_bytes) << "grad_k differs between two deterministic runs";
+  EXPECT_TRUE(first.dv_bytes == second.dv_bytes) << "grad_v differs between two deterministic runs";
+}
+
+TEST_F(CudaFmhaBackward, SmallRunsOnTheCallersStreamWithTheCallersWorkspace) {
+  Case c;
+  c.use_stream = true;
+  c.use_workspace = true;
+  c.mask = element_sparse_mask(TensorView{});
+  run_both_dtypes(c, 1410);
+  c.mask = causal_mask();
+  run_both_dtypes(c, 1415);
+}
+
+TEST_F(CudaFmhaBackward, WorkspaceSmallerThanTheSizeQueryIsRefused) {
+  Case c;
+  c.dtype = DType::bf16;
+  if (!compiled_for(c)) GTEST_SKIP() << "bf16 head dim 64 not compiled";
+  TestTensor q = TestTensor::make(c.dtype, {1, 64, 2, 64}, {0, 0, 0, 0});
+  TestTensor k = TestTensor::make(c.dtype, {1, 64, 2, 64}, {0, 0, 0, 0});
+  TestTensor lse = TestTensor::make(DType::f32, {1, 64, 2}, {0, 0, 0});
+  TestTensor dq = TestTensor::make(c.dtype, {1, 64, 2, 64}, {0, 0, 0, 0});
+  AttentionBackward p;
+  p.q = p.k = p.v = p.out = p.grad_out = q.device;
+  p.lse = lse.device;
+  p.grad_q = dq.device;
+  p.grad_k = p.grad_v = k.device;
+  RunOptions options;
+  options.backend = Backend::cuda;
+  const int64_t needed = attention_backward_workspace_size(p, options);
+  ASSERT_GT(needed, 0);
+  DeviceBuffer small(static_cast<std::size_t>(needed));
+  options.workspace = small.data();
+  options.workspace_bytes = needed - 256;
+  try {
+    attention_backward(p, options);
+    FAIL() << "a workspace below attention_backward_workspace_size() was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("workspace_bytes"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(CudaFmhaBackward, HeadDimAbove128IsRefusedNamingTheCompiledWidths) {
+  TestTensor q = TestTensor::make(DType::bf16, {1, 16, 1, 256}, {0, 0, 0, 0});
+  TestTensor lse = TestTensor::make(DType::f32, {1, 16, 1}, {0, 0, 0});
+  AttentionBackward p;
+  p.q = p.k = p.v = p.out = p.grad_out = p.grad_q = p.grad_k = p.grad_v = q.device;
+  p.lse = lse.device;
+  try {
+    attention_backward(p, RunOptions{Backend::cuda, nullptr, 0});
+    FAIL() << "head dim 256 was accepted by the CUDA backward";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::unsupported);
+    EXPECT_NE(std::string(e.what()).find("128"), std::string::npos) << e.what();
+  }
+}
+
+// --- the registry (host only: runs without a GPU) ----------------------------------------------
+
+TEST(FmhaBackwardRegistry, HoldsOneKernelPerDtypeWidthAndPolicy) {
+  const auto& kernels = cuda::fmha::fmha_backward_kernels();
+  EXPECT_EQ(kernels.size(), 8u);
+  std::vector<std::string> names;
+  for (const auto& k : kernels) {
+    EXPECT_TRUE(k.config.head_dim == 64 || k.config.head_dim == 128) << cuda::fmha::fmha_backward_config_name(k.config);
+    EXPECT_GT(k.config.smem_bytes_dkdv, 0);
+    EXPECT_GT(k.config.smem_bytes_dq, 0);
+    names.push_back(cuda::fmha::fmha_backward_config_name(k.config));
+  }
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(std::unique(names.begin(), names.end()), names.end()) << "two registry entries share a name";
+}
+
+TEST(FmhaBackwardRegistry, SmallHeadDimsRunOnTheNarrowestWidthThatHoldsThem) {
+  using cuda::fmha::fmha_backward_compiled_width;
+  EXPECT_EQ(fmha_backward_compiled_width(DType::bf16, 32, 32), 64);
+  EXPECT_EQ(fmha_backward_compiled_width(DType::f16, 64, 48), 64);
+  EXPECT_EQ(fmha_backward_compiled_width(DType::bf16, 72, 64), 128);
+  EXPECT_EQ(fmha_backward_compiled_width(DType::f16, 128, 128), 128);
+  EXPECT_EQ(fmha_backward_compiled_width(DType::bf16, 256, 256), 0) << "no backward width above 128";
+  EXPECT_EQ(fmha_backward_compiled_width(DType::f32, 64, 64), 0) << "the CUDA backward runs fp16 and bf16 only";
+}
+
+TEST(FmhaBackwardRegistry, EveryDefaultFitsTwoCtasPerSmOnHopper) {
+  constexpr int kHopperSmemPerSm = 228 * 1024;
+  for (const auto& k : cuda::fmha::fmha_backward_kernels()) {
+    const int per_cta = std::max(k.config.smem_bytes_dkdv, k.config.smem_bytes_dq) + 1024;  // + static and reserved
+    EXPECT_LE(2 * per_cta, kHopperSmemPerSm) << cuda::fmha::fmha_backward_config_name(k.config);
+  }
+}
+
+// --- timing (disabled by default) ---------------------------------------------------------------
+
+struct TimingShape {
+  std::string name;
+  int64_t batch;
+  std::vector<int64_t> tokens;
+  int64_t heads;
+  int64_t head_dim;
+  AttentionMask mask;
+};
+
+double attended_pairs(const TimingShape& s) {
+  const double seq = static_cast<double>(product(s.tokens));
+  if (s.mask.kind == MaskKind::causal) return seq * (seq + 1) / 2;
+  if (s.mask.kind != MaskKind::neighborhood) return seq * seq;
+  double pairs = 1;
+  for (std::size_t d = 0; d < s.tokens.size(); ++d) {
+    const auto& n = s.mask.neighborhood[d];
+    double sum = 0;
+    for (int64_t x = 0; x < s.tokens[d]; ++x) {
+      const auto w =
+          detail::neighborhood_window_of_coordinate(x, s.tokens[d], n.kernel_size, n.dilation, n.stride, n.causal);
+      sum += static_cast<double>(w.indices.end - w.indices.begin);
+    }
+    pairs *= sum;
+  }
+  return pairs;
+}
+
+void time_backward(const TimingShape& s, bool deterministic) {
+  const DType dtype = DType::bf16;
+  const std::vector<int64_t> pad(s.tokens.size() + 3, 0);
+  TestTensor q = TestTensor::make(dtype, concat(s.batch, s.tokens, {s.heads, s.head_dim}), pad);
+  TestTensor k = TestTensor::make(dtype, concat(s.batch, s.tokens, {s.heads, s.head_dim}), pad);
+  TestTensor v = TestTensor::make(dtype, concat(s.batch, s.tokens, {s.heads, s.head_dim}), pad);
+  TestTensor out = TestTensor::make(dtype, concat(s.batch, s.tokens, {s.heads, s.head_dim}), pad);
+  TestTensor grad_out = TestTensor::make(dtype, concat(s.batch, s.tokens, {s.heads, s.head_dim}), pad);
+  TestTensor dq = TestTensor::make(dtype, concat(s.batch, s.tokens, {s.heads, s.head_dim}), pad);
+  TestTensor dk = TestTensor::make(dtype, concat(s.batch, s.tokens, {s.heads, s.head_dim}), pad);
+  TestTensor dv = TestTensor::make(dtype, concat(s.batch, s.tokens, {s.heads, s.head_dim}), pad);
+  TestTensor lse =
+      TestTensor::make(DType::f32, concat(s.batch, s.tokens, {s.heads}), std::vector<int64_t>(s.tokens.size() + 2, 0));
+  std::mt19937_64 rng(11);
+  for (TestTensor* t : {&q, &k, &v, &grad_out}) {
+    test::fill_random(t->buffer.view, rng, -1.0, 1.0);
+    t->upload();
+  }
+  AttentionForward f;
+  f.q = q.device;
+  f.k = k.device;
+  f.v = v.device;
+  f.out = out.device;
+  f.lse = lse.device;
+  f.mask = s.mask;
+  const RunOptions options{Backend::cuda, nullptr, 0};
+  attention_forward(f, options);
+  AttentionBackward b;
+  b.q = q.device;
+  b.k = k.device;
+  b.v = v.device;
+  b.out = out.device;
+  b.lse = lse.device;
+  b.grad_out = grad_out.device;
+  b.grad_q = dq.device;
+  b.grad_k = dk.device;
+  b.grad_v = dv.device;
+  b.mask = s.mask;
+  b.deterministic = deterministic;
+  for (int i = 0; i < 3; ++i) attention_backward(b, options);
+  expect_cuda(cudaDeviceSynchronize(), "warm-up");
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  std::vector<float> ms;
+  for (int i = 0; i < 15; ++i) {
+    cudaEventRecord(start);
+    attention_backward(b, options);
+    cudaEventRecord(stop);
+    cudaEventSynchronize(stop);
+    float t = 0;
+    cudaEventElapsedTime(&t, start, stop);
+    ms.push_back(t);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  expect_cuda(cudaGetLastError(), "timed runs");
+  std::sort(ms.begin(), ms.end());
+  const double median = ms[ms.size() / 2];
+  const double flops =
+      10.0 * static_cast<double>(s.batch * s.heads) * attended_pairs(s) * static_cast<double>(s.head_dim);
+  std::printf("TIMING backward %-30s bf16 median %8.3f ms  min %8.3f ms  %7.1f TF/s\n", s.name.c_str(), median, ms[0],
+              flops / (median * 1e-3) / 1e12);
+}
+
+TEST_F(CudaFmhaBackward, DISABLED_TimingRepresentativeShapes) {
+  Case c;
+  c.dtype = DType::bf16;
+  c.head_dim = c.head_dim_v = 128;
+  if (!compiled_for(c)) GTEST_SKIP() << "bf16 d128 not compiled";
+  time_backward({"dense-d128-s8k-b1-h16", 1, {8192}, 16, 128, AttentionMask{}}, false);
+  time_backward({"causal-d128-s8k-b1-h16", 1, {8192}, 16, 128, causal_mask()}, false);
+  time_backward({"na2d-d128-128x128-k31-b1-h8", 1, {128, 128}, 8, 128, neighborhood({nd(31), nd(31)})}, false);
+  time_backward({"na3d-d128-16x32x32-k7-b1-h8", 1, {16, 32, 32}, 8, 128, neighborhood({nd(7), nd(7), nd(7)})}, false);
+}
+
+#endif  // ATTNKIT_WITH_CUDA
+
+}  // namespace
+}  // namespace attnkit

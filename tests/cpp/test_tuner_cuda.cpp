@@ -1,0 +1,271 @@
+// The CUDA forward's config space and dispatch (src/cuda/tune): one tuner config per compiled kernel,
+// the default is the registry's, wrong dtype/width/policy configs are rejected, the estimate counts
+// box visits for neighborhood masks; on a GPU, a call whose stream is capturing a CUDA graph never
+// tunes, a tuned call computes what the default computes, and the runner times every valid config.
+// Without CUDA every test skips; the GPU tests skip without a device.
+#include <gtest/gtest.h>
+
+#if defined(ATTNKIT_WITH_CUDA)
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "attnkit/tuner.hpp"
+#include "core/float_convert.hpp"
+#include "cuda/fmha/fmha_configs.hpp"
+#include "cuda/tune/fmha_attention_runner.hpp"
+#include "cuda/tune/fmha_config_space.hpp"
+#include "tune/candidate_ranking.hpp"
+#include "tune/process_tuners.hpp"
+#endif
+
+namespace attnkit {
+namespace {
+
+#if !defined(ATTNKIT_WITH_CUDA)
+
+TEST(TunerCuda, SkipsWithoutCuda) { GTEST_SKIP() << "this build has no CUDA backend"; }
+
+#else
+
+using cuda::fmha::fmha_forward_kernels;
+using cuda::fmha::fmha_forward_space;
+
+tune::ProblemSpec dense_spec(DType dtype, int64_t head_dim, int64_t tokens, MaskKind mask) {
+  tune::ProblemSpec s;
+  s.op = tune::TuneOp::attention_forward;
+  s.dtype = dtype;
+  s.batch = 2;
+  s.heads_q = 4;
+  s.heads_kv = 2;
+  s.head_dim = s.head_dim_v = head_dim;
+  s.tokens = s.tokens_kv = {tokens, 1, 1};
+  s.mask = mask;
+  if (mask == MaskKind::block) s.block_q = s.block_k = 64;
+  return s;
+}
+
+bool has_gpu() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return count > 0;
+}
+
+TEST(TunerCuda, ForwardSpaceHasOneConfigPerCompiledKernel) {
+  std::set<std::string> names;
+  for (const auto& kernel : fmha_forward_kernels()) names.insert(cuda::fmha::fmha_config_name(kernel.config));
+  const tune::ConfigSpace space = fmha_forward_space();
+  ASSERT_EQ(space.configs.size(), names.size());
+  for (const auto& config : space.configs) {
+    const auto* kernel = cuda::fmha::fmha_forward_kernel_by_name(config.id);
+    ASSERT_NE(kernel, nullptr) << config.id;
+    EXPECT_EQ(config.resources.smem_bytes, kernel->config.smem_bytes);
+    EXPECT_EQ(config.resources.threads, kernel->config.warps * 32);
+    EXPECT_EQ(config.param("block_m"), kernel->config.block_m);
+  }
+  EXPECT_NE(tune::builtin_config_spaces().find(tune::TuneOp::attention_forward, Backend::cuda), nullptr);
+}
+
+TEST(TunerCuda, DefaultConfigIsTheRegistryDefault) {
+  const tune::ConfigSpace space = fmha_forward_space();
+  const tune::DeviceLimits limits = tune::cuda_device_limits(90, 132);
+  for (const DType dtype : {DType::f16, DType::bf16}) {
+    for (const int64_t head_dim : {64, 128}) {
+      for (const MaskKind mask : {MaskKind::none, MaskKind::causal, MaskKind::block}) {
+        const tune::ProblemSpec spec = dense_spec(dtype, head_dim, 1000, mask);
+        const auto* expected = cuda::fmha::fmha_default_kernel(
+            dtype, head_dim, head_dim,
+            mask == MaskKind::block ? cuda::fmha::FmhaPolicyKind::tile_list : cuda::fmha::FmhaPolicyKind::box,
+            static_cast<int>(limits.max_smem_per_block));
+        if (expected == nullptr) continue;
+        const tune::CandidateRanking ranking = tune::rank_candidates(space, spec, limits);
+        const tune::Config* chosen = tune::default_config(space, ranking, spec, limits);
+        ASSERT_NE(chosen, nullptr);
+        EXPECT_EQ(chosen->id, cuda::fmha::fmha_config_name(expected->config));
+      }
+    }
+  }
+}
+
+TEST(TunerCuda, BackwardSpaceDefaultIsTheBackwardRegistryDefault) {
+  if (cuda::fmha::fmha_backward_kernels().empty()) GTEST_SKIP() << "no backward kernels in this build";
+  const tune::ConfigSpace space = cuda::fmha::fmha_backward_space();
+  EXPECT_EQ(space.op, tune::TuneOp::attention_backward);
+  const tune::DeviceLimits limits = tune::cuda_device_limits(90, 132);
+  tune::ProblemSpec spec = dense_spec(DType::f16, 64, 999, MaskKind::causal);
+  spec.op = tune::TuneOp::attention_backward;
+  const auto* expected = cuda::fmha::fmha_backward_default_kernel(
+      DType::f16, 64, 64, cuda::fmha::FmhaBackwardPolicy::box, static_cast<int>(limits.max_smem_per_block));
+  ASSERT_NE(expected, nullptr);
+  const tune::CandidateRanking ranking = tune::rank_candidates(space, spec, limits);
+  const tune::Config* chosen = tune::default_config(space, ranking, spec, limits);
+  ASSERT_NE(chosen, nullptr);
+  EXPECT_EQ(chosen->id, cuda::fmha::fmha_backward_config_name(expected->config));
+  EXPECT_NE(tune::builtin_config_spaces().find(tune::TuneOp::attention_backward, Backend::cuda), nullptr);
+}
+
+TEST(TunerCuda, ConfigsOfAnotherDtypeWidthOrPolicyAreRejected) {
+  const tune::ConfigSpace space = fmha_forward_space();
+  const tune::ProblemSpec spec = dense_spec(DType::bf16, 64, 777, MaskKind::causal);
+  const tune::CandidateRanking ranking = tune::rank_candidates(space, spec, tune::cuda_device_limits(90, 132));
+  ASSERT_FALSE(ranking.valid.empty());
+  for (const auto& ranked : ranking.valid) {
+    EXPECT_EQ(ranked.config->param("dtype"), static_cast<int64_t>(DType::bf16));
+    EXPECT_EQ(ranked.config->param("head_dim"), 64);
+    EXPECT_EQ(ranked.config->param("policy"), static_cast<int64_t>(cuda::fmha::FmhaPolicyKind::box));
+  }
+  EXPECT_EQ(ranking.valid.size() + ranking.rejected.size(), space.configs.size());
+}
+
+TEST(TunerCuda, NeighborhoodWorkCountsOnlyTheVisitedBoxes) {
+  tune::ProblemSpec na = dense_spec(DType::bf16, 128, 1, MaskKind::neighborhood);
+  na.token_dims = 2;
+  na.tokens = na.tokens_kv = {96, 96, 1};
+  na.neighborhood[0] = {13, 1, 1, false};
+  na.neighborhood[1] = {13, 1, 1, false};
+  tune::ProblemSpec dense = na;
+  dense.mask = MaskKind::none;
+  const auto& kernel = fmha_forward_kernels().front().config;
+  const tune::TileWork na_work = cuda::fmha::fmha_forward_tile_work(kernel, na);
+  const tune::TileWork dense_work = cuda::fmha::fmha_forward_tile_work(kernel, dense);
+  EXPECT_EQ(na_work.tiles, dense_work.tiles);  // 9216 tokens in whole tiles either way
+  EXPECT_LT(na_work.flops_per_tile, dense_work.flops_per_tile / 4);
+  EXPECT_GT(na_work.flops_per_tile, 0.0);
+}
+
+// --- GPU ---------------------------------------------------------------------------------------
+
+struct DeviceTensor {
+  void* data = nullptr;
+  TensorView view;
+  DeviceTensor(DType dtype, std::vector<int64_t> extents, std::mt19937_64* rng) {
+    int64_t n = 1;
+    for (const int64_t e : extents) n *= e;
+    const size_t bytes = static_cast<size_t>(n) * dtype_size(dtype);
+    if (cudaMalloc(&data, bytes) != cudaSuccess) throw std::runtime_error("cudaMalloc failed");
+    std::vector<unsigned char> host(bytes, 0xff);  // NaN in f16/bf16/f32 until written
+    if (rng != nullptr) {
+      std::uniform_real_distribution<double> uniform(-1.0, 1.0);
+      for (int64_t i = 0; i < n; ++i) detail::store_from_double(host.data(), dtype, i, uniform(*rng));
+    }
+    cudaMemcpy(data, host.data(), bytes, cudaMemcpyHostToDevice);
+    view = make_view(data, dtype, static_cast<int32_t>(extents.size()), extents.data(), Device{DeviceType::cuda, 0});
+  }
+  ~DeviceTensor() { cudaFree(data); }
+  DeviceTensor(const DeviceTensor&) = delete;
+  DeviceTensor& operator=(const DeviceTensor&) = delete;
+  std::vector<double> to_host() const {
+    std::vector<unsigned char> host(static_cast<size_t>(view.numel()) * dtype_size(view.dtype));
+    cudaMemcpy(host.data(), data, host.size(), cudaMemcpyDeviceToHost);
+    std::vector<double> values;
+    for (int64_t i = 0; i < view.numel(); ++i) values.push_back(detail::load_as_double(host.data(), view.dtype, i));
+    return values;
+  }
+};
+
+class TunerCudaGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+    tune::reset_process_tuners();
+    TunerSettings s;
+    s.mode = TuneMode::on;
+    s.warmup_steps_forward = 1;
+    s.steps_forward = 3;
+    s.cache_dir = "";
+    configure_tuner(s);
+  }
+  void TearDown() override { tune::reset_process_tuners(); }
+};
+
+TEST_F(TunerCudaGpu, ACallOnACapturingStreamNeverTunes) {
+  std::mt19937_64 rng(1);
+  DeviceTensor q(DType::bf16, {1, 333, 2, 64}, &rng), k(DType::bf16, {1, 333, 2, 64}, &rng),
+      v(DType::bf16, {1, 333, 2, 64}, &rng), out(DType::bf16, {1, 333, 2, 64}, nullptr);
+  AttentionForward f;
+  f.q = q.view;
+  f.k = k.view;
+  f.v = v.view;
+  f.out = out.view;
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  RunOptions options;
+  options.backend = Backend::cuda;
+  options.stream = stream;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  const TunedConfig during = attention_forward_config(f, options);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  cudaGraphDestroy(graph);
+  EXPECT_EQ(during.source, "default");
+  const TunedConfig after = attention_forward_config(f, options);
+  EXPECT_EQ(after.source, "tuned");
+  cudaStreamDestroy(stream);
+}
+
+TEST_F(TunerCudaGpu, ATunedCallComputesWhatTheDefaultComputes) {
+  std::mt19937_64 rng(2);
+  DeviceTensor q(DType::bf16, {2, 515, 4, 128}, &rng), k(DType::bf16, {2, 515, 2, 128}, &rng),
+      v(DType::bf16, {2, 515, 2, 128}, &rng), tuned_out(DType::bf16, {2, 515, 4, 128}, nullptr),
+      default_out(DType::bf16, {2, 515, 4, 128}, nullptr);
+  AttentionForward f;
+  f.q = q.view;
+  f.k = k.view;
+  f.v = v.view;
+  f.mask.kind = MaskKind::causal;
+  RunOptions options;
+  options.backend = Backend::cuda;
+  f.out = tuned_out.view;
+  attention_forward(f, options);
+  TunerSettings off = tuner_settings();
+  off.mode = TuneMode::off;
+  configure_tuner(off);
+  f.out = default_out.view;
+  attention_forward(f, options);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<double> a = tuned_out.to_host(), b = default_out.to_host();
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_FALSE(std::isnan(a[i])) << "tuned output not fully written at " << i;
+    diff += (a[i] - b[i]) * (a[i] - b[i]);
+    norm += b[i] * b[i];
+  }
+  EXPECT_LE(std::sqrt(diff / norm), 1.5e-2);
+}
+
+TEST_F(TunerCudaGpu, TheRunnerTimesEveryValidConfig) {
+  tune::ProblemSpec spec = dense_spec(DType::bf16, 128, 1024, MaskKind::block);
+  spec.density = 0.25;
+  cuda::fmha::FmhaAttentionRunner runner(spec, 0, cuda::fmha::device_l2_bytes(0));
+  EXPECT_GE(runner.buffer_sets(), 2);
+  const tune::ConfigSpace space = fmha_forward_space();
+  const tune::CandidateRanking ranking = tune::rank_candidates(space, spec, tune::cuda_device_limits(90, 132));
+  ASSERT_FALSE(ranking.valid.empty());
+  for (const auto& ranked : ranking.valid) {
+    for (int i = 0; i < 3; ++i) EXPECT_GT(runner.measure_seconds(*ranked.config, i), 0.0) << ranked.config->id;
+  }
+}
+
+TEST_F(TunerCudaGpu, TheRunnerTimesTheBackwardOfEveryValidConfig) {
+  if (cuda::fmha::fmha_backward_kernels().empty()) GTEST_SKIP() << "no backward kernels in this build";
+  tune::ProblemSpec spec = dense_spec(DType::f16, 64, 700, MaskKind::causal);
+  spec.op = tune::TuneOp::attention_backward;
+  cuda::fmha::FmhaAttentionRunner runner(spec, 0, cuda::fmha::device_l2_bytes(0));
+  const tune::ConfigSpace space = cuda::fmha::fmha_backward_space();
+  const tune::CandidateRanking ranking = tune::rank_candidates(space, spec, tune::cuda_device_limits(90, 132));
+  ASSERT_FALSE(ranking.valid.empty());
+  for (const auto& ranked : ranking.valid) {
+    for (int i = 0; i < 3; ++i) EXPECT_GT(runner.measure_seconds(*ranked.config, i), 0.0) << ranked.config->id;
+  }
+}
+
+#endif
+
+}  // namespace
+}  // namespace attnkit

@@ -1,0 +1,39 @@
+"""attnkit.gemm on the CPU: plain, batched, broadcast batch, transposed (column-major) views,
+float64 gradients."""
+
+import torch
+
+import attnkit
+import reference
+from conftest import randn
+
+
+def test_gemm_matches_matmul():
+    a, b = randn(37, 29), randn(29, 41)
+    assert reference.relative_l2(attnkit.gemm(a, b), a.double() @ b.double()) <= 1e-5
+
+
+def test_batched_gemm_with_broadcast_batch():
+    a, b = randn(3, 17, 9), randn(1, 9, 13)
+    assert reference.relative_l2(attnkit.gemm(a, b), a.double() @ b.double()) <= 1e-5
+
+
+def test_two_dimensional_operand_broadcasts_against_a_batch():
+    a, b = randn(17, 9), randn(4, 9, 13)
+    assert reference.relative_l2(attnkit.gemm(a, b), a.double() @ b.double()) <= 1e-5
+
+
+def test_transposed_views_are_column_major_operands():
+    a, b = randn(9, 17).mT, randn(13, 9).mT
+    assert reference.relative_l2(attnkit.gemm(a, b), a.double() @ b.double()) <= 1e-5
+
+
+def test_float16_gemm_within_tolerance():
+    a, b = randn(33, 20, dtype=torch.float16), randn(20, 18, dtype=torch.float16)
+    assert reference.relative_l2(attnkit.gemm(a, b), a.double() @ b.double()) <= 5e-3
+
+
+def test_float64_gradients_of_broadcast_batched_gemm_pass_gradcheck():
+    a = randn(3, 5, 4, dtype=torch.float64, requires_grad=True)
+    b = randn(1, 4, 6, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(attnkit.gemm, (a, b))

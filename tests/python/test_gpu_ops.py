@@ -1,0 +1,183 @@
+"""The ops on a CUDA device (Hopper in our GPU check): bf16/fp16/fp32 forward against the float64
+reference, backward where the library has it (skips with the library's reason otherwise), outputs
+fully written (NaN-poisoned allocator), non-contiguous views, side streams, CUDA-graph capture and
+torch.compile. Skips with a visible reason without a GPU or a CUDA build of libattnkit."""
+
+import pytest
+import torch
+
+import attnkit
+import reference
+from gpu_support import poison_allocator, require_cuda, skip_if_unsupported
+
+pytestmark = pytest.mark.usefixtures("_cuda")
+
+
+@pytest.fixture
+def _cuda():
+    require_cuda()
+
+
+LOW_PRECISION = [torch.bfloat16, torch.float16]
+
+
+def _rand(*shape, dtype=torch.bfloat16, requires_grad=False):
+    return torch.randn(*shape, device="cuda", dtype=dtype).requires_grad_(requires_grad)
+
+
+@pytest.mark.parametrize("dtype", LOW_PRECISION)
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_dense_causal_forward(dtype, head_dim):
+    q, k, v = (_rand(2, 333, 4, head_dim, dtype=dtype) for _ in range(3))
+    poison_allocator((2, 333, 4, head_dim), dtype)
+    with skip_if_unsupported(f"causal forward {dtype} d{head_dim}"):
+        out, lse = attnkit.attention(q, k, v, is_causal=True, return_lse=True)
+    expected, expected_lse = reference.attention(q, k, v, reference.causal_mask(333, 333).cuda())
+    assert reference.relative_l2(out, expected) <= reference.TOLERANCE[dtype]
+    assert reference.relative_l2(lse, expected_lse) <= 1e-3
+
+
+@pytest.mark.parametrize("dtype", LOW_PRECISION)
+def test_na2d_forward_with_dilation_stride_causal_on_odd_extents(dtype):
+    params = dict(kernel_size=(7, 5), dilation=(2, 1), stride=(1, 2), is_causal=(False, True))
+    q, k, v = (_rand(1, 19, 23, 2, 128, dtype=dtype) for _ in range(3))
+    poison_allocator((1, 19, 23, 2, 128), dtype)
+    with skip_if_unsupported(f"na2d forward {dtype}"):
+        out = attnkit.na2d(q, k, v, **params)
+    mask = reference.neighborhood_mask((19, 23), [7, 5], [2, 1], [1, 2], [False, True]).cuda()
+    expected, _ = reference.attention(q, k, v, mask)
+    assert reference.relative_l2(out, expected) <= reference.TOLERANCE[dtype]
+
+
+def test_na1d_and_na3d_forward_bf16():
+    q, k, v = (_rand(2, 97, 2, 128) for _ in range(3))
+    with skip_if_unsupported("na1d forward bf16"):
+        out = attnkit.na1d(q, k, v, kernel_size=13, dilation=3)
+    mask = reference.neighborhood_mask((97,), [13], [3], [1], [False]).cuda()
+    assert reference.relative_l2(out, reference.attention(q, k, v, mask)[0]) <= 1.5e-2
+    q, k, v = (_rand(1, 6, 7, 9, 2, 128) for _ in range(3))
+    with skip_if_unsupported("na3d forward bf16"):
+        out = attnkit.na3d(q, k, v, kernel_size=(3, 5, 3))
+    mask = reference.neighborhood_mask((6, 7, 9), [3, 5, 3], [1, 1, 1], [1, 1, 1], [False] * 3).cuda()
+    assert reference.relative_l2(out, reference.attention(q, k, v, mask)[0]) <= 1.5e-2
+
+
+def test_gqa_on_views_of_packed_qkv_bf16():
+    packed = _rand(2, 257, 3, 4, 128)
+    q, k, v = packed.unbind(dim=2)
+    k, v = k[:, :, :2], v[:, :, :2]  # 2 kv heads for 4 query heads, strided views
+    with skip_if_unsupported("gqa forward bf16"):
+        out = attnkit.attention(q, k, v)
+    assert reference.relative_l2(out, reference.attention(q, k, v)[0]) <= 1.5e-2
+
+
+@pytest.mark.parametrize("kind", ["block", "element"])
+def test_sparse_forward_bf16(kind):
+    q, k, v = (_rand(1, 300, 2, 128) for _ in range(3))
+    if kind == "block":
+        block_mask = torch.rand(1, 2, 5, 5, device="cuda") < 0.4
+        block_mask[..., 0] = True
+        with skip_if_unsupported("block-sparse forward"):
+            out = attnkit.sparse_attention(q, k, v, block_mask=block_mask, block_size=64)
+        mask = reference.block_to_element_mask(block_mask, 300, 300, 64, 64)
+    else:
+        mask = torch.rand(1, 2, 300, 300, device="cuda") < 0.1
+        with skip_if_unsupported("element-sparse forward"):
+            out = attnkit.sparse_attention(q, k, v, mask=mask)
+    assert reference.relative_l2(out, reference.attention(q, k, v, mask)[0]) <= 1.5e-2
+
+
+@pytest.mark.parametrize("dtype", LOW_PRECISION)
+def test_dense_causal_backward(dtype):
+    q, k, v = (_rand(1, 200, 2, 128, dtype=dtype, requires_grad=True) for _ in range(3))
+    grad = torch.randn(1, 200, 2, 128, device="cuda", dtype=dtype)
+    with skip_if_unsupported(f"causal backward {dtype}"):
+        attnkit.attention(q, k, v, is_causal=True).backward(grad)
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    expected, _ = reference.attention(q64, k64, v64, reference.causal_mask(200, 200).cuda())
+    expected.backward(grad.double())
+    for actual, wanted in ((q.grad, q64.grad), (k.grad, k64.grad), (v.grad, v64.grad)):
+        assert reference.relative_l2(actual, wanted) <= 2 * reference.TOLERANCE[dtype]
+
+
+def test_na2d_backward_bf16():
+    q, k, v = (_rand(1, 17, 18, 2, 128, requires_grad=True) for _ in range(3))
+    grad = torch.randn(1, 17, 18, 2, 128, device="cuda", dtype=torch.bfloat16)
+    with skip_if_unsupported("na2d backward bf16"):
+        attnkit.na2d(q, k, v, kernel_size=5, dilation=(1, 2)).backward(grad)
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    mask = reference.neighborhood_mask((17, 18), [5, 5], [1, 2], [1, 1], [False, False]).cuda()
+    expected, _ = reference.attention(q64, k64, v64, mask)
+    expected.backward(grad.double())
+    for actual, wanted in ((q.grad, q64.grad), (k.grad, k64.grad), (v.grad, v64.grad)):
+        assert reference.relative_l2(actual, wanted) <= 3e-2
+
+
+@pytest.mark.parametrize("mode", ["chunk", "parallel", "recurrent"])
+def test_retention_forward_bf16(mode):
+    q, k, v = (_rand(2, 130, 2, 64) for _ in range(3))
+    with skip_if_unsupported(f"retention {mode} forward"):
+        out, _ = attnkit.retention(q, k, v, mode=mode)
+    assert reference.relative_l2(out, reference.retention(q, k, v)[0]) <= 1.5e-2
+
+
+@pytest.mark.parametrize("dtype", LOW_PRECISION + [torch.float32])
+def test_gemm(dtype):
+    a, b = _rand(3, 129, 257, dtype=dtype), _rand(1, 257, 67, dtype=dtype).mT.contiguous().mT
+    with skip_if_unsupported(f"gemm {dtype}"):
+        c = attnkit.gemm(a, b)
+    assert reference.relative_l2(c, a.double() @ b.double()) <= reference.TOLERANCE[dtype]
+
+
+def test_runs_on_the_current_side_stream():
+    q, k, v = (_rand(1, 512, 2, 128) for _ in range(3))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), skip_if_unsupported("causal forward bf16"):
+        out = attnkit.attention(q, k, v, is_causal=True)
+    torch.cuda.current_stream().wait_stream(side)
+    expected, _ = reference.attention(q, k, v, reference.causal_mask(512, 512).cuda())
+    assert reference.relative_l2(out, expected) <= 1.5e-2
+
+
+def test_cuda_graph_capture_and_replay_with_new_inputs():
+    static = [_rand(1, 16, 16, 2, 128) for _ in range(3)]
+    with skip_if_unsupported("na2d forward bf16"):
+        attnkit.na2d(*static, kernel_size=5)  # warm-up (and any tuning) outside capture
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        attnkit.na2d(*static, kernel_size=5)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = attnkit.na2d(*static, kernel_size=5)
+    fresh = [torch.randn_like(t) for t in static]
+    for buffer, value in zip(static, fresh):
+        buffer.copy_(value)
+    graph.replay()
+    torch.cuda.synchronize()
+    mask = reference.neighborhood_mask((16, 16), [5, 5], [1, 1], [1, 1], [False, False]).cuda()
+    assert reference.relative_l2(static_out, reference.attention(*fresh, mask)[0]) <= 1.5e-2
+
+
+def test_compiled_fullgraph_forward_and_backward():
+    def step(q, k, v):
+        out, lse = attnkit.na2d(q, k, v, kernel_size=3, return_lse=True)
+        return out.float().sum() + lse.sum()
+
+    q, k, v = (_rand(1, 12, 12, 2, 128, requires_grad=True) for _ in range(3))
+    torch._dynamo.reset()
+    compiled = torch.compile(step, fullgraph=True)
+    with skip_if_unsupported("na2d forward/backward bf16"):
+        loss = compiled(q, k, v)
+        loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(q.grad.float()).all()
+
+
+def test_neighborhood_module_on_gpu():
+    module = attnkit.nn.NeighborhoodAttention2D(256, 2, kernel_size=7).cuda().to(torch.bfloat16)
+    x = _rand(2, 14, 15, 256)
+    with skip_if_unsupported("na2d forward bf16"):
+        out = module(x)
+    assert out.shape == x.shape and torch.isfinite(out.float()).all()

@@ -128,10 +128,42 @@ tune::ConfigSpace fmha_forward_space() {
                                    limits);
   };
   space.default_config = [](const tune::ProblemSpec& spec, const tune::DeviceLimits& limits) {
-    const FmhaKernel* kernel = registry_default(spec, limits.max_smem_per_block);
+    const FmhaKernel* kernel = fmha_forward_default_for(spec, limits.max_smem_per_block);
     return kernel == nullptr ? std::string() : fmha_config_name(kernel->config);
   };
   return space;
+}
+
+double fmha_forward_tile_efficiency(const FmhaConfig& config) {
+  // Relative MMA throughput per useful FLOP: 16 query rows per warp read each K/V operand from shared
+  // memory twice as often per FLOP as 32 rows (dense S16k D128 on H100: 255.8 vs 313.5 TF/s, docs/perf.md).
+  return config.block_m / config.warps >= 32 ? 1.0 : 0.82;
+}
+
+const FmhaKernel* fmha_forward_default_for(const tune::ProblemSpec& spec, int64_t max_smem) {
+  const FmhaKernel* fallback = registry_default(spec, max_smem);
+  if (fallback == nullptr || spec.mask != MaskKind::neighborhood) return fallback;
+  // Neighborhoods: the tile whose visited work, weighted by its efficiency, is least. Smaller boxes waste
+  // less of each visited KV tile on small windows (na2d 64x64 K13: +18 % with 64x64 tiles), larger ones
+  // win on large windows and dense-like work. A pure function of the problem, as DESIGN §6.5 asks.
+  auto weighted_work = [&](const FmhaConfig& config) {
+    const tune::TileWork work = fmha_forward_tile_work(config, spec);
+    return static_cast<double>(work.tiles) * work.flops_per_tile / fmha_forward_tile_efficiency(config);
+  };
+  const FmhaKernel* best = fallback;
+  double best_cost = weighted_work(fallback->config);
+  for (const auto& k : fmha_forward_kernels()) {
+    if (&k == fallback || k.config.dtype != fallback->config.dtype || k.config.head_dim != fallback->config.head_dim ||
+        k.config.policy != fallback->config.policy || k.config.smem_bytes > max_smem) {
+      continue;
+    }
+    const double cost = weighted_work(k.config);
+    if (cost < best_cost) {
+      best = &k;
+      best_cost = cost;
+    }
+  }
+  return best;
 }
 
 const FmhaKernel* fmha_forward_kernel_by_name(const std::string& id) {

@@ -35,5 +35,10 @@ const FmhaBackwardKernel* fmha_backward_kernel_by_name(const std::string& id);
 
 // The tile work of `config` on `spec`, counted as described above (for the estimate and tests).
 tune::TileWork fmha_forward_tile_work(const FmhaConfig& config, const tune::ProblemSpec& spec);
+// Relative tensor-core efficiency of a tile config (1 for 32 query rows per warp), measured on H100.
+double fmha_forward_tile_efficiency(const FmhaConfig& config);
+// The forward's default (untuned) kernel: the registry default, except for neighborhood masks, where
+// the compatible tile with the least efficiency-weighted visited work. nullptr when none fits max_smem.
+const FmhaKernel* fmha_forward_default_for(const tune::ProblemSpec& spec, int64_t max_smem);
 
 }  // namespace attnkit::cuda::fmha

@@ -10,9 +10,11 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <utility>
 #include <vector>
 
+#include "attnkit/attention.hpp"
 #include "attnkit/tensor.hpp"
 #include "core/float_convert.hpp"
 #include "test_support.hpp"
@@ -111,6 +113,20 @@ inline bool cuda_device_present() {
     return false;
   }
   return count > 0;
+}
+
+// One neighborhood dimension, and a neighborhood mask over the given dimensions.
+inline NeighborhoodDim nd(int64_t kernel, int64_t dilation = 1, int64_t stride = 1, bool causal = false) {
+  return NeighborhoodDim{kernel, dilation, stride, causal};
+}
+
+inline AttentionMask neighborhood(std::initializer_list<NeighborhoodDim> dims) {
+  AttentionMask m;
+  m.kind = MaskKind::neighborhood;
+  m.dims = static_cast<int32_t>(dims.size());
+  int d = 0;
+  for (const auto& x : dims) m.neighborhood[d++] = x;
+  return m;
 }
 
 }  // namespace attnkit::test

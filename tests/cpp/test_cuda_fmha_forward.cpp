@@ -47,6 +47,8 @@ TEST(CudaFmhaForward, SkipsWithoutCuda) {
 using test::cuda_device_present;
 using test::DeviceBuffer;
 using test::expect_cuda;
+using test::nd;
+using test::neighborhood;
 using test::TestTensor;
 using test::widen_to_f32;
 
@@ -235,19 +237,6 @@ class CudaFmhaForward : public ::testing::Test {
     }
   }
 };
-
-NeighborhoodDim nd(int64_t kernel, int64_t dilation = 1, int64_t stride = 1, bool causal = false) {
-  return NeighborhoodDim{kernel, dilation, stride, causal};
-}
-
-AttentionMask neighborhood(std::initializer_list<NeighborhoodDim> dims) {
-  AttentionMask m;
-  m.kind = MaskKind::neighborhood;
-  m.dims = static_cast<int32_t>(dims.size());
-  int d = 0;
-  for (const auto& x : dims) m.neighborhood[d++] = x;
-  return m;
-}
 
 // --- dense -------------------------------------------------------------------------------------
 

@@ -19,7 +19,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
 #include <string>
 
 #include "attnkit/error.hpp"
@@ -31,34 +30,9 @@
 namespace attnkit::cuda::fmha {
 namespace {
 
-// The kernel a backward call runs with: checks the device and picks the config.
 const FmhaBackwardKernel& backward_kernel(const AttentionBackward& problem, const detail::AttentionShape& shape,
                                           const RunOptions& options) {
-  check_backward_supported(problem, shape);
-  const int device = problem.q.device.index;
-  int major = 0;
-  int minor = 0;
-  int max_shared = 0;
-  check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
-  check_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "cudaDeviceGetAttribute");
-  check_cuda(cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
-             "cudaDeviceGetAttribute");
-  if (major < 8) {
-    throw Error(Status::unsupported, "q.device: cuda:" + std::to_string(device) + " has compute capability " +
-                                         std::to_string(major) + "." + std::to_string(minor) +
-                                         "; allowed: 8.0 or newer (the CUDA attention kernels use SM80 tensor cores "
-                                         "and cp.async), or run on CPU tensors");
-  }
-  // The tuner's choice among the registry's entries (its cache, else the registry default).
-  const FmhaBackwardKernel* kernel = select_backward_kernel(problem, shape, options, device, max_shared).kernel;
-  if (kernel == nullptr) {
-    throw Error(Status::unsupported,
-                "head_dim: no compiled backward kernel for " + std::string(dtype_name(problem.q.dtype)) +
-                    " with max(D, Dv) = " + std::to_string(std::max(shape.head_dim, shape.head_dim_v)) +
-                    " fits cuda:" + std::to_string(device) + " (" + std::to_string(max_shared) +
-                    " bytes of shared memory per block); compiled: " + fmha_backward_compiled_summary());
-  }
-  return *kernel;
+  return *backward_selection(problem, shape, options).kernel;
 }
 
 }  // namespace

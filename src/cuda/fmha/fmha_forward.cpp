@@ -2,7 +2,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
 #include <string>
 
 #include "attnkit/error.hpp"
@@ -14,48 +13,9 @@
 namespace attnkit::cuda::fmha {
 namespace {
 
-struct DeviceLimits {
-  int compute_capability = 0;
-  int max_shared_bytes_optin = 0;
-};
-
-DeviceLimits device_limits(int device) {
-  DeviceLimits limits;
-  int major = 0;
-  int minor = 0;
-  check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
-  check_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "cudaDeviceGetAttribute");
-  check_cuda(cudaDeviceGetAttribute(&limits.max_shared_bytes_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
-             "cudaDeviceGetAttribute");
-  limits.compute_capability = major * 10 + minor;
-  return limits;
-}
-
-// The kernel a forward call runs with: checks the device and picks the config (the tuner's choice).
 const FmhaKernel& forward_kernel(const AttentionForward& problem, const detail::AttentionShape& shape,
                                  const RunOptions& options) {
-  check_forward_supported(problem, shape);
-  const int device = problem.q.device.index;
-  const DeviceLimits limits = device_limits(device);
-  if (limits.compute_capability < 80) {
-    throw Error(Status::unsupported, "q.device: cuda:" + std::to_string(device) + " has compute capability " +
-                                         std::to_string(limits.compute_capability / 10) + "." +
-                                         std::to_string(limits.compute_capability % 10) +
-                                         "; allowed: 8.0 or newer (the CUDA attention kernels use SM80 tensor cores "
-                                         "and cp.async), or run on CPU tensors");
-  }
-  const FmhaPolicyKind policy = fmha_policy_for(problem.mask.kind);
-  const FmhaKernel* kernel =
-      select_forward_kernel(problem, shape, options, device, limits.max_shared_bytes_optin).kernel;
-  if (kernel == nullptr) {
-    throw Error(Status::unsupported,
-                "head_dim: no compiled " + std::string(fmha_policy_name(policy)) + " kernel for " +
-                    std::string(dtype_name(problem.q.dtype)) +
-                    " with max(D, Dv) = " + std::to_string(std::max(shape.head_dim, shape.head_dim_v)) +
-                    " fits cuda:" + std::to_string(device) + " (" + std::to_string(limits.max_shared_bytes_optin) +
-                    " bytes of shared memory per block); compiled: " + fmha_compiled_summary());
-  }
-  return *kernel;
+  return *forward_selection(problem, shape, options).kernel;
 }
 
 }  // namespace

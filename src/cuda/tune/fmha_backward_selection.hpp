@@ -5,8 +5,6 @@
 // The backward is timed by FmhaAttentionRunner (its out and lse from the default forward). With one
 // tile per (dtype, width, policy) in the registry today there is nothing to time: a problem with a
 // single valid config is decided without timing (local_tuning.hpp).
-// fmha_backward.cpp's backward_kernel() is meant to call select_backward_kernel() in place of
-// fmha_backward_default_kernel() (its owner wires it).
 #pragma once
 #include <string>
 
@@ -26,7 +24,8 @@ struct BackwardSelection {
 BackwardSelection select_backward_kernel(const AttentionBackward& problem, const detail::AttentionShape& shape,
                                          const RunOptions& options, int device, int max_shared_bytes_optin);
 
-// For attention_backward_config(): the capability checks of a call, then select_backward_kernel.
+// The kernel a backward call runs with (run_backward, attention_backward_config): the capability checks
+// of the call and the device, then select_backward_kernel; throws Status::unsupported when nothing fits.
 BackwardSelection backward_selection(const AttentionBackward& problem, const detail::AttentionShape& shape,
                                      const RunOptions& options);
 

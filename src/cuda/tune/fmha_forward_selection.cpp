@@ -2,8 +2,10 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <exception>
+#include <string>
 
 #include "attnkit/error.hpp"
 #include "core/log.hpp"
@@ -63,21 +65,38 @@ tune::DeviceDescription describe_cuda_device(int device) {
   return {tune::cuda_device_key(info, registry), limits};
 }
 
+int require_sm80_device(int device) {
+  const int capability =
+      attribute(cudaDevAttrComputeCapabilityMajor, device) * 10 + attribute(cudaDevAttrComputeCapabilityMinor, device);
+  if (capability < 80) {
+    throw Error(Status::unsupported, "q.device: cuda:" + std::to_string(device) + " has compute capability " +
+                                         std::to_string(capability / 10) + "." + std::to_string(capability % 10) +
+                                         "; allowed: 8.0 or newer (the CUDA attention kernels use SM80 tensor cores "
+                                         "and cp.async), or run on CPU tensors");
+  }
+  return attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+}
+
+tune::TuneChoice choose_attention_config(tune::TuneOp op, DType dtype, const detail::AttentionShape& shape,
+                                         const AttentionMask& mask, const RunOptions& options, int device) {
+  const tune::ProblemKey key = tune::make_problem_key(tune::attention_problem_spec(op, dtype, shape, mask, 1.0));
+  const auto tuner = tune::cuda_process_tuner(device, [device] { return describe_cuda_device(device); });
+  void* const stream = options.stream;
+  tune::LazyRunner runner([&key, device, stream] {
+    check_cuda(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "cudaStreamSynchronize (before tuning)");
+    return std::make_unique<FmhaAttentionRunner>(key.spec, device, device_l2_bytes(device));
+  });
+  return tuner->choose(key, &runner, stream_is_capturing(stream));
+}
+
 ForwardSelection select_forward_kernel(const AttentionForward& problem, const detail::AttentionShape& shape,
                                        const RunOptions& options, int device, int max_shared_bytes_optin) {
   if (const char* forced = std::getenv("ATTNKIT_FMHA_CONFIG"); forced != nullptr && *forced != '\0') {
     return registry_default(problem, shape, max_shared_bytes_optin);
   }
   try {
-    const tune::ProblemKey key = tune::make_problem_key(
-        tune::attention_problem_spec(tune::TuneOp::attention_forward, problem.q.dtype, shape, problem.mask, 1.0));
-    const auto tuner = tune::cuda_process_tuner(device, [device] { return describe_cuda_device(device); });
-    void* const stream = options.stream;
-    tune::LazyRunner runner([&key, device, stream] {
-      check_cuda(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "cudaStreamSynchronize (before tuning)");
-      return std::make_unique<FmhaAttentionRunner>(key.spec, device, device_l2_bytes(device));
-    });
-    const tune::TuneChoice choice = tuner->choose(key, &runner, stream_is_capturing(stream));
+    const tune::TuneChoice choice =
+        choose_attention_config(tune::TuneOp::attention_forward, problem.q.dtype, shape, problem.mask, options, device);
     ForwardSelection selection;
     selection.kernel = fmha_forward_kernel_by_name(choice.config->id);
     selection.name = choice.config->id;
@@ -95,17 +114,15 @@ ForwardSelection forward_selection(const AttentionForward& problem, const detail
   check_forward_supported(problem, shape);
   const int device = problem.q.device.index;
   const DeviceGuard guard(device);
-  const int capability =
-      attribute(cudaDevAttrComputeCapabilityMajor, device) * 10 + attribute(cudaDevAttrComputeCapabilityMinor, device);
-  if (capability < 80) {
-    throw Error(Status::unsupported, "q.device: cuda:" + std::to_string(device) +
-                                         " has compute capability below 8.0; allowed: 8.0 or newer, or CPU tensors");
-  }
-  ForwardSelection selection = select_forward_kernel(problem, shape, options, device,
-                                                     attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  const int max_shared = require_sm80_device(device);
+  ForwardSelection selection = select_forward_kernel(problem, shape, options, device, max_shared);
   if (selection.kernel == nullptr) {
-    throw Error(Status::unsupported, "head_dim: no compiled kernel for this call fits cuda:" + std::to_string(device) +
-                                         "; compiled: " + fmha_compiled_summary());
+    const FmhaPolicyKind policy = fmha_policy_for(problem.mask.kind);
+    throw Error(Status::unsupported, "head_dim: no compiled " + std::string(fmha_policy_name(policy)) + " kernel for " +
+                                         std::string(dtype_name(problem.q.dtype)) + " with max(D, Dv) = " +
+                                         std::to_string(std::max(shape.head_dim, shape.head_dim_v)) +
+                                         " fits cuda:" + std::to_string(device) + " (" + std::to_string(max_shared) +
+                                         " bytes of shared memory per block); compiled: " + fmha_compiled_summary());
   }
   return selection;
 }

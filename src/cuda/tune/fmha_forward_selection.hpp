@@ -29,9 +29,20 @@ struct ForwardSelection {
 ForwardSelection select_forward_kernel(const AttentionForward& problem, const detail::AttentionShape& shape,
                                        const RunOptions& options, int device, int max_shared_bytes_optin);
 
-// For attention_forward_config(): the capability checks of a call, then select_forward_kernel.
+// The kernel a forward call runs with (run_forward, attention_forward_config): the capability checks of
+// the call and the device, then select_forward_kernel; throws Status::unsupported when nothing fits.
 ForwardSelection forward_selection(const AttentionForward& problem, const detail::AttentionShape& shape,
                                    const RunOptions& options);
+
+// Throws Status::unsupported unless `device` has compute capability 8.0 or newer (SM80 tensor cores,
+// cp.async); returns its opt-in shared memory per block.
+int require_sm80_device(int device);
+
+// The device tuner's answer for an attention call of `op` (a cached winner, the default, or — mode on,
+// stream not capturing — a tuning now, after waiting for the caller's stream). Throws when the tuner
+// cannot answer.
+tune::TuneChoice choose_attention_config(tune::TuneOp op, DType dtype, const detail::AttentionShape& shape,
+                                         const AttentionMask& mask, const RunOptions& options, int device);
 
 // cudaStreamIsCapturing on `stream` (nullptr = the legacy default stream); a query that fails counts
 // as capturing, since timing inside a capture would break it.

@@ -43,6 +43,7 @@ DeviceLimits cpu_device_limits(int32_t threads) {
 
 DeviceLimits cuda_device_limits(int32_t compute_capability, int32_t multiprocessors) {
   DeviceLimits limits;
+  limits.compute_capability = compute_capability;
   limits.processors = multiprocessors > 0 ? multiprocessors : 1;
   limits.max_threads_per_block = 1024;
   limits.max_registers_per_thread = 255;

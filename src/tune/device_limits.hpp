@@ -7,6 +7,7 @@
 namespace attnkit::tune {
 
 struct DeviceLimits {
+  int32_t compute_capability = 0;  // GPU: major * 10 + minor (which kernel tiers run); CPU: 0
   int32_t processors = 1;
   int64_t max_smem_per_block = 0;  // GPU: opt-in shared memory per CTA; CPU: L2 bytes per core
   int64_t max_smem_per_processor = 0;

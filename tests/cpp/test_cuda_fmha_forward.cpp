@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <random>
@@ -30,6 +31,7 @@
 #if defined(ATTNKIT_WITH_CUDA)
 #include <cuda_runtime_api.h>
 
+#include "cuda/fmha/fmha_arguments.hpp"
 #include "cuda/fmha/fmha_configs.hpp"
 #endif
 
@@ -100,6 +102,35 @@ std::vector<int64_t> padding_for(Layout layout, std::size_t rank, std::size_t to
 }
 
 bool compiled_for(const Case& c) { return cuda::fmha::fmha_compiled_width(c.dtype, c.head_dim, c.head_dim_v) != 0; }
+
+// Every registry config that can run the case on device 0 (portable tiles, and the Hopper tier on a
+// compute-capability 9.0 device): each case runs on each of them, forced through ATTNKIT_FMHA_CONFIG.
+std::vector<std::string> configs_for(const Case& c) {
+  int capability_major = 0, capability_minor = 0, max_shared = 0;
+  expect_cuda(cudaDeviceGetAttribute(&capability_major, cudaDevAttrComputeCapabilityMajor, 0), "capability");
+  expect_cuda(cudaDeviceGetAttribute(&capability_minor, cudaDevAttrComputeCapabilityMinor, 0), "capability");
+  expect_cuda(cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0), "shared memory");
+  const cuda::fmha::FmhaDevice device{capability_major * 10 + capability_minor, max_shared};
+  const int width = cuda::fmha::fmha_compiled_width(c.dtype, c.head_dim, c.head_dim_v);
+  const cuda::fmha::FmhaPolicyKind policy = cuda::fmha::fmha_policy_for(c.mask.kind);
+  std::vector<std::string> names;
+  for (const auto& k : cuda::fmha::fmha_forward_kernels()) {
+    if (k.config.dtype == c.dtype && k.config.head_dim == width && k.config.policy == policy &&
+        cuda::fmha::fmha_config_fits(k.config, device)) {
+      names.push_back(cuda::fmha::fmha_config_name(k.config));
+    }
+  }
+  return names;
+}
+
+// Sets ATTNKIT_FMHA_CONFIG for the lifetime of the object.
+class ForcedConfig {
+ public:
+  explicit ForcedConfig(const std::string& name) { setenv("ATTNKIT_FMHA_CONFIG", name.c_str(), 1); }
+  ~ForcedConfig() { unsetenv("ATTNKIT_FMHA_CONFIG"); }
+  ForcedConfig(const ForcedConfig&) = delete;
+  ForcedConfig& operator=(const ForcedConfig&) = delete;
+};
 
 struct CaseResult {
   double out_error = 0;
@@ -229,7 +260,14 @@ class CudaFmhaForward : public ::testing::Test {
       if (!compiled_for(c)) continue;
       any = true;
       SCOPED_TRACE(std::string(dtype_name(dtype)));
-      run_case(c, seed++);
+      const std::vector<std::string> configs = configs_for(c);
+      EXPECT_FALSE(configs.empty()) << "no compiled config runs this case on device 0";
+      for (const std::string& name : configs) {
+        SCOPED_TRACE(name);
+        std::printf("    config %s\n", name.c_str());
+        const ForcedConfig forced(name);
+        run_case(c, seed++);
+      }
     }
     if (!any) {
       GTEST_SKIP() << "not compiled in this kernel set: head dims " << c.head_dim << "/" << c.head_dim_v

@@ -82,7 +82,7 @@ TEST(TunerCuda, DefaultConfigIsTheRegistryDefault) {
         const auto* expected = cuda::fmha::fmha_default_kernel(
             dtype, head_dim, head_dim,
             mask == MaskKind::block ? cuda::fmha::FmhaPolicyKind::tile_list : cuda::fmha::FmhaPolicyKind::box,
-            static_cast<int>(limits.max_smem_per_block));
+            cuda::fmha::FmhaDevice{limits.compute_capability, static_cast<int>(limits.max_smem_per_block)});
         if (expected == nullptr) continue;
         const tune::CandidateRanking ranking = tune::rank_candidates(space, spec, limits);
         const tune::Config* chosen = tune::default_config(space, ranking, spec, limits);
@@ -118,7 +118,8 @@ TEST(TunerCuda, NeighborhoodDefaultWeighsVisitedWorkByTileEfficiency) {
   const cuda::fmha::FmhaKernel* small = small_box_alternative();
   if (small == nullptr) GTEST_SKIP() << "this kernel set has no 64-row bf16 d128 box tile (build the full set)";
   const tune::ConfigSpace space = fmha_forward_space();
-  const tune::DeviceLimits limits = tune::cuda_device_limits(90, 132);
+  // An SM80 device: the portable tiles only (the Hopper tier needs compute capability 9.0).
+  const tune::DeviceLimits limits = tune::cuda_device_limits(80, 108);
   auto default_for = [&](const tune::ProblemSpec& spec) {
     const tune::CandidateRanking ranking = tune::rank_candidates(space, spec, limits);
     const tune::Config* chosen = tune::default_config(space, ranking, spec, limits);
@@ -136,6 +137,55 @@ TEST(TunerCuda, NeighborhoodDefaultWeighsVisitedWorkByTileEfficiency) {
   EXPECT_NE(default_for(large_window), small_name);
   // A pure function of the problem.
   EXPECT_EQ(default_for(na2d_spec(64, 13)), default_for(na2d_spec(64, 13)));
+}
+
+TEST(TunerCuda, HopperTierRunsOnlyOnComputeCapability90) {
+  const cuda::fmha::FmhaKernel* hopper = nullptr;
+  for (const auto& k : cuda::fmha::fmha_forward_kernels()) {
+    if (k.config.architecture == 90 && k.config.dtype == DType::bf16 && k.config.head_dim == 128 &&
+        k.config.policy == cuda::fmha::FmhaPolicyKind::box) {
+      hopper = &k;
+    }
+  }
+  if (hopper == nullptr) GTEST_SKIP() << "this build compiles no sm_90a code (ATTNKIT_CUDA_ARCHS without 90a)";
+  const std::string hopper_name = cuda::fmha::fmha_config_name(hopper->config);
+  EXPECT_NE(hopper_name.find("_sm90"), std::string::npos) << hopper_name;
+  const tune::ConfigSpace space = fmha_forward_space();
+  const tune::ProblemSpec dense = dense_spec(DType::bf16, 128, 16384, MaskKind::none);
+
+  const tune::DeviceLimits hopper_device = tune::cuda_device_limits(90, 132);
+  const tune::CandidateRanking on_hopper = tune::rank_candidates(space, dense, hopper_device);
+  const tune::Config* chosen = tune::default_config(space, on_hopper, dense, hopper_device);
+  ASSERT_NE(chosen, nullptr);
+  EXPECT_EQ(chosen->id, hopper_name) << "dense bf16 D128 on a 9.0 device defaults to the Hopper tier";
+  tune::ProblemSpec large_window = dense_spec(DType::bf16, 128, 32768, MaskKind::neighborhood);
+  large_window.heads_q = large_window.heads_kv = 16;
+  large_window.neighborhood[0] = NeighborhoodDim{2049, 1, 1, false};
+  const tune::CandidateRanking window_ranking = tune::rank_candidates(space, large_window, hopper_device);
+  const tune::Config* window_choice = tune::default_config(space, window_ranking, large_window, hopper_device);
+  ASSERT_NE(window_choice, nullptr);
+  EXPECT_EQ(window_choice->id, hopper_name) << "large neighborhoods too (na1d K2049: 391 vs 249 TF/s on H100)";
+
+  for (const int capability : {80, 89, 100}) {
+    const tune::DeviceLimits other = tune::cuda_device_limits(capability, 100);
+    const tune::CandidateRanking ranking = tune::rank_candidates(space, dense, other);
+    const tune::Config* fallback = tune::default_config(space, ranking, dense, other);
+    ASSERT_NE(fallback, nullptr) << "capability " << capability;
+    EXPECT_EQ(fallback->id.find("_sm90"), std::string::npos) << "capability " << capability;
+    std::string reason;
+    for (const auto& r : ranking.rejected) {
+      if (r.config->id == hopper_name) reason = r.reason;
+    }
+    EXPECT_FALSE(reason.empty()) << "capability " << capability << ": the Hopper config is rejected";
+    // With 227 KiB of shared memory (10.0) the tile fits: the reason is the architecture.
+    if (capability == 100) {
+      EXPECT_NE(reason.find("sm_90a"), std::string::npos) << reason;
+    }
+    EXPECT_FALSE(cuda::fmha::fmha_config_fits(hopper->config, cuda::fmha::FmhaDevice{capability, 227 * 1024}));
+  }
+  EXPECT_TRUE(cuda::fmha::fmha_config_fits(hopper->config, cuda::fmha::FmhaDevice{90, 227 * 1024}));
+  EXPECT_FALSE(cuda::fmha::fmha_config_fits(hopper->config, cuda::fmha::FmhaDevice{90, 99 * 1024}))
+      << "shared memory still bounds it";
 }
 
 TEST(TunerCuda, BackwardSpaceDefaultIsTheBackwardRegistryDefault) {

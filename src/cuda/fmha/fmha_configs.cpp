@@ -13,7 +13,12 @@ const std::vector<FmhaKernel>& fmha_forward_kernels() {
     std::vector<FmhaKernel> list;
 #define ATTNKIT_FMHA_REGISTER_KERNEL(dtype, head_dim, m, n, w, policy) \
   list.push_back(fmha_kernel_##dtype##_d##head_dim##_m##m##n##n##w##w##_##policy());
+#define ATTNKIT_FMHA_SM90_REGISTER_KERNEL(dtype, head_dim, n, policy) \
+  list.push_back(fmha_sm90_kernel_##dtype##_d##head_dim##_n##n##_##policy());
+    // Hopper entries first: on a 9.0 device they are the defaults of their (dtype, head dim, policy).
+    ATTNKIT_FMHA_SM90_KERNELS(ATTNKIT_FMHA_SM90_REGISTER_KERNEL)
     ATTNKIT_FMHA_KERNELS(ATTNKIT_FMHA_REGISTER_KERNEL)
+#undef ATTNKIT_FMHA_SM90_REGISTER_KERNEL
 #undef ATTNKIT_FMHA_REGISTER_KERNEL
     return list;
   }();
@@ -25,11 +30,12 @@ const char* fmha_policy_name(FmhaPolicyKind policy) { return policy == FmhaPolic
 std::string fmha_config_name(const FmhaConfig& c) {
   return std::string(c.dtype == DType::f16 ? "f16" : "bf16") + "_d" + std::to_string(c.head_dim) + "_m" +
          std::to_string(c.block_m) + "_n" + std::to_string(c.block_n) + "_w" + std::to_string(c.warps) + "_s" +
-         std::to_string(c.stages) + "_" + fmha_policy_name(c.policy);
+         std::to_string(c.stages) + "_" + fmha_policy_name(c.policy) + (c.architecture == 90 ? "_sm90" : "");
 }
 
-bool fmha_config_fits(const FmhaConfig& config, int max_shared_bytes_optin) {
-  return config.smem_bytes <= max_shared_bytes_optin;
+bool fmha_config_fits(const FmhaConfig& config, const FmhaDevice& device) {
+  const bool runs = config.architecture == 90 ? device.capability == 90 : device.capability >= config.architecture;
+  return runs && config.smem_bytes <= device.max_shared_bytes_optin;
 }
 
 int fmha_compiled_width(DType dtype, int64_t head_dim, int64_t head_dim_v) {
@@ -43,21 +49,21 @@ int fmha_compiled_width(DType dtype, int64_t head_dim, int64_t head_dim_v) {
 }
 
 const FmhaKernel* fmha_default_kernel(DType dtype, int64_t head_dim, int64_t head_dim_v, FmhaPolicyKind policy,
-                                      int max_shared_bytes_optin) {
+                                      const FmhaDevice& device) {
   const int width = fmha_compiled_width(dtype, head_dim, head_dim_v);
   // ATTNKIT_FMHA_CONFIG=<config name> (benchmarks, config sweeps) forces a registry entry when it can
   // run the call.
   if (const char* forced = std::getenv("ATTNKIT_FMHA_CONFIG"); forced != nullptr && *forced != '\0') {
     for (const auto& k : fmha_forward_kernels()) {
       if (k.config.dtype == dtype && k.config.head_dim == width && k.config.policy == policy &&
-          fmha_config_fits(k.config, max_shared_bytes_optin) && fmha_config_name(k.config) == forced) {
+          fmha_config_fits(k.config, device) && fmha_config_name(k.config) == forced) {
         return &k;
       }
     }
   }
   for (const auto& k : fmha_forward_kernels()) {
     if (k.config.dtype == dtype && k.config.head_dim == width && k.config.policy == policy &&
-        fmha_config_fits(k.config, max_shared_bytes_optin)) {
+        fmha_config_fits(k.config, device)) {
       return &k;
     }
   }

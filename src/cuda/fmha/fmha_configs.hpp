@@ -27,6 +27,8 @@ struct FmhaConfig {
   int smem_bytes = 0;          // dynamic shared memory per CTA
   int registers_estimate = 0;  // per thread, from ptxas -v of the sm_90a build
   FmhaPolicyKind policy = FmhaPolicyKind::box;
+  // 80: the portable tier (any SM80+ device); 90: the Hopper tier (sm_90a code: compute capability 9.0 only).
+  int architecture = 80;
 };
 
 // Everything one launch needs: the kernel's params and, for tile-list policies, the mask to
@@ -50,18 +52,26 @@ struct FmhaKernel {
 
 const std::vector<FmhaKernel>& fmha_forward_kernels();
 
-std::string fmha_config_name(const FmhaConfig& config);  // "bf16_d128_m128_n64_w4_s2_box"
+std::string fmha_config_name(const FmhaConfig& config);  // "bf16_d128_m128_n64_w4_s2_box", "..._sm90"
 const char* fmha_policy_name(FmhaPolicyKind policy);
 
-// Validity predicate of a config on a device: its shared memory fits the opt-in maximum per block.
-bool fmha_config_fits(const FmhaConfig& config, int max_shared_bytes_optin);
+// What a config's validity depends on: the device's compute capability (major * 10 + minor) and its
+// opt-in shared memory per block.
+struct FmhaDevice {
+  int capability = 0;
+  int max_shared_bytes_optin = 0;
+};
+
+// Validity predicate of a config on a device: its code runs there (the Hopper tier needs compute
+// capability 9.0) and its shared memory fits the opt-in maximum per block.
+bool fmha_config_fits(const FmhaConfig& config, const FmhaDevice& device);
 
 // The compiled head-dim width that serves max(D, Dv), or 0 when none does (for this dtype).
 int fmha_compiled_width(DType dtype, int64_t head_dim, int64_t head_dim_v);
 
 // The default kernel for a problem, or nullptr when none is compiled or fits the device.
 const FmhaKernel* fmha_default_kernel(DType dtype, int64_t head_dim, int64_t head_dim_v, FmhaPolicyKind policy,
-                                      int max_shared_bytes_optin);
+                                      const FmhaDevice& device);
 
 // "float16 {64, 128}, bfloat16 {64, 128}": what this build can run, for error messages and skips.
 // "bf16 {64, 128}, f16 {64, 128}": the compiled head-dim widths per dtype of a kernel list.

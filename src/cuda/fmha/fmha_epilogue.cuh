@@ -15,6 +15,20 @@
 
 namespace attnkit::cuda::fmha {
 
+// Writes the natural-log LSE of this thread's rows (row_of: CTA-relative) when the call asked for it;
+// `leader`: the thread that speaks for its quad (the four lanes that share a row).
+template <int Rows>
+__device__ __forceinline__ void store_lse_rows(const FmhaParams& p, const CtaTile& cta, const float (&lse)[Rows],
+                                               const int (&row_of)[Rows], bool leader) {
+  if (p.lse.data == nullptr || !leader) return;
+  const int64_t head_offset = cta.batch * p.lse.batch_stride + cta.head * p.lse.head_stride;
+#pragma unroll
+  for (int i = 0; i < Rows; ++i) {
+    const RowToken t = row_token(p.q_space, p.dilation, cta.q, row_of[i]);
+    if (t.valid) static_cast<float*>(p.lse.data)[head_offset + token_offset(p.lse, t)] = lse[i];
+  }
+}
+
 template <class Traits>
 struct FmhaEpilogue {
   using Element = typename Traits::Element;
@@ -30,14 +44,7 @@ struct FmhaEpilogue {
     float lse[kRows];
     softmax.finalize(o, p.scale_log2, lse);
 
-    if (p.lse.data != nullptr && tid % 4 == 0) {
-      const int64_t head_offset = cta.batch * p.lse.batch_stride + cta.head * p.lse.head_stride;
-#pragma unroll
-      for (int i = 0; i < kRows; ++i) {
-        const RowToken t = row_token(p.q_space, p.dilation, cta.q, row_of[i]);
-        if (t.valid) static_cast<float*>(p.lse.data)[head_offset + token_offset(p.lse, t)] = lse[i];
-      }
-    }
+    store_lse_rows(p, cta, lse, row_of, tid % 4 == 0);
 
     // Registers -> shared (swizzled like Q), as 32-bit pairs.
     Tensor sO = make_tensor(make_smem_ptr(smem_o), typename Traits::SmemLayoutQ{});

@@ -25,6 +25,20 @@
   X(f16, 128, 64, 64, 4, box) X(bf16, 128, 64, 64, 4, box)
 // clang-format on
 
+// The Hopper tier (src/cuda/fmha_sm90), registered when the build compiles sm_90a:
+// X(dtype, head dim, BlockN, policy); BlockM is 128 (two consumer warpgroups of 64 rows).
+#if defined(ATTNKIT_HAVE_SM90A)
+#define ATTNKIT_FMHA_SM90 1
+// clang-format off
+#define ATTNKIT_FMHA_SM90_KERNELS(X) \
+  X(f16, 64, 128, box) X(f16, 64, 128, list) X(f16, 128, 128, box) X(f16, 128, 128, list) \
+  X(bf16, 64, 128, box) X(bf16, 64, 128, list) X(bf16, 128, 128, box) X(bf16, 128, 128, list)
+// clang-format on
+#else
+#define ATTNKIT_FMHA_SM90 0
+#define ATTNKIT_FMHA_SM90_KERNELS(X)
+#endif
+
 #if ATTNKIT_FMHA_FULL_SET
 #define ATTNKIT_FMHA_KERNELS(X) ATTNKIT_FMHA_KERNELS_DEV(X) ATTNKIT_FMHA_KERNELS_FULL_ONLY(X)
 #else
@@ -37,5 +51,9 @@ namespace attnkit::cuda::fmha {
   FmhaKernel fmha_kernel_##dtype##_d##head_dim##_m##m##n##n##w##w##_##policy();
 ATTNKIT_FMHA_KERNELS(ATTNKIT_FMHA_DECLARE_KERNEL)
 #undef ATTNKIT_FMHA_DECLARE_KERNEL
+#define ATTNKIT_FMHA_SM90_DECLARE_KERNEL(dtype, head_dim, n, policy) \
+  FmhaKernel fmha_sm90_kernel_##dtype##_d##head_dim##_n##n##_##policy();
+ATTNKIT_FMHA_SM90_KERNELS(ATTNKIT_FMHA_SM90_DECLARE_KERNEL)
+#undef ATTNKIT_FMHA_SM90_DECLARE_KERNEL
 
 }  // namespace attnkit::cuda::fmha

@@ -45,11 +45,12 @@ struct OnlineSoftmax {
     }
   }
 
-  // Replaces the scores by their exponentials relative to the updated row maxima and rescales the output
-  // accumulator by the change of maximum (on the first tile the factor is exp2(-inf) = 0 times a zero
-  // accumulator).
-  template <class Scores, class Output>
-  __device__ __forceinline__ void update(Scores& s, Output& o, float scale_log2) {
+  // Replaces the scores by their exponentials relative to the updated row maxima, updates the row sums,
+  // and returns in correction[i] the factor the output accumulator must be scaled by (on the first tile
+  // exp2(-inf) = 0, times a zero accumulator). Split from rescale() so that a pipelined caller can
+  // exponentiate tile j while the product of tile j-1 still writes the accumulator.
+  template <class Scores>
+  __device__ __forceinline__ void update_scores(Scores& s, float scale_log2, float (&correction)[Rows]) {
     using namespace cute;
 #pragma unroll
     for (int i = 0; i < Rows; ++i) {
@@ -65,12 +66,28 @@ struct OnlineSoftmax {
         s(i, j) = e;
         sum += e;
       }
-      const float correction = fast_exp2(row_max[i] * scale_log2 - reference);
-      row_sum[i] = row_sum[i] * correction + sum;
-#pragma unroll
-      for (int j = 0; j < size<1>(o); ++j) o(i, j) *= correction;
+      correction[i] = fast_exp2(row_max[i] * scale_log2 - reference);
+      row_sum[i] = row_sum[i] * correction[i] + sum;
       row_max[i] = m;
     }
+  }
+
+  template <class Output>
+  __device__ __forceinline__ static void rescale(Output& o, const float (&correction)[Rows]) {
+    using namespace cute;
+#pragma unroll
+    for (int i = 0; i < Rows; ++i) {
+#pragma unroll
+      for (int j = 0; j < size<1>(o); ++j) o(i, j) *= correction[i];
+    }
+  }
+
+  // update_scores, then rescale of the output accumulator.
+  template <class Scores, class Output>
+  __device__ __forceinline__ void update(Scores& s, Output& o, float scale_log2) {
+    float correction[Rows];
+    update_scores(s, scale_log2, correction);
+    rescale(o, correction);
   }
 
   // Normalises the output rows and returns each row's natural-log LSE in lse[i].

@@ -9,6 +9,7 @@
 #include "cuda/fmha/fmha_arguments.hpp"
 #include "cuda/fmha/fmha_backward_arguments.hpp"
 #include "cuda/tune/fmha_config_space.hpp"
+#include "cuda/tune/fmha_forward_selection.hpp"
 
 namespace attnkit::cuda::fmha {
 namespace {
@@ -188,7 +189,8 @@ void FmhaAttentionRunner::compute_forward_outputs() {
   check_cuda(cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device_),
              "cudaDeviceGetAttribute");
   const FmhaKernel* kernel =
-      fmha_default_kernel(spec_.dtype, spec_.head_dim, spec_.head_dim_v, fmha_policy_for(spec_.mask), max_shared);
+      fmha_default_kernel(spec_.dtype, spec_.head_dim, spec_.head_dim_v, fmha_policy_for(spec_.mask),
+                          FmhaDevice{device_capability(device_), max_shared});
   for (BufferSet& set : sets_) {
     if (kernel == nullptr) {
       // No forward for this width: zeros for out and lse (only the timing matters here).

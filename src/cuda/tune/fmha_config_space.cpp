@@ -24,20 +24,17 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 FmhaPolicyKind policy_of(const tune::Config& config) { return static_cast<FmhaPolicyKind>(config.param("policy")); }
 
-// The registry's default for (dtype, width, policy) on a device with `max_smem` bytes per block.
-const FmhaKernel* registry_default(const tune::ProblemSpec& spec, int64_t max_smem) {
-  const int width = fmha_compiled_width(spec.dtype, spec.head_dim, spec.head_dim_v);
-  const FmhaPolicyKind policy = fmha_policy_for(spec.mask);
-  for (const auto& k : fmha_forward_kernels()) {
-    if (k.config.dtype == spec.dtype && k.config.head_dim == width && k.config.policy == policy &&
-        k.config.smem_bytes <= max_smem) {
-      return &k;
-    }
-  }
-  return nullptr;
+FmhaDevice device_of(const tune::DeviceLimits& limits) {
+  return FmhaDevice{limits.compute_capability, static_cast<int>(limits.max_smem_per_block)};
 }
 
-std::string invalid_reason(const tune::Config& config, const tune::ProblemSpec& spec) {
+std::string invalid_reason(const tune::Config& config, const tune::ProblemSpec& spec,
+                           const tune::DeviceLimits& limits) {
+  const FmhaKernel* kernel = fmha_forward_kernel_by_name(config.id);
+  if (kernel != nullptr && kernel->config.architecture == 90 && limits.compute_capability != 90) {
+    return "sm_90a code; the device has compute capability " + std::to_string(limits.compute_capability / 10) + "." +
+           std::to_string(limits.compute_capability % 10);
+  }
   const auto dtype = static_cast<DType>(config.param("dtype"));
   if (dtype != spec.dtype) return "built for " + std::string(dtype_name(dtype));
   const int width = fmha_compiled_width(spec.dtype, spec.head_dim, spec.head_dim_v);
@@ -118,9 +115,8 @@ tune::ConfigSpace fmha_forward_space() {
     config.resources.threads = c.warps * 32;
     space.configs.push_back(std::move(config));
   }
-  space.invalid_reason = [](const tune::Config& config, const tune::ProblemSpec& spec, const tune::DeviceLimits&) {
-    return invalid_reason(config, spec);
-  };
+  space.invalid_reason = [](const tune::Config& config, const tune::ProblemSpec& spec,
+                            const tune::DeviceLimits& limits) { return invalid_reason(config, spec, limits); };
   space.estimate = [](const tune::Config& config, const tune::ProblemSpec& spec, const tune::DeviceLimits& limits) {
     const FmhaKernel* kernel = fmha_forward_kernel_by_name(config.id);
     const tune::TileWork work = fmha_forward_tile_work(kernel->config, spec);
@@ -128,7 +124,7 @@ tune::ConfigSpace fmha_forward_space() {
                                    limits);
   };
   space.default_config = [](const tune::ProblemSpec& spec, const tune::DeviceLimits& limits) {
-    const FmhaKernel* kernel = fmha_forward_default_for(spec, limits.max_smem_per_block);
+    const FmhaKernel* kernel = fmha_forward_default_for(spec, device_of(limits));
     return kernel == nullptr ? std::string() : fmha_config_name(kernel->config);
   };
   return space;
@@ -137,11 +133,15 @@ tune::ConfigSpace fmha_forward_space() {
 double fmha_forward_tile_efficiency(const FmhaConfig& config) {
   // Relative MMA throughput per useful FLOP: 16 query rows per warp read each K/V operand from shared
   // memory twice as often per FLOP as 32 rows (dense S16k D128 on H100: 255.8 vs 313.5 TF/s, docs/perf.md).
+  // The Hopper tier (wgmma, TMA, warp-specialised, 128 x 128 tiles) on the same scale: dense S16k D128 on
+  // H100 527 vs 313.5 TF/s (docs/perf.md, 2026-11-22).
+  if (config.architecture == 90) return 1.68;
   return config.block_m / config.warps >= 32 ? 1.0 : 0.82;
 }
 
-const FmhaKernel* fmha_forward_default_for(const tune::ProblemSpec& spec, int64_t max_smem) {
-  const FmhaKernel* fallback = registry_default(spec, max_smem);
+const FmhaKernel* fmha_forward_default_for(const tune::ProblemSpec& spec, const FmhaDevice& device) {
+  const FmhaKernel* fallback =
+      fmha_default_kernel(spec.dtype, spec.head_dim, spec.head_dim_v, fmha_policy_for(spec.mask), device);
   if (fallback == nullptr || spec.mask != MaskKind::neighborhood) return fallback;
   // Neighborhoods: the tile whose visited work, weighted by its efficiency, is least. Smaller boxes waste
   // less of each visited KV tile on small windows (na2d 64x64 K13: +18 % with 64x64 tiles), larger ones
@@ -154,7 +154,7 @@ const FmhaKernel* fmha_forward_default_for(const tune::ProblemSpec& spec, int64_
   double best_cost = weighted_work(fallback->config);
   for (const auto& k : fmha_forward_kernels()) {
     if (&k == fallback || k.config.dtype != fallback->config.dtype || k.config.head_dim != fallback->config.head_dim ||
-        k.config.policy != fallback->config.policy || k.config.smem_bytes > max_smem) {
+        k.config.policy != fallback->config.policy || !fmha_config_fits(k.config, device)) {
       continue;
     }
     const double cost = weighted_work(k.config);

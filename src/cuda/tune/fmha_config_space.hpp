@@ -38,7 +38,7 @@ tune::TileWork fmha_forward_tile_work(const FmhaConfig& config, const tune::Prob
 // Relative tensor-core efficiency of a tile config (1 for 32 query rows per warp), measured on H100.
 double fmha_forward_tile_efficiency(const FmhaConfig& config);
 // The forward's default (untuned) kernel: the registry default, except for neighborhood masks, where
-// the compatible tile with the least efficiency-weighted visited work. nullptr when none fits max_smem.
-const FmhaKernel* fmha_forward_default_for(const tune::ProblemSpec& spec, int64_t max_smem);
+// the compatible tile with the least efficiency-weighted visited work. nullptr when none runs on `device`.
+const FmhaKernel* fmha_forward_default_for(const tune::ProblemSpec& spec, const FmhaDevice& device);
 
 }  // namespace attnkit::cuda::fmha

@@ -25,10 +25,10 @@ int attribute(cudaDeviceAttr what, int device) {
 }
 
 ForwardSelection registry_default(const AttentionForward& problem, const detail::AttentionShape& shape,
-                                  int max_shared_bytes_optin) {
+                                  const FmhaDevice& device) {
   ForwardSelection selection;
   selection.kernel = fmha_default_kernel(problem.q.dtype, shape.head_dim, shape.head_dim_v,
-                                         fmha_policy_for(problem.mask.kind), max_shared_bytes_optin);
+                                         fmha_policy_for(problem.mask.kind), device);
   if (selection.kernel != nullptr) selection.name = fmha_config_name(selection.kernel->config);
   return selection;
 }
@@ -65,9 +65,13 @@ tune::DeviceDescription describe_cuda_device(int device) {
   return {tune::cuda_device_key(info, registry), limits};
 }
 
+int device_capability(int device) {
+  return attribute(cudaDevAttrComputeCapabilityMajor, device) * 10 +
+         attribute(cudaDevAttrComputeCapabilityMinor, device);
+}
+
 int require_sm80_device(int device) {
-  const int capability =
-      attribute(cudaDevAttrComputeCapabilityMajor, device) * 10 + attribute(cudaDevAttrComputeCapabilityMinor, device);
+  const int capability = device_capability(device);
   if (capability < 80) {
     throw Error(Status::unsupported, "q.device: cuda:" + std::to_string(device) + " has compute capability " +
                                          std::to_string(capability / 10) + "." + std::to_string(capability % 10) +
@@ -90,9 +94,9 @@ tune::TuneChoice choose_attention_config(tune::TuneOp op, DType dtype, const det
 }
 
 ForwardSelection select_forward_kernel(const AttentionForward& problem, const detail::AttentionShape& shape,
-                                       const RunOptions& options, int device, int max_shared_bytes_optin) {
+                                       const RunOptions& options, int device, const FmhaDevice& limits) {
   if (const char* forced = std::getenv("ATTNKIT_FMHA_CONFIG"); forced != nullptr && *forced != '\0') {
-    return registry_default(problem, shape, max_shared_bytes_optin);
+    return registry_default(problem, shape, limits);
   }
   try {
     const tune::TuneChoice choice =
@@ -101,12 +105,12 @@ ForwardSelection select_forward_kernel(const AttentionForward& problem, const de
     selection.kernel = fmha_forward_kernel_by_name(choice.config->id);
     selection.name = choice.config->id;
     selection.source = choice.source;
-    if (selection.kernel != nullptr && selection.kernel->config.smem_bytes <= max_shared_bytes_optin) return selection;
+    if (selection.kernel != nullptr && fmha_config_fits(selection.kernel->config, limits)) return selection;
   } catch (const std::exception& e) {
     detail::log_message(detail::LogLevel::warning, std::string("tuner: no CUDA forward config from the tuner (") +
                                                        e.what() + "); using the registry default");
   }
-  return registry_default(problem, shape, max_shared_bytes_optin);
+  return registry_default(problem, shape, limits);
 }
 
 ForwardSelection forward_selection(const AttentionForward& problem, const detail::AttentionShape& shape,
@@ -115,7 +119,8 @@ ForwardSelection forward_selection(const AttentionForward& problem, const detail
   const int device = problem.q.device.index;
   const DeviceGuard guard(device);
   const int max_shared = require_sm80_device(device);
-  ForwardSelection selection = select_forward_kernel(problem, shape, options, device, max_shared);
+  const FmhaDevice limits{device_capability(device), max_shared};
+  ForwardSelection selection = select_forward_kernel(problem, shape, options, device, limits);
   if (selection.kernel == nullptr) {
     const FmhaPolicyKind policy = fmha_policy_for(problem.mask.kind);
     throw Error(Status::unsupported, "head_dim: no compiled " + std::string(fmha_policy_name(policy)) + " kernel for " +

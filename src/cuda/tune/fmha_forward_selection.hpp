@@ -27,7 +27,7 @@ struct ForwardSelection {
 };
 
 ForwardSelection select_forward_kernel(const AttentionForward& problem, const detail::AttentionShape& shape,
-                                       const RunOptions& options, int device, int max_shared_bytes_optin);
+                                       const RunOptions& options, int device, const FmhaDevice& limits);
 
 // The kernel a forward call runs with (run_forward, attention_forward_config): the capability checks of
 // the call and the device, then select_forward_kernel; throws Status::unsupported when nothing fits.
@@ -37,6 +37,8 @@ ForwardSelection forward_selection(const AttentionForward& problem, const detail
 // Throws Status::unsupported unless `device` has compute capability 8.0 or newer (SM80 tensor cores,
 // cp.async); returns its opt-in shared memory per block.
 int require_sm80_device(int device);
+// The device's compute capability, major * 10 + minor (which kernel tiers run on it).
+int device_capability(int device);
 
 // The device tuner's answer for an attention call of `op` (a cached winner, the default, or — mode on,
 // stream not capturing — a tuning now, after waiting for the caller's stream). Throws when the tuner

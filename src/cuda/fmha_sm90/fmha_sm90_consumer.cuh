@@ -1,0 +1,224 @@
+// A consumer warpgroup of the Hopper forward kernel: 64 query rows, FlashAttention-2 online softmax.
+//
+// Per KV tile i, on this warpgroup's turn: issue S = Q*K(i)^T (m64nBlockNk16 wgmmas, both operands in
+// shared memory, fp32 accumulators) and O += P(i-1)*V(i-1) (register-A wgmmas) as one batch, hand the
+// turn to the other warpgroup, wait, release K(i) and V(i-1); then mask a partial tile through the
+// portable policy's row masks, update the online softmax, rescale O and convert P(i) to fp16/bf16 in
+// place of the A-operand registers (the m64nN accumulator and the m64k16 A fragment share their thread
+// -> element map). The two warpgroups alternate (ping-pong), so one's softmax overlaps the other's
+// products. The first turn issues S(0) alone and the last P*V(last) alone: peeled, because a wgmma
+// under a loop-variant condition is serialised by ptxas. The epilogue normalises O, writes the LSE,
+// stages O through this warpgroup's 64 rows of the Q buffer and stores whole 16-byte chunks of token
+// rows.
+#pragma once
+#include <cute/tensor.hpp>
+
+#include <cstdint>
+
+#include "cuda/fmha/fmha_epilogue.cuh"
+#include "cuda/fmha/fmha_fragment.cuh"
+#include "cuda/fmha/fmha_mask_tables.cuh"
+#include "cuda/fmha/fmha_operand_convert.cuh"
+#include "cuda/fmha/fmha_params.hpp"
+#include "cuda/fmha/fmha_softmax.cuh"
+#include "cuda/fmha/fmha_tokens.cuh"
+#include "cuda/fmha_sm90/fmha_sm90_sync.cuh"
+#include "cuda/fmha_sm90/fmha_sm90_tile_walk.cuh"
+
+namespace attnkit::cuda::fmha_sm90 {
+
+// View of a wgmma accumulator ((2, 2, N/8), MMA_M, MMA_N) as (rows, columns): rows (2, MMA_M), columns
+// (2, N/8, MMA_N) — the order of the portable tier's score_row / score_col.
+template <class Tensor>
+__device__ __forceinline__ auto gmma_rows_cols(Tensor&& t) {
+  using namespace cute;
+  const auto l = t.layout();
+  return make_tensor(
+      t.data(), make_layout(make_layout(get<0, 1>(l), get<1>(l)), make_layout(get<0, 0>(l), get<0, 2>(l), get<2>(l))));
+}
+
+// Issues acc (=|+=) A*B over all k-blocks into the open wgmma batch (the caller arrives, commits and
+// waits, so that two products can be in flight).
+template <bool kAccumulate, class Mma, class FragA, class FragB, class Acc>
+__device__ __forceinline__ void issue_gemm(Mma& mma, const FragA& a, const FragB& b, Acc& acc) {
+  using namespace cute;
+  mma.accumulate_ = kAccumulate ? GMMA::ScaleOut::One : GMMA::ScaleOut::Zero;
+  CUTE_UNROLL
+  for (int k = 0; k < size<2>(a); ++k) {
+    gemm(mma, a(_, _, k), b(_, _, k), acc);
+    mma.accumulate_ = GMMA::ScaleOut::One;
+  }
+}
+
+template <class Traits, class Policy>
+struct Sm90Consumer {
+  using Element = typename Traits::Element;
+  using PolicyTraits = typename Traits::PolicyTraits;
+  using Storage = typename Traits::SharedStorage;
+  static constexpr int kRows = PolicyTraits::kRows;
+  static constexpr int kCols = PolicyTraits::kCols;
+  static constexpr int kTurnBarrier = 4;  // named barriers 4 and 5: whose turn it is to issue products
+
+  // ctid: thread index among the consumers (0..255); group: 0 or 1 (query rows 64*group ...), warp-uniform.
+  __device__ __forceinline__ void operator()(const fmha::FmhaParams& p, const fmha::CtaTile& cta, const Policy& policy,
+                                             Storage& ss, const int (&row_of)[kRows], int ctid, int group) const {
+    using namespace cute;
+    const int wg_tid = ctid % 128;
+    Tensor sQ = make_tensor(make_smem_ptr(ss.q), typename Traits::SmemLayoutQ{});
+    Tensor sQg = local_tile(sQ, Shape<_64, Int<Traits::kHeadDim>>{}, make_coord(group, _0{}));
+    Tensor sK = make_tensor(make_smem_ptr(ss.k), typename Traits::SmemLayoutK{});
+    Tensor sVt = make_tensor(make_smem_ptr(ss.v), typename Traits::SmemLayoutVt{});
+
+    typename Traits::MmaS mma_s;
+    typename Traits::MmaO mma_o;
+    auto thread_s = mma_s.get_thread_slice(wg_tid);
+    auto thread_o = mma_o.get_thread_slice(wg_tid);
+    Tensor tSrQ = thread_s.partition_fragment_A(sQg);  // (MMA, 1, K) descriptors
+    Tensor tSrK = thread_s.partition_fragment_B(sK);   // (MMA, 1, K, stage)
+    Tensor tOrV = thread_o.partition_fragment_B(sVt);  // (MMA, 1, keys/16, stage)
+    Tensor acc_s = partition_fragment_C(mma_s, Shape<_64, Int<Traits::kBlockN>>{});
+    Tensor acc_o = partition_fragment_C(mma_o, Shape<_64, Int<Traits::kHeadDim>>{});
+    Tensor tOrP = make_tensor<Element>(partition_shape_A(mma_o, Shape<_64, Int<Traits::kBlockN>>{}));
+    static_assert(decltype(size(tOrP))::value == decltype(size(acc_s))::value, "P fills the A fragment");
+    Tensor s = gmma_rows_cols(acc_s);
+    Tensor o = gmma_rows_cols(acc_o);
+    static_assert(decltype(size<0>(s))::value == kRows && decltype(size<1>(s))::value == kCols, "policy view");
+    clear(acc_o);
+    fmha::OnlineSoftmax<kRows> softmax;
+    softmax.reset();
+    const int lane_class = ctid % 4;
+
+    barrier_wait(&ss.q_full, 0);
+    const int count = policy.count();
+    TileWalk<Policy> walk(policy);
+    // Ping-pong between the two consumer warpgroups: a warpgroup issues its products only after the
+    // other one has issued its own (named barriers kTurnBarrier + group), so the tensor cores run one
+    // warpgroup's S(i) = Q*K(i)^T and O += P(i-1)*V(i-1) while the other one's softmax runs.
+    const int other = 1 - group;
+    if (group == 1) named_barrier_arrive(kTurnBarrier + 0, 256);  // group 0 goes first
+    float correction[kRows];
+    // Tile i's softmax (masking, exponentials, O rescale, P conversion): between two turns.
+    auto softmax_step = [&](int i, const typename Policy::TileBits& bits) {
+      if (!walk.tile.full) {
+        uint32_t masks[kRows];
+        policy.row_masks(walk.tile, bits, row_of, lane_class, masks);
+        fmha::apply_row_masks<kRows, kCols>(s, masks);
+      }
+      softmax.update_scores(s, p.scale_log2, correction);
+      fmha::OnlineSoftmax<kRows>::rescale(o, correction);
+      convert_to_operand(acc_s, tOrP);
+      walk.advance(policy, i);
+    };
+    if (count > 0) {
+      // First turn: S(0) only.
+      const typename Policy::TileBits bits = policy.fetch_bits(walk.tile, p, ctid);
+      barrier_wait(&ss.k_full[0], 0);
+      named_barrier_sync(kTurnBarrier + group, 256);
+      warpgroup_fence_operand(acc_s);
+      warpgroup_arrive();
+      issue_gemm<false>(mma_s, tSrQ, tSrK(_, _, _, 0), acc_s);
+      warpgroup_commit_batch();
+      named_barrier_arrive(kTurnBarrier + other, 256);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc_s);
+      barrier_arrive(&ss.k_empty[0]);
+      softmax_step(0, bits);
+    }
+    for (int i = 1; i < count; ++i) {
+      // Turn i: S(i) and O += P(i-1) * V(i-1) as one batch.
+      const int stage = i % Traits::kStages;
+      const int previous = (i - 1) % Traits::kStages;
+      const typename Policy::TileBits bits = policy.fetch_bits(walk.tile, p, ctid);
+      barrier_wait(&ss.k_full[stage], (i / Traits::kStages) & 1);
+      barrier_wait(&ss.v_full[previous], ((i - 1) / Traits::kStages) & 1);
+      named_barrier_sync(kTurnBarrier + group, 256);
+      warpgroup_fence_operand(acc_s);
+      warpgroup_fence_operand(acc_o);
+      warpgroup_fence_operand(tOrP);
+      warpgroup_arrive();
+      issue_gemm<false>(mma_s, tSrQ, tSrK(_, _, _, stage), acc_s);
+      issue_gemm<true>(mma_o, tOrP, tOrV(_, _, _, previous), acc_o);
+      warpgroup_commit_batch();
+      named_barrier_arrive(kTurnBarrier + other, 256);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc_s);
+      warpgroup_fence_operand(acc_o);
+      warpgroup_fence_operand(tOrP);  // the registers stay P(i-1)'s until the product has read them
+      barrier_arrive(&ss.k_empty[stage]);
+      barrier_arrive(&ss.v_empty[previous]);
+      softmax_step(i, bits);
+    }
+    if (count > 0) {
+      // Last turn: O += P(last) * V(last).
+      const int last = (count - 1) % Traits::kStages;
+      barrier_wait(&ss.v_full[last], ((count - 1) / Traits::kStages) & 1);
+      named_barrier_sync(kTurnBarrier + group, 256);
+      warpgroup_fence_operand(acc_o);
+      warpgroup_fence_operand(tOrP);
+      warpgroup_arrive();
+      issue_gemm<true>(mma_o, tOrP, tOrV(_, _, _, last), acc_o);
+      warpgroup_commit_batch();
+      named_barrier_arrive(kTurnBarrier + other, 256);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc_o);
+      warpgroup_fence_operand(tOrP);
+      barrier_arrive(&ss.v_empty[last]);
+    }
+    // Group 1 arrived once more than group 0 waited (its opening turn): consume it.
+    if (group == 0) named_barrier_sync(kTurnBarrier + 0, 256);
+    epilogue(p, cta, acc_o, softmax, row_of, sQ, ctid, group);
+  }
+
+  // The accumulator and the A fragment list a thread's values in the same order (column pair, row
+  // half, 8-column block), so P is packed pairwise in order.
+  template <class Acc, class Frag>
+  __device__ __forceinline__ static void convert_to_operand(const Acc& acc, Frag& a) {
+    using namespace cute;
+    uint32_t* words = reinterpret_cast<uint32_t*>(raw_pointer_cast(a.data()));
+    CUTE_UNROLL
+    for (int w = 0; w < size(acc) / 2; ++w) words[w] = fmha::pack_pair<Element>(acc(2 * w), acc(2 * w + 1));
+  }
+
+  template <class AccO, class SmemQ>
+  __device__ __forceinline__ void epilogue(const fmha::FmhaParams& p, const fmha::CtaTile& cta, AccO& acc_o,
+                                           fmha::OnlineSoftmax<kRows>& softmax, const int (&row_of)[kRows], SmemQ& sQ,
+                                           int ctid, int group) const {
+    using namespace cute;
+    Tensor o = gmma_rows_cols(acc_o);
+    float lse[kRows];
+    softmax.finalize(o, p.scale_log2, lse);
+
+    fmha::store_lse_rows(p, cta, lse, row_of, ctid % 4 == 0);
+
+    // Registers -> this warpgroup's rows of the Q buffer (its last wgmma read of Q has completed).
+    const int first_col = 2 * (ctid % 4);
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+#pragma unroll
+      for (int j = 0; j < size<1>(o) / 2; ++j) {
+        const int col = 8 * j + first_col;
+        *reinterpret_cast<uint32_t*>(&sQ(row_of[i], col)) = fmha::pack_pair<Element>(o(i, 2 * j), o(i, 2 * j + 1));
+      }
+    }
+    named_barrier_sync(2 + group, 128);
+
+    // Shared -> global, one 16-byte chunk per thread and pass.
+    const int wg_tid = ctid % 128;
+    const int col = (wg_tid % Traits::kChunksPerRow) * Traits::kElementsPerChunk;
+    if (col >= p.head_dim_v) return;
+    constexpr int kRowsPerPass = 128 / Traits::kChunksPerRow;
+    const int64_t head_offset = cta.batch * p.o.batch_stride + cta.head * p.o.head_stride;
+    Element* out = static_cast<Element*>(p.o.data);
+#pragma unroll
+    for (int pass = 0; pass < Traits::kRowsPerConsumer / kRowsPerPass; ++pass) {
+      const int row = group * Traits::kRowsPerConsumer + wg_tid / Traits::kChunksPerRow + pass * kRowsPerPass;
+      const fmha::RowToken t = fmha::row_token(p.q_space, p.dilation, cta.q, row);
+      if (t.valid) {
+        const uint4 chunk = *reinterpret_cast<const uint4*>(&sQ(row, col));
+        *reinterpret_cast<uint4*>(out + head_offset + fmha::token_offset(p.o, t) + col) = chunk;
+      }
+    }
+  }
+};
+
+}  // namespace attnkit::cuda::fmha_sm90

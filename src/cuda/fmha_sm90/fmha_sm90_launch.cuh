@@ -1,0 +1,74 @@
+// Host launcher of the Hopper forward kernel and its registry entry, instantiated once per (dtype,
+// head dim, policy) by the fmha_sm90_forward_<dtype>_d<head dim>_<policy>.cu files through
+// ATTNKIT_FMHA_SM90_DEFINE_KERNEL. Tile-list masks reuse the portable tier's preprocessing with the
+// policy view of the tile (Sm90FmhaTraits::PolicyTraits), so lists and element bits match the
+// consumers' thread map.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <type_traits>
+
+#include "cuda/common/cuda_check.hpp"
+#include "cuda/fmha/fmha_launch.cuh"
+#include "cuda/fmha_sm90/fmha_sm90_kernel.cuh"
+#include "cuda/fmha_sm90/fmha_sm90_tma.hpp"
+#include "cuda/fmha_sm90/fmha_sm90_traits.cuh"
+
+namespace attnkit::cuda::fmha_sm90 {
+
+template <class Traits, template <class> class PolicyTemplate>
+void launch_fmha_sm90_forward(const fmha::FmhaLaunch& request, fmha::FmhaWorkspace caller_workspace,
+                              cudaStream_t stream) {
+  using PolicyTraits = typename Traits::PolicyTraits;
+  using Policy = PolicyTemplate<PolicyTraits>;
+  fmha::FmhaLaunch launch = request;
+  void* workspace = nullptr;
+  if constexpr (std::is_same_v<Policy, fmha::TileListPolicy<PolicyTraits>>) {
+    workspace = fmha::build_tile_lists<PolicyTraits>(launch, caller_workspace, stream);
+  }
+  Sm90KvMaps maps{};
+  make_sm90_kv_maps(launch.params,
+                    std::is_same_v<typename Traits::Element, cutlass::bfloat16_t> ? DType::bf16 : DType::f16,
+                    Traits::kHeadDim, Traits::kBlockN, maps);
+  auto* kernel = &fmha_sm90_forward_kernel<Traits, Policy>;
+  cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
+  if (status == cudaSuccess) {
+    const fmha::FmhaParams& p = launch.params;
+    kernel<<<dim3(p.total_q_tiles, p.heads_q, p.batch), Traits::kThreads, Traits::kSmemBytes, stream>>>(p, maps);
+    status = cudaGetLastError();
+  }
+  if (workspace != nullptr) {
+    const cudaError_t freed = cudaFreeAsync(workspace, stream);
+    if (status == cudaSuccess) status = freed;
+  }
+  check_cuda(status, "fused attention forward kernel launch (sm90)");
+}
+
+template <class Element, int HeadDim, int BlockN, template <class> class PolicyTemplate>
+fmha::FmhaKernel make_fmha_sm90_kernel(DType dtype, fmha::FmhaPolicyKind policy) {
+  using Traits = Sm90FmhaTraits<Element, HeadDim, BlockN>;
+  fmha::FmhaConfig config;
+  config.dtype = dtype;
+  config.head_dim = HeadDim;
+  config.block_m = Traits::kBlockM;
+  config.block_n = Traits::kBlockN;
+  config.warps = Traits::kWarps;
+  config.stages = Traits::kStages;
+  config.smem_bytes = Traits::kSmemBytes;
+  // The launch bound's share of the register file (the warpgroups then trade registers via setmaxnreg).
+  config.registers_estimate = 65536 / Traits::kThreads / 8 * 8;
+  config.policy = policy;
+  config.architecture = 90;
+  return fmha::FmhaKernel{config, &launch_fmha_sm90_forward<Traits, PolicyTemplate>,
+                          &fmha::fmha_workspace_bytes<typename Traits::PolicyTraits, PolicyTemplate>};
+}
+
+}  // namespace attnkit::cuda::fmha_sm90
+
+#define ATTNKIT_FMHA_SM90_DEFINE_KERNEL(dtype, head_dim, n, policy)                                                   \
+  namespace attnkit::cuda::fmha {                                                                                     \
+  FmhaKernel fmha_sm90_kernel_##dtype##_d##head_dim##_n##n##_##policy() {                                             \
+    return fmha_sm90::make_fmha_sm90_kernel<ATTNKIT_FMHA_ELEMENT_##dtype, head_dim, n, ATTNKIT_FMHA_POLICY_##policy>( \
+        DType::dtype, ATTNKIT_FMHA_POLICY_KIND_##policy);                                                             \
+  }                                                                                                                   \
+  }

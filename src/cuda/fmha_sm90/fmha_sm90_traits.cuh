@@ -1,0 +1,93 @@
+// Compile-time shape of one Hopper forward kernel instantiation (fmha_sm90_kernel.cuh): element type,
+// compiled head dim, tile sizes, the warpgroup MMAs, the shared-memory layouts and the shared storage.
+//
+// A CTA has three warpgroups: one producer (loads) and two consumers, each owning 64 of the BlockM = 128
+// query rows. Q*K^T is a wgmma with both operands in shared memory (K-major, 128-byte swizzle); P*V takes
+// P from registers and V from shared memory, read MN-major (V's rows are keys, its contiguous columns the
+// head dim). K and V have kStages buffers each. The mask policies of the portable tier are reused
+// unchanged through PolicyTraits: the thread -> (row, column) map of a consumer warpgroup's m64nN wgmma
+// accumulator is the one of an 8-warp mma.sync tile of 128 x BlockN (warp w holds rows 16w + lane/4
+// (+8), columns 8j + 2 (lane % 4) (+1)), so masks, tile-list bits and their preprocessing are shared.
+#pragma once
+#include <cutlass/numeric_types.h>
+#include <cute/arch/mma_sm90.hpp>
+#include <cute/atom/mma_atom.hpp>
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+#include <cute/tensor.hpp>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/fmha/fmha_traits.cuh"
+
+namespace attnkit::cuda::fmha_sm90 {
+
+template <class Element_, int HeadDim_, int BlockN_>
+struct Sm90FmhaTraits {
+  using Element = Element_;
+  static_assert(std::is_same_v<Element, cutlass::half_t> || std::is_same_v<Element, cutlass::bfloat16_t>,
+                "the Hopper kernels run fp16 and bf16");
+  static constexpr int kHeadDim = HeadDim_;
+  static constexpr int kBlockM = 128;
+  static constexpr int kBlockN = BlockN_;
+  static constexpr int kStages = 2;
+  static constexpr int kRowsPerConsumer = 64;
+  static constexpr int kConsumerThreads = 256;
+  static constexpr int kProducerThreads = 128;
+  static constexpr int kThreads = kConsumerThreads + kProducerThreads;
+  static constexpr int kWarps = kThreads / 32;
+  // Registers per thread after setmaxnreg: 128 x 96 + 256 x 200 <= 64K. ptxas allocates each region to
+  // its limit: at 40 the producer's copy loop spilled (docs/perf.md), at 96 nothing spills.
+  static constexpr int kProducerRegisters = 96;
+  static constexpr int kConsumerRegisters = 200;
+  static_assert(kHeadDim == 64 || kHeadDim == 128, "128-byte swizzled rows: head dims 64 and 128");
+  static_assert(kBlockN == 128 || kBlockN == 64, "a producer thread owns one K row and one V row per tile");
+
+  // The portable tier's view of the same tile, for the mask policies and the tile-list preprocessing.
+  using PolicyTraits = fmha::FmhaTraits<Element, kHeadDim, kBlockM, kBlockN, 8>;
+  static_assert(PolicyTraits::kThreads == kConsumerThreads && PolicyTraits::kRows == 2, "policy view");
+
+  using MmaS = decltype(cute::make_tiled_mma(
+      cute::GMMA::ss_op_selector<Element, Element, float,
+                                 cute::Shape<cute::_64, cute::Int<kBlockN>, cute::Int<kHeadDim>>>()));
+  using MmaO = decltype(cute::make_tiled_mma(
+      cute::GMMA::rs_op_selector<Element, Element, float,
+                                 cute::Shape<cute::_64, cute::Int<kHeadDim>, cute::Int<kBlockN>>, cute::GMMA::Major::K,
+                                 cute::GMMA::Major::MN>()));
+
+  using SmemLayoutQ = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<Element>{},
+                                                   cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>{}));
+  using SmemLayoutK =
+      decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<Element>{},
+                                   cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>, cute::Int<kStages>>{}));
+  // V as (head dim, key, stage): the B operand of P*V, head dim contiguous. Atoms are stacked along the
+  // keys first, so a stage holds 64-column chunks of BlockN key rows — the same bytes as a K stage, and
+  // what a TMA box of 64 columns x BlockN rows writes.
+  using SmemLayoutVt =
+      decltype(cute::tile_to_shape(cute::GMMA::Layout_MN_SW128_Atom<Element>{},
+                                   cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>, cute::Int<kStages>>{},
+                                   cute::Step<cute::_2, cute::_1, cute::_3>{}));
+  static constexpr int kChunkColumns = 64;  // one 128-byte swizzle row of 16-bit elements
+  static constexpr int kTileBytes = kBlockN * kHeadDim * int(sizeof(Element));
+
+  // Global -> shared: 16-byte chunks, kChunksPerRow per row.
+  static constexpr int kChunksPerRow = kHeadDim * int(sizeof(Element)) / 16;
+  static constexpr int kElementsPerChunk = 16 / int(sizeof(Element));
+
+  struct SharedStorage {
+    alignas(1024) Element q[cute::cosize_v<SmemLayoutQ>];  // reused for O
+    alignas(1024) Element k[cute::cosize_v<SmemLayoutK>];
+    alignas(1024) Element v[cute::cosize_v<SmemLayoutVt>];
+    alignas(16) char policy[PolicyTraits::kWindowBytes + PolicyTraits::kPrefixBytes];
+    alignas(16) char policy_state[PolicyTraits::kStateBytes];
+    const Element* rows[kStages][2][kBlockN];  // K and V row starts of the tile in each stage
+    uint64_t q_full;
+    uint64_t k_full[kStages];
+    uint64_t v_full[kStages];
+    uint64_t k_empty[kStages];
+    uint64_t v_empty[kStages];
+  };
+  static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+};
+
+}  // namespace attnkit::cuda::fmha_sm90

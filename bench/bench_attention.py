@@ -18,7 +18,8 @@ Torch peers see [B, H, S, D] views of the heads-last tensors (transposes, no cop
 Method (DESIGN §5): CUDA events around each call, L2 flushed (256 MB written) before each timed
 call, warm-up first, median of many calls. TF/s counts useful FLOPs only: forward
 2*B*H*pairs*(D + Dv) (= 4*B*H*pairs*D), backward 2.5x that, with pairs = attended (query, key)
-pairs counted exactly from the mask. Correctness: every candidate's output on a random slice of
+pairs counted exactly from the mask (the same count for attnkit's fast backward, the default, and
+for its deterministic mode, which the bwd-*-deterministic row runs). Correctness: every candidate's output on a random slice of
 query rows (all heads of the last batch) is compared with an fp32 softmax reference built from the
 same mask (relative L2, DESIGN tolerances: bf16 1.5e-2); attnkit's output is also compared with the
 best peer's in full, and is poisoned with NaN first so unwritten elements show up. A peer that
@@ -86,6 +87,7 @@ class Problem:
     mask: masks.MaskSpec
     backward: bool = False
     dtype: str = "bfloat16"
+    deterministic: bool = False  # backward: attnkit's deterministic mode (default: fast, atomic dQ)
 
     @property
     def seq(self) -> int:
@@ -133,6 +135,7 @@ def full_rows(backward: bool) -> list[Problem]:
     if backward:
         rows += [
             dense("bwd-dense-s8192-d128", 2, 16, 8192, 128, backward=True),
+            dense("bwd-dense-s8192-d128-deterministic", 2, 16, 8192, 128, backward=True, deterministic=True),
             na("bwd-na2d-128x128-k31", 1, 16, 128, (128, 128), (31, 31), backward=True),
             na("bwd-na3d-16x64x64-k7x15x15", 1, 16, 128, (16, 64, 64), (7, 15, 15), backward=True),
         ]
@@ -315,7 +318,20 @@ class Unsupported(Exception):
     """The candidate cannot express this problem (reported as n/a, not as an error)."""
 
 
-def attnkit_candidate(inputs: Inputs, lib):
+def attnkit_config(lib, direction: str, args_ref, options_ref) -> str:
+    """The kernel config attnkit runs the call with ("<name> (<source>)"), or why it is unknown."""
+    from attnkit import _capi as capi
+
+    name, source = ctypes.create_string_buffer(128), ctypes.create_string_buffer(32)
+    try:
+        query = capi.optional_function(lib, f"attnkit_attention_{direction}_config")
+        capi.check(query(args_ref, options_ref, name, 128, source, 32), lib)
+    except Exception as e:  # an older library, or a call the query refuses: the timing still counts
+        return f"unknown ({e})"
+    return f"{name.value.decode()} ({source.value.decode()})"
+
+
+def attnkit_candidate(inputs: Inputs, lib, entry: dict):
     import torch
     from attnkit import _capi as capi
 
@@ -347,6 +363,7 @@ def attnkit_candidate(inputs: Inputs, lib):
     forward.out = capi.tensor_view(out)
     fill_mask(forward.mask)
     forward_ref, options_ref = ctypes.byref(forward), ctypes.byref(options)
+    entry["config"] = attnkit_config(lib, "forward", forward_ref, options_ref)
 
     if not p.backward:
         def run():
@@ -364,7 +381,9 @@ def attnkit_candidate(inputs: Inputs, lib):
     backward.grad_out = capi.tensor_view(inputs.grad_out)
     backward.grad_q, backward.grad_k, backward.grad_v = (capi.tensor_view(g) for g in grads)
     fill_mask(backward.mask)
+    backward.deterministic = 1 if p.deterministic else 0
     backward_ref = ctypes.byref(backward)
+    entry["config"] = attnkit_config(lib, "backward", backward_ref, options_ref)
     keep += [lse, inputs.grad_out, *grads]
 
     def run_backward():
@@ -480,7 +499,7 @@ def run_row(problem: Problem, device, args, lib, lib_error: str | None, partial_
             if name == "attnkit":
                 if lib is None:
                     raise Unsupported(f"library not loaded: {lib_error}")
-                candidate = attnkit_candidate(inputs, lib)
+                candidate = attnkit_candidate(inputs, lib, entry)
             elif name == "flex":
                 candidate = flex_candidate(inputs, args.peer_layout, entry)
             else:
@@ -518,7 +537,8 @@ def run_row(problem: Problem, device, args, lib, lib_error: str | None, partial_
             _settle(device)
         candidate = run = result = None  # drop this candidate's buffers before the next one
         entry["wall_s"] = round(time.time() - started, 1)
-        print(f"    {name:15s} {_cell(entry)}", flush=True)
+        config = f"  [{entry['config']}]" if "config" in entry else ""
+        print(f"    {name:15s} {_cell(entry)}{config}", flush=True)
         save()
 
     _judge(row, outputs, tolerance, problem)

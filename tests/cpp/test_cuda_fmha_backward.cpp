@@ -4,11 +4,16 @@
 // the same values); grad_q, grad_k and grad_v are poisoned with NaN before the GPU run and must be fully
 // written (and nothing outside the views); their relative L2 errors against the oracle's fp32
 // gradients stay within DESIGN §5 (fp16 <= 5e-3, bf16 <= 1.5e-2). Every mask kind, GQA/MQA, odd extents,
-// head_dim_v != head_dim, strided views, rows with no key (zero gradients), deterministic mode
-// (bit-identical reruns), caller workspace and streams. Without CUDA (or a GPU) every test skips.
+// head_dim_v != head_dim, strided views, rows with no key (zero gradients), caller workspace and streams.
+// Every case runs in both modes on the same inputs: fast (the default: dQ accumulated with fp32 atomics
+// in the dK/dV kernel) and deterministic (the separate dQ kernel); each must match the oracle, grad_k and
+// grad_v must be bit-identical between the modes (one kernel computes them in both) and grad_q must agree
+// within the dtype's tolerance. Deterministic mode alone is bit-identical across reruns. Without CUDA (or
+// a GPU) every GPU test skips; the workspace-size tests of FmhaBackwardWorkspace run on the host.
 //
-// CudaFmhaBackwardTiming.* (disabled by default; --gtest_also_run_disabled_tests) prints the backward's
-// TF/s on representative shapes, counting 2.5 x the forward's useful FLOPs (10 * pairs * D per head).
+// CudaFmhaBackward.DISABLED_Timing* (disabled by default; --gtest_also_run_disabled_tests) prints the
+// backward's TF/s in both modes on representative shapes, counting 2.5 x the forward's useful FLOPs
+// (10 * pairs * D per head) for either mode.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -31,6 +36,8 @@
 #if defined(ATTNKIT_WITH_CUDA)
 #include <cuda_runtime_api.h>
 
+#include "core/attention_shape.hpp"
+#include "cuda/fmha/fmha_backward_arguments.hpp"
 #include "cuda/fmha/fmha_backward_configs.hpp"
 #endif
 
@@ -73,7 +80,7 @@ struct Case {
   int64_t mask_heads = 1;
   double mask_density = 0.5;
   int64_t empty_rows_every = 0;  // element masks: every n-th query row attends nothing
-  bool deterministic = false;
+  bool deterministic = false;    // false: fast mode (the default)
   bool use_stream = false;
   bool use_workspace = false;
 };
@@ -152,7 +159,19 @@ int64_t count_nonzero_rows(const TensorView& view, const std::vector<int64_t>& t
 struct CaseResult {
   double dq_error = 0, dk_error = 0, dv_error = 0;
   std::vector<std::byte> dq_bytes, dk_bytes, dv_bytes;  // the GPU results, for bit-identity checks
+  std::vector<double> dq_values;                        // grad_q's elements in view order, for mode comparisons
 };
+
+// ||a - b|| / ||b|| over two equally long value lists.
+double relative_l2(const std::vector<double>& a, const std::vector<double>& b) {
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    diff += (a[i] - b[i]) * (a[i] - b[i]);
+    norm += b[i] * b[i];
+  }
+  if (a.size() != b.size()) return INFINITY;
+  return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+}
 
 // Builds the case's tensors (seeded), runs the GPU backward `gpu_runs` times (the results of the last
 // run are compared) and the CPU oracle once.
@@ -252,6 +271,9 @@ CaseResult run_case(const Case& c, uint64_t seed) {
     const int64_t bytes = attention_backward_workspace_size(gpu, options);
     EXPECT_GT(bytes, 0) << "the backward always needs its row statistics";
     workspace = DeviceBuffer(static_cast<std::size_t>(bytes));
+    // Garbage (all-ones bytes: NaN floats): the backward must not depend on the workspace's contents,
+    // e.g. fast mode must zero its dQ accumulator itself.
+    expect_cuda(cudaMemset(workspace.data(), 0xff, static_cast<std::size_t>(bytes)), "cudaMemset (workspace)");
     options.workspace = workspace.data();
     options.workspace_bytes = bytes;
   }
@@ -324,8 +346,11 @@ CaseResult run_case(const Case& c, uint64_t seed) {
   result.dq_bytes = bytes_of(dq);
   result.dk_bytes = bytes_of(dk);
   result.dv_bytes = bytes_of(dv);
-  std::printf("    [%s] rel-L2 dq %.3e dk %.3e dv %.3e\n", std::string(dtype_name(c.dtype)).c_str(), result.dq_error,
-              result.dk_error, result.dv_error);
+  test::for_each_offset(dq.host, [&](int64_t off) {
+    result.dq_values.push_back(detail::load_as_double(dq.host.data, dq.host.dtype, off));
+  });
+  std::printf("    [%s %s] rel-L2 dq %.3e dk %.3e dv %.3e\n", std::string(dtype_name(c.dtype)).c_str(),
+              c.deterministic ? "deterministic" : "fast", result.dq_error, result.dk_error, result.dv_error);
   return result;
 }
 
@@ -341,12 +366,34 @@ class CudaFmhaBackward : public ::testing::Test {
       if (!compiled_for(c)) continue;
       any = true;
       SCOPED_TRACE(std::string(dtype_name(dtype)));
-      run_case(c, seed++);
+      run_both_modes(c, seed++);
     }
     if (!any) {
       GTEST_SKIP() << "not compiled in this kernel set: head dims " << c.head_dim << "/" << c.head_dim_v
                    << "; compiled: " << cuda::fmha::fmha_backward_compiled_summary();
     }
+  }
+  // The case in fast mode, then in deterministic mode on the same inputs (same seed): both against the
+  // oracle (run_case), and against each other.
+  static void run_both_modes(Case c, uint64_t seed) {
+    CaseResult fast;
+    CaseResult exact;
+    {
+      SCOPED_TRACE("fast mode");
+      c.deterministic = false;
+      fast = run_case(c, seed);
+    }
+    {
+      SCOPED_TRACE("deterministic mode");
+      c.deterministic = true;
+      exact = run_case(c, seed);
+    }
+    EXPECT_TRUE(fast.dk_bytes == exact.dk_bytes) << "grad_k differs between fast and deterministic mode";
+    EXPECT_TRUE(fast.dv_bytes == exact.dv_bytes) << "grad_v differs between fast and deterministic mode";
+    const double dq_gap = relative_l2(fast.dq_values, exact.dq_values);
+    EXPECT_LE(dq_gap, tolerance(c.dtype)) << "grad_q: relative L2 gap between fast and deterministic mode";
+    std::printf("    [%s] grad_q fast vs deterministic rel-L2 %.3e\n", std::string(dtype_name(c.dtype)).c_str(),
+                dq_gap);
   }
 };
 
@@ -497,6 +544,17 @@ TEST_F(CudaFmhaBackward, Neighborhood2DHeadDim128WithGroupedHeads) {
   run_both_dtypes(c, 1240);
 }
 
+TEST_F(CudaFmhaBackward, CausalHeadDim128WithGroupedHeads) {
+  Case c;
+  c.head_dim = c.head_dim_v = 128;
+  c.heads_q = 6;
+  c.heads_kv = 2;
+  c.tokens_q = {130};
+  c.tokens_kv = {130};
+  c.mask = causal_mask();
+  run_both_dtypes(c, 1130);
+}
+
 // --- block and element masks -------------------------------------------------------------------
 
 TEST_F(CudaFmhaBackward, SmallBlockMaskWithTileAlignedBlocks) {
@@ -528,6 +586,29 @@ TEST_F(CudaFmhaBackward, SmallElementMaskWithEmptyRowsGivesZeroGradientsForThem)
   c.mask_density = 0.3;
   c.empty_rows_every = 7;
   run_both_dtypes(c, 1320);
+}
+
+TEST_F(CudaFmhaBackward, ElementMaskHeadDim128WithEmptyRowsAndValueDim64) {
+  Case c;
+  c.tokens_q = {141};
+  c.tokens_kv = {77};
+  c.head_dim = 128;
+  c.head_dim_v = 64;
+  c.mask = element_sparse_mask(TensorView{});
+  c.mask_density = 0.4;
+  c.empty_rows_every = 5;
+  run_both_dtypes(c, 1325);
+}
+
+TEST_F(CudaFmhaBackward, BlockMaskHeadDim96PerHead) {
+  Case c;
+  c.tokens_q = {100};
+  c.tokens_kv = {190};
+  c.head_dim = c.head_dim_v = 96;  // runs on the 128-wide kernel: part of the last dQ slices is padding
+  c.mask = block_sparse_mask(TensorView{}, 32, 48);
+  c.mask_heads = 4;
+  c.mask_density = 0.5;
+  run_both_dtypes(c, 1315);
 }
 
 TEST_F(CudaFmhaBackward, ElementMaskOnMultiDimTokensWithGroupedHeads) {
@@ -582,20 +663,42 @@ TEST_F(CudaFmhaBackward, WorkspaceSmallerThanTheSizeQueryIsRefused) {
   p.lse = lse.device;
   p.grad_q = dq.device;
   p.grad_k = p.grad_v = k.device;
-  RunOptions options;
-  options.backend = Backend::cuda;
-  const int64_t needed = attention_backward_workspace_size(p, options);
-  ASSERT_GT(needed, 0);
-  DeviceBuffer small(static_cast<std::size_t>(needed));
-  options.workspace = small.data();
-  options.workspace_bytes = needed - 256;
-  try {
-    attention_backward(p, options);
-    FAIL() << "a workspace below attention_backward_workspace_size() was accepted";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.status(), Status::invalid_argument);
-    EXPECT_NE(std::string(e.what()).find("workspace_bytes"), std::string::npos) << e.what();
+  for (bool deterministic : {false, true}) {
+    SCOPED_TRACE(deterministic ? "deterministic mode" : "fast mode");
+    p.deterministic = deterministic;
+    RunOptions options;
+    options.backend = Backend::cuda;
+    const int64_t needed = attention_backward_workspace_size(p, options);
+    ASSERT_GT(needed, 0);
+    DeviceBuffer small(static_cast<std::size_t>(needed));
+    options.workspace = small.data();
+    options.workspace_bytes = needed - 256;
+    try {
+      attention_backward(p, options);
+      ADD_FAILURE() << "a workspace below attention_backward_workspace_size() was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::invalid_argument);
+      EXPECT_NE(std::string(e.what()).find("workspace_bytes"), std::string::npos) << e.what();
+    }
   }
+}
+
+TEST_F(CudaFmhaBackward, FastModeWorkspaceQueryAddsTheFp32DqAccumulator) {
+  const DType dtype = DType::bf16;
+  if (cuda::fmha::fmha_backward_compiled_width(dtype, 64, 64) == 0) GTEST_SKIP() << "bf16 head dim 64 not compiled";
+  const int64_t batch = 2, seq = 96, heads = 3, dim = 64;  // 4 * B * Sq * Hq * D is a multiple of 256
+  TestTensor q = TestTensor::make(dtype, {batch, seq, heads, dim}, {0, 0, 0, 0});
+  TestTensor lse = TestTensor::make(DType::f32, {batch, seq, heads}, {0, 0, 0});
+  AttentionBackward p;
+  p.q = p.k = p.v = p.out = p.grad_out = p.grad_q = p.grad_k = p.grad_v = q.device;
+  p.lse = lse.device;
+  const RunOptions options{Backend::cuda, nullptr, 0};
+  p.deterministic = true;
+  const int64_t deterministic_bytes = attention_backward_workspace_size(p, options);
+  p.deterministic = false;
+  const int64_t fast_bytes = attention_backward_workspace_size(p, options);
+  EXPECT_EQ(fast_bytes - deterministic_bytes, 4 * batch * seq * heads * dim)
+      << "fast mode: " << fast_bytes << " bytes, deterministic: " << deterministic_bytes;
 }
 
 TEST_F(CudaFmhaBackward, HeadDimAbove128IsRefusedNamingTheCompiledWidths) {
@@ -644,6 +747,69 @@ TEST(FmhaBackwardRegistry, EveryDefaultFitsTwoCtasPerSmOnHopper) {
   for (const auto& k : cuda::fmha::fmha_backward_kernels()) {
     const int per_cta = std::max(k.config.smem_bytes_dkdv, k.config.smem_bytes_dq) + 1024;  // + static and reserved
     EXPECT_LE(2 * per_cta, kHopperSmemPerSm) << cuda::fmha::fmha_backward_config_name(k.config);
+  }
+}
+
+// --- workspace sizes (host only: runs without a GPU) -------------------------------------------
+
+// Exactly the launcher's workspace for a problem with these extents in one mode: the registry's entry for
+// (bf16, `dim` wide, policy of `mask`) sized through make_backward_launch, as run_backward sizes it.
+int64_t registry_workspace_bytes(int64_t batch, const std::vector<int64_t>& tokens, int64_t heads, int64_t dim,
+                                 const AttentionMask& mask, bool deterministic) {
+  const Device gpu{DeviceType::cuda, 0};
+  void* fake = reinterpret_cast<void*>(uintptr_t{1} << 20);  // never dereferenced: only sizes are computed
+  std::vector<int64_t> extents = concat(batch, tokens, {heads, dim});
+  std::vector<int64_t> lse_extents = concat(batch, tokens, {heads});
+  const TensorView x = make_view(fake, DType::bf16, static_cast<int32_t>(extents.size()), extents.data(), gpu);
+  AttentionBackward p;
+  p.q = p.k = p.v = p.out = p.grad_out = p.grad_q = p.grad_k = p.grad_v = x;
+  p.lse = make_view(fake, DType::f32, static_cast<int32_t>(lse_extents.size()), lse_extents.data(), gpu);
+  p.mask = mask;
+  p.deterministic = deterministic;
+  const detail::AttentionShape shape = detail::describe_attention(p.q, p.k, p.v, p.scale);
+  const auto policy = cuda::fmha::fmha_backward_policy_for(mask.kind);
+  for (const auto& kernel : cuda::fmha::fmha_backward_kernels()) {
+    if (kernel.config.dtype == DType::bf16 && kernel.config.head_dim == dim && kernel.config.policy == policy) {
+      return kernel.workspace_bytes(cuda::fmha::make_backward_launch(p, shape, kernel.config));
+    }
+  }
+  return -1;
+}
+
+TEST(FmhaBackwardWorkspace, FastModeIsTheDefault) {
+  EXPECT_FALSE(AttentionBackward{}.deterministic) << "AttentionBackward::deterministic defaults to fast mode";
+}
+
+TEST(FmhaBackwardWorkspace, FastModeAddsExactlyTheFp32DqAccumulatorForEveryMaskKind) {
+  struct Shape {
+    const char* name;
+    int64_t batch;
+    std::vector<int64_t> tokens;
+    int64_t heads;
+    int64_t dim;
+    AttentionMask mask;
+  };
+  const TensorView no_tensor{};
+  const Shape shapes[] = {
+      {"dense", 2, {96}, 3, 64, AttentionMask{}},  // 4 * B * Sq * Hq * D = 147456, a multiple of 256
+      {"causal d128", 1, {128}, 2, 128, causal_mask()},
+      {"neighborhood 2-D with dilation", 2, {16, 24}, 1, 64, neighborhood({nd(5, 2), nd(7, 3, 1, true)})},
+      {"element mask", 1, {64}, 4, 128, element_sparse_mask(no_tensor)},
+  };
+  for (const Shape& s : shapes) {
+    SCOPED_TRACE(s.name);
+    AttentionMask mask = s.mask;
+    // The mask tensors' extents are what the list policy sizes its tile lists from (broadcast [1, 1, Sq, Sk]).
+    std::vector<int64_t> mask_extents{1, 1, product(s.tokens), product(s.tokens)};
+    if (mask.kind == MaskKind::element) {
+      mask.element_mask = make_view(reinterpret_cast<void*>(uintptr_t{1} << 20), DType::boolean, 4, mask_extents.data(),
+                                    Device{DeviceType::cuda, 0});
+    }
+    const int64_t exact = registry_workspace_bytes(s.batch, s.tokens, s.heads, s.dim, mask, true);
+    const int64_t fast = registry_workspace_bytes(s.batch, s.tokens, s.heads, s.dim, mask, false);
+    ASSERT_GT(exact, 0) << "no registry entry for bf16 d" << s.dim;
+    const int64_t accumulator = 4 * s.batch * product(s.tokens) * s.heads * s.dim;
+    EXPECT_EQ(fast - exact, (accumulator + 255) / 256 * 256) << "fast " << fast << " deterministic " << exact;
   }
 }
 
@@ -737,8 +903,8 @@ void time_backward(const TimingShape& s, bool deterministic) {
   const double median = ms[ms.size() / 2];
   const double flops =
       10.0 * static_cast<double>(s.batch * s.heads) * attended_pairs(s) * static_cast<double>(s.head_dim);
-  std::printf("TIMING backward %-30s bf16 median %8.3f ms  min %8.3f ms  %7.1f TF/s\n", s.name.c_str(), median, ms[0],
-              flops / (median * 1e-3) / 1e12);
+  std::printf("TIMING backward %-30s bf16 %-13s median %8.3f ms  min %8.3f ms  %7.1f TF/s\n", s.name.c_str(),
+              deterministic ? "deterministic" : "fast", median, ms[0], flops / (median * 1e-3) / 1e12);
 }
 
 TEST_F(CudaFmhaBackward, DISABLED_TimingRepresentativeShapes) {
@@ -746,10 +912,14 @@ TEST_F(CudaFmhaBackward, DISABLED_TimingRepresentativeShapes) {
   c.dtype = DType::bf16;
   c.head_dim = c.head_dim_v = 128;
   if (!compiled_for(c)) GTEST_SKIP() << "bf16 d128 not compiled";
-  time_backward({"dense-d128-s8k-b1-h16", 1, {8192}, 16, 128, AttentionMask{}}, false);
-  time_backward({"causal-d128-s8k-b1-h16", 1, {8192}, 16, 128, causal_mask()}, false);
-  time_backward({"na2d-d128-128x128-k31-b1-h8", 1, {128, 128}, 8, 128, neighborhood({nd(31), nd(31)})}, false);
-  time_backward({"na3d-d128-16x32x32-k7-b1-h8", 1, {16, 32, 32}, 8, 128, neighborhood({nd(7), nd(7), nd(7)})}, false);
+  for (bool deterministic : {false, true}) {
+    time_backward({"dense-d128-s8k-b1-h16", 1, {8192}, 16, 128, AttentionMask{}}, deterministic);
+    time_backward({"causal-d128-s8k-b1-h16", 1, {8192}, 16, 128, causal_mask()}, deterministic);
+    time_backward({"na2d-d128-128x128-k31-b1-h8", 1, {128, 128}, 8, 128, neighborhood({nd(31), nd(31)})},
+                  deterministic);
+    time_backward({"na3d-d128-16x32x32-k7-b1-h8", 1, {16, 32, 32}, 8, 128, neighborhood({nd(7), nd(7), nd(7)})},
+                  deterministic);
+  }
 }
 
 #endif  // ATTNKIT_WITH_CUDA

@@ -1,20 +1,26 @@
 // Host entry of the portable fused-attention backward on CUDA tensors.
 //
 // Kernels (fmha_backward_launch.cuh): preprocess (delta = rowsum(dO*O), LSE in log2 units) -> dK/dV,
-// KV-tile-centric over the Q tiles that see each KV tile, GQA heads reduced in registers -> dQ,
-// Q-tile-centric over the KV tiles each Q tile sees. Block and element masks first build per-tile
-// classes and their row and column lists.
+// KV-tile-centric over the Q tiles that see each KV tile, GQA heads reduced in registers -> dQ in one of
+// two modes. Block and element masks first build per-tile classes and their row and column lists.
 //
-// Determinism: every gradient is accumulated in registers by exactly one CTA in a fixed order, with no
-// atomics, so results are bit-identical from run to run in both modes; AttentionBackward::deterministic
-// and ATTNKIT_DETERMINISTIC are accepted and currently select the same kernels. (The alternative, dQ
-// accumulated with fp32 atomics inside the dK/dV kernel, saves the dQ kernel's recomputation of S and
-// dP — 5 instead of 7 tile products — at the price of run-to-run rounding differences and a
-// B*Sq*Hq*D*4-byte fp32 accumulator; it is not implemented yet.)
+// Modes (AttentionBackward::deterministic; the C ABI's `deterministic`):
+//   fast (the default, deterministic == false): the dK/dV kernel also forms dQ partials dS K and adds
+//     them with fp32 atomics into a workspace accumulator, which a small kernel converts into dQ
+//     (fmha_backward_dq_accumulate.cuh): 5 tile products per (Q tile, KV tile) pair. Costs: 4 * B * Sq *
+//     Hq * D more workspace bytes, and dQ varies in its last bits from run to run (the order of the
+//     fp32 additions follows the scheduling). dK and dV are unaffected: bit-identical from run to run,
+//     and to the deterministic mode's.
+//   deterministic: a separate dQ kernel, Q-tile-centric over the KV tiles each Q tile sees, recomputes
+//     S and dP (7 tile products per pair, about 1.4x the fast mode's FLOPs); every gradient is
+//     accumulated in registers by exactly one CTA in a fixed order, no atomics, so results are
+//     bit-identical from run to run.
+// Both modes run the same dK/dV kernel instantiation (a runtime flag). ATTNKIT_DETERMINISTIC is the
+// tuner's switch (never benchmark), not this one; the Python wrappers pass it on as `deterministic`.
 //
-// Workspace: lse_log2 and delta (8 bytes per query row and head, rounded to whole Q tiles) plus, for
-// tile-list masks, the tile classes and lists; backward_workspace_size() returns exactly what
-// run_backward() uses for the config it picks.
+// Workspace: lse_log2 and delta (8 bytes per query row and head, rounded to whole Q tiles), for
+// tile-list masks the tile classes and lists, and in fast mode the fp32 dQ accumulator;
+// backward_workspace_size() returns exactly what run_backward() uses for the config and mode it picks.
 #include "cuda/fmha/fmha_backward.hpp"
 
 #include <cuda_runtime_api.h>

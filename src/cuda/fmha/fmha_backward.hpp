@@ -1,6 +1,6 @@
 // Host entry of the portable fused-attention backward on CUDA tensors: capability checks, config
 // choice (the tuner's, over the backward registry), workspace layout, launch of the preprocess, dK/dV and dQ kernels
-// on the caller's stream.
+// (fast mode: dQ accumulated by the dK/dV kernel, then converted) on the caller's stream.
 #pragma once
 #include <cstdint>
 
@@ -11,7 +11,8 @@ namespace attnkit::cuda::fmha {
 
 void run_backward(const AttentionBackward& problem, const detail::AttentionShape& shape, const RunOptions& options);
 // Bytes of RunOptions::workspace the backward uses (per-row LSE in log2 units and delta = rowsum(dO*O),
-// tile classes and lists for block and element masks).
+// tile classes and lists for block and element masks, and unless problem.deterministic the fp32 dQ
+// accumulator of the fast mode, 4 * B * Sq * Hq * D bytes).
 int64_t backward_workspace_size(const AttentionBackward& problem, const detail::AttentionShape& shape,
                                 const RunOptions& options);
 

@@ -160,6 +160,20 @@ FmhaBackwardLaunch make_backward_launch(const AttentionBackward& problem, const 
   check_limit(shape.heads_kv, kMaxGridYZ, "k: heads");
   p.total_q_tiles = static_cast<int32_t>(total_q);
   p.total_kv_tiles = static_cast<int32_t>(total_kv);
+
+  // Fast mode's fp32 dQ accumulator, contiguous [B, Sq, Hq, D]: a token's offset is row-major over the
+  // query side's token extents, whichever mode (box, flat, decompose) the side uses.
+  p.accumulate_dq = !problem.deterministic;
+  if (p.accumulate_dq) {
+    const int64_t row = shape.heads_q * shape.head_dim;
+    int64_t stride = row;
+    for (int d = kMaxDims - 1; d >= 0; --d) {
+      p.dq_accum.token_stride[d] = stride;
+      stride *= p.q_space.extent[d];
+    }
+    p.dq_accum.head_stride = shape.head_dim;
+    p.dq_accum.batch_stride = shape.seq_q * row;
+  }
   return launch;
 }
 

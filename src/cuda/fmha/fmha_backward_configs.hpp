@@ -22,7 +22,7 @@ struct FmhaBackwardConfig {
   int block_m = 0;   // queries per Q tile
   int block_n = 0;   // keys per KV tile
   int warps = 0;
-  int smem_bytes_dkdv = 0;  // dynamic shared memory of the dK/dV kernel
+  int smem_bytes_dkdv = 0;  // dynamic shared memory of the dK/dV kernel (fast mode's, the larger)
   int smem_bytes_dq = 0;    // dynamic shared memory of the dQ kernel
   FmhaBackwardPolicy policy = FmhaBackwardPolicy::box;
 };

@@ -13,14 +13,18 @@
 // reduction over query heads is exact and needs no workspace; dK is scaled by the softmax scale at
 // the end, both are stored through shared memory as whole 16-byte chunks. Loads are double-buffered:
 // Q, dO, the row statistics (lse_log2, delta: two 16-byte-copied rows of the workspace) and, for
-// partial box tiles, the query windows of visit i+1 are fetched while visit i computes. No atomics:
-// the result does not depend on scheduling (dQ is computed by fmha_backward_dq.cuh).
+// partial box tiles, the query windows of visit i+1 are fetched while visit i computes.
+// Deterministic mode: no atomics, the result does not depend on scheduling (dQ is computed by
+// fmha_backward_dq.cuh). Fast mode (p.accumulate_dq, a uniform runtime branch, so both modes share one
+// instantiation): dS also goes through a shared tile (one more, after the double buffers) into
+// dQ += dS K, added to the workspace's fp32 accumulator with atomics (fmha_backward_dq_accumulate.cuh).
 #pragma once
 #include <cute/tensor.hpp>
 
 #include <cstdint>
 
 #include "cuda/common/async_copy.cuh"
+#include "cuda/fmha/fmha_backward_dq_accumulate.cuh"
 #include "cuda/fmha/fmha_backward_gemm.cuh"
 #include "cuda/fmha/fmha_backward_params.hpp"
 #include "cuda/fmha/fmha_backward_tiles.cuh"
@@ -54,6 +58,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 2)
   };
   auto window_buffer = [&](int b) {
     return reinterpret_cast<int2*>(buffers + b * kBufferBytes + 2 * Traits::kTileBytesQ + Traits::kRowStatBytes);
+  };
+  // Fast mode only (the launch asks for Traits::kSmemBytesDkDvFast then): dS, queries as rows, and
+  // two buffers of dQ accumulator row offsets (filled with the rest of a visit's loads).
+  Element* smem_ds = reinterpret_cast<Element*>(smem + Traits::kSmemBytesDkDv);
+  auto dq_row_buffer = [&](int b) {
+    return reinterpret_cast<int64_t*>(smem + Traits::kSmemBytesDkDv + Traits::kTileBytesDs) + b * kBlockM;
   };
   __shared__ typename Schedule::State schedule_state;
 
@@ -116,6 +126,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 2)
       copy_16_bytes_async(shared_address(stat_buffer(b) + tid * 4), source, true);
     }
     commit_async_copies();
+    if (p.accumulate_dq && tid < kBlockM) dq_row_buffer(b)[tid] = dq_accum_row_offset(p, batch, v, tid);
     if constexpr (!kLists) {
       if (!v.full && tid < kBlockM) {
         int2* windows = window_buffer(b);
@@ -219,7 +230,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 2)
       for (int i = 0; i < kRows; ++i) dp(i, j) = operand_value<Element, kBlocksM>(prob, i, j) * (dp(i, j) - delta);
     }
     convert_scores_to_operand<Element>(acc_dp, prob);
+    if (p.accumulate_dq) store_ds_transposed<Traits, kBlocksM>(smem_ds, prob, row_of, col_of);
     gemm_registers_smem<TiledMma, typename Traits::SmemCopyAtomTransposed>(acc_dk, prob, sQt, tid);
+    if (p.accumulate_dq) {
+      __syncthreads();  // dS of every warp's keys is in shared memory (the next visit's barrier frees it)
+      accumulate_dq_partial<Traits>(p, smem_ds, smem_k, dq_row_buffer(b), kLists ? tid : opaque_thread_index());
+    }
   }
 
   wait_async_copies<0>();

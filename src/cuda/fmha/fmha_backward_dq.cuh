@@ -8,9 +8,10 @@
 //   dP = dO V^T     dS = P * (dP - delta)                      dQ += dS K
 // dS goes from the accumulator straight into the A operand; K is read transposed (ldmatrix.trans) as the
 // B operand. K and V tiles are double-buffered (tile j+1 loads while tile j computes). dQ is scaled and
-// stored once at the end: no atomics, so the result is bit-identical from run to run. Against a dQ
-// accumulated with atomics inside the dK/dV kernel this costs the recomputation of S and dP: 7 instead
-// of 5 tile products per (Q tile, KV tile) pair.
+// stored once at the end: no atomics, so the result is bit-identical from run to run. This is the
+// deterministic mode's dQ; against the fast mode's, accumulated with atomics inside the dK/dV kernel
+// (fmha_backward_dq_accumulate.cuh), it costs the recomputation of S and dP: 7 instead of 5 tile
+// products per (Q tile, KV tile) pair.
 // CTAs run heaviest-first (reversed tile order: under a causal mask the last Q tiles see the most keys).
 #pragma once
 #include <cute/tensor.hpp>

@@ -65,17 +65,23 @@ __device__ __forceinline__ void gemm_registers_smem(Acc& acc, const RegA& ra, co
   }
 }
 
-// Value (i, j) of the rows-cols view (as_rows_cols) of the accumulator that convert_scores_to_operand() packed into
+// Bits (i, j) of the rows-cols view (as_rows_cols) of the accumulator that convert_scores_to_operand() packed into
 // `a`: row i = v1 + 2m, column j = v0 + 2n of accumulator value (v0 + 2 v1, m, n). With i and j known
 // at compile time (unrolled loops) this is one register and a shift or mask.
-template <class Element, int kM, class Frag>
-__device__ __forceinline__ float operand_value(const Frag& a, int i, int j) {
+template <int kM, class Frag>
+__device__ __forceinline__ uint16_t operand_bits(const Frag& a, int i, int j) {
   const uint32_t* words = reinterpret_cast<const uint32_t*>(cute::raw_pointer_cast(a.data()));
   const int m = i / 2;
   const int v1 = i % 2;
   const int n = j / 2;
   const uint32_t w = words[v1 + 2 * (n % 2) + 4 * (m + kM * (n / 2))];
-  const uint32_t half = j % 2 ? w >> 16 : w & 0xffffu;
+  return static_cast<uint16_t>(j % 2 ? w >> 16 : w & 0xffffu);
+}
+
+// The same element as a float.
+template <class Element, int kM, class Frag>
+__device__ __forceinline__ float operand_value(const Frag& a, int i, int j) {
+  const uint32_t half = operand_bits<kM>(a, i, j);
   if constexpr (std::is_same_v<Element, cutlass::bfloat16_t>) {
     return __uint_as_float(half << 16);
   } else {

@@ -2,12 +2,15 @@
 // fmha_backward_<dtype>_d<head dim>_<policy>.cu files through ATTNKIT_FMHA_BACKWARD_DEFINE.
 //
 // Sequence on the caller's stream: (tile-list masks: classify + row and column compaction) ->
-// preprocess (lse_log2, delta) -> dK/dV kernel -> dQ kernel. Scratch comes from RunOptions::workspace
+// preprocess (lse_log2, delta) -> dK/dV kernel -> dQ kernel (deterministic mode), or (fast mode)
+// zero the fp32 dQ accumulator -> preprocess -> dK/dV kernel adding dQ partials -> convert kernel
+// (dQ = scale * accumulator). Scratch comes from RunOptions::workspace
 // when the caller passes it (an error names the size needed when it is too small), else from one
 // stream-ordered cudaMallocAsync freed with cudaFreeAsync after the last kernel: nothing synchronises
 // with the host, so the call can be captured into a CUDA graph. Scratch layout (each part 256-byte
 // aligned): lse_log2 and delta (4 bytes per (batch, query head, tile row) each), then for tile-list
-// masks the classes (1 byte per tile), row and column entries (4 bytes per tile each) and counts.
+// masks the classes (1 byte per tile), row and column entries (4 bytes per tile each) and counts, then
+// in fast mode the dQ accumulator (4 * B * Sq * Hq * D bytes).
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -19,6 +22,7 @@
 #include "cuda/fmha/fmha_backward_configs.hpp"
 #include "cuda/fmha/fmha_backward_dkdv.cuh"
 #include "cuda/fmha/fmha_backward_dq.cuh"
+#include "cuda/fmha/fmha_backward_dq_accumulate.cuh"
 #include "cuda/fmha/fmha_backward_lists.cuh"
 #include "cuda/fmha/fmha_backward_preprocess.cuh"
 #include "cuda/fmha/fmha_backward_traits.cuh"
@@ -29,7 +33,11 @@ inline int64_t backward_round_up(int64_t bytes) { return (bytes + 255) / 256 * 2
 
 struct BackwardWorkspaceLayout {
   int64_t lse_log2 = 0, delta = 0, classes = 0, q_entries = 0, q_counts = 0, kv_entries = 0, kv_counts = 0;
-  int64_t total() const { return lse_log2 + delta + classes + q_entries + q_counts + kv_entries + kv_counts; }
+  int64_t dq_accum = 0;  // fast mode only
+  int64_t total() const {
+    return lse_log2 + delta + classes + q_entries + q_counts + kv_entries + kv_counts + dq_accum;
+  }
+  int64_t dq_accum_offset() const { return total() - dq_accum; }
 };
 
 template <class Traits, bool kLists>
@@ -49,6 +57,7 @@ BackwardWorkspaceLayout backward_workspace_layout(const FmhaBackwardLaunch& laun
     layout.kv_entries = backward_round_up(tiles * 4);
     layout.kv_counts = backward_round_up(mask_bh * b.kv_tiles * 4);
   }
+  if (p.accumulate_dq) layout.dq_accum = backward_round_up(p.dq_accum.batch_stride * p.batch * 4);
   return layout;
 }
 
@@ -113,19 +122,33 @@ cudaError_t launch_backward_kernels(FmhaBackwardLaunch& launch, char* base, cons
     p.list.kv_counts = b.kv_counts;
   }
 
-  fmha_backward_preprocess_kernel<Traits><<<dim3(p.total_q_tiles, p.heads_q, p.batch), 128, 0, stream>>>(p);
+  if (p.accumulate_dq) {
+    p.dq_accum.data = base + layout.dq_accum_offset();
+    if (const cudaError_t status = cudaMemsetAsync(p.dq_accum.data, 0, static_cast<size_t>(layout.dq_accum), stream);
+        status != cudaSuccess) {
+      return status;
+    }
+  }
+  const dim3 q_grid(p.total_q_tiles, p.heads_q, p.batch);
+  fmha_backward_preprocess_kernel<Traits><<<q_grid, 128, 0, stream>>>(p);
   if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
 
+  // One instantiation serves both modes; fast mode needs one more shared tile (dS).
   auto* dkdv = dkdv_kernel_of<Traits, kLists>();
-  if (const cudaError_t status = allow_shared_memory(dkdv, Traits::kSmemBytesDkDv); status != cudaSuccess) {
+  const int dkdv_smem = p.accumulate_dq ? Traits::kSmemBytesDkDvFast : Traits::kSmemBytesDkDv;
+  if (const cudaError_t status = allow_shared_memory(dkdv, Traits::kSmemBytesDkDvFast); status != cudaSuccess) {
     return status;
   }
-  dkdv<<<dim3(p.total_kv_tiles, p.heads_kv, p.batch), Traits::kThreads, Traits::kSmemBytesDkDv, stream>>>(p);
+  dkdv<<<dim3(p.total_kv_tiles, p.heads_kv, p.batch), Traits::kThreads, dkdv_smem, stream>>>(p);
   if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
 
+  if (p.accumulate_dq) {
+    fmha_backward_dq_convert_kernel<Traits><<<q_grid, 128, 0, stream>>>(p);
+    return cudaGetLastError();
+  }
   auto* dq = dq_kernel_of<Traits, kLists>();
   if (const cudaError_t status = allow_shared_memory(dq, Traits::kSmemBytesDq); status != cudaSuccess) return status;
-  dq<<<dim3(p.total_q_tiles, p.heads_q, p.batch), Traits::kThreads, Traits::kSmemBytesDq, stream>>>(p);
+  dq<<<q_grid, Traits::kThreads, Traits::kSmemBytesDq, stream>>>(p);
   return cudaGetLastError();
 }
 
@@ -175,7 +198,7 @@ FmhaBackwardKernel make_fmha_backward_kernel(DType dtype) {
   config.block_m = Traits::kBlockM;
   config.block_n = Traits::kBlockN;
   config.warps = Traits::kWarps;
-  config.smem_bytes_dkdv = Traits::kSmemBytesDkDv;
+  config.smem_bytes_dkdv = Traits::kSmemBytesDkDvFast;  // the larger of the two modes'
   config.smem_bytes_dq = Traits::kSmemBytesDq;
   config.policy = kLists ? FmhaBackwardPolicy::tile_list : FmhaBackwardPolicy::box;
   return FmhaBackwardKernel{config, &launch_fmha_backward<Traits, kLists>, &backward_workspace_bytes<Traits, kLists>};

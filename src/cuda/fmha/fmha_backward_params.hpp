@@ -10,6 +10,10 @@
 //   lse_log2  the forward's LSE times log2(e), or +inf for rows with no key and rows past the extents
 //             (so that exp2(s * scale_log2 - lse_log2) is 0 for them, never inf or NaN);
 //   delta     rowsum(dO * O) in fp32 (0 past the extents).
+//
+// Fast mode (accumulate_dq, AttentionBackward::deterministic == false): the dK/dV kernel also adds each
+// pair's dS K into dq_accum, an fp32 [B, Sq, Hq, D] tensor in the workspace (zeroed before, unscaled),
+// and a convert kernel writes d_q = scale * dq_accum; the dQ kernel does not run.
 #pragma once
 #include <cstdint>
 
@@ -60,6 +64,11 @@ struct FmhaBackwardParams {
   float* delta = nullptr;     // workspace, tile-row order
   bool use_lists = false;
   BackwardTileLists list{};
+  // Fast mode: dQ partials added with fp32 atomics inside the dK/dV kernel (a uniform runtime branch).
+  bool accumulate_dq = false;
+  // Contiguous fp32 [B, Sq, Hq, D] addressed like d_q (token strides row-major over the query extents);
+  // data is set by the launcher (workspace).
+  TensorAddress dq_accum{};
 };
 
 // What the list builders read and write.

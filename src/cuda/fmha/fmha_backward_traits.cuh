@@ -1,6 +1,6 @@
 // Compile-time shape of one backward instantiation: element type, compiled head dim (serves D and Dv up
 // to it, zero padded), Q tile (BlockM queries), KV tile (BlockN keys), warps, the tensor-core MMA and the
-// swizzled shared layouts, plus each kernel's shared-memory budget.
+// swizzled shared layouts, plus each kernel's shared-memory budget (the dK/dV kernel's in both modes).
 //
 // One TiledMMA (m16n8k16, warps stacked along M) serves every product of both kernels; warps therefore
 // own whole rows of each accumulator, which is what lets a score tile computed as an accumulator be
@@ -50,6 +50,13 @@ struct FmhaBackwardTraits {
   using SmemLayoutKVt = decltype(cute::composition(
       SmemLayoutKV{}, cute::make_layout(cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>>{}, cute::GenRowMajor{})));
 
+  // Fast mode (dQ += dS K inside the dK/dV kernel): dS with queries as rows, written from the dS^T
+  // accumulator element by element; the product runs over 32-column slices of the head dim (slices of
+  // the SmemLayoutKVt view, read transposed as the B operand) to keep its accumulators small.
+  static constexpr int kDqSliceCols = 32;
+  static constexpr int kDqSlices = kHeadDim / kDqSliceCols;
+  using SmemLayoutDs = decltype(cute::tile_to_shape(SmemAtom{}, cute::Shape<cute::Int<kBlockM>, cute::Int<kBlockN>>{}));
+
   using SmemCopyAtom = cute::Copy_Atom<cute::SM75_U32x4_LDSM_N, Element>;
   using SmemCopyAtomTransposed = cute::Copy_Atom<cute::SM75_U16x8_LDSM_T, Element>;
   using SmemStoreAtom = cute::Copy_Atom<cute::UniversalCopy<uint32_t>, Element>;
@@ -72,6 +79,10 @@ struct FmhaBackwardTraits {
   static constexpr int kWindowBytes = 3 * kBlockM * 8;   // per-query windows of one Q tile (3 dims)
   // dK/dV kernel: K, V, then two buffers each of Q, dO, row statistics and query windows.
   static constexpr int kSmemBytesDkDv = 2 * kTileBytesKV + 2 * (2 * kTileBytesQ + kRowStatBytes + kWindowBytes);
+  static constexpr int kTileBytesDs = kBlockM * kBlockN * int(sizeof(Element));
+  static constexpr int kDqRowOffsetBytes = kBlockM * 8;  // dQ accumulator offsets of one Q tile's rows
+  // Fast mode's dK/dV kernel: the same plus one dS tile and two buffers of row offsets.
+  static constexpr int kSmemBytesDkDvFast = kSmemBytesDkDv + kTileBytesDs + 2 * kDqRowOffsetBytes;
   // dQ kernel: Q, dO, then two buffers each of K and V.
   static constexpr int kSmemBytesDq = 2 * kTileBytesQ + 4 * kTileBytesKV;
 };

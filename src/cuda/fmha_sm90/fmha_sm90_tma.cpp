@@ -1,5 +1,8 @@
 #include "cuda/fmha_sm90/fmha_sm90_tma.hpp"
 
+#include <cudaTypedefs.h>
+#include <cuda_runtime_api.h>
+
 #include <array>
 #include <string>
 
@@ -69,18 +72,33 @@ MapShape shape_of(const fmha::TensorAddress& a, const fmha::FmhaParams& p, int c
   return ok ? s : MapShape{};
 }
 
+// The driver's cuTensorMapEncodeTiled, looked up through the runtime: the library does not link
+// libcuda itself, so it still loads (and runs on the CPU) on machines without a GPU driver.
+PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 function = [] {
+    void* pointer = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    const cudaError_t status =
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &pointer, 12000, cudaEnableDefault, &found);
+    if (status != cudaSuccess || found != cudaDriverEntryPointSuccess) pointer = nullptr;
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(pointer);
+  }();
+  if (function == nullptr) {
+    throw Error(Status::cuda_error, "cuTensorMapEncodeTiled: not found in the CUDA driver (needs a CUDA 12+ driver)");
+  }
+  return function;
+}
+
 void encode(CUtensorMap& map, const MapShape& s, const void* data, DType dtype) {
   std::array<cuuint32_t, 5> element_strides{1, 1, 1, 1, 1};
-  const CUresult result = cuTensorMapEncodeTiled(
-      &map, dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-      static_cast<cuuint32_t>(s.rank), const_cast<void*>(data), s.dims.data(), s.strides_bytes.data(), s.box.data(),
-      element_strides.data(), CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult result =
+      encode_function()(&map, dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                        static_cast<cuuint32_t>(s.rank), const_cast<void*>(data), s.dims.data(), s.strides_bytes.data(),
+                        s.box.data(), element_strides.data(), CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (result != CUDA_SUCCESS) {
-    const char* text = nullptr;
-    cuGetErrorString(result, &text);
-    throw Error(Status::cuda_error, std::string("cuTensorMapEncodeTiled (attention K/V tiles): ") +
-                                        (text != nullptr ? text : "unknown error"));
+    throw Error(Status::cuda_error,
+                "cuTensorMapEncodeTiled (attention K/V tiles): CUresult " + std::to_string(static_cast<int>(result)));
   }
 }
 

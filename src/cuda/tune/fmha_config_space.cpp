@@ -95,8 +95,9 @@ tune::ConfigSpace fmha_forward_space() {
   space.op = tune::TuneOp::attention_forward;
   space.backend = Backend::cuda;
   space.description =
-      "fmha sm80 forward v1: block_m x block_n tiles (boxes for neighborhood masks), warps, stages; policy box "
-      "(dense, causal, neighborhood) or list (block, element masks)";
+      "fmha forward v2: block_m x block_n tiles (boxes for neighborhood masks), warps, stages, architecture (80: "
+      "portable mma.sync tier, 90: sm_90a wgmma/TMA tier); policy box (dense, causal, neighborhood) or list "
+      "(block, element masks)";
   std::set<std::string> seen;
   for (const auto& kernel : fmha_forward_kernels()) {
     const FmhaConfig& c = kernel.config;

@@ -33,6 +33,7 @@
 
 #include "cuda/fmha/fmha_arguments.hpp"
 #include "cuda/fmha/fmha_configs.hpp"
+#include "cuda/tune/fmha_forward_selection.hpp"
 #endif
 
 namespace attnkit {
@@ -106,11 +107,7 @@ bool compiled_for(const Case& c) { return cuda::fmha::fmha_compiled_width(c.dtyp
 // Every registry config that can run the case on device 0 (portable tiles, and the Hopper tier on a
 // compute-capability 9.0 device): each case runs on each of them, forced through ATTNKIT_FMHA_CONFIG.
 std::vector<std::string> configs_for(const Case& c) {
-  int capability_major = 0, capability_minor = 0, max_shared = 0;
-  expect_cuda(cudaDeviceGetAttribute(&capability_major, cudaDevAttrComputeCapabilityMajor, 0), "capability");
-  expect_cuda(cudaDeviceGetAttribute(&capability_minor, cudaDevAttrComputeCapabilityMinor, 0), "capability");
-  expect_cuda(cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0), "shared memory");
-  const cuda::fmha::FmhaDevice device{capability_major * 10 + capability_minor, max_shared};
+  const cuda::fmha::FmhaDevice device = cuda::fmha::fmha_device(0);
   const int width = cuda::fmha::fmha_compiled_width(c.dtype, c.head_dim, c.head_dim_v);
   const cuda::fmha::FmhaPolicyKind policy = cuda::fmha::fmha_policy_for(c.mask.kind);
   std::vector<std::string> names;

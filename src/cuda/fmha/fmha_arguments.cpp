@@ -71,17 +71,7 @@ FmhaLaunch make_forward_launch(const AttentionForward& problem, const detail::At
 
   const AttentionMask& mask = problem.mask;
   if (mask.kind == MaskKind::neighborhood) {
-    BoxGeometry geometry;
-    geometry.dims = shape.token_dims;
-    for (int d = 0; d < shape.token_dims; ++d) {
-      const NeighborhoodDim& nd = mask.neighborhood[d];
-      geometry.extent[d] = shape.tokens[d];
-      geometry.dilation[d] = nd.dilation;
-      geometry.rule[d].kind = WindowKind::neighborhood;
-      geometry.rule[d].window = static_cast<int32_t>(nd.kernel_size);
-      geometry.rule[d].stride = static_cast<int32_t>(nd.stride);
-      geometry.rule[d].causal = nd.causal;
-    }
+    const BoxGeometry geometry = neighborhood_geometry(shape.token_dims, mask.neighborhood, shape.tokens);
     const BoxShapes shapes = choose_box_shapes(geometry, block_m_log2, block_n_log2);
     p.dims = shape.token_dims;
     for (int d = 0; d < kMaxDims; ++d) {

@@ -118,6 +118,23 @@ BoxShapes choose_uncached(const BoxGeometry& g, int block_m_log2, int block_n_lo
 
 }  // namespace
 
+BoxGeometry neighborhood_geometry(int dims, const std::array<NeighborhoodDim, kMaxTokenDims>& neighborhood,
+                                  const std::array<int64_t, kMaxTokenDims>& extents) {
+  BoxGeometry geometry;
+  geometry.dims = dims;
+  for (int d = 0; d < dims; ++d) {
+    const auto i = static_cast<size_t>(d);
+    const NeighborhoodDim& nd = neighborhood[i];
+    geometry.extent[i] = extents[i];
+    geometry.dilation[i] = nd.dilation;
+    geometry.rule[i].kind = WindowKind::neighborhood;
+    geometry.rule[i].window = static_cast<int32_t>(nd.kernel_size);
+    geometry.rule[i].stride = static_cast<int32_t>(nd.stride);
+    geometry.rule[i].causal = nd.causal;
+  }
+  return geometry;
+}
+
 BoxShapes choose_box_shapes(const BoxGeometry& geometry, int block_m_log2, int block_n_log2) {
   static std::mutex mutex;
   static std::vector<CacheEntry> cache;

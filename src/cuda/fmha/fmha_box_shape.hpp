@@ -12,6 +12,7 @@
 #include <array>
 #include <cstdint>
 
+#include "attnkit/attention.hpp"
 #include "cuda/common/tile_range.hpp"
 
 namespace attnkit::cuda::fmha {
@@ -27,6 +28,11 @@ struct BoxGeometry {
   std::array<int64_t, 3> dilation{1, 1, 1};
   std::array<WindowRule, 3> rule{};
 };
+
+// The geometry of a neighborhood mask over `dims` token dimensions of the given extents (one window
+// rule per dimension: kernel size, stride, causality; and its dilation).
+BoxGeometry neighborhood_geometry(int dims, const std::array<NeighborhoodDim, kMaxTokenDims>& neighborhood,
+                                  const std::array<int64_t, kMaxTokenDims>& extents);
 
 BoxShapes choose_box_shapes(const BoxGeometry& geometry, int block_m_log2, int block_n_log2);
 

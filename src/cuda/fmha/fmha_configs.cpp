@@ -33,9 +33,12 @@ std::string fmha_config_name(const FmhaConfig& c) {
          std::to_string(c.stages) + "_" + fmha_policy_name(c.policy) + (c.architecture == 90 ? "_sm90" : "");
 }
 
+bool fmha_config_runs_on(const FmhaConfig& config, int capability) {
+  return config.architecture == 90 ? capability == 90 : capability >= config.architecture;
+}
+
 bool fmha_config_fits(const FmhaConfig& config, const FmhaDevice& device) {
-  const bool runs = config.architecture == 90 ? device.capability == 90 : device.capability >= config.architecture;
-  return runs && config.smem_bytes <= device.max_shared_bytes_optin;
+  return fmha_config_runs_on(config, device.capability) && config.smem_bytes <= device.max_shared_bytes_optin;
 }
 
 int fmha_compiled_width(DType dtype, int64_t head_dim, int64_t head_dim_v) {

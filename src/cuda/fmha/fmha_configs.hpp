@@ -62,8 +62,12 @@ struct FmhaDevice {
   int max_shared_bytes_optin = 0;
 };
 
-// Validity predicate of a config on a device: its code runs there (the Hopper tier needs compute
-// capability 9.0) and its shared memory fits the opt-in maximum per block.
+// Whether a config's code runs on a device of `capability` (major * 10 + minor): the portable tier on
+// 8.0 and newer, the Hopper tier (sm_90a) on 9.0 only.
+bool fmha_config_runs_on(const FmhaConfig& config, int capability);
+
+// Validity predicate of a config on a device: its code runs there (fmha_config_runs_on) and its shared
+// memory fits the opt-in maximum per block.
 bool fmha_config_fits(const FmhaConfig& config, const FmhaDevice& device);
 
 // The compiled head-dim width that serves max(D, Dv), or 0 when none does (for this dtype).

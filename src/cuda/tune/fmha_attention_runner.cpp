@@ -185,12 +185,8 @@ void FmhaAttentionRunner::build(int64_t l2_bytes, uint64_t seed) {
 }
 
 void FmhaAttentionRunner::compute_forward_outputs() {
-  int max_shared = 0;
-  check_cuda(cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device_),
-             "cudaDeviceGetAttribute");
-  const FmhaKernel* kernel =
-      fmha_default_kernel(spec_.dtype, spec_.head_dim, spec_.head_dim_v, fmha_policy_for(spec_.mask),
-                          FmhaDevice{device_capability(device_), max_shared});
+  const FmhaKernel* kernel = fmha_default_kernel(spec_.dtype, spec_.head_dim, spec_.head_dim_v,
+                                                 fmha_policy_for(spec_.mask), fmha_device(device_));
   for (BufferSet& set : sets_) {
     if (kernel == nullptr) {
       // No forward for this width: zeros for out and lse (only the timing matters here).

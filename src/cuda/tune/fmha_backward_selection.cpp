@@ -52,7 +52,7 @@ BackwardSelection backward_selection(const AttentionBackward& problem, const det
   check_backward_supported(problem, shape);
   const int device = problem.q.device.index;
   const DeviceGuard guard(device);
-  const int max_shared = require_sm80_device(device);
+  const int max_shared = require_sm80_device(device).max_shared_bytes_optin;
   BackwardSelection selection = select_backward_kernel(problem, shape, options, device, max_shared);
   if (selection.kernel == nullptr) {
     throw Error(Status::unsupported,

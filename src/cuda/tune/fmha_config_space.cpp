@@ -31,8 +31,10 @@ FmhaDevice device_of(const tune::DeviceLimits& limits) {
 std::string invalid_reason(const tune::Config& config, const tune::ProblemSpec& spec,
                            const tune::DeviceLimits& limits) {
   const FmhaKernel* kernel = fmha_forward_kernel_by_name(config.id);
-  if (kernel != nullptr && kernel->config.architecture == 90 && limits.compute_capability != 90) {
-    return "sm_90a code; the device has compute capability " + std::to_string(limits.compute_capability / 10) + "." +
+  if (kernel != nullptr && !fmha_config_runs_on(kernel->config, limits.compute_capability)) {
+    return std::string(kernel->config.architecture == 90 ? "sm_90a code (compute capability 9.0 only)"
+                                                         : "SM80 code (compute capability 8.0 or newer)") +
+           "; the device has compute capability " + std::to_string(limits.compute_capability / 10) + "." +
            std::to_string(limits.compute_capability % 10);
   }
   const auto dtype = static_cast<DType>(config.param("dtype"));
@@ -55,17 +57,7 @@ std::string invalid_reason(const tune::Config& config, const tune::ProblemSpec& 
 
 tune::TileWork fmha_forward_tile_work(const FmhaConfig& config, const tune::ProblemSpec& spec) {
   if (spec.mask != MaskKind::neighborhood) return tune::attention_tile_work(spec, config.block_m, config.block_n);
-  BoxGeometry geometry;
-  geometry.dims = spec.token_dims;
-  for (int d = 0; d < spec.token_dims; ++d) {
-    const auto& nd = spec.neighborhood[static_cast<size_t>(d)];
-    geometry.extent[static_cast<size_t>(d)] = spec.tokens[static_cast<size_t>(d)];
-    geometry.dilation[static_cast<size_t>(d)] = nd.dilation;
-    geometry.rule[static_cast<size_t>(d)].kind = WindowKind::neighborhood;
-    geometry.rule[static_cast<size_t>(d)].window = static_cast<int32_t>(nd.kernel_size);
-    geometry.rule[static_cast<size_t>(d)].stride = static_cast<int32_t>(nd.stride);
-    geometry.rule[static_cast<size_t>(d)].causal = nd.causal;
-  }
+  const BoxGeometry geometry = neighborhood_geometry(spec.token_dims, spec.neighborhood, spec.tokens);
   const BoxShapes shapes = choose_box_shapes(geometry, log2_of(config.block_m), log2_of(config.block_n));
   const BoxVisitCounts visits = count_box_visits(geometry, shapes);
   int64_t q_tiles = 1;

@@ -65,20 +65,22 @@ tune::DeviceDescription describe_cuda_device(int device) {
   return {tune::cuda_device_key(info, registry), limits};
 }
 
-int device_capability(int device) {
-  return attribute(cudaDevAttrComputeCapabilityMajor, device) * 10 +
-         attribute(cudaDevAttrComputeCapabilityMinor, device);
+FmhaDevice fmha_device(int device) {
+  return FmhaDevice{
+      attribute(cudaDevAttrComputeCapabilityMajor, device) * 10 + attribute(cudaDevAttrComputeCapabilityMinor, device),
+      attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device)};
 }
 
-int require_sm80_device(int device) {
-  const int capability = device_capability(device);
+FmhaDevice require_sm80_device(int device) {
+  const FmhaDevice found = fmha_device(device);
+  const int capability = found.capability;
   if (capability < 80) {
     throw Error(Status::unsupported, "q.device: cuda:" + std::to_string(device) + " has compute capability " +
                                          std::to_string(capability / 10) + "." + std::to_string(capability % 10) +
                                          "; allowed: 8.0 or newer (the CUDA attention kernels use SM80 tensor cores "
                                          "and cp.async), or run on CPU tensors");
   }
-  return attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  return found;
 }
 
 tune::TuneChoice choose_attention_config(tune::TuneOp op, DType dtype, const detail::AttentionShape& shape,
@@ -118,16 +120,16 @@ ForwardSelection forward_selection(const AttentionForward& problem, const detail
   check_forward_supported(problem, shape);
   const int device = problem.q.device.index;
   const DeviceGuard guard(device);
-  const int max_shared = require_sm80_device(device);
-  const FmhaDevice limits{device_capability(device), max_shared};
+  const FmhaDevice limits = require_sm80_device(device);
   ForwardSelection selection = select_forward_kernel(problem, shape, options, device, limits);
   if (selection.kernel == nullptr) {
     const FmhaPolicyKind policy = fmha_policy_for(problem.mask.kind);
-    throw Error(Status::unsupported, "head_dim: no compiled " + std::string(fmha_policy_name(policy)) + " kernel for " +
-                                         std::string(dtype_name(problem.q.dtype)) + " with max(D, Dv) = " +
-                                         std::to_string(std::max(shape.head_dim, shape.head_dim_v)) +
-                                         " fits cuda:" + std::to_string(device) + " (" + std::to_string(max_shared) +
-                                         " bytes of shared memory per block); compiled: " + fmha_compiled_summary());
+    throw Error(Status::unsupported,
+                "head_dim: no compiled " + std::string(fmha_policy_name(policy)) + " kernel for " +
+                    std::string(dtype_name(problem.q.dtype)) +
+                    " with max(D, Dv) = " + std::to_string(std::max(shape.head_dim, shape.head_dim_v)) +
+                    " fits cuda:" + std::to_string(device) + " (" + std::to_string(limits.max_shared_bytes_optin) +
+                    " bytes of shared memory per block); compiled: " + fmha_compiled_summary());
   }
   return selection;
 }

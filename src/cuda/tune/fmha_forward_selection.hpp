@@ -34,11 +34,13 @@ ForwardSelection select_forward_kernel(const AttentionForward& problem, const de
 ForwardSelection forward_selection(const AttentionForward& problem, const detail::AttentionShape& shape,
                                    const RunOptions& options);
 
-// Throws Status::unsupported unless `device` has compute capability 8.0 or newer (SM80 tensor cores,
-// cp.async); returns its opt-in shared memory per block.
-int require_sm80_device(int device);
-// The device's compute capability, major * 10 + minor (which kernel tiers run on it).
-int device_capability(int device);
+// What the validity of a kernel config depends on for `device`: its compute capability and its opt-in
+// shared memory per block.
+FmhaDevice fmha_device(int device);
+
+// fmha_device(device), after throwing Status::unsupported unless it has compute capability 8.0 or newer
+// (SM80 tensor cores, cp.async).
+FmhaDevice require_sm80_device(int device);
 
 // The device tuner's answer for an attention call of `op` (a cached winner, the default, or — mode on,
 // stream not capturing — a tuning now, after waiting for the caller's stream). Throws when the tuner

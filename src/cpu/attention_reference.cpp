@@ -101,6 +101,8 @@ void attention_forward_reference(const AttentionForward& problem, const Attentio
   for (int64_t b = 0; b < shape.batch; ++b) {
     for (int64_t h = 0; h < shape.heads_q; ++h) {
       const std::vector<uint8_t> visible = explicit_attention_mask(problem.mask, shape, b, h);
+      // Rows are independent (each writes its own output and LSE): threads take them in chunks.
+#pragma omp parallel for schedule(dynamic, 8)
       for (int64_t i = 0; i < shape.seq_q; ++i) {
         const std::vector<double> query = q.row(b, i, h, shape.head_dim);
         std::vector<double> scores(static_cast<size_t>(shape.seq_k), -std::numeric_limits<double>::infinity());
@@ -145,6 +147,8 @@ void attention_backward_reference(const AttentionBackward& problem, const Attent
   const auto lse_strides = detail::token_strides(problem.lse, shape.token_dims);
   const int64_t group = shape.heads_q / shape.heads_kv;
   const double scale = shape.scale;
+  // One task per (batch, kv head): it alone writes dK, dV of that head and dQ of its query heads.
+#pragma omp parallel for collapse(2) schedule(dynamic)
   for (int64_t b = 0; b < shape.batch; ++b) {
     for (int64_t kv_head = 0; kv_head < shape.heads_kv; ++kv_head) {
       // dK, dV of this kv head, summed over the query heads of its group.

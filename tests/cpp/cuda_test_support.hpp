@@ -10,7 +10,9 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <initializer_list>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -20,6 +22,19 @@
 #include "test_support.hpp"
 
 namespace attnkit::test {
+
+// Sets environment variable `name` (e.g. ATTNKIT_FMHA_CONFIG, which forces a registry entry) for the
+// lifetime of the object.
+class ScopedEnvironment {
+ public:
+  ScopedEnvironment(const char* name, const std::string& value) : name_(name) { setenv(name, value.c_str(), 1); }
+  ~ScopedEnvironment() { unsetenv(name_); }
+  ScopedEnvironment(const ScopedEnvironment&) = delete;
+  ScopedEnvironment& operator=(const ScopedEnvironment&) = delete;
+
+ private:
+  const char* name_;
+};
 
 // --- device memory and tensors -----------------------------------------------------------------
 

@@ -39,6 +39,7 @@
 #include "core/attention_shape.hpp"
 #include "cuda/fmha/fmha_backward_arguments.hpp"
 #include "cuda/fmha/fmha_backward_configs.hpp"
+#include "cuda/tune/fmha_forward_selection.hpp"
 #endif
 
 namespace attnkit {
@@ -354,6 +355,23 @@ CaseResult run_case(const Case& c, uint64_t seed) {
   return result;
 }
 
+// Every registry config that can run the case on device 0 (the portable tier, and the Hopper tier on a
+// compute-capability 9.0 device): each case runs on each of them, forced through
+// ATTNKIT_FMHA_BACKWARD_CONFIG.
+std::vector<std::string> backward_configs_for(const Case& c) {
+  const cuda::fmha::FmhaDevice device = cuda::fmha::fmha_device(0);
+  const int width = cuda::fmha::fmha_backward_compiled_width(c.dtype, c.head_dim, c.head_dim_v);
+  const auto policy = cuda::fmha::fmha_backward_policy_for(c.mask.kind);
+  std::vector<std::string> names;
+  for (const auto& k : cuda::fmha::fmha_backward_kernels()) {
+    if (k.config.dtype == c.dtype && k.config.head_dim == width && k.config.policy == policy &&
+        cuda::fmha::fmha_backward_config_fits(k.config, device)) {
+      names.push_back(cuda::fmha::fmha_backward_config_name(k.config));
+    }
+  }
+  return names;
+}
+
 class CudaFmhaBackward : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -366,7 +384,12 @@ class CudaFmhaBackward : public ::testing::Test {
       if (!compiled_for(c)) continue;
       any = true;
       SCOPED_TRACE(std::string(dtype_name(dtype)));
-      run_both_modes(c, seed++);
+      for (const std::string& config : backward_configs_for(c)) {
+        SCOPED_TRACE(config);
+        const test::ScopedEnvironment forced("ATTNKIT_FMHA_BACKWARD_CONFIG", config);
+        run_both_modes(c, seed);
+      }
+      ++seed;
     }
     if (!any) {
       GTEST_SKIP() << "not compiled in this kernel set: head dims " << c.head_dim << "/" << c.head_dim_v
@@ -718,11 +741,17 @@ TEST_F(CudaFmhaBackward, HeadDimAbove128IsRefusedNamingTheCompiledWidths) {
 
 // --- the registry (host only: runs without a GPU) ----------------------------------------------
 
-TEST(FmhaBackwardRegistry, HoldsOneKernelPerDtypeWidthAndPolicy) {
+TEST(FmhaBackwardRegistry, HoldsOneKernelPerDtypeWidthPolicyAndArchitecture) {
   const auto& kernels = cuda::fmha::fmha_backward_kernels();
-  EXPECT_EQ(kernels.size(), 8u);
+  const auto portable =
+      std::count_if(kernels.begin(), kernels.end(), [](const auto& k) { return k.config.architecture == 80; });
+  EXPECT_EQ(portable, 8) << "f16/bf16 x widths 64/128 x box/list";
+  EXPECT_TRUE(kernels.size() == 8u || kernels.size() == 16u) << "plus the same 8 of the Hopper tier with sm_90a";
   std::vector<std::string> names;
   for (const auto& k : kernels) {
+    EXPECT_TRUE(k.config.architecture == 80 || k.config.architecture == 90);
+    EXPECT_EQ(k.config.architecture == 90,
+              cuda::fmha::fmha_backward_config_name(k.config).find("_sm90") != std::string::npos);
     EXPECT_TRUE(k.config.head_dim == 64 || k.config.head_dim == 128) << cuda::fmha::fmha_backward_config_name(k.config);
     EXPECT_GT(k.config.smem_bytes_dkdv, 0);
     EXPECT_GT(k.config.smem_bytes_dq, 0);
@@ -742,12 +771,30 @@ TEST(FmhaBackwardRegistry, SmallHeadDimsRunOnTheNarrowestWidthThatHoldsThem) {
   EXPECT_EQ(fmha_backward_compiled_width(DType::f32, 64, 64), 0) << "the CUDA backward runs fp16 and bf16 only";
 }
 
-TEST(FmhaBackwardRegistry, EveryDefaultFitsTwoCtasPerSmOnHopper) {
+TEST(FmhaBackwardRegistry, EveryPortableEntryFitsTwoCtasPerSmOnHopper) {
   constexpr int kHopperSmemPerSm = 228 * 1024;
   for (const auto& k : cuda::fmha::fmha_backward_kernels()) {
+    if (k.config.architecture != 80) continue;  // the Hopper tier runs one 256-thread CTA per SM
     const int per_cta = std::max(k.config.smem_bytes_dkdv, k.config.smem_bytes_dq) + 1024;  // + static and reserved
     EXPECT_LE(2 * per_cta, kHopperSmemPerSm) << cuda::fmha::fmha_backward_config_name(k.config);
   }
+}
+
+TEST(FmhaBackwardRegistry, HopperTierIsTheDefaultOnlyOnComputeCapability90) {
+  using cuda::fmha::FmhaDevice;
+  const auto* on_hopper = cuda::fmha::fmha_backward_default_kernel(
+      DType::bf16, 128, 128, cuda::fmha::FmhaBackwardPolicy::box, FmhaDevice{90, 227 * 1024});
+  ASSERT_NE(on_hopper, nullptr);
+  if (on_hopper->config.architecture != 90) GTEST_SKIP() << "this build compiles no sm_90a code";
+  for (const int capability : {80, 89, 100}) {
+    const auto* other = cuda::fmha::fmha_backward_default_kernel(
+        DType::bf16, 128, 128, cuda::fmha::FmhaBackwardPolicy::box, FmhaDevice{capability, 227 * 1024});
+    ASSERT_NE(other, nullptr) << "capability " << capability;
+    EXPECT_EQ(other->config.architecture, 80) << "capability " << capability;
+    EXPECT_FALSE(cuda::fmha::fmha_backward_config_fits(on_hopper->config, FmhaDevice{capability, 227 * 1024}));
+  }
+  EXPECT_FALSE(cuda::fmha::fmha_backward_config_fits(on_hopper->config, FmhaDevice{90, 99 * 1024}))
+      << "shared memory still bounds it";
 }
 
 // --- workspace sizes (host only: runs without a GPU) -------------------------------------------

@@ -120,15 +120,6 @@ std::vector<std::string> configs_for(const Case& c) {
   return names;
 }
 
-// Sets ATTNKIT_FMHA_CONFIG for the lifetime of the object.
-class ForcedConfig {
- public:
-  explicit ForcedConfig(const std::string& name) { setenv("ATTNKIT_FMHA_CONFIG", name.c_str(), 1); }
-  ~ForcedConfig() { unsetenv("ATTNKIT_FMHA_CONFIG"); }
-  ForcedConfig(const ForcedConfig&) = delete;
-  ForcedConfig& operator=(const ForcedConfig&) = delete;
-};
-
 struct CaseResult {
   double out_error = 0;
   double lse_error = 0;
@@ -262,7 +253,7 @@ class CudaFmhaForward : public ::testing::Test {
       for (const std::string& name : configs) {
         SCOPED_TRACE(name);
         std::printf("    config %s\n", name.c_str());
-        const ForcedConfig forced(name);
+        const test::ScopedEnvironment forced("ATTNKIT_FMHA_CONFIG", name);
         run_case(c, seed++);
       }
     }

@@ -196,7 +196,8 @@ TEST(TunerCuda, BackwardSpaceDefaultIsTheBackwardRegistryDefault) {
   tune::ProblemSpec spec = dense_spec(DType::f16, 64, 999, MaskKind::causal);
   spec.op = tune::TuneOp::attention_backward;
   const auto* expected = cuda::fmha::fmha_backward_default_kernel(
-      DType::f16, 64, 64, cuda::fmha::FmhaBackwardPolicy::box, static_cast<int>(limits.max_smem_per_block));
+      DType::f16, 64, 64, cuda::fmha::FmhaBackwardPolicy::box,
+      cuda::fmha::FmhaDevice{limits.compute_capability, static_cast<int>(limits.max_smem_per_block)});
   ASSERT_NE(expected, nullptr);
   const tune::CandidateRanking ranking = tune::rank_candidates(space, spec, limits);
   const tune::Config* chosen = tune::default_config(space, ranking, spec, limits);

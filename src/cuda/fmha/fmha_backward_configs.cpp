@@ -1,6 +1,7 @@
 #include "cuda/fmha/fmha_backward_configs.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 
 #include "cuda/fmha/fmha_backward_instances.hpp"
@@ -11,6 +12,11 @@ namespace attnkit::cuda::fmha {
 const std::vector<FmhaBackwardKernel>& fmha_backward_kernels() {
   static const std::vector<FmhaBackwardKernel> kernels = [] {
     std::vector<FmhaBackwardKernel> list;
+    // The Hopper tier first: the default is the first entry that fits the device.
+#define ATTNKIT_FMHA_SM90_BACKWARD_REGISTER(dtype, head_dim, n, policy) \
+  list.push_back(fmha_sm90_backward_kernel_##dtype##_d##head_dim##_n##n##_##policy());
+    ATTNKIT_FMHA_SM90_BACKWARD_KERNELS(ATTNKIT_FMHA_SM90_BACKWARD_REGISTER)
+#undef ATTNKIT_FMHA_SM90_BACKWARD_REGISTER
 #define ATTNKIT_FMHA_BACKWARD_REGISTER(dtype, head_dim, policy) \
   list.push_back(fmha_backward_kernel_##dtype##_d##head_dim##_##policy());
     ATTNKIT_FMHA_BACKWARD_KERNELS(ATTNKIT_FMHA_BACKWARD_REGISTER)
@@ -23,7 +29,12 @@ const std::vector<FmhaBackwardKernel>& fmha_backward_kernels() {
 std::string fmha_backward_config_name(const FmhaBackwardConfig& c) {
   return "bwd_" + std::string(c.dtype == DType::bf16 ? "bf16" : "f16") + "_d" + std::to_string(c.head_dim) + "_m" +
          std::to_string(c.block_m) + "_n" + std::to_string(c.block_n) + "_w" + std::to_string(c.warps) + "_" +
-         (c.policy == FmhaBackwardPolicy::box ? "box" : "list");
+         (c.policy == FmhaBackwardPolicy::box ? "box" : "list") + (c.architecture == 90 ? "_sm90" : "");
+}
+
+bool fmha_backward_config_fits(const FmhaBackwardConfig& config, const FmhaDevice& device) {
+  return fmha_architecture_runs_on(config.architecture, device.capability) &&
+         std::max(config.smem_bytes_dkdv, config.smem_bytes_dq) <= device.max_shared_bytes_optin;
 }
 
 int fmha_backward_compiled_width(DType dtype, int64_t head_dim, int64_t head_dim_v) {
@@ -37,13 +48,19 @@ int fmha_backward_compiled_width(DType dtype, int64_t head_dim, int64_t head_dim
 }
 
 const FmhaBackwardKernel* fmha_backward_default_kernel(DType dtype, int64_t head_dim, int64_t head_dim_v,
-                                                       FmhaBackwardPolicy policy, int max_shared_bytes_optin) {
+                                                       FmhaBackwardPolicy policy, const FmhaDevice& device) {
   const int width = fmha_backward_compiled_width(dtype, head_dim, head_dim_v);
-  for (const auto& k : fmha_backward_kernels()) {
-    if (k.config.dtype == dtype && k.config.head_dim == width && k.config.policy == policy &&
-        std::max(k.config.smem_bytes_dkdv, k.config.smem_bytes_dq) <= max_shared_bytes_optin) {
-      return &k;
+  auto runs = [&](const FmhaBackwardKernel& k) {
+    return k.config.dtype == dtype && k.config.head_dim == width && k.config.policy == policy &&
+           fmha_backward_config_fits(k.config, device);
+  };
+  if (const char* forced = std::getenv("ATTNKIT_FMHA_BACKWARD_CONFIG"); forced != nullptr && *forced != '\0') {
+    for (const auto& k : fmha_backward_kernels()) {
+      if (runs(k) && fmha_backward_config_name(k.config) == forced) return &k;
     }
+  }
+  for (const auto& k : fmha_backward_kernels()) {
+    if (runs(k)) return &k;
   }
   return nullptr;
 }

@@ -11,6 +11,7 @@
 
 #include "attnkit/dtype.hpp"
 #include "cuda/fmha/fmha_backward_params.hpp"
+#include "cuda/fmha/fmha_configs.hpp"
 
 namespace attnkit::cuda::fmha {
 
@@ -25,6 +26,9 @@ struct FmhaBackwardConfig {
   int smem_bytes_dkdv = 0;  // dynamic shared memory of the dK/dV kernel (fast mode's, the larger)
   int smem_bytes_dq = 0;    // dynamic shared memory of the dQ kernel
   FmhaBackwardPolicy policy = FmhaBackwardPolicy::box;
+  // 80: portable dK/dV kernel (SM80 and newer); 90: the Hopper dK/dV kernel (sm_90a, compute capability
+  // 9.0 only), with the portable preprocess, tile lists and dQ kernels around it.
+  int architecture = 80;
 };
 
 // Everything one call needs: the kernels' params and, for tile-list policies, the mask to preprocess
@@ -49,14 +53,21 @@ struct FmhaBackwardKernel {
 
 const std::vector<FmhaBackwardKernel>& fmha_backward_kernels();
 
-std::string fmha_backward_config_name(const FmhaBackwardConfig& config);  // "bwd_bf16_d128_m64_n64_w4_box"
+// "bwd_bf16_d128_m64_n64_w4_box", "bwd_bf16_d128_m64_n128_w8_box_sm90"
+std::string fmha_backward_config_name(const FmhaBackwardConfig& config);
+
+// Validity predicate of a config on a device: its dK/dV code runs there (fmha_architecture_runs_on) and
+// the larger of its kernels' shared memory fits the opt-in maximum per block.
+bool fmha_backward_config_fits(const FmhaBackwardConfig& config, const FmhaDevice& device);
 
 // The compiled head-dim width that serves max(D, Dv) for this dtype, or 0 when none does.
 int fmha_backward_compiled_width(DType dtype, int64_t head_dim, int64_t head_dim_v);
 
-// The default kernel for a problem, or nullptr when none is compiled or fits the device.
+// The default kernel for a problem: the first registry entry (Hopper tier first) of the problem's dtype,
+// width and policy that fits the device, or nullptr. ATTNKIT_FMHA_BACKWARD_CONFIG=<config name>
+// (benchmarks, tests) forces an entry when it can run the call.
 const FmhaBackwardKernel* fmha_backward_default_kernel(DType dtype, int64_t head_dim, int64_t head_dim_v,
-                                                       FmhaBackwardPolicy policy, int max_shared_bytes_optin);
+                                                       FmhaBackwardPolicy policy, const FmhaDevice& device);
 
 // "float16 {64, 128}, bfloat16 {64, 128}": what this build's backward can run.
 std::string fmha_backward_compiled_summary();

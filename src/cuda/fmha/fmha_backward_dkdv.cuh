@@ -28,6 +28,7 @@
 #include "cuda/fmha/fmha_backward_gemm.cuh"
 #include "cuda/fmha/fmha_backward_params.hpp"
 #include "cuda/fmha/fmha_backward_tiles.cuh"
+#include "cuda/fmha/fmha_backward_visit.cuh"
 #include "cuda/fmha/fmha_fragment.cuh"
 #include "cuda/fmha/fmha_softmax.cuh"
 #include "cuda/fmha/fmha_tokens.cuh"
@@ -72,18 +73,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 2)
   if (!kv.valid) return;
   const int32_t head_kv = static_cast<int32_t>(blockIdx.y);
   const int32_t batch = static_cast<int32_t>(blockIdx.z);
-  const int64_t k_head = batch * p.k.batch_stride + head_kv * p.k.head_stride;
-  const int64_t v_head = batch * p.v.batch_stride + head_kv * p.v.head_stride;
-
-  load_rows_async<Traits, kBlockN>(
-      smem_k, typename Traits::SmemLayoutKV{}, p.k.data,
-      [&](int row) { return tile_row_start<Element>(p.k, k_head, p.kv_space, p.dilation, kv.origin, row); }, p.head_dim,
-      tid);
-  load_rows_async<Traits, kBlockN>(
-      smem_v, typename Traits::SmemLayoutKV{}, p.v.data,
-      [&](int row) { return tile_row_start<Element>(p.v, v_head, p.kv_space, p.dilation, kv.origin, row); },
-      p.head_dim_v, tid);
-  commit_async_copies();
+  issue_kv_tile_loads<Traits, kBlockN, typename Traits::SmemLayoutKV>(p, kv, batch, head_kv, smem_k, smem_v, tid);
 
   Schedule schedule;
   schedule.init(p, kv, head_kv, &schedule_state, tid);
@@ -105,42 +95,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 2)
     for (int d = 0; d < kMaxDims; ++d) key_index[i][d] = kv.origin.index[d] + in_box(p.kv_space, d, row_of[i]);
   }
 
-  // Issues the loads of visit `v` into buffer `b` (and, for a partial box tile, its query windows).
+  auto buffers_of = [&](int b) {
+    return BackwardVisitBuffers<Element>{q_buffer(b), do_buffer(b), stat_buffer(b), window_buffer(b), dq_row_buffer(b)};
+  };
   auto issue_visit = [&](const QVisit& v, int b) {
-    const int64_t q_head = batch * p.q.batch_stride + v.head * p.q.head_stride;
-    const int64_t do_head = batch * p.d_o.batch_stride + v.head * p.d_o.head_stride;
-    load_rows_async<Traits, kBlockM>(
-        q_buffer(b), typename Traits::SmemLayoutQ{}, p.q.data,
-        [&](int row) { return tile_row_start<Element>(p.q, q_head, p.q_space, p.dilation, v.origin, row); }, p.head_dim,
-        tid);
-    load_rows_async<Traits, kBlockM>(
-        do_buffer(b), typename Traits::SmemLayoutQ{}, p.d_o.data,
-        [&](int row) { return tile_row_start<Element>(p.d_o, do_head, p.q_space, p.dilation, v.origin, row); },
-        p.head_dim_v, tid);
-    // Row statistics: lse_log2 then delta, kBlockM floats each, 4 floats per 16-byte copy.
-    constexpr int kChunks = kBlockM / 4;
-    if (tid < 2 * kChunks) {
-      const int64_t base =
-          ((static_cast<int64_t>(batch) * p.heads_q + v.head) * p.total_q_tiles + v.q_linear) * kBlockM;
-      const float* source = (tid < kChunks ? p.lse_log2 : p.delta) + base + (tid % kChunks) * 4;
-      copy_16_bytes_async(shared_address(stat_buffer(b) + tid * 4), source, true);
-    }
-    commit_async_copies();
-    if (p.accumulate_dq && tid < kBlockM) dq_row_buffer(b)[tid] = dq_accum_row_offset(p, batch, v, tid);
-    if constexpr (!kLists) {
-      if (!v.full && tid < kBlockM) {
-        int2* windows = window_buffer(b);
-#pragma unroll
-        for (int d = 0; d < kMaxDims; ++d) {
-          if (d < p.dims) {
-            const int32_t i = v.origin.index[d] + in_box(p.q_space, d, tid);
-            detail::IndexRange w{0, 0};
-            if (i < kv.n_q[d]) w = window_of(p.rule[d], i, kv.n_kv[d]);
-            windows[d * kBlockM + tid] = make_int2(static_cast<int>(w.begin), static_cast<int>(w.end));
-          }
-        }
-      }
-    }
+    issue_visit_loads<Traits, kLists, kBlockM, typename Traits::SmemLayoutQ>(p, kv, batch, v, buffers_of(b), tid);
   };
 
   Tensor acc_dk = partition_fragment_C(TiledMma{}, Shape<Int<kBlockN>, Int<Traits::kHeadDim>>{});
@@ -169,51 +128,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 2)
     gemm_smem_smem<TiledMma, typename Traits::SmemCopyAtom, typename Traits::SmemCopyAtom>(acc_s, sK, sQ, tid);
 
     uint32_t allowed[kRows];  // bit j: column j of row i is attended
-#pragma unroll
-    for (int i = 0; i < kRows; ++i) allowed[i] = ~0u;
-    if (!v.full) {
-      if constexpr (kLists) {
-        const int64_t base = list_mask_base(p.list, batch, v.head);
-        const int32_t seq_q = p.q_space.flat_extent;
-        const int32_t seq_k = p.kv_space.flat_extent;
-#pragma unroll
-        for (int j = 0; j < kCols; ++j) {
-          const int32_t q = v.origin.index[0] + col_of[j];
-#pragma unroll
-          for (int i = 0; i < kRows; ++i) {
-            const int32_t k = key_index[i][0];
-            const bool ok = q < seq_q && k < seq_k && list_mask_allows(p.list, base, q, k);
-            if (!ok) allowed[i] &= ~(1u << j);
-          }
-        }
-      } else {
-        const int2* windows = window_buffer(b);
-#pragma unroll
-        for (int d = 0; d < kMaxDims; ++d) {
-          if (d < p.dims) {
-#pragma unroll
-            for (int j = 0; j < kCols; ++j) {
-              const int2 w = windows[d * kBlockM + col_of[j]];
-#pragma unroll
-              for (int i = 0; i < kRows; ++i) {
-                if (key_index[i][d] < w.x || key_index[i][d] >= w.y) allowed[i] &= ~(1u << j);
-              }
-            }
-          }
-        }
-      }
-    }
+    visit_allowed_bits<kLists, kBlockM>(p, batch, v, key_index, col_of, window_buffer(b), allowed);
     // P^T in place, then packed into the A operand of dV += P^T dO. The packed (fp16/bf16) P also
     // serves dS below, which keeps only one fp32 score tile alive at a time.
-    Tensor s = as_rows_cols(acc_s);
-#pragma unroll
-    for (int j = 0; j < kCols; ++j) {
-      const float lse = stats[col_of[j]];
-#pragma unroll
-      for (int i = 0; i < kRows; ++i) {
-        s(i, j) = (allowed[i] >> j) & 1u ? fast_exp2(fmaf(s(i, j), p.scale_log2, -lse)) : 0.f;
-      }
-    }
+    scores_to_probabilities(as_rows_cols(acc_s), allowed, stats, col_of, p.scale_log2);
     Tensor prob = make_tensor<Element>(partition_shape_A(TiledMma{}, Shape<Int<kBlockN>, Int<kBlockM>>{}));
     convert_scores_to_operand<Element>(acc_s, prob);
     gemm_registers_smem<TiledMma, typename Traits::SmemCopyAtomTransposed>(acc_dv, prob, sdOt, tid);

@@ -36,6 +36,18 @@ __device__ __forceinline__ void reduce_add_pair(float* address, float a, float b
 #endif
 }
 
+// reduce_add_pair when `predicate` holds, as one predicated instruction (no branch), sm_90 only.
+__device__ __forceinline__ void reduce_add_pair_if(bool predicate, float* address, float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %3, 0;\n @p red.global.add.v2.f32 [%0], {%1, %2};\n}\n" ::"l"(address),
+      "f"(a), "f"(b), "r"(static_cast<int>(predicate))
+      : "memory");
+#else
+  if (predicate) reduce_add_pair(address, a, b);
+#endif
+}
+
 // Writes this thread's dS^T values into the query-major tile `smem_ds` (Traits::SmemLayoutDs): element
 // (i, j) of the rows-cols view of the score tile that convert_scores_to_operand() packed into `ds_t`
 // (kBlocksM MMA blocks of rows) is dS(query col_of[j], key row_of[i]). Reading the packed operand rather

@@ -92,7 +92,17 @@ auto dq_kernel_of() {
   }
 }
 
+// The dK/dV kernel of a backward family: the portable one here; the Hopper tier brings its own
+// (fmha_sm90_backward_launch.cuh) and reuses everything else of this launcher.
 template <class Traits, bool kLists>
+struct PortableDkDv {
+  static auto kernel() { return dkdv_kernel_of<Traits, kLists>(); }
+  static constexpr int kThreads = Traits::kThreads;
+  static constexpr int kMaxSmemBytes = Traits::kSmemBytesDkDvFast;
+  static constexpr int smem_bytes(bool fast) { return fast ? Traits::kSmemBytesDkDvFast : Traits::kSmemBytesDkDv; }
+};
+
+template <class Traits, bool kLists, class DkDv>
 cudaError_t launch_backward_kernels(FmhaBackwardLaunch& launch, char* base, const BackwardWorkspaceLayout& layout,
                                     cudaStream_t stream) {
   FmhaBackwardParams& p = launch.params;
@@ -134,12 +144,12 @@ cudaError_t launch_backward_kernels(FmhaBackwardLaunch& launch, char* base, cons
   if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
 
   // One instantiation serves both modes; fast mode needs one more shared tile (dS).
-  auto* dkdv = dkdv_kernel_of<Traits, kLists>();
-  const int dkdv_smem = p.accumulate_dq ? Traits::kSmemBytesDkDvFast : Traits::kSmemBytesDkDv;
-  if (const cudaError_t status = allow_shared_memory(dkdv, Traits::kSmemBytesDkDvFast); status != cudaSuccess) {
+  auto* dkdv = DkDv::kernel();
+  const int dkdv_smem = DkDv::smem_bytes(p.accumulate_dq);
+  if (const cudaError_t status = allow_shared_memory(dkdv, DkDv::kMaxSmemBytes); status != cudaSuccess) {
     return status;
   }
-  dkdv<<<dim3(p.total_kv_tiles, p.heads_kv, p.batch), Traits::kThreads, dkdv_smem, stream>>>(p);
+  dkdv<<<dim3(p.total_kv_tiles, p.heads_kv, p.batch), DkDv::kThreads, dkdv_smem, stream>>>(p);
   if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
 
   if (p.accumulate_dq) {
@@ -152,7 +162,7 @@ cudaError_t launch_backward_kernels(FmhaBackwardLaunch& launch, char* base, cons
   return cudaGetLastError();
 }
 
-template <class Traits, bool kLists>
+template <class Traits, bool kLists, class DkDv = PortableDkDv<Traits, kLists>>
 void launch_fmha_backward(const FmhaBackwardLaunch& request, FmhaBackwardWorkspace caller, cudaStream_t stream) {
   FmhaBackwardLaunch launch = request;
   const BackwardWorkspaceLayout layout = backward_workspace_layout<Traits, kLists>(launch);
@@ -181,7 +191,7 @@ void launch_fmha_backward(const FmhaBackwardLaunch& request, FmhaBackwardWorkspa
                "cudaMallocAsync (backward workspace)");
     base = static_cast<char*>(memory);
   }
-  cudaError_t status = launch_backward_kernels<Traits, kLists>(launch, base, layout, stream);
+  cudaError_t status = launch_backward_kernels<Traits, kLists, DkDv>(launch, base, layout, stream);
   if (memory != nullptr) {
     const cudaError_t freed = cudaFreeAsync(memory, stream);
     if (status == cudaSuccess) status = freed;
@@ -201,6 +211,7 @@ FmhaBackwardKernel make_fmha_backward_kernel(DType dtype) {
   config.smem_bytes_dkdv = Traits::kSmemBytesDkDvFast;  // the larger of the two modes'
   config.smem_bytes_dq = Traits::kSmemBytesDq;
   config.policy = kLists ? FmhaBackwardPolicy::tile_list : FmhaBackwardPolicy::box;
+  config.architecture = 80;
   return FmhaBackwardKernel{config, &launch_fmha_backward<Traits, kLists>, &backward_workspace_bytes<Traits, kLists>};
 }
 

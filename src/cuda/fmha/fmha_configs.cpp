@@ -33,8 +33,12 @@ std::string fmha_config_name(const FmhaConfig& c) {
          std::to_string(c.stages) + "_" + fmha_policy_name(c.policy) + (c.architecture == 90 ? "_sm90" : "");
 }
 
+bool fmha_architecture_runs_on(int architecture, int capability) {
+  return architecture == 90 ? capability == 90 : capability >= architecture;
+}
+
 bool fmha_config_runs_on(const FmhaConfig& config, int capability) {
-  return config.architecture == 90 ? capability == 90 : capability >= config.architecture;
+  return fmha_architecture_runs_on(config.architecture, capability);
 }
 
 bool fmha_config_fits(const FmhaConfig& config, const FmhaDevice& device) {

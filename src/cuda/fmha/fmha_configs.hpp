@@ -65,6 +65,8 @@ struct FmhaDevice {
 // Whether a config's code runs on a device of `capability` (major * 10 + minor): the portable tier on
 // 8.0 and newer, the Hopper tier (sm_90a) on 9.0 only.
 bool fmha_config_runs_on(const FmhaConfig& config, int capability);
+// The same rule for any kernel built for `architecture` (80: SM80 and newer; 90: sm_90a, 9.0 only).
+bool fmha_architecture_runs_on(int architecture, int capability);
 
 // Validity predicate of a config on a device: its code runs there (fmha_config_runs_on) and its shared
 // memory fits the opt-in maximum per block.

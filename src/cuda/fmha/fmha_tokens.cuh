@@ -124,9 +124,14 @@ __device__ __forceinline__ void load_rows_async(typename Traits::Element* smem, 
   const int first_row = tid / Traits::kChunksPerRow;
   const bool col_valid = col < valid_cols;
   // Rows of one thread are kRowsPerPass apart; when that is a multiple of 8 their shared addresses are
-  // a compile-time distance apart (one address computation instead of one per row).
-  constexpr bool kLinearPasses = Traits::kRowsPerPass % 8 == 0;
-  const uint32_t first_destination = shared_address(smem + layout(first_row, col));
+  // a compile-time distance apart (one address computation instead of one per row). Layouts whose
+  // swizzle acts on byte addresses (the GMMA atoms of the Hopper tier, Traits::kAddressSwizzle) are
+  // only evaluated through a tensor on the shared pointer: the layout function itself is not the address.
+  constexpr bool kAddressSwizzle = requires { Traits::kAddressSwizzle; };
+  constexpr bool kLinearPasses = Traits::kRowsPerPass % 8 == 0 && !kAddressSwizzle;
+  auto tile = cute::make_tensor(cute::make_smem_ptr(smem), layout);
+  const uint32_t first_destination =
+      kAddressSwizzle ? shared_address(&tile(first_row, col)) : shared_address(smem + layout(first_row, col));
 #pragma unroll
   for (int pass = 0; pass < Rows / Traits::kRowsPerPass; ++pass) {
     const int row = first_row + pass * Traits::kRowsPerPass;
@@ -137,6 +142,8 @@ __device__ __forceinline__ void load_rows_async(typename Traits::Element* smem, 
     if constexpr (kLinearPasses) {
       constexpr int kPassStride = smem_stride_of_8_rows(SmemLayout{}) * (Traits::kRowsPerPass / 8);
       destination = first_destination + pass * kPassStride * int(sizeof(Element));
+    } else if constexpr (kAddressSwizzle) {
+      destination = shared_address(&tile(row, col));
     } else {
       destination = shared_address(smem + layout(row, col));
     }

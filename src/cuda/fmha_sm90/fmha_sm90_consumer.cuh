@@ -22,33 +22,11 @@
 #include "cuda/fmha/fmha_params.hpp"
 #include "cuda/fmha/fmha_softmax.cuh"
 #include "cuda/fmha/fmha_tokens.cuh"
+#include "cuda/fmha_sm90/fmha_sm90_gmma.cuh"
 #include "cuda/fmha_sm90/fmha_sm90_sync.cuh"
 #include "cuda/fmha_sm90/fmha_sm90_tile_walk.cuh"
 
 namespace attnkit::cuda::fmha_sm90 {
-
-// View of a wgmma accumulator ((2, 2, N/8), MMA_M, MMA_N) as (rows, columns): rows (2, MMA_M), columns
-// (2, N/8, MMA_N) — the order of the portable tier's score_row / score_col.
-template <class Tensor>
-__device__ __forceinline__ auto gmma_rows_cols(Tensor&& t) {
-  using namespace cute;
-  const auto l = t.layout();
-  return make_tensor(
-      t.data(), make_layout(make_layout(get<0, 1>(l), get<1>(l)), make_layout(get<0, 0>(l), get<0, 2>(l), get<2>(l))));
-}
-
-// Issues acc (=|+=) A*B over all k-blocks into the open wgmma batch (the caller arrives, commits and
-// waits, so that two products can be in flight).
-template <bool kAccumulate, class Mma, class FragA, class FragB, class Acc>
-__device__ __forceinline__ void issue_gemm(Mma& mma, const FragA& a, const FragB& b, Acc& acc) {
-  using namespace cute;
-  mma.accumulate_ = kAccumulate ? GMMA::ScaleOut::One : GMMA::ScaleOut::Zero;
-  CUTE_UNROLL
-  for (int k = 0; k < size<2>(a); ++k) {
-    gemm(mma, a(_, _, k), b(_, _, k), acc);
-    mma.accumulate_ = GMMA::ScaleOut::One;
-  }
-}
 
 template <class Traits, class Policy>
 struct Sm90Consumer {
@@ -106,7 +84,7 @@ struct Sm90Consumer {
       }
       softmax.update_scores(s, p.scale_log2, correction);
       fmha::OnlineSoftmax<kRows>::rescale(o, correction);
-      convert_to_operand(acc_s, tOrP);
+      pack_accumulator<Element>(acc_s, tOrP);
       walk.advance(policy, i);
     };
     if (count > 0) {
@@ -167,16 +145,6 @@ struct Sm90Consumer {
     // Group 1 arrived once more than group 0 waited (its opening turn): consume it.
     if (group == 0) named_barrier_sync(kTurnBarrier + 0, 256);
     epilogue(p, cta, acc_o, softmax, row_of, sQ, ctid, group);
-  }
-
-  // The accumulator and the A fragment list a thread's values in the same order (column pair, row
-  // half, 8-column block), so P is packed pairwise in order.
-  template <class Acc, class Frag>
-  __device__ __forceinline__ static void convert_to_operand(const Acc& acc, Frag& a) {
-    using namespace cute;
-    uint32_t* words = reinterpret_cast<uint32_t*>(raw_pointer_cast(a.data()));
-    CUTE_UNROLL
-    for (int w = 0; w < size(acc) / 2; ++w) words[w] = fmha::pack_pair<Element>(acc(2 * w), acc(2 * w + 1));
   }
 
   template <class AccO, class SmemQ>

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <exception>
 
 #include "attnkit/error.hpp"
@@ -17,10 +18,10 @@ namespace attnkit::cuda::fmha {
 namespace {
 
 BackwardSelection registry_default(const AttentionBackward& problem, const detail::AttentionShape& shape,
-                                   int max_shared_bytes_optin) {
+                                   const FmhaDevice& device) {
   BackwardSelection selection;
   selection.kernel = fmha_backward_default_kernel(problem.q.dtype, shape.head_dim, shape.head_dim_v,
-                                                  fmha_backward_policy_for(problem.mask.kind), max_shared_bytes_optin);
+                                                  fmha_backward_policy_for(problem.mask.kind), device);
   if (selection.kernel != nullptr) selection.name = fmha_backward_config_name(selection.kernel->config);
   return selection;
 }
@@ -28,7 +29,10 @@ BackwardSelection registry_default(const AttentionBackward& problem, const detai
 }  // namespace
 
 BackwardSelection select_backward_kernel(const AttentionBackward& problem, const detail::AttentionShape& shape,
-                                         const RunOptions& options, int device, int max_shared_bytes_optin) {
+                                         const RunOptions& options, int device, const FmhaDevice& limits) {
+  if (const char* forced = std::getenv("ATTNKIT_FMHA_BACKWARD_CONFIG"); forced != nullptr && *forced != '\0') {
+    return registry_default(problem, shape, limits);
+  }
   try {
     const tune::TuneChoice choice = choose_attention_config(tune::TuneOp::attention_backward, problem.q.dtype, shape,
                                                             problem.mask, options, device);
@@ -36,15 +40,12 @@ BackwardSelection select_backward_kernel(const AttentionBackward& problem, const
     selection.kernel = fmha_backward_kernel_by_name(choice.config->id);
     selection.name = choice.config->id;
     selection.source = choice.source;
-    if (selection.kernel != nullptr && std::max(selection.kernel->config.smem_bytes_dkdv,
-                                                selection.kernel->config.smem_bytes_dq) <= max_shared_bytes_optin) {
-      return selection;
-    }
+    if (selection.kernel != nullptr && fmha_backward_config_fits(selection.kernel->config, limits)) return selection;
   } catch (const std::exception& e) {
     detail::log_message(detail::LogLevel::warning, std::string("tuner: no CUDA backward config from the tuner (") +
                                                        e.what() + "); using the registry default");
   }
-  return registry_default(problem, shape, max_shared_bytes_optin);
+  return registry_default(problem, shape, limits);
 }
 
 BackwardSelection backward_selection(const AttentionBackward& problem, const detail::AttentionShape& shape,
@@ -52,8 +53,9 @@ BackwardSelection backward_selection(const AttentionBackward& problem, const det
   check_backward_supported(problem, shape);
   const int device = problem.q.device.index;
   const DeviceGuard guard(device);
-  const int max_shared = require_sm80_device(device).max_shared_bytes_optin;
-  BackwardSelection selection = select_backward_kernel(problem, shape, options, device, max_shared);
+  const FmhaDevice limits = require_sm80_device(device);
+  const int max_shared = limits.max_shared_bytes_optin;
+  BackwardSelection selection = select_backward_kernel(problem, shape, options, device, limits);
   if (selection.kernel == nullptr) {
     throw Error(Status::unsupported,
                 "head_dim: no compiled backward kernel for " + std::string(dtype_name(problem.q.dtype)) +

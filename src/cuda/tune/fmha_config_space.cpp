@@ -22,20 +22,33 @@ int log2_of(int value) {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Hopper backward vs the portable one, useful FLOPs per second: dense S8k D128 on H100 220 vs 146 TF/s,
+// na2d 128^2 K31 95 vs 62 (docs/perf.md, 2026-11-22).
+constexpr double kSm90BackwardEfficiency = 1.5;
+
 FmhaPolicyKind policy_of(const tune::Config& config) { return static_cast<FmhaPolicyKind>(config.param("policy")); }
 
 FmhaDevice device_of(const tune::DeviceLimits& limits) {
   return FmhaDevice{limits.compute_capability, static_cast<int>(limits.max_smem_per_block)};
 }
 
+// Why code built for `architecture` cannot run on a device of `capability`, or "" when it can.
+std::string architecture_reason(int architecture, int capability) {
+  if (fmha_architecture_runs_on(architecture, capability)) return "";
+  return std::string(architecture == 90 ? "sm_90a code (compute capability 9.0 only)"
+                                        : "SM80 code (compute capability 8.0 or newer)") +
+         "; the device has compute capability " + std::to_string(capability / 10) + "." +
+         std::to_string(capability % 10);
+}
+
 std::string invalid_reason(const tune::Config& config, const tune::ProblemSpec& spec,
                            const tune::DeviceLimits& limits) {
   const FmhaKernel* kernel = fmha_forward_kernel_by_name(config.id);
-  if (kernel != nullptr && !fmha_config_runs_on(kernel->config, limits.compute_capability)) {
-    return std::string(kernel->config.architecture == 90 ? "sm_90a code (compute capability 9.0 only)"
-                                                         : "SM80 code (compute capability 8.0 or newer)") +
-           "; the device has compute capability " + std::to_string(limits.compute_capability / 10) + "." +
-           std::to_string(limits.compute_capability % 10);
+  if (kernel != nullptr) {
+    if (std::string reason = architecture_reason(kernel->config.architecture, limits.compute_capability);
+        !reason.empty()) {
+      return reason;
+    }
   }
   const auto dtype = static_cast<DType>(config.param("dtype"));
   if (dtype != spec.dtype) return "built for " + std::string(dtype_name(dtype));
@@ -175,8 +188,9 @@ tune::ConfigSpace fmha_backward_space() {
   space.op = tune::TuneOp::attention_backward;
   space.backend = Backend::cuda;
   space.description =
-      "fmha sm80 backward v1: preprocess, dK/dV (KV-tile-centric) and dQ (Q-tile-centric) kernels; block_m x "
-      "block_n tiles, warps; policy box (dense, causal, neighborhood) or list (block, element masks)";
+      "fmha backward v2: preprocess, dK/dV (KV-tile-centric) and dQ (Q-tile-centric) kernels; block_m x "
+      "block_n tiles, warps, architecture of the dK/dV kernel (80: portable mma.sync, 90: sm_90a wgmma); policy "
+      "box (dense, causal, neighborhood) or list (block, element masks)";
   std::set<std::string> seen;
   for (const auto& kernel : fmha_backward_kernels()) {
     const FmhaBackwardConfig& c = kernel.config;
@@ -188,13 +202,19 @@ tune::ConfigSpace fmha_backward_space() {
                      {"block_m", c.block_m},
                      {"block_n", c.block_n},
                      {"warps", c.warps},
-                     {"policy", static_cast<int64_t>(c.policy)}};
+                     {"policy", static_cast<int64_t>(c.policy)},
+                     {"architecture", c.architecture}};
     config.resources.smem_bytes = std::max(c.smem_bytes_dkdv, c.smem_bytes_dq);
     config.resources.threads = c.warps * 32;
     space.configs.push_back(std::move(config));
   }
   space.invalid_reason = [](const tune::Config& config, const tune::ProblemSpec& spec,
-                            const tune::DeviceLimits&) -> std::string {
+                            const tune::DeviceLimits& limits) -> std::string {
+    if (const std::string reason =
+            architecture_reason(static_cast<int>(config.param("architecture")), limits.compute_capability);
+        !reason.empty()) {
+      return reason;
+    }
     const auto dtype = static_cast<DType>(config.param("dtype"));
     if (dtype != spec.dtype) return "built for " + std::string(dtype_name(dtype));
     const int width = fmha_backward_compiled_width(spec.dtype, spec.head_dim, spec.head_dim_v);
@@ -207,14 +227,15 @@ tune::ConfigSpace fmha_backward_space() {
     return "";
   };
   space.estimate = [](const tune::Config& config, const tune::ProblemSpec& spec, const tune::DeviceLimits& limits) {
-    const tune::TileWork work = tune::attention_tile_work(spec, config.param("block_m"), config.param("block_n"));
+    tune::TileWork work = tune::attention_tile_work(spec, config.param("block_m"), config.param("block_n"));
+    // The Hopper dK/dV kernel's MMA throughput relative to the portable one's (docs/perf.md).
+    if (config.param("architecture") == 90) work.flops_per_tile /= kSm90BackwardEfficiency;
     return tune::roofline_estimate(work, limits.processors, tune::blocks_per_processor(config.resources, limits),
                                    limits);
   };
   space.default_config = [](const tune::ProblemSpec& spec, const tune::DeviceLimits& limits) {
-    const FmhaBackwardKernel* kernel =
-        fmha_backward_default_kernel(spec.dtype, spec.head_dim, spec.head_dim_v, fmha_backward_policy_for(spec.mask),
-                                     static_cast<int>(limits.max_smem_per_block));
+    const FmhaBackwardKernel* kernel = fmha_backward_default_kernel(
+        spec.dtype, spec.head_dim, spec.head_dim_v, fmha_backward_policy_for(spec.mask), device_of(limits));
     return kernel == nullptr ? std::string() : fmha_backward_config_name(kernel->config);
   };
   return space;

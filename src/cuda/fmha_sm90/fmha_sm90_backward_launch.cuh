@@ -1,0 +1,54 @@
+// Registry entry of the Hopper backward, instantiated once per (dtype, head dim, policy) by the
+// fmha_sm90_backward_<dtype>_d<head dim>_<policy>.cu files through ATTNKIT_FMHA_SM90_BACKWARD_DEFINE.
+// The portable launcher (fmha_backward_launch.cuh) runs the whole sequence — workspace, tile lists,
+// preprocess, the dQ kernel (deterministic mode) or the dQ convert (fast mode) — on the same 64 x 128
+// tiles (Sm90BackwardTraits::Portable), with this tier's dK/dV kernel in place of the portable one.
+#pragma once
+#include "cuda/fmha/fmha_backward_launch.cuh"
+#include "cuda/fmha_sm90/fmha_sm90_backward_dkdv.cuh"
+#include "cuda/fmha_sm90/fmha_sm90_backward_traits.cuh"
+
+namespace attnkit::cuda::fmha_sm90 {
+
+template <class Traits, bool kLists>
+struct Sm90DkDv {
+  static auto kernel() {
+    if constexpr (kLists) {
+      return &fmha_sm90_backward_dkdv_kernel<Traits, fmha::KvListSchedule, true>;
+    } else {
+      return &fmha_sm90_backward_dkdv_kernel<Traits, fmha::KvBoxSchedule, false>;
+    }
+  }
+  static constexpr int kThreads = Traits::kThreads;
+  static constexpr int kMaxSmemBytes = Traits::kSmemBytes;
+  static constexpr int smem_bytes(bool) { return Traits::kSmemBytes; }
+};
+
+template <class Element, int HeadDim, int BlockN, bool kLists>
+fmha::FmhaBackwardKernel make_fmha_sm90_backward_kernel(DType dtype) {
+  using Traits = Sm90BackwardTraits<Element, HeadDim>;
+  static_assert(Traits::kBlockN == BlockN, "the Hopper backward's KV tile is 128 keys");
+  using Portable = typename Traits::Portable;
+  fmha::FmhaBackwardConfig config;
+  config.dtype = dtype;
+  config.head_dim = HeadDim;
+  config.block_m = Traits::kBlockM;
+  config.block_n = Traits::kBlockN;
+  config.warps = Traits::kWarps;
+  config.smem_bytes_dkdv = Traits::kSmemBytes;
+  config.smem_bytes_dq = Portable::kSmemBytesDq;
+  config.policy = kLists ? fmha::FmhaBackwardPolicy::tile_list : fmha::FmhaBackwardPolicy::box;
+  config.architecture = 90;
+  return fmha::FmhaBackwardKernel{config, &fmha::launch_fmha_backward<Portable, kLists, Sm90DkDv<Traits, kLists>>,
+                                  &fmha::backward_workspace_bytes<Portable, kLists>};
+}
+
+}  // namespace attnkit::cuda::fmha_sm90
+
+#define ATTNKIT_FMHA_SM90_BACKWARD_DEFINE(dtype, head_dim, n, policy)                                     \
+  namespace attnkit::cuda::fmha {                                                                         \
+  FmhaBackwardKernel fmha_sm90_backward_kernel_##dtype##_d##head_dim##_n##n##_##policy() {                \
+    return fmha_sm90::make_fmha_sm90_backward_kernel<ATTNKIT_FMHA_BACKWARD_ELEMENT_##dtype, head_dim, n,  \
+                                                     ATTNKIT_FMHA_BACKWARD_LISTS_##policy>(DType::dtype); \
+  }                                                                                                       \
+  }

@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   Tensor sV = make_tensor(make_smem_ptr(ss.v), typename Traits::SmemLayoutKV{});
   constexpr int kDqDepth = Traits::kDqDepth;
   constexpr int kDqColumns = Traits::kDqColumns;
-  // Fast mode's dQ operands: this warpgroup's head-dim columns (kDqSplitsHeadDim) or keys.
+  // The dQ product's operands: this warpgroup's head-dim columns (kDqSplitsHeadDim) or keys.
   const int dq_key_block = Traits::kDqSplitsHeadDim ? 0 : group;
   auto fixed_tile = [](auto* pointer, auto layout) { return make_tensor(make_smem_ptr(pointer), layout); };
 
@@ -144,7 +144,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   };
 
   // Software pipeline over the visits: S^T(it + 1) is issued with dQ(it), so the tensor cores have work
-  // while the dQ atomics and the next exponentials run. One CTA barrier per visit publishes dS(it)
+  // while the dQ atomics run (measured: no gain over issuing it at the next visit's start, docs/perf.md,
+  // but one barrier fewer). One CTA barrier per visit publishes dS(it)
   // (double-buffered by visit parity), the loads of visit it + 1, and frees buffer it % 2 for the
   // loads of visit it + 2.
   if (count > 0) issue_visit(schedule.visit(p, 0), 0);

@@ -1,7 +1,6 @@
 #include "cuda/fmha/fmha_backward_configs.hpp"
 
 #include <algorithm>
-#include <cstdlib>
 #include <map>
 
 #include "cuda/fmha/fmha_backward_instances.hpp"
@@ -54,7 +53,7 @@ const FmhaBackwardKernel* fmha_backward_default_kernel(DType dtype, int64_t head
     return k.config.dtype == dtype && k.config.head_dim == width && k.config.policy == policy &&
            fmha_backward_config_fits(k.config, device);
   };
-  if (const char* forced = std::getenv("ATTNKIT_FMHA_BACKWARD_CONFIG"); forced != nullptr && *forced != '\0') {
+  if (const char* forced = forced_config_name(kForcedBackwardConfigVariable); forced != nullptr) {
     for (const auto& k : fmha_backward_kernels()) {
       if (runs(k) && fmha_backward_config_name(k.config) == forced) return &k;
     }

@@ -81,12 +81,7 @@ __device__ __forceinline__ uint16_t operand_bits(const Frag& a, int i, int j) {
 // The same element as a float.
 template <class Element, int kM, class Frag>
 __device__ __forceinline__ float operand_value(const Frag& a, int i, int j) {
-  const uint32_t half = operand_bits<kM>(a, i, j);
-  if constexpr (std::is_same_v<Element, cutlass::bfloat16_t>) {
-    return __uint_as_float(half << 16);
-  } else {
-    return __half2float(__ushort_as_half(static_cast<unsigned short>(half)));
-  }
+  return unpack_value<Element>(operand_bits<kM>(a, i, j));
 }
 
 // CTA-relative row (column) of value row i (column j) of this thread's share of a Rows x Cols accumulator.

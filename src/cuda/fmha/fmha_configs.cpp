@@ -33,6 +33,11 @@ std::string fmha_config_name(const FmhaConfig& c) {
          std::to_string(c.stages) + "_" + fmha_policy_name(c.policy) + (c.architecture == 90 ? "_sm90" : "");
 }
 
+const char* forced_config_name(const char* variable) {
+  const char* name = std::getenv(variable);
+  return name != nullptr && *name != '\0' ? name : nullptr;
+}
+
 bool fmha_architecture_runs_on(int architecture, int capability) {
   return architecture == 90 ? capability == 90 : capability >= architecture;
 }
@@ -60,7 +65,7 @@ const FmhaKernel* fmha_default_kernel(DType dtype, int64_t head_dim, int64_t hea
   const int width = fmha_compiled_width(dtype, head_dim, head_dim_v);
   // ATTNKIT_FMHA_CONFIG=<config name> (benchmarks, config sweeps) forces a registry entry when it can
   // run the call.
-  if (const char* forced = std::getenv("ATTNKIT_FMHA_CONFIG"); forced != nullptr && *forced != '\0') {
+  if (const char* forced = forced_config_name(kForcedForwardConfigVariable); forced != nullptr) {
     for (const auto& k : fmha_forward_kernels()) {
       if (k.config.dtype == dtype && k.config.head_dim == width && k.config.policy == policy &&
           fmha_config_fits(k.config, device) && fmha_config_name(k.config) == forced) {

@@ -72,6 +72,14 @@ bool fmha_architecture_runs_on(int architecture, int capability);
 // memory fits the opt-in maximum per block.
 bool fmha_config_fits(const FmhaConfig& config, const FmhaDevice& device);
 
+// Environment variables that force a registry entry by name (benchmarks, config sweeps, tests); the
+// selection bypasses the tuner while one is set.
+inline constexpr const char* kForcedForwardConfigVariable = "ATTNKIT_FMHA_CONFIG";
+inline constexpr const char* kForcedBackwardConfigVariable = "ATTNKIT_FMHA_BACKWARD_CONFIG";
+
+// The config name environment variable `variable` forces, or nullptr when it is unset or empty.
+const char* forced_config_name(const char* variable);
+
 // The compiled head-dim width that serves max(D, Dv), or 0 when none does (for this dtype).
 int fmha_compiled_width(DType dtype, int64_t head_dim, int64_t head_dim_v);
 

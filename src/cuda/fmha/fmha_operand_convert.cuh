@@ -7,6 +7,7 @@
 #include <cute/tensor.hpp>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace attnkit::cuda::fmha {
 
@@ -23,6 +24,16 @@ template <>
 __device__ __forceinline__ uint32_t pack_pair<cutlass::bfloat16_t>(float lo, float hi) {
   const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// The float value of a packed 16-bit Element (the low or high half of a pack_pair word).
+template <class Element>
+__device__ __forceinline__ float unpack_value(uint32_t bits) {
+  if constexpr (std::is_same_v<Element, cutlass::bfloat16_t>) {
+    return __uint_as_float(bits << 16);
+  } else {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+  }
 }
 
 // P (accumulator layout ((2,2), M, N), fp32) -> A operand ((2,2,2), M, N/2) in Element: A value

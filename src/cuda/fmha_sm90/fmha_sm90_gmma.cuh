@@ -2,12 +2,9 @@
 // columns) view of a wgmma accumulator, issuing a whole product into an open wgmma batch, the row and
 // column of a thread's accumulator values, and packing an accumulator into a register A operand.
 #pragma once
-#include <cuda_fp16.h>
-#include <cutlass/numeric_types.h>
 #include <cute/tensor.hpp>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "cuda/fmha/fmha_operand_convert.cuh"
 
@@ -62,12 +59,7 @@ __device__ __forceinline__ void pack_accumulator(const Acc& acc, Frag& a) {
 template <class Element, class Frag>
 __device__ __forceinline__ float packed_value(const Frag& a, int i, int j) {
   const uint32_t word = reinterpret_cast<const uint32_t*>(cute::raw_pointer_cast(a.data()))[i + 2 * (j / 2)];
-  const uint32_t half = j % 2 ? word >> 16 : word & 0xffffu;
-  if constexpr (std::is_same_v<Element, cutlass::bfloat16_t>) {
-    return __uint_as_float(half << 16);
-  } else {
-    return __half2float(__ushort_as_half(static_cast<unsigned short>(half)));
-  }
+  return fmha::unpack_value<Element>(j % 2 ? word >> 16 : word & 0xffffu);
 }
 
 }  // namespace attnkit::cuda::fmha_sm90

@@ -3,7 +3,6 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <exception>
 
 #include "attnkit/error.hpp"
@@ -30,9 +29,7 @@ BackwardSelection registry_default(const AttentionBackward& problem, const detai
 
 BackwardSelection select_backward_kernel(const AttentionBackward& problem, const detail::AttentionShape& shape,
                                          const RunOptions& options, int device, const FmhaDevice& limits) {
-  if (const char* forced = std::getenv("ATTNKIT_FMHA_BACKWARD_CONFIG"); forced != nullptr && *forced != '\0') {
-    return registry_default(problem, shape, limits);
-  }
+  if (forced_config_name(kForcedBackwardConfigVariable) != nullptr) return registry_default(problem, shape, limits);
   try {
     const tune::TuneChoice choice = choose_attention_config(tune::TuneOp::attention_backward, problem.q.dtype, shape,
                                                             problem.mask, options, device);

@@ -3,7 +3,6 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <exception>
 #include <string>
 
@@ -97,9 +96,7 @@ tune::TuneChoice choose_attention_config(tune::TuneOp op, DType dtype, const det
 
 ForwardSelection select_forward_kernel(const AttentionForward& problem, const detail::AttentionShape& shape,
                                        const RunOptions& options, int device, const FmhaDevice& limits) {
-  if (const char* forced = std::getenv("ATTNKIT_FMHA_CONFIG"); forced != nullptr && *forced != '\0') {
-    return registry_default(problem, shape, limits);
-  }
+  if (forced_config_name(kForcedForwardConfigVariable) != nullptr) return registry_default(problem, shape, limits);
   try {
     const tune::TuneChoice choice =
         choose_attention_config(tune::TuneOp::attention_forward, problem.q.dtype, shape, problem.mask, options, device);

@@ -53,7 +53,7 @@ struct FmhaBackwardKernel {
 
 const std::vector<FmhaBackwardKernel>& fmha_backward_kernels();
 
-// "bwd_bf16_d128_m64_n64_w4_box", "bwd_bf16_d128_m64_n128_w8_box_sm90"
+// "bwd_bf16_d128_m64_n64_w4_box", "bwd_bf16_d128_m64_n128_w12_box_sm90"
 std::string fmha_backward_config_name(const FmhaBackwardConfig& config);
 
 // Validity predicate of a config on a device: its dK/dV code runs there (fmha_architecture_runs_on) and

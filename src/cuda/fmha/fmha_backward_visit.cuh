@@ -47,6 +47,41 @@ __device__ __forceinline__ void issue_kv_tile_loads(const FmhaBackwardParams& p,
   commit_async_copies();
 }
 
+// Issues the cp.async copies of visit `v`'s row statistics into `stats` (lse_log2 then delta, kBlockM
+// floats each, 4 floats per 16-byte copy; threads tid < kBlockM / 2 copy, the others do nothing).
+template <int kBlockM>
+__device__ __forceinline__ void issue_visit_stats_copy(const FmhaBackwardParams& p, int32_t batch, const QVisit& v,
+                                                       float* stats, int tid) {
+  constexpr int kChunks = kBlockM / 4;
+  if (tid < 2 * kChunks) {
+    const int64_t base = ((static_cast<int64_t>(batch) * p.heads_q + v.head) * p.total_q_tiles + v.q_linear) * kBlockM;
+    const float* source = (tid < kChunks ? p.lse_log2 : p.delta) + base + (tid % kChunks) * 4;
+    copy_16_bytes_async(shared_address(stats + tid * 4), source, true);
+  }
+}
+
+// Plain stores of query row `row`'s data for visit `v`: its dq_accum offset (fast mode) and, for partial
+// box visits, its key window per dimension (published by the caller's barrier).
+template <bool kLists, int kBlockM, class Element>
+__device__ __forceinline__ void store_visit_row_data(const FmhaBackwardParams& p, const DecodedTile& kv, int32_t batch,
+                                                     const QVisit& v, const BackwardVisitBuffers<Element>& buffers,
+                                                     int row) {
+  if (p.accumulate_dq) buffers.dq_rows[row] = dq_accum_row_offset(p, batch, v, row);
+  if constexpr (!kLists) {
+    if (!v.full) {
+#pragma unroll
+      for (int d = 0; d < kMaxDims; ++d) {
+        if (d < p.dims) {
+          const int32_t i = v.origin.index[d] + in_box(p.q_space, d, row);
+          detail::IndexRange w{0, 0};
+          if (i < kv.n_q[d]) w = window_of(p.rule[d], i, kv.n_kv[d]);
+          buffers.windows[d * kBlockM + row] = make_int2(static_cast<int>(w.begin), static_cast<int>(w.end));
+        }
+      }
+    }
+  }
+}
+
 // Issues visit `v`'s loads into `buffers` and commits them as one cp.async group; the windows and row
 // offsets are plain stores (published by the caller's barrier). Threads: Traits::kThreads >= BlockM.
 template <class Traits, bool kLists, int kBlockM, class SmemLayoutQ>
@@ -66,28 +101,9 @@ __device__ __forceinline__ void issue_visit_loads(const FmhaBackwardParams& p, c
       buffers.d_o, SmemLayoutQ{}, p.d_o.data,
       [&](int row) { return tile_row_start<Element>(p.d_o, do_head, p.q_space, p.dilation, v.origin, row); },
       p.head_dim_v, tid);
-  // Row statistics: lse_log2 then delta, kBlockM floats each, 4 floats per 16-byte copy.
-  constexpr int kChunks = kBlockM / 4;
-  if (tid < 2 * kChunks) {
-    const int64_t base = ((static_cast<int64_t>(batch) * p.heads_q + v.head) * p.total_q_tiles + v.q_linear) * kBlockM;
-    const float* source = (tid < kChunks ? p.lse_log2 : p.delta) + base + (tid % kChunks) * 4;
-    copy_16_bytes_async(shared_address(buffers.stats + tid * 4), source, true);
-  }
+  issue_visit_stats_copy<kBlockM>(p, batch, v, buffers.stats, tid);
   commit_async_copies();
-  if (p.accumulate_dq && tid < kBlockM) buffers.dq_rows[tid] = dq_accum_row_offset(p, batch, v, tid);
-  if constexpr (!kLists) {
-    if (!v.full && tid < kBlockM) {
-#pragma unroll
-      for (int d = 0; d < kMaxDims; ++d) {
-        if (d < p.dims) {
-          const int32_t i = v.origin.index[d] + in_box(p.q_space, d, tid);
-          detail::IndexRange w{0, 0};
-          if (i < kv.n_q[d]) w = window_of(p.rule[d], i, kv.n_kv[d]);
-          buffers.windows[d * kBlockM + tid] = make_int2(static_cast<int>(w.begin), static_cast<int>(w.end));
-        }
-      }
-    }
-  }
+  if (tid < kBlockM) store_visit_row_data<kLists, kBlockM>(p, kv, batch, v, buffers, tid);
 }
 
 // Bit j of allowed[i]: key row i (key_index[i]: index per dimension for box masks, flat token in [0]

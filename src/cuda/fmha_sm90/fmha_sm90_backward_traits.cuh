@@ -1,16 +1,17 @@
 // Compile-time shape of one Hopper backward dK/dV instantiation (fmha_sm90_backward_dkdv.cuh): element
-// type, compiled head dim, tiles (BlockM = 64 queries per visit, BlockN = 128 keys: 64 per warpgroup),
-// the warpgroup MMAs and the shared-memory layouts.
+// type, compiled head dim, tiles (BlockM = 64 queries per visit, BlockN = 128 keys: 64 per MMA
+// warpgroup), the warp roles, the warpgroup MMAs and the shared-memory layouts.
 //
-// Warpgroup w owns keys 64w .. 64w + 63 of the KV tile. Every product is one wgmma shape per
-// warpgroup:
+// Three warpgroups: warpgroup 0 produces (K and V once, then each visit's Q, dO, row statistics,
+// windows and dQ row offsets into two stages), MMA warpgroup w = 0, 1 (warpgroups 1 and 2) owns keys
+// 64w .. 64w + 63. Every product is one wgmma shape per MMA warpgroup:
 //   MmaScores (SS, 64 keys x 64 queries x D):  S^T = K Q^T and dP^T = V dO^T (both K-major);
 //   MmaGrads  (RS, 64 keys x D x 64 queries):  dV += P^T dO and dK += dS^T Q, P^T and dS^T from the
 //             score accumulators' registers, dO and Q read MN-major (their rows are the reduction);
-//   MmaDq     (SS, 64 queries x 64 columns x kDqDepth keys, both MN-major): fast mode's dQ = dS K from
-//             a query-major dS tile and the K tile. D = 128 splits the head dim between the warpgroups
-//             (each reduces over all 128 keys); D = 64 splits the keys (each reduces over its own 64,
-//             both add into the same dQ columns).
+//   MmaDq     (SS, 64 queries x D x 64 keys, both MN-major): fast mode's partial dQ = dS K over the
+//             warpgroup's own keys, from its query-major dS tile and its slice of the K tile; both
+//             partial products are added into the accumulator, so the warpgroups never wait for each
+//             other.
 // Q, dO and K are each laid out once and read through two views of the same bytes: a K-major view
 // (rows, head dim) and an MN-major one (head dim, rows), possible because 128-byte swizzle atoms are
 // stacked along the rows first in both (a tile is [64-column chunk][row][64]).
@@ -35,14 +36,18 @@ struct Sm90BackwardTraits {
                 "the Hopper kernels run fp16 and bf16");
   static constexpr int kHeadDim = HeadDim_;
   static_assert(kHeadDim == 64 || kHeadDim == 128, "128-byte swizzled rows: head dims 64 and 128");
-  // Two warpgroups of 64 keys, one CTA per SM (255 registers per thread). One warpgroup per CTA and two
-  // CTAs per SM ran slower on H100 (dense S8k D128 155 vs 225 TF/s: twice the dQ atomics; docs/perf.md).
-  static constexpr int kGroups = 2;
+  // A producer and two MMA warpgroups of 64 keys, one CTA per SM. The producer gives its registers
+  // to the MMA warpgroups (setmaxnreg): 24 x 128 + 240 x 256 of the 64 Ki registers.
+  static constexpr int kMmaGroups = 2;
   static constexpr int kBlockM = 64;
   static constexpr int kKeysPerGroup = 64;
-  static constexpr int kBlockN = kKeysPerGroup * kGroups;
-  static constexpr int kThreads = 128 * kGroups;
+  static constexpr int kBlockN = kKeysPerGroup * kMmaGroups;
+  static constexpr int kProducerThreads = 128;
+  static constexpr int kMmaThreads = 128 * kMmaGroups;
+  static constexpr int kThreads = kProducerThreads + kMmaThreads;
   static constexpr int kWarps = kThreads / 32;
+  static constexpr int kProducerRegisters = 24;
+  static constexpr int kMmaRegisters = 240;
   // The portable kernels that run around this one (preprocess, tile lists, dQ kernel of the
   // deterministic mode, dQ convert) see the same tiles through this view.
   using Portable = fmha::FmhaBackwardTraits<Element, kHeadDim, kBlockM, kBlockN, 4>;
@@ -55,11 +60,12 @@ struct Sm90BackwardTraits {
       cute::GMMA::rs_op_selector<Element, Element, float,
                                  cute::Shape<cute::_64, cute::Int<kHeadDim>, cute::Int<kBlockM>>, cute::GMMA::Major::K,
                                  cute::GMMA::Major::MN>()));
-  // D = 128: each warpgroup 64 of the head-dim columns over all 128 keys (splitting the keys instead,
-  // with twice the atomics, measured 190 vs 225 TF/s); D = 64: all columns over its own 64 keys.
-  static constexpr bool kDqSplitsHeadDim = kHeadDim == 128;
-  static constexpr int kDqColumns = 64;
-  static constexpr int kDqDepth = kDqSplitsHeadDim ? kBlockN : kKeysPerGroup;
+  // Each warpgroup all head-dim columns over its own 64 keys. Splitting the head dim instead (each
+  // warpgroup 64 columns over all 128 keys: half the dQ additions, but a barrier of both warpgroups per
+  // visit) measured 246 against 249 TF/s on dense S8k D128 (H100, both with one warp issuing the dQ
+  // reductions; docs/perf.md).
+  static constexpr int kDqColumns = kHeadDim;
+  static constexpr int kDqDepth = kKeysPerGroup;
   using MmaDq = SS<cute::Shape<cute::_64, cute::Int<kDqColumns>, cute::Int<kDqDepth>>, cute::GMMA::Major::MN,
                    cute::GMMA::Major::MN>;
 
@@ -74,21 +80,33 @@ struct Sm90BackwardTraits {
   using SmemLayoutQt = ColumnsMajor<kBlockM>;  // the same bytes as (head dim, query)
   using SmemLayoutKV = RowsMajor<kBlockN>;     // K, V: (key, head dim)
   using SmemLayoutKt = ColumnsMajor<kBlockN>;  // K as (head dim, key)
-  // dS with queries contiguous: (query, key), the MN-major A operand of MmaDq; a thread's two adjacent
-  // query columns of one key row are one 32-bit store.
+  // A warpgroup's dS with queries contiguous: (query, key), the MN-major A operand of MmaDq; a
+  // thread's two adjacent query columns of one key row are one 32-bit store.
   using SmemLayoutDs = decltype(cute::tile_to_shape(cute::GMMA::Layout_MN_SW128_Atom<Element>{},
-                                                    cute::Shape<cute::Int<kBlockM>, cute::Int<kBlockN>>{}));
+                                                    cute::Shape<cute::Int<kBlockM>, cute::Int<kKeysPerGroup>>{}));
 
-  // Global -> shared copies (load_rows_async reads these names): 16-byte chunks over all threads; the
-  // GMMA layouts swizzle byte addresses, so copies address the tiles through tensors.
-  static constexpr bool kAddressSwizzle = true;
-  static constexpr int kChunksPerRow = kHeadDim * int(sizeof(Element)) / 16;
-  static constexpr int kRowsPerPass = kThreads / kChunksPerRow;
-  static_assert(kRowsPerPass % 8 == 0 && kBlockM % kRowsPerPass == 0, "passes cover whole tiles");
+  // Global -> shared copies by the producer warpgroup (load_rows_async and issue_visit_loads read
+  // these names): 16-byte chunks; the GMMA layouts swizzle byte addresses, so copies address the tiles
+  // through tensors.
+  struct ProducerCopy {
+    using Element = Element_;
+    static constexpr int kThreads = kProducerThreads;
+    static constexpr bool kAddressSwizzle = true;
+    static constexpr int kChunksPerRow = kHeadDim * int(sizeof(Element)) / 16;
+    static constexpr int kRowsPerPass = kThreads / kChunksPerRow;
+    static_assert(kRowsPerPass % 8 == 0 && kBlockM % kRowsPerPass == 0, "passes cover whole tiles");
+  };
+  // The dK / dV stores of the MMA warpgroups: whole 16-byte chunks.
+  static constexpr int kChunksPerRow = ProducerCopy::kChunksPerRow;
+  static constexpr int kStoreRowsPerPass = kMmaThreads / kChunksPerRow;
+
+  // Fast mode's dQ goes through shared memory, one fp32 tile of 64 queries x D per MMA warpgroup, rows padded by 8
+  // floats (a half-warp's 8-byte stores of 4 rows x 8 columns then hit 32 distinct banks), each row added to the
+  // accumulator by one bulk reduction (cp.reduce.async.bulk).
+  static constexpr int kDqRowFloats = kDqColumns + 8;
 
   static constexpr int kTileBytesQ = kBlockM * kHeadDim * int(sizeof(Element));
   static constexpr int kTileBytesKV = kBlockN * kHeadDim * int(sizeof(Element));
-  static constexpr int kTileBytesDs = kBlockM * kBlockN * int(sizeof(Element));
   static constexpr int kStages = 2;
 
   struct SharedStorage {
@@ -96,12 +114,19 @@ struct Sm90BackwardTraits {
     alignas(1024) Element v[kBlockN * kHeadDim];
     alignas(1024) Element q[kStages][kBlockM * kHeadDim];
     alignas(1024) Element d_o[kStages][kBlockM * kHeadDim];
-    alignas(1024) Element ds[2][kBlockM * kBlockN];  // fast mode, by visit parity
+    alignas(1024) Element ds[kMmaGroups][kBlockM * kKeysPerGroup];
+    alignas(16) float dq[kMmaGroups][kBlockM * kDqRowFloats];
     alignas(16) float stats[kStages][2 * kBlockM];
     alignas(16) int2 windows[kStages][fmha::kMaxDims * kBlockM];
     alignas(16) int64_t dq_rows[kStages][kBlockM];
+    fmha::QVisit visits[kStages];
+    const Element* row_table[kStages][2 * kBlockM];  // producer: Q then dO row starts of a visit
+    uint64_t kv_full;
+    uint64_t full[kStages];
+    uint64_t empty[kStages];
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage)) + 1024;  // + alignment of the dynamic base
+  static_assert(kSmemBytes <= 227 * 1024, "an SM90 CTA has at most 227 KiB of shared memory");
 };
 
 }  // namespace attnkit::cuda::fmha_sm90

@@ -1,6 +1,7 @@
 // Device side of the TMA tile loads (maps from fmha_sm90_tma.hpp): one elected producer thread
 // announces the bytes a stage will receive (mbarrier expect-tx) and issues one bulk tensor copy per
-// 64-column chunk; the copies complete the transaction on the stage's full barrier themselves.
+// 64-column chunk; the copies complete the transaction on the stage's full barrier themselves. Also
+// the bulk reductions (shared -> global fp32 adds) of the backward's dQ and their bulk-group waits.
 #pragma once
 #include <cuda.h>
 
@@ -45,6 +46,26 @@ __device__ __forceinline__ void tma_load_box(const CUtensorMap* map, void* desti
         : "memory");
   }
 }
+
+// global[0 .. bytes / 4) += shared[0 .. bytes / 4), fp32, performed by the TMA unit (bytes: a multiple
+// of 16, both addresses 16-byte aligned), in this thread's current bulk group. The shared source must
+// have been written before a fence_generic_to_async_shared() and a barrier with its writers.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* global, const float* shared, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(global),
+               "r"(shared_address(shared)), "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+
+// Waits until this thread's bulk groups have finished reading their shared sources (the buffers may be
+// rewritten).
+__device__ __forceinline__ void bulk_wait_sources_read() {
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+
+// Waits until this thread's bulk groups have completed (their global writes are performed).
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
 // The coordinates of a KV tile's first chunk: (column 0, KV head, token indices innermost first, batch),
 // laid out as make_sm90_kv_maps() described the tensor.

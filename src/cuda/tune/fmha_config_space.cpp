@@ -22,9 +22,9 @@ int log2_of(int value) {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Hopper backward vs the portable one, useful FLOPs per second: dense S8k D128 on H100 220 vs 146 TF/s,
-// na2d 128^2 K31 95 vs 62 (docs/perf.md, 2026-11-22).
-constexpr double kSm90BackwardEfficiency = 1.5;
+// Hopper backward vs the portable one, useful FLOPs per second: dense S8k D128 on H100 294 vs 146 TF/s,
+// na2d 128^2 K31 121 vs 62 (docs/perf.md, 2026-11-22).
+constexpr double kSm90BackwardEfficiency = 2.0;
 
 FmhaPolicyKind policy_of(const tune::Config& config) { return static_cast<FmhaPolicyKind>(config.param("policy")); }
 

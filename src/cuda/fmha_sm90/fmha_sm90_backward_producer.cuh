@@ -1,0 +1,110 @@
+// The producer warpgroup of the Hopper backward dK/dV kernel (fmha_sm90_backward_dkdv.cuh): gathers the
+// CTA's K and V tiles once and then, for every visit of the schedule, the visit's Q and dO tiles, row
+// statistics, key windows and dQ row offsets into the visit's stage, with the visit itself for the MMA
+// warpgroups.
+//
+// A visit's tiles are gathered in two steps so that each row's address is computed once: every
+// producer thread computes the start of one row (Q rows 0..63, then dO rows) into the stage's row
+// table, and after a producer barrier all 128 threads copy 16-byte chunks of consecutive rows
+// (cp.async, coalesced) into the 128-byte swizzled GMMA layouts. Rows outside the extents and columns
+// past D (Dv for dO) are zero-filled.
+//
+// Hand-off through mbarriers: stage s is refilled for visit i >= 2 once both MMA warpgroups released
+// visit i - 2 (empty[s]), and announced (full[s]) once every producer thread's copies have landed and
+// been fenced for the async proxy (the wgmma reads them); the plain stores (windows, offsets, visit)
+// are ordered by the arrival's release. K, V and visit 0 are issued together, K and V announced
+// first (kv_full). Visit i + 1 thus loads while the MMA warpgroups work on visit i.
+#pragma once
+#include <cstdint>
+
+#include "cuda/common/async_copy.cuh"
+#include "cuda/fmha/fmha_backward_params.hpp"
+#include "cuda/fmha/fmha_backward_tiles.cuh"
+#include "cuda/fmha/fmha_backward_visit.cuh"
+#include "cuda/fmha_sm90/fmha_sm90_sync.cuh"
+
+namespace attnkit::cuda::fmha_sm90 {
+
+// Barrier of the producer warpgroup (the MMA warpgroups use 1..3).
+inline constexpr int kBarrierProducer = 4;
+
+template <class Traits, bool kLists, class Schedule>
+__device__ __forceinline__ void produce_backward_visits(const fmha::FmhaBackwardParams& p, const fmha::DecodedTile& kv,
+                                                        int32_t batch, int32_t head_kv, const Schedule& schedule,
+                                                        int count, typename Traits::SharedStorage& ss, int ptid) {
+  using namespace cute;
+  using Copy = typename Traits::ProducerCopy;
+  using Element = typename Traits::Element;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kChunksPerRow = Copy::kChunksPerRow;
+  constexpr int kRowsPerPass = Copy::kRowsPerPass;
+  static_assert(Traits::kProducerThreads == 2 * kBlockM, "one thread per Q row and per dO row");
+  static_assert(kRowsPerPass % 8 == 0, "the GMMA swizzle repeats every 8 rows: passes are a fixed distance apart");
+  fmha::issue_kv_tile_loads<Copy, Traits::kBlockN, typename Traits::SmemLayoutKV>(p, kv, batch, head_kv, ss.k, ss.v,
+                                                                                  ptid);
+
+  // This thread's chunk: column `col` of rows first_row + kRowsPerPass k; the shared address of pass k
+  // is first_destination + k * pass_bytes in stage 0's Q tile (dO and stage 1 are whole tiles further).
+  const int col = (ptid % kChunksPerRow) * 8;
+  const int first_row = ptid / kChunksPerRow;
+  Tensor sQ = make_tensor(make_smem_ptr(ss.q[0]), typename Traits::SmemLayoutQ{});
+  const uint32_t first_destination = shared_address(&sQ(first_row, col));
+  constexpr uint32_t kPassBytes = kRowsPerPass * 128;  // 8 rows of a 64-column chunk: 1024 bytes
+  const uint32_t do_offset = shared_address(ss.d_o[0]) - shared_address(ss.q[0]);
+  constexpr uint32_t kStageBytes = Traits::kTileBytesQ;
+
+  auto load_visit = [&](int i) {
+    const int stage = i % Traits::kStages;
+    const fmha::QVisit v = schedule.visit(p, i);
+    if (ptid == 0) ss.visits[stage] = v;
+    const bool is_do = ptid >= kBlockM;
+    const int row = ptid % kBlockM;
+    {
+      const fmha::TensorAddress& a = is_do ? p.d_o : p.q;
+      const int64_t head_offset = batch * a.batch_stride + v.head * a.head_stride;
+      ss.row_table[stage][ptid] = fmha::tile_row_start<Element>(a, head_offset, p.q_space, p.dilation, v.origin, row);
+    }
+    fmha::issue_visit_stats_copy<kBlockM>(p, batch, v, ss.stats[stage], ptid);
+    if (!is_do) {
+      fmha::store_visit_row_data<kLists, kBlockM>(
+          p, kv, batch, v,
+          fmha::BackwardVisitBuffers<Element>{ss.q[stage], ss.d_o[stage], ss.stats[stage], ss.windows[stage],
+                                              ss.dq_rows[stage]},
+          row);
+    }
+    named_barrier_sync(kBarrierProducer, Traits::kProducerThreads);  // the stage's row table is complete
+    const uint32_t stage_destination = first_destination + stage * kStageBytes;
+#pragma unroll
+    for (int tile = 0; tile < 2; ++tile) {
+      const bool col_valid = col < (tile == 0 ? p.head_dim : p.head_dim_v);
+#pragma unroll
+      for (int pass = 0; pass < kBlockM / kRowsPerPass; ++pass) {
+        const Element* start = ss.row_table[stage][tile * kBlockM + first_row + pass * kRowsPerPass];
+        const bool valid = start != nullptr && col_valid;
+        copy_16_bytes_async(stage_destination + tile * do_offset + pass * kPassBytes,
+                            valid ? static_cast<const void*>(start + col) : p.q.data, valid);
+      }
+    }
+    commit_async_copies();
+  };
+  if (count > 0) {
+    load_visit(0);
+    wait_async_copies<1>();  // K and V (visit 0 may still be in flight)
+  } else {
+    wait_async_copies<0>();
+  }
+  fence_generic_to_async_shared();
+  barrier_arrive(&ss.kv_full);
+  for (int i = 0; i < count; ++i) {
+    const int stage = i % Traits::kStages;
+    if (i > 0) {
+      if (i >= Traits::kStages) barrier_wait(&ss.empty[stage], ((i / Traits::kStages) + 1) & 1);
+      load_visit(i);
+    }
+    wait_async_copies<0>();
+    fence_generic_to_async_shared();
+    barrier_arrive(&ss.full[stage]);
+  }
+}
+
+}  // namespace attnkit::cuda::fmha_sm90

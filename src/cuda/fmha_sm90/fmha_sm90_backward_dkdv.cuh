@@ -7,9 +7,9 @@
 // announced through mbarriers) and gives its registers to the two MMA warpgroups; MMA warpgroup w owns
 // keys 64w .. 64w + 63. For every visit (a Q tile of 64 queries of one query head,
 // fmha_backward_tiles.cuh) each MMA warpgroup computes, keys as rows:
-//   S^T = K Q^T                               wgmma, both operands in shared memory
-//   P^T = exp2(S^T * scale*log2(e) - lse_log2) (0 where masked)
-//   dP^T = V dO^T,  dV += P^T dO              one batch (P^T packed into A registers)
+//   S^T = K Q^T,  dP^T = V dO^T               two wgmma batches, operands in shared memory
+//   P^T = exp2(S^T * scale*log2(e) - lse_log2) (0 where masked), once S^T is done
+//   dV += P^T dO                              P^T packed into A registers; runs while dS^T is formed
 //   dS^T = P^T * (dP^T - delta),  dK += dS^T Q
 // so that one fp32 score tile at a time lives next to dK and dV. In fast mode (p.accumulate_dq) the
 // warpgroup stores dS^T query-major into its own shared tile and computes its partial dQ = dS K over
@@ -18,9 +18,10 @@
 // each warp; the buffer is rewritten once the issuing threads' bulk reads have completed, which they
 // check before the warpgroup's next dS barrier). The two MMA warpgroups never wait for each other
 // (only the producer's stages couple them), so one's tensor-core work can run while the other
-// computes probabilities. The deterministic mode skips dQ (the separate dQ kernel computes it). dK and dV stay in
-// registers over the whole GQA group and go out through shared memory as whole 16-byte chunks (dK times the softmax
-// scale). On other architectures the body is empty (the registry never selects it).
+// computes probabilities. The deterministic mode skips dQ (the separate dQ kernel computes it). dK and
+// dV stay in registers over the whole GQA group and go out through shared memory as whole 16-byte
+// chunks (dK times the softmax scale). On other architectures the body is empty (the registry never
+// selects it).
 #pragma once
 #include <cute/tensor.hpp>
 

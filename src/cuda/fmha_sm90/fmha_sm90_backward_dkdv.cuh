@@ -111,6 +111,26 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
   Tensor sDs = fixed_tile(ss.ds[group], typename Traits::SmemLayoutDs{});
   const int barrier_group = kBarrierMmaGroup0 + group;
 
+  // acc += A * Ot, A (P^T or dS^T) packed in registers, Ot the MN-major view of the stage's dO or Q
+  // tile: one committed batch (dV and dK).
+  auto issue_gradient = [&](auto& a, Element* tile, auto& acc) {
+    Tensor tGrOt = thread_g.partition_fragment_B(fixed_tile(tile, typename Traits::SmemLayoutQt{}));
+    warpgroup_fence_operand(acc);
+    warpgroup_fence_operand(a);
+    warpgroup_arrive();
+    issue_gemm<true>(mma_g, a, tGrOt, acc);
+    warpgroup_commit_batch();
+  };
+  // Waits for dV and dK, which read stage b for the last time, and hands the stage back to the producer.
+  auto release_stage = [&](int b) {
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(acc_dv);
+    warpgroup_fence_operand(acc_dk);
+    warpgroup_fence_operand(tGrP);
+    warpgroup_fence_operand(tGrDs);
+    barrier_arrive(&ss.empty[b]);
+  };
+
   barrier_wait(&ss.kv_full, 0);
   for (int it = 0; it < count; ++it) {
     const int b = it % Traits::kStages;
@@ -140,14 +160,7 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
     warpgroup_fence_operand(acc_s);
     scores_to_probabilities(gmma_rows_cols(acc_s), allowed, stats, col_of, p.scale_log2);
     pack_accumulator<Element>(acc_s, tGrP);
-    {
-      Tensor tGrdOt = thread_g.partition_fragment_B(fixed_tile(ss.d_o[b], typename Traits::SmemLayoutQt{}));
-      warpgroup_fence_operand(acc_dv);
-      warpgroup_fence_operand(tGrP);
-      warpgroup_arrive();
-      issue_gemm<true>(mma_g, tGrP, tGrdOt, acc_dv);
-      warpgroup_commit_batch();
-    }
+    issue_gradient(tGrP, ss.d_o[b], acc_dv);
     warpgroup_wait<1>();  // dP^T done; dV may still run
     warpgroup_fence_operand(acc_dp);
     {
@@ -160,21 +173,11 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
       }
     }
     pack_accumulator<Element>(acc_dp, tGrDs);
-    Tensor tGrQt = thread_g.partition_fragment_B(fixed_tile(ss.q[b], typename Traits::SmemLayoutQt{}));
-    warpgroup_fence_operand(acc_dk);
-    warpgroup_fence_operand(tGrDs);
-    warpgroup_arrive();
-    issue_gemm<true>(mma_g, tGrDs, tGrQt, acc_dk);
-    warpgroup_commit_batch();
+    issue_gradient(tGrDs, ss.q[b], acc_dk);
 
     int64_t dq_row_base = -1;  // accumulator offset of reduced_row
     if (!p.accumulate_dq) {
-      warpgroup_wait<0>();  // dV and dK read stage b for the last time
-      warpgroup_fence_operand(acc_dv);
-      warpgroup_fence_operand(acc_dk);
-      warpgroup_fence_operand(tGrP);
-      warpgroup_fence_operand(tGrDs);
-      barrier_arrive(&ss.empty[b]);
+      release_stage(b);
       continue;
     }
 
@@ -194,12 +197,7 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
     fence_generic_to_async_shared();
     named_barrier_sync(barrier_group, 128);  // dS published; the dQ buffer is free
 
-    warpgroup_wait<0>();  // dV and dK read stage b for the last time
-    warpgroup_fence_operand(acc_dv);
-    warpgroup_fence_operand(acc_dk);
-    warpgroup_fence_operand(tGrP);
-    warpgroup_fence_operand(tGrDs);
-    barrier_arrive(&ss.empty[b]);
+    release_stage(b);
     // dQ only now: its 64 x D accumulator next to dK, dV and the dS / P operands of the running
     // products would leave ptxas too few registers to keep the wgmmas asynchronous (C7512).
     Tensor acc_dq = partition_fragment_C(mma_q, Shape<Int<kBlockM>, Int<Traits::kDqColumns>>{});

@@ -23,8 +23,10 @@ ATTNKIT_HOST_DEVICE int64_t dilation_group_size(int64_t extent, int64_t dilation
 
 // Keys (group indices) seen by the query with group index i in a group of n tokens.
 ATTNKIT_HOST_DEVICE IndexRange neighborhood_window(int64_t i, int64_t n, int64_t window, int64_t stride, bool causal) {
+  // The first index of i's stride group; stride 1 spares the 64-bit division (per row in GPU kernels).
+  const int64_t group_first = stride == 1 ? i : (i / stride) * stride;
   if (causal) {
-    int64_t leader = (i / stride) * stride + stride - 1;
+    int64_t leader = group_first + stride - 1;
     leader = leader < n - 1 ? leader : n - 1;
     int64_t begin = leader - window + 1;
     begin = begin > 0 ? begin : 0;
@@ -33,7 +35,7 @@ ATTNKIT_HOST_DEVICE IndexRange neighborhood_window(int64_t i, int64_t n, int64_t
   }
   const int64_t left = window / 2;
   const int64_t right = window / 2 + window % 2 - 1;
-  int64_t leader = (i / stride) * stride + stride / 2;
+  int64_t leader = group_first + stride / 2;
   leader = leader < n - 1 ? leader : n - 1;
   int64_t begin = leader - left;
   begin = begin > 0 ? begin : 0;

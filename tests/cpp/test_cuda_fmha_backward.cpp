@@ -557,6 +557,20 @@ TEST_F(CudaFmhaBackward, Neighborhood3DMixedPerDimensionSettings) {
   run_both_dtypes(c, 1230);
 }
 
+// Without dilation the Hopper kernels add dQ partials through the accumulator's TMA map: 2-D tokens
+// with the batch as a coordinate of its own, 3-D tokens with the batch folded into the outermost one;
+// tiles cross the odd extents (out-of-bounds rows and columns must be left alone).
+TEST_F(CudaFmhaBackward, NeighborhoodWithoutDilationAtOddExtentsOverBatches) {
+  Case c;
+  c.tokens_q = c.tokens_kv = {19, 23};
+  c.mask = neighborhood({nd(7), nd(9, 1, 2)});
+  run_both_dtypes(c, 1250);
+  c.tokens_q = c.tokens_kv = {5, 11, 13};
+  c.head_dim = c.head_dim_v = 128;
+  c.mask = neighborhood({nd(3), nd(5), nd(7, 1, 1, true)});
+  run_both_dtypes(c, 1255);
+}
+
 TEST_F(CudaFmhaBackward, Neighborhood2DHeadDim128WithGroupedHeads) {
   Case c;
   c.tokens_q = c.tokens_kv = {24, 21};

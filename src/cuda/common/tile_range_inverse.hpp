@@ -24,13 +24,15 @@
 
 namespace attnkit::cuda {
 
-// First query index in [0, n_q) whose window end exceeds `key` (n_q when none).
-ATTNKIT_HOST_DEVICE int64_t first_query_with_end_after(const WindowRule& rule, int64_t key, int64_t n_q, int64_t n_kv) {
+// First query index in [0, n_q) whose window begin (of_begin) or end exceeds `key` (n_q when none).
+ATTNKIT_HOST_DEVICE int64_t first_query_past(const WindowRule& rule, bool of_begin, int64_t key, int64_t n_q,
+                                             int64_t n_kv) {
   int64_t lo = 0;
   int64_t hi = n_q;
   while (lo < hi) {
     const int64_t mid = lo + (hi - lo) / 2;
-    if (window_of(rule, mid, n_kv).end > key) {
+    const detail::IndexRange w = window_of(rule, mid, n_kv);
+    if ((of_begin ? w.begin : w.end) > key) {
       hi = mid;
     } else {
       lo = mid + 1;
@@ -39,58 +41,44 @@ ATTNKIT_HOST_DEVICE int64_t first_query_with_end_after(const WindowRule& rule, i
   return lo;
 }
 
-// First query index in [0, n_q) whose window begins after `key` (n_q when none).
-ATTNKIT_HOST_DEVICE int64_t first_query_with_begin_after(const WindowRule& rule, int64_t key, int64_t n_q,
-                                                         int64_t n_kv) {
-  int64_t lo = 0;
-  int64_t hi = n_q;
-  while (lo < hi) {
-    const int64_t mid = lo + (hi - lo) / 2;
-    if (window_of(rule, mid, n_kv).begin > key) {
-      hi = mid;
-    } else {
-      lo = mid + 1;
-    }
-  }
-  return lo;
+// The four query bounds of a KV tile holding key indices [k_first, k_last], one binary search each
+// (independent: a device may run them on four threads):
+//   0, 1: queries [bound 0, bound 1) see at least one of the keys (every query in it does);
+//   2, 3: queries [bound 2, bound 3) see every key.
+inline constexpr int kInverseBounds = 4;
+ATTNKIT_HOST_DEVICE int64_t inverse_bound(const WindowRule& rule, int bound, int64_t k_first, int64_t k_last,
+                                          int64_t n_q, int64_t n_kv) {
+  const bool of_begin = bound == 1 || bound == 3;
+  const int64_t key = bound == 0 || bound == 3 ? k_first : k_last;
+  return first_query_past(rule, of_begin, key, n_q, n_kv);
 }
 
-// Queries [begin, end) that see at least one key of [k_first, k_last] (every query in it does).
-ATTNKIT_HOST_DEVICE detail::IndexRange queries_seeing_any(const WindowRule& rule, int64_t k_first, int64_t k_last,
-                                                          int64_t n_q, int64_t n_kv) {
-  const int64_t begin = first_query_with_end_after(rule, k_first, n_q, n_kv);
-  const int64_t end = first_query_with_begin_after(rule, k_last, n_q, n_kv);
-  return {begin, end > begin ? end : begin};
-}
-
-// Queries [begin, end) that see every key of [k_first, k_last].
-ATTNKIT_HOST_DEVICE detail::IndexRange queries_seeing_all(const WindowRule& rule, int64_t k_first, int64_t k_last,
-                                                          int64_t n_q, int64_t n_kv) {
-  const int64_t begin = first_query_with_end_after(rule, k_last, n_q, n_kv);
-  const int64_t end = first_query_with_begin_after(rule, k_first, n_q, n_kv);
-  return {begin, end > begin ? end : begin};
-}
-
-// Q tiles (boxes of q_box query indices) of one dimension for the KV tile holding key indices
-// [k_first, k_first + kv_box): visited [first, end) and, inside them, full [full_first, full_end).
-ATTNKIT_HOST_DEVICE DimTileRange dim_tile_range_inverse(const WindowRule& rule, int64_t k_first, int64_t kv_box,
-                                                        int64_t n_q, int64_t n_kv, int64_t q_box) {
+// Q tiles (boxes of q_box query indices) of one dimension from the four bounds: visited [first, end)
+// and, inside them, full [full_first, full_end).
+ATTNKIT_HOST_DEVICE DimTileRange dim_tile_range_of_bounds(const int64_t (&bound)[kInverseBounds], int64_t n_q,
+                                                          int64_t q_box) {
   DimTileRange r;
-  const int64_t k_last = k_first + kv_box - 1;
-  const detail::IndexRange any = queries_seeing_any(rule, k_first, k_last, n_q, n_kv);
-  if (any.end <= any.begin) return r;
-  r.first = any.begin / q_box;
-  r.end = ceil_div_nonneg(any.end, q_box);
-  const detail::IndexRange all = queries_seeing_all(rule, k_first, k_last, n_q, n_kv);
-  if (all.end > all.begin) {
-    r.full_first = ceil_div_nonneg(all.begin, q_box);
+  if (bound[1] <= bound[0]) return r;
+  r.first = bound[0] / q_box;
+  r.end = ceil_div_nonneg(bound[1], q_box);
+  if (bound[3] > bound[2]) {
+    r.full_first = ceil_div_nonneg(bound[2], q_box);
     // The last Q tile may be full though it reaches past n_q: its missing queries carry no weight.
-    r.full_end = all.end == n_q ? ceil_div_nonneg(n_q, q_box) : all.end / q_box;
+    r.full_end = bound[3] == n_q ? ceil_div_nonneg(n_q, q_box) : bound[3] / q_box;
   }
   if (r.full_first < r.first) r.full_first = r.first;
   if (r.full_end > r.end) r.full_end = r.end;
   if (r.full_end < r.full_first) r.full_end = r.full_first;
   return r;
+}
+
+// Q tiles of one dimension for the KV tile holding key indices [k_first, k_first + kv_box).
+ATTNKIT_HOST_DEVICE DimTileRange dim_tile_range_inverse(const WindowRule& rule, int64_t k_first, int64_t kv_box,
+                                                        int64_t n_q, int64_t n_kv, int64_t q_box) {
+  const int64_t k_last = k_first + kv_box - 1;
+  int64_t bound[kInverseBounds];
+  for (int b = 0; b < kInverseBounds; ++b) bound[b] = inverse_bound(rule, b, k_first, k_last, n_q, n_kv);
+  return dim_tile_range_of_bounds(bound, n_q, q_box);
 }
 
 }  // namespace attnkit::cuda

@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 2)
   issue_kv_tile_loads<Traits, kBlockN, typename Traits::SmemLayoutKV>(p, kv, batch, head_kv, smem_k, smem_v, tid);
 
   Schedule schedule;
-  schedule.init(p, kv, head_kv, &schedule_state, tid);
+  schedule.init(p, kv, batch, head_kv, &schedule_state, tid);
   __syncthreads();  // publish the schedule state
   const int count = schedule.count();
 

@@ -96,10 +96,16 @@ auto dq_kernel_of() {
 // (fmha_sm90_backward_launch.cuh) and reuses everything else of this launcher.
 template <class Traits, bool kLists>
 struct PortableDkDv {
-  static auto kernel() { return dkdv_kernel_of<Traits, kLists>(); }
-  static constexpr int kThreads = Traits::kThreads;
-  static constexpr int kMaxSmemBytes = Traits::kSmemBytesDkDvFast;
-  static constexpr int smem_bytes(bool fast) { return fast ? Traits::kSmemBytesDkDvFast : Traits::kSmemBytesDkDv; }
+  static cudaError_t launch(const FmhaBackwardParams& p, dim3 grid, cudaStream_t stream) {
+    // One instantiation serves both modes; fast mode needs one more shared tile (dS).
+    auto* kernel = dkdv_kernel_of<Traits, kLists>();
+    if (const cudaError_t status = allow_shared_memory(kernel, Traits::kSmemBytesDkDvFast); status != cudaSuccess) {
+      return status;
+    }
+    const int smem = p.accumulate_dq ? Traits::kSmemBytesDkDvFast : Traits::kSmemBytesDkDv;
+    kernel<<<grid, Traits::kThreads, smem, stream>>>(p);
+    return cudaGetLastError();
+  }
 };
 
 template <class Traits, bool kLists, class DkDv>
@@ -143,14 +149,10 @@ cudaError_t launch_backward_kernels(FmhaBackwardLaunch& launch, char* base, cons
   fmha_backward_preprocess_kernel<Traits><<<q_grid, 128, 0, stream>>>(p);
   if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
 
-  // One instantiation serves both modes; fast mode needs one more shared tile (dS).
-  auto* dkdv = DkDv::kernel();
-  const int dkdv_smem = DkDv::smem_bytes(p.accumulate_dq);
-  if (const cudaError_t status = allow_shared_memory(dkdv, DkDv::kMaxSmemBytes); status != cudaSuccess) {
+  if (const cudaError_t status = DkDv::launch(p, dim3(p.total_kv_tiles, p.heads_kv, p.batch), stream);
+      status != cudaSuccess) {
     return status;
   }
-  dkdv<<<dim3(p.total_kv_tiles, p.heads_kv, p.batch), DkDv::kThreads, dkdv_smem, stream>>>(p);
-  if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
 
   if (p.accumulate_dq) {
     fmha_backward_dq_convert_kernel<Traits><<<q_grid, 128, 0, stream>>>(p);
@@ -191,7 +193,13 @@ void launch_fmha_backward(const FmhaBackwardLaunch& request, FmhaBackwardWorkspa
                "cudaMallocAsync (backward workspace)");
     base = static_cast<char*>(memory);
   }
-  cudaError_t status = launch_backward_kernels<Traits, kLists, DkDv>(launch, base, layout, stream);
+  cudaError_t status = cudaSuccess;
+  try {
+    status = launch_backward_kernels<Traits, kLists, DkDv>(launch, base, layout, stream);
+  } catch (...) {  // e.g. the driver refused a tensor map: free the workspace first
+    if (memory != nullptr) cudaFreeAsync(memory, stream);
+    throw;
+  }
   if (memory != nullptr) {
     const cudaError_t freed = cudaFreeAsync(memory, stream);
     if (status == cudaSuccess) status = freed;

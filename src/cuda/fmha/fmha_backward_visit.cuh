@@ -60,13 +60,14 @@ __device__ __forceinline__ void issue_visit_stats_copy(const FmhaBackwardParams&
   }
 }
 
-// Plain stores of query row `row`'s data for visit `v`: its dq_accum offset (fast mode) and, for partial
-// box visits, its key window per dimension (published by the caller's barrier).
+// Plain stores of query row `row`'s data for visit `v`: its dq_accum offset (when `dq_row_offsets`: fast
+// mode, unless the kernel adds dQ by tiles) and, for partial box visits, its key window per dimension
+// (published by the caller's barrier).
 template <bool kLists, int kBlockM, class Element>
-__device__ __forceinline__ void store_visit_row_data(const FmhaBackwardParams& p, const DecodedTile& kv, int32_t batch,
-                                                     const QVisit& v, const BackwardVisitBuffers<Element>& buffers,
-                                                     int row) {
-  if (p.accumulate_dq) buffers.dq_rows[row] = dq_accum_row_offset(p, batch, v, row);
+__device__ __forceinline__ void store_visit_row_data(const FmhaBackwardParams& p, bool dq_row_offsets,
+                                                     const DecodedTile& kv, int32_t batch, const QVisit& v,
+                                                     const BackwardVisitBuffers<Element>& buffers, int row) {
+  if (dq_row_offsets) buffers.dq_rows[row] = dq_accum_row_offset(p, batch, v, row);
   if constexpr (!kLists) {
     if (!v.full) {
 #pragma unroll
@@ -103,7 +104,7 @@ __device__ __forceinline__ void issue_visit_loads(const FmhaBackwardParams& p, c
       p.head_dim_v, tid);
   issue_visit_stats_copy<kBlockM>(p, batch, v, buffers.stats, tid);
   commit_async_copies();
-  if (tid < kBlockM) store_visit_row_data<kLists, kBlockM>(p, kv, batch, v, buffers, tid);
+  if (tid < kBlockM) store_visit_row_data<kLists, kBlockM>(p, p.accumulate_dq, kv, batch, v, buffers, tid);
 }
 
 // Bit j of allowed[i]: key row i (key_index[i]: index per dimension for box masks, flat token in [0]

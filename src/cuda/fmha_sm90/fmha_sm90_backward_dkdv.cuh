@@ -13,15 +13,18 @@
 //   dS^T = P^T * (dP^T - delta),  dK += dS^T Q
 // so that one fp32 score tile at a time lives next to dK and dV. In fast mode (p.accumulate_dq) the
 // warpgroup stores dS^T query-major into its own shared tile and computes its partial dQ = dS K over
-// its 64 keys (wgmma, Sm90BackwardTraits::MmaDq), stores it as fp32 into its dQ buffer and adds each
-// row to the workspace's accumulator with one bulk reduction (cp.reduce.async.bulk, 16 rows issued by
-// each warp; the buffer is rewritten once the issuing threads' bulk reads have completed, which they
-// check before the warpgroup's next dS barrier). The two MMA warpgroups never wait for each other
-// (only the producer's stages couple them), so one's tensor-core work can run while the other
-// computes probabilities. The deterministic mode skips dQ (the separate dQ kernel computes it). dK and
-// dV stay in registers over the whole GQA group and go out through shared memory as whole 16-byte
-// chunks (dK times the softmax scale). On other architectures the body is empty (the registry never
-// selects it).
+// its 64 keys (wgmma, Sm90BackwardTraits::MmaDq). With a TMA map of the workspace's accumulator
+// (Sm90DqMap) it stores the partial as fp32 boxes of 32 columns (128-byte swizzled) into its dQ buffer
+// and one thread adds each box with a TMA reduction (cp.reduce.async.bulk.tensor .add; the buffer is
+// rewritten once those reads have completed, which the thread checks before the warpgroup's next dS
+// barrier); without one (dilation, flat decomposed tokens, odd D) every thread adds its accumulator
+// pairs with red.global. The two MMA warpgroups never wait for each other (only the producer's stages
+// couple them), so one's tensor-core work can run while the other computes probabilities. The
+// deterministic mode skips dQ (the separate dQ kernel computes it). dK and dV stay in registers over
+// the whole GQA group and go out through shared memory as whole 16-byte chunks (dK times the softmax
+// scale) to rows whose starts the MMA threads compute once each. K and V load while one MMA warp
+// computes the visit schedule (four binary searches per dimension, one per lane). On other
+// architectures the body is empty (the registry never selects it).
 #pragma once
 #include <cute/tensor.hpp>
 
@@ -48,9 +51,10 @@ inline constexpr int kBarrierMmaGroup0 = 2;  // + warpgroup: one MMA warpgroup
 // reductions, and the dK / dV stores. `group` is the MMA warpgroup (0, 1), `mtid` the thread among
 // both (0 .. 255).
 template <class Traits, bool kLists>
-__device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackwardParams& p, const fmha::DecodedTile& kv,
-                                                        int32_t batch, int32_t head_kv, int count,
-                                                        typename Traits::SharedStorage& ss, int group, int mtid) {
+__device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackwardParams& p, const Sm90DqMap& dq_map,
+                                                        const fmha::DecodedTile& kv, int32_t batch, int32_t head_kv,
+                                                        int count, typename Traits::SharedStorage& ss, int group,
+                                                        int mtid) {
   using namespace cute;
   using namespace fmha;
   using Element = typename Traits::Element;
@@ -101,14 +105,14 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
   Tensor tGrP = make_tensor<Element>(partition_shape_A(mma_g, Shape<Int<kKeys>, Int<kBlockM>>{}));
   Tensor tGrDs = make_tensor<Element>(partition_shape_A(mma_g, Shape<Int<kKeys>, Int<kBlockM>>{}));
 
-  // Fast mode's dQ: this warpgroup's dS tile and K slice, its dQ buffer, and the row whose bulk
-  // reduction this thread issues: lanes 0..15 of each warp, 16 rows per warp (a bulk reduction takes
-  // its operands from uniform registers, so a warp issues its lanes' reductions one after another).
-  const int reduced_row = (wg_tid / 32) * 16 + wg_tid % 32;
-  const bool reduces_dq = p.accumulate_dq && wg_tid % 32 < 16;
-  const uint32_t dq_row_bytes = static_cast<uint32_t>(min(Traits::kDqColumns, p.head_dim)) * uint32_t{sizeof(float)};
+  // Fast mode's dQ: this warpgroup's dS tile, its dQ buffer and the TMA reductions' issuing thread.
+  const bool issues_dq = p.accumulate_dq && dq_map.enabled && wg_tid == 0;
+  const int dq_boxes = min(Traits::kDqBoxes, (p.head_dim + kDqBoxColumns - 1) / kDqBoxColumns);
   float* dq_buffer = ss.dq[group];
   Tensor sDs = fixed_tile(ss.ds[group], typename Traits::SmemLayoutDs{});
+  const int k0 = row0 - group * kKeys;  // this thread's first key row within the warpgroup's 64
+  static_assert(kCols / 2 <= 8 && kBlockM * sizeof(Element) == 128, "one 128-byte row of queries per key");
+  const uint32_t ds_base = shared_address(ss.ds[group]) + k0 * 128 + ((k0 & 7) << 4) + col0 * int(sizeof(Element));
   const int barrier_group = kBarrierMmaGroup0 + group;
 
   // acc += A * Ot, A (P^T or dS^T) packed in registers, Ot the MN-major view of the stage's dO or Q
@@ -175,24 +179,38 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
     pack_accumulator<Element>(acc_dp, tGrDs);
     issue_gradient(tGrDs, ss.q[b], acc_dk);
 
-    int64_t dq_row_base = -1;  // accumulator offset of reduced_row
     if (!p.accumulate_dq) {
       release_stage(b);
       continue;
     }
 
-    // dS^T (keys as rows) -> dS query-major: word w of the packed fragment holds columns
-    // col_of[2 (w / 2)] and + 1 of row w % 2, adjacent queries, so one 32-bit store each. The tile is
-    // free: the previous visit's dQ product was waited for.
+    // dS^T (keys as rows) -> dS query-major: word w of the packed fragment holds queries
+    // col0 + 8 (w / 2) and + 1 of key k0 + 8 (w % 2), one 32-bit store each. In SmemLayoutDs (64 queries
+    // contiguous per 128-byte key row, 16-byte chunks swizzled by key % 8) that is byte
+    // (k0 + 8 (w % 2)) * 128 + ((w / 2) ^ (k0 % 8)) * 16 + 2 col0 = (ds_base ^ ((w / 2) << 4)) + (w % 2) * 1024:
+    // one 32-bit base, where generic 64-bit addresses per store spilled. The tile is free: the previous
+    // visit's dQ product was waited for.
 #pragma unroll
     for (int w = 0; w < kCols; ++w) {
-      const int key = row0 - group * kKeys + 8 * (w % 2);
-      *reinterpret_cast<uint32_t*>(&sDs(col_of[2 * (w / 2)], key)) =
-          reinterpret_cast<const uint32_t*>(raw_pointer_cast(tGrDs.data()))[w];
+      store_shared_word((ds_base ^ ((w / 2) << 4)) + (w % 2) * 8 * 128,
+                        reinterpret_cast<const uint32_t*>(raw_pointer_cast(tGrDs.data()))[w]);
     }
-    if (reduces_dq) {
-      dq_row_base = ss.dq_rows[b][reduced_row];
-      bulk_wait_sources_read();  // the previous visit's dQ rows have left the buffer
+    // What the dQ additions need from the stage, read before it is released: the first box's coordinates
+    // (TMA) or this thread's two accumulator rows (red.global).
+    int64_t dq_row[kRows];
+    if (dq_map.enabled) {
+      if (issues_dq) {
+        bulk_wait_sources_read();  // the previous visit's boxes have left the buffer
+        const fmha::QVisit& v = ss.visits[b];
+        int32_t c[5];
+        box_coordinates(p.dims, p.q_space.extent[0], dq_map.fold_batch != 0, dq_map.has_batch != 0, v.origin, v.head,
+                        batch, c);
+#pragma unroll
+        for (int k = 0; k < 5; ++k) ss.dq_box[group][k] = c[k];
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) dq_row[i] = ss.dq_rows[b][row0 - group * kKeys + 8 * i];
     }
     fence_generic_to_async_shared();
     named_barrier_sync(barrier_group, 128);  // dS published; the dQ buffer is free
@@ -213,31 +231,65 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_dq);
     }
-    {
-      // The accumulator map: query rows row0 - 64 group (+ 8), columns col0 + 8 (j / 2) (+ 1).
-      Tensor dq = gmma_rows_cols(acc_dq);
+    // The accumulator map: query rows row0 - 64 group (+ 8), columns col0 + 8 (j / 2) (+ 1).
+    Tensor dq = gmma_rows_cols(acc_dq);
+    if (dq_map.enabled) {
+      // Element (r, c) lies in box c / 32 at row r, its 16-byte chunk (c % 32) / 4 swizzled to
+      // ((c % 32) / 4) ^ (r % 8). This thread's columns c = col0 + 8 m' (col0 < 8 even) and rows r0, r0 + 8
+      // share r % 8, so every address is dq_base ^ ((m' % 4) << 5) plus a constant (box, row) offset:
+      // one 32-bit base, where generic 64-bit addresses per store spilled.
+      const int r0 = row0 - group * kKeys;
+      const uint32_t dq_base =
+          shared_address(dq_buffer) + r0 * 128 + (((col0 >> 2) ^ (r0 & 7)) << 4) + (col0 & 3) * int(sizeof(float));
 #pragma unroll
       for (int i = 0; i < size<0>(dq); ++i) {
-        float* row = dq_buffer + (row0 - group * kKeys + 8 * i) * Traits::kDqRowFloats;
 #pragma unroll
         for (int j = 0; j < size<1>(dq); j += 2) {
-          *reinterpret_cast<float2*>(row + col0 + 8 * (j / 2)) = make_float2(dq(i, j), dq(i, j + 1));
+          const int column_block = j / 2;  // m'
+          const uint32_t address = (dq_base ^ ((column_block % 4) << 5)) +
+                                   (column_block / 4) * Traits::kDqBoxFloats * int(sizeof(float)) + i * 8 * 128;
+          store_shared_pair(address, dq(i, j), dq(i, j + 1));
+        }
+      }
+      fence_generic_to_async_shared();
+      named_barrier_sync(barrier_group, 128);  // the dQ boxes are complete
+      if (issues_dq) {
+        int32_t c[5];
+#pragma unroll
+        for (int k = 0; k < 5; ++k) c[k] = ss.dq_box[group][k];
+        for (int box = 0; box < dq_boxes; ++box) {
+          c[0] = box * kDqBoxColumns;
+          tma_reduce_add_box(&dq_map.map, dq_buffer + box * Traits::kDqBoxFloats, dq_map.rank, c);
+        }
+        bulk_commit_group();
+      }
+    } else {
+      float* accumulator = static_cast<float*>(p.dq_accum.data);
+#pragma unroll
+      for (int i = 0; i < size<0>(dq); ++i) {
+#pragma unroll
+        for (int j = 0; j < size<1>(dq); j += 2) {
+          const int c = col0 + 8 * (j / 2);
+          fmha::reduce_add_pair_if(dq_row[i] >= 0 && c < p.head_dim, accumulator + dq_row[i] + c, dq(i, j),
+                                   dq(i, j + 1));
         }
       }
     }
-    fence_generic_to_async_shared();
-    named_barrier_sync(barrier_group, 128);  // the dQ buffer is complete
-    if (reduces_dq) {
-      if (dq_row_base >= 0) {
-        bulk_reduce_add_f32(static_cast<float*>(p.dq_accum.data) + dq_row_base,
-                            dq_buffer + reduced_row * Traits::kDqRowFloats, dq_row_bytes);
-      }
-      bulk_commit_group();
-    }
   }
-  if (reduces_dq) bulk_wait_all();
+  if (issues_dq) bulk_wait_all();
 
-  named_barrier_sync(kBarrierMma, Traits::kMmaThreads);  // every product has read K and V: they take the outputs
+  // Every product has read K and V, and every dQ box has left its buffer: K and V take the outputs, the
+  // first dQ buffer a table of the output rows' starts (each thread computes one: dK rows, then dV rows).
+  named_barrier_sync(kBarrierMma, Traits::kMmaThreads);
+  static_assert(Traits::kMmaThreads == 2 * kBlockN, "one output row per MMA thread");
+  static_assert(sizeof(Element*) * Traits::kMmaThreads <= sizeof(ss.dq[0]), "the row table fits a dQ buffer");
+  Element** output_rows = reinterpret_cast<Element**>(ss.dq[0]);
+  {
+    const bool is_dv = mtid >= kBlockN;
+    const fmha::TensorAddress& out = is_dv ? p.d_v : p.d_k;
+    const int64_t head_offset = batch * out.batch_stride + head_kv * out.head_stride;
+    output_rows[mtid] = tile_row_output<Element>(out, head_offset, p.kv_space, p.dilation, kv.origin, mtid % kBlockN);
+  }
 #pragma unroll
   for (int i = 0; i < size(acc_dk); ++i) acc_dk(i) *= p.scale;
   {
@@ -255,26 +307,25 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
     }
   }
   named_barrier_sync(kBarrierMma, Traits::kMmaThreads);
-  const int64_t dk_head = batch * p.d_k.batch_stride + head_kv * p.d_k.head_stride;
-  const int64_t dv_head = batch * p.d_v.batch_stride + head_kv * p.d_v.head_stride;
   const int col = (mtid % Traits::kChunksPerRow) * 8;
 #pragma unroll
   for (int pass = 0; pass < kBlockN / Traits::kStoreRowsPerPass; ++pass) {
     const int row = mtid / Traits::kChunksPerRow + pass * Traits::kStoreRowsPerPass;
-    if (col < p.head_dim) {
-      Element* out = tile_row_output<Element>(p.d_k, dk_head, p.kv_space, p.dilation, kv.origin, row);
-      if (out != nullptr) *reinterpret_cast<uint4*>(out + col) = *reinterpret_cast<const uint4*>(&sK(row, col));
+    Element* dk_row = output_rows[row];
+    Element* dv_row = output_rows[kBlockN + row];
+    if (col < p.head_dim && dk_row != nullptr) {
+      *reinterpret_cast<uint4*>(dk_row + col) = *reinterpret_cast<const uint4*>(&sK(row, col));
     }
-    if (col < p.head_dim_v) {
-      Element* out = tile_row_output<Element>(p.d_v, dv_head, p.kv_space, p.dilation, kv.origin, row);
-      if (out != nullptr) *reinterpret_cast<uint4*>(out + col) = *reinterpret_cast<const uint4*>(&sV(row, col));
+    if (col < p.head_dim_v && dv_row != nullptr) {
+      *reinterpret_cast<uint4*>(dv_row + col) = *reinterpret_cast<const uint4*>(&sV(row, col));
     }
   }
 }
 
 template <class Traits, template <int> class ScheduleTemplate, bool kLists>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
-    fmha_sm90_backward_dkdv_kernel(const __grid_constant__ fmha::FmhaBackwardParams p) {
+    fmha_sm90_backward_dkdv_kernel(const __grid_constant__ fmha::FmhaBackwardParams p,
+                                   const __grid_constant__ Sm90DqMap dq_map) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Storage = typename Traits::SharedStorage;
   using Schedule = ScheduleTemplate<Traits::kBlockM>;
@@ -298,8 +349,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int32_t batch = static_cast<int32_t>(blockIdx.z);
   __syncthreads();  // kv_shared
   const fmha::DecodedTile& kv = kv_shared;
+  // K and V load while the first MMA warp computes the visit schedule (the producer's first cp.async group).
+  if (warp_group == 0) {
+    fmha::issue_kv_tile_loads<typename Traits::ProducerCopy, Traits::kBlockN, typename Traits::SmemLayoutKV>(
+        p, kv, batch, head_kv, ss.k, ss.v, tid);
+  }
   Schedule schedule;
-  schedule.init(p, kv, head_kv, &schedule_state, tid);
+  schedule.init(p, kv, batch, head_kv, &schedule_state, tid - Traits::kProducerThreads);
   if (tid == 0) {
     barrier_init(&ss.kv_full, Traits::kProducerThreads);
 #pragma unroll
@@ -314,11 +370,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
   if (warp_group == 0) {
     warpgroup_registers_shrink<Traits::kProducerRegisters>();
-    produce_backward_visits<Traits, kLists>(p, kv, batch, head_kv, schedule, count, ss, tid);
+    produce_backward_visits<Traits, kLists>(p, dq_map, kv, batch, head_kv, schedule, count, ss, tid);
   } else {
     warpgroup_registers_grow<Traits::kMmaRegisters>();
     const int mtid = tid - Traits::kProducerThreads;
-    consume_backward_visits<Traits, kLists>(p, kv, batch, head_kv, count, ss, warp_group - 1, mtid);
+    consume_backward_visits<Traits, kLists>(p, dq_map, kv, batch, head_kv, count, ss, warp_group - 1, mtid);
   }
 #endif
 }

@@ -19,9 +19,17 @@ struct Sm90DkDv {
       return &fmha_sm90_backward_dkdv_kernel<Traits, fmha::KvBoxSchedule, false>;
     }
   }
-  static constexpr int kThreads = Traits::kThreads;
-  static constexpr int kMaxSmemBytes = Traits::kSmemBytes;
-  static constexpr int smem_bytes(bool) { return Traits::kSmemBytes; }
+  // Builds the dQ accumulator's tensor map (fast mode) and launches.
+  static cudaError_t launch(const fmha::FmhaBackwardParams& p, dim3 grid, cudaStream_t stream) {
+    auto* dkdv = kernel();
+    if (const cudaError_t status = fmha::allow_shared_memory(dkdv, Traits::kSmemBytes); status != cudaSuccess) {
+      return status;
+    }
+    Sm90DqMap dq_map{};
+    make_sm90_dq_map(p, Traits::kBlockM, dq_map);
+    dkdv<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(p, dq_map);
+    return cudaGetLastError();
+  }
 };
 
 template <class Element, int HeadDim, int BlockN, bool kLists>

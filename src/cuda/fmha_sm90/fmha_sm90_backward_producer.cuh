@@ -1,7 +1,8 @@
 // The producer warpgroup of the Hopper backward dK/dV kernel (fmha_sm90_backward_dkdv.cuh): gathers the
 // CTA's K and V tiles once and then, for every visit of the schedule, the visit's Q and dO tiles, row
 // statistics, key windows and dQ row offsets into the visit's stage, with the visit itself for the MMA
-// warpgroups.
+// warpgroups. The K and V copies are the warpgroup's first cp.async group, issued by the kernel before it
+// computes the visit schedule.
 //
 // A visit's tiles are gathered in two steps so that each row's address is computed once: every
 // producer thread computes the start of one row (Q rows 0..63, then dO rows) into the stage's row
@@ -12,7 +13,7 @@
 // Hand-off through mbarriers: stage s is refilled for visit i >= 2 once both MMA warpgroups released
 // visit i - 2 (empty[s]), and announced (full[s]) once every producer thread's copies have landed and
 // been fenced for the async proxy (the wgmma reads them); the plain stores (windows, offsets, visit)
-// are ordered by the arrival's release. K, V and visit 0 are issued together, K and V announced
+// are ordered by the arrival's release. K, V and visit 0 are in flight together, K and V announced
 // first (kv_full). Visit i + 1 thus loads while the MMA warpgroups work on visit i.
 #pragma once
 #include <cstdint>
@@ -22,6 +23,7 @@
 #include "cuda/fmha/fmha_backward_tiles.cuh"
 #include "cuda/fmha/fmha_backward_visit.cuh"
 #include "cuda/fmha_sm90/fmha_sm90_sync.cuh"
+#include "cuda/fmha_sm90/fmha_sm90_tma.hpp"
 
 namespace attnkit::cuda::fmha_sm90 {
 
@@ -29,9 +31,10 @@ namespace attnkit::cuda::fmha_sm90 {
 inline constexpr int kBarrierProducer = 4;
 
 template <class Traits, bool kLists, class Schedule>
-__device__ __forceinline__ void produce_backward_visits(const fmha::FmhaBackwardParams& p, const fmha::DecodedTile& kv,
-                                                        int32_t batch, int32_t head_kv, const Schedule& schedule,
-                                                        int count, typename Traits::SharedStorage& ss, int ptid) {
+__device__ __forceinline__ void produce_backward_visits(const fmha::FmhaBackwardParams& p, const Sm90DqMap& dq_map,
+                                                        const fmha::DecodedTile& kv, int32_t batch, int32_t head_kv,
+                                                        const Schedule& schedule, int count,
+                                                        typename Traits::SharedStorage& ss, int ptid) {
   using namespace cute;
   using Copy = typename Traits::ProducerCopy;
   using Element = typename Traits::Element;
@@ -40,8 +43,6 @@ __device__ __forceinline__ void produce_backward_visits(const fmha::FmhaBackward
   constexpr int kRowsPerPass = Copy::kRowsPerPass;
   static_assert(Traits::kProducerThreads == 2 * kBlockM, "one thread per Q row and per dO row");
   static_assert(kRowsPerPass % 8 == 0, "the GMMA swizzle repeats every 8 rows: passes are a fixed distance apart");
-  fmha::issue_kv_tile_loads<Copy, Traits::kBlockN, typename Traits::SmemLayoutKV>(p, kv, batch, head_kv, ss.k, ss.v,
-                                                                                  ptid);
 
   // This thread's chunk: column `col` of rows first_row + kRowsPerPass k; the shared address of pass k
   // is first_destination + k * pass_bytes in stage 0's Q tile (dO and stage 1 are whole tiles further).
@@ -67,7 +68,7 @@ __device__ __forceinline__ void produce_backward_visits(const fmha::FmhaBackward
     fmha::issue_visit_stats_copy<kBlockM>(p, batch, v, ss.stats[stage], ptid);
     if (!is_do) {
       fmha::store_visit_row_data<kLists, kBlockM>(
-          p, kv, batch, v,
+          p, p.accumulate_dq && !dq_map.enabled, kv, batch, v,
           fmha::BackwardVisitBuffers<Element>{ss.q[stage], ss.d_o[stage], ss.stats[stage], ss.windows[stage],
                                               ss.dq_rows[stage]},
           row);

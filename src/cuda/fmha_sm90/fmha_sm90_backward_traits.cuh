@@ -26,6 +26,7 @@
 #include <type_traits>
 
 #include "cuda/fmha/fmha_backward_traits.cuh"
+#include "cuda/fmha_sm90/fmha_sm90_tma.hpp"
 
 namespace attnkit::cuda::fmha_sm90 {
 
@@ -100,10 +101,13 @@ struct Sm90BackwardTraits {
   static constexpr int kChunksPerRow = ProducerCopy::kChunksPerRow;
   static constexpr int kStoreRowsPerPass = kMmaThreads / kChunksPerRow;
 
-  // Fast mode's dQ goes through shared memory, one fp32 tile of 64 queries x D per MMA warpgroup, rows padded by 8
-  // floats (a half-warp's 8-byte stores of 4 rows x 8 columns then hit 32 distinct banks), each row added to the
-  // accumulator by one bulk reduction (cp.reduce.async.bulk).
-  static constexpr int kDqRowFloats = kDqColumns + 8;
+  // Fast mode's dQ, when the accumulator has a TMA map (Sm90DqMap), goes through shared memory: per MMA
+  // warpgroup one fp32 tile of 64 queries x D as boxes of 32 columns (128 bytes per row, 128-byte
+  // swizzled), each added to the accumulator by one TMA reduction. Without a map, threads add their
+  // accumulator pairs with red.global.
+  static constexpr int kDqBoxes = kDqColumns / kDqBoxColumns;
+  static constexpr int kDqBoxFloats = kBlockM * kDqBoxColumns;
+  static_assert(kDqColumns % kDqBoxColumns == 0, "whole dQ boxes");
 
   static constexpr int kTileBytesQ = kBlockM * kHeadDim * int(sizeof(Element));
   static constexpr int kTileBytesKV = kBlockN * kHeadDim * int(sizeof(Element));
@@ -115,11 +119,12 @@ struct Sm90BackwardTraits {
     alignas(1024) Element q[kStages][kBlockM * kHeadDim];
     alignas(1024) Element d_o[kStages][kBlockM * kHeadDim];
     alignas(1024) Element ds[kMmaGroups][kBlockM * kKeysPerGroup];
-    alignas(16) float dq[kMmaGroups][kBlockM * kDqRowFloats];
+    alignas(1024) float dq[kMmaGroups][kBlockM * kDqColumns];
     alignas(16) float stats[kStages][2 * kBlockM];
     alignas(16) int2 windows[kStages][fmha::kMaxDims * kBlockM];
     alignas(16) int64_t dq_rows[kStages][kBlockM];
     fmha::QVisit visits[kStages];
+    int32_t dq_box[kMmaGroups][5];                   // a warpgroup's current dQ box coordinates (its issuing thread's)
     const Element* row_table[kStages][2 * kBlockM];  // producer: Q then dO row starts of a visit
     uint64_t kv_full;
     uint64_t full[kStages];

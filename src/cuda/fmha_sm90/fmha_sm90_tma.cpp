@@ -25,21 +25,34 @@ bool stride_ok(int64_t stride_elements, int64_t element_bytes) {
   return bytes > 0 && bytes % 16 == 0 && bytes < (int64_t{1} << 40);
 }
 
-// The (head dim, KV head, tokens innermost first, batch) view of K or V, or rank 0 when TMA cannot
-// express it.
-MapShape shape_of(const fmha::TensorAddress& a, const fmha::FmhaParams& p, int columns, int block_n,
-                  int64_t element_bytes, bool& fold_batch, bool& has_batch) {
+// What a tile tensor map describes besides the tensor's own strides: the token grid its tiles are
+// boxes of, the head count, the batch and how many columns each row holds.
+struct TileGrid {
+  const fmha::TokenSpace* space = nullptr;
+  int dims = 1;
+  const int32_t* dilation = nullptr;
+  int64_t heads = 1;
+  int64_t batch = 1;
+  int64_t columns = 0;  // per row (columns past it are out of bounds)
+  int box_columns = 0;  // per box: 128 bytes with the 128-byte swizzle
+  int block_rows = 0;   // tokens per tile
+  int64_t element_bytes = 2;
+};
+
+// The (columns, head, tokens innermost first, batch) view of a [B, tokens..., H, columns] tensor whose
+// tiles are boxes of g.space, or rank 0 when TMA cannot express it.
+MapShape shape_of(const fmha::TensorAddress& a, const TileGrid& g, bool& fold_batch, bool& has_batch) {
   MapShape s;
-  const fmha::TokenSpace& space = p.kv_space;
-  // A box wider than the tensor is not allowed: D < 64 keeps the cp.async path.
-  if (space.decompose || columns < kChunkColumns || reinterpret_cast<uintptr_t>(a.data) % 16 != 0) return {};
+  const fmha::TokenSpace& space = *g.space;
+  // A box wider than the tensor is not allowed: narrower rows keep the cp.async path.
+  if (space.decompose || g.columns < g.box_columns || reinterpret_cast<uintptr_t>(a.data) % 16 != 0) return {};
   int box_rows = 1;
-  for (int d = 0; d < p.dims; ++d) {
-    if (p.dilation[d] != 1) return {};
+  for (int d = 0; d < g.dims; ++d) {
+    if (g.dilation[d] != 1) return {};
     box_rows *= 1 << space.box_log2[d];
   }
-  if (box_rows != block_n) return {};
-  const int64_t heads_kv = p.heads_q / p.heads_per_kv;
+  if (box_rows != g.block_rows) return {};
+  const int64_t element_bytes = g.element_bytes;
   auto add = [&](int64_t extent, int64_t stride_elements, int box) {
     // Extent-1 dimensions take any stride: give them one TMA accepts.
     if (extent == 1) stride_elements = 16 / element_bytes;
@@ -50,21 +63,21 @@ MapShape shape_of(const fmha::TensorAddress& a, const fmha::FmhaParams& p, int c
     ++s.rank;
     return true;
   };
-  bool ok = add(columns, 1, kChunkColumns) && add(heads_kv, a.head_stride, 1);
-  for (int d = p.dims - 1; d >= 1 && ok; --d) ok = add(space.extent[d], a.token_stride[d], 1 << space.box_log2[d]);
+  bool ok = add(g.columns, 1, g.box_columns) && add(g.heads, a.head_stride, 1);
+  for (int d = g.dims - 1; d >= 1 && ok; --d) ok = add(space.extent[d], a.token_stride[d], 1 << space.box_log2[d]);
   if (!ok) return {};
   // Outermost token dimension and the batch: separate when a dimension is left, else folded.
   const int64_t outer_extent = space.extent[0];
   const int64_t outer_stride = a.token_stride[0];
   fold_batch = false;
   has_batch = false;
-  if (p.batch == 1) {
+  if (g.batch == 1) {
     ok = add(outer_extent, outer_stride, 1 << space.box_log2[0]);
   } else if (s.rank + 2 <= 5) {
-    ok = add(outer_extent, outer_stride, 1 << space.box_log2[0]) && add(p.batch, a.batch_stride, 1);
+    ok = add(outer_extent, outer_stride, 1 << space.box_log2[0]) && add(g.batch, a.batch_stride, 1);
     has_batch = true;
   } else if (a.batch_stride == outer_extent * outer_stride) {
-    ok = add(outer_extent * p.batch, outer_stride, 1 << space.box_log2[0]);
+    ok = add(outer_extent * g.batch, outer_stride, 1 << space.box_log2[0]);
     fold_batch = true;
   } else {
     return {};
@@ -89,16 +102,15 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
   return function;
 }
 
-void encode(CUtensorMap& map, const MapShape& s, const void* data, DType dtype) {
+void encode(CUtensorMap& map, const MapShape& s, const void* data, CUtensorMapDataType type, const char* what) {
   std::array<cuuint32_t, 5> element_strides{1, 1, 1, 1, 1};
-  const CUresult result =
-      encode_function()(&map, dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-                        static_cast<cuuint32_t>(s.rank), const_cast<void*>(data), s.dims.data(), s.strides_bytes.data(),
-                        s.box.data(), element_strides.data(), CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult result = encode_function()(&map, type, static_cast<cuuint32_t>(s.rank), const_cast<void*>(data),
+                                            s.dims.data(), s.strides_bytes.data(), s.box.data(), element_strides.data(),
+                                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (result != CUDA_SUCCESS) {
-    throw Error(Status::cuda_error,
-                "cuTensorMapEncodeTiled (attention K/V tiles): CUresult " + std::to_string(static_cast<int>(result)));
+    throw Error(Status::cuda_error, std::string("cuTensorMapEncodeTiled (") + what + "): CUresult " +
+                                        std::to_string(static_cast<int>(result)));
   }
 }
 
@@ -107,16 +119,52 @@ void encode(CUtensorMap& map, const MapShape& s, const void* data, DType dtype) 
 void make_sm90_kv_maps(const fmha::FmhaParams& p, DType dtype, int head_dim_compiled, int block_n, Sm90KvMaps& maps) {
   maps.enabled = 0;
   if (head_dim_compiled % kChunkColumns != 0) return;
+  TileGrid g;
+  g.space = &p.kv_space;
+  g.dims = p.dims;
+  g.dilation = p.dilation;
+  g.heads = p.heads_q / p.heads_per_kv;
+  g.batch = p.batch;
+  g.box_columns = kChunkColumns;
+  g.block_rows = block_n;
+  g.element_bytes = 2;
   bool fold_k = false, batch_k = false, fold_v = false, batch_v = false;
-  const MapShape k = shape_of(p.k, p, p.head_dim, block_n, 2, fold_k, batch_k);
-  const MapShape v = shape_of(p.v, p, p.head_dim_v, block_n, 2, fold_v, batch_v);
+  g.columns = p.head_dim;
+  const MapShape k = shape_of(p.k, g, fold_k, batch_k);
+  g.columns = p.head_dim_v;
+  const MapShape v = shape_of(p.v, g, fold_v, batch_v);
   if (k.rank == 0 || v.rank == 0 || k.rank != v.rank || fold_k != fold_v || batch_k != batch_v) return;
-  encode(maps.k, k, p.k.data, dtype);
-  encode(maps.v, v, p.v.data, dtype);
+  const CUtensorMapDataType type =
+      dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  encode(maps.k, k, p.k.data, type, "attention K tiles");
+  encode(maps.v, v, p.v.data, type, "attention V tiles");
   maps.rank = k.rank;
   maps.fold_batch = fold_k ? 1 : 0;
   maps.has_batch = batch_k ? 1 : 0;
   maps.enabled = 1;
+}
+
+void make_sm90_dq_map(const fmha::FmhaBackwardParams& p, int block_m, Sm90DqMap& map) {
+  map.enabled = 0;
+  if (!p.accumulate_dq) return;
+  TileGrid g;
+  g.space = &p.q_space;
+  g.dims = p.dims;
+  g.dilation = p.dilation;
+  g.heads = p.heads_q;
+  g.batch = p.batch;
+  g.columns = p.head_dim;
+  g.box_columns = kDqBoxColumns;
+  g.block_rows = block_m;
+  g.element_bytes = 4;
+  bool fold = false, has_batch = false;
+  const MapShape s = shape_of(p.dq_accum, g, fold, has_batch);
+  if (s.rank == 0) return;
+  encode(map.map, s, p.dq_accum.data, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, "backward dQ accumulator tiles");
+  map.rank = s.rank;
+  map.fold_batch = fold ? 1 : 0;
+  map.has_batch = has_batch ? 1 : 0;
+  map.enabled = 1;
 }
 
 }  // namespace attnkit::cuda::fmha_sm90

@@ -1,4 +1,4 @@
-// TMA tensor maps for the Hopper forward kernel's K and V tiles.
+// TMA tensor maps of the Hopper kernels: the forward's K and V tiles, the backward's dQ accumulator tiles.
 //
 // A KV tile is a box of tokens (fmha_params.hpp, box mode): BlockN rows, the last token dimension
 // fastest. Seen as a tensor of (head dim, KV head, token dims innermost first, batch), such a tile is
@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "attnkit/dtype.hpp"
+#include "cuda/fmha/fmha_backward_params.hpp"
 #include "cuda/fmha/fmha_params.hpp"
 
 namespace attnkit::cuda::fmha_sm90 {
@@ -31,5 +32,22 @@ struct Sm90KvMaps {  // CUtensorMap members impose their own alignment
 // maps.enabled = 0 when TMA cannot express the tiles. Throws Status::cuda_error when the driver refuses
 // a map it should accept.
 void make_sm90_kv_maps(const fmha::FmhaParams& p, DType dtype, int head_dim_compiled, int block_n, Sm90KvMaps& maps);
+
+// The backward's fast-mode dQ accumulator (fp32 [B, Sq, Hq, D], fmha_backward_params.hpp) seen the same
+// way: (D, query head, token dims innermost first, batch), one box per 32-column slice (128 bytes,
+// swizzled) of a Q tile of BlockM tokens, so that a warpgroup adds a visit's partial dQ with one TMA
+// reduction per slice (cp.reduce.async.bulk.tensor .add); rows past the extents and columns past D
+// are out of bounds and left alone. enabled = 0 when TMA cannot express the tiles (dilation, flat
+// decomposed tokens, D < 32, D not a multiple of 4) or in deterministic mode.
+inline constexpr int kDqBoxColumns = 32;
+struct Sm90DqMap {
+  CUtensorMap map;
+  int32_t enabled = 0;
+  int32_t rank = 0;
+  int32_t fold_batch = 0;
+  int32_t has_batch = 0;
+};
+
+void make_sm90_dq_map(const fmha::FmhaBackwardParams& p, int block_m, Sm90DqMap& map);
 
 }  // namespace attnkit::cuda::fmha_sm90

@@ -1,7 +1,7 @@
 // Device side of the TMA tile loads (maps from fmha_sm90_tma.hpp): one elected producer thread
 // announces the bytes a stage will receive (mbarrier expect-tx) and issues one bulk tensor copy per
 // 64-column chunk; the copies complete the transaction on the stage's full barrier themselves. Also
-// the bulk reductions (shared -> global fp32 adds) of the backward's dQ and their bulk-group waits.
+// the bulk tensor reductions (shared -> global fp32 adds) of the backward's dQ and their bulk-group waits.
 #pragma once
 #include <cuda.h>
 
@@ -47,13 +47,42 @@ __device__ __forceinline__ void tma_load_box(const CUtensorMap* map, void* desti
   }
 }
 
-// global[0 .. bytes / 4) += shared[0 .. bytes / 4), fp32, performed by the TMA unit (bytes: a multiple
-// of 16, both addresses 16-byte aligned), in this thread's current bulk group. The shared source must
-// have been written before a fence_generic_to_async_shared() and a barrier with its writers.
-__device__ __forceinline__ void bulk_reduce_add_f32(float* global, const float* shared, uint32_t bytes) {
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(global),
-               "r"(shared_address(shared)), "r"(bytes)
-               : "memory");
+// A 32-bit word to shared memory at a 32-bit shared address (4-byte aligned).
+__device__ __forceinline__ void store_shared_word(uint32_t address, uint32_t value) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(value) : "memory");
+}
+
+// Two floats to shared memory at a 32-bit shared address (8-byte aligned).
+__device__ __forceinline__ void store_shared_pair(uint32_t address, float a, float b) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(address), "f"(a), "f"(b) : "memory");
+}
+
+// The global box at coordinates c of `map` (innermost first, `rank` of them) += the shared box `source`
+// (the map's element type, here fp32), performed by the TMA unit in this thread's current bulk group;
+// elements out of the tensor's bounds are left alone. The shared source must have been written before a
+// fence_generic_to_async_shared() and a barrier with its writers.
+__device__ __forceinline__ void tma_reduce_add_box(const CUtensorMap* map, const void* source, int rank,
+                                                   const int32_t (&c)[5]) {
+  const uint64_t descriptor = reinterpret_cast<uint64_t>(map);
+  const uint32_t from = shared_address(source);
+  if (rank == 3) {
+    asm volatile("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.bulk_group [%0, {%1, %2, %3}], [%4];\n" ::"l"(
+                     descriptor),
+                 "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(from)
+                 : "memory");
+  } else if (rank == 4) {
+    asm volatile(
+        "cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.bulk_group [%0, {%1, %2, %3, %4}], [%5];\n" ::"l"(
+            descriptor),
+        "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(from)
+        : "memory");
+  } else {
+    asm volatile(
+        "cp.reduce.async.bulk.tensor.5d.global.shared::cta.add.bulk_group [%0, {%1, %2, %3, %4, %5}], [%6];\n" ::"l"(
+            descriptor),
+        "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(c[4]), "r"(from)
+        : "memory");
+  }
 }
 
 __device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
@@ -67,20 +96,35 @@ __device__ __forceinline__ void bulk_wait_sources_read() {
 // Waits until this thread's bulk groups have completed (their global writes are performed).
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
-// The coordinates of a KV tile's first chunk: (column 0, KV head, token indices innermost first, batch),
-// laid out as make_sm90_kv_maps() described the tensor.
+// The coordinates of a tile's first box in a map of shape_of()'s view (fmha_sm90_tma.cpp): (column 0,
+// head, token indices innermost first, batch), the batch folded into the outermost token index
+// (`outer_extent` of them per batch) or a coordinate of its own as the map says.
+__device__ __forceinline__ void box_coordinates(int dims, int32_t outer_extent, bool fold_batch, bool has_batch,
+                                                const fmha::TileOrigin& origin, int32_t head, int32_t batch,
+                                                int32_t (&c)[5]) {
+  static_assert(fmha::kMaxDims == 3, "coordinates 2..4: up to three token dimensions and the batch");
+  c[0] = 0;
+  c[1] = head;
+  // Coordinate 2 + k: token dimension dims - 1 - k, then the outermost one (k = dims - 1), then the batch.
+  // Selected with constant indices only (an array indexed at run time would live in local memory).
+#pragma unroll
+  for (int k = 0; k < 3; ++k) {
+    int32_t value = 0;
+#pragma unroll
+    for (int d = 1; d < fmha::kMaxDims; ++d) {
+      if (k < dims - 1 && d == dims - 1 - k) value = origin.index[d];
+    }
+    if (k == dims - 1) value = origin.index[0] + (fold_batch ? batch * outer_extent : 0);
+    if (k == dims && has_batch) value = batch;
+    c[2 + k] = value;
+  }
+}
+
+// A KV tile's first chunk in the forward's K / V maps.
 __device__ __forceinline__ void tile_coordinates(const Sm90KvMaps& maps, const fmha::FmhaParams& p,
                                                  const fmha::TileOrigin& origin, int32_t head_kv, int32_t batch,
                                                  int32_t (&c)[5]) {
-  int n = 0;
-  c[n++] = 0;
-  c[n++] = head_kv;
-  for (int d = fmha::kMaxDims - 1; d >= 1; --d) {
-    if (d < p.dims) c[n++] = origin.index[d];
-  }
-  c[n++] = origin.index[0] + (maps.fold_batch ? batch * p.kv_space.extent[0] : 0);
-  if (maps.has_batch) c[n++] = batch;
-  while (n < 5) c[n++] = 0;
+  box_coordinates(p.dims, p.kv_space.extent[0], maps.fold_batch != 0, maps.has_batch != 0, origin, head_kv, batch, c);
 }
 
 }  // namespace attnkit::cuda::fmha_sm90

@@ -331,9 +331,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   using Schedule = ScheduleTemplate<Traits::kBlockM>;
   extern __shared__ char smem_raw[];
   Storage& ss = *reinterpret_cast<Storage*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
-  __shared__ typename Schedule::State schedule_state;
-  // The KV tile's description is read by both roles and at the end (stores): kept in shared memory.
-  __shared__ fmha::DecodedTile kv_shared;
+  // The KV tile's description is read by both roles and at the end (stores): kept in shared memory. Both
+  // 16-byte aligned: the producer reads kv_shared with 16-byte loads while an MMA warp writes the
+  // schedule state, and a load that began inside the state would read (and discard) bytes being written
+  // (compute-sanitizer racecheck reports it).
+  __shared__ alignas(16) typename Schedule::State schedule_state;
+  __shared__ alignas(16) fmha::DecodedTile kv_shared;
 
   const int tid = static_cast<int>(threadIdx.x);
   // The warpgroup, broadcast from lane 0 so that the compiler sees the role branches as warp-uniform

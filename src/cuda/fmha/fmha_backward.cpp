@@ -6,7 +6,8 @@
 //
 // Modes (AttentionBackward::deterministic; the C ABI's `deterministic`):
 //   fast (the default, deterministic == false): the dK/dV kernel also forms dQ partials dS K and adds
-//     them with fp32 atomics into a workspace accumulator, which a small kernel converts into dQ
+//     them into an fp32 workspace accumulator with reductions in L2 (red.global atomics on the portable
+//     tier, TMA tensor reductions of whole tiles on the Hopper tier), which a small kernel converts into dQ
 //     (fmha_backward_dq_accumulate.cuh): 5 tile products per (Q tile, KV tile) pair. Costs: 4 * B * Sq *
 //     Hq * D more workspace bytes, and dQ varies in its last bits from run to run (the order of the
 //     fp32 additions follows the scheduling). dK and dV are unaffected: bit-identical from run to run,

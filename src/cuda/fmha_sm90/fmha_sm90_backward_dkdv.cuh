@@ -322,6 +322,48 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
   }
 }
 
+// The producer warpgroup's K and V copies, committed as one cp.async group: as for a visit's Q and dO,
+// each thread computes the start of one K row and one V row into a row table (in the first dQ buffer,
+// unused until the MMA warpgroups' first dQ store, long after these copies landed), then after a
+// producer barrier copies 16-byte chunks whose shared addresses are compile-time distances apart
+// (recomputing each row's token address in every pass kept the MMA warps waiting ~6 % of the na2d
+// kernel's time at the barrier after it, ncu).
+template <class Traits>
+__device__ __forceinline__ void issue_kv_loads(const fmha::FmhaBackwardParams& p, const fmha::DecodedTile& kv,
+                                               int32_t batch, int32_t head_kv, typename Traits::SharedStorage& ss,
+                                               int ptid) {
+  using namespace cute;
+  using Element = typename Traits::Element;
+  using Copy = typename Traits::ProducerCopy;
+  constexpr int kBlockN = Traits::kBlockN;
+  static_assert(Traits::kProducerThreads == kBlockN, "one thread per K row and per V row");
+  static_assert(2 * kBlockN * sizeof(Element*) <= sizeof(ss.dq[0]), "the K / V row table fits a dQ buffer");
+  const Element** rows = reinterpret_cast<const Element**>(ss.dq[0]);
+  rows[ptid] = fmha::tile_row_start<Element>(p.k, batch * p.k.batch_stride + head_kv * p.k.head_stride, p.kv_space,
+                                             p.dilation, kv.origin, ptid);
+  rows[kBlockN + ptid] = fmha::tile_row_start<Element>(p.v, batch * p.v.batch_stride + head_kv * p.v.head_stride,
+                                                       p.kv_space, p.dilation, kv.origin, ptid);
+  named_barrier_sync(kBarrierProducer, Traits::kProducerThreads);  // the row table
+  const int col = (ptid % Copy::kChunksPerRow) * 8;
+  const int first_row = ptid / Copy::kChunksPerRow;
+  Tensor sK = make_tensor(make_smem_ptr(ss.k), typename Traits::SmemLayoutKV{});
+  const uint32_t first_destination = shared_address(&sK(first_row, col));
+  const uint32_t v_offset = shared_address(ss.v) - shared_address(ss.k);
+  constexpr uint32_t kPassBytes = Copy::kRowsPerPass * 128;  // whole 8-row swizzle periods of a 64-column chunk
+#pragma unroll
+  for (int tile = 0; tile < 2; ++tile) {
+    const bool col_valid = col < (tile == 0 ? p.head_dim : p.head_dim_v);
+#pragma unroll
+    for (int pass = 0; pass < kBlockN / Copy::kRowsPerPass; ++pass) {
+      const Element* start = rows[tile * kBlockN + first_row + pass * Copy::kRowsPerPass];
+      const bool valid = start != nullptr && col_valid;
+      copy_16_bytes_async(first_destination + tile * v_offset + pass * kPassBytes,
+                          valid ? static_cast<const void*>(start + col) : p.k.data, valid);
+    }
+  }
+  commit_async_copies();
+}
+
 template <class Traits, template <int> class ScheduleTemplate, bool kLists>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     fmha_sm90_backward_dkdv_kernel(const __grid_constant__ fmha::FmhaBackwardParams p,
@@ -353,10 +395,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   __syncthreads();  // kv_shared
   const fmha::DecodedTile& kv = kv_shared;
   // K and V load while the first MMA warp computes the visit schedule (the producer's first cp.async group).
-  if (warp_group == 0) {
-    fmha::issue_kv_tile_loads<typename Traits::ProducerCopy, Traits::kBlockN, typename Traits::SmemLayoutKV>(
-        p, kv, batch, head_kv, ss.k, ss.v, tid);
-  }
+  if (warp_group == 0) issue_kv_loads<Traits>(p, kv, batch, head_kv, ss, tid);
   Schedule schedule;
   schedule.init(p, kv, batch, head_kv, &schedule_state, tid - Traits::kProducerThreads);
   if (tid == 0) {

@@ -110,7 +110,9 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
   const int dq_boxes = min(Traits::kDqBoxes, (p.head_dim + kDqBoxColumns - 1) / kDqBoxColumns);
   float* dq_buffer = ss.dq[group];
   Tensor sDs = fixed_tile(ss.ds[group], typename Traits::SmemLayoutDs{});
-  const int k0 = row0 - group * kKeys;  // this thread's first key row within the warpgroup's 64
+  // This thread's first accumulator row within its warpgroup's 64: a key of the score tiles, a query of
+  // the dQ tile (both m64 accumulators).
+  const int k0 = row0 - group * kKeys;
   static_assert(kCols / 2 <= 8 && kBlockM * sizeof(Element) == 128, "one 128-byte row of queries per key");
   const uint32_t ds_base = shared_address(ss.ds[group]) + k0 * 128 + ((k0 & 7) << 4) + col0 * int(sizeof(Element));
   const int barrier_group = kBarrierMmaGroup0 + group;
@@ -210,7 +212,7 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
       }
     } else {
 #pragma unroll
-      for (int i = 0; i < kRows; ++i) dq_row[i] = ss.dq_rows[b][row0 - group * kKeys + 8 * i];
+      for (int i = 0; i < kRows; ++i) dq_row[i] = ss.dq_rows[b][k0 + 8 * i];
     }
     fence_generic_to_async_shared();
     named_barrier_sync(barrier_group, 128);  // dS published; the dQ buffer is free
@@ -231,16 +233,15 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_dq);
     }
-    // The accumulator map: query rows row0 - 64 group (+ 8), columns col0 + 8 (j / 2) (+ 1).
+    // The accumulator map: query rows k0 (+ 8), columns col0 + 8 (j / 2) (+ 1).
     Tensor dq = gmma_rows_cols(acc_dq);
     if (dq_map.enabled) {
       // Element (r, c) lies in box c / 32 at row r, its 16-byte chunk (c % 32) / 4 swizzled to
       // ((c % 32) / 4) ^ (r % 8). This thread's columns c = col0 + 8 m' (col0 < 8 even) and rows r0, r0 + 8
       // share r % 8, so every address is dq_base ^ ((m' % 4) << 5) plus a constant (box, row) offset:
-      // one 32-bit base, where generic 64-bit addresses per store spilled.
-      const int r0 = row0 - group * kKeys;
+      // one 32-bit base, where generic 64-bit addresses per store spilled. Rows: k0 (+ 8).
       const uint32_t dq_base =
-          shared_address(dq_buffer) + r0 * 128 + (((col0 >> 2) ^ (r0 & 7)) << 4) + (col0 & 3) * int(sizeof(float));
+          shared_address(dq_buffer) + k0 * 128 + (((col0 >> 2) ^ (k0 & 7)) << 4) + (col0 & 3) * int(sizeof(float));
 #pragma unroll
       for (int i = 0; i < size<0>(dq); ++i) {
 #pragma unroll
@@ -320,48 +321,6 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
       *reinterpret_cast<uint4*>(dv_row + col) = *reinterpret_cast<const uint4*>(&sV(row, col));
     }
   }
-}
-
-// The producer warpgroup's K and V copies, committed as one cp.async group: as for a visit's Q and dO,
-// each thread computes the start of one K row and one V row into a row table (in the first dQ buffer,
-// unused until the MMA warpgroups' first dQ store, long after these copies landed), then after a
-// producer barrier copies 16-byte chunks whose shared addresses are compile-time distances apart
-// (recomputing each row's token address in every pass kept the MMA warps waiting ~6 % of the na2d
-// kernel's time at the barrier after it, ncu).
-template <class Traits>
-__device__ __forceinline__ void issue_kv_loads(const fmha::FmhaBackwardParams& p, const fmha::DecodedTile& kv,
-                                               int32_t batch, int32_t head_kv, typename Traits::SharedStorage& ss,
-                                               int ptid) {
-  using namespace cute;
-  using Element = typename Traits::Element;
-  using Copy = typename Traits::ProducerCopy;
-  constexpr int kBlockN = Traits::kBlockN;
-  static_assert(Traits::kProducerThreads == kBlockN, "one thread per K row and per V row");
-  static_assert(2 * kBlockN * sizeof(Element*) <= sizeof(ss.dq[0]), "the K / V row table fits a dQ buffer");
-  const Element** rows = reinterpret_cast<const Element**>(ss.dq[0]);
-  rows[ptid] = fmha::tile_row_start<Element>(p.k, batch * p.k.batch_stride + head_kv * p.k.head_stride, p.kv_space,
-                                             p.dilation, kv.origin, ptid);
-  rows[kBlockN + ptid] = fmha::tile_row_start<Element>(p.v, batch * p.v.batch_stride + head_kv * p.v.head_stride,
-                                                       p.kv_space, p.dilation, kv.origin, ptid);
-  named_barrier_sync(kBarrierProducer, Traits::kProducerThreads);  // the row table
-  const int col = (ptid % Copy::kChunksPerRow) * 8;
-  const int first_row = ptid / Copy::kChunksPerRow;
-  Tensor sK = make_tensor(make_smem_ptr(ss.k), typename Traits::SmemLayoutKV{});
-  const uint32_t first_destination = shared_address(&sK(first_row, col));
-  const uint32_t v_offset = shared_address(ss.v) - shared_address(ss.k);
-  constexpr uint32_t kPassBytes = Copy::kRowsPerPass * 128;  // whole 8-row swizzle periods of a 64-column chunk
-#pragma unroll
-  for (int tile = 0; tile < 2; ++tile) {
-    const bool col_valid = col < (tile == 0 ? p.head_dim : p.head_dim_v);
-#pragma unroll
-    for (int pass = 0; pass < kBlockN / Copy::kRowsPerPass; ++pass) {
-      const Element* start = rows[tile * kBlockN + first_row + pass * Copy::kRowsPerPass];
-      const bool valid = start != nullptr && col_valid;
-      copy_16_bytes_async(first_destination + tile * v_offset + pass * kPassBytes,
-                          valid ? static_cast<const void*>(start + col) : p.k.data, valid);
-    }
-  }
-  commit_async_copies();
 }
 
 template <class Traits, template <int> class ScheduleTemplate, bool kLists>

@@ -30,6 +30,64 @@ namespace attnkit::cuda::fmha_sm90 {
 // Barrier of the producer warpgroup (the MMA warpgroups use 1..3).
 inline constexpr int kBarrierProducer = 4;
 
+// Copies a pair of tiles of `Rows` rows each (Q and dO, or K and V) whose row starts are in `rows` (the
+// first tile's rows, then the second's; nullptr: zero-fill) and commits them as one cp.async group.
+// This thread copies the 16-byte chunk at column `col` of rows first_row + kRowsPerPass k: the whole
+// 8-row periods of the 128-byte swizzle put pass k at destination + k * kRowsPerPass * 128 bytes in the
+// first tile and second_offset bytes further in the second; columns from `columns[t]` on are zero-filled.
+template <class Traits, int Rows>
+__device__ __forceinline__ void copy_tile_pair_from_rows(const typename Traits::Element* const* rows, int first_row,
+                                                         int col, uint32_t destination, uint32_t second_offset,
+                                                         const int (&columns)[2], const void* fallback) {
+  using Element = typename Traits::Element;
+  using Copy = typename Traits::ProducerCopy;
+  static_assert(Copy::kRowsPerPass % 8 == 0,
+                "the GMMA swizzle repeats every 8 rows: passes are a fixed distance apart");
+  constexpr uint32_t kPassBytes = Copy::kRowsPerPass * 128;  // 8 (16) rows of a 64-column chunk
+#pragma unroll
+  for (int tile = 0; tile < 2; ++tile) {
+    const bool col_valid = col < columns[tile];
+#pragma unroll
+    for (int pass = 0; pass < Rows / Copy::kRowsPerPass; ++pass) {
+      const Element* start = rows[tile * Rows + first_row + pass * Copy::kRowsPerPass];
+      const bool valid = start != nullptr && col_valid;
+      copy_16_bytes_async(destination + tile * second_offset + pass * kPassBytes,
+                          valid ? static_cast<const void*>(start + col) : fallback, valid);
+    }
+  }
+  commit_async_copies();
+}
+
+// The producer warpgroup's K and V copies, committed as one cp.async group: as for a visit's Q and dO,
+// each thread computes the start of one K row and one V row into a row table (in the first dQ buffer,
+// unused until the MMA warpgroups' first dQ store, long after these copies landed), then after a
+// producer barrier copies 16-byte chunks whose shared addresses are compile-time distances apart
+// (recomputing each row's token address in every pass kept the MMA warps waiting ~6 % of the na2d
+// kernel's time at the barrier after it, ncu).
+template <class Traits>
+__device__ __forceinline__ void issue_kv_loads(const fmha::FmhaBackwardParams& p, const fmha::DecodedTile& kv,
+                                               int32_t batch, int32_t head_kv, typename Traits::SharedStorage& ss,
+                                               int ptid) {
+  using namespace cute;
+  using Element = typename Traits::Element;
+  using Copy = typename Traits::ProducerCopy;
+  constexpr int kBlockN = Traits::kBlockN;
+  static_assert(Traits::kProducerThreads == kBlockN, "one thread per K row and per V row");
+  static_assert(2 * kBlockN * sizeof(Element*) <= sizeof(ss.dq[0]), "the K / V row table fits a dQ buffer");
+  const Element** rows = reinterpret_cast<const Element**>(ss.dq[0]);
+  rows[ptid] = fmha::tile_row_start<Element>(p.k, batch * p.k.batch_stride + head_kv * p.k.head_stride, p.kv_space,
+                                             p.dilation, kv.origin, ptid);
+  rows[kBlockN + ptid] = fmha::tile_row_start<Element>(p.v, batch * p.v.batch_stride + head_kv * p.v.head_stride,
+                                                       p.kv_space, p.dilation, kv.origin, ptid);
+  named_barrier_sync(kBarrierProducer, Traits::kProducerThreads);  // the row table
+  const int col = (ptid % Copy::kChunksPerRow) * 8;
+  const int first_row = ptid / Copy::kChunksPerRow;
+  Tensor sK = make_tensor(make_smem_ptr(ss.k), typename Traits::SmemLayoutKV{});
+  copy_tile_pair_from_rows<Traits, kBlockN>(rows, first_row, col, shared_address(&sK(first_row, col)),
+                                            shared_address(ss.v) - shared_address(ss.k), {p.head_dim, p.head_dim_v},
+                                            p.k.data);
+}
+
 template <class Traits, bool kLists, class Schedule>
 __device__ __forceinline__ void produce_backward_visits(const fmha::FmhaBackwardParams& p, const Sm90DqMap& dq_map,
                                                         const fmha::DecodedTile& kv, int32_t batch, int32_t head_kv,
@@ -40,17 +98,14 @@ __device__ __forceinline__ void produce_backward_visits(const fmha::FmhaBackward
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kChunksPerRow = Copy::kChunksPerRow;
-  constexpr int kRowsPerPass = Copy::kRowsPerPass;
   static_assert(Traits::kProducerThreads == 2 * kBlockM, "one thread per Q row and per dO row");
-  static_assert(kRowsPerPass % 8 == 0, "the GMMA swizzle repeats every 8 rows: passes are a fixed distance apart");
 
-  // This thread's chunk: column `col` of rows first_row + kRowsPerPass k; the shared address of pass k
-  // is first_destination + k * pass_bytes in stage 0's Q tile (dO and stage 1 are whole tiles further).
+  // This thread's chunks (copy_tile_pair_from_rows): column `col` of rows first_row + kRowsPerPass k, from
+  // first_destination in stage 0's Q tile (dO and stage 1 are whole tiles further).
   const int col = (ptid % kChunksPerRow) * 8;
   const int first_row = ptid / kChunksPerRow;
   Tensor sQ = make_tensor(make_smem_ptr(ss.q[0]), typename Traits::SmemLayoutQ{});
   const uint32_t first_destination = shared_address(&sQ(first_row, col));
-  constexpr uint32_t kPassBytes = kRowsPerPass * 128;  // 8 rows of a 64-column chunk: 1024 bytes
   const uint32_t do_offset = shared_address(ss.d_o[0]) - shared_address(ss.q[0]);
   constexpr uint32_t kStageBytes = Traits::kTileBytesQ;
 
@@ -74,19 +129,9 @@ __device__ __forceinline__ void produce_backward_visits(const fmha::FmhaBackward
           row);
     }
     named_barrier_sync(kBarrierProducer, Traits::kProducerThreads);  // the stage's row table is complete
-    const uint32_t stage_destination = first_destination + stage * kStageBytes;
-#pragma unroll
-    for (int tile = 0; tile < 2; ++tile) {
-      const bool col_valid = col < (tile == 0 ? p.head_dim : p.head_dim_v);
-#pragma unroll
-      for (int pass = 0; pass < kBlockM / kRowsPerPass; ++pass) {
-        const Element* start = ss.row_table[stage][tile * kBlockM + first_row + pass * kRowsPerPass];
-        const bool valid = start != nullptr && col_valid;
-        copy_16_bytes_async(stage_destination + tile * do_offset + pass * kPassBytes,
-                            valid ? static_cast<const void*>(start + col) : p.q.data, valid);
-      }
-    }
-    commit_async_copies();
+    copy_tile_pair_from_rows<Traits, kBlockM>(ss.row_table[stage], first_row, col,
+                                              first_destination + stage * kStageBytes, do_offset,
+                                              {p.head_dim, p.head_dim_v}, p.q.data);
   };
   if (count > 0) {
     load_visit(0);

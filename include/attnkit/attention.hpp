@@ -71,7 +71,19 @@ struct AttentionBackward {
   std::optional<double> scale;
   AttentionMask mask{};
   bool deterministic = false;  // GPU only: no order-dependent atomics
+  // KV-parallel splitting (CUDA): the dK/dV work of each KV tile is shared by `kv_splits` CTAs, each over
+  // a contiguous part of the tile's Q-tile visits; their fp32 partial dK and dV go to the workspace and
+  // are summed in a fixed order (deterministic in both modes). 0 = automatic: split while it shortens
+  // the dK/dV kernel by the cost model (a grid that leaves SMs idle), within split_workspace_limit; 1 =
+  // never. At most kMaxBackwardKvSplits. The CPU backend ignores kv_splits and split_workspace_limit.
+  int32_t kv_splits = 0;
+  // Workspace bytes the automatic choice may spend on partials (kv_splits == 0): -1 = the default bound
+  // kDefaultSplitWorkspaceBytes, 0 = never split automatically. An explicit kv_splits is not limited.
+  int64_t split_workspace_limit = -1;
 };
+
+inline constexpr int32_t kMaxBackwardKvSplits = 128;
+inline constexpr int64_t kDefaultSplitWorkspaceBytes = int64_t{64} << 20;
 
 ATTNKIT_API void attention_forward(const AttentionForward& problem, const RunOptions& options = {});
 ATTNKIT_API void attention_backward(const AttentionBackward& problem, const RunOptions& options = {});

@@ -11,6 +11,9 @@
 // within the dtype's tolerance. Deterministic mode alone is bit-identical across reruns. Without CUDA (or
 // a GPU) every GPU test skips; the workspace-size tests of FmhaBackwardWorkspace run on the host.
 //
+// KV-parallel splitting (AttentionBackward::kv_splits) has its own cases (KvSplits*, every mask kind, splits
+// with no visits, caller workspace full of NaN bytes, reruns); the other cases run unsplit (kv_splits 1).
+//
 // CudaFmhaBackward.DISABLED_Timing* (disabled by default; --gtest_also_run_disabled_tests) prints the
 // backward's TF/s in both modes on representative shapes, counting 2.5 x the forward's useful FLOPs
 // (10 * pairs * D per head) for either mode.
@@ -84,6 +87,9 @@ struct Case {
   bool deterministic = false;    // false: fast mode (the default)
   bool use_stream = false;
   bool use_workspace = false;
+  // AttentionBackward::kv_splits: 1 (never split) keeps the unsplit kernels under test in the cases that
+  // do not ask for splits; 0 is the automatic choice.
+  int32_t kv_splits = 1;
 };
 
 double tolerance(DType dtype) { return dtype == DType::f16 ? 5e-3 : 1.5e-2; }
@@ -258,6 +264,7 @@ CaseResult run_case(const Case& c, uint64_t seed) {
   gpu.scale = c.scale;
   gpu.mask = mask;
   gpu.deterministic = c.deterministic;
+  gpu.kv_splits = c.kv_splits;
   if (mask.kind == MaskKind::block) gpu.mask.block_mask = mask_tensor->device;
   if (mask.kind == MaskKind::element) gpu.mask.element_mask = mask_tensor->device;
   RunOptions options;
@@ -350,8 +357,9 @@ CaseResult run_case(const Case& c, uint64_t seed) {
   test::for_each_offset(dq.host, [&](int64_t off) {
     result.dq_values.push_back(detail::load_as_double(dq.host.data, dq.host.dtype, off));
   });
-  std::printf("    [%s %s] rel-L2 dq %.3e dk %.3e dv %.3e\n", std::string(dtype_name(c.dtype)).c_str(),
-              c.deterministic ? "deterministic" : "fast", result.dq_error, result.dk_error, result.dv_error);
+  std::printf("    [%s %s, kv_splits %d] rel-L2 dq %.3e dk %.3e dv %.3e\n", std::string(dtype_name(c.dtype)).c_str(),
+              c.deterministic ? "deterministic" : "fast", c.kv_splits, result.dq_error, result.dk_error,
+              result.dv_error);
   return result;
 }
 
@@ -677,6 +685,130 @@ TEST_F(CudaFmhaBackward, DeterministicModeIsBitIdenticalAcrossRuns) {
   EXPECT_TRUE(first.dv_bytes == second.dv_bytes) << "grad_v differs between two deterministic runs";
 }
 
+// --- KV-parallel splitting (fp32 partials in the workspace, summed in split order) ----------------
+
+TEST_F(CudaFmhaBackward, KvSplitsOverDenseAndCausalVisitsSumToTheOraclesGradients) {
+  Case c;
+  c.tokens_q = {300};
+  c.tokens_kv = {131};
+  c.kv_splits = 3;
+  run_both_dtypes(c, 1500);
+  c.mask = causal_mask(CausalAlignment::bottom_right);
+  c.tokens_q = {333};
+  c.tokens_kv = {200};
+  c.heads_q = 6;
+  c.kv_splits = 4;
+  run_both_dtypes(c, 1505);
+}
+
+// Splits beyond the visits (one visit per query head here): the splits without visits must write zero
+// partials, not leave the workspace's garbage in the sum.
+TEST_F(CudaFmhaBackward, KvSplitsWithoutVisitsContributeZeros) {
+  Case c;
+  c.tokens_q = {5};
+  c.tokens_kv = {131};
+  c.heads_q = 2;
+  c.heads_kv = 1;
+  c.kv_splits = 7;
+  c.use_workspace = true;  // filled with NaN bytes
+  run_both_dtypes(c, 1510);
+}
+
+TEST_F(CudaFmhaBackward, KvSplitsOverNeighborhoodBoxesWithDilationStrideAndCausal) {
+  Case c;
+  c.tokens_q = c.tokens_kv = {19, 23};
+  c.mask = neighborhood({nd(5, 2, 2), nd(7, 1, 3, true)});
+  c.heads_q = 6;
+  c.heads_kv = 1;
+  c.kv_splits = 3;
+  run_both_dtypes(c, 1520);
+  c.tokens_q = c.tokens_kv = {6, 9, 11};
+  c.mask = neighborhood({nd(3), nd(5, 1, 2), nd(7)});
+  c.heads_q = c.heads_kv = 2;
+  c.kv_splits = 2;
+  run_both_dtypes(c, 1525);
+}
+
+TEST_F(CudaFmhaBackward, KvSplitsOverBlockAndElementMaskListsWithEmptyRows) {
+  Case c;
+  c.mask = block_sparse_mask(TensorView{}, 16, 32);
+  c.mask_heads = 4;
+  c.mask_batch = 2;
+  c.tokens_q = {150};
+  c.tokens_kv = {170};
+  c.kv_splits = 3;
+  run_both_dtypes(c, 1530);
+  c.mask = element_sparse_mask(TensorView{});
+  c.mask_heads = 1;
+  c.mask_batch = 1;
+  c.empty_rows_every = 5;
+  c.kv_splits = 5;
+  run_both_dtypes(c, 1535);
+}
+
+TEST_F(CudaFmhaBackward, KvSplitsWithValueHeadDimBelowTheCompiledWidthOnStridedViews) {
+  Case c;
+  c.head_dim = 128;
+  c.head_dim_v = 64;
+  c.tokens_q = {140};
+  c.tokens_kv = {260};
+  c.layout = Layout::padded_heads;
+  c.kv_splits = 2;
+  run_both_dtypes(c, 1540);
+}
+
+// The automatic choice splits multi-query attention over few key tiles (FmhaBackwardSplit tests the
+// choice itself): the workspace query shows the partials, and the gradients match the oracle.
+TEST_F(CudaFmhaBackward, AutomaticKvSplitsForMultiQueryAttentionOverFewKeyTiles) {
+  Case c;
+  c.batch = 1;
+  c.tokens_q = c.tokens_kv = {1000};
+  c.heads_q = 8;
+  c.heads_kv = 1;
+  c.kv_splits = 0;
+  c.use_workspace = true;
+  {
+    c.dtype = DType::bf16;
+    if (!compiled_for(c)) GTEST_SKIP() << "bf16 head dim 64 not compiled";
+    TestTensor q = TestTensor::make(c.dtype, {1, 1000, 8, 64}, {0, 0, 0, 0});
+    TestTensor k = TestTensor::make(c.dtype, {1, 1000, 1, 64}, {0, 0, 0, 0});
+    TestTensor lse = TestTensor::make(DType::f32, {1, 1000, 8}, {0, 0, 0});
+    AttentionBackward p;
+    p.q = p.out = p.grad_out = p.grad_q = q.device;
+    p.k = p.v = p.grad_k = p.grad_v = k.device;
+    p.lse = lse.device;
+    const RunOptions options{Backend::cuda, nullptr, 0};
+    p.kv_splits = 1;
+    const int64_t unsplit = attention_backward_workspace_size(p, options);
+    p.kv_splits = 0;
+    EXPECT_GT(attention_backward_workspace_size(p, options), unsplit)
+        << "8 to 16 KV tiles leave the SMs of any GPU idle: the automatic choice splits (fp32 partials)";
+  }
+  run_both_dtypes(c, 1550);
+}
+
+TEST_F(CudaFmhaBackward, KvSplitsAreBitIdenticalAcrossRunsInBothModes) {
+  Case c;
+  c.dtype = DType::bf16;
+  c.tokens_q = c.tokens_kv = {40, 37};
+  c.heads_q = 4;
+  c.heads_kv = 1;
+  c.mask = neighborhood({nd(11), nd(9)});
+  c.kv_splits = 3;
+  if (!compiled_for(c)) GTEST_SKIP() << "bf16 head dim 64 not compiled";
+  for (bool deterministic : {true, false}) {
+    SCOPED_TRACE(deterministic ? "deterministic mode" : "fast mode");
+    c.deterministic = deterministic;
+    const CaseResult first = run_case(c, 1560);
+    const CaseResult second = run_case(c, 1560);
+    if (deterministic) {
+      EXPECT_TRUE(first.dq_bytes == second.dq_bytes) << "grad_q differs between two runs";
+    }
+    EXPECT_TRUE(first.dk_bytes == second.dk_bytes) << "grad_k differs between two runs";
+    EXPECT_TRUE(first.dv_bytes == second.dv_bytes) << "grad_v differs between two runs";
+  }
+}
+
 TEST_F(CudaFmhaBackward, SmallRunsOnTheCallersStreamWithTheCallersWorkspace) {
   Case c;
   c.use_stream = true;
@@ -831,7 +963,8 @@ int64_t registry_workspace_bytes(int64_t batch, const std::vector<int64_t>& toke
   const auto policy = cuda::fmha::fmha_backward_policy_for(mask.kind);
   for (const auto& kernel : cuda::fmha::fmha_backward_kernels()) {
     if (kernel.config.dtype == DType::bf16 && kernel.config.head_dim == dim && kernel.config.policy == policy) {
-      return kernel.workspace_bytes(cuda::fmha::make_backward_launch(p, shape, kernel.config));
+      // 0 multiprocessors: no automatic KV split (an explicit p.kv_splits still applies).
+      return kernel.workspace_bytes(cuda::fmha::make_backward_launch(p, shape, kernel.config, 0));
     }
   }
   return -1;

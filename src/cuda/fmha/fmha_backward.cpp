@@ -37,26 +37,29 @@
 namespace attnkit::cuda::fmha {
 namespace {
 
-const FmhaBackwardKernel& backward_kernel(const AttentionBackward& problem, const detail::AttentionShape& shape,
-                                          const RunOptions& options) {
-  return *backward_selection(problem, shape, options).kernel;
+FmhaBackwardLaunch backward_launch(const AttentionBackward& problem, const detail::AttentionShape& shape,
+                                   const RunOptions& options, const FmhaBackwardKernel** kernel) {
+  const BackwardSelection selection = backward_selection(problem, shape, options);
+  *kernel = selection.kernel;
+  return make_backward_launch(problem, shape, selection.kernel->config, selection.multiprocessors);
 }
 
 }  // namespace
 
 void run_backward(const AttentionBackward& problem, const detail::AttentionShape& shape, const RunOptions& options) {
   const DeviceGuard guard(problem.q.device.index);
-  const FmhaBackwardKernel& kernel = backward_kernel(problem, shape, options);
-  const FmhaBackwardLaunch launch = make_backward_launch(problem, shape, kernel.config);
-  kernel.launch(launch, FmhaBackwardWorkspace{options.workspace, options.workspace_bytes},
-                static_cast<cudaStream_t>(options.stream));
+  const FmhaBackwardKernel* kernel = nullptr;
+  const FmhaBackwardLaunch launch = backward_launch(problem, shape, options, &kernel);
+  kernel->launch(launch, FmhaBackwardWorkspace{options.workspace, options.workspace_bytes},
+                 static_cast<cudaStream_t>(options.stream));
 }
 
 int64_t backward_workspace_size(const AttentionBackward& problem, const detail::AttentionShape& shape,
                                 const RunOptions& options) {
   const DeviceGuard guard(problem.q.device.index);
-  const FmhaBackwardKernel& kernel = backward_kernel(problem, shape, options);
-  return kernel.workspace_bytes(make_backward_launch(problem, shape, kernel.config));
+  const FmhaBackwardKernel* kernel = nullptr;
+  const FmhaBackwardLaunch launch = backward_launch(problem, shape, options, &kernel);
+  return kernel->workspace_bytes(launch);
 }
 
 }  // namespace attnkit::cuda::fmha

@@ -15,6 +15,7 @@
 
 #include "attnkit/error.hpp"
 #include "cuda/fmha/fmha_argument_support.hpp"
+#include "cuda/fmha/fmha_backward_split.hpp"
 #include "cuda/fmha/fmha_box_shape.hpp"
 
 namespace attnkit::cuda::fmha {
@@ -46,7 +47,7 @@ void check_backward_supported(const AttentionBackward& problem, const detail::At
 }
 
 FmhaBackwardLaunch make_backward_launch(const AttentionBackward& problem, const detail::AttentionShape& shape,
-                                        const FmhaBackwardConfig& config) {
+                                        const FmhaBackwardConfig& config, int multiprocessors) {
   FmhaBackwardLaunch launch;
   launch.deterministic = problem.deterministic;
   FmhaBackwardParams& p = launch.params;
@@ -164,6 +165,21 @@ FmhaBackwardLaunch make_backward_launch(const AttentionBackward& problem, const 
     p.dq_accum.head_stride = shape.head_dim;
     p.dq_accum.batch_stride = shape.seq_q * row;
   }
+
+  // KV-parallel splitting: the same choice in both modes (dK and dV stay equal between them). The Hopper
+  // dK/dV kernel runs one CTA per SM, the portable one two.
+  p.partial_width = config.head_dim;
+  KvSplitInputs split;
+  split.ctas = total_kv * p.heads_kv * p.batch;
+  split.slots = int64_t{multiprocessors} * (config.architecture == 90 ? 1 : 2);
+  split.partial_bytes = kv_split_partial_bytes(p, config.block_n, config.head_dim);
+  split.requested = problem.kv_splits;
+  split.workspace_limit = problem.split_workspace_limit;
+  // Only a grid of under a few waves can gain; the estimate costs a few binary searches per dimension.
+  if (problem.kv_splits == 0 && split.ctas < 4 * split.slots)
+    split.visits = backward_visits_per_kv_tile(p, config.policy);
+  p.kv_splits = choose_kv_splits(split);
+  check_limit(total_kv * p.kv_splits, (int64_t{1} << 31) - 1, "key tiles x kv_splits (grid size)");
   return launch;
 }
 

@@ -13,7 +13,9 @@ FmhaBackwardPolicy fmha_backward_policy_for(MaskKind kind);
 // Throws Status::unsupported when the problem is valid but outside what these kernels run.
 void check_backward_supported(const AttentionBackward& problem, const detail::AttentionShape& shape);
 
+// `multiprocessors`: SMs of the device (the KV-parallel split choice, fmha_backward_split.hpp; 0 = unknown:
+// only an explicit kv_splits splits).
 FmhaBackwardLaunch make_backward_launch(const AttentionBackward& problem, const detail::AttentionShape& shape,
-                                        const FmhaBackwardConfig& config);
+                                        const FmhaBackwardConfig& config, int multiprocessors);
 
 }  // namespace attnkit::cuda::fmha

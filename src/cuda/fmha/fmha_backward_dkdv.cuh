@@ -14,6 +14,8 @@
 // the end, both are stored through shared memory as whole 16-byte chunks. Loads are double-buffered:
 // Q, dO, the row statistics (lse_log2, delta: two 16-byte-copied rows of the workspace) and, for
 // partial box tiles, the query windows of visit i+1 are fetched while visit i computes.
+// KV-parallel splitting (p.kv_splits > 1, fmha_backward_split.hpp): the CTA runs its split's part of the
+// visits and stores its fp32 dK and dV unscaled to its workspace slab instead.
 // Deterministic mode: no atomics, the result does not depend on scheduling (dQ is computed by
 // fmha_backward_dq.cuh). Fast mode (p.accumulate_dq, a uniform runtime branch, so both modes share one
 // instantiation): dS also goes through a shared tile (one more, after the double buffers) into
@@ -27,6 +29,7 @@
 #include "cuda/fmha/fmha_backward_dq_accumulate.cuh"
 #include "cuda/fmha/fmha_backward_gemm.cuh"
 #include "cuda/fmha/fmha_backward_params.hpp"
+#include "cuda/fmha/fmha_backward_split.cuh"
 #include "cuda/fmha/fmha_backward_tiles.cuh"
 #include "cuda/fmha/fmha_backward_visit.cuh"
 #include "cuda/fmha/fmha_fragment.cuh"
@@ -69,7 +72,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 2)
   __shared__ typename Schedule::State schedule_state;
 
   const int tid = static_cast<int>(threadIdx.x);
-  const DecodedTile kv = decode_tile(p, static_cast<int32_t>(blockIdx.x), p.kv_tiles, p.kv_space, p.q_space, false);
+  const KvSplitCta cta = kv_split_cta(p);
+  const DecodedTile kv = decode_tile(p, cta.tile, p.kv_tiles, p.kv_space, p.q_space, false);
   if (!kv.valid) return;
   const int32_t head_kv = static_cast<int32_t>(blockIdx.y);
   const int32_t batch = static_cast<int32_t>(blockIdx.z);
@@ -78,7 +82,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 2)
   Schedule schedule;
   schedule.init(p, kv, batch, head_kv, &schedule_state, tid);
   __syncthreads();  // publish the schedule state
-  const int count = schedule.count();
+  const VisitRange range = split_visit_range(p, cta.split, schedule.count());
+  const int count = range.count;
 
   // This thread's keys (rows) and queries (columns) of a BlockN x BlockM score tile.
   int row_of[kRows];
@@ -109,13 +114,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 2)
   Tensor sK = make_tensor(make_smem_ptr(smem_k), typename Traits::SmemLayoutKV{});
   Tensor sV = make_tensor(make_smem_ptr(smem_v), typename Traits::SmemLayoutKV{});
 
-  if (count > 0) issue_visit(schedule.visit(p, 0), 0);
+  if (count > 0) issue_visit(schedule.visit(p, range.first), 0);
   for (int it = 0; it < count; ++it) {
     const int b = it & 1;
-    const QVisit v = schedule.visit(p, it);
+    const QVisit v = schedule.visit(p, range.first + it);
     wait_async_copies<0>();
     __syncthreads();  // visit it's tiles (and K, V) landed; every warp is done with buffer b ^ 1
-    if (it + 1 < count) issue_visit(schedule.visit(p, it + 1), b ^ 1);
+    if (it + 1 < count) issue_visit(schedule.visit(p, range.first + it + 1), b ^ 1);
 
     Tensor sQ = make_tensor(make_smem_ptr(q_buffer(b)), typename Traits::SmemLayoutQ{});
     Tensor sdO = make_tensor(make_smem_ptr(do_buffer(b)), typename Traits::SmemLayoutQ{});
@@ -157,7 +162,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 2)
   }
 
   wait_async_copies<0>();
-  __syncthreads();  // K and V buffers free for the output (and landed, when nothing was visited)
+  __syncthreads();        // K and V buffers free for the output (and landed, when nothing was visited)
+  if (p.kv_splits > 1) {  // this split's unscaled partials; the reduce kernel sums and writes them
+    const int64_t slab = kv_partial_offset(p, cta.split, batch, head_kv, cta.tile, kBlockN);
+    auto thread_mma = TiledMma{}.get_thread_slice(tid);
+    store_partial_tile<kBlockN, Traits::kHeadDim>(thread_mma, acc_dk, p.dk_partial + slab);
+    store_partial_tile<kBlockN, Traits::kHeadDim>(thread_mma, acc_dv, p.dv_partial + slab);
+    return;
+  }
 #pragma unroll
   for (int i = 0; i < size(acc_dk); ++i) acc_dk(i) *= p.scale;
   const int64_t dk_head = batch * p.d_k.batch_stride + head_kv * p.d_k.head_stride;

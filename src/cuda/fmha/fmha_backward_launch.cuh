@@ -10,7 +10,8 @@
 // with the host, so the call can be captured into a CUDA graph. Scratch layout (each part 256-byte
 // aligned): lse_log2 and delta (4 bytes per (batch, query head, tile row) each), then for tile-list
 // masks the classes (1 byte per tile), row and column entries (4 bytes per tile each) and counts, then
-// in fast mode the dQ accumulator (4 * B * Sq * Hq * D bytes).
+// in fast mode the dQ accumulator (4 * B * Sq * Hq * D bytes), then with KV-parallel splitting the
+// fp32 dK and dV partials (fmha_backward_split.hpp), summed by the reduce kernel after the dK/dV kernel.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -25,6 +26,8 @@
 #include "cuda/fmha/fmha_backward_dq_accumulate.cuh"
 #include "cuda/fmha/fmha_backward_lists.cuh"
 #include "cuda/fmha/fmha_backward_preprocess.cuh"
+#include "cuda/fmha/fmha_backward_split.cuh"
+#include "cuda/fmha/fmha_backward_split.hpp"
 #include "cuda/fmha/fmha_backward_traits.cuh"
 
 namespace attnkit::cuda::fmha {
@@ -33,11 +36,13 @@ inline int64_t backward_round_up(int64_t bytes) { return (bytes + 255) / 256 * 2
 
 struct BackwardWorkspaceLayout {
   int64_t lse_log2 = 0, delta = 0, classes = 0, q_entries = 0, q_counts = 0, kv_entries = 0, kv_counts = 0;
-  int64_t dq_accum = 0;  // fast mode only
+  int64_t dq_accum = 0;     // fast mode only
+  int64_t kv_partials = 0;  // kv_splits > 1 only: dK partials, then dV partials
   int64_t total() const {
-    return lse_log2 + delta + classes + q_entries + q_counts + kv_entries + kv_counts + dq_accum;
+    return lse_log2 + delta + classes + q_entries + q_counts + kv_entries + kv_counts + dq_accum + kv_partials;
   }
-  int64_t dq_accum_offset() const { return total() - dq_accum; }
+  int64_t dq_accum_offset() const { return total() - kv_partials - dq_accum; }
+  int64_t kv_partials_offset() const { return total() - kv_partials; }
 };
 
 template <class Traits, bool kLists>
@@ -58,6 +63,9 @@ BackwardWorkspaceLayout backward_workspace_layout(const FmhaBackwardLaunch& laun
     layout.kv_counts = backward_round_up(mask_bh * b.kv_tiles * 4);
   }
   if (p.accumulate_dq) layout.dq_accum = backward_round_up(p.dq_accum.batch_stride * p.batch * 4);
+  if (p.kv_splits > 1) {
+    layout.kv_partials = backward_round_up(p.kv_splits * kv_split_partial_bytes(p, Traits::kBlockN, Traits::kHeadDim));
+  }
   return layout;
 }
 
@@ -149,9 +157,18 @@ cudaError_t launch_backward_kernels(FmhaBackwardLaunch& launch, char* base, cons
   fmha_backward_preprocess_kernel<Traits><<<q_grid, 128, 0, stream>>>(p);
   if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
 
-  if (const cudaError_t status = DkDv::launch(p, dim3(p.total_kv_tiles, p.heads_kv, p.batch), stream);
+  const dim3 kv_grid(p.total_kv_tiles, p.heads_kv, p.batch);
+  if (p.kv_splits > 1) {
+    p.dk_partial = reinterpret_cast<float*>(base + layout.kv_partials_offset());
+    p.dv_partial = p.dk_partial + p.kv_splits * kv_split_partial_bytes(p, Traits::kBlockN, Traits::kHeadDim) / 8;
+  }
+  if (const cudaError_t status = DkDv::launch(p, dim3(p.total_kv_tiles * p.kv_splits, p.heads_kv, p.batch), stream);
       status != cudaSuccess) {
     return status;
+  }
+  if (p.kv_splits > 1) {
+    fmha_backward_dkdv_reduce_kernel<Traits><<<kv_grid, 128, 0, stream>>>(p);
+    if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
   }
 
   if (p.accumulate_dq) {

@@ -69,7 +69,24 @@ struct FmhaBackwardParams {
   // Contiguous fp32 [B, Sq, Hq, D] addressed like d_q (token strides row-major over the query extents);
   // data is set by the launcher (workspace).
   TensorAddress dq_accum{};
+  // KV-parallel splitting (fmha_backward_split.hpp): kv_splits CTAs per KV tile, blockIdx.x = tile *
+  // kv_splits + split. With kv_splits > 1 every CTA writes its unscaled fp32 dK and dV to its slab of
+  // dk_partial / dv_partial (workspace, set by the launcher): element
+  //   ((((split * B + b) * Hkv + h) * total_kv_tiles + tile) * BlockN + row) * partial_width + column
+  // for all BlockN rows and partial_width (the compiled head dim) columns, and the reduce kernel sums them.
+  int32_t kv_splits = 1;
+  int32_t partial_width = 0;
+  float* dk_partial = nullptr;
+  float* dv_partial = nullptr;
 };
+
+// Start of the fp32 partial slab of (split, batch, KV head, KV tile) in dk_partial / dv_partial.
+ATTNKIT_HOST_DEVICE int64_t kv_partial_offset(const FmhaBackwardParams& p, int32_t split, int32_t batch,
+                                              int32_t head_kv, int32_t tile, int block_n) {
+  const int64_t slab =
+      ((static_cast<int64_t>(split) * p.batch + batch) * p.heads_kv + head_kv) * p.total_kv_tiles + tile;
+  return slab * block_n * p.partial_width;
+}
 
 // What the list builders read and write.
 struct BackwardListBuildParams {

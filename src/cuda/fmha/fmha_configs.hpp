@@ -60,6 +60,7 @@ const char* fmha_policy_name(FmhaPolicyKind policy);
 struct FmhaDevice {
   int capability = 0;
   int max_shared_bytes_optin = 0;
+  int multiprocessors = 0;
 };
 
 // Whether a config's code runs on a device of `capability` (major * 10 + minor): the portable tier on

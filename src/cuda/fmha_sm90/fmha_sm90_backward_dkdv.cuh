@@ -1,5 +1,6 @@
 // The dK/dV kernel of the Hopper fused-attention backward (SM90a: wgmma, mbarriers, warp
-// specialisation), one CTA per (KV tile of 128 keys, KV head, batch) — the portable dK/dV kernel's
+// specialisation), one CTA per (KV tile of 128 keys, KV head, batch) — or kv_splits CTAs, each over a part
+// of the tile's visits, writing fp32 partials (fmha_backward_split.hpp) — the portable dK/dV kernel's
 // grid, visit schedules, masks and workspace.
 //
 // Algorithm (FlashAttention-2 backward, KV-tile-centric, scores kept transposed): warpgroup 0 produces
@@ -23,7 +24,8 @@
 // deterministic mode skips dQ (the separate dQ kernel computes it). dK and dV stay in registers over
 // the whole GQA group and go out through shared memory as whole 16-byte chunks (dK times the softmax
 // scale) to rows whose starts the MMA threads compute once each. K and V load while one MMA warp
-// computes the visit schedule (four binary searches per dimension, one per lane). On other
+// computes the visit schedule (four binary searches per dimension, one per lane) and the others the
+// tables from which partial box visits take their element masks (fmha_sm90_backward_mask.cuh). On other
 // architectures the body is empty (the registry never selects it).
 #pragma once
 #include <cute/tensor.hpp>
@@ -32,6 +34,7 @@
 
 #include "cuda/common/async_copy.cuh"
 #include "cuda/fmha/fmha_backward_params.hpp"
+#include "cuda/fmha/fmha_backward_split.cuh"
 #include "cuda/fmha/fmha_backward_tiles.cuh"
 #include "cuda/fmha/fmha_backward_visit.cuh"
 #include "cuda/fmha/fmha_softmax.cuh"
@@ -82,12 +85,15 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
   int col_of[kCols];
 #pragma unroll
   for (int j = 0; j < kCols; ++j) col_of[j] = col0 + 8 * (j / 2) + j % 2;
+  // Partial visits' mask bits: box policies from the CTA's mask tables (fmha_sm90_backward_mask.cuh) for
+  // key rows row0 (+ 8); tile lists test the mask tensor at the flat keys.
+  int key_row[kRows];
   int32_t key_index[kRows][kMaxDims];
 #pragma unroll
   for (int i = 0; i < kRows; ++i) {
-    const int row = row0 + 8 * i;
+    key_row[i] = row0 + 8 * i;
 #pragma unroll
-    for (int d = 0; d < kMaxDims; ++d) key_index[i][d] = kv.origin.index[d] + in_box(p.kv_space, d, row);
+    for (int d = 0; d < kMaxDims; ++d) key_index[i][d] = kv.origin.index[d] + in_box(p.kv_space, d, key_row[i]);
   }
 
   Tensor sK = make_tensor(make_smem_ptr(ss.k), typename Traits::SmemLayoutKV{});
@@ -161,7 +167,11 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
       warpgroup_commit_batch();
     }
     uint32_t allowed[kRows];  // bit j: column j of row i is attended
-    visit_allowed_bits<kLists, kBlockM>(p, batch, ss.visits[b], key_index, col_of, ss.windows[b], allowed);
+    if constexpr (kLists) {
+      visit_allowed_bits<kLists, kBlockM>(p, batch, ss.visits[b], key_index, col_of, nullptr, allowed);
+    } else {
+      box_allowed_bits(p, ss.visits[b], ss.mask_tables, col0 / 2, key_row, allowed);
+    }
     warpgroup_wait<1>();  // S^T done; dP^T may still run
     warpgroup_fence_operand(acc_s);
     scores_to_probabilities(gmma_rows_cols(acc_s), allowed, stats, col_of, p.scale_log2);
@@ -279,6 +289,13 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
   }
   if (issues_dq) bulk_wait_all();
 
+  if (p.kv_splits > 1) {                     // this split's unscaled partials, straight from the accumulators
+    const KvSplitCta cta = kv_split_cta(p);  // from blockIdx again: nothing more lives across the visits
+    const int64_t slab = kv_partial_offset(p, cta.split, batch, head_kv, cta.tile, kBlockN) + group * kKeys * kHeadDim;
+    store_partial_tile<kKeys, kHeadDim>(thread_g, acc_dk, p.dk_partial + slab);
+    store_partial_tile<kKeys, kHeadDim>(thread_g, acc_dv, p.dv_partial + slab);
+    return;
+  }
   // Every product has read K and V, and every dQ box has left its buffer: K and V take the outputs, the
   // first dQ buffer a table of the output rows' starts (each thread computes one: dK rows, then dV rows).
   named_barrier_sync(kBarrierMma, Traits::kMmaThreads);
@@ -343,9 +360,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // The warpgroup, broadcast from lane 0 so that the compiler sees the role branches as warp-uniform
   // (wgmma in a branch it thinks divergent is serialised).
   const int warp_group = __shfl_sync(0xffffffffu, tid / 128, 0);
+  const fmha::KvSplitCta cta = fmha::kv_split_cta(p);
   {
-    const fmha::DecodedTile kv =
-        fmha::decode_tile(p, static_cast<int32_t>(blockIdx.x), p.kv_tiles, p.kv_space, p.q_space, false);
+    const fmha::DecodedTile kv = fmha::decode_tile(p, cta.tile, p.kv_tiles, p.kv_space, p.q_space, false);
     if (!kv.valid) return;
     if (tid == 0) kv_shared = kv;
   }
@@ -357,6 +374,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   if (warp_group == 0) issue_kv_loads<Traits>(p, kv, batch, head_kv, ss, tid);
   Schedule schedule;
   schedule.init(p, kv, batch, head_kv, &schedule_state, tid - Traits::kProducerThreads);
+  // The mask tables on the MMA warps that do not search the schedule (the first MMA warp does).
+  constexpr int kTableThreadsStart = Traits::kProducerThreads + 32;
+  if (!kLists && tid >= kTableThreadsStart) {
+    build_box_mask_tables(p, kv, ss.mask_tables, tid - kTableThreadsStart, Traits::kThreads - kTableThreadsStart);
+  }
   if (tid == 0) {
     barrier_init(&ss.kv_full, Traits::kProducerThreads);
 #pragma unroll
@@ -367,15 +389,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     barrier_init_fence();
   }
   __syncthreads();  // schedule state and barriers published
-  const int count = schedule.count();
+  const fmha::VisitRange range = fmha::split_visit_range(p, cta.split, schedule.count());
 
   if (warp_group == 0) {
     warpgroup_registers_shrink<Traits::kProducerRegisters>();
-    produce_backward_visits<Traits, kLists>(p, dq_map, kv, batch, head_kv, schedule, count, ss, tid);
+    produce_backward_visits<Traits, kLists>(p, dq_map, kv, batch, head_kv, schedule, range, ss, tid);
   } else {
     warpgroup_registers_grow<Traits::kMmaRegisters>();
     const int mtid = tid - Traits::kProducerThreads;
-    consume_backward_visits<Traits, kLists>(p, dq_map, kv, batch, head_kv, count, ss, warp_group - 1, mtid);
+    consume_backward_visits<Traits, kLists>(p, dq_map, kv, batch, head_kv, range.count, ss, warp_group - 1, mtid);
   }
 #endif
 }

@@ -1,6 +1,7 @@
 // The producer warpgroup of the Hopper backward dK/dV kernel (fmha_sm90_backward_dkdv.cuh): gathers the
-// CTA's K and V tiles once and then, for every visit of the schedule, the visit's Q and dO tiles, row
-// statistics, key windows and dQ row offsets into the visit's stage, with the visit itself for the MMA
+// CTA's K and V tiles once and then, for every visit of its split's part of the schedule (all of it
+// unless the KV tile is split, fmha_backward_split.hpp), the visit's Q and dO tiles, row
+// statistics and dQ row offsets into the visit's stage, with the visit itself for the MMA
 // warpgroups. The K and V copies are the warpgroup's first cp.async group, issued by the kernel before it
 // computes the visit schedule.
 //
@@ -12,7 +13,7 @@
 //
 // Hand-off through mbarriers: stage s is refilled for visit i >= 2 once both MMA warpgroups released
 // visit i - 2 (empty[s]), and announced (full[s]) once every producer thread's copies have landed and
-// been fenced for the async proxy (the wgmma reads them); the plain stores (windows, offsets, visit)
+// been fenced for the async proxy (the wgmma reads them); the plain stores (offsets, visit)
 // are ordered by the arrival's release. K, V and visit 0 are in flight together, K and V announced
 // first (kv_full). Visit i + 1 thus loads while the MMA warpgroups work on visit i.
 #pragma once
@@ -91,7 +92,7 @@ __device__ __forceinline__ void issue_kv_loads(const fmha::FmhaBackwardParams& p
 template <class Traits, bool kLists, class Schedule>
 __device__ __forceinline__ void produce_backward_visits(const fmha::FmhaBackwardParams& p, const Sm90DqMap& dq_map,
                                                         const fmha::DecodedTile& kv, int32_t batch, int32_t head_kv,
-                                                        const Schedule& schedule, int count,
+                                                        const Schedule& schedule, fmha::VisitRange range,
                                                         typename Traits::SharedStorage& ss, int ptid) {
   using namespace cute;
   using Copy = typename Traits::ProducerCopy;
@@ -111,7 +112,7 @@ __device__ __forceinline__ void produce_backward_visits(const fmha::FmhaBackward
 
   auto load_visit = [&](int i) {
     const int stage = i % Traits::kStages;
-    const fmha::QVisit v = schedule.visit(p, i);
+    const fmha::QVisit v = schedule.visit(p, range.first + i);
     if (ptid == 0) ss.visits[stage] = v;
     const bool is_do = ptid >= kBlockM;
     const int row = ptid % kBlockM;
@@ -121,18 +122,14 @@ __device__ __forceinline__ void produce_backward_visits(const fmha::FmhaBackward
       ss.row_table[stage][ptid] = fmha::tile_row_start<Element>(a, head_offset, p.q_space, p.dilation, v.origin, row);
     }
     fmha::issue_visit_stats_copy<kBlockM>(p, batch, v, ss.stats[stage], ptid);
-    if (!is_do) {
-      fmha::store_visit_row_data<kLists, kBlockM>(
-          p, p.accumulate_dq && !dq_map.enabled, kv, batch, v,
-          fmha::BackwardVisitBuffers<Element>{ss.q[stage], ss.d_o[stage], ss.stats[stage], ss.windows[stage],
-                                              ss.dq_rows[stage]},
-          row);
-    }
+    if (!is_do && p.accumulate_dq && !dq_map.enabled)
+      ss.dq_rows[stage][row] = fmha::dq_accum_row_offset(p, batch, v, row);
     named_barrier_sync(kBarrierProducer, Traits::kProducerThreads);  // the stage's row table is complete
     copy_tile_pair_from_rows<Traits, kBlockM>(ss.row_table[stage], first_row, col,
                                               first_destination + stage * kStageBytes, do_offset,
                                               {p.head_dim, p.head_dim_v}, p.q.data);
   };
+  const int count = range.count;
   if (count > 0) {
     load_visit(0);
     wait_async_copies<1>();  // K and V (visit 0 may still be in flight)

@@ -2,8 +2,8 @@
 // type, compiled head dim, tiles (BlockM = 64 queries per visit, BlockN = 128 keys: 64 per MMA
 // warpgroup), the warp roles, the warpgroup MMAs and the shared-memory layouts.
 //
-// Three warpgroups: warpgroup 0 produces (K and V once, then each visit's Q, dO, row statistics,
-// windows and dQ row offsets into two stages), MMA warpgroup w = 0, 1 (warpgroups 1 and 2) owns keys
+// Three warpgroups: warpgroup 0 produces (K and V once, then each visit's Q, dO, row statistics
+// and dQ row offsets into two stages), MMA warpgroup w = 0, 1 (warpgroups 1 and 2) owns keys
 // 64w .. 64w + 63. Every product is one wgmma shape per MMA warpgroup:
 //   MmaScores (SS, 64 keys x 64 queries x D):  S^T = K Q^T and dP^T = V dO^T (both K-major);
 //   MmaGrads  (RS, 64 keys x D x 64 queries):  dV += P^T dO and dK += dS^T Q, P^T and dS^T from the
@@ -26,6 +26,7 @@
 #include <type_traits>
 
 #include "cuda/fmha/fmha_backward_traits.cuh"
+#include "cuda/fmha_sm90/fmha_sm90_backward_mask.cuh"
 #include "cuda/fmha_sm90/fmha_sm90_tma.hpp"
 
 namespace attnkit::cuda::fmha_sm90 {
@@ -121,7 +122,7 @@ struct Sm90BackwardTraits {
     alignas(1024) Element ds[kMmaGroups][kBlockM * kKeysPerGroup];
     alignas(1024) float dq[kMmaGroups][kBlockM * kDqColumns];
     alignas(16) float stats[kStages][2 * kBlockM];
-    alignas(16) int2 windows[kStages][fmha::kMaxDims * kBlockM];
+    alignas(16) BoxMaskTables<kBlockN, kBlockM> mask_tables;  // box policies: partial visits' element masks
     alignas(16) int64_t dq_rows[kStages][kBlockM];
     fmha::QVisit visits[kStages];
     int32_t dq_box[kMmaGroups][5];                   // a warpgroup's current dQ box coordinates (its issuing thread's)

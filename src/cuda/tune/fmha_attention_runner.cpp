@@ -242,7 +242,8 @@ double FmhaAttentionRunner::measure_seconds(const tune::Config& config, int iter
   if (spec_.op == tune::TuneOp::attention_backward) {
     const FmhaBackwardKernel* kernel = fmha_backward_kernel_by_name(config.id);
     if (kernel == nullptr) throw Error(Status::internal, "CUDA tuning runner: no backward kernel named " + config.id);
-    const FmhaBackwardLaunch launch = make_backward_launch(set.backward, shape_, kernel->config);
+    const FmhaBackwardLaunch launch =
+        make_backward_launch(set.backward, shape_, kernel->config, fmha_device(device_).multiprocessors);
     reserve_workspace(kernel->workspace_bytes(launch));
     check_cuda(cudaEventRecord(start_, stream_), "cudaEventRecord");
     kernel->launch(launch, FmhaBackwardWorkspace{workspace_, workspace_bytes_}, stream_);

@@ -53,6 +53,7 @@ BackwardSelection backward_selection(const AttentionBackward& problem, const det
   const FmhaDevice limits = require_sm80_device(device);
   const int max_shared = limits.max_shared_bytes_optin;
   BackwardSelection selection = select_backward_kernel(problem, shape, options, device, limits);
+  selection.multiprocessors = limits.multiprocessors;
   if (selection.kernel == nullptr) {
     throw Error(Status::unsupported,
                 "head_dim: no compiled backward kernel for " + std::string(dtype_name(problem.q.dtype)) +

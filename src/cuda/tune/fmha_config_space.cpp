@@ -29,7 +29,8 @@ constexpr double kSm90BackwardEfficiency = 2.0;
 FmhaPolicyKind policy_of(const tune::Config& config) { return static_cast<FmhaPolicyKind>(config.param("policy")); }
 
 FmhaDevice device_of(const tune::DeviceLimits& limits) {
-  return FmhaDevice{limits.compute_capability, static_cast<int>(limits.max_smem_per_block)};
+  return FmhaDevice{limits.compute_capability, static_cast<int>(limits.max_smem_per_block),
+                    static_cast<int>(limits.processors)};
 }
 
 // Why code built for `architecture` cannot run on a device of `capability`, or "" when it can.

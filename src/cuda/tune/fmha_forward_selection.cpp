@@ -67,7 +67,7 @@ tune::DeviceDescription describe_cuda_device(int device) {
 FmhaDevice fmha_device(int device) {
   return FmhaDevice{
       attribute(cudaDevAttrComputeCapabilityMajor, device) * 10 + attribute(cudaDevAttrComputeCapabilityMinor, device),
-      attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device)};
+      attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device), attribute(cudaDevAttrMultiProcessorCount, device)};
 }
 
 FmhaDevice require_sm80_device(int device) {

@@ -1,0 +1,99 @@
+// Element masks of partial box visits in the Hopper dK/dV kernel (no / causal / neighborhood masks),
+// from two tables the MMA warpgroups build once per CTA instead of testing each (key, query) pair
+// against the query's window per visit.
+//
+// Per dimension, a query i sees keys [begin(i), end(i)) with begin and end non-decreasing in i, so the
+// queries that see key k are one range [first i with end(i) > k, first i with begin(i) > k) — two
+// binary searches (first_query_past, tile_range_inverse.hpp), empty for keys past the extent, ending at
+// n_q. key_queries[d][row] holds that range for the CTA's key row `row` along dimension d.
+//
+// A thread's 16 query columns of a score tile are col0 + 8 (j / 2) + j % 2 (j < 16, col0 = 0, 2, 4, 6:
+// its column group col0 / 2); the in-box coordinate of column c along d is (c >> box_shift[d]) &
+// (box[d] - 1). column_prefix[d][group][c] has bit j set when column j's coordinate along d is below c,
+// so the columns whose coordinate lies in [a, b) are prefix[b] & ~prefix[a]. A visit's bits for key row
+// `row` are then the AND over dimensions of that set for [a, b) = the key's query range minus the Q
+// tile's first index, clamped to the box: a few shared loads and integer operations per row and
+// dimension, where the window tests cost two comparisons per (row, column, dimension) and the
+// producer's per-row window computations.
+#pragma once
+#include <cstdint>
+
+#include "cuda/common/tile_range_inverse.hpp"
+#include "cuda/fmha/fmha_backward_params.hpp"
+#include "cuda/fmha/fmha_backward_tiles.cuh"
+
+namespace attnkit::cuda::fmha_sm90 {
+
+inline constexpr int kColumnGroups = 4;
+
+template <int kBlockN, int kBlockM>
+struct BoxMaskTables {
+  int2 key_queries[fmha::kMaxDims][kBlockN];
+  uint32_t column_prefix[fmha::kMaxDims][kColumnGroups][kBlockM + 1];
+};
+
+// Fills the tables for KV tile `kv`; threads 0 <= t < threads (the MMA warpgroups) share the work, the
+// caller's barrier publishes it.
+template <int kBlockN, int kBlockM>
+__device__ __forceinline__ void build_box_mask_tables(const fmha::FmhaBackwardParams& p, const fmha::DecodedTile& kv,
+                                                      BoxMaskTables<kBlockN, kBlockM>& tables, int t, int threads) {
+  static_assert(kBlockM == 64, "16 columns per thread: 8 column blocks of 8, two columns each");
+  for (int item = t; item < 2 * kBlockN; item += threads) {
+    const int row = item % kBlockN;
+    const bool of_begin = item >= kBlockN;
+#pragma unroll
+    for (int d = 0; d < fmha::kMaxDims; ++d) {
+      if (d < p.dims) {
+        const int64_t key = kv.origin.index[d] + fmha::in_box(p.kv_space, d, row);
+        const int32_t q = static_cast<int32_t>(first_query_past(p.rule[d], of_begin, key, kv.n_q[d], kv.n_kv[d]));
+        if (of_begin) {
+          tables.key_queries[d][row].y = q;
+        } else {
+          tables.key_queries[d][row].x = q;
+        }
+      }
+    }
+  }
+  constexpr int kEntries = kColumnGroups * (kBlockM + 1);
+  for (int item = t; item < fmha::kMaxDims * kEntries; item += threads) {
+    const int d = item / kEntries;
+    const int group = (item / (kBlockM + 1)) % kColumnGroups;
+    const int c = item % (kBlockM + 1);
+    uint32_t bits = 0;
+    if (d < p.dims) {
+      for (int j = 0; j < 16; ++j) {
+        const int column = 2 * group + 8 * (j / 2) + j % 2;
+        if (fmha::in_box(p.q_space, d, column) < c) bits |= 1u << j;
+      }
+    }
+    tables.column_prefix[d][group][c] = bits;
+  }
+}
+
+// Bit j of allowed[i]: key row rows[i] and this thread's query column j of visit `v` are attended (all
+// set for full visits).
+template <int kBlockN, int kBlockM, int kRows>
+__device__ __forceinline__ void box_allowed_bits(const fmha::FmhaBackwardParams& p, const fmha::QVisit& v,
+                                                 const BoxMaskTables<kBlockN, kBlockM>& tables, int column_group,
+                                                 const int (&rows)[kRows], uint32_t (&allowed)[kRows]) {
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) allowed[i] = ~0u;
+  if (v.full) return;
+#pragma unroll
+  for (int d = 0; d < fmha::kMaxDims; ++d) {
+    if (d < p.dims) {
+      const int first = v.origin.index[d];
+      const int box = 1 << p.q_space.box_log2[d];
+      const uint32_t* prefix = tables.column_prefix[d][column_group];
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) {
+        const int2 range = tables.key_queries[d][rows[i]];
+        const int a = min(max(range.x - first, 0), box);
+        const int b = min(max(range.y - first, 0), box);
+        allowed[i] &= prefix[b] & ~prefix[a];
+      }
+    }
+  }
+}
+
+}  // namespace attnkit::cuda::fmha_sm90

@@ -88,6 +88,7 @@ class Problem:
     backward: bool = False
     dtype: str = "bfloat16"
     deterministic: bool = False  # backward: attnkit's deterministic mode (default: fast, atomic dQ)
+    kv_splits: int = 0  # backward: attnkit's KV-parallel splits (0: automatic, 1: never)
 
     @property
     def seq(self) -> int:
@@ -138,6 +139,9 @@ def full_rows(backward: bool) -> list[Problem]:
             dense("bwd-dense-s8192-d128-deterministic", 2, 16, 8192, 128, backward=True, deterministic=True),
             na("bwd-na2d-128x128-k31", 1, 16, 128, (128, 128), (31, 31), backward=True),
             na("bwd-na3d-16x64x64-k7x15x15", 1, 16, 128, (16, 64, 64), (7, 15, 15), backward=True),
+            # A grid of 64 KV-tile CTAs on a 132-SM GPU: KV-parallel splitting (automatic) vs none.
+            dense("bwd-dense-s4096-d128-h2", 1, 2, 4096, 128, backward=True),
+            dense("bwd-dense-s4096-d128-h2-nosplit", 1, 2, 4096, 128, backward=True, kv_splits=1),
         ]
     return rows
 
@@ -382,6 +386,7 @@ def attnkit_candidate(inputs: Inputs, lib, entry: dict):
     backward.grad_q, backward.grad_k, backward.grad_v = (capi.tensor_view(g) for g in grads)
     fill_mask(backward.mask)
     backward.deterministic = 1 if p.deterministic else 0
+    backward.kv_splits = p.kv_splits
     backward_ref = ctypes.byref(backward)
     entry["config"] = attnkit_config(lib, "backward", backward_ref, options_ref)
     keep += [lse, inputs.grad_out, *grads]

@@ -26,7 +26,7 @@
 extern "C" {
 #endif
 
-#define ATTNKIT_ABI_VERSION 2
+#define ATTNKIT_ABI_VERSION 3
 #define ATTNKIT_MAX_RANK 8
 #define ATTNKIT_MAX_TOKEN_DIMS 3
 
@@ -131,6 +131,18 @@ typedef struct attnkit_attention_backward_args {
   int32_t deterministic;
   double scale;
   attnkit_attention_mask mask;
+  /* KV-parallel splitting (CUDA; the CPU backend ignores it and split_workspace_limit): the dK/dV work
+   * of each KV tile is shared by kv_splits CTAs, each over a contiguous part of the tile's Q-tile
+   * visits; their fp32 partial dK and dV go to the workspace and are summed in a fixed order
+   * (deterministic in both modes). 0 = automatic: split while it shortens the dK/dV kernel by the
+   * cost model, within split_workspace_limit; 1 = never; N = N CTAs per KV tile, at most 128
+   * (attnkit::kMaxBackwardKvSplits). */
+  int32_t kv_splits;
+  int32_t reserved;
+  /* Workspace bytes the automatic choice may spend on partials (kv_splits == 0): -1 = the default
+   * bound (64 MiB, attnkit::kDefaultSplitWorkspaceBytes), 0 = never split automatically. An explicit
+   * kv_splits is not limited. */
+  int64_t split_workspace_limit;
 } attnkit_attention_backward_args;
 
 typedef struct attnkit_retention_forward_args {

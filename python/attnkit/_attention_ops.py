@@ -82,6 +82,7 @@ def _backward_call(lib, device, q, k, v, out, lse, grad_out, mask_args, scale, d
     grad_k = torch.empty(k.shape, dtype=k.dtype, device=device)
     grad_v = torch.empty(v.shape, dtype=v.dtype, device=device)
     args = _capi.AttentionBackwardArgs()
+    # kv_splits and split_workspace_limit keep the init defaults (0: automatic, -1: default bound).
     lib.attnkit_attention_backward_args_init(ctypes.byref(args))
     args.q, args.k, args.v = _launch.view(q), _launch.view(k), _launch.view(v)
     args.out, args.lse, args.grad_out = _launch.view(out), _launch.view(lse), _launch.view(grad_out)

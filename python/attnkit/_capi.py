@@ -20,7 +20,7 @@ from pathlib import Path
 # ---------------------------------------------------------------------------------------------
 # Constants and enums (values as in attnkit.h)
 
-ATTNKIT_ABI_VERSION = 2
+ATTNKIT_ABI_VERSION = 3
 ATTNKIT_MAX_RANK = 8
 ATTNKIT_MAX_TOKEN_DIMS = 3
 
@@ -178,6 +178,9 @@ class AttentionBackwardArgs(ctypes.Structure):
         ("deterministic", _i32),
         ("scale", _f64),
         ("mask", AttentionMask),
+        ("kv_splits", _i32),
+        ("reserved", _i32),
+        ("split_workspace_limit", _i64),
     ]
 
 

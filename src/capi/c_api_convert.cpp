@@ -141,6 +141,10 @@ AttentionForward to_attention_forward(const attnkit_attention_forward_args& args
   return p;
 }
 
+// attnkit.h states these bounds by value for C callers.
+static_assert(kMaxBackwardKvSplits == 128 && kDefaultSplitWorkspaceBytes == int64_t{64} << 20,
+              "update the kv_splits / split_workspace_limit comments of attnkit.h");
+
 AttentionBackward to_attention_backward(const attnkit_attention_backward_args& args) {
   AttentionBackward p;
   p.q = to_view(args.q, "q");
@@ -155,6 +159,8 @@ AttentionBackward to_attention_backward(const attnkit_attention_backward_args& a
   p.scale = to_scale(args.has_scale, args.scale);
   p.mask = to_mask(args.mask);
   p.deterministic = args.deterministic != 0;
+  p.kv_splits = args.kv_splits;
+  p.split_workspace_limit = args.split_workspace_limit;
   return p;
 }
 

@@ -46,6 +46,8 @@ void attnkit_attention_backward_args_init(attnkit_attention_backward_args* args)
   args->mask.kind = ATTNKIT_MASK_NONE;
   args->mask.causal_alignment = ATTNKIT_CAUSAL_TOP_LEFT;
   init_neighborhood(&args->mask);
+  args->kv_splits = 0;               // automatic
+  args->split_workspace_limit = -1;  // the default bound
 }
 
 void attnkit_retention_forward_args_init(attnkit_retention_forward_args* args) {

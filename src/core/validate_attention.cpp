@@ -1,8 +1,9 @@
 // Validation of attention_forward / attention_backward (DESIGN §2, §4). Order: run options, presence
 // of required tensors, each view's structure, dtypes, devices, contiguity and alignment, then the
-// relations between extents (batch, token extents, heads, head dims, output shapes), the scale and
-// finally the mask. Every rule is a named predicate that throws a message naming the argument, the
-// value received and what is allowed; nothing here touches tensor memory.
+// relations between extents (batch, token extents, heads, head dims, output shapes), the scale, the
+// backward's KV-split settings and finally the mask. Every rule is a named predicate that throws a
+// message naming the argument, the value received and what is allowed; nothing here touches tensor
+// memory.
 #include <array>
 #include <string>
 #include <vector>
@@ -124,6 +125,22 @@ void check_memory_layout(const TensorView& view, const char* name) {
 
 constexpr const char* kScaleDefault = "1/sqrt(head_dim)";
 
+// Checked on every backend although only CUDA reads them, so a setting is valid or not independent
+// of where the call runs.
+void check_kv_splits(int32_t kv_splits) {
+  if (kv_splits < 0 || kv_splits > kMaxBackwardKvSplits) {
+    fail("kv_splits: " + std::to_string(kv_splits) + "; allowed: 0 (automatic), 1 (never split) or 2 to " +
+         std::to_string(kMaxBackwardKvSplits) + " (kMaxBackwardKvSplits) CTAs per KV tile");
+  }
+}
+
+void check_split_workspace_limit(int64_t limit) {
+  if (limit < -1) {
+    fail("split_workspace_limit: " + std::to_string(limit) + "; allowed: -1 (the default bound, " +
+         std::to_string(kDefaultSplitWorkspaceBytes) + " bytes), 0 (never split automatically) or a byte count > 0");
+  }
+}
+
 }  // namespace
 
 void validate_attention_forward(const AttentionForward& problem, const RunOptions& options) {
@@ -234,6 +251,8 @@ void validate_attention_backward(const AttentionBackward& problem, const RunOpti
   check_shape_equals(p.grad_v, "grad_v", extents_of(p.v), "v's shape");
 
   check_scale(p.scale, kScaleDefault);
+  check_kv_splits(p.kv_splits);
+  check_split_workspace_limit(p.split_workspace_limit);
   validate_attention_mask(p.mask, p.q, p.k);
 }
 

@@ -48,6 +48,7 @@ struct CApi {
   ATTNKIT_C_FUNCTION(attnkit_retention_forward)
   ATTNKIT_C_FUNCTION(attnkit_retention_backward)
   ATTNKIT_C_FUNCTION(attnkit_gemm)
+  ATTNKIT_C_FUNCTION(attnkit_attention_backward_workspace_size)
 #undef ATTNKIT_C_FUNCTION
 };
 
@@ -85,6 +86,7 @@ const CApi& c_api() {
     ATTNKIT_RESOLVE(attnkit_retention_forward)
     ATTNKIT_RESOLVE(attnkit_retention_backward)
     ATTNKIT_RESOLVE(attnkit_gemm)
+    ATTNKIT_RESOLVE(attnkit_attention_backward_workspace_size)
 #undef ATTNKIT_RESOLVE
     return a;
   }();
@@ -154,6 +156,40 @@ Na2dCase make_na2d_case(std::mt19937_64& rng) {
   return c;
 }
 
+// The C args of a small causal attention backward: inputs from a C++ forward, NaN-poisoned gradients.
+struct BackwardCase {
+  std::vector<int64_t> shape{1, 13, 2, 8};
+  HostTensor q, k, v, out, lse, grad_out;
+  HostTensor grads[3];
+  attnkit_attention_backward_args args;
+};
+
+BackwardCase make_backward_case(std::mt19937_64& rng) {
+  BackwardCase c;
+  c.q = random_tensor(DType::f32, c.shape, rng);
+  c.k = random_tensor(DType::f32, c.shape, rng);
+  c.v = random_tensor(DType::f32, c.shape, rng);
+  c.grad_out = random_tensor(DType::f32, c.shape, rng);
+  c.out = poisoned_tensor(DType::f32, c.shape);
+  c.lse = poisoned_tensor(DType::f32, {1, 13, 2});
+  attention_forward(AttentionForward{c.q.view, c.k.view, c.v.view, c.out.view, c.lse.view, {}, causal_mask()});
+  for (HostTensor& grad : c.grads) {
+    grad = poisoned_tensor(DType::f32, c.shape);
+  }
+  c_api().attnkit_attention_backward_args_init(&c.args);
+  c.args.q = to_c(c.q.view);
+  c.args.k = to_c(c.k.view);
+  c.args.v = to_c(c.v.view);
+  c.args.out = to_c(c.out.view);
+  c.args.lse = to_c(c.lse.view);
+  c.args.grad_out = to_c(c.grad_out.view);
+  c.args.grad_q = to_c(c.grads[0].view);
+  c.args.grad_k = to_c(c.grads[1].view);
+  c.args.grad_v = to_c(c.grads[2].view);
+  c.args.mask.kind = ATTNKIT_MASK_CAUSAL;
+  return c;
+}
+
 TEST(CAbi, AbiVersionMatchesTheHeader) { EXPECT_EQ(c_api().attnkit_abi_version(), ATTNKIT_ABI_VERSION); }
 
 TEST(CAbi, VersionMatchesTheCppApi) { EXPECT_STREQ(c_api().attnkit_version(), version_string()); }
@@ -187,46 +223,71 @@ TEST(CAbi, Na2dForwardMatchesCppApiBitForBit) {
 
 TEST(CAbi, AttentionBackwardMatchesCppApiBitForBit) {
   std::mt19937_64 rng(7);
-  const std::vector<int64_t> shape{1, 13, 2, 8};
-  HostTensor q = random_tensor(DType::f32, shape, rng), k = random_tensor(DType::f32, shape, rng),
-             v = random_tensor(DType::f32, shape, rng), grad_out = random_tensor(DType::f32, shape, rng);
-  HostTensor out = poisoned_tensor(DType::f32, shape), lse = poisoned_tensor(DType::f32, {1, 13, 2});
-  attention_forward(AttentionForward{q.view, k.view, v.view, out.view, lse.view, {}, causal_mask()});
+  BackwardCase c = make_backward_case(rng);
+  ASSERT_EQ(c_api().attnkit_attention_backward(&c.args, nullptr), ATTNKIT_OK) << c_api().attnkit_last_error();
 
-  HostTensor grads_c[3] = {poisoned_tensor(DType::f32, shape), poisoned_tensor(DType::f32, shape),
-                           poisoned_tensor(DType::f32, shape)};
-  attnkit_attention_backward_args args;
-  c_api().attnkit_attention_backward_args_init(&args);
-  args.q = to_c(q.view);
-  args.k = to_c(k.view);
-  args.v = to_c(v.view);
-  args.out = to_c(out.view);
-  args.lse = to_c(lse.view);
-  args.grad_out = to_c(grad_out.view);
-  args.grad_q = to_c(grads_c[0].view);
-  args.grad_k = to_c(grads_c[1].view);
-  args.grad_v = to_c(grads_c[2].view);
-  args.mask.kind = ATTNKIT_MASK_CAUSAL;
-  ASSERT_EQ(c_api().attnkit_attention_backward(&args, nullptr), ATTNKIT_OK) << c_api().attnkit_last_error();
-
-  HostTensor grads_cpp[3] = {poisoned_tensor(DType::f32, shape), poisoned_tensor(DType::f32, shape),
-                             poisoned_tensor(DType::f32, shape)};
+  HostTensor grads_cpp[3] = {poisoned_tensor(DType::f32, c.shape), poisoned_tensor(DType::f32, c.shape),
+                             poisoned_tensor(DType::f32, c.shape)};
   AttentionBackward p;
-  p.q = q.view;
-  p.k = k.view;
-  p.v = v.view;
-  p.out = out.view;
-  p.lse = lse.view;
-  p.grad_out = grad_out.view;
+  p.q = c.q.view;
+  p.k = c.k.view;
+  p.v = c.v.view;
+  p.out = c.out.view;
+  p.lse = c.lse.view;
+  p.grad_out = c.grad_out.view;
   p.grad_q = grads_cpp[0].view;
   p.grad_k = grads_cpp[1].view;
   p.grad_v = grads_cpp[2].view;
   p.mask = causal_mask();
   attention_backward(p);
   for (int i = 0; i < 3; ++i) {
-    EXPECT_TRUE(all_finite(grads_c[i].view)) << i;
-    EXPECT_TRUE(same_bytes(grads_c[i], grads_cpp[i])) << i;
+    EXPECT_TRUE(all_finite(c.grads[i].view)) << i;
+    EXPECT_TRUE(same_bytes(c.grads[i], grads_cpp[i])) << i;
   }
+}
+
+TEST(CAbi, CpuBackwardIgnoresKvSplitSettings) {
+  std::mt19937_64 rng(29);
+  BackwardCase automatic = make_backward_case(rng);
+  ASSERT_EQ(c_api().attnkit_attention_backward(&automatic.args, nullptr), ATTNKIT_OK) << c_api().attnkit_last_error();
+
+  rng.seed(29);
+  BackwardCase split = make_backward_case(rng);
+  split.args.kv_splits = 128;
+  split.args.split_workspace_limit = 0;
+  ASSERT_EQ(c_api().attnkit_attention_backward(&split.args, nullptr), ATTNKIT_OK) << c_api().attnkit_last_error();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(all_finite(split.grads[i].view)) << i;
+    EXPECT_TRUE(same_bytes(split.grads[i], automatic.grads[i])) << i;
+  }
+}
+
+TEST(CAbi, OutOfRangeKvSplitSettingsNameTheirField) {
+  std::mt19937_64 rng(31);
+  BackwardCase c = make_backward_case(rng);
+  const std::vector<std::byte> pristine_grad_k = c.grads[1].storage;
+
+  auto bad = c.args;
+  bad.kv_splits = 129;
+  EXPECT_EQ(c_api().attnkit_attention_backward(&bad, nullptr), ATTNKIT_INVALID_ARGUMENT);
+  EXPECT_THAT(std::string(c_api().attnkit_last_error()),
+              AllOf(HasSubstr("kv_splits: 129"), HasSubstr("allowed: 0 (automatic), 1 (never split) or 2 to 128")));
+
+  bad = c.args;
+  bad.kv_splits = -1;
+  EXPECT_EQ(c_api().attnkit_attention_backward(&bad, nullptr), ATTNKIT_INVALID_ARGUMENT);
+  EXPECT_THAT(std::string(c_api().attnkit_last_error()), HasSubstr("kv_splits: -1"));
+
+  bad = c.args;
+  bad.split_workspace_limit = -2;
+  EXPECT_EQ(c_api().attnkit_attention_backward(&bad, nullptr), ATTNKIT_INVALID_ARGUMENT);
+  EXPECT_THAT(std::string(c_api().attnkit_last_error()),
+              AllOf(HasSubstr("split_workspace_limit: -2"), HasSubstr("allowed: -1 (the default bound")));
+
+  int64_t bytes = 0;
+  EXPECT_EQ(c_api().attnkit_attention_backward_workspace_size(&bad, nullptr, &bytes), ATTNKIT_INVALID_ARGUMENT);
+  EXPECT_THAT(std::string(c_api().attnkit_last_error()), HasSubstr("split_workspace_limit: -2"));
+  EXPECT_EQ(c.grads[1].storage, pristine_grad_k) << "nothing is written when validation fails";
 }
 
 TEST(CAbi, RetentionForwardMatchesCppApiBitForBit) {
@@ -453,6 +514,9 @@ TEST(CAbi, InitFunctionsSetDocumentedDefaults) {
   std::memset(&backward, 0xab, sizeof(backward));
   c_api().attnkit_attention_backward_args_init(&backward);
   EXPECT_EQ(backward.deterministic, 0);
+  EXPECT_EQ(backward.kv_splits, 0);
+  EXPECT_EQ(backward.reserved, 0);
+  EXPECT_EQ(backward.split_workspace_limit, -1);
   EXPECT_EQ(backward.mask.neighborhood[2].dilation, 1);
 
   attnkit_retention_forward_args retention;
@@ -564,7 +628,7 @@ TEST(CAbi, ExportsOnlyTheApi) {
       unexpected.push_back(std::string(1, type) + " " + demangle(symbol));
     }
   }
-  EXPECT_GE(c_functions, 26) << "every attnkit_* function of attnkit.h is exported (ABI version 2: 26)";
+  EXPECT_GE(c_functions, 26) << "every attnkit_* function of attnkit.h is exported (ABI version 3: 26)";
   EXPECT_TRUE(unexpected.empty()) << "exported symbols outside the API:\n" << ::testing::PrintToString(unexpected);
 }
 

@@ -280,6 +280,44 @@ TEST(ValidateAttention, ScaleMustBeFinite) {
   EXPECT_THAT(backward_error(p), AllOf(HasSubstr("scale: inf"), HasSubstr("allowed: a finite value > 0")));
 }
 
+TEST(ValidateAttention, KvSplitsFromZeroToTheMaximumPass) {
+  auto p = valid_attention_backward();
+  for (int32_t kv_splits : {0, 1, 2, kMaxBackwardKvSplits}) {
+    p.kv_splits = kv_splits;
+    EXPECT_NO_THROW(detail::validate_attention_backward(p, {})) << kv_splits;
+  }
+}
+
+TEST(ValidateAttention, KvSplitsAboveTheMaximumIsRejected) {
+  auto p = valid_attention_backward();
+  p.kv_splits = kMaxBackwardKvSplits + 1;
+  EXPECT_THAT(backward_error(p),
+              AllOf(HasSubstr("kv_splits: 129"), HasSubstr("allowed: 0 (automatic), 1 (never split)"),
+                    HasSubstr("2 to 128 (kMaxBackwardKvSplits)")));
+}
+
+TEST(ValidateAttention, NegativeKvSplitsIsRejected) {
+  auto p = valid_attention_backward();
+  p.kv_splits = -1;
+  EXPECT_THAT(backward_error(p), AllOf(HasSubstr("kv_splits: -1"), HasSubstr("allowed: 0 (automatic)")));
+}
+
+TEST(ValidateAttention, SplitWorkspaceLimitOfMinusOneZeroOrBytesPasses) {
+  auto p = valid_attention_backward();
+  for (int64_t limit : {int64_t{-1}, int64_t{0}, int64_t{1}, std::numeric_limits<int64_t>::max()}) {
+    p.split_workspace_limit = limit;
+    EXPECT_NO_THROW(detail::validate_attention_backward(p, {})) << limit;
+  }
+}
+
+TEST(ValidateAttention, SplitWorkspaceLimitBelowMinusOneIsRejected) {
+  auto p = valid_attention_backward();
+  p.split_workspace_limit = -2;
+  EXPECT_THAT(backward_error(p), AllOf(HasSubstr("split_workspace_limit: -2"),
+                                       HasSubstr("allowed: -1 (the default bound, 67108864 bytes)"),
+                                       HasSubstr("0 (never split automatically) or a byte count > 0")));
+}
+
 TEST(ValidateAttention, BackendMustBeKnown) {
   RunOptions options;
   options.backend = static_cast<Backend>(9);

@@ -19,8 +19,13 @@
 // Both modes run the same dK/dV kernel instantiation (a runtime flag). ATTNKIT_DETERMINISTIC is the
 // tuner's switch (never benchmark), not this one; the Python wrappers pass it on as `deterministic`.
 //
+// KV-parallel splitting (AttentionBackward::kv_splits, split_workspace_limit; fmha_backward_split.hpp):
+// a KV tile's visits may be shared by several dK/dV CTAs whose fp32 partials a reduce kernel sums in a
+// fixed order — chosen per call from the device's SM count, the same in both modes.
+//
 // Workspace: lse_log2 and delta (8 bytes per query row and head, rounded to whole Q tiles), for
-// tile-list masks the tile classes and lists, and in fast mode the fp32 dQ accumulator;
+// tile-list masks the tile classes and lists, in fast mode the fp32 dQ accumulator, and with splits the
+// partials;
 // backward_workspace_size() returns exactly what run_backward() uses for the config and mode it picks.
 #include "cuda/fmha/fmha_backward.hpp"
 

@@ -2,7 +2,9 @@
 // the workspace its partials take: host-only (no GPU needed), in CUDA builds.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "attnkit/attention.hpp"
@@ -176,6 +178,116 @@ TEST(FmhaBackwardSplit, VisitEstimateFollowsTheMask) {
       cuda::fmha::backward_visits_per_kv_tile(causal.params, cuda::fmha::FmhaBackwardPolicy::box);
   EXPECT_GT(causal_visits, 0.4 * 2 * q_tiles);
   EXPECT_LT(causal_visits, 0.7 * 2 * q_tiles) << "causal: about half of the Q tiles on average";
+}
+
+// The launch of a bf16 D128 box problem over `tokens` (one batch, `heads` heads) with `mask` on 132 SMs.
+cuda::fmha::FmhaBackwardParams ordered_launch(const std::vector<int64_t>& tokens, const AttentionMask& mask,
+                                              int64_t heads = 2) {
+  const cuda::fmha::FmhaBackwardKernel* kernel = nullptr;
+  for (const auto& k : cuda::fmha::fmha_backward_kernels()) {
+    if (k.config.dtype == DType::bf16 && k.config.head_dim == 128 &&
+        k.config.policy == cuda::fmha::FmhaBackwardPolicy::box) {
+      kernel = &k;
+      break;
+    }
+  }
+  cuda::fmha::FmhaBackwardParams none;
+  if (kernel == nullptr) return none;
+  std::vector<int64_t> q_extents{1}, lse_extents{1};
+  q_extents.insert(q_extents.end(), tokens.begin(), tokens.end());
+  lse_extents.insert(lse_extents.end(), tokens.begin(), tokens.end());
+  q_extents.insert(q_extents.end(), {heads, 128});
+  lse_extents.push_back(heads);
+  const Device gpu{DeviceType::cuda, 0};
+  void* fake = reinterpret_cast<void*>(uintptr_t{1} << 20);
+  AttentionBackward p;
+  const auto rank = static_cast<int>(q_extents.size());
+  p.q = p.out = p.grad_out = p.grad_q = p.k = p.v = p.grad_k = p.grad_v =
+      make_view(fake, DType::bf16, rank, q_extents.data(), gpu);
+  p.lse = make_view(fake, DType::f32, rank - 1, lse_extents.data(), gpu);
+  p.mask = mask;
+  const detail::AttentionShape shape = detail::describe_attention(p.q, p.k, p.v, p.scale);
+  return cuda::fmha::make_backward_launch(p, shape, kernel->config, 132).params;
+}
+
+bool have_bf16_d128_box() { return ordered_launch({256}, AttentionMask{}).total_kv_tiles > 0; }
+
+TEST(FmhaBackwardLaunchOrder, DenseAndCausalKeepTheTilesOwnOrder) {
+  if (!have_bf16_d128_box()) GTEST_SKIP() << "bf16 head dim 128 not compiled";
+  EXPECT_EQ(ordered_launch({4096}, AttentionMask{}).kv_order.positions, 0) << "dense: every tile alike";
+  EXPECT_EQ(ordered_launch({4096}, causal_mask()).kv_order.positions, 0)
+      << "causal: the first KV tiles are seen by the most Q tiles, already heaviest first";
+}
+
+TEST(FmhaBackwardLaunchOrder, NeighborhoodTilesLaunchHeaviestFirstAsAPermutation) {
+  if (!have_bf16_d128_box()) GTEST_SKIP() << "bf16 head dim 128 not compiled";
+  for (const auto& [tokens, mask] :
+       std::vector<std::pair<std::vector<int64_t>, AttentionMask> >{{{128, 128}, neighborhood_mask({31, 31})},
+                                                                    {{16, 64, 64}, neighborhood_mask({7, 15, 15})},
+                                                                    {{60, 70}, neighborhood_mask({9, 13}, {2, 3})}}) {
+    SCOPED_TRACE(testing::Message() << "extents " << tokens.size() << "-D, first " << tokens[0]);
+    const auto p = ordered_launch(tokens, mask);
+    const int32_t positions = p.kv_tiles[0] * p.kv_tiles[1] * p.kv_tiles[2];
+    ASSERT_EQ(p.kv_order.positions, positions) << "the clamped windows give edge-near tiles more work";
+    EXPECT_EQ(p.kv_order.groups * positions, p.total_kv_tiles);
+    const std::vector<double> work = cuda::fmha::kv_position_work(p);
+    std::vector<bool> seen(static_cast<size_t>(positions), false);
+    for (int32_t i = 0; i < positions; ++i) {
+      const uint16_t at = p.kv_order.position[i];
+      ASSERT_LT(at, positions);
+      EXPECT_FALSE(seen[at]) << "position " << at << " launched twice";
+      seen[at] = true;
+      if (i > 0) {
+        EXPECT_GE(work[p.kv_order.position[i - 1]], work[at]) << "rank " << i;
+      }
+    }
+    EXPECT_GT(work[p.kv_order.position[0]], work[p.kv_order.position[positions - 1]]);
+  }
+}
+
+TEST(FmhaBackwardLaunchOrder, OnlyThePairsOfTheLastWaveAreOrdered) {
+  if (!have_bf16_d128_box()) GTEST_SKIP() << "bf16 head dim 128 not compiled";
+  const auto p = ordered_launch({128, 128}, neighborhood_mask({31, 31}), 16);
+  ASSERT_EQ(p.kv_splits, 1);
+  ASSERT_EQ(p.total_kv_tiles, 128);
+  EXPECT_EQ(p.kv_order.first_head, 14) << "the last 132 of 16 x 128 CTAs: all of head 15 and 4 of head 14";
+  const auto one = ordered_launch({128, 128}, neighborhood_mask({31, 31}), 1);
+  EXPECT_EQ(one.kv_order.first_head, 0) << "a grid under one wave is ordered whole";
+}
+
+TEST(FmhaBackwardLaunchOrder, TheWorkModelCountsTheQTilesMeetingAKeyTile) {
+  if (!have_bf16_d128_box()) GTEST_SKIP() << "bf16 head dim 128 not compiled";
+  const auto p = ordered_launch({1024}, neighborhood_mask({257}));
+  const std::vector<double> work = cuda::fmha::kv_position_work(p);
+  ASSERT_EQ(work.size(), static_cast<size_t>(p.kv_tiles[0]));
+  // A KV tile of keys [k0, k0 + n): brute force over the queries whose clamped window meets it.
+  const int64_t n = int64_t{1} << p.kv_space.box_log2[0];
+  const int64_t m = int64_t{1} << p.q_space.box_log2[0];
+  for (int64_t t = 0; t < p.kv_tiles[0]; ++t) {
+    double visits = 0, full = 0;
+    for (int64_t q0 = 0; q0 < 1024; q0 += m) {
+      bool meets = false, every = true;
+      for (int64_t i = q0; i < q0 + m; ++i) {
+        const int64_t start = std::clamp<int64_t>(i - 128, 0, 1024 - 257);
+        for (int64_t k = t * n; k < (t + 1) * n; ++k) {
+          const bool in = k >= start && k < start + 257;
+          meets = meets || in;
+          every = every && in;
+        }
+      }
+      visits += meets ? 1 : 0;
+      full += meets && every ? 1 : 0;
+    }
+    EXPECT_DOUBLE_EQ(work[static_cast<size_t>(t)], visits + cuda::fmha::kPartialVisitExtra * (visits - full))
+        << "KV tile " << t;
+  }
+}
+
+TEST(FmhaBackwardLaunchOrder, TooManyPositionsKeepTheTilesOwnOrder) {
+  if (!have_bf16_d128_box()) GTEST_SKIP() << "bf16 head dim 128 not compiled";
+  const auto p = ordered_launch({200000}, neighborhood_mask({2049}));
+  EXPECT_GT(p.kv_tiles[0], cuda::fmha::kMaxOrderedKvPositions);
+  EXPECT_EQ(p.kv_order.positions, 0) << "the order table holds kMaxOrderedKvPositions positions";
 }
 
 #endif

@@ -76,7 +76,8 @@ FmhaBackwardLaunch make_backward_launch(const AttentionBackward& problem, const 
   const AttentionMask& mask = problem.mask;
   if (mask.kind == MaskKind::neighborhood) {
     const BoxGeometry geometry = neighborhood_geometry(tq, mask.neighborhood, shape.tokens);
-    const BoxShapes shapes = choose_box_shapes(geometry, block_m_log2, block_n_log2);
+    // The Hopper dK/dV kernel's two MMA warpgroups each skip the partial visits that miss their half.
+    const BoxShapes shapes = choose_box_shapes(geometry, block_m_log2, block_n_log2, config.architecture == 90);
     p.dims = tq;
     for (int d = 0; d < kMaxDims; ++d) {
       if (d < tq) {
@@ -179,6 +180,7 @@ FmhaBackwardLaunch make_backward_launch(const AttentionBackward& problem, const 
   if (problem.kv_splits == 0 && split.ctas < 4 * split.slots)
     split.visits = backward_visits_per_kv_tile(p, config.policy);
   p.kv_splits = choose_kv_splits(split);
+  order_kv_tiles_heaviest_first(p, config.policy, split.slots);
   check_limit(total_kv * p.kv_splits, (int64_t{1} << 31) - 1, "key tiles x kv_splits (grid size)");
   return launch;
 }

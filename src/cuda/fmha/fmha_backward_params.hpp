@@ -41,6 +41,19 @@ struct BackwardTileLists {
   int32_t block_k = 1;
 };
 
+// The dK/dV grid's launch order (fmha_backward_split.hpp, order_kv_tiles_heaviest_first): in the grid's
+// last (batch, KV head) pairs, from linear index first_head = batch * heads_kv + head on, the x-th KV tile
+// to launch is group (x % groups) at box position position[x / groups] (group-major linear index
+// group * positions + position[...]); elsewhere, and where positions == 0, the tiles' own order.
+inline constexpr int kMaxOrderedKvPositions = 1024;
+struct KvTileOrder {
+  int32_t positions = 0;
+  int32_t groups = 1;
+  int32_t first_head = 0;
+  uint16_t position[kMaxOrderedKvPositions] = {};
+};
+static_assert(kMaxOrderedKvPositions <= 65536, "positions are uint16_t");
+
 struct FmhaBackwardParams {
   TensorAddress q, k, v, o, d_o, lse;
   TensorAddress d_q, d_k, d_v;
@@ -69,15 +82,16 @@ struct FmhaBackwardParams {
   // Contiguous fp32 [B, Sq, Hq, D] addressed like d_q (token strides row-major over the query extents);
   // data is set by the launcher (workspace).
   TensorAddress dq_accum{};
-  // KV-parallel splitting (fmha_backward_split.hpp): kv_splits CTAs per KV tile, blockIdx.x = tile *
-  // kv_splits + split. With kv_splits > 1 every CTA writes its unscaled fp32 dK and dV to its slab of
-  // dk_partial / dv_partial (workspace, set by the launcher): element
+  // KV-parallel splitting (fmha_backward_split.hpp): kv_splits CTAs per KV tile, blockIdx.x = rank *
+  // kv_splits + split (rank: the tile's place in kv_order). With kv_splits > 1 every CTA writes its unscaled fp32 dK
+  // and dV to its slab of dk_partial / dv_partial (workspace, set by the launcher): element
   //   ((((split * B + b) * Hkv + h) * total_kv_tiles + tile) * BlockN + row) * partial_width + column
   // for all BlockN rows and partial_width (the compiled head dim) columns, and the reduce kernel sums them.
   int32_t kv_splits = 1;
   int32_t partial_width = 0;
   float* dk_partial = nullptr;
   float* dv_partial = nullptr;
+  KvTileOrder kv_order{};
 };
 
 // Start of the fp32 partial slab of (split, batch, KV head, KV tile) in dk_partial / dv_partial.

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "attnkit/attention.hpp"
 #include "core/neighborhood_window.hpp"
@@ -73,6 +74,54 @@ double backward_visits_per_kv_tile(const FmhaBackwardParams& p, FmhaBackwardPoli
     for (int d = 0; d < p.dims; ++d) per_head *= average_q_span(p, d);
   }
   return per_head * p.heads_per_kv;
+}
+
+std::vector<double> kv_position_work(const FmhaBackwardParams& p) {
+  int64_t positions = 1;
+  for (int d = 0; d < kMaxDims; ++d) positions *= p.kv_tiles[d];
+  std::vector<double> visits(static_cast<size_t>(positions), 1.0);
+  std::vector<double> full(visits);
+  int64_t inner = positions;  // positions per step of dimension d (last dimension fastest)
+  for (int d = 0; d < kMaxDims; ++d) {
+    inner /= p.kv_tiles[d];
+    if (d >= p.dims) continue;
+    const int64_t n_q = group0_indices(p.q_space, d, p.dilation[d]);
+    const int64_t n_kv = group0_indices(p.kv_space, d, p.dilation[d]);
+    const int64_t kv_box = int64_t{1} << p.kv_space.box_log2[d];
+    const int64_t q_box = int64_t{1} << p.q_space.box_log2[d];
+    std::vector<DimTileRange> ranges(static_cast<size_t>(p.kv_tiles[d]));
+    for (int64_t t = 0; t < p.kv_tiles[d]; ++t) {
+      ranges[static_cast<size_t>(t)] = dim_tile_range_inverse(p.rule[d], t * kv_box, kv_box, n_q, n_kv, q_box);
+    }
+    for (int64_t i = 0; i < positions; ++i) {
+      const DimTileRange& r = ranges[static_cast<size_t>((i / inner) % p.kv_tiles[d])];
+      visits[static_cast<size_t>(i)] *= static_cast<double>(std::max<int64_t>(r.end - r.first, 0));
+      full[static_cast<size_t>(i)] *= static_cast<double>(std::max<int64_t>(r.full_end - r.full_first, 0));
+    }
+  }
+  for (size_t i = 0; i < visits.size(); ++i) visits[i] += kPartialVisitExtra * (visits[i] - full[i]);
+  return visits;
+}
+
+void order_kv_tiles_heaviest_first(FmhaBackwardParams& p, FmhaBackwardPolicy policy, int64_t slots) {
+  p.kv_order.positions = 0;
+  p.kv_order.groups = 1;
+  p.kv_order.first_head = 0;
+  int64_t positions = 1;
+  for (int d = 0; d < kMaxDims; ++d) positions *= p.kv_tiles[d];
+  if (policy == FmhaBackwardPolicy::tile_list || positions > kMaxOrderedKvPositions || positions < 2) return;
+  const std::vector<double> work = kv_position_work(p);
+  std::vector<int32_t> order(work.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return work[static_cast<size_t>(a)] > work[static_cast<size_t>(b)]; });
+  if (std::is_sorted(order.begin(), order.end())) return;  // already heaviest first (dense, causal)
+  p.kv_order.positions = static_cast<int32_t>(positions);
+  p.kv_order.groups = static_cast<int32_t>(p.total_kv_tiles / positions);
+  const int64_t per_head = int64_t{p.total_kv_tiles} * p.kv_splits;
+  const int64_t ctas = per_head * p.heads_kv * p.batch;
+  p.kv_order.first_head = static_cast<int32_t>(std::max<int64_t>(ctas - std::max<int64_t>(slots, 1), 0) / per_head);
+  for (size_t i = 0; i < order.size(); ++i) p.kv_order.position[i] = static_cast<uint16_t>(order[i]);
 }
 
 int64_t kv_split_partial_bytes(const FmhaBackwardParams& p, int block_n, int width) {

@@ -12,7 +12,8 @@
 
 namespace attnkit::cuda::fmha {
 
-// This CTA's KV tile and split: blockIdx.x = tile * kv_splits + split.
+// This CTA's KV tile and split: blockIdx.x = rank * kv_splits + split, the tile's rank in the launch
+// order (p.kv_order: heaviest first in the grid's last (batch, KV head) pairs, where the host ordered them).
 struct KvSplitCta {
   int32_t tile;
   int32_t split;
@@ -20,7 +21,13 @@ struct KvSplitCta {
 
 __device__ __forceinline__ KvSplitCta kv_split_cta(const FmhaBackwardParams& p) {
   const int32_t x = static_cast<int32_t>(blockIdx.x);
-  return KvSplitCta{x / p.kv_splits, x % p.kv_splits};
+  const int32_t rank = x / p.kv_splits;
+  const KvTileOrder& order = p.kv_order;
+  const int32_t head = static_cast<int32_t>(blockIdx.z * gridDim.y + blockIdx.y);
+  const int32_t tile = order.positions == 0 || head < order.first_head
+                           ? rank
+                           : (rank % order.groups) * order.positions + order.position[rank / order.groups];
+  return KvSplitCta{tile, x % p.kv_splits};
 }
 
 // The visits [first, first + count) of a schedule of `total` visits that split `split` runs: the first

@@ -6,7 +6,11 @@
 // TileOrigin. The visit schedules:
 //   KvBoxSchedule   (dK/dV kernel, no / causal / neighborhood masks): per dimension the Q tiles that meet
 //                   the KV tile (dim_tile_range_inverse), walked as an odometer, once per query head of
-//                   the GQA group; a Q tile is full iff it is full in every dimension.
+//                   the GQA group, first dimension fastest; a Q tile is full iff it is full in every
+//                   dimension. (First dimension fastest: the Q tiles that meet only the first or only
+//                   the last rows of the KV box along it — one of the Hopper kernel's two MMA warpgroups
+//                   skips such a visit — alternate, a bottom-only visit followed by the next column's
+//                   top-only one, so that both warpgroups keep working.)
 //   KvListSchedule  (dK/dV kernel, block / element masks): the KV tile's compacted column list of Q
 //                   tiles, once per query head of the group (each head may have its own list).
 //   QBoxSchedule    (dQ kernel): the forward's box of KV tiles (dim_tile_range).
@@ -177,7 +181,7 @@ class KvBoxSchedule {
     int32_t position[kMaxDims];
     v.full = true;
 #pragma unroll
-    for (int d = kMaxDims - 1; d >= 0; --d) {
+    for (int d = 0; d < kMaxDims; ++d) {
       position[d] = s.first[d] + t % s.span[d];
       t /= s.span[d];
       v.full = v.full && position[d] >= s.full_first[d] && position[d] < s.full_end[d];

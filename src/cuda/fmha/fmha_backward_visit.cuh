@@ -47,17 +47,28 @@ __device__ __forceinline__ void issue_kv_tile_loads(const FmhaBackwardParams& p,
   commit_async_copies();
 }
 
+// The source of thread tid's 16-byte copy of visit `v`'s row statistics (tid < kBlockM / 2; any pointer
+// for the other threads, which copy nothing).
+template <int kBlockM>
+__device__ __forceinline__ const float* visit_stats_source(const FmhaBackwardParams& p, int32_t batch, const QVisit& v,
+                                                           int tid) {
+  constexpr int kChunks = kBlockM / 4;
+  const int64_t base = ((static_cast<int64_t>(batch) * p.heads_q + v.head) * p.total_q_tiles + v.q_linear) * kBlockM;
+  return (tid < kChunks ? p.lse_log2 : p.delta) + base + (tid % kChunks) * 4;
+}
+
+// Thread tid's cp.async copy of 16 bytes of row statistics from `source` into `stats` (tid < kBlockM / 2).
+template <int kBlockM>
+__device__ __forceinline__ void copy_visit_stats(const float* source, float* stats, int tid) {
+  if (tid < kBlockM / 2) copy_16_bytes_async(shared_address(stats + tid * 4), source, true);
+}
+
 // Issues the cp.async copies of visit `v`'s row statistics into `stats` (lse_log2 then delta, kBlockM
 // floats each, 4 floats per 16-byte copy; threads tid < kBlockM / 2 copy, the others do nothing).
 template <int kBlockM>
 __device__ __forceinline__ void issue_visit_stats_copy(const FmhaBackwardParams& p, int32_t batch, const QVisit& v,
                                                        float* stats, int tid) {
-  constexpr int kChunks = kBlockM / 4;
-  if (tid < 2 * kChunks) {
-    const int64_t base = ((static_cast<int64_t>(batch) * p.heads_q + v.head) * p.total_q_tiles + v.q_linear) * kBlockM;
-    const float* source = (tid < kChunks ? p.lse_log2 : p.delta) + base + (tid % kChunks) * 4;
-    copy_16_bytes_async(shared_address(stats + tid * 4), source, true);
-  }
+  if (tid < kBlockM / 2) copy_visit_stats<kBlockM>(visit_stats_source<kBlockM>(p, batch, v, tid), stats, tid);
 }
 
 // Plain stores of query row `row`'s data for visit `v`: its dq_accum offset (when `dq_row_offsets`: fast

@@ -62,8 +62,21 @@ struct CacheEntry {
   BoxGeometry geometry;
   int block_m_log2;
   int block_n_log2;
+  bool kv_halves;
   BoxShapes shapes;
 };
+
+// The half of a KV box that one of two consumers owns: the box halved along its outermost dimension
+// of more than one key (rows 0 .. N/2 - 1 and N/2 .. N - 1 of the box, last dimension fastest).
+std::array<int, 3> half_of(std::array<int, 3> k, int dims) {
+  for (int d = 0; d < dims; ++d) {
+    if (k[d] > 0) {
+      --k[d];
+      break;
+    }
+  }
+  return k;
+}
 
 // Every way to split 2^total into power-of-two extents over `dims` dimensions.
 std::vector<std::array<int, 3>> exponent_splits(int dims, int total) {
@@ -80,7 +93,7 @@ std::vector<std::array<int, 3>> exponent_splits(int dims, int total) {
   return splits;
 }
 
-BoxShapes choose_uncached(const BoxGeometry& g, int block_m_log2, int block_n_log2) {
+BoxShapes choose_uncached(const BoxGeometry& g, int block_m_log2, int block_n_log2, bool kv_halves) {
   // cost[d][q][k] for box extents 2^q (queries) and 2^k (keys) along dimension d.
   DimCost cost[3][kMaxLog2 + 1][kMaxLog2 + 1];
   for (int d = 0; d < g.dims; ++d) {
@@ -93,13 +106,15 @@ BoxShapes choose_uncached(const BoxGeometry& g, int block_m_log2, int block_n_lo
   int best_spread = std::numeric_limits<int>::max();
   for (const auto& q : exponent_splits(g.dims, block_m_log2)) {
     for (const auto& k : exponent_splits(g.dims, block_n_log2)) {
+      // Scored by the tiles (or half tiles) that hold work.
+      const std::array<int, 3> scored = kv_halves ? half_of(k, g.dims) : k;
       double visited = 1;
       double full = 1;
       int lo = kMaxLog2;
       int hi = 0;
       for (int d = 0; d < g.dims; ++d) {
-        visited *= cost[d][q[d]][k[d]].visited;
-        full *= cost[d][q[d]][k[d]].full;
+        visited *= cost[d][q[d]][scored[d]].visited;
+        full *= cost[d][q[d]][scored[d]].full;
         lo = std::min({lo, q[d], k[d]});
         hi = std::max({hi, q[d], k[d]});
       }
@@ -135,22 +150,23 @@ BoxGeometry neighborhood_geometry(int dims, const std::array<NeighborhoodDim, kM
   return geometry;
 }
 
-BoxShapes choose_box_shapes(const BoxGeometry& geometry, int block_m_log2, int block_n_log2) {
+BoxShapes choose_box_shapes(const BoxGeometry& geometry, int block_m_log2, int block_n_log2, bool kv_halves) {
   static std::mutex mutex;
   static std::vector<CacheEntry> cache;
   constexpr std::size_t kCacheSize = 64;
   {
     std::lock_guard<std::mutex> lock(mutex);
     for (const auto& e : cache) {
-      if (e.block_m_log2 == block_m_log2 && e.block_n_log2 == block_n_log2 && same_geometry(e.geometry, geometry)) {
+      if (e.block_m_log2 == block_m_log2 && e.block_n_log2 == block_n_log2 && e.kv_halves == kv_halves &&
+          same_geometry(e.geometry, geometry)) {
         return e.shapes;
       }
     }
   }
-  const BoxShapes shapes = choose_uncached(geometry, block_m_log2, block_n_log2);
+  const BoxShapes shapes = choose_uncached(geometry, block_m_log2, block_n_log2, kv_halves);
   std::lock_guard<std::mutex> lock(mutex);
   if (cache.size() >= kCacheSize) cache.erase(cache.begin());
-  cache.push_back({geometry, block_m_log2, block_n_log2, shapes});
+  cache.push_back({geometry, block_m_log2, block_n_log2, kv_halves, shapes});
   return shapes;
 }
 

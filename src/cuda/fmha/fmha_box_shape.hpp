@@ -34,7 +34,10 @@ struct BoxGeometry {
 BoxGeometry neighborhood_geometry(int dims, const std::array<NeighborhoodDim, kMaxTokenDims>& neighborhood,
                                   const std::array<int64_t, kMaxTokenDims>& extents);
 
-BoxShapes choose_box_shapes(const BoxGeometry& geometry, int block_m_log2, int block_n_log2);
+// kv_halves: the KV tile is consumed as two halves that skip the Q tiles they do not meet (the Hopper
+// backward's two MMA warpgroups): shapes are scored by the half tiles' visits, halves taken along the
+// KV box's outermost dimension of more than one key.
+BoxShapes choose_box_shapes(const BoxGeometry& geometry, int block_m_log2, int block_n_log2, bool kv_halves = false);
 
 // Visits of (Q tile, KV tile) pairs and how many of them are full, for given shapes (tests, tuning).
 struct BoxVisitCounts {

@@ -147,6 +147,21 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
   for (int it = 0; it < count; ++it) {
     const int b = it % Traits::kStages;
     barrier_wait(&ss.full[b], (it / Traits::kStages) & 1);
+    if constexpr (!kLists) {
+      // A partial visit whose Q tile sees none of this warpgroup's keys: nothing to add (dS = 0). The
+      // stage is handed back at once; the other warpgroup may still be using it.
+      const fmha::QVisit& v = ss.visits[b];
+      if (!v.full && !half_meets_visit(p, v, ss.mask_tables, group * kKeys, kKeys)) {
+        barrier_arrive(&ss.empty[b]);
+        // The warpgroup's named barrier as often as a visit that computes (all its threads are here: no
+        // wait), so that both warpgroups reach the epilogue having passed equally many barriers. With
+        // unequal counts compute-sanitizer racecheck reported hazards on the epilogue's shared tables; with
+        // equal counts it reports none (docs/perf.md, Hopper backward notes).
+        const int barriers = p.accumulate_dq ? (dq_map.enabled ? 2 : 1) : 0;
+        for (int k = 0; k < barriers; ++k) named_barrier_sync(barrier_group, 128);
+        continue;
+      }
+    }
     const float* stats = ss.stats[b];
 
     // S^T and dP^T as two batches, the visit's mask bits while they run; P^T once S^T is done, then

@@ -110,10 +110,18 @@ __device__ __forceinline__ void produce_backward_visits(const fmha::FmhaBackward
   const uint32_t do_offset = shared_address(ss.d_o[0]) - shared_address(ss.q[0]);
   constexpr uint32_t kStageBytes = Traits::kTileBytesQ;
 
-  auto load_visit = [&](int i) {
+  // A visit in two parts. prepare_visit: what only the producer reads — the visit (kept in its staging
+  // slot), the Q / dO row table, the statistics' source and the dQ row offset — computed while the
+  // previous visit's copies are in flight and before the stage is free (the MMA warpgroups may still read
+  // its tiles, visit, statistics and dQ rows). publish_visit, once the stage is free: those and the copies.
+  struct Prepared {
+    const float* stats_source;
+    int64_t dq_row;
+  };
+  auto prepare_visit = [&](int i) {
     const int stage = i % Traits::kStages;
     const fmha::QVisit v = schedule.visit(p, range.first + i);
-    if (ptid == 0) ss.visits[stage] = v;
+    if (ptid == 0) ss.visits_ahead[stage] = v;
     const bool is_do = ptid >= kBlockM;
     const int row = ptid % kBlockM;
     {
@@ -121,17 +129,24 @@ __device__ __forceinline__ void produce_backward_visits(const fmha::FmhaBackward
       const int64_t head_offset = batch * a.batch_stride + v.head * a.head_stride;
       ss.row_table[stage][ptid] = fmha::tile_row_start<Element>(a, head_offset, p.q_space, p.dilation, v.origin, row);
     }
-    fmha::issue_visit_stats_copy<kBlockM>(p, batch, v, ss.stats[stage], ptid);
-    if (!is_do && p.accumulate_dq && !dq_map.enabled)
-      ss.dq_rows[stage][row] = fmha::dq_accum_row_offset(p, batch, v, row);
+    Prepared prepared;
+    prepared.stats_source = fmha::visit_stats_source<kBlockM>(p, batch, v, ptid);
+    prepared.dq_row = !is_do && p.accumulate_dq && !dq_map.enabled ? fmha::dq_accum_row_offset(p, batch, v, row) : 0;
     named_barrier_sync(kBarrierProducer, Traits::kProducerThreads);  // the stage's row table is complete
+    return prepared;
+  };
+  auto publish_visit = [&](int i, const Prepared& prepared) {
+    const int stage = i % Traits::kStages;
+    if (ptid == 0) ss.visits[stage] = ss.visits_ahead[stage];
+    fmha::copy_visit_stats<kBlockM>(prepared.stats_source, ss.stats[stage], ptid);
+    if (ptid < kBlockM && p.accumulate_dq && !dq_map.enabled) ss.dq_rows[stage][ptid] = prepared.dq_row;
     copy_tile_pair_from_rows<Traits, kBlockM>(ss.row_table[stage], first_row, col,
                                               first_destination + stage * kStageBytes, do_offset,
                                               {p.head_dim, p.head_dim_v}, p.q.data);
   };
   const int count = range.count;
   if (count > 0) {
-    load_visit(0);
+    publish_visit(0, prepare_visit(0));
     wait_async_copies<1>();  // K and V (visit 0 may still be in flight)
   } else {
     wait_async_copies<0>();
@@ -140,13 +155,17 @@ __device__ __forceinline__ void produce_backward_visits(const fmha::FmhaBackward
   barrier_arrive(&ss.kv_full);
   for (int i = 0; i < count; ++i) {
     const int stage = i % Traits::kStages;
-    if (i > 0) {
-      if (i >= Traits::kStages) barrier_wait(&ss.empty[stage], ((i / Traits::kStages) + 1) & 1);
-      load_visit(i);
-    }
+    const bool more = i + 1 < count;
+    Prepared next{};
+    if (more) next = prepare_visit(i + 1);  // while visit i's copies are in flight
     wait_async_copies<0>();
     fence_generic_to_async_shared();
     barrier_arrive(&ss.full[stage]);
+    if (more) {
+      const int next_stage = (i + 1) % Traits::kStages;
+      if (i + 1 >= Traits::kStages) barrier_wait(&ss.empty[next_stage], (((i + 1) / Traits::kStages) + 1) & 1);
+      publish_visit(i + 1, next);
+    }
   }
 }
 

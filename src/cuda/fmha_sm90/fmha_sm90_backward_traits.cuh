@@ -125,6 +125,7 @@ struct Sm90BackwardTraits {
     alignas(16) BoxMaskTables<kBlockN, kBlockM> mask_tables;  // box policies: partial visits' element masks
     alignas(16) int64_t dq_rows[kStages][kBlockM];
     fmha::QVisit visits[kStages];
+    fmha::QVisit visits_ahead[kStages];              // producer: a visit prepared before its stage is free
     int32_t dq_box[kMmaGroups][5];                   // a warpgroup's current dQ box coordinates (its issuing thread's)
     const Element* row_table[kStages][2 * kBlockM];  // producer: Q then dO row starts of a visit
     uint64_t kv_full;

@@ -70,7 +70,10 @@ struct AttentionBackward {
   TensorView grad_q, grad_k, grad_v;  // outputs, same shapes and dtypes as q, k, v
   std::optional<double> scale;
   AttentionMask mask{};
-  bool deterministic = false;  // GPU only: no order-dependent atomics
+  // GPU only. false (default, fast): dQ partials are added with fp32 atomics, so dQ may differ in its last
+  // bits between runs (dK, dV never do). true: a separate dQ kernel, no order-dependent atomics, every
+  // run bit-identical; about 3.5x the fast mode's time on Hopper (docs/perf.md).
+  bool deterministic = false;
   // KV-parallel splitting (CUDA): the dK/dV work of each KV tile is shared by `kv_splits` CTAs, each over
   // a contiguous part of the tile's Q-tile visits; their fp32 partial dK and dV go to the workspace and
   // are summed in a fixed order (deterministic in both modes). 0 = automatic: split while it shortens

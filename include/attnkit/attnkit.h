@@ -128,6 +128,8 @@ typedef struct attnkit_attention_backward_args {
   attnkit_tensor q, k, v, out, lse, grad_out;
   attnkit_tensor grad_q, grad_k, grad_v;
   int32_t has_scale;
+  /* 0 (fast): dQ partials added with fp32 atomics, dQ may differ in its last bits between runs;
+   * 1: bit-identical runs, about 3.5x the fast mode's time on Hopper (docs/perf.md). */
   int32_t deterministic;
   double scale;
   attnkit_attention_mask mask;

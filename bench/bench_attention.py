@@ -19,7 +19,7 @@ Method (DESIGN §5): CUDA events around each call, L2 flushed (256 MB written) b
 call, warm-up first, median of many calls. TF/s counts useful FLOPs only: forward
 2*B*H*pairs*(D + Dv) (= 4*B*H*pairs*D), backward 2.5x that, with pairs = attended (query, key)
 pairs counted exactly from the mask (the same count for attnkit's fast backward, the default, and
-for its deterministic mode, which the bwd-*-deterministic row runs). Correctness: every candidate's output on a random slice of
+for its deterministic mode, which the bwd-*-deterministic rows run). Correctness: every candidate's output on a random slice of
 query rows (all heads of the last batch) is compared with an fp32 softmax reference built from the
 same mask (relative L2, DESIGN tolerances: bf16 1.5e-2); attnkit's output is also compared with the
 best peer's in full, and is poisoned with NaN first so unwritten elements show up. A peer that
@@ -137,8 +137,15 @@ def full_rows(backward: bool) -> list[Problem]:
         rows += [
             dense("bwd-dense-s8192-d128", 2, 16, 8192, 128, backward=True),
             dense("bwd-dense-s8192-d128-deterministic", 2, 16, 8192, 128, backward=True, deterministic=True),
+            dense("bwd-causal-s8192-d128", 2, 16, 8192, 128, causal=True, backward=True),
+            dense("bwd-causal-s8192-d128-deterministic", 2, 16, 8192, 128, causal=True, backward=True,
+                  deterministic=True),
             na("bwd-na2d-128x128-k31", 1, 16, 128, (128, 128), (31, 31), backward=True),
+            na("bwd-na2d-128x128-k31-deterministic", 1, 16, 128, (128, 128), (31, 31), backward=True,
+               deterministic=True),
             na("bwd-na3d-16x64x64-k7x15x15", 1, 16, 128, (16, 64, 64), (7, 15, 15), backward=True),
+            na("bwd-na3d-16x64x64-k7x15x15-deterministic", 1, 16, 128, (16, 64, 64), (7, 15, 15), backward=True,
+               deterministic=True),
             # A grid of 64 KV-tile CTAs on a 132-SM GPU: KV-parallel splitting (automatic) vs none.
             dense("bwd-dense-s4096-d128-h2", 1, 2, 4096, 128, backward=True),
             dense("bwd-dense-s4096-d128-h2-nosplit", 1, 2, 4096, 128, backward=True, kv_splits=1),

@@ -71,8 +71,10 @@ struct AttentionBackward {
   std::optional<double> scale;
   AttentionMask mask{};
   // GPU only. false (default, fast): dQ partials are added with fp32 atomics, so dQ may differ in its last
-  // bits between runs (dK, dV never do). true: a separate dQ kernel, no order-dependent atomics, every
-  // run bit-identical; about 3.5x the fast mode's time on Hopper (docs/perf.md).
+  // bits between runs (dK, dV never do). true: every run bit-identical. On Hopper (compute capability 9.0)
+  // the same partials are added in a fixed order, the KV tiles of a query tile taking turns: about 1.3x
+  // the fast mode's time on dense and causal rows, 1.5-1.7x on 2-D / 3-D neighborhoods (docs/perf.md);
+  // elsewhere a separate dQ kernel recomputes the scores.
   bool deterministic = false;
   // KV-parallel splitting (CUDA): the dK/dV work of each KV tile is shared by `kv_splits` CTAs, each over
   // a contiguous part of the tile's Q-tile visits; their fp32 partial dK and dV go to the workspace and

@@ -129,7 +129,8 @@ typedef struct attnkit_attention_backward_args {
   attnkit_tensor grad_q, grad_k, grad_v;
   int32_t has_scale;
   /* 0 (fast): dQ partials added with fp32 atomics, dQ may differ in its last bits between runs;
-   * 1: bit-identical runs, about 3.5x the fast mode's time on Hopper (docs/perf.md). */
+   * 1: bit-identical runs; on Hopper the same additions in a fixed order, about 1.3x the fast mode's time
+   * (dense, causal) to 1.7x (3-D neighborhoods) (docs/perf.md); elsewhere a separate dQ kernel. */
   int32_t deterministic;
   double scale;
   attnkit_attention_mask mask;

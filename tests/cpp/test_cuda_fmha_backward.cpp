@@ -6,9 +6,10 @@
 // gradients stay within DESIGN §5 (fp16 <= 5e-3, bf16 <= 1.5e-2). Every mask kind, GQA/MQA, odd extents,
 // head_dim_v != head_dim, strided views, rows with no key (zero gradients), caller workspace and streams.
 // Every case runs in both modes on the same inputs: fast (the default: dQ accumulated with fp32 atomics
-// in the dK/dV kernel) and deterministic (the separate dQ kernel); each must match the oracle, grad_k and
-// grad_v must be bit-identical between the modes (one kernel computes them in both) and grad_q must agree
-// within the dtype's tolerance. Deterministic mode alone is bit-identical across reruns. Without CUDA (or
+// in the dK/dV kernel) and deterministic (the portable tier: the separate dQ kernel; the Hopper tier: the
+// same additions in a fixed order); each must match the oracle, grad_k and grad_v must be bit-identical
+// between the modes (one kernel computes them in both) and grad_q must agree within the dtype's
+// tolerance. Deterministic mode alone is bit-identical across reruns: every case runs it twice. Without CUDA (or
 // a GPU) every GPU test skips; the workspace-size tests of FmhaBackwardWorkspace run on the host.
 //
 // KV-parallel splitting (AttentionBackward::kv_splits) has its own cases (KvSplits*, every mask kind, splits
@@ -93,6 +94,8 @@ struct Case {
 };
 
 double tolerance(DType dtype) { return dtype == DType::f16 ? 5e-3 : 1.5e-2; }
+
+int64_t round_up_256(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 
 int64_t product(const std::vector<int64_t>& v) {
   int64_t p = 1;
@@ -180,8 +183,8 @@ double relative_l2(const std::vector<double>& a, const std::vector<double>& b) {
   return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
 }
 
-// Builds the case's tensors (seeded), runs the GPU backward `gpu_runs` times (the results of the last
-// run are compared) and the CPU oracle once.
+// Builds the case's tensors (seeded), runs the GPU backward (twice in deterministic mode: both runs'
+// bits must agree) and the CPU oracle once.
 CaseResult run_case(const Case& c, uint64_t seed) {
   CaseResult result;
   std::mt19937_64 rng(seed);
@@ -285,14 +288,28 @@ CaseResult run_case(const Case& c, uint64_t seed) {
     options.workspace = workspace.data();
     options.workspace_bytes = bytes;
   }
-  for (TestTensor* t : {&dq, &dk, &dv}) {
-    test::poison_nan(t->buffer.view);
-    t->upload();
+  auto bytes_of = [](const TestTensor& t) {
+    const auto* b = static_cast<const std::byte*>(t.buffer.view.data);
+    return std::vector<std::byte>(b, b + t.bytes);
+  };
+  auto run_gpu = [&] {
+    for (TestTensor* t : {&dq, &dk, &dv}) {
+      test::poison_nan(t->buffer.view);
+      t->upload();
+    }
+    attention_backward(gpu, options);
+    expect_cuda(c.use_stream ? cudaStreamSynchronize(stream) : cudaDeviceSynchronize(), "synchronize");
+    for (TestTensor* t : {&dq, &dk, &dv}) t->download();
+  };
+  run_gpu();
+  if (c.deterministic) {  // every case: a rerun on the same inputs gives the same bits
+    const std::vector<std::byte> first_dq = bytes_of(dq), first_dk = bytes_of(dk), first_dv = bytes_of(dv);
+    run_gpu();
+    EXPECT_TRUE(bytes_of(dq) == first_dq) << "deterministic mode: grad_q differs between two runs";
+    EXPECT_TRUE(bytes_of(dk) == first_dk) << "deterministic mode: grad_k differs between two runs";
+    EXPECT_TRUE(bytes_of(dv) == first_dv) << "deterministic mode: grad_v differs between two runs";
   }
-  attention_backward(gpu, options);
-  expect_cuda(c.use_stream ? cudaStreamSynchronize(stream) : cudaDeviceSynchronize(), "synchronize");
   if (stream != nullptr) cudaStreamDestroy(stream);
-  for (TestTensor* t : {&dq, &dk, &dv}) t->download();
 
   // CPU oracle backward on fp32 copies of the same values.
   AttentionBackward cpu;
@@ -347,10 +364,6 @@ CaseResult run_case(const Case& c, uint64_t seed) {
   EXPECT_EQ(count_nonzero_rows(dv.host, c.tokens_kv, c.heads_kv, key_unseen), 0)
       << "grad_v: keys no query attends are not exactly 0";
 
-  auto bytes_of = [](const TestTensor& t) {
-    const auto* b = static_cast<const std::byte*>(t.buffer.view.data);
-    return std::vector<std::byte>(b, b + t.bytes);
-  };
   result.dq_bytes = bytes_of(dq);
   result.dk_bytes = bytes_of(dk);
   result.dv_bytes = bytes_of(dv);
@@ -685,6 +698,52 @@ TEST_F(CudaFmhaBackward, DeterministicModeIsBitIdenticalAcrossRuns) {
   EXPECT_TRUE(first.dv_bytes == second.dv_bytes) << "grad_v differs between two deterministic runs";
 }
 
+// The Hopper tier's deterministic mode orders the dQ additions of the KV tiles that meet a Q tile
+// (fmha_backward_dq_order.hpp): grids of several waves of CTAs (which wait only for CTAs launched before
+// them), many visitors per Q tile, GQA heads, every mask family, the TMA reductions and (dilation) the
+// per-thread reductions. Each case runs deterministic mode twice (run_case): the bits must agree.
+TEST_F(CudaFmhaBackward, DeterministicModeIsBitIdenticalOverGridsOfSeveralWaves) {
+  Case c;
+  c.batch = 2;
+  {
+    SCOPED_TRACE("dense: 5 visitors per Q tile, 160 CTAs");
+    c.heads_q = c.heads_kv = 16;
+    c.tokens_q = c.tokens_kv = {640};
+    run_both_dtypes(c, 1450);
+  }
+  {
+    SCOPED_TRACE("causal, bottom-right, Sq < Sk: 264 CTAs");
+    c.heads_q = c.heads_kv = 12;
+    c.mask = causal_mask(CausalAlignment::bottom_right);
+    c.tokens_q = {900};
+    c.tokens_kv = {1300};
+    run_both_dtypes(c, 1455);
+  }
+  {
+    SCOPED_TRACE("2-D neighborhood with stride, grouped heads: 200 CTAs");
+    c.heads_q = 8;
+    c.heads_kv = 4;
+    c.mask = neighborhood({nd(13), nd(9, 1, 2)});
+    c.tokens_q = c.tokens_kv = {60, 53};
+    run_both_dtypes(c, 1460);
+  }
+  {
+    SCOPED_TRACE("3-D neighborhood with dilation (per-thread reductions), grouped heads");
+    c.mask = neighborhood({nd(3), nd(5, 2), nd(7, 1, 1, true)});
+    c.tokens_q = c.tokens_kv = {10, 22, 25};
+    run_both_dtypes(c, 1465);
+  }
+  {
+    SCOPED_TRACE("block mask per head: 240 CTAs");
+    c.heads_q = c.heads_kv = 8;
+    c.mask = block_sparse_mask(TensorView{}, 64, 64);
+    c.mask_heads = 8;
+    c.mask_density = 0.4;
+    c.tokens_q = c.tokens_kv = {1800};
+    run_both_dtypes(c, 1470);
+  }
+}
+
 // --- KV-parallel splitting (fp32 partials in the workspace, summed in split order) ----------------
 
 TEST_F(CudaFmhaBackward, KvSplitsOverDenseAndCausalVisitsSumToTheOraclesGradients) {
@@ -852,9 +911,16 @@ TEST_F(CudaFmhaBackward, WorkspaceSmallerThanTheSizeQueryIsRefused) {
   }
 }
 
-TEST_F(CudaFmhaBackward, FastModeWorkspaceQueryAddsTheFp32DqAccumulator) {
+// The size query answers for the kernel the call would run on this device: the portable tier's fast mode
+// adds the fp32 dQ accumulator to the deterministic mode's workspace; the Hopper tier accumulates in both
+// modes and its deterministic mode adds the turn counters (4 bytes per (batch, head, Q tile of 64)) and the
+// visitor bounds (8 bytes per Q tile).
+TEST_F(CudaFmhaBackward, WorkspaceQueryAddsWhatTheModeOfTheDevicesKernelNeeds) {
   const DType dtype = DType::bf16;
   if (cuda::fmha::fmha_backward_compiled_width(dtype, 64, 64) == 0) GTEST_SKIP() << "bf16 head dim 64 not compiled";
+  const cuda::fmha::FmhaBackwardKernel* kernel = cuda::fmha::fmha_backward_default_kernel(
+      dtype, 64, 64, cuda::fmha::FmhaBackwardPolicy::box, cuda::fmha::fmha_device(0));
+  ASSERT_NE(kernel, nullptr) << "no backward kernel runs bf16 d64 on this device";
   const int64_t batch = 2, seq = 96, heads = 3, dim = 64;  // 4 * B * Sq * Hq * D is a multiple of 256
   TestTensor q = TestTensor::make(dtype, {batch, seq, heads, dim}, {0, 0, 0, 0});
   TestTensor lse = TestTensor::make(DType::f32, {batch, seq, heads}, {0, 0, 0});
@@ -866,8 +932,14 @@ TEST_F(CudaFmhaBackward, FastModeWorkspaceQueryAddsTheFp32DqAccumulator) {
   const int64_t deterministic_bytes = attention_backward_workspace_size(p, options);
   p.deterministic = false;
   const int64_t fast_bytes = attention_backward_workspace_size(p, options);
-  EXPECT_EQ(fast_bytes - deterministic_bytes, 4 * batch * seq * heads * dim)
-      << "fast mode: " << fast_bytes << " bytes, deterministic: " << deterministic_bytes;
+  if (kernel->config.architecture == 90) {
+    const int64_t q_tiles = (seq + 63) / 64;
+    EXPECT_EQ(deterministic_bytes - fast_bytes, round_up_256(4 * batch * heads * q_tiles) + round_up_256(8 * q_tiles))
+        << "fast mode: " << fast_bytes << " bytes, deterministic: " << deterministic_bytes;
+  } else {
+    EXPECT_EQ(fast_bytes - deterministic_bytes, 4 * batch * seq * heads * dim)
+        << "fast mode: " << fast_bytes << " bytes, deterministic: " << deterministic_bytes;
+  }
 }
 
 TEST_F(CudaFmhaBackward, HeadDimAbove128IsRefusedNamingTheCompiledWidths) {
@@ -946,9 +1018,11 @@ TEST(FmhaBackwardRegistry, HopperTierIsTheDefaultOnlyOnComputeCapability90) {
 // --- workspace sizes (host only: runs without a GPU) -------------------------------------------
 
 // Exactly the launcher's workspace for a problem with these extents in one mode: the registry's entry for
-// (bf16, `dim` wide, policy of `mask`) sized through make_backward_launch, as run_backward sizes it.
+// (bf16, `dim` wide, policy of `mask`, `architecture`) sized through make_backward_launch, as run_backward
+// sizes it (-1: no such entry in this build); `params` receives the launch's params.
 int64_t registry_workspace_bytes(int64_t batch, const std::vector<int64_t>& tokens, int64_t heads, int64_t dim,
-                                 const AttentionMask& mask, bool deterministic) {
+                                 const AttentionMask& mask, bool deterministic, int architecture,
+                                 cuda::fmha::FmhaBackwardParams* params = nullptr) {
   const Device gpu{DeviceType::cuda, 0};
   void* fake = reinterpret_cast<void*>(uintptr_t{1} << 20);  // never dereferenced: only sizes are computed
   std::vector<int64_t> extents = concat(batch, tokens, {heads, dim});
@@ -962,9 +1036,12 @@ int64_t registry_workspace_bytes(int64_t batch, const std::vector<int64_t>& toke
   const detail::AttentionShape shape = detail::describe_attention(p.q, p.k, p.v, p.scale);
   const auto policy = cuda::fmha::fmha_backward_policy_for(mask.kind);
   for (const auto& kernel : cuda::fmha::fmha_backward_kernels()) {
-    if (kernel.config.dtype == DType::bf16 && kernel.config.head_dim == dim && kernel.config.policy == policy) {
+    if (kernel.config.dtype == DType::bf16 && kernel.config.head_dim == dim && kernel.config.policy == policy &&
+        kernel.config.architecture == architecture) {
       // 0 multiprocessors: no automatic KV split (an explicit p.kv_splits still applies).
-      return kernel.workspace_bytes(cuda::fmha::make_backward_launch(p, shape, kernel.config, 0));
+      const cuda::fmha::FmhaBackwardLaunch launch = cuda::fmha::make_backward_launch(p, shape, kernel.config, 0);
+      if (params != nullptr) *params = launch.params;
+      return kernel.workspace_bytes(launch);
     }
   }
   return -1;
@@ -974,36 +1051,71 @@ TEST(FmhaBackwardWorkspace, FastModeIsTheDefault) {
   EXPECT_FALSE(AttentionBackward{}.deterministic) << "AttentionBackward::deterministic defaults to fast mode";
 }
 
-TEST(FmhaBackwardWorkspace, FastModeAddsExactlyTheFp32DqAccumulatorForEveryMaskKind) {
-  struct Shape {
-    const char* name;
-    int64_t batch;
-    std::vector<int64_t> tokens;
-    int64_t heads;
-    int64_t dim;
-    AttentionMask mask;
-  };
+struct WorkspaceShape {
+  const char* name;
+  int64_t batch;
+  std::vector<int64_t> tokens;
+  int64_t heads;
+  int64_t dim;
+  AttentionMask mask;
+};
+
+std::vector<WorkspaceShape> workspace_shapes() {
   const TensorView no_tensor{};
-  const Shape shapes[] = {
+  return {
       {"dense", 2, {96}, 3, 64, AttentionMask{}},  // 4 * B * Sq * Hq * D = 147456, a multiple of 256
       {"causal d128", 1, {128}, 2, 128, causal_mask()},
       {"neighborhood 2-D with dilation", 2, {16, 24}, 1, 64, neighborhood({nd(5, 2), nd(7, 3, 1, true)})},
       {"element mask", 1, {64}, 4, 128, element_sparse_mask(no_tensor)},
   };
-  for (const Shape& s : shapes) {
+}
+
+// The mask tensors' extents are what the list policy sizes its tile lists from (broadcast [1, 1, Sq, Sk]).
+AttentionMask with_mask_tensor(const WorkspaceShape& s, std::vector<int64_t>& extents) {
+  AttentionMask mask = s.mask;
+  extents = {1, 1, product(s.tokens), product(s.tokens)};
+  if (mask.kind == MaskKind::element) {
+    mask.element_mask = make_view(reinterpret_cast<void*>(uintptr_t{1} << 20), DType::boolean, 4, extents.data(),
+                                  Device{DeviceType::cuda, 0});
+  }
+  return mask;
+}
+
+TEST(FmhaBackwardWorkspace, PortableFastModeAddsExactlyTheFp32DqAccumulatorForEveryMaskKind) {
+  for (const WorkspaceShape& s : workspace_shapes()) {
     SCOPED_TRACE(s.name);
-    AttentionMask mask = s.mask;
-    // The mask tensors' extents are what the list policy sizes its tile lists from (broadcast [1, 1, Sq, Sk]).
-    std::vector<int64_t> mask_extents{1, 1, product(s.tokens), product(s.tokens)};
-    if (mask.kind == MaskKind::element) {
-      mask.element_mask = make_view(reinterpret_cast<void*>(uintptr_t{1} << 20), DType::boolean, 4, mask_extents.data(),
-                                    Device{DeviceType::cuda, 0});
-    }
-    const int64_t exact = registry_workspace_bytes(s.batch, s.tokens, s.heads, s.dim, mask, true);
-    const int64_t fast = registry_workspace_bytes(s.batch, s.tokens, s.heads, s.dim, mask, false);
-    ASSERT_GT(exact, 0) << "no registry entry for bf16 d" << s.dim;
+    std::vector<int64_t> mask_extents;
+    const AttentionMask mask = with_mask_tensor(s, mask_extents);
+    const int64_t exact = registry_workspace_bytes(s.batch, s.tokens, s.heads, s.dim, mask, true, 80);
+    const int64_t fast = registry_workspace_bytes(s.batch, s.tokens, s.heads, s.dim, mask, false, 80);
+    ASSERT_GT(exact, 0) << "no portable registry entry for bf16 d" << s.dim;
     const int64_t accumulator = 4 * s.batch * product(s.tokens) * s.heads * s.dim;
-    EXPECT_EQ(fast - exact, (accumulator + 255) / 256 * 256) << "fast " << fast << " deterministic " << exact;
+    EXPECT_EQ(fast - exact, round_up_256(accumulator)) << "fast " << fast << " deterministic " << exact;
+  }
+}
+
+// The Hopper tier accumulates dQ in both modes; ordering the additions (deterministic mode) adds a turn
+// counter per (batch, query head, Q tile) and the ranks' table: tile lists 4 bytes per (mask slice, Q tile,
+// KV tile), box policies 8 bytes per (dimension, dilation group, Q tile position).
+TEST(FmhaBackwardWorkspace, HopperDeterministicModeAddsTurnCountersAndRankTablesForEveryMaskKind) {
+  for (const WorkspaceShape& s : workspace_shapes()) {
+    SCOPED_TRACE(s.name);
+    std::vector<int64_t> mask_extents;
+    const AttentionMask mask = with_mask_tensor(s, mask_extents);
+    cuda::fmha::FmhaBackwardParams params;
+    const int64_t exact = registry_workspace_bytes(s.batch, s.tokens, s.heads, s.dim, mask, true, 90, &params);
+    const int64_t fast = registry_workspace_bytes(s.batch, s.tokens, s.heads, s.dim, mask, false, 90);
+    if (exact < 0) GTEST_SKIP() << "this build compiles no sm_90a code (no Hopper backward entries)";
+    EXPECT_TRUE(params.ordered_dq && params.accumulate_dq) << "the Hopper deterministic mode orders its dQ additions";
+    int64_t table = 0;
+    if (params.use_lists) {
+      table = 4 * int64_t{params.list.q_tiles} * params.list.kv_tiles;  // one mask slice: broadcast mask
+    } else {
+      for (int d = 0; d < params.dims; ++d) table += 8 * int64_t{params.dilation[d]} * params.q_tiles[d];
+    }
+    const int64_t counters = 4 * s.batch * s.heads * params.total_q_tiles;
+    EXPECT_EQ(exact - fast, round_up_256(counters) + round_up_256(table))
+        << "fast " << fast << " deterministic " << exact;
   }
 }
 

@@ -12,10 +12,15 @@
 //     Hq * D more workspace bytes, and dQ varies in its last bits from run to run (the order of the
 //     fp32 additions follows the scheduling). dK and dV are unaffected: bit-identical from run to run,
 //     and to the deterministic mode's.
-//   deterministic: a separate dQ kernel, Q-tile-centric over the KV tiles each Q tile sees, recomputes
+//   deterministic: every gradient bit-identical from run to run.
+//     Hopper tier (compute capability 9.0): the same dK/dV kernel and the same dQ partials, added in a
+//     fixed order — the KV tiles that meet a Q tile take turns on a counter per (batch, head, Q tile),
+//     in descending tile order, launched in that order so that a CTA waits only for CTAs started before it
+//     (fmha_backward_dq_order.hpp). Costs: the counters and a rank table in the workspace (a few bytes
+//     per Q tile), and the waits (docs/perf.md).
+//     Portable tier: a separate dQ kernel, Q-tile-centric over the KV tiles each Q tile sees, recomputes
 //     S and dP (7 tile products per pair, about 1.4x the fast mode's FLOPs); every gradient is
-//     accumulated in registers by exactly one CTA in a fixed order, no atomics, so results are
-//     bit-identical from run to run.
+//     accumulated in registers by exactly one CTA in a fixed order, no atomics.
 // Both modes run the same dK/dV kernel instantiation (a runtime flag). ATTNKIT_DETERMINISTIC is the
 // tuner's switch (never benchmark), not this one; the Python wrappers pass it on as `deterministic`.
 //
@@ -24,8 +29,8 @@
 // fixed order — chosen per call from the device's SM count, the same in both modes.
 //
 // Workspace: lse_log2 and delta (8 bytes per query row and head, rounded to whole Q tiles), for
-// tile-list masks the tile classes and lists, in fast mode the fp32 dQ accumulator, and with splits the
-// partials;
+// tile-list masks the tile classes and lists, the fp32 dQ accumulator (fast mode; the Hopper tier's
+// deterministic mode too, with its turn counters and rank table), and with splits the partials;
 // backward_workspace_size() returns exactly what run_backward() uses for the config and mode it picks.
 #include "cuda/fmha/fmha_backward.hpp"
 

@@ -11,8 +11,9 @@ namespace attnkit::cuda::fmha {
 
 void run_backward(const AttentionBackward& problem, const detail::AttentionShape& shape, const RunOptions& options);
 // Bytes of RunOptions::workspace the backward uses (per-row LSE in log2 units and delta = rowsum(dO*O),
-// tile classes and lists for block and element masks, and unless problem.deterministic the fp32 dQ
-// accumulator of the fast mode, 4 * B * Sq * Hq * D bytes).
+// tile classes and lists for block and element masks, the fp32 dQ accumulator of 4 * B * Sq * Hq * D
+// bytes in fast mode and in the Hopper tier's deterministic mode, which adds its turn counters and rank
+// table; KV-split partials).
 int64_t backward_workspace_size(const AttentionBackward& problem, const detail::AttentionShape& shape,
                                 const RunOptions& options);
 

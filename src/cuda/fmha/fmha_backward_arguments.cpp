@@ -153,9 +153,12 @@ FmhaBackwardLaunch make_backward_launch(const AttentionBackward& problem, const 
   p.total_q_tiles = static_cast<int32_t>(total_q);
   p.total_kv_tiles = static_cast<int32_t>(total_kv);
 
-  // Fast mode's fp32 dQ accumulator, contiguous [B, Sq, Hq, D]: a token's offset is row-major over the
-  // query side's token extents, whichever mode (box, flat, decompose) the side uses.
-  p.accumulate_dq = !problem.deterministic;
+  // The fp32 dQ accumulator of fast mode and of the Hopper tier's deterministic mode (ordered additions,
+  // fmha_backward_dq_order.hpp; the portable tier's deterministic mode runs the dQ kernel instead),
+  // contiguous [B, Sq, Hq, D]: a token's offset is row-major over the query side's token extents, whichever
+  // mode (box, flat, decompose) the side uses.
+  p.ordered_dq = problem.deterministic && config.architecture == 90;
+  p.accumulate_dq = !problem.deterministic || p.ordered_dq;
   if (p.accumulate_dq) {
     const int64_t row = shape.heads_q * shape.head_dim;
     int64_t stride = row;
@@ -180,7 +183,12 @@ FmhaBackwardLaunch make_backward_launch(const AttentionBackward& problem, const 
   if (problem.kv_splits == 0 && split.ctas < 4 * split.slots)
     split.visits = backward_visits_per_kv_tile(p, config.policy);
   p.kv_splits = choose_kv_splits(split);
-  order_kv_tiles_heaviest_first(p, config.policy, split.slots);
+  // Ordered dQ: a CTA waits only for CTAs launched before it (fmha_backward_dq_order.hpp).
+  if (p.ordered_dq) {
+    p.kv_order.descending = true;
+  } else {
+    order_kv_tiles_heaviest_first(p, config.policy, split.slots);
+  }
   check_limit(total_kv * p.kv_splits, (int64_t{1} << 31) - 1, "key tiles x kv_splits (grid size)");
   return launch;
 }

@@ -1,17 +1,21 @@
 // Device launcher of the portable backward, instantiated once per (dtype, head dim, policy) by the
 // fmha_backward_<dtype>_d<head dim>_<policy>.cu files through ATTNKIT_FMHA_BACKWARD_DEFINE.
 //
-// Sequence on the caller's stream: (tile-list masks: classify + row and column compaction) ->
-// preprocess (lse_log2, delta) -> dK/dV kernel -> dQ kernel (deterministic mode), or (fast mode)
-// zero the fp32 dQ accumulator -> preprocess -> dK/dV kernel adding dQ partials -> convert kernel
-// (dQ = scale * accumulator). Scratch comes from RunOptions::workspace
+// Sequence on the caller's stream: (tile-list masks: classify + row and column compaction, + row ranks
+// for ordered dQ) -> preprocess (lse_log2, delta) -> dK/dV kernel -> dQ kernel (the portable tier's
+// deterministic mode), or (p.accumulate_dq: fast mode, and the Hopper tier's deterministic mode with
+// ordered additions) zero the fp32 dQ accumulator (and the turn counters) -> preprocess -> dK/dV kernel
+// adding dQ partials -> convert kernel (dQ = scale * accumulator). Scratch comes from RunOptions::workspace
 // when the caller passes it (an error names the size needed when it is too small), else from one
 // stream-ordered cudaMallocAsync freed with cudaFreeAsync after the last kernel: nothing synchronises
 // with the host, so the call can be captured into a CUDA graph. Scratch layout (each part 256-byte
 // aligned): lse_log2 and delta (4 bytes per (batch, query head, tile row) each), then for tile-list
-// masks the classes (1 byte per tile), row and column entries (4 bytes per tile each) and counts, then
-// in fast mode the dQ accumulator (4 * B * Sq * Hq * D bytes), then with KV-parallel splitting the
-// fp32 dK and dV partials (fmha_backward_split.hpp), summed by the reduce kernel after the dK/dV kernel.
+// masks the classes (1 byte per tile), row and column entries (4 bytes per tile each) and counts (and
+// for ordered dQ the rank table, 4 bytes per tile; box policies: the visitor bounds, 8 bytes per Q tile
+// position and dilation group of each dimension), then with p.accumulate_dq the dQ accumulator (4 * B *
+// Sq * Hq * D bytes) and for ordered dQ its turn counters (4 bytes per (batch, query head, Q tile)),
+// then with KV-parallel splitting the fp32 dK and dV partials (fmha_backward_split.hpp), summed by the
+// reduce kernel after the dK/dV kernel.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -24,6 +28,7 @@
 #include "cuda/fmha/fmha_backward_dkdv.cuh"
 #include "cuda/fmha/fmha_backward_dq.cuh"
 #include "cuda/fmha/fmha_backward_dq_accumulate.cuh"
+#include "cuda/fmha/fmha_backward_dq_order.cuh"
 #include "cuda/fmha/fmha_backward_lists.cuh"
 #include "cuda/fmha/fmha_backward_preprocess.cuh"
 #include "cuda/fmha/fmha_backward_split.cuh"
@@ -36,12 +41,15 @@ inline int64_t backward_round_up(int64_t bytes) { return (bytes + 255) / 256 * 2
 
 struct BackwardWorkspaceLayout {
   int64_t lse_log2 = 0, delta = 0, classes = 0, q_entries = 0, q_counts = 0, kv_entries = 0, kv_counts = 0;
-  int64_t dq_accum = 0;     // fast mode only
+  int64_t turn_table = 0;   // ordered dQ: tile lists' rank table, or the box policies' visitor bounds
+  int64_t dq_accum = 0;     // p.accumulate_dq only
+  int64_t dq_turns = 0;     // ordered dQ only; zeroed with dq_accum
   int64_t kv_partials = 0;  // kv_splits > 1 only: dK partials, then dV partials
   int64_t total() const {
-    return lse_log2 + delta + classes + q_entries + q_counts + kv_entries + kv_counts + dq_accum + kv_partials;
+    return lse_log2 + delta + classes + q_entries + q_counts + kv_entries + kv_counts + turn_table + dq_accum +
+           dq_turns + kv_partials;
   }
-  int64_t dq_accum_offset() const { return total() - kv_partials - dq_accum; }
+  int64_t dq_accum_offset() const { return total() - kv_partials - dq_turns - dq_accum; }
   int64_t kv_partials_offset() const { return total() - kv_partials; }
 };
 
@@ -61,8 +69,13 @@ BackwardWorkspaceLayout backward_workspace_layout(const FmhaBackwardLaunch& laun
     layout.q_counts = backward_round_up(mask_bh * b.q_tiles * 4);
     layout.kv_entries = backward_round_up(tiles * 4);
     layout.kv_counts = backward_round_up(mask_bh * b.kv_tiles * 4);
+    if (p.ordered_dq) layout.turn_table = backward_round_up(tiles * 4);
+  } else if (p.ordered_dq) {
+    layout.turn_table = backward_round_up(visitor_bounds_count(p) * int64_t{sizeof(VisitorBounds)});
   }
   if (p.accumulate_dq) layout.dq_accum = backward_round_up(p.dq_accum.batch_stride * p.batch * 4);
+  if (p.ordered_dq)
+    layout.dq_turns = backward_round_up(static_cast<int64_t>(p.batch) * p.heads_q * p.total_q_tiles * 4);
   if (p.kv_splits > 1) {
     layout.kv_partials = backward_round_up(p.kv_splits * kv_split_partial_bytes(p, Traits::kBlockN, Traits::kHeadDim));
   }
@@ -134,21 +147,36 @@ cudaError_t launch_backward_kernels(FmhaBackwardLaunch& launch, char* base, cons
     b.kv_entries = reinterpret_cast<uint32_t*>(at);
     at += layout.kv_entries;
     b.kv_counts = reinterpret_cast<int32_t*>(at);
+    at += layout.kv_counts;
+    b.turn_table = p.ordered_dq ? reinterpret_cast<uint32_t*>(at) : nullptr;
     const unsigned mask_bh = static_cast<unsigned>(b.mask_batch * b.mask_heads);
     classify_backward_tiles_kernel<Traits::kBlockM, Traits::kBlockN>
         <<<dim3(b.kv_tiles, b.q_tiles, mask_bh), 128, 0, stream>>>(b);
     compact_backward_rows_kernel<Traits::kBlockM, Traits::kBlockN><<<dim3(b.q_tiles, mask_bh), 32, 0, stream>>>(b);
     compact_backward_columns_kernel<Traits::kBlockM, Traits::kBlockN><<<dim3(b.kv_tiles, mask_bh), 32, 0, stream>>>(b);
+    if (p.ordered_dq) {
+      rank_backward_rows_kernel<Traits::kBlockM, Traits::kBlockN><<<dim3(b.q_tiles, mask_bh), 32, 0, stream>>>(b);
+    }
     if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
+    p.dq_turn_table = b.turn_table;
     p.list.q_entries = b.q_entries;
     p.list.q_counts = b.q_counts;
     p.list.kv_entries = b.kv_entries;
     p.list.kv_counts = b.kv_counts;
+  } else if (p.ordered_dq) {
+    auto* bounds = reinterpret_cast<VisitorBounds*>(base + layout.lse_log2 + layout.delta);
+    const int64_t entries = visitor_bounds_count(p);
+    fmha_backward_visitor_bounds_kernel<Traits>
+        <<<static_cast<unsigned>((entries + 127) / 128), 128, 0, stream>>>(p, bounds);
+    if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
+    p.visitor_bounds = bounds;
   }
 
   if (p.accumulate_dq) {
     p.dq_accum.data = base + layout.dq_accum_offset();
-    if (const cudaError_t status = cudaMemsetAsync(p.dq_accum.data, 0, static_cast<size_t>(layout.dq_accum), stream);
+    if (p.ordered_dq) p.dq_turns = reinterpret_cast<uint32_t*>(base + layout.dq_accum_offset() + layout.dq_accum);
+    if (const cudaError_t status =
+            cudaMemsetAsync(p.dq_accum.data, 0, static_cast<size_t>(layout.dq_accum + layout.dq_turns), stream);
         status != cudaSuccess) {
       return status;
     }

@@ -9,7 +9,9 @@
 // tile's keys do not run past the end of the keys (rows past the end of the queries carry no weight
 // in the backward); partial tiles are masked element by element from the mask itself by the main
 // kernels. compact_backward_rows_kernel / compact_backward_columns_kernel: one warp per list, ballot +
-// popc, entries tile | kEntryPartial, then the count.
+// popc, entries tile | kEntryPartial, then the count. rank_backward_rows_kernel (ordered dQ only,
+// fmha_backward_dq_order.hpp): each row's KV tiles get their rank in descending order, written where
+// the tile's class is indexed.
 #pragma once
 #include <cstdint>
 
@@ -85,6 +87,17 @@ template <int BlockM, int BlockN>
 __global__ void __launch_bounds__(32) compact_backward_rows_kernel(const BackwardListBuildParams p) {
   const int64_t row = static_cast<int64_t>(blockIdx.y) * p.q_tiles + blockIdx.x;  // (mask_bh, q_tile)
   compact_classes(p.classes + row * p.kv_tiles, 1, p.kv_tiles, p.q_entries + row * p.kv_tiles, p.q_counts + row);
+}
+
+// After compact_backward_rows_kernel: entry k of a row of `count` entries is the KV tile of rank count - 1 - k.
+template <int BlockM, int BlockN>
+__global__ void __launch_bounds__(32) rank_backward_rows_kernel(const BackwardListBuildParams p) {
+  const int64_t row = static_cast<int64_t>(blockIdx.y) * p.q_tiles + blockIdx.x;  // (mask_bh, q_tile)
+  const uint32_t* entries = p.q_entries + row * p.kv_tiles;
+  const int32_t count = p.q_counts[row];
+  for (int32_t k = static_cast<int32_t>(threadIdx.x); k < count; k += 32) {
+    p.turn_table[row * p.kv_tiles + (entries[k] & kEntryTileMask)] = static_cast<uint32_t>(count - 1 - k);
+  }
 }
 
 template <int BlockM, int BlockN>

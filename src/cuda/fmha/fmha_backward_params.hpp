@@ -11,9 +11,12 @@
 //             (so that exp2(s * scale_log2 - lse_log2) is 0 for them, never inf or NaN);
 //   delta     rowsum(dO * O) in fp32 (0 past the extents).
 //
-// Fast mode (accumulate_dq, AttentionBackward::deterministic == false): the dK/dV kernel also adds each
-// pair's dS K into dq_accum, an fp32 [B, Sq, Hq, D] tensor in the workspace (zeroed before, unscaled),
-// and a convert kernel writes d_q = scale * dq_accum; the dQ kernel does not run.
+// accumulate_dq (fast mode on both tiers, AttentionBackward::deterministic == false, and the Hopper tier's
+// deterministic mode): the dK/dV kernel also adds each pair's dS K into dq_accum, an fp32 [B, Sq, Hq, D]
+// tensor in the workspace (zeroed before, unscaled), and a convert kernel writes d_q = scale * dq_accum;
+// the dQ kernel does not run. With ordered_dq (the Hopper tier's deterministic mode) the additions into
+// each Q tile's rows follow one fixed order (fmha_backward_dq_order.hpp): the KV tiles that meet the Q
+// tile take turns, counted in dq_turns.
 #pragma once
 #include <cstdint>
 
@@ -51,8 +54,18 @@ struct KvTileOrder {
   int32_t groups = 1;
   int32_t first_head = 0;
   uint16_t position[kMaxOrderedKvPositions] = {};
+  // Ordered dQ (fmha_backward_dq_order.hpp): the x-th KV tile of every group launches at the descending
+  // position descending_launch_position(x) instead (positions, first_head and position[] unused).
+  bool descending = false;
 };
 static_assert(kMaxOrderedKvPositions <= 65536, "positions are uint16_t");
+
+// Ordered dQ, box policies: the KV tile positions [first, end) along one dimension that meet a Q tile
+// position (fmha_backward_dq_order.hpp).
+struct alignas(8) VisitorBounds {
+  int32_t first;
+  int32_t end;
+};
 
 struct FmhaBackwardParams {
   TensorAddress q, k, v, o, d_o, lse;
@@ -77,8 +90,18 @@ struct FmhaBackwardParams {
   float* delta = nullptr;     // workspace, tile-row order
   bool use_lists = false;
   BackwardTileLists list{};
-  // Fast mode: dQ partials added with fp32 atomics inside the dK/dV kernel (a uniform runtime branch).
+  // dQ partials added with fp32 reductions inside the dK/dV kernel (a uniform runtime branch).
   bool accumulate_dq = false;
+  // ... in a fixed order (the Hopper kernel's deterministic mode): the KV tiles meeting a Q tile take
+  // turns; dq_turns (workspace, zeroed with dq_accum) counts the turns taken per (batch, query head, Q
+  // tile), element (b * Hq + h) * total_q_tiles + q_tile; for tile lists dq_turn_table (workspace, filled
+  // by rank_backward_rows_kernel) holds each (mask slice, Q tile, KV tile)'s rank, laid out as the
+  // classes; for box policies visitor_bounds (workspace, fmha_backward_visitor_bounds_kernel) the range of
+  // KV tiles meeting each Q tile position per dimension, from which a visit's rank follows.
+  bool ordered_dq = false;
+  uint32_t* dq_turns = nullptr;
+  const uint32_t* dq_turn_table = nullptr;
+  const VisitorBounds* visitor_bounds = nullptr;  // box policies: fmha_backward_dq_order.hpp
   // Contiguous fp32 [B, Sq, Hq, D] addressed like d_q (token strides row-major over the query extents);
   // data is set by the launcher (workspace).
   TensorAddress dq_accum{};
@@ -120,6 +143,7 @@ struct BackwardListBuildParams {
   int32_t* q_counts = nullptr;
   uint32_t* kv_entries = nullptr;
   int32_t* kv_counts = nullptr;
+  uint32_t* turn_table = nullptr;  // ordered dQ only: [mask_bh][q_tiles][kv_tiles], rank_backward_rows_kernel
 };
 
 }  // namespace attnkit::cuda::fmha

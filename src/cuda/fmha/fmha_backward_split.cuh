@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "cuda/fmha/fmha_backward_dq_order.hpp"
 #include "cuda/fmha/fmha_backward_params.hpp"
 #include "cuda/fmha/fmha_backward_tiles.cuh"
 #include "cuda/fmha/fmha_tokens.cuh"
@@ -13,7 +14,8 @@
 namespace attnkit::cuda::fmha {
 
 // This CTA's KV tile and split: blockIdx.x = rank * kv_splits + split, the tile's rank in the launch
-// order (p.kv_order: heaviest first in the grid's last (batch, KV head) pairs, where the host ordered them).
+// order (p.kv_order: heaviest first in the grid's last (batch, KV head) pairs, where the host ordered them;
+// descending positions for ordered dQ, fmha_backward_dq_order.hpp).
 struct KvSplitCta {
   int32_t tile;
   int32_t split;
@@ -23,6 +25,7 @@ __device__ __forceinline__ KvSplitCta kv_split_cta(const FmhaBackwardParams& p) 
   const int32_t x = static_cast<int32_t>(blockIdx.x);
   const int32_t rank = x / p.kv_splits;
   const KvTileOrder& order = p.kv_order;
+  if (order.descending) return KvSplitCta{descending_launch_tile(rank, p.kv_tiles), x % p.kv_splits};
   const int32_t head = static_cast<int32_t>(blockIdx.z * gridDim.y + blockIdx.y);
   const int32_t tile = order.positions == 0 || head < order.first_head
                            ? rank

@@ -21,18 +21,22 @@
 // barrier); without one (dilation, flat decomposed tokens, odd D) every thread adds its accumulator
 // pairs with red.global. The two MMA warpgroups never wait for each other (only the producer's stages
 // couple them), so one's tensor-core work can run while the other computes probabilities. The
-// deterministic mode skips dQ (the separate dQ kernel computes it). dK and dV stay in registers over
-// the whole GQA group and go out through shared memory as whole 16-byte chunks (dK times the softmax
-// scale) to rows whose starts the MMA threads compute once each. K and V load while one MMA warp
-// computes the visit schedule (four binary searches per dimension, one per lane) and the others the
-// tables from which partial box visits take their element masks (fmha_sm90_backward_mask.cuh). On other
-// architectures the body is empty (the registry never selects it).
+// deterministic mode (p.ordered_dq) adds the same partials in a fixed order: the thread that adds a
+// warpgroup's partial first waits for the warpgroup's turn on the Q tile (fmha_sm90_dq_turns.cuh; the
+// visit's rank read from tables while the score products run), and passes the turn on once the reductions have
+// completed — checked after the next visit's score products are issued, so that the wait overlaps them; a partial visit
+// the warpgroup skips still takes and passes its turn. dK and dV stay in registers over the whole GQA group and go out
+// through shared memory as whole 16-byte chunks (dK times the softmax scale) to rows whose starts the MMA threads
+// compute once each. K and V load while one MMA warp computes the visit schedule (four binary searches per dimension,
+// one per lane) and the others the tables from which partial box visits take their element masks
+// (fmha_sm90_backward_mask.cuh). On other architectures the body is empty (the registry never selects it).
 #pragma once
 #include <cute/tensor.hpp>
 
 #include <cstdint>
 
 #include "cuda/common/async_copy.cuh"
+#include "cuda/fmha/fmha_backward_dq_order.cuh"
 #include "cuda/fmha/fmha_backward_params.hpp"
 #include "cuda/fmha/fmha_backward_split.cuh"
 #include "cuda/fmha/fmha_backward_tiles.cuh"
@@ -40,6 +44,7 @@
 #include "cuda/fmha/fmha_softmax.cuh"
 #include "cuda/fmha/fmha_tokens.cuh"
 #include "cuda/fmha_sm90/fmha_sm90_backward_producer.cuh"
+#include "cuda/fmha_sm90/fmha_sm90_dq_turns.cuh"
 #include "cuda/fmha_sm90/fmha_sm90_gmma.cuh"
 #include "cuda/fmha_sm90/fmha_sm90_sync.cuh"
 #include "cuda/fmha_sm90/fmha_sm90_tma_copy.cuh"
@@ -111,8 +116,18 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
   Tensor tGrP = make_tensor<Element>(partition_shape_A(mma_g, Shape<Int<kKeys>, Int<kBlockM>>{}));
   Tensor tGrDs = make_tensor<Element>(partition_shape_A(mma_g, Shape<Int<kKeys>, Int<kBlockM>>{}));
 
-  // Fast mode's dQ: this warpgroup's dS tile, its dQ buffer and the TMA reductions' issuing thread.
+  // dQ: this warpgroup's dS tile, its dQ buffer and the TMA reductions' issuing thread. Ordered dQ: the
+  // thread that takes the turns, and the counter whose turn it holds while its reductions complete.
   const bool issues_dq = p.accumulate_dq && dq_map.enabled && wg_tid == 0;
+  const bool takes_turns = p.ordered_dq && wg_tid == 0;
+  uint32_t* turn_in_flight = nullptr;
+  auto pass_turn_in_flight = [&]() {
+    if (turn_in_flight != nullptr) {
+      bulk_wait_all();
+      pass_dq_turn(turn_in_flight);
+      turn_in_flight = nullptr;
+    }
+  };
   const int dq_boxes = min(Traits::kDqBoxes, (p.head_dim + kDqBoxColumns - 1) / kDqBoxColumns);
   float* dq_buffer = ss.dq[group];
   Tensor sDs = fixed_tile(ss.ds[group], typename Traits::SmemLayoutDs{});
@@ -152,12 +167,20 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
       // stage is handed back at once; the other warpgroup may still be using it.
       const fmha::QVisit& v = ss.visits[b];
       if (!v.full && !half_meets_visit(p, v, ss.mask_tables, group * kKeys, kKeys)) {
-        barrier_arrive(&ss.empty[b]);
+        if (takes_turns) {  // nothing to add, but the turn is this warpgroup's
+          const DqTurn turn = visit_dq_turn(p, batch, v, fmha::visit_dq_rank<kLists>(p, kv, batch, v), group);
+          barrier_arrive(&ss.empty[b]);
+          pass_turn_in_flight();
+          wait_for_dq_turn(turn);
+          pass_dq_turn(turn.counter);
+        } else {
+          barrier_arrive(&ss.empty[b]);
+        }
         // The warpgroup's named barrier as often as a visit that computes (all its threads are here: no
         // wait), so that both warpgroups reach the epilogue having passed equally many barriers. With
         // unequal counts compute-sanitizer racecheck reported hazards on the epilogue's shared tables; with
         // equal counts it reports none (docs/perf.md, Hopper backward notes).
-        const int barriers = p.accumulate_dq ? (dq_map.enabled ? 2 : 1) : 0;
+        const int barriers = p.accumulate_dq ? (dq_map.enabled ? 2 : (p.ordered_dq ? 3 : 1)) : 0;
         for (int k = 0; k < barriers; ++k) named_barrier_sync(barrier_group, 128);
         continue;
       }
@@ -180,6 +203,11 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
       warpgroup_commit_batch();
       issue_gemm<false>(mma_s, tSrV, tSrdO, acc_dp);
       warpgroup_commit_batch();
+    }
+    if (takes_turns) {  // while S^T and dP^T run: the previous visit's reductions complete, this one's turn
+      pass_turn_in_flight();
+      const fmha::QVisit& v = ss.visits[b];
+      ss.dq_turn[group] = visit_dq_turn(p, batch, v, fmha::visit_dq_rank<kLists>(p, kv, batch, v), group);
     }
     uint32_t allowed[kRows];  // bit j: column j of row i is attended
     if constexpr (kLists) {
@@ -283,13 +311,21 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
         int32_t c[5];
 #pragma unroll
         for (int k = 0; k < 5; ++k) c[k] = ss.dq_box[group][k];
+        const DqTurn turn = takes_turns ? ss.dq_turn[group] : DqTurn{};
+        if (takes_turns) wait_for_dq_turn(turn);
         for (int box = 0; box < dq_boxes; ++box) {
           c[0] = box * kDqBoxColumns;
           tma_reduce_add_box(&dq_map.map, dq_buffer + box * Traits::kDqBoxFloats, dq_map.rank, c);
         }
         bulk_commit_group();
+        if (takes_turns) turn_in_flight = turn.counter;
       }
     } else {
+      const DqTurn turn = takes_turns ? ss.dq_turn[group] : DqTurn{};
+      if (p.ordered_dq) {
+        if (takes_turns) wait_for_dq_turn(turn);
+        named_barrier_sync(barrier_group, 128);  // the warpgroup's turn
+      }
       float* accumulator = static_cast<float*>(p.dq_accum.data);
 #pragma unroll
       for (int i = 0; i < size<0>(dq); ++i) {
@@ -300,9 +336,15 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
                                    dq(i, j + 1));
         }
       }
+      if (p.ordered_dq) {
+        __threadfence();
+        named_barrier_sync(barrier_group, 128);  // every thread's additions are performed
+        if (takes_turns) pass_dq_turn(turn.counter);
+      }
     }
   }
   if (issues_dq) bulk_wait_all();
+  if (takes_turns) pass_turn_in_flight();
 
   if (p.kv_splits > 1) {                     // this split's unscaled partials, straight from the accumulators
     const KvSplitCta cta = kv_split_cta(p);  // from blockIdx again: nothing more lives across the visits

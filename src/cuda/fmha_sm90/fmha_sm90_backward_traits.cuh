@@ -27,6 +27,7 @@
 
 #include "cuda/fmha/fmha_backward_traits.cuh"
 #include "cuda/fmha_sm90/fmha_sm90_backward_mask.cuh"
+#include "cuda/fmha_sm90/fmha_sm90_dq_turns.cuh"
 #include "cuda/fmha_sm90/fmha_sm90_tma.hpp"
 
 namespace attnkit::cuda::fmha_sm90 {
@@ -127,6 +128,7 @@ struct Sm90BackwardTraits {
     fmha::QVisit visits[kStages];
     fmha::QVisit visits_ahead[kStages];              // producer: a visit prepared before its stage is free
     int32_t dq_box[kMmaGroups][5];                   // a warpgroup's current dQ box coordinates (its issuing thread's)
+    DqTurn dq_turn[kMmaGroups];                      // ordered dQ: a warpgroup's current turn (its turn thread's)
     const Element* row_table[kStages][2 * kBlockM];  // producer: Q then dO row starts of a visit
     uint64_t kv_full;
     uint64_t full[kStages];

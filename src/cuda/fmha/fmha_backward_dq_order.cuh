@@ -22,13 +22,9 @@ __global__ void __launch_bounds__(128)
     const int64_t entries = int64_t{p.dilation[d]} * p.q_tiles[d];
     if (d < p.dims && x >= 0 && x < entries) {
       const int32_t group = static_cast<int32_t>(x / p.q_tiles[d]);
-      const int64_t q_first = (x % p.q_tiles[d]) << p.q_space.box_log2[d];
-      const int64_t q_box = int64_t{1} << p.q_space.box_log2[d];
-      const int64_t kv_box = int64_t{1} << p.kv_space.box_log2[d];
-      const int64_t n_q = group_indices(p.q_space, d, p.dilation[d], group);
-      const int64_t n_kv = group_indices(p.kv_space, d, p.dilation[d], group);
-      *out = VisitorBounds{visitor_bound(p.rule[d], 0, q_first, q_box, n_q, n_kv, kv_box),
-                           visitor_bound(p.rule[d], 1, q_first, q_box, n_q, n_kv, kv_box)};
+      *out = visitor_bounds_of(p, d, (x % p.q_tiles[d]) << p.q_space.box_log2[d],
+                               group_indices(p.q_space, d, p.dilation[d], group),
+                               group_indices(p.kv_space, d, p.dilation[d], group));
     }
     x -= entries;
   }

@@ -62,16 +62,16 @@ ATTNKIT_HOST_DEVICE void descending_launch_position(int32_t x, const int32_t (&t
   }
 }
 
-// Bound `bound` of the visitors' positions along one dimension of a Q tile whose first query index is
-// q_first (q_box per tile, n_q / n_kv indices in its dilation group): 0 = the first position (the window
-// begin of the tile's first query), 1 = one past the last (the window end of its last existing query) —
-// dim_tile_range's first and end.
-ATTNKIT_HOST_DEVICE int32_t visitor_bound(const WindowRule& rule, int bound, int64_t q_first, int64_t q_box,
-                                          int64_t n_q, int64_t n_kv, int64_t kv_box) {
-  if (bound == 0) return static_cast<int32_t>(window_of(rule, q_first, n_kv).begin / kv_box);
-  const int64_t q_end = q_first + q_box;
+// The KV tile positions along dimension d that meet the Q tile whose first query index is q_first (n_q /
+// n_kv indices in its dilation group): dim_tile_range's first and end — the window begin of the tile's
+// first query and the window end of its last existing query, in KV tiles.
+ATTNKIT_HOST_DEVICE VisitorBounds visitor_bounds_of(const FmhaBackwardParams& p, int d, int64_t q_first, int64_t n_q,
+                                                    int64_t n_kv) {
+  const int64_t kv_box = int64_t{1} << p.kv_space.box_log2[d];
+  const int64_t q_end = q_first + (int64_t{1} << p.q_space.box_log2[d]);
   const int64_t q_last = (q_end < n_q ? q_end : n_q) - 1;
-  return static_cast<int32_t>(ceil_div_nonneg(window_of(rule, q_last, n_kv).end, kv_box));
+  return VisitorBounds{static_cast<int32_t>(window_of(p.rule[d], q_first, n_kv).begin / kv_box),
+                       static_cast<int32_t>(ceil_div_nonneg(window_of(p.rule[d], q_last, n_kv).end, kv_box))};
 }
 
 // The box policies' table of both bounds per (dimension, dilation group, Q tile position), filled once per
@@ -94,7 +94,8 @@ ATTNKIT_HOST_DEVICE int64_t visitor_bounds_count(const FmhaBackwardParams& p) {
 }
 
 // Rank of a box-policy visit: the Q tile whose first indices are q_first (a dilation group of n_q / n_kv
-// indices per dimension) seen from the KV tile at box position kv_position.
+// indices per dimension) seen from the KV tile at box position kv_position — what the kernel reads from
+// the table of visitor_bounds_of.
 ATTNKIT_HOST_DEVICE uint32_t box_visit_rank(const FmhaBackwardParams& p, const int32_t (&q_first)[kMaxDims],
                                             const int32_t (&n_q)[kMaxDims], const int32_t (&n_kv)[kMaxDims],
                                             const int32_t (&kv_position)[kMaxDims]) {
@@ -102,10 +103,9 @@ ATTNKIT_HOST_DEVICE uint32_t box_visit_rank(const FmhaBackwardParams& p, const i
   int32_t end[kMaxDims] = {1, 1, 1};
   for (int d = 0; d < kMaxDims; ++d) {
     if (d < p.dims) {
-      const int64_t q_box = int64_t{1} << p.q_space.box_log2[d];
-      const int64_t kv_box = int64_t{1} << p.kv_space.box_log2[d];
-      first[d] = visitor_bound(p.rule[d], 0, q_first[d], q_box, n_q[d], n_kv[d], kv_box);
-      end[d] = visitor_bound(p.rule[d], 1, q_first[d], q_box, n_q[d], n_kv[d], kv_box);
+      const VisitorBounds b = visitor_bounds_of(p, d, q_first[d], n_q[d], n_kv[d]);
+      first[d] = b.first;
+      end[d] = b.end;
     }
   }
   return descending_visitor_rank(p.dims, first, end, kv_position);

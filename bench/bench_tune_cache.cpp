@@ -9,8 +9,8 @@
 
 #include "attnkit/tuner.hpp"
 #include "core/attention_shape.hpp"
+#include "cpu/tune/cpu_attention_dispatch.hpp"
 #include "tune/config_space_registry.hpp"
-#include "tune/cpu_attention_dispatch.hpp"
 #include "tune/device_key.hpp"
 #include "tune/process_tuners.hpp"
 #include "tune/tuner.hpp"
@@ -62,7 +62,8 @@ void BM_TunerHitPrecomputedKey(benchmark::State& state) {
   const auto tuner = tuner_with({key});
   for (auto _ : state) {
     const TuneChoice choice = tuner->choose(key, nullptr);
-    benchmark::DoNotOptimize(choice.config);
+    const Config* chosen = choice.config;
+    benchmark::DoNotOptimize(chosen);
   }
 }
 BENCHMARK(BM_TunerHitPrecomputedKey);
@@ -72,7 +73,8 @@ void BM_TunerHitBuildingTheKey(benchmark::State& state) {
   const auto tuner = tuner_with({make_problem_key(spec)});
   for (auto _ : state) {
     const TuneChoice choice = tuner->choose(make_problem_key(spec), nullptr);
-    benchmark::DoNotOptimize(choice.config);
+    const Config* chosen = choice.config;
+    benchmark::DoNotOptimize(chosen);
   }
 }
 BENCHMARK(BM_TunerHitBuildingTheKey);
@@ -90,7 +92,8 @@ void BM_TunerHitAmongManyProblems(benchmark::State& state) {
   size_t i = 0;
   for (auto _ : state) {
     const TuneChoice choice = tuner->choose(keys[i], nullptr);
-    benchmark::DoNotOptimize(choice.config);
+    const Config* chosen = choice.config;
+    benchmark::DoNotOptimize(chosen);
     i = (i + 1) % keys.size();
   }
 }
@@ -117,7 +120,8 @@ void BM_CpuDispatchHit(benchmark::State& state) {
   cpu_process_tuner()->tune(key, runner);
   for (auto _ : state) {
     const CpuAttentionChoice choice = choose_cpu_attention_forward(f, shape);
-    benchmark::DoNotOptimize(choice.config);
+    const Config* chosen = choice.config;
+    benchmark::DoNotOptimize(chosen);
   }
   reset_process_tuners();
 }

@@ -87,14 +87,10 @@ if(ATTNKIT_CUDA_ENABLED)
 
   function(attnkit_configure_cuda_target target)
     target_include_directories(${target} SYSTEM PRIVATE ${ATTNKIT_CUTLASS_INCLUDE})
-    target_link_libraries(${target} PUBLIC CUDA::cudart CUDA::cuda_driver CUDA::cublas)
+    target_link_libraries(${target} PUBLIC CUDA::cudart CUDA::cuda_driver)
     target_compile_options(${target} PRIVATE
       $<$<COMPILE_LANGUAGE:CUDA>:${ATTNKIT_CUDA_GENCODE} --expt-relaxed-constexpr -lineinfo -Xcompiler=-fvisibility=hidden
       ${ATTNKIT_CUDA_EXTRA_FLAGS}>)
     target_compile_definitions(${target} PRIVATE ATTNKIT_WITH_CUDA=1)
-    # The Hopper tier (wgmma) is registered only when its sm_90a code is compiled.
-    if("90a" IN_LIST ATTNKIT_CUDA_ARCHS)
-      target_compile_definitions(${target} PRIVATE ATTNKIT_HAVE_SM90A=1)
-    endif()
   endfunction()
 endif()

@@ -1,5 +1,6 @@
 // `attnkit cache`: the tuning cache on disk (DESIGN §6.2, §6.8).
-//   attnkit cache show [--dir DIR] [--timings]   each cache file: its device key, its winners (and timings)
+//   attnkit cache show [--dir DIR] [--timings]   each cache file: its device key, its winners with their
+//                                                default (IGNORED: why, for a winner a tuner would drop), and timings
 //   attnkit cache merge INPUT... [--dir DIR]     fold cache files (or folders of them) from elsewhere into
 //                                                DIR, each into its own device's file; newest record wins
 //   attnkit cache clear [--dir DIR]              delete DIR's cache files
@@ -61,13 +62,27 @@ int show(const CacheOptions& o) {
       failed += t.ok ? 0 : 1;
     }
     std::printf("  %zu winners, %zu timings (%zu failed)\n", c.winners.size(), c.timings.size(), failed);
-    for (const auto& w : c.winners) {
-      const auto it = timing_of.find({w.problem, w.config});
-      if (it != timing_of.end() && it->second->ok) {
-        std::printf("  %s -> %s (%.2f us)\n", w.problem.c_str(), w.config.c_str(), it->second->median_us);
+    // The same check a tuner makes when it loads the file: a winner without the evidence is dropped.
+    const std::vector<std::string> unproven = winner_evidence_problems(c, settings_from_environment().margin);
+    for (size_t i = 0; i < c.winners.size(); ++i) {
+      const WinnerRecord& w = c.winners[i];
+      const auto own = timing_of.find({w.problem, w.config});
+      const auto baseline = timing_of.find({w.problem, w.default_config});
+      std::printf("  %s -> %s", w.problem.c_str(), w.config.c_str());
+      if (own != timing_of.end() && own->second->ok) {
+        std::printf(" (%.2f us", own->second->median_us);
       } else {
-        std::printf("  %s -> %s\n", w.problem.c_str(), w.config.c_str());
+        std::printf(" (no timing");
       }
+      if (w.config == w.default_config) {
+        std::printf(", the default)");
+      } else if (baseline != timing_of.end() && baseline->second->ok) {
+        std::printf("; default %s %.2f us)", w.default_config.c_str(), baseline->second->median_us);
+      } else {
+        std::printf("; default %s not timed)", w.default_config.c_str());
+      }
+      if (!unproven[i].empty()) std::printf(" IGNORED: %s", unproven[i].c_str());
+      std::printf("\n");
     }
     if (!o.timings) continue;
     for (const auto& t : c.timings) {

@@ -16,7 +16,7 @@
 #include "cli_errors.hpp"
 #include "cli_parse.hpp"
 #include "commands.hpp"
-#include "tune/cpu_attention_runner.hpp"
+#include "cpu/tune/cpu_attention_runner.hpp"
 #include "tune/device_key.hpp"
 #include "tune/offline_tuning.hpp"
 #include "tune/problem_file.hpp"
@@ -294,11 +294,16 @@ Command add_tune_command(CLI::App& parent) {
   app->add_option("--top-k", o->top_k, "Configs timed per problem (cheapest predicted)")
       ->check(CLI::PositiveNumber)
       ->group(tuning);
-  app->add_option("--margin", o->margin, "A non-default config must beat the default by this fraction")
+  app->add_option("--margin", o->margin,
+                  "A non-default config must beat the default by more than this fraction (and the noise)")
       ->check(CLI::Range(0.0, 1.0))
       ->group(tuning);
-  app->add_option("--warmup", o->warmup, "Untimed runs per config")->check(CLI::NonNegativeNumber)->group(tuning);
-  app->add_option("--steps", o->steps, "Most timed runs per config")->check(CLI::PositiveNumber)->group(tuning);
+  app->add_option("--warmup", o->warmup, "Untimed warm-up rounds (every candidate once each)")
+      ->check(CLI::NonNegativeNumber)
+      ->group(tuning);
+  app->add_option("--steps", o->steps, "Most timed rounds (every candidate once each)")
+      ->check(CLI::PositiveNumber)
+      ->group(tuning);
   const CLI::Option* causal = app->get_option("--causal");
   return Command{app, [o, causal]() -> int {
                    o->causal_given = causal->count() > 0;

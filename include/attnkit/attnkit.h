@@ -226,6 +226,38 @@ ATTNKIT_C_API attnkit_status attnkit_attention_backward_workspace_size(const att
                                                                        const attnkit_run_options* options,
                                                                        int64_t* bytes);
 
+/* ---- Plans ----
+ * A plan is one call shape of an operation validated, and its backend and kernel configuration chosen,
+ * once: every tensor's dtype, device, extents, strides and address alignment (mod 16), the mask, the
+ * scale and the options' backend and thread count. Running it then costs its launches only, which is
+ * what frameworks calling many small layers need. The operations above use the same cached plans
+ * internally. A plan follows the tuner: after a settings change its next run makes its choice again.
+ * Several threads may run one plan at once; destroy it when no run is in flight on the host. */
+typedef struct attnkit_plan attnkit_plan;
+
+/* Flags of the *_plan functions. */
+#define ATTNKIT_PLAN_NO_TUNING 1 /* never time configs for this plan (cached winners or the default) */
+
+/* Validates `args` and `options` exactly as the operation would and returns a new plan in *plan
+ * (release it with attnkit_plan_destroy). Tensor memory is not touched, except that a CPU block or
+ * element mask is read (its density keys the CPU tuner's choice): give the real mask there. */
+ATTNKIT_C_API attnkit_status attnkit_attention_forward_plan(const attnkit_attention_forward_args* args,
+                                                            const attnkit_run_options* options, int32_t flags,
+                                                            attnkit_plan** plan);
+ATTNKIT_C_API attnkit_status attnkit_attention_backward_plan(const attnkit_attention_backward_args* args,
+                                                             const attnkit_run_options* options, int32_t flags,
+                                                             attnkit_plan** plan);
+/* Device scratch a run of the plan needs (0 when none). */
+ATTNKIT_C_API attnkit_status attnkit_plan_workspace_size(const attnkit_plan* plan, int64_t* bytes);
+/* Runs the plan on new tensors of its call shape: data[i] is the data pointer of the i-th tensor field
+ * of the args struct, in declaration order (attention forward: q, k, v, out, lse, mask.block_mask,
+ * mask.element_mask: 7 pointers; attention backward: q, k, v, out, lse, grad_out, grad_q, grad_k,
+ * grad_v, mask.block_mask, mask.element_mask: 11). A tensor absent from the plan's args stays NULL; a
+ * present one needs the alignment (address mod 16) it had there. workspace: as in attnkit_run_options. */
+ATTNKIT_C_API attnkit_status attnkit_plan_run(const attnkit_plan* plan, void* const* data, int32_t count, void* stream,
+                                              void* workspace, int64_t workspace_bytes);
+ATTNKIT_C_API void attnkit_plan_destroy(attnkit_plan* plan);
+
 /* ---- Auto-tuner (DESIGN §6) ---- */
 typedef enum attnkit_tune_mode {
   ATTNKIT_TUNE_OFF = 0,      /* default configs only; the cache is not read */

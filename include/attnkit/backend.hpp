@@ -20,6 +20,9 @@ struct RunOptions {
   // library allocates stream-ordered when a kernel needs scratch.
   void* workspace = nullptr;
   int64_t workspace_bytes = 0;
+  // true: this call never times kernel configs, whatever the tuner's mode (cached winners or the
+  // default). The Python package sets it under torch.use_deterministic_algorithms(True).
+  bool no_tuning = false;
 };
 
 ATTNKIT_API const char* backend_name(Backend backend);

@@ -1,16 +1,27 @@
-"""The fused-attention custom ops: attnkit::attention_forward and attnkit::attention_backward.
+"""Fused attention on torch tensors: the plan-based implementation, the custom ops built on it
+(attnkit::attention_forward and attnkit::attention_backward, for torch.compile and tracing), and the
+autograd.Function the functional API uses in eager mode.
 
-One op pair serves every mask (none, causal, neighborhood, block, element): the mask is described
-by plain op arguments (ints, int lists, optional bool tensors), so torch.compile sees a fixed
-schema and the fake implementations only need shapes. The forward always produces the LSE
-(float32 [B, *tokens, Hq]), because the backward needs it; the functional API drops it unless
-asked.
+Two front doors share one implementation (run_forward / run_backward over cached library plans,
+_plans.py):
+- eager calls (the common case) go through AttentionFunction, or straight to run_forward when no
+  gradient is needed: no custom-op dispatch, no per-call argument structs;
+- under torch.compile / export, or when a dispatch mode or tensor subclass is active, the functional
+  API calls the custom ops, whose fake implementations need only shapes.
+
+The mask is described by plain values (kind, alignment, per-dimension tuples, block sizes) plus the
+optional bool mask tensors, so the custom ops have a fixed schema. The forward op always produces the
+LSE (float32 [B, *tokens, Hq]), because the backward needs it.
 
 Gradient through the LSE (merge_attentions uses it): d lse_i / d s_ij = P_ij, so an incoming
 grad_lse adds P_ij * grad_lse_i to dS. The library's backward computes dS = P (dO.v - dO.O); a
 second backward call with v = 0, dO = e_0 and O = -grad_lse * e_0 yields exactly dS = P * grad_lse,
 so its dq and dk are the LSE's contribution (its dv is discarded). This reuses the kernels as they
 are, on every backend.
+
+torch.use_deterministic_algorithms(True) selects the deterministic backward and forbids timing
+configs (plans are made with ATTNKIT_PLAN_NO_TUNING), as attnkit.tuner.configure(deterministic=True)
+does.
 """
 
 from __future__ import annotations
@@ -22,9 +33,17 @@ import torch
 
 from . import _capi
 from . import _launch
+from . import _plans
+
+_FORWARD_TENSORS = 7  # q, k, v, out, lse, block_mask, element_mask (attnkit_plan_run's order)
+_BACKWARD_TENSORS = 11  # q, k, v, out, lse, grad_out, grad_q, grad_k, grad_v, block_mask, element_mask
+
+_forward_plans = _plans.PlanCache()
+_backward_plans = _plans.PlanCache()
+
 
 def fill_mask(mask: _capi.AttentionMask, block_mask, element_mask, kind, causal_alignment, kernel_size,
-               dilation, stride, causal, block_q, block_k) -> None:
+              dilation, stride, causal, block_q, block_k) -> None:
     mask.kind = kind
     mask.causal_alignment = causal_alignment
     if kind == _capi.ATTNKIT_MASK_NEIGHBORHOOD:
@@ -41,6 +60,147 @@ def _set_scale(args, scale: Optional[float]) -> None:
         args.scale = float(scale)
 
 
+def _last_contiguous(t):
+    """The library needs the last dimension contiguous (every other stride is free): copy only when it
+    is not, so views of packed qkv pass through without a copy."""
+    if t is None or t.dim() == 0 or t.stride(-1) == 1:
+        return t
+    return _launch.contiguous_last(t)
+
+
+def _pointer(t) -> Optional[int]:
+    return None if t is None else t.data_ptr()
+
+
+def _params_key(params) -> tuple:
+    """The mask values (kind, alignment, kernel_size, dilation, stride, causal, block_q, block_k) as a
+    hashable tuple (the custom ops receive lists)."""
+    kind, alignment, kernel_size, dilation, stride, causal, block_q, block_k = params
+    return (kind, alignment, tuple(kernel_size), tuple(dilation), tuple(stride), tuple(causal), block_q, block_k)
+
+
+def deterministic_backward() -> bool:
+    from . import tuner
+
+    return tuner.deterministic_backward() or torch.are_deterministic_algorithms_enabled()
+
+
+def _forward_plan(lib, q, k, v, out, lse, block_mask, element_mask, params, scale, no_tuning):
+    device = _launch.check_device(lib, q, k, v, block_mask, element_mask)
+    args = _capi.AttentionForwardArgs()
+    lib.attnkit_attention_forward_args_init(ctypes.byref(args))
+    args.q, args.k, args.v = _launch.view(q), _launch.view(k), _launch.view(v)
+    args.out, args.lse = _launch.view(out), _launch.view(lse)
+    _set_scale(args, scale)
+    fill_mask(args.mask, block_mask, element_mask, *params)
+    return _plans.make(lib, lib.attnkit_attention_forward_plan, args, device, no_tuning, _FORWARD_TENSORS)
+
+
+def run_forward(q, k, v, block_mask, element_mask, params: tuple, scale: Optional[float], need_lse: bool):
+    """out [B, *tokens, Hq, Dv] and lse [B, *tokens, Hq] (None unless need_lse). `params` as _params_key."""
+    q, k, v = _last_contiguous(q), _last_contiguous(k), _last_contiguous(v)
+    block_mask, element_mask = _last_contiguous(block_mask), _last_contiguous(element_mask)
+    no_tuning = torch.are_deterministic_algorithms_enabled()
+    key = (_plans.tensor_key(q), _plans.tensor_key(k), _plans.tensor_key(v), _plans.tensor_key(block_mask),
+           _plans.tensor_key(element_mask), params, scale, need_lse, no_tuning)
+    device = q.device
+    out = torch.empty(q.shape[:-1] + v.shape[-1:], dtype=q.dtype, device=device)
+    lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=device) if need_lse else None
+    plan = _forward_plans.get(key)
+    if plan is None:
+        plan = _forward_plan(_launch.library(), q, k, v, out, lse, block_mask, element_mask, params, scale,
+                             no_tuning)
+        _forward_plans.put(key, plan)
+    _plans.run(plan, (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), _pointer(lse),
+                      _pointer(block_mask), _pointer(element_mask)), device)
+    return out, lse
+
+
+def _backward_plan(lib, tensors, block_mask, element_mask, params, scale, deterministic, no_tuning):
+    device = tensors[0].device
+    args = _capi.AttentionBackwardArgs()
+    # kv_splits and split_workspace_limit keep the init defaults (0: automatic, -1: default bound).
+    lib.attnkit_attention_backward_args_init(ctypes.byref(args))
+    (args.q, args.k, args.v, args.out, args.lse, args.grad_out, args.grad_q, args.grad_k,
+     args.grad_v) = (_launch.view(t) for t in tensors)
+    args.deterministic = 1 if deterministic else 0
+    _set_scale(args, scale)
+    fill_mask(args.mask, block_mask, element_mask, *params)
+    return _plans.make(lib, lib.attnkit_attention_backward_plan, args, device, no_tuning, _BACKWARD_TENSORS)
+
+
+def _backward_call(q, k, v, out, lse, grad_out, block_mask, element_mask, params, scale, deterministic):
+    device = q.device
+    grad_q = torch.empty(q.shape, dtype=q.dtype, device=device)
+    grad_k = torch.empty(k.shape, dtype=k.dtype, device=device)
+    grad_v = torch.empty(v.shape, dtype=v.dtype, device=device)
+    tensors = (q, k, v, out, lse, grad_out, grad_q, grad_k, grad_v)
+    no_tuning = torch.are_deterministic_algorithms_enabled()
+    key = tuple(_plans.tensor_key(t) for t in tensors) + (
+        _plans.tensor_key(block_mask), _plans.tensor_key(element_mask), params, scale, deterministic, no_tuning)
+    plan = _backward_plans.get(key)
+    if plan is None:
+        plan = _backward_plan(_launch.library(), tensors, block_mask, element_mask, params, scale, deterministic,
+                              no_tuning)
+        _backward_plans.put(key, plan)
+    _plans.run(plan, tuple(t.data_ptr() for t in tensors) + (_pointer(block_mask), _pointer(element_mask)), device)
+    return grad_q, grad_k, grad_v
+
+
+def run_backward(grad_out, grad_lse, q, k, v, out, lse, block_mask, element_mask, params: tuple,
+                 scale: Optional[float], deterministic: bool):
+    """(grad_q, grad_k, grad_v) from the incoming gradients of out and lse (either may be None)."""
+    device = q.device
+    q, k, v, out, lse = (_last_contiguous(t) for t in (q, k, v, out, lse))
+    block_mask, element_mask = _last_contiguous(block_mask), _last_contiguous(element_mask)
+    grads = None
+    if grad_out is not None:
+        grad_out = _last_contiguous(grad_out.to(q.dtype))
+        grads = _backward_call(q, k, v, out, lse, grad_out, block_mask, element_mask, params, scale, deterministic)
+    if grad_lse is not None:
+        unit = torch.zeros(out.shape, dtype=q.dtype, device=device)
+        unit[..., 0] = 1
+        lse_out = torch.zeros(out.shape, dtype=q.dtype, device=device)
+        # Rows with no key have lse = -inf and get zero gradients from the library anyway.
+        lse_out[..., 0] = -torch.nan_to_num(grad_lse.to(torch.float32), nan=0.0, posinf=0.0, neginf=0.0).to(q.dtype)
+        zero_v = torch.zeros(v.shape, dtype=v.dtype, device=device)
+        lse_q, lse_k, _ = _backward_call(q, k, zero_v, lse_out, lse, unit, block_mask, element_mask, params, scale,
+                                         deterministic)
+        if grads is None:
+            grads = (lse_q, lse_k, torch.zeros(v.shape, dtype=v.dtype, device=device))
+        else:
+            grads = (grads[0] + lse_q, grads[1] + lse_k, grads[2])
+    if grads is None:
+        grads = tuple(torch.zeros(t.shape, dtype=t.dtype, device=device) for t in (q, k, v))
+    return grads
+
+
+class AttentionFunction(torch.autograd.Function):
+    """Eager autograd over run_forward / run_backward (the custom ops' formula, without their dispatch)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, block_mask, element_mask, params, scale):
+        out, lse = run_forward(q, k, v, block_mask, element_mask, params, scale, True)
+        ctx.save_for_backward(q, k, v, out, lse, block_mask, element_mask)
+        # An unused output's gradient stays None instead of zeros: an unused lse then costs no second
+        # backward call.
+        ctx.set_materialize_grads(False)
+        ctx.params = params
+        ctx.scale = scale
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, grad_out, grad_lse):
+        q, k, v, out, lse, block_mask, element_mask = ctx.saved_tensors
+        grad_q, grad_k, grad_v = run_backward(grad_out, grad_lse, q, k, v, out, lse, block_mask, element_mask,
+                                              ctx.params, ctx.scale, deterministic_backward())
+        return grad_q, grad_k, grad_v, None, None, None, None
+
+
+# ---------------------------------------------------------------------------------------------
+# Custom ops (torch.compile, export, opcheck, dispatch modes)
+
+
 @torch.library.custom_op("attnkit::attention_forward", mutates_args=())
 def attention_forward(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -48,25 +208,8 @@ def attention_forward(
     mask_kind: int, causal_alignment: int, kernel_size: List[int], dilation: List[int], stride: List[int],
     causal: List[bool], block_q: int, block_k: int, scale: Optional[float],
 ) -> Tuple[torch.Tensor, torch.Tensor]:
-    lib = _launch.library()
-    device = _launch.check_device(lib, q, k, v, block_mask, element_mask)
-    q, k, v = (_launch.contiguous_last(t) for t in (q, k, v))
-    block_mask, element_mask = _launch.contiguous_last(block_mask), _launch.contiguous_last(element_mask)
-    out = torch.empty(q.shape[:-1] + v.shape[-1:], dtype=q.dtype, device=device)
-    lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=device)
-    args = _capi.AttentionForwardArgs()
-    lib.attnkit_attention_forward_args_init(ctypes.byref(args))
-    args.q, args.k, args.v = _launch.view(q), _launch.view(k), _launch.view(v)
-    args.out, args.lse = _launch.view(out), _launch.view(lse)
-    _set_scale(args, scale)
-    fill_mask(args.mask, block_mask, element_mask, mask_kind, causal_alignment, kernel_size, dilation, stride,
-               causal, block_q, block_k)
-    with _launch.device_guard(device):
-        options = _launch.run_options(lib, device)
-        workspace = _launch.attach_workspace(options, lib.attnkit_attention_forward_workspace_size, args, device)
-        _launch.call(lib.attnkit_attention_forward, args, options)
-        del workspace
-    return out, lse
+    params = _params_key((mask_kind, causal_alignment, kernel_size, dilation, stride, causal, block_q, block_k))
+    return run_forward(q, k, v, block_mask, element_mask, params, scale, True)
 
 
 @attention_forward.register_fake
@@ -77,27 +220,6 @@ def _(q, k, v, block_mask, element_mask, mask_kind, causal_alignment, kernel_siz
     return out, lse
 
 
-def _backward_call(lib, device, q, k, v, out, lse, grad_out, mask_args, scale, deterministic):
-    grad_q = torch.empty(q.shape, dtype=q.dtype, device=device)
-    grad_k = torch.empty(k.shape, dtype=k.dtype, device=device)
-    grad_v = torch.empty(v.shape, dtype=v.dtype, device=device)
-    args = _capi.AttentionBackwardArgs()
-    # kv_splits and split_workspace_limit keep the init defaults (0: automatic, -1: default bound).
-    lib.attnkit_attention_backward_args_init(ctypes.byref(args))
-    args.q, args.k, args.v = _launch.view(q), _launch.view(k), _launch.view(v)
-    args.out, args.lse, args.grad_out = _launch.view(out), _launch.view(lse), _launch.view(grad_out)
-    args.grad_q, args.grad_k, args.grad_v = _launch.view(grad_q), _launch.view(grad_k), _launch.view(grad_v)
-    args.deterministic = 1 if deterministic else 0
-    _set_scale(args, scale)
-    fill_mask(args.mask, *mask_args)
-    with _launch.device_guard(device):
-        options = _launch.run_options(lib, device)
-        workspace = _launch.attach_workspace(options, lib.attnkit_attention_backward_workspace_size, args, device)
-        _launch.call(lib.attnkit_attention_backward, args, options)
-        del workspace
-    return grad_q, grad_k, grad_v
-
-
 @torch.library.custom_op("attnkit::attention_backward", mutates_args=())
 def attention_backward(
     grad_out: Optional[torch.Tensor], grad_lse: Optional[torch.Tensor],
@@ -106,31 +228,9 @@ def attention_backward(
     mask_kind: int, causal_alignment: int, kernel_size: List[int], dilation: List[int], stride: List[int],
     causal: List[bool], block_q: int, block_k: int, scale: Optional[float], deterministic: bool,
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    lib = _launch.library()
-    device = _launch.check_device(lib, q, k, v, out, lse, grad_out, grad_lse)
-    q, k, v, out, lse = (_launch.contiguous_last(t) for t in (q, k, v, out, lse))
-    mask_args = (_launch.contiguous_last(block_mask), _launch.contiguous_last(element_mask), mask_kind,
-                 causal_alignment, kernel_size, dilation, stride, causal, block_q, block_k)
-    grads = None
-    if grad_out is not None:
-        grad_out = _launch.contiguous_last(grad_out.to(q.dtype))
-        grads = _backward_call(lib, device, q, k, v, out, lse, grad_out, mask_args, scale, deterministic)
-    if grad_lse is not None:
-        unit = torch.zeros(out.shape, dtype=q.dtype, device=device)
-        unit[..., 0] = 1
-        lse_out = torch.zeros(out.shape, dtype=q.dtype, device=device)
-        # Rows with no key have lse = -inf and get zero gradients from the library anyway.
-        lse_out[..., 0] = -torch.nan_to_num(grad_lse.to(torch.float32), nan=0.0, posinf=0.0, neginf=0.0).to(q.dtype)
-        zero_v = torch.zeros(v.shape, dtype=v.dtype, device=device)
-        lse_q, lse_k, _ = _backward_call(lib, device, q, k, zero_v, lse_out, lse, unit, mask_args, scale,
-                                         deterministic)
-        if grads is None:
-            grads = (lse_q, lse_k, torch.zeros(v.shape, dtype=v.dtype, device=device))
-        else:
-            grads = (grads[0] + lse_q, grads[1] + lse_k, grads[2])
-    if grads is None:
-        grads = tuple(torch.zeros(t.shape, dtype=t.dtype, device=device) for t in (q, k, v))
-    return grads
+    params = _params_key((mask_kind, causal_alignment, kernel_size, dilation, stride, causal, block_q, block_k))
+    return run_backward(grad_out, grad_lse, q, k, v, out, lse, block_mask, element_mask, params, scale,
+                        deterministic)
 
 
 @attention_backward.register_fake
@@ -147,8 +247,6 @@ def _setup_context(ctx, inputs, output):
     q, k, v, block_mask, element_mask = inputs[:5]
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, block_mask, element_mask)
-    # An unused output's gradient stays None instead of zeros: an unused lse then costs no second
-    # backward call.
     ctx.set_materialize_grads(False)
     ctx.mask_params = inputs[5:13]
     ctx.scale = inputs[13]
@@ -156,11 +254,9 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, grad_out, grad_lse):
     q, k, v, out, lse, block_mask, element_mask = ctx.saved_tensors
-    from . import tuner
-
     grad_q, grad_k, grad_v = attention_backward(
         grad_out, grad_lse, q, k, v, out, lse, block_mask, element_mask, *ctx.mask_params, ctx.scale,
-        tuner.deterministic_backward(),
+        deterministic_backward(),
     )
     return (grad_q, grad_k, grad_v) + (None,) * _FORWARD_EXTRA_INPUTS
 

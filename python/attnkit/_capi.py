@@ -73,6 +73,9 @@ ATTNKIT_TUNE_LOAD_ONLY = 2
 ATTNKIT_AGREE_ROOT_TUNES = 0
 ATTNKIT_AGREE_SPLIT_CONFIGS = 1
 
+# flags of attnkit_attention_*_plan
+ATTNKIT_PLAN_NO_TUNING = 1
+
 _STATUS_NAMES = {
     ATTNKIT_OK: "ATTNKIT_OK",
     ATTNKIT_INVALID_ARGUMENT: "ATTNKIT_INVALID_ARGUMENT",
@@ -336,6 +339,17 @@ _PROTOTYPES = {
         _status,
         [ctypes.POINTER(AttentionBackwardArgs), ctypes.POINTER(RunOptions), ctypes.POINTER(_i64)],
     ),
+    "attnkit_attention_forward_plan": (
+        _status,
+        [ctypes.POINTER(AttentionForwardArgs), ctypes.POINTER(RunOptions), _i32, ctypes.POINTER(_ptr)],
+    ),
+    "attnkit_attention_backward_plan": (
+        _status,
+        [ctypes.POINTER(AttentionBackwardArgs), ctypes.POINTER(RunOptions), _i32, ctypes.POINTER(_ptr)],
+    ),
+    "attnkit_plan_workspace_size": (_status, [_ptr, ctypes.POINTER(_i64)]),
+    "attnkit_plan_run": (_status, [_ptr, ctypes.POINTER(_ptr), _i32, _ptr, _ptr, _i64]),
+    "attnkit_plan_destroy": (None, [_ptr]),
 }
 
 # Functions a library of this ABI may not export yet (the tuner's C API landed after the ops):

@@ -28,6 +28,11 @@ class MaskSpec(NamedTuple):
         return (self.block_mask, self.element_mask, self.kind, self.causal_alignment, list(self.kernel_size),
                 list(self.dilation), list(self.stride), list(self.causal), self.block_q, self.block_k)
 
+    def params(self) -> tuple:
+        """The non-tensor values as one hashable tuple (the plan key's part; _attention_ops.run_forward)."""
+        return (self.kind, self.causal_alignment, self.kernel_size, self.dilation, self.stride, self.causal,
+                self.block_q, self.block_k)
+
 
 def per_dim(value, dims: int, name: str, kind=int) -> list:
     """An int (bool) for every dimension, or a sequence of exactly `dims` of them."""
@@ -86,8 +91,8 @@ def block(block_mask, block_size) -> MaskSpec:
 def neighborhood(dims: int, kernel_size, dilation, stride, is_causal) -> MaskSpec:
     return MaskSpec(
         kind=_capi.ATTNKIT_MASK_NEIGHBORHOOD,
-        kernel_size=per_dim(kernel_size, dims, "kernel_size"),
-        dilation=per_dim(dilation, dims, "dilation"),
-        stride=per_dim(stride, dims, "stride"),
-        causal=per_dim(is_causal, dims, "is_causal", kind=bool),
+        kernel_size=tuple(per_dim(kernel_size, dims, "kernel_size")),
+        dilation=tuple(per_dim(dilation, dims, "dilation")),
+        stride=tuple(per_dim(stride, dims, "stride")),
+        causal=tuple(per_dim(is_causal, dims, "is_causal", kind=bool)),
     )

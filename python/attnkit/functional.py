@@ -14,6 +14,7 @@ from typing import Optional, Sequence
 
 import torch
 
+from . import _attention_ops
 from . import _capi
 from . import _mask_spec
 from ._attention_ops import attention_forward as _attention_op
@@ -36,10 +37,34 @@ def _check_scale(scale) -> Optional[float]:
     return float(scale)
 
 
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+_dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", None)
+_function_modes = getattr(torch._C, "_is_torch_function_mode_enabled", None)
+
+
+def _eager_fast_path(*tensors) -> bool:
+    """Plain tensors, no tracing, no active mode: the call may skip the custom op's dispatch (a mode or a
+    tensor subclass must see the op, so those calls take it)."""
+    if torch.compiler.is_compiling():
+        return False
+    if _dispatch_modes is None or _function_modes is None or _dispatch_modes() or _function_modes():
+        return False
+    return all(t is None or type(t) in _PLAIN_TENSORS for t in tensors)
+
+
 def _run_attention(q, k, v, spec: _mask_spec.MaskSpec, scale, return_lse: bool):
     for t, name in ((q, "q"), (k, "k"), (v, "v")):
         _check_tensor(t, name)
-    out, lse = _attention_op(q, k, v, *spec.op_args(), _check_scale(scale))
+    scale = _check_scale(scale)
+    if _eager_fast_path(q, k, v, spec.block_mask, spec.element_mask):
+        if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+            out, lse = _attention_ops.AttentionFunction.apply(q, k, v, spec.block_mask, spec.element_mask,
+                                                              spec.params(), scale)
+        else:
+            out, lse = _attention_ops.run_forward(q, k, v, spec.block_mask, spec.element_mask, spec.params(), scale,
+                                                  return_lse)
+    else:
+        out, lse = _attention_op(q, k, v, *spec.op_args(), scale)
     return (out, lse) if return_lse else out
 
 

@@ -1,8 +1,9 @@
 """Auto-tuner settings and multi-rank agreement (DESIGN §6) over the C ABI's attnkit_tuner_*.
 
 - settings() / configure(...): read and change the process-wide settings (mode "off" | "on" |
-  "load_only", deterministic, NATTEN-named forward/backward toggles, thorough modes, warm-up and
-  step counts, top_k, cache_dir).
+  "load-only", deterministic, NATTEN-named forward/backward toggles, thorough modes, warm-up and
+  step counts, top_k, cache_dir). "load-only" is the documented spelling, as in ATTNKIT_TUNE;
+  "load_only" is accepted too, and settings() reports "load-only".
 - use_autotuner(...) / disable_autotuner(): NATTEN-compatible spellings of configure().
 - sync(group): every later tuning decision is agreed across the ranks of a torch.distributed
   group (rank 0 tunes and broadcasts, or ranks split the configs and all-gather timings); the
@@ -22,8 +23,12 @@ from typing import Optional
 
 from . import _capi
 
-_MODES = {"off": _capi.ATTNKIT_TUNE_OFF, "on": _capi.ATTNKIT_TUNE_ON, "load_only": _capi.ATTNKIT_TUNE_LOAD_ONLY}
+_MODES = {"off": _capi.ATTNKIT_TUNE_OFF, "on": _capi.ATTNKIT_TUNE_ON, "load-only": _capi.ATTNKIT_TUNE_LOAD_ONLY}
 _MODE_NAMES = {value: name for name, value in _MODES.items()}
+# Other spellings accepted wherever a mode is given (the library's environment parser takes the same).
+_MODE_ALIASES = {"load_only": "load-only"}
+_MODE_SPELLINGS = "'off', 'on', 'load-only' (also spelled 'load_only')"
+
 _AGREEMENTS = {"root_tunes": _capi.ATTNKIT_AGREE_ROOT_TUNES, "split_configs": _capi.ATTNKIT_AGREE_SPLIT_CONFIGS}
 _BOOL_FIELDS = ("deterministic", "forward_pass", "backward_pass", "thorough_mode_forward", "thorough_mode_backward")
 _INT_FIELDS = ("warmup_steps_forward", "warmup_steps_backward", "steps_forward", "steps_backward", "top_k")
@@ -33,6 +38,14 @@ _INT_FIELDS = ("warmup_steps_forward", "warmup_steps_backward", "steps_forward",
 _deterministic = os.environ.get("ATTNKIT_DETERMINISTIC", "0").lower() not in ("", "0", "false", "off", "no")
 # The rank group in force and the ctypes objects its callbacks live in (they must outlive it).
 _active_group = None
+
+
+def _mode(value) -> str:
+    """The canonical name of a mode given as any accepted spelling; ValueError otherwise."""
+    name = _MODE_ALIASES.get(value, value) if isinstance(value, str) else value
+    if name not in _MODES:
+        raise ValueError(f"mode: {value!r}; allowed: {_MODE_SPELLINGS}")
+    return name
 
 
 def _fn(name: str):
@@ -81,8 +94,8 @@ def configure(*, mode: Optional[str] = None, deterministic: Optional[bool] = Non
     for name, value in changes.items():
         if value is None:
             continue
-        if name == "mode" and value not in _MODES:
-            raise ValueError(f"mode: {value!r}; allowed: 'off', 'on', 'load_only'")
+        if name == "mode":
+            value = _mode(value)
         if name in _BOOL_FIELDS and not isinstance(value, bool):
             raise TypeError(f"{name}: {value!r}; allowed: True or False")
         if name in _INT_FIELDS and (isinstance(value, bool) or not isinstance(value, int)):
@@ -110,7 +123,7 @@ def use_autotuner(forward_pass: bool = False, backward_pass: bool = False, thoro
     """NATTEN's spelling: tune forward and/or backward passes on their first call with each
     problem; with neither, cached or default configs are used without benchmarking."""
     tuning = forward_pass or backward_pass
-    return configure(mode="on" if tuning else "load_only", forward_pass=forward_pass, backward_pass=backward_pass,
+    return configure(mode="on" if tuning else "load-only", forward_pass=forward_pass, backward_pass=backward_pass,
                      thorough_mode_forward=thorough_mode_forward, thorough_mode_backward=thorough_mode_backward,
                      warmup_steps_forward=warmup_steps_forward, warmup_steps_backward=warmup_steps_backward,
                      steps_forward=steps_forward, steps_backward=steps_backward)

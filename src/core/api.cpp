@@ -1,7 +1,10 @@
-// The public entry points: validate, describe, then hand over to the backend that runs the call.
+// The public entry points. Attention goes through its cached plan (core/attention_plan.hpp: validated
+// and selected once per call shape); the other ops validate, then hand over to the backend that runs
+// the call.
 #include "attnkit/attention.hpp"
 #include "attnkit/gemm.hpp"
 #include "attnkit/retention.hpp"
+#include "core/attention_plan.hpp"
 #include "core/validate.hpp"
 #include "cpu/cpu_backend.hpp"
 #include "cuda/cuda_backend.hpp"
@@ -9,37 +12,19 @@
 namespace attnkit {
 
 void attention_forward(const AttentionForward& problem, const RunOptions& options) {
-  detail::validate_attention_forward(problem, options);
-  const auto shape = detail::describe_attention(problem.q, problem.k, problem.v, problem.scale);
-  if (detail::resolve_backend(options.backend, problem.q.device) == Backend::cuda) {
-    cuda::attention_forward(problem, shape, options);
-  } else {
-    cpu::attention_forward(problem, shape, options);
-  }
+  detail::attention_forward_plan(problem, options)->run(problem, options);
 }
 
 void attention_backward(const AttentionBackward& problem, const RunOptions& options) {
-  detail::validate_attention_backward(problem, options);
-  const auto shape = detail::describe_attention(problem.q, problem.k, problem.v, problem.scale);
-  if (detail::resolve_backend(options.backend, problem.q.device) == Backend::cuda) {
-    cuda::attention_backward(problem, shape, options);
-  } else {
-    cpu::attention_backward(problem, shape, options);
-  }
+  detail::attention_backward_plan(problem, options)->run(problem, options);
 }
 
 int64_t attention_forward_workspace_size(const AttentionForward& problem, const RunOptions& options) {
-  detail::validate_attention_forward(problem, options);
-  const auto shape = detail::describe_attention(problem.q, problem.k, problem.v, problem.scale);
-  if (detail::resolve_backend(options.backend, problem.q.device) != Backend::cuda) return 0;
-  return cuda::attention_forward_workspace_size(problem, shape, options);
+  return detail::attention_forward_plan(problem, options)->workspace_bytes();
 }
 
 int64_t attention_backward_workspace_size(const AttentionBackward& problem, const RunOptions& options) {
-  detail::validate_attention_backward(problem, options);
-  const auto shape = detail::describe_attention(problem.q, problem.k, problem.v, problem.scale);
-  if (detail::resolve_backend(options.backend, problem.q.device) != Backend::cuda) return 0;
-  return cuda::attention_backward_workspace_size(problem, shape, options);
+  return detail::attention_backward_plan(problem, options)->workspace_bytes();
 }
 
 void retention_forward(const RetentionForward& problem, const RunOptions& options) {

@@ -1,6 +1,7 @@
 // The CUDA backend's entry points in a build without CUDA: each says how to get CUDA support.
 #include "attnkit/error.hpp"
 #include "cuda/cuda_backend.hpp"
+#include "tune/backend_config_spaces.hpp"
 
 namespace attnkit::cuda {
 namespace {
@@ -15,12 +16,12 @@ bool compiled() { return false; }
 std::vector<DeviceInfo> devices() { return {}; }
 std::string runtime_version() { return ""; }
 std::string driver_version() { return ""; }
-void attention_forward(const AttentionForward&, const detail::AttentionShape&, const RunOptions&) { not_built(); }
-void attention_backward(const AttentionBackward&, const detail::AttentionShape&, const RunOptions&) { not_built(); }
-int64_t attention_forward_workspace_size(const AttentionForward&, const detail::AttentionShape&, const RunOptions&) {
+detail::MadePlan<AttentionForward> make_attention_forward_plan(const AttentionForward&, const detail::AttentionShape&,
+                                                               const RunOptions&) {
   not_built();
 }
-int64_t attention_backward_workspace_size(const AttentionBackward&, const detail::AttentionShape&, const RunOptions&) {
+detail::MadePlan<AttentionBackward> make_attention_backward_plan(const AttentionBackward&,
+                                                                 const detail::AttentionShape&, const RunOptions&) {
   not_built();
 }
 void retention_forward(const RetentionForward&, const RunOptions&) { not_built(); }
@@ -28,3 +29,10 @@ void retention_backward(const RetentionBackward&, const RunOptions&) { not_built
 void gemm(const GemmProblem&, const RunOptions&) { not_built(); }
 
 }  // namespace attnkit::cuda
+
+namespace attnkit::tune {
+
+// No CUDA kernels, so no CUDA config spaces: the tuner knows the CPU's only.
+void register_cuda_config_spaces(ConfigSpaceRegistry&) {}
+
+}  // namespace attnkit::tune

@@ -1,5 +1,5 @@
 // The knobs of the CPU attention drivers that the auto-tuner chooses (the CPU config space,
-// src/tune/cpu_attention_space.cpp). A zero field means "the driver's own default", which is what
+// src/cpu/tune/cpu_attention_space.cpp). A zero field means "the driver's own default", which is what
 // every call used before the tuner existed, so untuned results are unchanged.
 //
 // query_block: forward: query rows per task (rounded up to whole tiles, so the tiles and therefore

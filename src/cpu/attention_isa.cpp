@@ -1,5 +1,5 @@
-// Runs cpu::attention_forward/backward with the kernels of the chosen instruction set and the config
-// the tuner chose (tune/cpu_attention_dispatch.hpp).
+// Runs the CPU attention drivers of the chosen instruction set with a given config (the plans of
+// cpu/attention_plan.cpp pass the one the tuner chose, cpu/tune/cpu_attention_dispatch.hpp).
 #include "cpu/attention_isa.hpp"
 
 #include <atomic>
@@ -9,7 +9,6 @@
 
 #include "attnkit/error.hpp"
 #include "cpu/cpu_backend.hpp"
-#include "tune/cpu_attention_dispatch.hpp"
 
 namespace attnkit::cpu {
 namespace {
@@ -108,16 +107,6 @@ void attention_backward_configured(const AttentionBackward& problem, const detai
 #endif
     default: isa_baseline::attention_backward(problem, shape, options, config); return;
   }
-}
-
-void attention_forward(const AttentionForward& problem, const detail::AttentionShape& shape,
-                       const RunOptions& options) {
-  attention_forward_configured(problem, shape, options, tune::choose_cpu_attention_forward(problem, shape).config);
-}
-
-void attention_backward(const AttentionBackward& problem, const detail::AttentionShape& shape,
-                        const RunOptions& options) {
-  attention_backward_configured(problem, shape, options, tune::choose_cpu_attention_backward(problem, shape).config);
 }
 
 }  // namespace attnkit::cpu

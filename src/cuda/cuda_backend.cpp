@@ -1,4 +1,4 @@
-// The CUDA backend's entry points in a build with CUDA: device queries and the fused-attention forward.
+// The CUDA backend's entry points in a build with CUDA: device queries and the fused-attention plans.
 // Operations whose CUDA kernels do not exist yet throw Status::unsupported pointing to the CPU backend.
 #include "cuda/cuda_backend.hpp"
 
@@ -65,24 +65,16 @@ std::string driver_version() {
   return version_string(version);
 }
 
-void attention_forward(const AttentionForward& problem, const detail::AttentionShape& shape,
-                       const RunOptions& options) {
-  fmha::run_forward(problem, shape, options);
+detail::MadePlan<AttentionForward> make_attention_forward_plan(const AttentionForward& problem,
+                                                               const detail::AttentionShape& shape,
+                                                               const RunOptions& options) {
+  return fmha::make_forward_plan(problem, shape, options);
 }
 
-int64_t attention_forward_workspace_size(const AttentionForward& problem, const detail::AttentionShape& shape,
-                                         const RunOptions& options) {
-  return fmha::forward_workspace_size(problem, shape, options);
-}
-
-void attention_backward(const AttentionBackward& problem, const detail::AttentionShape& shape,
-                        const RunOptions& options) {
-  fmha::run_backward(problem, shape, options);
-}
-
-int64_t attention_backward_workspace_size(const AttentionBackward& problem, const detail::AttentionShape& shape,
-                                          const RunOptions& options) {
-  return fmha::backward_workspace_size(problem, shape, options);
+detail::MadePlan<AttentionBackward> make_attention_backward_plan(const AttentionBackward& problem,
+                                                                 const detail::AttentionShape& shape,
+                                                                 const RunOptions& options) {
+  return fmha::make_backward_plan(problem, shape, options);
 }
 
 void retention_forward(const RetentionForward&, const RunOptions&) { not_yet("retention_forward"); }

@@ -7,6 +7,7 @@
 #include "attnkit/gemm.hpp"
 #include "attnkit/retention.hpp"
 #include "core/attention_shape.hpp"
+#include "core/op_plan.hpp"
 
 namespace attnkit::cuda {
 
@@ -15,14 +16,13 @@ std::vector<DeviceInfo> devices();
 std::string runtime_version();
 std::string driver_version();
 
-void attention_forward(const AttentionForward& problem, const detail::AttentionShape& shape, const RunOptions& options);
-void attention_backward(const AttentionBackward& problem, const detail::AttentionShape& shape,
-                        const RunOptions& options);
-// Device scratch the call needs (RunOptions::workspace); 0 when none.
-int64_t attention_forward_workspace_size(const AttentionForward& problem, const detail::AttentionShape& shape,
-                                         const RunOptions& options);
-int64_t attention_backward_workspace_size(const AttentionBackward& problem, const detail::AttentionShape& shape,
-                                          const RunOptions& options);
+// Plans of the fused attention (validated problems): Status::unsupported when nothing compiled runs them.
+detail::MadePlan<AttentionForward> make_attention_forward_plan(const AttentionForward& problem,
+                                                               const detail::AttentionShape& shape,
+                                                               const RunOptions& options);
+detail::MadePlan<AttentionBackward> make_attention_backward_plan(const AttentionBackward& problem,
+                                                                 const detail::AttentionShape& shape,
+                                                                 const RunOptions& options);
 void retention_forward(const RetentionForward& problem, const RunOptions& options);
 void retention_backward(const RetentionBackward& problem, const RunOptions& options);
 void gemm(const GemmProblem& problem, const RunOptions& options);

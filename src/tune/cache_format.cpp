@@ -45,7 +45,8 @@ std::string cache_to_json_text(const CacheContents& contents) {
   root["device_hash"] = device_key_hash(contents.device);
   ordered_json winners = ordered_json::array();
   for (const auto& w : contents.winners) {
-    winners.push_back(ordered_json{{"problem", w.problem}, {"config", w.config}, {"time_ms", w.time_ms}});
+    winners.push_back(ordered_json{
+        {"problem", w.problem}, {"config", w.config}, {"default", w.default_config}, {"time_ms", w.time_ms}});
   }
   root["winners"] = std::move(winners);
   ordered_json timings = ordered_json::array();
@@ -87,8 +88,8 @@ ParsedCache parse_cache_json_text(std::string_view text) {
     CacheContents contents;
     contents.device = device_from_json(root.at("device"));
     for (const auto& w : root.at("winners")) {
-      contents.winners.push_back(
-          {w.at("problem").get<std::string>(), w.at("config").get<std::string>(), w.at("time_ms").get<int64_t>()});
+      contents.winners.push_back({w.at("problem").get<std::string>(), w.at("config").get<std::string>(),
+                                  w.at("default").get<std::string>(), w.at("time_ms").get<int64_t>()});
     }
     for (const auto& t : root.at("timings")) {
       TimingRecord record;

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <map>
+#include <sstream>
 #include <utility>
 
 namespace attnkit::tune {
@@ -37,6 +38,65 @@ TimingRecord timing_record(const std::string& problem, const ConfigTiming& timin
   record.samples = timing.samples;
   record.time_ms = time_ms;
   return record;
+}
+
+ConfigTiming config_timing(const TimingRecord& record) {
+  ConfigTiming timing;
+  timing.config_id = record.config;
+  timing.ok = record.ok;
+  timing.error = record.error;
+  timing.median_seconds = record.median_us * 1e-6;
+  timing.p25_seconds = record.p25_us * 1e-6;
+  timing.p75_seconds = record.p75_us * 1e-6;
+  timing.samples = record.samples;
+  return timing;
+}
+
+namespace {
+
+using TimingIndex = std::map<std::pair<std::string, std::string>, const TimingRecord*>;
+
+std::string describe(const TimingRecord& record) {
+  std::ostringstream out;
+  out.precision(4);
+  out << record.median_us << " us (p25 " << record.p25_us << ", p75 " << record.p75_us << ", " << record.samples
+      << " runs)";
+  return out.str();
+}
+
+std::string evidence_problem(const WinnerRecord& winner, const TimingIndex& index, double margin) {
+  if (winner.default_config.empty()) return "names no default to compare with";
+  if (winner.config == winner.default_config) return "";  // the default itself: nothing to prove
+  const auto lookup = [&](const std::string& config) -> const TimingRecord* {
+    const auto it = index.find({winner.problem, config});
+    return it == index.end() ? nullptr : it->second;
+  };
+  const TimingRecord* baseline = lookup(winner.default_config);
+  if (baseline == nullptr) return "has no timing of its default '" + winner.default_config + "'";
+  const TimingRecord* own = lookup(winner.config);
+  if (own == nullptr) return "has no timing of its own";
+  if (!own->ok) return "has a failed timing of its own";
+  if (!baseline->ok) return "";  // the default could not run; a config that ran replaces it
+  const ConfigTiming candidate = config_timing(*own);
+  const ConfigTiming reference = config_timing(*baseline);
+  if (beats_default(candidate, reference, margin)) return "";
+  std::ostringstream why;
+  why.precision(3);
+  why << "does not beat its default '" << winner.default_config << "' by more than the margin (" << margin * 100
+      << " %) and the noise (" << comparison_noise(candidate, reference) * 100 << " %): " << describe(*own)
+      << " against " << describe(*baseline);
+  return why.str();
+}
+
+}  // namespace
+
+std::vector<std::string> winner_evidence_problems(const CacheContents& contents, double margin) {
+  TimingIndex index;
+  for (const auto& record : contents.timings) index[{record.problem, record.config}] = &record;
+  std::vector<std::string> problems;
+  problems.reserve(contents.winners.size());
+  for (const auto& winner : contents.winners) problems.push_back(evidence_problem(winner, index, margin));
+  return problems;
 }
 
 int64_t now_unix_ms() {

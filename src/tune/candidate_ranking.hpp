@@ -33,7 +33,8 @@ const Config* default_config(const ConfigSpace& space, const CandidateRanking& r
                              const DeviceLimits& limits);
 
 // The configs to time, cheapest predicted first: the top `top_k` (all when `thorough`), plus the
-// default when it is not among them (the margin rule compares against the default's timing).
+// default when it is not among them: the winner rule compares every candidate with the default timed
+// in the same rounds, so the default is always timed.
 std::vector<const Config*> configs_to_time(const CandidateRanking& ranking, const Config* default_choice, int top_k,
                                            bool thorough);
 

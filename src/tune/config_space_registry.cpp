@@ -4,12 +4,8 @@
 #include <set>
 
 #include "attnkit/error.hpp"
-#include "tune/cpu_attention_space.hpp"
+#include "tune/backend_config_spaces.hpp"
 #include "tune/stable_hash.hpp"
-
-#if defined(ATTNKIT_WITH_CUDA)
-#include "cuda/tune/fmha_config_space.hpp"
-#endif
 
 namespace attnkit::tune {
 
@@ -65,10 +61,8 @@ std::string ConfigSpaceRegistry::kernel_set_hash(Backend backend) const {
 const ConfigSpaceRegistry& builtin_config_spaces() {
   static const ConfigSpaceRegistry registry = [] {
     ConfigSpaceRegistry r;
-    register_cpu_attention_spaces(r);
-#if defined(ATTNKIT_WITH_CUDA)
-    cuda::fmha::register_fmha_spaces(r);
-#endif
+    register_cpu_config_spaces(r);
+    register_cuda_config_spaces(r);
     return r;
   }();
   return registry;

@@ -2,8 +2,9 @@
 // fingerprint (kernel_set_hash) is part of the device key, so rebuilding a kernel set with other
 // configs invalidates timings measured on the old one.
 //
-// Registration is explicit (register_*_space functions called from builtin_config_spaces()), not by
-// static initialisers, which a static library would drop from the link.
+// Registration is explicit, not by static initialisers (which a static library would drop from the
+// link): builtin_config_spaces() calls each backend's registration function, declared in
+// backend_config_spaces.hpp and defined by the backend, so the tuner includes no kernel code.
 #pragma once
 #include <memory>
 #include <string>

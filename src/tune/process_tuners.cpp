@@ -4,6 +4,8 @@
 #include <optional>
 #include <shared_mutex>
 
+#include "core/plan_cache.hpp"
+
 namespace attnkit::tune {
 namespace {
 
@@ -52,6 +54,8 @@ TunerSettings process_tuner_settings() {
 void configure_process_tuners(const TunerSettings& settings) {
   ProcessTuners& s = state();
   std::unique_lock lock(s.mutex);
+  // Any setting may change what a new plan would choose (mode, toggles, deterministic, cache folder).
+  detail::invalidate_plans();
   const TunerSettings& old = s.settings_locked();
   const bool same_source = old.mode == settings.mode && old.cache_dir == settings.cache_dir;
   s.settings = settings;
@@ -67,6 +71,7 @@ void configure_process_tuners(const TunerSettings& settings) {
 void set_process_rank_group(std::shared_ptr<RankGroup> group, AgreementStrategy agreement) {
   ProcessTuners& s = state();
   std::unique_lock lock(s.mutex);
+  detail::invalidate_plans();
   s.group = group != nullptr && group->size() > 1 ? std::move(group) : nullptr;
   s.agreement = agreement;
   s.cpu.reset();
@@ -106,6 +111,7 @@ std::shared_ptr<Tuner> cuda_process_tuner(int device, const std::function<Device
 void reset_process_tuners() {
   ProcessTuners& s = state();
   std::unique_lock lock(s.mutex);
+  detail::invalidate_plans();
   s.settings.reset();
   s.group.reset();
   s.agreement = AgreementStrategy::root_tunes;

@@ -7,7 +7,8 @@
 // drops them otherwise, so the next call builds a fresh tuner that reads the new cache folder.
 // Setting a rank group always drops them: a grouped tuner may only hold agreed winners.
 // Callers hold a shared_ptr, so a tuner dropped while another thread uses it lives until that call
-// ends. The hit path takes a shared lock and copies a shared_ptr.
+// ends. The hit path takes a shared lock and copies a shared_ptr. Every change of settings or group
+// also invalidates the cached plans (core/plan_cache.hpp), whose kernel choices came from the tuners.
 #pragma once
 #include <functional>
 #include <memory>

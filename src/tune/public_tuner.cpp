@@ -1,21 +1,14 @@
 // The public tuner control API (include/attnkit/tuner.hpp) over the process's tuners
 // (process_tuners.hpp): settings in the public names, a RankGroup made of the caller's collectives,
-// and the config a call would run with, asked of the same dispatch code the call itself uses.
+// and the config a call would run with: its plan's (core/attention_plan.hpp), the one the call runs.
 #include <memory>
 #include <string>
 
 #include "attnkit/error.hpp"
 #include "attnkit/tuner.hpp"
-#include "core/attention_shape.hpp"
-#include "core/validate.hpp"
+#include "core/attention_plan.hpp"
 #include "tune/collectives_rank_group.hpp"
-#include "tune/cpu_attention_dispatch.hpp"
 #include "tune/process_tuners.hpp"
-
-#if defined(ATTNKIT_WITH_CUDA)
-#include "cuda/tune/fmha_backward_selection.hpp"
-#include "cuda/tune/fmha_forward_selection.hpp"
-#endif
 
 namespace attnkit {
 namespace {
@@ -46,15 +39,6 @@ TuneMode public_mode(tune::TuneMode mode) {
     case tune::TuneMode::load_only: return TuneMode::load_only;
   }
   return TuneMode::load_only;
-}
-
-std::string source_text(tune::ChoiceSource source) {
-  switch (source) {
-    case tune::ChoiceSource::cached: return "cache";
-    case tune::ChoiceSource::tuned: return "tuned";
-    case tune::ChoiceSource::default_config: return "default";
-  }
-  return "default";
 }
 
 }  // namespace
@@ -121,33 +105,11 @@ void set_tuner_rank_group(const RankCollectives& group) {
 }
 
 TunedConfig attention_forward_config(const AttentionForward& problem, const RunOptions& options) {
-  detail::validate_attention_forward(problem, options);
-  const auto shape = detail::describe_attention(problem.q, problem.k, problem.v, problem.scale);
-  if (detail::resolve_backend(options.backend, problem.q.device) == Backend::cuda) {
-#if defined(ATTNKIT_WITH_CUDA)
-    const auto choice = cuda::fmha::forward_selection(problem, shape, options);
-    return {choice.name, source_text(choice.source)};
-#else
-    throw Error(Status::unsupported, "backend: this libattnkit was built without CUDA; allowed: cpu");
-#endif
-  }
-  const tune::CpuAttentionChoice choice = tune::choose_cpu_attention_forward(problem, shape);
-  return {choice.name, source_text(choice.source)};
+  return detail::attention_forward_config_of(problem, options);
 }
 
 TunedConfig attention_backward_config(const AttentionBackward& problem, const RunOptions& options) {
-  detail::validate_attention_backward(problem, options);
-  const auto shape = detail::describe_attention(problem.q, problem.k, problem.v, problem.scale);
-  if (detail::resolve_backend(options.backend, problem.q.device) == Backend::cuda) {
-#if defined(ATTNKIT_WITH_CUDA)
-    const auto choice = cuda::fmha::backward_selection(problem, shape, options);
-    return {choice.name, source_text(choice.source)};
-#else
-    throw Error(Status::unsupported, "backend: this libattnkit was built without CUDA; allowed: cpu");
-#endif
-  }
-  const tune::CpuAttentionChoice choice = tune::choose_cpu_attention_backward(problem, shape);
-  return {choice.name, source_text(choice.source)};
+  return detail::attention_backward_config_of(problem, options);
 }
 
 }  // namespace attnkit

@@ -42,14 +42,21 @@ RootDecision root_plan(const AgreementInputs& in, AgreementStrategy strategy) {
   return d;
 }
 
+// This rank's share of the candidates, timed interleaved with the default: every rank times the
+// default too, so each candidate is compared with the default on its own GPU, in the same rounds.
 std::vector<ConfigTiming> time_my_share(const RootDecision& plan, const AgreementInputs& in, int rank, int size) {
+  std::vector<std::string> ids{plan.default_id};
+  for (const size_t i : share_of_candidates(plan.candidates.size(), rank, size)) {
+    if (plan.candidates[i] != plan.default_id) ids.push_back(plan.candidates[i]);
+  }
+  if (ids.size() == 1) return {};  // nothing to compare with the default here (fewer candidates than ranks)
   std::vector<const Config*> mine;
   std::vector<ConfigTiming> timings;
-  for (const size_t i : share_of_candidates(plan.candidates.size(), rank, size)) {
-    const Config* config = in.space->find(plan.candidates[i]);
+  for (const std::string& id : ids) {
+    const Config* config = in.space->find(id);
     if (config == nullptr || in.runner == nullptr) {
       ConfigTiming failed;
-      failed.config_id = plan.candidates[i];
+      failed.config_id = id;
       failed.error = config == nullptr ? "not a config of this build (rank " + std::to_string(rank) + ")"
                                        : "rank " + std::to_string(rank) + " has no runner";
       timings.push_back(std::move(failed));
@@ -59,6 +66,19 @@ std::vector<ConfigTiming> time_my_share(const RootDecision& plan, const Agreemen
   }
   std::vector<ConfigTiming> measured = time_candidates(mine, *in.key, *in.settings, *in.runner);
   timings.insert(timings.end(), measured.begin(), measured.end());
+  return timings;
+}
+
+// The timings the outcome keeps (and the root writes to its cache): every rank's candidates, and the
+// default once, from the rank whose comparison decided, so the cache's evidence is one GPU's.
+std::vector<ConfigTiming> evidence_timings(const std::vector<std::vector<ConfigTiming>>& parts,
+                                           const WinnerChoice& choice, const std::string& default_id) {
+  std::vector<ConfigTiming> timings;
+  for (size_t p = 0; p < parts.size(); ++p) {
+    for (const auto& t : parts[p]) {
+      if (t.config_id != default_id || p == choice.part) timings.push_back(t);
+    }
+  }
   return timings;
 }
 
@@ -84,12 +104,11 @@ TuneOutcome agree_on_config(RankGroup& group, AgreementStrategy strategy, const 
 
   const std::vector<std::string> gathered =
       group.all_gather(encode_timings(time_my_share(plan, in, rank, group.size())));
-  outcome.timings.clear();
-  for (const auto& part : gathered) {
-    std::vector<ConfigTiming> timings = decode_timings(part);
-    outcome.timings.insert(outcome.timings.end(), timings.begin(), timings.end());
-  }
-  outcome.winner = decide_winner(*in.key, outcome.timings, plan.default_id, plan.margin);
+  std::vector<std::vector<ConfigTiming>> parts;
+  for (const auto& part : gathered) parts.push_back(decode_timings(part));
+  const WinnerChoice choice = decide_winner(*in.key, parts, plan.default_id, plan.margin);
+  outcome.winner = choice.id;
+  outcome.timings = evidence_timings(parts, choice, plan.default_id);
   outcome.source = ChoiceSource::tuned;
   return outcome;
 }

@@ -6,9 +6,14 @@
 //  root_tunes:    the root uses its cached winner, or times the candidates itself, or takes the
 //                 default, and broadcasts the choice. Other ranks never benchmark.
 //  split_configs: the root broadcasts the plan (cached winner, or the candidate list); when tuning,
-//                 rank r times candidates r, r + size, ...; the timings are all-gathered and every
-//                 rank applies the same margin rule to the same numbers (ties by config id), so all
-//                 reach the same winner while each spends 1/size of the time.
+//                 rank r times candidates r, r + size, ... interleaved with the default, which every
+//                 rank times: GPUs differ, so a candidate is only ever compared with the default
+//                 timed on its own GPU in the same rounds. The timings are all-gathered and every
+//                 rank applies the same winner rule to the same numbers (the best ratio to its own
+//                 rank's default, ties by config id), so all reach the same winner while each spends
+//                 about 1/size of the time. The outcome keeps the default's timing of the rank that
+//                 decided, so the root's cache holds one GPU's evidence.
+// Either way a config other than the default is only chosen by a timed comparison with it.
 #pragma once
 #include <string_view>
 

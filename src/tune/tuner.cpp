@@ -4,6 +4,7 @@
 
 #include "attnkit/error.hpp"
 #include "core/log.hpp"
+#include "core/plan_cache.hpp"
 #include "tune/cache_file.hpp"
 #include "tune/candidate_ranking.hpp"
 #include "tune/stable_hash.hpp"
@@ -51,14 +52,25 @@ void Tuner::load_disk_cache() {
   const std::filesystem::path file = cache_file_path(cache_dir_, options_.device);
   CacheLoad load = read_cache_file(file, &options_.device);
   cache_problems_ = load.problems;
-  for (const auto& record : load.contents.winners) {
+  const auto drop = [&](const WinnerRecord& record, const std::string& why) {
+    cache_problems_.push_back(file.string() + ": winner '" + record.config + "' of [" + record.problem + "] " + why +
+                              "; ignored");
+    log_message(LogLevel::warning, "tune cache: " + cache_problems_.back());
+  };
+  // Only a winner whose own records show it beating its default is trusted (DESIGN §6.4): a cache
+  // must never make a problem slower than the untuned default.
+  const std::vector<std::string> unproven = winner_evidence_problems(load.contents, options_.settings.margin);
+  for (size_t i = 0; i < load.contents.winners.size(); ++i) {
+    const WinnerRecord& record = load.contents.winners[i];
     const auto op = parse_op(record.problem.substr(0, record.problem.find(' ')));
     const ConfigSpace* space = op ? options_.registry->find(*op, options_.device.backend) : nullptr;
     const Config* config = space ? space->find(record.config) : nullptr;
     if (config == nullptr) {
-      cache_problems_.push_back(file.string() + ": winner '" + record.config + "' of [" + record.problem +
-                                "] is not a config of this build; ignored");
-      log_message(LogLevel::warning, "tune cache: " + cache_problems_.back());
+      drop(record, "is not a config of this build");
+      continue;
+    }
+    if (!unproven[i].empty()) {
+      drop(record, unproven[i]);
       continue;
     }
     disk_winners_[record.problem] = config;
@@ -108,7 +120,7 @@ TuneChoice Tuner::choose(const ProblemKey& key, Runner* runner, bool capturing) 
     inputs.runner = runner;
     const TuneOutcome outcome = agree_on_config(*options_.group, options_.agreement, inputs);
     const Config* config = resolve(space, key, outcome.winner);
-    winners_.insert(key, config);
+    learn(key, config);
     if (outcome.source == ChoiceSource::tuned && options_.group->rank() == kRootRank) persist(key, outcome);
     return {config, outcome.source};
   }
@@ -118,7 +130,7 @@ TuneChoice Tuner::choose(const ProblemKey& key, Runner* runner, bool capturing) 
   if (const Config* config = winners_.find(key)) return {config, ChoiceSource::cached};
   const TuneOutcome outcome = tune_locally(space, key, options_.limits, settings, *runner);
   const Config* config = resolve(space, key, outcome.winner);
-  winners_.insert(key, config);
+  learn(key, config);
   persist(key, outcome);
   return {config, ChoiceSource::tuned};
 }
@@ -135,9 +147,16 @@ TuneOutcome Tuner::tune(const ProblemKey& key, Runner& runner, bool force) {
   }
   const ConfigSpace& space = space_for(key.spec.op);
   TuneOutcome outcome = tune_locally(space, key, options_.limits, settings(), runner);
-  winners_.insert(key, resolve(space, key, outcome.winner));
+  learn(key, resolve(space, key, outcome.winner));
   persist(key, outcome);
   return outcome;
+}
+
+void Tuner::learn(const ProblemKey& key, const Config* config) {
+  winners_.insert(key, config);
+  // Plans made while this problem had no winner (with the default: tuning not allowed for them, e.g.
+  // RunOptions::no_tuning, or during capture) are made again and pick the winner up.
+  detail::invalidate_plans();
 }
 
 void Tuner::persist(const ProblemKey& key, const TuneOutcome& outcome) {
@@ -146,7 +165,7 @@ void Tuner::persist(const ProblemKey& key, const TuneOutcome& outcome) {
   CacheContents additions;
   additions.device = options_.device;
   for (const auto& timing : outcome.timings) additions.timings.push_back(timing_record(key.text, timing, now));
-  additions.winners.push_back({key.text, outcome.winner, now});
+  additions.winners.push_back({key.text, outcome.winner, outcome.default_id, now});
   const std::filesystem::path file = cache_file_path(cache_dir_, options_.device);
   const std::string error = merge_into_cache_file(file, additions);
   if (!error.empty()) {

@@ -8,7 +8,11 @@
 //   3. in a rank group: the ranks agree (rank_agreement.hpp) and every rank stores the same winner;
 //   4. alone: tune when allowed (mode on, not deterministic, the direction enabled, a runner given),
 //      else the default.
-// Tuned results are written to the disk cache (in a group, by the root only).
+// Tuned results are written to the disk cache (in a group, by the root only), the winner with the
+// default it was timed against and both timings. The tuner never loses to the default: every path
+// returns the default unless a timed comparison (measurement.hpp's winner rule) picked another
+// config, now or when the cached winner was tuned; a cached winner whose records do not show that
+// is dropped when the cache is loaded (cache_problems() says why).
 // Defaults are a pure function of the problem key and the device limits, so a deterministic run
 // or a rank that must not benchmark picks the same config every time.
 #pragma once
@@ -66,7 +70,9 @@ class Tuner {
   const DeviceKey& device() const { return options_.device; }
   const DeviceLimits& limits() const { return options_.limits; }
   const ConfigSpaceRegistry& registry() const { return *options_.registry; }
-  // Why parts of the disk cache were ignored when it was loaded (also logged as warnings).
+  // Why parts of the disk cache were ignored when it was loaded (also logged as warnings): unreadable
+  // or foreign files, winners that name no config of this build or lack the evidence that they beat
+  // their default.
   const std::vector<std::string>& cache_problems() const { return cache_problems_; }
   size_t known_winners() const { return winners_.size(); }
 
@@ -77,6 +83,8 @@ class Tuner {
   void load_disk_cache();
   void persist(const ProblemKey& key, const TuneOutcome& outcome);
   const Config* resolve(const ConfigSpace& space, const ProblemKey& key, const std::string& id);
+  // Records a winner found now (tuned or agreed) and invalidates the cached plans.
+  void learn(const ProblemKey& key, const Config* config);
 
   TunerOptions options_;  // options_.settings is guarded by settings_mutex_
   mutable std::mutex settings_mutex_;

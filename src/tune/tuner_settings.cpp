@@ -20,6 +20,7 @@ MeasurementPolicy TunerSettings::measurement(TuneOp op) const {
   policy.max_steps = is_backward(op) ? steps_backward : steps_forward;
   policy.min_steps = min_steps;
   policy.spread_threshold = spread_threshold;
+  policy.min_warmup_seconds = min_warmup_seconds;
   return policy;
 }
 
@@ -30,6 +31,13 @@ std::string_view mode_name(TuneMode mode) {
     case TuneMode::load_only: return "load-only";
   }
   return "?";
+}
+
+std::optional<TuneMode> parse_mode(std::string_view text) {
+  if (text == "off" || text == "0") return TuneMode::off;
+  if (text == "on" || text == "1") return TuneMode::on;
+  if (text == "load-only" || text == "load_only") return TuneMode::load_only;
+  return std::nullopt;
 }
 
 std::string default_cache_dir(const EnvironmentReader& getenv_fn) {
@@ -43,16 +51,11 @@ std::string default_cache_dir(const EnvironmentReader& getenv_fn) {
 TunerSettings settings_from_environment(const EnvironmentReader& getenv_fn) {
   TunerSettings settings;
   if (const char* mode = read(getenv_fn, "ATTNKIT_TUNE"); mode != nullptr && *mode != '\0') {
-    const std::string value = mode;
-    if (value == "off" || value == "0")
-      settings.mode = TuneMode::off;
-    else if (value == "on" || value == "1")
-      settings.mode = TuneMode::on;
-    else if (value == "load-only" || value == "load_only")
-      settings.mode = TuneMode::load_only;
-    else {
+    if (const auto parsed = parse_mode(mode)) {
+      settings.mode = *parsed;
+    } else {
       detail::log_message(detail::LogLevel::warning,
-                          "ATTNKIT_TUNE='" + value + "' is not one of off|on|load-only; using load-only");
+                          std::string("ATTNKIT_TUNE='") + mode + "'; allowed: " + kModeSpellings + "; using load-only");
     }
   }
   if (const char* det = read(getenv_fn, "ATTNKIT_DETERMINISTIC"); det != nullptr && *det != '\0') {

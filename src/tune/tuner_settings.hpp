@@ -2,7 +2,7 @@
 // one (forward_pass, backward_pass, thorough_mode_*, warmup_steps_*, steps_*).
 //
 // Environment:
-//   ATTNKIT_TUNE          = off | on | load-only (default load-only)
+//   ATTNKIT_TUNE          = off | on | load-only (default load-only; load_only, 0 and 1 are accepted too)
 //       off:       no tuner: every call uses the default config; the cache is not read.
 //       load-only: cached winners are used, nothing is ever benchmarked (safe for multi-GPU jobs and
 //                  serving; fill the cache offline with `attnkit tune --optimize`).
@@ -13,7 +13,9 @@
 //   ATTNKIT_CACHE_DIR     = cache folder (default ~/.cache/attnkit; "" disables the disk cache).
 #pragma once
 #include <functional>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "tune/measurement.hpp"
 #include "tune/problem_spec.hpp"
@@ -35,8 +37,11 @@ struct TunerSettings {
   int steps_backward = 20;
   int min_steps = 5;
   double spread_threshold = 0.05;
+  // The shared warm-up lasts at least this much measured run time (all candidates together, at most
+  // kMaxWarmupRounds rounds), so that short kernels are not timed on clocks that are still rising.
+  double min_warmup_seconds = 0.01;
   int top_k = 4;
-  double margin = 0.03;
+  double margin = 0.03;   // a non-default must beat the default by more than max(margin, measured noise)
   std::string cache_dir;  // "" = memory only
 
   bool thorough(TuneOp op) const { return is_backward(op) ? thorough_mode_backward : thorough_mode_forward; }
@@ -45,6 +50,13 @@ struct TunerSettings {
 };
 
 std::string_view mode_name(TuneMode mode);  // "off", "on", "load-only"
+
+// "off", "on", "load-only" (the documented spelling) and "load_only" (Python's identifier style),
+// plus "0" and "1" for off and on; nullopt for anything else. Every front end parses modes here.
+std::optional<TuneMode> parse_mode(std::string_view text);
+
+// What parse_mode accepts, for messages: "off, on, load-only (also spelled load_only)".
+constexpr const char* kModeSpellings = "off, on, load-only (also spelled load_only)";
 
 using EnvironmentReader = std::function<const char*(const char*)>;
 

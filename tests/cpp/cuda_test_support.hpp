@@ -18,17 +18,25 @@
 
 #include "attnkit/attention.hpp"
 #include "attnkit/tensor.hpp"
+#include "core/attention_plan.hpp"
 #include "core/float_convert.hpp"
 #include "test_support.hpp"
 
 namespace attnkit::test {
 
 // Sets environment variable `name` (e.g. ATTNKIT_FMHA_CONFIG, which forces a registry entry) for the
-// lifetime of the object.
+// lifetime of the object. Plans read those variables when they are made, so the cached plans are
+// dropped on both ends.
 class ScopedEnvironment {
  public:
-  ScopedEnvironment(const char* name, const std::string& value) : name_(name) { setenv(name, value.c_str(), 1); }
-  ~ScopedEnvironment() { unsetenv(name_); }
+  ScopedEnvironment(const char* name, const std::string& value) : name_(name) {
+    setenv(name, value.c_str(), 1);
+    detail::clear_attention_plans();
+  }
+  ~ScopedEnvironment() {
+    unsetenv(name_);
+    detail::clear_attention_plans();
+  }
   ScopedEnvironment(const ScopedEnvironment&) = delete;
   ScopedEnvironment& operator=(const ScopedEnvironment&) = delete;
 

@@ -24,8 +24,9 @@ struct CliResult {
   std::string output;  // stdout and stderr
 };
 
-CliResult run_cli(const std::string& arguments) {
-  const std::string command = std::string("'") + ATTNKIT_CLI_PATH + "' " + arguments + " 2>&1";
+// `environment`: assignments put before the command, e.g. "ATTNKIT_TUNE=on ".
+CliResult run_cli(const std::string& arguments, const std::string& environment = "") {
+  const std::string command = environment + "'" + ATTNKIT_CLI_PATH + "' " + arguments + " 2>&1";
   CliResult result;
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) {
@@ -123,6 +124,25 @@ TEST(Cli, RunGemmWithCheckPasses) {
       run_cli("run gemm --m 13 --n 9 --k 7 --batch 2 --transpose-b --alpha 0.5 --beta -1" + kQuick);
   expect_check_passes(result, 1);
   EXPECT_THAT(result.output, HasSubstr("FLOPs = 2*batch*m*n*k"));
+}
+
+// The CLI takes the tuner's mode from ATTNKIT_TUNE, whose parser takes both spellings of load-only.
+TEST(Cli, TuneModeLoadOnlyIsAcceptedInEitherSpelling) {
+  for (const char* spelling : {"load-only", "load_only"}) {
+    const CliResult result = run_cli("run attention --tokens 16 --heads 1 --head-dim 8" + kQuick,
+                                     std::string("ATTNKIT_LOG_LEVEL=warning ATTNKIT_TUNE=") + spelling + " ");
+    expect_check_passes(result, 2);
+    EXPECT_THAT(result.output, Not(HasSubstr("ATTNKIT_TUNE"))) << spelling;
+  }
+}
+
+TEST(Cli, AnUnknownTuneModeIsReportedWithTheAllowedSpellings) {
+  const CliResult result = run_cli("run attention --tokens 16 --heads 1 --head-dim 8" + kQuick,
+                                   "ATTNKIT_LOG_LEVEL=warning ATTNKIT_TUNE=sometimes ");
+  expect_check_passes(result, 2);
+  EXPECT_THAT(
+      result.output,
+      HasSubstr("ATTNKIT_TUNE='sometimes'; allowed: off, on, load-only (also spelled load_only); using load-only"));
 }
 
 TEST(Cli, LibraryErrorExitsTwoWithItsMessage) {

@@ -78,6 +78,7 @@ TEST(TuneCache, FileIsReadableJsonWithOneRecordPerTimingAndTheWinner) {
   }
   ASSERT_EQ(json.at("winners").size(), 1u);
   EXPECT_EQ(json.at("winners")[0].at("config"), "c2");
+  EXPECT_EQ(json.at("winners")[0].at("default"), "c0") << "the winner names the default it beat";
   EXPECT_NE(read_text(file).find('\n'), std::string::npos) << "indented, one field per line";
 }
 
@@ -163,8 +164,9 @@ TEST(TuneCache, CorruptJsonIsIgnoredReportedThenOverwrittenCleanly) {
 }
 
 TEST(TuneCache, GarbageFieldsAreRejectedNotTrusted) {
-  const ParsedCache parsed = parse_cache_json_text(
-      R"({"format": "attnkit-tune-cache", "format_version": 1, "device": {"backend": "cpu"}, "winners": 7})");
+  const ParsedCache parsed =
+      parse_cache_json_text(R"({"format": "attnkit-tune-cache", "format_version": )" +
+                            std::to_string(kCacheFormatVersion) + R"(, "device": {"backend": "cpu"}, "winners": 7})");
   EXPECT_FALSE(parsed.contents.has_value());
   EXPECT_NE(parsed.rejection.find("malformed"), std::string::npos);
   EXPECT_FALSE(parse_cache_json_text("[1, 2, 3]").contents.has_value());
@@ -222,7 +224,7 @@ TEST(TuneCache, MergeKeepsTheUnionAndTheNewestRecordOnAConflict) {
   auto contents = [&](const std::string& problem, const std::string& winner, int64_t time_ms) {
     CacheContents c;
     c.device = device;
-    c.winners.push_back({problem, winner, time_ms});
+    c.winners.push_back({problem, winner, "c0", time_ms});
     TimingRecord t;
     t.problem = problem;
     t.config = winner;
@@ -258,6 +260,130 @@ TEST(TuneCache, ClearRemovesTheCacheFiles) {
   ASSERT_EQ(list_cache_files(dir.path()).size(), 1u);
   EXPECT_EQ(clear_cache(dir.path()), 1u);
   EXPECT_TRUE(list_cache_files(dir.path()).empty());
+}
+
+// The evidence a winner carries (DESIGN §6.4): its own timing and its default's, in the same file.
+
+TimingRecord timing_of(const ProblemKey& key, const std::string& config, double p25, double median, double p75) {
+  TimingRecord t;
+  t.problem = key.text;
+  t.config = config;
+  t.p25_us = p25;
+  t.median_us = median;
+  t.p75_us = p75;
+  t.samples = 10;
+  t.time_ms = 1000;
+  return t;
+}
+
+// Writes a cache for this build holding `winner` (against `default_id`) and `timings`, then loads it
+// into a load-only tuner.
+std::unique_ptr<Tuner> load_planted(const ConfigSpaceRegistry& registry, const TempDir& dir, const ProblemKey& key,
+                                    const std::string& winner, const std::string& default_id,
+                                    const std::vector<TimingRecord>& timings) {
+  CacheContents contents;
+  contents.device = testing::test_device(registry);
+  contents.winners.push_back({key.text, winner, default_id, 1000});
+  contents.timings = timings;
+  EXPECT_EQ(merge_into_cache_file(cache_file_path(dir.path(), contents.device), contents), "");
+  return std::make_unique<Tuner>(
+      testing::test_options(registry, testing::fast_settings(TuneMode::load_only, dir.str())));
+}
+
+void expect_dropped(Tuner& tuner, const ProblemKey& key, const std::string& reason) {
+  ASSERT_EQ(tuner.cache_problems().size(), 1u);
+  EXPECT_NE(tuner.cache_problems()[0].find(reason), std::string::npos) << tuner.cache_problems()[0];
+  EXPECT_EQ(tuner.known_winners(), 0u);
+  const TuneChoice choice = tuner.choose(key, nullptr);
+  EXPECT_EQ(choice.config->id, "c0");
+  EXPECT_EQ(choice.source, ChoiceSource::default_config);
+}
+
+TEST(TuneCache, AWinnerThatLostToItsRecordedDefaultIsDroppedOnLoad) {
+  TempDir dir;
+  const auto registry = testing::scripted_registry({10, 20, 30});
+  const ProblemKey key = make_problem_key(testing::test_problem());
+  auto tuner = load_planted(registry, dir, key, "c1", "c0",
+                            {timing_of(key, "c0", 99, 100, 101), timing_of(key, "c1", 109, 110, 111)});
+  expect_dropped(*tuner, key, "does not beat its default 'c0'");
+}
+
+TEST(TuneCache, AWinnerWithoutItsDefaultsTimingIsDroppedOnLoad) {
+  TempDir dir;
+  const auto registry = testing::scripted_registry({10, 20, 30});
+  const ProblemKey key = make_problem_key(testing::test_problem());
+  auto tuner = load_planted(registry, dir, key, "c2", "c0", {timing_of(key, "c2", 19, 20, 21)});
+  expect_dropped(*tuner, key, "has no timing of its default 'c0'");
+}
+
+TEST(TuneCache, AWinnerNamingNoDefaultIsDroppedOnLoad) {
+  TempDir dir;
+  const auto registry = testing::scripted_registry({10, 20, 30});
+  const ProblemKey key = make_problem_key(testing::test_problem());
+  auto tuner = load_planted(registry, dir, key, "c2", "",
+                            {timing_of(key, "c0", 99, 100, 101), timing_of(key, "c2", 19, 20, 21)});
+  expect_dropped(*tuner, key, "names no default");
+}
+
+TEST(TuneCache, AWinnerWithinItsRecordedNoiseIsDroppedOnLoad) {
+  TempDir dir;
+  const auto registry = testing::scripted_registry({10, 20, 30});
+  const ProblemKey key = make_problem_key(testing::test_problem());
+  // 10 % faster by the medians, but the default's quartiles lie 20 % from its median.
+  auto tuner = load_planted(registry, dir, key, "c1", "c0",
+                            {timing_of(key, "c0", 80, 100, 120), timing_of(key, "c1", 89, 90, 91)});
+  expect_dropped(*tuner, key, "does not beat its default 'c0' by more than the margin (3 %) and the noise (35.3 %)");
+}
+
+TEST(TuneCache, AWinnerWhoseRecordsShowTheGainIsUsed) {
+  TempDir dir;
+  const auto registry = testing::scripted_registry({10, 20, 30});
+  const ProblemKey key = make_problem_key(testing::test_problem());
+  auto tuner = load_planted(registry, dir, key, "c1", "c0",
+                            {timing_of(key, "c0", 99, 100, 101), timing_of(key, "c1", 89, 90, 91)});
+  EXPECT_TRUE(tuner->cache_problems().empty());
+  const TuneChoice choice = tuner->choose(key, nullptr);
+  EXPECT_EQ(choice.config->id, "c1");
+  EXPECT_EQ(choice.source, ChoiceSource::cached);
+}
+
+TEST(TuneCache, ADefaultThatStayedNeedsNoTimings) {
+  TempDir dir;
+  const auto registry = testing::scripted_registry({10});  // one config: decided without timing
+  const ProblemKey key = make_problem_key(testing::test_problem());
+  {
+    Tuner tuner(testing::test_options(registry, testing::fast_settings(TuneMode::on, dir.str())));
+    ScriptedRunner runner(kTimings);
+    ASSERT_EQ(tuner.choose(key, &runner).config->id, "c0");
+    ASSERT_EQ(runner.total_calls(), 0);
+  }
+  Tuner reloaded(testing::test_options(registry, testing::fast_settings(TuneMode::load_only, dir.str())));
+  EXPECT_TRUE(reloaded.cache_problems().empty());
+  EXPECT_EQ(reloaded.choose(key, nullptr).source, ChoiceSource::cached);
+}
+
+TEST(TuneCache, AFormatVersion1FileWithoutEvidenceIsIgnoredAndReported) {
+  TempDir dir;
+  const auto registry = testing::scripted_registry({10, 20, 30});
+  const ProblemKey key = make_problem_key(testing::test_problem());
+  const DeviceKey device = testing::test_device(registry);
+  // What attnkit wrote before winners carried their default.
+  nlohmann::ordered_json old{{"format", kCacheFormatName},
+                             {"format_version", 1},
+                             {"device",
+                              {{"backend", "cpu"},
+                               {"name", device.name},
+                               {"processors", device.processors},
+                               {"compute_capability", device.compute_capability},
+                               {"cuda_runtime", device.cuda_runtime},
+                               {"cuda_driver", device.cuda_driver},
+                               {"library_version", device.library_version},
+                               {"kernel_set_hash", device.kernel_set_hash}}},
+                             {"device_hash", device_key_hash(device)},
+                             {"winners", {{{"problem", key.text}, {"config", "c1"}, {"time_ms", 1000}}}},
+                             {"timings", nlohmann::ordered_json::array()}};
+  write_text(cache_file_path(dir.path(), device), old.dump(1));
+  expect_ignored_and_reported(registry, dir, key, "cache format version 1, this build reads version 2");
 }
 
 TEST(TuneCache, AnUnwritableFolderIsReportedNotFatal) {

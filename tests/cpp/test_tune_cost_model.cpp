@@ -1,9 +1,9 @@
 // The analytical cost model that ranks configs before any timing (DESIGN §6.3).
 #include <gtest/gtest.h>
 
+#include "cpu/tune/cpu_attention_space.hpp"
 #include "test_tune_support.hpp"
 #include "tune/attention_tile_work.hpp"
-#include "tune/cpu_attention_space.hpp"
 #include "tune/roofline.hpp"
 
 namespace attnkit::tune {

@@ -1,5 +1,6 @@
 // When the tuner may benchmark (DESIGN §6.5-6.7, §6.9): deterministic mode, load-only, off,
-// CUDA-graph capture, per-direction toggles, and the environment that selects them.
+// CUDA-graph capture, per-direction toggles, and the environment that selects them, with both
+// spellings of load-only (load-only documented, load_only accepted).
 #include <gtest/gtest.h>
 
 #include <map>
@@ -98,6 +99,14 @@ TEST(TuneModes, OffModeIgnoresTheCacheAndNeverBenchmarks) {
   EXPECT_EQ(runner.total_calls(), 0);
 }
 
+TEST(TuneModes, ModeOnWithoutARunnerKeepsTheDefault) {
+  const auto registry = testing::scripted_registry({10, 20, 30});
+  Tuner tuner(testing::test_options(registry, testing::fast_settings(TuneMode::on)));
+  const TuneChoice choice = tuner.choose(make_problem_key(testing::test_problem()), nullptr);
+  EXPECT_EQ(choice.config->id, "c0");
+  EXPECT_EQ(choice.source, ChoiceSource::default_config);
+}
+
 TEST(TuneModes, ADisabledDirectionIsNotTuned) {
   const auto registry = testing::scripted_registry({10, 20, 30});
   auto settings = testing::fast_settings(TuneMode::on);
@@ -143,6 +152,37 @@ TEST(TuneModes, DefaultsAreLoadOnlyWithTheCacheUnderHome) {
   EXPECT_EQ(s.cache_dir, "/home/someone/.cache/attnkit");
   EXPECT_EQ(s.top_k, 4);
   EXPECT_DOUBLE_EQ(s.margin, 0.03);
+}
+
+TEST(TuneModes, LoadOnlyIsAcceptedWithAHyphenOrAnUnderscore) {
+  EXPECT_EQ(parse_mode("load-only"), TuneMode::load_only);
+  EXPECT_EQ(parse_mode("load_only"), TuneMode::load_only);
+  EXPECT_EQ(parse_mode("off"), TuneMode::off);
+  EXPECT_EQ(parse_mode("0"), TuneMode::off);
+  EXPECT_EQ(parse_mode("on"), TuneMode::on);
+  EXPECT_EQ(parse_mode("1"), TuneMode::on);
+  EXPECT_FALSE(parse_mode("loadonly").has_value());
+  EXPECT_FALSE(parse_mode("Load-Only").has_value());
+  EXPECT_FALSE(parse_mode("").has_value());
+}
+
+TEST(TuneModes, TheDocumentedSpellingIsLoadOnlyWithAHyphen) {
+  EXPECT_EQ(mode_name(TuneMode::load_only), "load-only");
+  EXPECT_NE(std::string(kModeSpellings).find("load-only"), std::string::npos);
+  EXPECT_EQ(parse_mode(mode_name(TuneMode::load_only)), TuneMode::load_only) << "names parse back";
+  EXPECT_EQ(parse_mode(mode_name(TuneMode::on)), TuneMode::on);
+  EXPECT_EQ(parse_mode(mode_name(TuneMode::off)), TuneMode::off);
+}
+
+TEST(TuneModes, TheEnvironmentTakesEitherSpellingOfLoadOnly) {
+  for (const char* spelling : {"load-only", "load_only"}) {
+    const TunerSettings s = settings_from_environment(
+        [&](const char* name) -> const char* { return std::string(name) == "ATTNKIT_TUNE" ? spelling : nullptr; });
+    EXPECT_EQ(s.mode, TuneMode::load_only) << spelling;
+  }
+  const TunerSettings on = settings_from_environment(
+      [](const char* name) -> const char* { return std::string(name) == "ATTNKIT_TUNE" ? "on" : nullptr; });
+  EXPECT_EQ(on.mode, TuneMode::on);
 }
 
 TEST(TuneModes, AnUnknownModeFallsBackToLoadOnly) {

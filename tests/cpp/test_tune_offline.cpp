@@ -5,8 +5,8 @@
 #include <fstream>
 
 #include "attnkit/version.hpp"
+#include "cpu/tune/cpu_attention_space.hpp"
 #include "test_tune_support.hpp"
-#include "tune/cpu_attention_space.hpp"
 #include "tune/offline_tuning.hpp"
 #include "tune/problem_file.hpp"
 

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "test_tune_support.hpp"
+#include "tune/cache_file.hpp"
 
 namespace attnkit::tune {
 namespace {
@@ -108,7 +109,7 @@ TEST(TuneRanks, RootTunesAndBroadcastsSoAllRanksAgree) {
   for (int rank = 1; rank < 4; ++rank) EXPECT_EQ(runner_calls[static_cast<size_t>(rank)], 0) << rank;
 }
 
-TEST(TuneRanks, SplitConfigsTimesEachConfigOnceAndAllRanksAgree) {
+TEST(TuneRanks, SplitConfigsTimesEachCandidateOnceWithTheDefaultOnEveryRankAndAllRanksAgree) {
   const auto registry = testing::scripted_registry({10, 20, 30, 40, 50, 60});
   const ProblemKey key = make_problem_key(testing::test_problem());
   std::vector<std::set<std::string>> timed(3);
@@ -119,16 +120,52 @@ TEST(TuneRanks, SplitConfigsTimesEachConfigOnceAndAllRanksAgree) {
     timed[static_cast<size_t>(rank)] = runner.timed_ids();
     return RankResult{choice.config->id, choice.source};
   });
-  // Rank r times c{r} and c{r+3}; alone it would pick c{r+3} (40 + r us). The gathered timings:
-  // c0 100, c1 105, c2 110 (each by its rank), c3 40, c4 41, c5 42 -> every rank picks c3.
+  // Rank r times c{r} and c{r+3}, and the default c0 to compare them with on its own GPU; alone it
+  // would pick c{r+3} (40 + r us against its default's 100). Gathered, the best ratio to its own
+  // default is c3's (0.40) -> every rank picks c3.
   for (const auto& r : results) {
     EXPECT_EQ(r.config, "c3");
     EXPECT_EQ(r.source, ChoiceSource::tuned);
   }
-  std::multiset<std::string> all;
-  for (const auto& ids : timed) all.insert(ids.begin(), ids.end());
-  EXPECT_EQ(all.size(), 6u);
-  EXPECT_EQ(std::set<std::string>(all.begin(), all.end()).size(), 6u) << "no config timed twice";
+  EXPECT_EQ(timed[0], (std::set<std::string>{"c0", "c3"}));
+  EXPECT_EQ(timed[1], (std::set<std::string>{"c0", "c1", "c4"}));
+  EXPECT_EQ(timed[2], (std::set<std::string>{"c0", "c2", "c5"}));
+}
+
+TEST(TuneRanks, SplitConfigsCompareACandidateOnlyWithItsOwnRanksDefault) {
+  const auto registry = testing::scripted_registry({10, 20, 30, 40});
+  const ProblemKey key = make_problem_key(testing::test_problem());
+  // Rank 1's GPU is twice as fast: its candidates c1 and c3 run faster than rank 0's default (100)
+  // but slower than its own (50); rank 0's c2 is 1 % faster than its default. None may win.
+  const auto results = run_ranks(2, [&](int rank, std::shared_ptr<RankGroup> group) {
+    Tuner tuner(grouped_options(registry, group, AgreementStrategy::split_configs));
+    ScriptedRunner runner(rank == 0 ? std::map<std::string, double>{{"c0", 100}, {"c2", 99}}
+                                    : std::map<std::string, double>{{"c0", 50}, {"c1", 60}, {"c3", 55}});
+    return RankResult{tuner.choose(key, &runner).config->id, ChoiceSource::tuned};
+  });
+  for (const auto& r : results) EXPECT_EQ(r.config, "c0");
+}
+
+TEST(TuneRanks, TheRootsCacheHoldsTheEvidenceOfTheRankThatDecided) {
+  TempDir dir;
+  const auto registry = testing::scripted_registry({10, 20, 30, 40});
+  const ProblemKey key = make_problem_key(testing::test_problem());
+  // Rank 1's c1 wins (0.5x its default of 80); rank 0's default runs at 100.
+  run_ranks(2, [&](int rank, std::shared_ptr<RankGroup> group) {
+    Tuner tuner(grouped_options(registry, group, AgreementStrategy::split_configs, rank == 0 ? dir.str() : ""));
+    ScriptedRunner runner(rank == 0 ? std::map<std::string, double>{{"c0", 100}, {"c2", 100}}
+                                    : std::map<std::string, double>{{"c0", 80}, {"c1", 40}, {"c3", 80}});
+    return RankResult{tuner.choose(key, &runner).config->id, ChoiceSource::tuned};
+  });
+  Tuner reloaded(testing::test_options(registry, testing::fast_settings(TuneMode::load_only, dir.str())));
+  EXPECT_TRUE(reloaded.cache_problems().empty());
+  EXPECT_EQ(reloaded.choose(key, nullptr).config->id, "c1");
+  const CacheLoad load = read_cache_file(cache_file_path(dir.path(), reloaded.device()), &reloaded.device());
+  for (const auto& t : load.contents.timings) {
+    if (t.config == "c0") {
+      EXPECT_DOUBLE_EQ(t.median_us, 80.0) << "rank 1's default, which c1 was compared with";
+    }
+  }
 }
 
 TEST(TuneRanks, RanksWithDifferentCachesFollowTheRoot) {

@@ -1,5 +1,6 @@
 // The tuner's choice among configs (DESIGN §6.3, §6.4): pruning by resources and predicted cost,
-// measurement, the margin rule, and failed configs.
+// measurement, the winner rule (margin; test_tune_never_loses.cpp covers the noise and the
+// interleaving), and failed configs.
 #include <gtest/gtest.h>
 
 #include "test_tune_support.hpp"

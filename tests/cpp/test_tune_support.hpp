@@ -144,6 +144,7 @@ inline TunerSettings fast_settings(TuneMode mode, const std::string& cache_dir =
   settings.warmup_steps_forward = settings.warmup_steps_backward = 1;
   settings.steps_forward = settings.steps_backward = 5;
   settings.min_steps = 3;
+  settings.min_warmup_seconds = 0.0;  // warm-up rounds by count only: scripted times need no clock to warm
   settings.cache_dir = cache_dir;
   return settings;
 }

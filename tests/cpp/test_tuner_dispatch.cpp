@@ -8,11 +8,11 @@
 
 #include "attnkit/tuner.hpp"
 #include "cpu/attention_config.hpp"
+#include "cpu/tune/cpu_attention_runner.hpp"
+#include "cpu/tune/host_mask_density.hpp"
 #include "test_cpu_attention_problem.hpp"
 #include "test_tune_support.hpp"
 #include "tune/cache_file.hpp"
-#include "tune/cpu_attention_runner.hpp"
-#include "tune/host_mask_density.hpp"
 #include "tune/lazy_runner.hpp"
 #include "tune/process_tuners.hpp"
 

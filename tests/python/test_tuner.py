@@ -1,7 +1,9 @@
 """attnkit.tuner on the CPU: settings round-trip, NATTEN-compatible use_autotuner /
-disable_autotuner, bad settings, and what forward_config reports. Runs when the loaded library
+disable_autotuner, both spellings of load-only (the environment's too), bad settings, and what
+forward_config reports. Runs when the loaded library
 exports the tuner's C API (skips with that reason otherwise)."""
 
+import os
 import subprocess
 import sys
 
@@ -41,9 +43,46 @@ def test_disable_autotuner_stops_tuning():
     assert attnkit.disable_autotuner()["mode"] == "off"
 
 
-def test_unknown_mode_raises_value_error():
-    with pytest.raises(ValueError, match="load_only"):
+def test_unknown_mode_raises_value_error_naming_the_spellings():
+    with pytest.raises(ValueError, match="'load-only' \\(also spelled 'load_only'\\)"):
         tuner.configure(mode="sometimes")
+
+
+@pytest.mark.parametrize("spelling", ["load-only", "load_only"])
+def test_load_only_is_accepted_in_either_spelling_and_reported_as_load_hyphen_only(spelling):
+    tuner.configure(mode="on")
+    assert tuner.configure(mode=spelling)["mode"] == "load-only"
+    assert tuner.settings()["mode"] == "load-only"
+
+
+def test_use_autotuner_without_passes_is_load_only():
+    assert attnkit.use_autotuner()["mode"] == "load-only"
+
+
+def test_settings_round_trip_through_configure_keeps_load_only():
+    tuner.configure(mode="load_only")
+    assert tuner.configure(**tuner.settings())["mode"] == "load-only"
+
+
+@pytest.mark.parametrize("spelling", ["load-only", "load_only"])
+def test_the_environment_takes_either_spelling_without_a_warning(spelling):
+    env = dict(os.environ, ATTNKIT_TUNE=spelling, ATTNKIT_LOG_LEVEL="warning")
+    env.pop("ATTNKIT_LOG_FILE", None)
+    result = subprocess.run([sys.executable, "-c", "from attnkit import tuner; print(tuner.settings()['mode'])"],
+                            capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "load-only"
+    assert "ATTNKIT_TUNE" not in result.stderr
+
+
+def test_the_environment_reports_an_unknown_mode_with_the_allowed_spellings():
+    env = dict(os.environ, ATTNKIT_TUNE="sometimes", ATTNKIT_LOG_LEVEL="warning")
+    env.pop("ATTNKIT_LOG_FILE", None)
+    result = subprocess.run([sys.executable, "-c", "from attnkit import tuner; print(tuner.settings()['mode'])"],
+                            capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "load-only"
+    assert "ATTNKIT_TUNE='sometimes'; allowed: off, on, load-only (also spelled load_only)" in result.stderr
 
 
 def test_non_bool_toggle_raises_type_error():

@@ -113,4 +113,18 @@ FmhaLaunch make_forward_launch(const AttentionForward& problem, const detail::At
   return launch;
 }
 
+void rebind_forward_launch(FmhaLaunch& launch, const AttentionForward& problem) {
+  FmhaParams& p = launch.params;
+  p.q.data = problem.q.data;
+  p.k.data = problem.k.data;
+  p.v.data = problem.v.data;
+  p.o.data = problem.out.data;
+  p.lse.data = problem.lse.data;
+  if (launch.tile_list.mask != nullptr) {
+    const AttentionMask& mask = problem.mask;
+    launch.tile_list.mask =
+        static_cast<const uint8_t*>(mask.kind == MaskKind::block ? mask.block_mask.data : mask.element_mask.data);
+  }
+}
+
 }  // namespace attnkit::cuda::fmha

@@ -16,4 +16,9 @@ void check_forward_supported(const AttentionForward& problem, const detail::Atte
 FmhaLaunch make_forward_launch(const AttentionForward& problem, const detail::AttentionShape& shape,
                                const FmhaConfig& config);
 
+// Points a launch made for one problem at the tensors of another with the same plan key (shapes,
+// strides, alignment, mask): make_forward_launch(b, ...) equals rebind_forward_launch of
+// make_forward_launch(a, ...) to b, byte for byte. Plans make the launch once and rebind it per run.
+void rebind_forward_launch(FmhaLaunch& launch, const AttentionForward& problem);
+
 }  // namespace attnkit::cuda::fmha

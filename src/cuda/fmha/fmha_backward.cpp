@@ -30,46 +30,39 @@
 //
 // Workspace: lse_log2 and delta (8 bytes per query row and head, rounded to whole Q tiles), for
 // tile-list masks the tile classes and lists, the fp32 dQ accumulator (fast mode; the Hopper tier's
-// deterministic mode too, with its turn counters and rank table), and with splits the partials;
-// backward_workspace_size() returns exactly what run_backward() uses for the config and mode it picks.
+// deterministic mode too, with its turn counters and rank table), and with splits the partials; the
+// plan's workspace_bytes() is exactly what its runs use for the config and mode it picked.
+//
+// Plans (core/op_plan.hpp): the checks, the kernel choice and the launch params (with the split choice
+// and the launch order) are made once per call shape; a run points the params at the call's tensors.
 #include "cuda/fmha/fmha_backward.hpp"
 
-#include <cuda_runtime_api.h>
+#include <memory>
 
-#include <string>
-
-#include "attnkit/error.hpp"
+#include "core/tuned_config.hpp"
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/kernel_plan.hpp"
 #include "cuda/fmha/fmha_backward_arguments.hpp"
 #include "cuda/fmha/fmha_backward_configs.hpp"
 #include "cuda/tune/fmha_backward_selection.hpp"
 
 namespace attnkit::cuda::fmha {
-namespace {
 
-FmhaBackwardLaunch backward_launch(const AttentionBackward& problem, const detail::AttentionShape& shape,
-                                   const RunOptions& options, const FmhaBackwardKernel** kernel) {
+using FmhaBackwardPlan = KernelPlan<AttentionBackward, FmhaBackwardKernel, FmhaBackwardLaunch, FmhaBackwardWorkspace,
+                                    &rebind_backward_launch>;
+
+detail::MadePlan<AttentionBackward> make_backward_plan(const AttentionBackward& problem,
+                                                       const detail::AttentionShape& shape, const RunOptions& options) {
+  const int device = problem.q.device.index;
+  const DeviceGuard guard(device);
   const BackwardSelection selection = backward_selection(problem, shape, options);
-  *kernel = selection.kernel;
-  return make_backward_launch(problem, shape, selection.kernel->config, selection.multiprocessors);
-}
-
-}  // namespace
-
-void run_backward(const AttentionBackward& problem, const detail::AttentionShape& shape, const RunOptions& options) {
-  const DeviceGuard guard(problem.q.device.index);
-  const FmhaBackwardKernel* kernel = nullptr;
-  const FmhaBackwardLaunch launch = backward_launch(problem, shape, options, &kernel);
-  kernel->launch(launch, FmhaBackwardWorkspace{options.workspace, options.workspace_bytes},
-                 static_cast<cudaStream_t>(options.stream));
-}
-
-int64_t backward_workspace_size(const AttentionBackward& problem, const detail::AttentionShape& shape,
-                                const RunOptions& options) {
-  const DeviceGuard guard(problem.q.device.index);
-  const FmhaBackwardKernel* kernel = nullptr;
-  const FmhaBackwardLaunch launch = backward_launch(problem, shape, options, &kernel);
-  return kernel->workspace_bytes(launch);
+  const FmhaBackwardKernel& kernel = *selection.kernel;
+  detail::MadePlan<AttentionBackward> made;
+  made.plan = std::make_unique<FmhaBackwardPlan>(
+      kernel, make_backward_launch(problem, shape, kernel.config, selection.multiprocessors), device,
+      detail::tuned_config(selection.name, selection.source));
+  made.reusable = !selection.provisional;
+  return made;
 }
 
 }  // namespace attnkit::cuda::fmha

@@ -193,4 +193,24 @@ FmhaBackwardLaunch make_backward_launch(const AttentionBackward& problem, const 
   return launch;
 }
 
+void rebind_backward_launch(FmhaBackwardLaunch& launch, const AttentionBackward& problem) {
+  FmhaBackwardParams& p = launch.params;
+  p.q.data = problem.q.data;
+  p.k.data = problem.k.data;
+  p.v.data = problem.v.data;
+  p.o.data = problem.out.data;
+  p.d_o.data = problem.grad_out.data;
+  p.lse.data = problem.lse.data;
+  p.d_q.data = problem.grad_q.data;
+  p.d_k.data = problem.grad_k.data;
+  p.d_v.data = problem.grad_v.data;
+  if (p.use_lists) {
+    const AttentionMask& mask = problem.mask;
+    const auto* data =
+        static_cast<const uint8_t*>(mask.kind == MaskKind::block ? mask.block_mask.data : mask.element_mask.data);
+    launch.lists.mask = data;
+    p.list.mask = data;
+  }
+}
+
 }  // namespace attnkit::cuda::fmha

@@ -18,4 +18,8 @@ void check_backward_supported(const AttentionBackward& problem, const detail::At
 FmhaBackwardLaunch make_backward_launch(const AttentionBackward& problem, const detail::AttentionShape& shape,
                                         const FmhaBackwardConfig& config, int multiprocessors);
 
+// Points a launch made for one problem at the tensors of another with the same plan key, as
+// rebind_forward_launch does for the forward (the result equals make_backward_launch of that problem).
+void rebind_backward_launch(FmhaBackwardLaunch& launch, const AttentionBackward& problem);
+
 }  // namespace attnkit::cuda::fmha

@@ -3,23 +3,19 @@
 #include <algorithm>
 #include <map>
 
-#include "cuda/fmha/fmha_backward_instances.hpp"
+#include "attnkit/generated/fmha_kernel_list.hpp"
 #include "cuda/fmha/fmha_configs.hpp"
 
 namespace attnkit::cuda::fmha {
 
+// The entries are the backward rows of the kernel table (cmake/attnkit_kernels.cmake) that this build
+// compiled, in table order: the Hopper tier first, since the default is the first entry that fits.
 const std::vector<FmhaBackwardKernel>& fmha_backward_kernels() {
   static const std::vector<FmhaBackwardKernel> kernels = [] {
     std::vector<FmhaBackwardKernel> list;
-    // The Hopper tier first: the default is the first entry that fits the device.
-#define ATTNKIT_FMHA_SM90_BACKWARD_REGISTER(dtype, head_dim, n, policy) \
-  list.push_back(fmha_sm90_backward_kernel_##dtype##_d##head_dim##_n##n##_##policy());
-    ATTNKIT_FMHA_SM90_BACKWARD_KERNELS(ATTNKIT_FMHA_SM90_BACKWARD_REGISTER)
-#undef ATTNKIT_FMHA_SM90_BACKWARD_REGISTER
-#define ATTNKIT_FMHA_BACKWARD_REGISTER(dtype, head_dim, policy) \
-  list.push_back(fmha_backward_kernel_##dtype##_d##head_dim##_##policy());
-    ATTNKIT_FMHA_BACKWARD_KERNELS(ATTNKIT_FMHA_BACKWARD_REGISTER)
-#undef ATTNKIT_FMHA_BACKWARD_REGISTER
+#define ATTNKIT_FMHA_REGISTER_BACKWARD(function, id) list.push_back(function());
+    ATTNKIT_FMHA_BACKWARD_KERNELS(ATTNKIT_FMHA_REGISTER_BACKWARD)
+#undef ATTNKIT_FMHA_REGISTER_BACKWARD
     return list;
   }();
   return kernels;

@@ -1,7 +1,8 @@
-// Registry of the compiled backward-kernel configurations, one entry per instantiation (dtype, compiled
-// head dim, mask policy): tile sizes, warps, shared memory of each kernel, and the launcher. The default
-// choice is a pure function of (dtype, head dims, policy, device limit); the tuner enumerates the same
-// entries (attention_backward_config names them with fmha_backward_config_name()).
+// Registry of the compiled backward-kernel configurations, one entry per instantiation (a backward row
+// of the kernel table cmake/attnkit_kernels.cmake: dtype, compiled head dim, tier, mask policy): tile
+// sizes, warps, shared memory of each kernel, and the launcher. The default choice is a pure function
+// of (dtype, head dims, policy, device limit); the tuner enumerates the same entries
+// (attention_backward_config names them with fmha_backward_config_name()).
 #pragma once
 #include <cuda_runtime_api.h>
 

@@ -1,5 +1,5 @@
-// Device launcher of the portable backward, instantiated once per (dtype, head dim, policy) by the
-// fmha_backward_<dtype>_d<head dim>_<policy>.cu files through ATTNKIT_FMHA_BACKWARD_DEFINE.
+// Device launcher of the portable backward, instantiated once per row of the kernel table
+// (cmake/attnkit_kernels.cmake) by a generated .cu named for its config id calling make_fmha_backward_kernel.
 //
 // Sequence on the caller's stream: (tile-list masks: classify + row and column compaction, + row ranks
 // for ordered dQ) -> preprocess (lse_log2, delta) -> dK/dV kernel -> dQ kernel (the portable tier's
@@ -24,6 +24,7 @@
 
 #include "attnkit/error.hpp"
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/kernel_attributes.hpp"
 #include "cuda/fmha/fmha_backward_configs.hpp"
 #include "cuda/fmha/fmha_backward_dkdv.cuh"
 #include "cuda/fmha/fmha_backward_dq.cuh"
@@ -87,11 +88,11 @@ int64_t backward_workspace_bytes(const FmhaBackwardLaunch& launch) {
   return backward_workspace_layout<Traits, kLists>(launch).total();
 }
 
-// Always raised: the kernels' static shared memory (schedule state) counts against the 48 KiB default
-// too, so a dynamic size just under it can still fail to launch.
+// Always raised (once per kernel and device): the kernels' static shared memory (schedule state) counts
+// against the 48 KiB default too, so a dynamic size just under it can still fail to launch.
 template <class Kernel>
 cudaError_t allow_shared_memory(Kernel* kernel, int bytes) {
-  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  return raise_dynamic_shared_memory_once(kernel, bytes);
 }
 
 // Only the policy's own kernels are instantiated in each .cu file.
@@ -269,16 +270,3 @@ FmhaBackwardKernel make_fmha_backward_kernel(DType dtype) {
 }
 
 }  // namespace attnkit::cuda::fmha
-
-#define ATTNKIT_FMHA_BACKWARD_ELEMENT_f16 cutlass::half_t
-#define ATTNKIT_FMHA_BACKWARD_ELEMENT_bf16 cutlass::bfloat16_t
-#define ATTNKIT_FMHA_BACKWARD_LISTS_box false
-#define ATTNKIT_FMHA_BACKWARD_LISTS_list true
-
-#define ATTNKIT_FMHA_BACKWARD_DEFINE(dtype, head_dim, policy)                             \
-  namespace attnkit::cuda::fmha {                                                         \
-  FmhaBackwardKernel fmha_backward_kernel_##dtype##_d##head_dim##_##policy() {            \
-    return make_fmha_backward_kernel<ATTNKIT_FMHA_BACKWARD_ELEMENT_##dtype, head_dim,     \
-                                     ATTNKIT_FMHA_BACKWARD_LISTS_##policy>(DType::dtype); \
-  }                                                                                       \
-  }

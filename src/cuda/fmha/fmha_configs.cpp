@@ -4,21 +4,18 @@
 #include <cstdlib>
 #include <map>
 
-#include "cuda/fmha/fmha_instances.hpp"
+#include "attnkit/generated/fmha_kernel_list.hpp"
 
 namespace attnkit::cuda::fmha {
 
+// The entries are the rows of the kernel table (cmake/attnkit_kernels.cmake) that this build compiled,
+// in table order: Hopper entries first, so on a 9.0 device they are the defaults of their (dtype, head
+// dim, policy).
 const std::vector<FmhaKernel>& fmha_forward_kernels() {
   static const std::vector<FmhaKernel> kernels = [] {
     std::vector<FmhaKernel> list;
-#define ATTNKIT_FMHA_REGISTER_KERNEL(dtype, head_dim, m, n, w, policy) \
-  list.push_back(fmha_kernel_##dtype##_d##head_dim##_m##m##n##n##w##w##_##policy());
-#define ATTNKIT_FMHA_SM90_REGISTER_KERNEL(dtype, head_dim, n, policy) \
-  list.push_back(fmha_sm90_kernel_##dtype##_d##head_dim##_n##n##_##policy());
-    // Hopper entries first: on a 9.0 device they are the defaults of their (dtype, head dim, policy).
-    ATTNKIT_FMHA_SM90_KERNELS(ATTNKIT_FMHA_SM90_REGISTER_KERNEL)
-    ATTNKIT_FMHA_KERNELS(ATTNKIT_FMHA_REGISTER_KERNEL)
-#undef ATTNKIT_FMHA_SM90_REGISTER_KERNEL
+#define ATTNKIT_FMHA_REGISTER_KERNEL(function, id) list.push_back(function());
+    ATTNKIT_FMHA_FORWARD_KERNELS(ATTNKIT_FMHA_REGISTER_KERNEL)
 #undef ATTNKIT_FMHA_REGISTER_KERNEL
     return list;
   }();

@@ -1,5 +1,6 @@
-// Registry of the compiled forward-kernel configurations (one entry per instantiation): head dim, tile
-// sizes, warps, pipeline stages, shared memory, a register estimate, the mask policy, and the launcher.
+// Registry of the compiled forward-kernel configurations (one entry per instantiation, i.e. per row of
+// the kernel table cmake/attnkit_kernels.cmake this build compiles): head dim, tile sizes, warps,
+// pipeline stages, shared memory, a register estimate, the mask policy, and the launcher.
 // The default choice is a pure function of (dtype, head dims, policy, device limit); the tuner
 // (a later issue) enumerates the same entries.
 #pragma once

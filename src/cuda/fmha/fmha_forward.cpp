@@ -1,38 +1,29 @@
 #include "cuda/fmha/fmha_forward.hpp"
 
-#include <cuda_runtime_api.h>
+#include <memory>
 
-#include <string>
-
-#include "attnkit/error.hpp"
+#include "core/tuned_config.hpp"
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/kernel_plan.hpp"
 #include "cuda/fmha/fmha_arguments.hpp"
 #include "cuda/fmha/fmha_configs.hpp"
 #include "cuda/tune/fmha_forward_selection.hpp"
 
 namespace attnkit::cuda::fmha {
-namespace {
 
-const FmhaKernel& forward_kernel(const AttentionForward& problem, const detail::AttentionShape& shape,
-                                 const RunOptions& options) {
-  return *forward_selection(problem, shape, options).kernel;
-}
+using FmhaForwardPlan = KernelPlan<AttentionForward, FmhaKernel, FmhaLaunch, FmhaWorkspace, &rebind_forward_launch>;
 
-}  // namespace
-
-void run_forward(const AttentionForward& problem, const detail::AttentionShape& shape, const RunOptions& options) {
-  const DeviceGuard guard(problem.q.device.index);
-  const FmhaKernel& kernel = forward_kernel(problem, shape, options);
-  const FmhaLaunch launch = make_forward_launch(problem, shape, kernel.config);
-  kernel.launch(launch, FmhaWorkspace{options.workspace, options.workspace_bytes},
-                static_cast<cudaStream_t>(options.stream));
-}
-
-int64_t forward_workspace_size(const AttentionForward& problem, const detail::AttentionShape& shape,
-                               const RunOptions& options) {
-  const DeviceGuard guard(problem.q.device.index);
-  const FmhaKernel& kernel = forward_kernel(problem, shape, options);
-  return kernel.workspace_bytes(make_forward_launch(problem, shape, kernel.config));
+detail::MadePlan<AttentionForward> make_forward_plan(const AttentionForward& problem,
+                                                     const detail::AttentionShape& shape, const RunOptions& options) {
+  const int device = problem.q.device.index;
+  const DeviceGuard guard(device);
+  const ForwardSelection selection = forward_selection(problem, shape, options);
+  const FmhaKernel& kernel = *selection.kernel;
+  detail::MadePlan<AttentionForward> made;
+  made.plan = std::make_unique<FmhaForwardPlan>(kernel, make_forward_launch(problem, shape, kernel.config), device,
+                                                detail::tuned_config(selection.name, selection.source));
+  made.reusable = !selection.provisional;
+  return made;
 }
 
 }  // namespace attnkit::cuda::fmha

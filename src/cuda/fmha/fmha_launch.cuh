@@ -1,5 +1,5 @@
-// Device launcher of the portable forward kernel, instantiated once per (dtype, head dim, policy) by the
-// fmha_forward_<dtype>_d<head dim>_<policy>.cu files through ATTNKIT_FMHA_DEFINE_KERNEL.
+// Device launcher of the portable forward kernel, instantiated once per row of the kernel table
+// (cmake/attnkit_kernels.cmake) by a generated .cu named for its config id calling make_fmha_kernel.
 //
 // Box policy: one launch. Tile-list policy: a stream-ordered workspace (cudaMallocAsync), the two
 // preprocessing kernels (fmha_tile_list_build.cuh), the main kernel, then cudaFreeAsync on the same
@@ -14,6 +14,7 @@
 
 #include "attnkit/error.hpp"
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/kernel_attributes.hpp"
 #include "cuda/fmha/fmha_box_policy.cuh"
 #include "cuda/fmha/fmha_configs.hpp"
 #include "cuda/fmha/fmha_kernel.cuh"
@@ -126,9 +127,7 @@ void launch_fmha_forward(const FmhaLaunch& request, FmhaWorkspace caller_workspa
 
   auto* kernel = &fmha_forward_kernel<Traits, Policy>;
   cudaError_t status = cudaSuccess;
-  if (Traits::kSmemBytes > 48 * 1024) {
-    status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
-  }
+  if (Traits::kSmemBytes > 48 * 1024) status = raise_dynamic_shared_memory_once(kernel, Traits::kSmemBytes);
   if (status == cudaSuccess) {
     const FmhaParams& p = launch.params;
     kernel<<<dim3(p.total_q_tiles, p.heads_q, p.batch), Traits::kThreads, Traits::kSmemBytes, stream>>>(p);
@@ -163,19 +162,3 @@ FmhaKernel make_fmha_kernel(DType dtype, FmhaPolicyKind policy) {
 }
 
 }  // namespace attnkit::cuda::fmha
-
-#define ATTNKIT_FMHA_ELEMENT_f16 cutlass::half_t
-#define ATTNKIT_FMHA_ELEMENT_bf16 cutlass::bfloat16_t
-#define ATTNKIT_FMHA_POLICY_box BoxPolicy
-#define ATTNKIT_FMHA_POLICY_list TileListPolicy
-#define ATTNKIT_FMHA_POLICY_KIND_box FmhaPolicyKind::box
-#define ATTNKIT_FMHA_POLICY_KIND_list FmhaPolicyKind::tile_list
-
-// One registry entry: dtype, compiled head dim, tile (BlockM x BlockN, warps), mask policy.
-#define ATTNKIT_FMHA_DEFINE_KERNEL(dtype, head_dim, m, n, w, policy)                                        \
-  namespace attnkit::cuda::fmha {                                                                           \
-  FmhaKernel fmha_kernel_##dtype##_d##head_dim##_m##m##n##n##w##w##_##policy() {                            \
-    return make_fmha_kernel<ATTNKIT_FMHA_ELEMENT_##dtype, head_dim, m, n, w, ATTNKIT_FMHA_POLICY_##policy>( \
-        DType::dtype, ATTNKIT_FMHA_POLICY_KIND_##policy);                                                   \
-  }                                                                                                         \
-  }

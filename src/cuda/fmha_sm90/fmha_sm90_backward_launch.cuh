@@ -1,5 +1,6 @@
-// Registry entry of the Hopper backward, instantiated once per (dtype, head dim, policy) by the
-// fmha_sm90_backward_<dtype>_d<head dim>_<policy>.cu files through ATTNKIT_FMHA_SM90_BACKWARD_DEFINE.
+// Registry entry of the Hopper backward, instantiated once per sm90 row of the kernel table
+// (cmake/attnkit_kernels.cmake) by a generated .cu named for its config id calling
+// make_fmha_sm90_backward_kernel.
 // The portable launcher (fmha_backward_launch.cuh) runs the whole sequence — workspace, tile lists,
 // preprocess, the dQ kernel (deterministic mode) or the dQ convert (fast mode) — on the same 64 x 128
 // tiles (Sm90BackwardTraits::Portable), with this tier's dK/dV kernel in place of the portable one.
@@ -52,11 +53,3 @@ fmha::FmhaBackwardKernel make_fmha_sm90_backward_kernel(DType dtype) {
 }
 
 }  // namespace attnkit::cuda::fmha_sm90
-
-#define ATTNKIT_FMHA_SM90_BACKWARD_DEFINE(dtype, head_dim, n, policy)                                     \
-  namespace attnkit::cuda::fmha {                                                                         \
-  FmhaBackwardKernel fmha_sm90_backward_kernel_##dtype##_d##head_dim##_n##n##_##policy() {                \
-    return fmha_sm90::make_fmha_sm90_backward_kernel<ATTNKIT_FMHA_BACKWARD_ELEMENT_##dtype, head_dim, n,  \
-                                                     ATTNKIT_FMHA_BACKWARD_LISTS_##policy>(DType::dtype); \
-  }                                                                                                       \
-  }

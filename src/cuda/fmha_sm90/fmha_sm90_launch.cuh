@@ -1,6 +1,6 @@
-// Host launcher of the Hopper forward kernel and its registry entry, instantiated once per (dtype,
-// head dim, policy) by the fmha_sm90_forward_<dtype>_d<head dim>_<policy>.cu files through
-// ATTNKIT_FMHA_SM90_DEFINE_KERNEL. Tile-list masks reuse the portable tier's preprocessing with the
+// Host launcher of the Hopper forward kernel and its registry entry, instantiated once per sm90 row of
+// the kernel table (cmake/attnkit_kernels.cmake) by a generated .cu named for its config id calling
+// make_fmha_sm90_kernel. Tile-list masks reuse the portable tier's preprocessing with the
 // policy view of the tile (Sm90FmhaTraits::PolicyTraits), so lists and element bits match the
 // consumers' thread map.
 #pragma once
@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/kernel_attributes.hpp"
 #include "cuda/fmha/fmha_launch.cuh"
 #include "cuda/fmha_sm90/fmha_sm90_kernel.cuh"
 #include "cuda/fmha_sm90/fmha_sm90_tma.hpp"
@@ -31,7 +32,7 @@ void launch_fmha_sm90_forward(const fmha::FmhaLaunch& request, fmha::FmhaWorkspa
                     std::is_same_v<typename Traits::Element, cutlass::bfloat16_t> ? DType::bf16 : DType::f16,
                     Traits::kHeadDim, Traits::kBlockN, maps);
   auto* kernel = &fmha_sm90_forward_kernel<Traits, Policy>;
-  cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
+  cudaError_t status = raise_dynamic_shared_memory_once(kernel, Traits::kSmemBytes);
   if (status == cudaSuccess) {
     const fmha::FmhaParams& p = launch.params;
     kernel<<<dim3(p.total_q_tiles, p.heads_q, p.batch), Traits::kThreads, Traits::kSmemBytes, stream>>>(p, maps);
@@ -64,11 +65,3 @@ fmha::FmhaKernel make_fmha_sm90_kernel(DType dtype, fmha::FmhaPolicyKind policy)
 }
 
 }  // namespace attnkit::cuda::fmha_sm90
-
-#define ATTNKIT_FMHA_SM90_DEFINE_KERNEL(dtype, head_dim, n, policy)                                                   \
-  namespace attnkit::cuda::fmha {                                                                                     \
-  FmhaKernel fmha_sm90_kernel_##dtype##_d##head_dim##_n##n##_##policy() {                                             \
-    return fmha_sm90::make_fmha_sm90_kernel<ATTNKIT_FMHA_ELEMENT_##dtype, head_dim, n, ATTNKIT_FMHA_POLICY_##policy>( \
-        DType::dtype, ATTNKIT_FMHA_POLICY_KIND_##policy);                                                             \
-  }                                                                                                                   \
-  }

@@ -1,7 +1,10 @@
 #include "cuda/tune/fmha_attention_runner.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <optional>
 #include <random>
+#include <thread>
 
 #include "attnkit/error.hpp"
 #include "core/float_convert.hpp"
@@ -47,6 +50,36 @@ void tile_pattern(void* dst, int64_t bytes, const void* pattern, int64_t pattern
         "cudaMemcpyAsync (tuning inputs)");
   }
 }
+
+// The longest a stream is held (see the header); far longer than queuing one run takes.
+constexpr double kMaxHoldSeconds = 0.5;
+
+void CUDART_CB hold_until_released(void* flag) {
+  const auto* released = static_cast<const std::atomic<bool>*>(flag);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(kMaxHoldSeconds);
+  while (!released->load(std::memory_order_acquire) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+}
+
+// Holds `stream` from construction (a host function that waits for `released`) until release() or
+// destruction, so an exception between cannot leave the stream waiting.
+class StreamHold {
+ public:
+  StreamHold(cudaStream_t stream, std::atomic<bool>& released) : released_(released) {
+    released_.store(false, std::memory_order_release);
+    const cudaError_t status = cudaLaunchHostFunc(stream, hold_until_released, &released_);
+    if (status != cudaSuccess) released_.store(true, std::memory_order_release);
+    check_cuda(status, "cudaLaunchHostFunc (hold the tuning stream)");
+  }
+  ~StreamHold() { release(); }
+  StreamHold(const StreamHold&) = delete;
+  StreamHold& operator=(const StreamHold&) = delete;
+  void release() { released_.store(true, std::memory_order_release); }
+
+ private:
+  std::atomic<bool>& released_;
+};
 
 }  // namespace
 
@@ -238,13 +271,17 @@ void FmhaAttentionRunner::release() noexcept {
 
 double FmhaAttentionRunner::measure_seconds(const tune::Config& config, int iteration) {
   const DeviceGuard guard(device_);
+  // `iteration` counts every run of the measurement, whichever config: consecutive runs use
+  // consecutive sets, so each run's inputs were last touched sets_.size() runs ago.
   const BufferSet& set = sets_[static_cast<size_t>(iteration) % sets_.size()];
+  std::optional<StreamHold> hold;  // taken after any workspace growth (which synchronises the stream)
   if (spec_.op == tune::TuneOp::attention_backward) {
     const FmhaBackwardKernel* kernel = fmha_backward_kernel_by_name(config.id);
     if (kernel == nullptr) throw Error(Status::internal, "CUDA tuning runner: no backward kernel named " + config.id);
     const FmhaBackwardLaunch launch =
         make_backward_launch(set.backward, shape_, kernel->config, fmha_device(device_).multiprocessors);
     reserve_workspace(kernel->workspace_bytes(launch));
+    hold.emplace(stream_, stream_released_);
     check_cuda(cudaEventRecord(start_, stream_), "cudaEventRecord");
     kernel->launch(launch, FmhaBackwardWorkspace{workspace_, workspace_bytes_}, stream_);
   } else {
@@ -252,11 +289,13 @@ double FmhaAttentionRunner::measure_seconds(const tune::Config& config, int iter
     if (kernel == nullptr) throw Error(Status::internal, "CUDA tuning runner: no forward kernel named " + config.id);
     const FmhaLaunch launch = make_forward_launch(set.forward, shape_, kernel->config);
     reserve_workspace(kernel->workspace_bytes(launch));
+    hold.emplace(stream_, stream_released_);
     check_cuda(cudaEventRecord(start_, stream_), "cudaEventRecord");
     kernel->launch(launch, FmhaWorkspace{workspace_, workspace_bytes_}, stream_);
   }
   check_cuda(cudaGetLastError(), config.id.c_str());
   check_cuda(cudaEventRecord(stop_, stream_), "cudaEventRecord");
+  hold.reset();  // everything is queued: let the GPU run it back to back
   check_cuda(cudaEventSynchronize(stop_), "cudaEventSynchronize");
   float ms = 0.0f;
   check_cuda(cudaEventElapsedTime(&ms, start_, stop_), "cudaEventElapsedTime");

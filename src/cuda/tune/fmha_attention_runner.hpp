@@ -5,6 +5,14 @@
 // kernels' (with the tile-list preprocessing of sparse masks, and the backward's preprocess and dQ
 // kernels, which every call pays too).
 //
+// Every config, the default included, runs in the same conditions: the same buffer sets (picked by
+// the tuner's run counter, which counts every candidate's runs, so no run finds its inputs in L2 from
+// the run before), the same stream, the same workspace. The stream is held by a host function until
+// the start event, the launch and the stop event are all queued, so the start event fires right
+// before the kernels and the time is the GPU's, as for back-to-back calls, not this thread's launch
+// latency (which an idle GPU would otherwise add to every run, more for configs whose launch does
+// more host work). The hold gives up after kMaxHoldSeconds, so nothing can wait on it forever.
+//
 // Inputs are random, built from a 1 M-element random pattern tiled over each tensor (generating every
 // element on the host would take longer than the tuning it serves); block and element masks are
 // random with the spec's density. The backward's out and lse come from running the registry's default
@@ -13,6 +21,7 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
@@ -56,6 +65,7 @@ class FmhaAttentionRunner : public tune::Runner {
   void* workspace_ = nullptr;
   int64_t workspace_bytes_ = 0;
   std::vector<std::vector<int64_t>> extents_;  // of every tensor, kept alive for the views
+  std::atomic<bool> stream_released_{true};    // the host function holding stream_ returns once set
 };
 
 // The L2 size of `device` (cudaDevAttrL2CacheSize), e.g. 50 MB on an H100.

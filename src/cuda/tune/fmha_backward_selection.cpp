@@ -31,12 +31,14 @@ BackwardSelection select_backward_kernel(const AttentionBackward& problem, const
                                          const RunOptions& options, int device, const FmhaDevice& limits) {
   if (forced_config_name(kForcedBackwardConfigVariable) != nullptr) return registry_default(problem, shape, limits);
   try {
-    const tune::TuneChoice choice = choose_attention_config(tune::TuneOp::attention_backward, problem.q.dtype, shape,
-                                                            problem.mask, options, device);
+    const AttentionConfigChoice answer = choose_attention_config(tune::TuneOp::attention_backward, problem.q.dtype,
+                                                                 shape, problem.mask, options, device);
+    const tune::TuneChoice& choice = answer.choice;
     BackwardSelection selection;
     selection.kernel = fmha_backward_kernel_by_name(choice.config->id);
     selection.name = choice.config->id;
     selection.source = choice.source;
+    selection.provisional = answer.provisional;
     if (selection.kernel != nullptr && fmha_backward_config_fits(selection.kernel->config, limits)) return selection;
   } catch (const std::exception& e) {
     detail::log_message(detail::LogLevel::warning, std::string("tuner: no CUDA backward config from the tuner (") +

@@ -20,7 +20,8 @@ struct BackwardSelection {
   const FmhaBackwardKernel* kernel = nullptr;  // nullptr: nothing compiled runs the call on this device
   std::string name;
   tune::ChoiceSource source = tune::ChoiceSource::default_config;
-  int multiprocessors = 0;  // of the call's device (the KV-parallel split choice)
+  bool provisional = false;  // the default, taken only because the caller's stream was capturing
+  int multiprocessors = 0;   // of the call's device (the KV-parallel split choice)
 };
 
 BackwardSelection select_backward_kernel(const AttentionBackward& problem, const detail::AttentionShape& shape,

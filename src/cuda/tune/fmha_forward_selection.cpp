@@ -3,7 +3,10 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
 #include <exception>
+#include <mutex>
+#include <optional>
 #include <string>
 
 #include "attnkit/error.hpp"
@@ -43,7 +46,22 @@ bool stream_is_capturing(void* stream) {
   return status != cudaStreamCaptureStatusNone;
 }
 
-tune::DeviceDescription describe_cuda_device(int device) {
+namespace {
+
+constexpr int kMaxDevices = 64;
+
+// A value per device, computed on first use under a lock (device queries can cost milliseconds).
+template <class Value, class Compute>
+Value once_per_device(std::array<std::optional<Value>, kMaxDevices>& values, std::mutex& mutex, int device,
+                      Compute&& compute) {
+  if (device < 0 || device >= kMaxDevices) return compute();
+  std::lock_guard lock(mutex);
+  auto& slot = values[static_cast<size_t>(device)];
+  if (!slot) slot = compute();
+  return *slot;
+}
+
+tune::DeviceDescription query_cuda_device(int device) {
   cudaDeviceProp props{};
   check_cuda(cudaGetDeviceProperties(&props, device), "cudaGetDeviceProperties");
   DeviceInfo info;
@@ -64,10 +82,23 @@ tune::DeviceDescription describe_cuda_device(int device) {
   return {tune::cuda_device_key(info, registry), limits};
 }
 
+}  // namespace
+
+tune::DeviceDescription describe_cuda_device(int device) {
+  static std::array<std::optional<tune::DeviceDescription>, kMaxDevices> described;
+  static std::mutex mutex;
+  return once_per_device(described, mutex, device, [device] { return query_cuda_device(device); });
+}
+
 FmhaDevice fmha_device(int device) {
-  return FmhaDevice{
-      attribute(cudaDevAttrComputeCapabilityMajor, device) * 10 + attribute(cudaDevAttrComputeCapabilityMinor, device),
-      attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device), attribute(cudaDevAttrMultiProcessorCount, device)};
+  static std::array<std::optional<FmhaDevice>, kMaxDevices> devices;
+  static std::mutex mutex;
+  return once_per_device(devices, mutex, device, [device] {
+    return FmhaDevice{attribute(cudaDevAttrComputeCapabilityMajor, device) * 10 +
+                          attribute(cudaDevAttrComputeCapabilityMinor, device),
+                      attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+                      attribute(cudaDevAttrMultiProcessorCount, device)};
+  });
 }
 
 FmhaDevice require_sm80_device(int device) {
@@ -82,28 +113,39 @@ FmhaDevice require_sm80_device(int device) {
   return found;
 }
 
-tune::TuneChoice choose_attention_config(tune::TuneOp op, DType dtype, const detail::AttentionShape& shape,
-                                         const AttentionMask& mask, const RunOptions& options, int device) {
-  const tune::ProblemKey key = tune::make_problem_key(tune::attention_problem_spec(op, dtype, shape, mask, 1.0));
+AttentionConfigChoice choose_attention_config(tune::TuneOp op, DType dtype, const detail::AttentionShape& shape,
+                                              const AttentionMask& mask, const RunOptions& options, int device) {
+  const tune::ProblemSpec exact = tune::attention_problem_spec(op, dtype, shape, mask, 1.0);
+  const tune::ProblemKey key = tune::make_problem_key(exact);
   const auto tuner = tune::cuda_process_tuner(device, [device] { return describe_cuda_device(device); });
   void* const stream = options.stream;
-  tune::LazyRunner runner([&key, device, stream] {
+  // The runner times the call's own sizes: a choice must hold on the problem that asked for it.
+  tune::LazyRunner runner([&exact, device, stream] {
     check_cuda(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "cudaStreamSynchronize (before tuning)");
-    return std::make_unique<FmhaAttentionRunner>(key.spec, device, device_l2_bytes(device));
+    return std::make_unique<FmhaAttentionRunner>(exact, device, device_l2_bytes(device));
   });
-  return tuner->choose(key, &runner, stream_is_capturing(stream));
+  const bool capturing = stream_is_capturing(stream);
+  AttentionConfigChoice result;
+  result.choice = tuner->choose(key, options.no_tuning ? nullptr : &runner, capturing);
+  if (capturing && !options.no_tuning && result.choice.source == tune::ChoiceSource::default_config) {
+    const tune::TunerSettings settings = tuner->settings();
+    result.provisional = settings.mode == tune::TuneMode::on && !settings.deterministic && settings.enabled(op);
+  }
+  return result;
 }
 
 ForwardSelection select_forward_kernel(const AttentionForward& problem, const detail::AttentionShape& shape,
                                        const RunOptions& options, int device, const FmhaDevice& limits) {
   if (forced_config_name(kForcedForwardConfigVariable) != nullptr) return registry_default(problem, shape, limits);
   try {
-    const tune::TuneChoice choice =
+    const AttentionConfigChoice answer =
         choose_attention_config(tune::TuneOp::attention_forward, problem.q.dtype, shape, problem.mask, options, device);
+    const tune::TuneChoice& choice = answer.choice;
     ForwardSelection selection;
     selection.kernel = fmha_forward_kernel_by_name(choice.config->id);
     selection.name = choice.config->id;
     selection.source = choice.source;
+    selection.provisional = answer.provisional;
     if (selection.kernel != nullptr && fmha_config_fits(selection.kernel->config, limits)) return selection;
   } catch (const std::exception& e) {
     detail::log_message(detail::LogLevel::warning, std::string("tuner: no CUDA forward config from the tuner (") +

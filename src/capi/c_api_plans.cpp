@@ -1,0 +1,195 @@
+// The C ABI's plans (attnkit_attention_*_plan, attnkit_plan_run): a handle owns the call shape it was
+// made from (the problem with its views) and the cached plan of that shape (core/attention_plan.hpp).
+// A run copies the shape, puts the caller's data pointers into its tensor fields (checking presence and
+// alignment against the shape, the only things a pointer can change about a plan) and runs the plan;
+// when the tuner's settings have changed since (plan generation), or the plan was made for one call only
+// (a default taken during CUDA-graph capture while tuning is on), it first takes the current plan.
+// Nothing else is validated again.
+#include <array>
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "attnkit/attention.hpp"
+#include "attnkit/attnkit.h"
+#include "capi/c_api_convert.hpp"
+#include "capi/c_api_errors.hpp"
+#include "core/attention_plan.hpp"
+
+struct attnkit_plan {
+  virtual ~attnkit_plan() = default;
+  virtual int64_t workspace_bytes() const = 0;
+  virtual void run(void* const* data, int32_t count, const attnkit::RunOptions& options) const = 0;
+};
+
+namespace attnkit::capi {
+namespace {
+
+using detail::OpPlan;
+
+template <class Problem>
+struct PlanTraits;
+
+template <>
+struct PlanTraits<AttentionForward> {
+  static constexpr const char* kNames[] = {"q", "k", "v", "out", "lse", "mask.block_mask", "mask.element_mask"};
+  static std::array<TensorView*, 7> fields(AttentionForward& p) {
+    return {&p.q, &p.k, &p.v, &p.out, &p.lse, &p.mask.block_mask, &p.mask.element_mask};
+  }
+  static std::shared_ptr<const OpPlan<AttentionForward>> plan(const AttentionForward& p, const RunOptions& o) {
+    return detail::attention_forward_plan(p, o);
+  }
+};
+
+template <>
+struct PlanTraits<AttentionBackward> {
+  static constexpr const char* kNames[] = {
+      "q", "k", "v", "out", "lse", "grad_out", "grad_q", "grad_k", "grad_v", "mask.block_mask", "mask.element_mask"};
+  static std::array<TensorView*, 11> fields(AttentionBackward& p) {
+    return {&p.q,
+            &p.k,
+            &p.v,
+            &p.out,
+            &p.lse,
+            &p.grad_out,
+            &p.grad_q,
+            &p.grad_k,
+            &p.grad_v,
+            &p.mask.block_mask,
+            &p.mask.element_mask};
+  }
+  static std::shared_ptr<const OpPlan<AttentionBackward>> plan(const AttentionBackward& p, const RunOptions& o) {
+    return detail::attention_backward_plan(p, o);
+  }
+};
+
+template <class Problem>
+class PlanHandle final : public attnkit_plan {
+  using Traits = PlanTraits<Problem>;
+
+ public:
+  PlanHandle(const Problem& problem, const RunOptions& options) : shape_(problem), options_(options) {
+    const uint64_t generation = detail::plan_generation();
+    current_.store(std::make_shared<const Current>(Current{Traits::plan(shape_, options_), generation}));
+  }
+
+  int64_t workspace_bytes() const override { return current_.load()->plan->workspace_bytes(); }
+
+  void run(void* const* data, int32_t count, const RunOptions& per_run) const override {
+    auto shape_fields = Traits::fields(const_cast<Problem&>(shape_));
+    if (count != static_cast<int32_t>(shape_fields.size())) {
+      throw Error(Status::invalid_argument, "count: " + std::to_string(count) +
+                                                "; allowed: " + std::to_string(shape_fields.size()) +
+                                                ", the number of tensor fields of the plan's args struct");
+    }
+    if (count > 0 && data == nullptr)
+      throw Error(Status::invalid_argument, "data: NULL; allowed: an array of pointers");
+    Problem problem = shape_;
+    auto fields = Traits::fields(problem);
+    for (size_t i = 0; i < fields.size(); ++i) check_pointer(i, data[i], *shape_fields[i]);
+    for (size_t i = 0; i < fields.size(); ++i) fields[i]->data = data[i];
+    RunOptions options = options_;
+    options.stream = per_run.stream;
+    options.workspace = per_run.workspace;
+    options.workspace_bytes = per_run.workspace_bytes;
+    std::shared_ptr<const Current> current = current_.load();
+    if (const uint64_t now = detail::plan_generation(); now != current->generation || !current->plan->reusable()) {
+      current = std::make_shared<const Current>(Current{Traits::plan(problem, options_), now});
+      current_.store(current);
+    }
+    current->plan->run(problem, options);
+  }
+
+ private:
+  static void check_pointer(size_t i, const void* data, const TensorView& shape) {
+    const bool presence_differs = (data != nullptr) != shape.defined();
+    const bool alignment_differs =
+        data != nullptr && detail::address_alignment_bits(data) != detail::address_alignment_bits(shape.data);
+    if (!presence_differs && !alignment_differs) return;
+    const std::string name = "data[" + std::to_string(i) + "] (" + Traits::kNames[i] + ")";
+    if (presence_differs) {
+      throw Error(Status::invalid_argument, name + ": " + (data ? "a tensor" : "NULL") + "; allowed: " +
+                                                (shape.defined() ? "a tensor (the plan was made with one)"
+                                                                 : "NULL (the plan was made without it)"));
+    }
+    throw Error(Status::invalid_argument,
+                name + ": address mod 16 is " + std::to_string(detail::address_alignment_bits(data)) +
+                    "; allowed: " + std::to_string(detail::address_alignment_bits(shape.data)) +
+                    ", the alignment the plan was made with (make a plan for this alignment)");
+  }
+
+  // A plan and the generation it was taken in, swapped as one.
+  struct Current {
+    std::shared_ptr<const OpPlan<Problem>> plan;
+    uint64_t generation = 0;
+  };
+
+  const Problem shape_;
+  const RunOptions options_;
+  mutable std::atomic<std::shared_ptr<const Current>> current_;
+};
+
+RunOptions plan_options(const attnkit_run_options* options, int32_t flags) {
+  if ((flags & ~ATTNKIT_PLAN_NO_TUNING) != 0) {
+    throw Error(Status::invalid_argument,
+                "flags: " + std::to_string(flags) + "; allowed: 0 or ATTNKIT_PLAN_NO_TUNING (1)");
+  }
+  RunOptions run = to_run_options(options);
+  run.no_tuning = (flags & ATTNKIT_PLAN_NO_TUNING) != 0;
+  run.workspace = nullptr;
+  run.workspace_bytes = 0;
+  return run;
+}
+
+}  // namespace
+}  // namespace attnkit::capi
+
+using namespace attnkit::capi;
+
+extern "C" {
+
+attnkit_status attnkit_attention_forward_plan(const attnkit_attention_forward_args* args,
+                                              const attnkit_run_options* options, int32_t flags, attnkit_plan** plan) {
+  return guarded_call([&] {
+    require_args(args, "attnkit_attention_forward_args");
+    require_args(plan, "plan");
+    *plan = new PlanHandle<attnkit::AttentionForward>(to_attention_forward(*args), plan_options(options, flags));
+  });
+}
+
+attnkit_status attnkit_attention_backward_plan(const attnkit_attention_backward_args* args,
+                                               const attnkit_run_options* options, int32_t flags, attnkit_plan** plan) {
+  return guarded_call([&] {
+    require_args(args, "attnkit_attention_backward_args");
+    require_args(plan, "plan");
+    *plan = new PlanHandle<attnkit::AttentionBackward>(to_attention_backward(*args), plan_options(options, flags));
+  });
+}
+
+attnkit_status attnkit_plan_workspace_size(const attnkit_plan* plan, int64_t* bytes) {
+  return guarded_call([&] {
+    require_args(plan, "attnkit_plan");
+    require_args(bytes, "bytes");
+    *bytes = plan->workspace_bytes();
+  });
+}
+
+attnkit_status attnkit_plan_run(const attnkit_plan* plan, void* const* data, int32_t count, void* stream,
+                                void* workspace, int64_t workspace_bytes) {
+  return guarded_call([&] {
+    require_args(plan, "attnkit_plan");
+    if (workspace_bytes < 0) {
+      throw attnkit::Error(attnkit::Status::invalid_argument,
+                           "workspace_bytes: " + std::to_string(workspace_bytes) + "; allowed: >= 0");
+    }
+    attnkit::RunOptions per_run;
+    per_run.stream = stream;
+    per_run.workspace = workspace;
+    per_run.workspace_bytes = workspace_bytes;
+    plan->run(data, count, per_run);
+  });
+}
+
+void attnkit_plan_destroy(attnkit_plan* plan) { delete plan; }
+
+}  // extern "C"

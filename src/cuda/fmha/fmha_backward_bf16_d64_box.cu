@@ -1,4 +1,0 @@
-// Backward kernel instantiation: bf16, head dim 64, box policy (none, causal and neighborhood masks).
-#include "cuda/fmha/fmha_backward_instances.hpp"
-#include "cuda/fmha/fmha_backward_launch.cuh"
-ATTNKIT_FMHA_BACKWARD_DEFINE(bf16, 64, box)

@@ -120,7 +120,7 @@ void BM_CpuDispatchHit(benchmark::State& state) {
   cpu_process_tuner()->tune(key, runner);
   for (auto _ : state) {
     const CpuAttentionChoice choice = choose_cpu_attention_forward(f, shape);
-    const Config* chosen = choice.config;
+    auto chosen = choice.config;
     benchmark::DoNotOptimize(chosen);
   }
   reset_process_tuners();

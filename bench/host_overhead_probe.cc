@@ -40,6 +40,7 @@
 #include "attnkit/attnkit.h"
 #include "attnkit/attnkit.hpp"
 
+#include "capi/c_api_convert.hpp"
 #ifndef PROBE_PUBLIC_ONLY
 #include "core/attention_plan.hpp"
 #endif
@@ -126,19 +127,6 @@ float from_bf16(uint16_t h) {
   return x;
 }
 
-attnkit_tensor c_view(const attnkit::TensorView& v) {
-  attnkit_tensor t{};
-  t.data = v.data;
-  t.dtype = static_cast<int32_t>(v.dtype);
-  t.device_type = static_cast<int32_t>(v.device.type);
-  t.device_index = v.device.index;
-  t.rank = v.rank;
-  for (int i = 0; i < v.rank; ++i) {
-    t.extents[i] = v.extents[i];
-    t.strides[i] = v.strides[i];
-  }
-  return t;
-}
 
 }  // namespace
 
@@ -206,11 +194,11 @@ int main(int argc, char** argv) {
 
   attnkit_attention_forward_args c_args;
   attnkit_attention_forward_args_init(&c_args);
-  c_args.q = c_view(problem.q);
-  c_args.k = c_view(problem.k);
-  c_args.v = c_view(problem.v);
-  c_args.out = c_view(problem.out);
-  c_args.lse = c_view(problem.lse);
+  c_args.q = attnkit::capi::to_c_tensor(problem.q);
+  c_args.k = attnkit::capi::to_c_tensor(problem.k);
+  c_args.v = attnkit::capi::to_c_tensor(problem.v);
+  c_args.out = attnkit::capi::to_c_tensor(problem.out);
+  c_args.lse = attnkit::capi::to_c_tensor(problem.lse);
   attnkit_run_options c_options;
   attnkit_run_options_init(&c_options);
   int64_t c_bytes = -1;
@@ -277,15 +265,15 @@ int main(int argc, char** argv) {
         [&] { attention_backward(backward, options); });
   attnkit_attention_backward_args c_backward;
   attnkit_attention_backward_args_init(&c_backward);
-  c_backward.q = c_view(backward.q);
-  c_backward.k = c_view(backward.k);
-  c_backward.v = c_view(backward.v);
-  c_backward.out = c_view(backward.out);
-  c_backward.lse = c_view(backward.lse);
-  c_backward.grad_out = c_view(backward.grad_out);
-  c_backward.grad_q = c_view(backward.grad_q);
-  c_backward.grad_k = c_view(backward.grad_k);
-  c_backward.grad_v = c_view(backward.grad_v);
+  c_backward.q = attnkit::capi::to_c_tensor(backward.q);
+  c_backward.k = attnkit::capi::to_c_tensor(backward.k);
+  c_backward.v = attnkit::capi::to_c_tensor(backward.v);
+  c_backward.out = attnkit::capi::to_c_tensor(backward.out);
+  c_backward.lse = attnkit::capi::to_c_tensor(backward.lse);
+  c_backward.grad_out = attnkit::capi::to_c_tensor(backward.grad_out);
+  c_backward.grad_q = attnkit::capi::to_c_tensor(backward.grad_q);
+  c_backward.grad_k = attnkit::capi::to_c_tensor(backward.grad_k);
+  c_backward.grad_v = attnkit::capi::to_c_tensor(backward.grad_v);
   attnkit_plan* c_backward_plan = nullptr;
   if (attnkit_attention_backward_plan(&c_backward, &c_options, 0, &c_backward_plan) != ATTNKIT_OK) {
     std::printf("attnkit_attention_backward_plan failed: %s\n", attnkit_last_error());

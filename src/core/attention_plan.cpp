@@ -41,32 +41,46 @@ TunedConfig reported(TunedConfig config, bool made_now) {
   return config;
 }
 
-std::shared_ptr<const AttentionForwardPlan> forward_plan(const AttentionForward& problem, const RunOptions& options,
-                                                         bool* made_now) {
-  return cached_plan<AttentionForward>(
-      forward_plans(), attention_forward_key(problem, options),
+void validate(const AttentionForward& problem, const RunOptions& options) {
+  validate_attention_forward(problem, options);
+}
+void validate(const AttentionBackward& problem, const RunOptions& options) {
+  validate_attention_backward(problem, options);
+}
+
+MadePlan<AttentionForward> make_plan(Backend backend, const AttentionForward& problem, const AttentionShape& shape,
+                                     const RunOptions& options) {
+  return backend == Backend::cuda ? cuda::make_attention_forward_plan(problem, shape, options)
+                                  : cpu::make_attention_forward_plan(problem, shape, options);
+}
+MadePlan<AttentionBackward> make_plan(Backend backend, const AttentionBackward& problem, const AttentionShape& shape,
+                                      const RunOptions& options) {
+  return backend == Backend::cuda ? cuda::make_attention_backward_plan(problem, shape, options)
+                                  : cpu::make_attention_backward_plan(problem, shape, options);
+}
+
+// The cached plan of an attention call: made by validating, describing and asking the call's backend.
+template <class Problem>
+std::shared_ptr<const OpPlan<Problem>> plan_of(PlanCache<OpPlan<Problem>>& cache, const PlanKey& key,
+                                               const Problem& problem, const RunOptions& options, bool* made_now) {
+  return cached_plan<Problem>(
+      cache, key,
       [&] {
-        validate_attention_forward(problem, options);
+        validate(problem, options);
         const AttentionShape shape = describe_attention(problem.q, problem.k, problem.v, problem.scale);
-        return resolve_backend(options.backend, problem.q.device) == Backend::cuda
-                   ? cuda::make_attention_forward_plan(problem, shape, options)
-                   : cpu::make_attention_forward_plan(problem, shape, options);
+        return make_plan(resolve_backend(options.backend, problem.q.device), problem, shape, options);
       },
       made_now);
 }
 
+std::shared_ptr<const AttentionForwardPlan> forward_plan(const AttentionForward& problem, const RunOptions& options,
+                                                         bool* made_now) {
+  return plan_of(forward_plans(), attention_forward_key(problem, options), problem, options, made_now);
+}
+
 std::shared_ptr<const AttentionBackwardPlan> backward_plan(const AttentionBackward& problem, const RunOptions& options,
                                                            bool* made_now) {
-  return cached_plan<AttentionBackward>(
-      backward_plans(), attention_backward_key(problem, options),
-      [&] {
-        validate_attention_backward(problem, options);
-        const AttentionShape shape = describe_attention(problem.q, problem.k, problem.v, problem.scale);
-        return resolve_backend(options.backend, problem.q.device) == Backend::cuda
-                   ? cuda::make_attention_backward_plan(problem, shape, options)
-                   : cpu::make_attention_backward_plan(problem, shape, options);
-      },
-      made_now);
+  return plan_of(backward_plans(), attention_backward_key(problem, options), problem, options, made_now);
 }
 
 }  // namespace

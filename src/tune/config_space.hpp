@@ -26,6 +26,9 @@ struct Config {
   std::string id;  // unique in its space, stable across builds: it is stored in cache files
   std::map<std::string, int64_t> params;
   ResourceNeeds resources;
+  // The backend's own entry for this config (e.g. a kernel-registry entry), opaque to the tuner: what
+  // the tuner chooses is handed back to the backend as this pointer, never as a name to look up.
+  const void* entry = nullptr;
 
   int64_t param(const std::string& name, int64_t fallback = 0) const {
     const auto it = params.find(name);

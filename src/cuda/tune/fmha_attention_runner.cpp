@@ -276,8 +276,9 @@ double FmhaAttentionRunner::measure_seconds(const tune::Config& config, int iter
   const BufferSet& set = sets_[static_cast<size_t>(iteration) % sets_.size()];
   std::optional<StreamHold> hold;  // taken after any workspace growth (which synchronises the stream)
   if (spec_.op == tune::TuneOp::attention_backward) {
-    const FmhaBackwardKernel* kernel = fmha_backward_kernel_by_name(config.id);
-    if (kernel == nullptr) throw Error(Status::internal, "CUDA tuning runner: no backward kernel named " + config.id);
+    const FmhaBackwardKernel* kernel = backward_kernel_of(config);
+    if (kernel == nullptr)
+      throw Error(Status::internal, "CUDA tuning runner: config " + config.id + " has no backward kernel entry");
     const FmhaBackwardLaunch launch =
         make_backward_launch(set.backward, shape_, kernel->config, fmha_device(device_).multiprocessors);
     reserve_workspace(kernel->workspace_bytes(launch));
@@ -285,8 +286,9 @@ double FmhaAttentionRunner::measure_seconds(const tune::Config& config, int iter
     check_cuda(cudaEventRecord(start_, stream_), "cudaEventRecord");
     kernel->launch(launch, FmhaBackwardWorkspace{workspace_, workspace_bytes_}, stream_);
   } else {
-    const FmhaKernel* kernel = fmha_forward_kernel_by_name(config.id);
-    if (kernel == nullptr) throw Error(Status::internal, "CUDA tuning runner: no forward kernel named " + config.id);
+    const FmhaKernel* kernel = forward_kernel_of(config);
+    if (kernel == nullptr)
+      throw Error(Status::internal, "CUDA tuning runner: config " + config.id + " has no forward kernel entry");
     const FmhaLaunch launch = make_forward_launch(set.forward, shape_, kernel->config);
     reserve_workspace(kernel->workspace_bytes(launch));
     hold.emplace(stream_, stream_released_);

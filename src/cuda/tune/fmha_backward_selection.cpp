@@ -35,7 +35,7 @@ BackwardSelection select_backward_kernel(const AttentionBackward& problem, const
                                                                  shape, problem.mask, options, device);
     const tune::TuneChoice& choice = answer.choice;
     BackwardSelection selection;
-    selection.kernel = fmha_backward_kernel_by_name(choice.config->id);
+    selection.kernel = backward_kernel_of(*choice.config);
     selection.name = choice.config->id;
     selection.source = choice.source;
     selection.provisional = answer.provisional;

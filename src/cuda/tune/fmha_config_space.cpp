@@ -44,7 +44,7 @@ std::string architecture_reason(int architecture, int capability) {
 
 std::string invalid_reason(const tune::Config& config, const tune::ProblemSpec& spec,
                            const tune::DeviceLimits& limits) {
-  const FmhaKernel* kernel = fmha_forward_kernel_by_name(config.id);
+  const FmhaKernel* kernel = forward_kernel_of(config);
   if (kernel != nullptr) {
     if (std::string reason = architecture_reason(kernel->config.architecture, limits.compute_capability);
         !reason.empty()) {
@@ -120,13 +120,13 @@ tune::ConfigSpace fmha_forward_space() {
     config.resources.smem_bytes = c.smem_bytes;
     config.resources.registers_per_thread = c.registers_estimate;
     config.resources.threads = c.warps * 32;
+    config.entry = &kernel;
     space.configs.push_back(std::move(config));
   }
   space.invalid_reason = [](const tune::Config& config, const tune::ProblemSpec& spec,
                             const tune::DeviceLimits& limits) { return invalid_reason(config, spec, limits); };
   space.estimate = [](const tune::Config& config, const tune::ProblemSpec& spec, const tune::DeviceLimits& limits) {
-    const FmhaKernel* kernel = fmha_forward_kernel_by_name(config.id);
-    const tune::TileWork work = fmha_forward_tile_work(kernel->config, spec);
+    const tune::TileWork work = fmha_forward_tile_work(forward_kernel_of(config)->config, spec);
     return tune::roofline_estimate(work, limits.processors, tune::blocks_per_processor(config.resources, limits),
                                    limits);
   };
@@ -207,6 +207,7 @@ tune::ConfigSpace fmha_backward_space() {
                      {"architecture", c.architecture}};
     config.resources.smem_bytes = std::max(c.smem_bytes_dkdv, c.smem_bytes_dq);
     config.resources.threads = c.warps * 32;
+    config.entry = &kernel;
     space.configs.push_back(std::move(config));
   }
   space.invalid_reason = [](const tune::Config& config, const tune::ProblemSpec& spec,

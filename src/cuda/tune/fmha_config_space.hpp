@@ -29,7 +29,15 @@ tune::ConfigSpace fmha_forward_space();
 tune::ConfigSpace fmha_backward_space();
 void register_fmha_spaces(tune::ConfigSpaceRegistry& registry);
 
-// The registry entry a config of fmha_forward_space() names; nullptr for an unknown id.
+// The registry entry a config of fmha_forward_space() / fmha_backward_space() holds (tune::Config::entry).
+inline const FmhaKernel* forward_kernel_of(const tune::Config& config) {
+  return static_cast<const FmhaKernel*>(config.entry);
+}
+inline const FmhaBackwardKernel* backward_kernel_of(const tune::Config& config) {
+  return static_cast<const FmhaBackwardKernel*>(config.entry);
+}
+
+// The registry entry of a config name (tests, tools); nullptr for an unknown id.
 const FmhaKernel* fmha_forward_kernel_by_name(const std::string& id);
 const FmhaBackwardKernel* fmha_backward_kernel_by_name(const std::string& id);
 

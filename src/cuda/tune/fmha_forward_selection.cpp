@@ -142,7 +142,7 @@ ForwardSelection select_forward_kernel(const AttentionForward& problem, const de
         choose_attention_config(tune::TuneOp::attention_forward, problem.q.dtype, shape, problem.mask, options, device);
     const tune::TuneChoice& choice = answer.choice;
     ForwardSelection selection;
-    selection.kernel = fmha_forward_kernel_by_name(choice.config->id);
+    selection.kernel = forward_kernel_of(*choice.config);
     selection.name = choice.config->id;
     selection.source = choice.source;
     selection.provisional = answer.provisional;

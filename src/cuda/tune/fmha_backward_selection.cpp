@@ -16,35 +16,30 @@
 namespace attnkit::cuda::fmha {
 namespace {
 
-BackwardSelection registry_default(const AttentionBackward& problem, const detail::AttentionShape& shape,
-                                   const FmhaDevice& device) {
-  BackwardSelection selection;
-  selection.kernel = fmha_backward_default_kernel(problem.q.dtype, shape.head_dim, shape.head_dim_v,
-                                                  fmha_backward_policy_for(problem.mask.kind), device);
-  if (selection.kernel != nullptr) selection.name = fmha_backward_config_name(selection.kernel->config);
-  return selection;
-}
+struct BackwardDirection {
+  static constexpr tune::TuneOp op = tune::TuneOp::attention_backward;
+  static constexpr const char* forced_variable = kForcedBackwardConfigVariable;
+  static constexpr const char* name = "backward";
+  static const FmhaBackwardKernel* registry_default(DType dtype, const detail::AttentionShape& shape, MaskKind mask,
+                                                    const FmhaDevice& device) {
+    return fmha_backward_default_kernel(dtype, shape.head_dim, shape.head_dim_v, fmha_backward_policy_for(mask),
+                                        device);
+  }
+  static std::string config_name(const FmhaBackwardKernel& kernel) { return fmha_backward_config_name(kernel.config); }
+  static const FmhaBackwardKernel* entry_of(const tune::Config& config) { return backward_kernel_of(config); }
+  static bool fits(const FmhaBackwardKernel& kernel, const FmhaDevice& device) {
+    return fmha_backward_config_fits(kernel.config, device);
+  }
+};
 
 }  // namespace
 
 BackwardSelection select_backward_kernel(const AttentionBackward& problem, const detail::AttentionShape& shape,
                                          const RunOptions& options, int device, const FmhaDevice& limits) {
-  if (forced_config_name(kForcedBackwardConfigVariable) != nullptr) return registry_default(problem, shape, limits);
-  try {
-    const AttentionConfigChoice answer = choose_attention_config(tune::TuneOp::attention_backward, problem.q.dtype,
-                                                                 shape, problem.mask, options, device);
-    const tune::TuneChoice& choice = answer.choice;
-    BackwardSelection selection;
-    selection.kernel = backward_kernel_of(*choice.config);
-    selection.name = choice.config->id;
-    selection.source = choice.source;
-    selection.provisional = answer.provisional;
-    if (selection.kernel != nullptr && fmha_backward_config_fits(selection.kernel->config, limits)) return selection;
-  } catch (const std::exception& e) {
-    detail::log_message(detail::LogLevel::warning, std::string("tuner: no CUDA backward config from the tuner (") +
-                                                       e.what() + "); using the registry default");
-  }
-  return registry_default(problem, shape, limits);
+  return select_registry_kernel<BackwardDirection, FmhaBackwardKernel>(
+      problem.q.dtype, shape, problem.mask.kind, limits, [&] {
+        return choose_attention_config(BackwardDirection::op, problem.q.dtype, shape, problem.mask, options, device);
+      });
 }
 
 BackwardSelection backward_selection(const AttentionBackward& problem, const detail::AttentionShape& shape,
@@ -55,7 +50,6 @@ BackwardSelection backward_selection(const AttentionBackward& problem, const det
   const FmhaDevice limits = require_sm80_device(device);
   const int max_shared = limits.max_shared_bytes_optin;
   BackwardSelection selection = select_backward_kernel(problem, shape, options, device, limits);
-  selection.multiprocessors = limits.multiprocessors;
   if (selection.kernel == nullptr) {
     throw Error(Status::unsupported,
                 "head_dim: no compiled backward kernel for " + std::string(dtype_name(problem.q.dtype)) +

@@ -12,17 +12,13 @@
 #include "attnkit/attention.hpp"
 #include "core/attention_shape.hpp"
 #include "cuda/fmha/fmha_backward_configs.hpp"
+#include "cuda/tune/fmha_kernel_selection.hpp"
 #include "tune/local_tuning.hpp"
 
 namespace attnkit::cuda::fmha {
 
-struct BackwardSelection {
-  const FmhaBackwardKernel* kernel = nullptr;  // nullptr: nothing compiled runs the call on this device
-  std::string name;
-  tune::ChoiceSource source = tune::ChoiceSource::default_config;
-  bool provisional = false;  // the default, taken only because the caller's stream was capturing
-  int multiprocessors = 0;   // of the call's device (the KV-parallel split choice)
-};
+// multiprocessors: of the call's device (the KV-parallel split choice).
+using BackwardSelection = KernelSelection<FmhaBackwardKernel>;
 
 BackwardSelection select_backward_kernel(const AttentionBackward& problem, const detail::AttentionShape& shape,
                                          const RunOptions& options, int device, const FmhaDevice& limits);

@@ -26,14 +26,20 @@ int attribute(cudaDeviceAttr what, int device) {
   return value;
 }
 
-ForwardSelection registry_default(const AttentionForward& problem, const detail::AttentionShape& shape,
-                                  const FmhaDevice& device) {
-  ForwardSelection selection;
-  selection.kernel = fmha_default_kernel(problem.q.dtype, shape.head_dim, shape.head_dim_v,
-                                         fmha_policy_for(problem.mask.kind), device);
-  if (selection.kernel != nullptr) selection.name = fmha_config_name(selection.kernel->config);
-  return selection;
-}
+struct ForwardDirection {
+  static constexpr tune::TuneOp op = tune::TuneOp::attention_forward;
+  static constexpr const char* forced_variable = kForcedForwardConfigVariable;
+  static constexpr const char* name = "forward";
+  static const FmhaKernel* registry_default(DType dtype, const detail::AttentionShape& shape, MaskKind mask,
+                                            const FmhaDevice& device) {
+    return fmha_default_kernel(dtype, shape.head_dim, shape.head_dim_v, fmha_policy_for(mask), device);
+  }
+  static std::string config_name(const FmhaKernel& kernel) { return fmha_config_name(kernel.config); }
+  static const FmhaKernel* entry_of(const tune::Config& config) { return forward_kernel_of(config); }
+  static bool fits(const FmhaKernel& kernel, const FmhaDevice& device) {
+    return fmha_config_fits(kernel.config, device);
+  }
+};
 
 }  // namespace
 
@@ -136,22 +142,9 @@ AttentionConfigChoice choose_attention_config(tune::TuneOp op, DType dtype, cons
 
 ForwardSelection select_forward_kernel(const AttentionForward& problem, const detail::AttentionShape& shape,
                                        const RunOptions& options, int device, const FmhaDevice& limits) {
-  if (forced_config_name(kForcedForwardConfigVariable) != nullptr) return registry_default(problem, shape, limits);
-  try {
-    const AttentionConfigChoice answer =
-        choose_attention_config(tune::TuneOp::attention_forward, problem.q.dtype, shape, problem.mask, options, device);
-    const tune::TuneChoice& choice = answer.choice;
-    ForwardSelection selection;
-    selection.kernel = forward_kernel_of(*choice.config);
-    selection.name = choice.config->id;
-    selection.source = choice.source;
-    selection.provisional = answer.provisional;
-    if (selection.kernel != nullptr && fmha_config_fits(selection.kernel->config, limits)) return selection;
-  } catch (const std::exception& e) {
-    detail::log_message(detail::LogLevel::warning, std::string("tuner: no CUDA forward config from the tuner (") +
-                                                       e.what() + "); using the registry default");
-  }
-  return registry_default(problem, shape, limits);
+  return select_registry_kernel<ForwardDirection, FmhaKernel>(problem.q.dtype, shape, problem.mask.kind, limits, [&] {
+    return choose_attention_config(ForwardDirection::op, problem.q.dtype, shape, problem.mask, options, device);
+  });
 }
 
 ForwardSelection forward_selection(const AttentionForward& problem, const detail::AttentionShape& shape,

@@ -21,17 +21,13 @@
 #include "attnkit/attention.hpp"
 #include "core/attention_shape.hpp"
 #include "cuda/fmha/fmha_configs.hpp"
+#include "cuda/tune/fmha_kernel_selection.hpp"
 #include "tune/local_tuning.hpp"
 #include "tune/process_tuners.hpp"
 
 namespace attnkit::cuda::fmha {
 
-struct ForwardSelection {
-  const FmhaKernel* kernel = nullptr;  // nullptr: no compiled kernel can run the call on this device
-  std::string name;
-  tune::ChoiceSource source = tune::ChoiceSource::default_config;
-  bool provisional = false;  // the default, taken only because the caller's stream was capturing
-};
+using ForwardSelection = KernelSelection<FmhaKernel>;
 
 ForwardSelection select_forward_kernel(const AttentionForward& problem, const detail::AttentionShape& shape,
                                        const RunOptions& options, int device, const FmhaDevice& limits);

@@ -10,6 +10,9 @@ tensors on the GPU backends.
 
 from __future__ import annotations
 
+import enum
+import functools
+import warnings
 from typing import Optional, Sequence
 
 import torch
@@ -52,8 +55,8 @@ def _eager_fast_path(*tensors) -> bool:
     return all(t is None or type(t) in _PLAIN_TENSORS for t in tensors)
 
 
-def _run_attention(q, k, v, spec: _mask_spec.MaskSpec, scale, return_lse: bool):
-    for t, name in ((q, "q"), (k, "k"), (v, "v")):
+def _run_attention(q, k, v, spec: _mask_spec.MaskSpec, scale, return_lse: bool, names=("q", "k", "v")):
+    for t, name in zip((q, k, v), names):
         _check_tensor(t, name)
     scale = _check_scale(scale)
     if _eager_fast_path(q, k, v, spec.block_mask, spec.element_mask):
@@ -82,29 +85,194 @@ def attention(q, k, v, *, is_causal: bool = False, scale: Optional[float] = None
     return _run_attention(q, k, v, spec, scale, return_lse)
 
 
-def _neighborhood(dims, q, k, v, kernel_size, dilation, stride, is_causal, scale, return_lse):
-    _check_tensor(q, "q")
-    if q.dim() != dims + 3:
-        raise ValueError(f"q: rank {q.dim()} (shape {tuple(q.shape)}); allowed: rank {dims + 3}, "
+# NATTEN >= 0.20 compatibility (docs/python.md, "Neighborhood attention and NATTEN").
+#
+# na1d/na2d/na3d take NATTEN's parameters in NATTEN's order, so a positional NATTEN call means the same
+# here. Everything after attention_kwargs is keyword-only: in NATTEN the 12th positional parameter is
+# `backend` (return_lse comes last, after the kernel knobs), so a longer positional call raises
+# TypeError instead of binding a knob to the wrong parameter. NATTEN's kernel-selection knobs
+# choose among NATTEN's own kernels and change speed, not results: attnkit accepts them and ignores
+# them (it picks its kernels itself, see attnkit.tuner), but rejects an unknown backend or kernel
+# schedule name, as NATTEN does.
+_NATTEN_FNA_BACKENDS = ("cutlass-fna", "hopper-fna", "blackwell-fna", "flex-fna")
+_NATTEN_FMHA_BACKENDS = ("cutlass-fmha", "hopper-fmha", "blackwell-fmha", "flex-fmha")
+_NATTEN_KERNEL_SCHEDULES = ("non", "coop", "pp")
+# Keys of attention_kwargs (NATTEN: arguments of natten.attention for the additional-KV attention)
+# that are kernel knobs only; any other key (is_causal, scale, the varlen arguments, ...) would
+# change results and is refused.
+_NATTEN_ATTENTION_KNOBS = frozenset({
+    "backend", "q_tile_size", "kv_tile_size", "backward_q_tile_size", "backward_kv_tile_size",
+    "backward_kv_splits", "backward_use_pt_reduction", "run_persistent_kernel", "kernel_schedule",
+    "torch_compile",
+})
+_LEGACY_QKV = {"q": "query", "k": "key", "v": "value"}
+
+
+def _accept_legacy_qkv(fn):
+    """Let the pre-NATTEN-order keyword names q=, k=, v= keep working (deprecated) for query=, key=,
+    value=; giving both spellings of one argument is a TypeError."""
+    positions = {"query": 0, "key": 1, "value": 2}
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if "q" in kwargs or "k" in kwargs or "v" in kwargs:
+            renamed = []
+            for old, new in _LEGACY_QKV.items():
+                if old not in kwargs:
+                    continue
+                if new in kwargs or len(args) > positions[new]:
+                    raise TypeError(f"{fn.__name__}(): got {new} twice, as {new} and as its old name {old}=; "
+                                    f"allowed: {new} (or, deprecated, {old}=) once")
+                kwargs[new] = kwargs.pop(old)
+                renamed.append(f"{old}= -> {new}=")
+            warnings.warn(f"{fn.__name__}(): the keyword names q=, k=, v= are deprecated; use NATTEN's "
+                          f"query=, key=, value= ({', '.join(renamed)})", DeprecationWarning, stacklevel=2)
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+def _is_kernel_schedule(value) -> bool:
+    if value is None or value in _NATTEN_KERNEL_SCHEDULES:
+        return True
+    return isinstance(value, enum.Enum) and type(value).__name__ == "KernelSchedule"  # natten.types.KernelSchedule
+
+
+def _check_natten_knobs(name: str, backend, kernel_schedule, attention_kwargs) -> None:
+    if backend is not None and backend not in _NATTEN_FNA_BACKENDS:
+        raise ValueError(f"{name}: backend {backend!r}; allowed: None or one of NATTEN's "
+                         f"{', '.join(_NATTEN_FNA_BACKENDS)} (accepted and ignored: attnkit picks its own kernels)")
+    if not _is_kernel_schedule(kernel_schedule):
+        raise ValueError(f"{name}: kernel_schedule {kernel_schedule!r}; allowed: None, 'non', 'coop' or 'pp' "
+                         f"(accepted and ignored: attnkit picks its own kernels)")
+    if attention_kwargs is None:
+        return
+    if not isinstance(attention_kwargs, dict):
+        raise TypeError(f"{name}: attention_kwargs {type(attention_kwargs).__name__}; allowed: None or a dict")
+    for key, value in attention_kwargs.items():
+        if key not in _NATTEN_ATTENTION_KNOBS:
+            raise ValueError(f"{name}: attention_kwargs[{key!r}]; allowed keys: NATTEN's kernel knobs "
+                             f"{', '.join(sorted(_NATTEN_ATTENTION_KNOBS))} (accepted and ignored); arguments that "
+                             f"change results are not taken here")
+        if key == "backend" and value is not None and value not in _NATTEN_FMHA_BACKENDS:
+            raise ValueError(f"{name}: attention_kwargs['backend'] {value!r}; allowed: None or one of NATTEN's "
+                             f"{', '.join(_NATTEN_FMHA_BACKENDS)} (accepted and ignored)")
+        if key == "kernel_schedule" and not _is_kernel_schedule(value):
+            raise ValueError(f"{name}: attention_kwargs['kernel_schedule'] {value!r}; allowed: None, 'non', "
+                             f"'coop' or 'pp' (accepted and ignored)")
+
+
+def _check_additional_kv(query, key, value, additional_keys, additional_values) -> None:
+    """NATTEN's rules: both or neither; [batch, tokens, heads_kv, head_dim] each, batch of query, the
+    same token count, head dims of key and value; heads dividing the query heads (GQA/MQA)."""
+    if (additional_keys is None) != (additional_values is None):
+        given, missing = (("additional_keys", "additional_values") if additional_values is None
+                          else ("additional_values", "additional_keys"))
+        raise ValueError(f"{given} given without {missing}; allowed: both (extra tokens every query attends "
+                         f"to) or neither")
+    for t, name in ((additional_keys, "additional_keys"), (additional_values, "additional_values")):
+        _check_tensor(t, name)
+        if t.dim() != 4:
+            raise ValueError(f"{name}: rank {t.dim()} (shape {tuple(t.shape)}); allowed: rank 4, "
+                             f"[batch, tokens, heads_kv, head_dim]")
+        if t.dtype != query.dtype or t.device != query.device:
+            raise ValueError(f"{name}: {t.dtype} on {t.device}; allowed: query's dtype and device "
+                             f"({query.dtype} on {query.device})")
+        if t.shape[0] != query.shape[0]:
+            raise ValueError(f"{name}: batch {t.shape[0]} (shape {tuple(t.shape)}); allowed: query's batch "
+                             f"{query.shape[0]}")
+    if additional_values.shape[1] != additional_keys.shape[1] or additional_values.shape[2] != additional_keys.shape[2]:
+        raise ValueError(f"additional_values: shape {tuple(additional_values.shape)} with additional_keys "
+                         f"{tuple(additional_keys.shape)}; allowed: the same tokens and heads")
+    if additional_keys.shape[3] != query.shape[-1]:
+        raise ValueError(f"additional_keys: head_dim {additional_keys.shape[3]}; allowed: query's head_dim "
+                         f"{query.shape[-1]}")
+    if isinstance(value, torch.Tensor) and additional_values.shape[3] != value.shape[-1]:
+        raise ValueError(f"additional_values: head_dim {additional_values.shape[3]}; allowed: value's head_dim "
+                         f"{value.shape[-1]}")
+    heads, extra_heads = query.shape[-2], additional_keys.shape[2]
+    if extra_heads == 0 or heads % extra_heads != 0:
+        raise ValueError(f"additional_keys: {extra_heads} heads; allowed: a divisor of query's {heads} heads "
+                         f"(GQA/MQA)")
+
+
+def _neighborhood(dims, query, key, value, kernel_size, stride, dilation, is_causal, scale, additional_keys,
+                  additional_values, attention_kwargs, return_lse, backend, kernel_schedule):
+    _check_tensor(query, "query")
+    if query.dim() != dims + 3:
+        raise ValueError(f"query: rank {query.dim()} (shape {tuple(query.shape)}); allowed: rank {dims + 3}, "
                          f"[B, {', '.join('X' + str(i) for i in range(dims))}, heads, head_dim] for na{dims}d")
-    spec = _mask_spec.neighborhood(dims, kernel_size, dilation, stride, is_causal)
-    return _run_attention(q, k, v, spec, scale, return_lse)
+    if backend is not None or kernel_schedule is not None or attention_kwargs is not None:
+        _check_natten_knobs(f"na{dims}d", backend, kernel_schedule, attention_kwargs)
+    # As NATTEN: None means the default, and a scale of None or 0 means head_dim ** -0.5.
+    scale = _check_scale(scale) or None
+    spec = _mask_spec.neighborhood(dims, kernel_size, 1 if dilation is None else dilation,
+                                   1 if stride is None else stride, False if is_causal is None else is_causal)
+    names = ("query", "key", "value")
+    if additional_keys is None and additional_values is None:
+        return _run_attention(query, key, value, spec, scale, return_lse, names)
+    _check_additional_kv(query, key, value, additional_keys, additional_values)
+    out, lse = _run_attention(query, key, value, spec, scale, True, names)
+    if additional_keys.shape[1] > 0:  # with no extra token the result is the neighborhood's alone
+        # Every query attends to every additional token (never causal), merged through the LSE, so
+        # the gradients reach query, key, value and the additional tokens through autograd.
+        extra_out, extra_lse = _run_attention(query.flatten(1, dims), additional_keys, additional_values,
+                                              _mask_spec.dense(), scale, True,
+                                              ("query", "additional_keys", "additional_values"))
+        out, lse = merge_attentions([out, extra_out.reshape(out.shape)], [lse, extra_lse.reshape(lse.shape)])
+    return (out, lse) if return_lse else out
 
 
-def na1d(q, k, v, kernel_size, dilation=1, stride=1, is_causal=False, scale=None, return_lse=False):
-    """1-D neighborhood attention on [B, L, H, D]: each query sees `kernel_size` keys around it
-    (DESIGN §3: dilation groups, stride groups, causal windows)."""
-    return _neighborhood(1, q, k, v, kernel_size, dilation, stride, is_causal, scale, return_lse)
+_NA_DOC = """{dims}-D neighborhood attention with NATTEN >= 0.20's parameters (names, order, defaults).
+
+    query [B, {tokens}, heads, head_dim], key/value [B, {tokens}, heads_kv, head_dim(_v)]: each
+    query sees the `kernel_size` keys of its window (DESIGN §3: stride groups, dilation groups,
+    causal windows). kernel_size, stride, dilation and is_causal are one value or one per token
+    dimension (None: the default); scale None (or 0, as in NATTEN) means head_dim ** -0.5.
+
+    additional_keys / additional_values [B, tokens_extra, heads_kv, head_dim(_v)] (both or neither):
+    extra tokens every query attends to besides its neighborhood (never causal), combined with it
+    through the LSE (attention + merge_attentions), differentiable. return_lse=True returns
+    (out, lse), lse [B, {tokens}, heads] float32. attention_kwargs and NATTEN's kernel knobs
+    (backend, tile shapes, backward_kv_splits, backward_use_pt_reduction, run_persistent_kernel,
+    kernel_schedule, torch_compile, try_fuse_additional_kv) are accepted and ignored; an unknown
+    backend or kernel_schedule, or an attention_kwargs key that would change results, raises. The
+    old names q=, k=, v= still work (deprecated)."""
 
 
-def na2d(q, k, v, kernel_size, dilation=1, stride=1, is_causal=False, scale=None, return_lse=False):
-    """2-D neighborhood attention on [B, X, Y, H, D]; per-dimension ints or tuples of 2."""
-    return _neighborhood(2, q, k, v, kernel_size, dilation, stride, is_causal, scale, return_lse)
+def na1d(query, key, value, kernel_size, stride=1, dilation=1, is_causal=False, scale=None,
+         additional_keys=None, additional_values=None, attention_kwargs=None, *, return_lse=False,
+         backend=None, q_tile_shape=None, kv_tile_shape=None, backward_q_tile_shape=None,
+         backward_kv_tile_shape=None, backward_kv_splits=None, backward_use_pt_reduction=False,
+         run_persistent_kernel=True, kernel_schedule=None, torch_compile=False, try_fuse_additional_kv=False):
+    return _neighborhood(1, query, key, value, kernel_size, stride, dilation, is_causal, scale, additional_keys,
+                         additional_values, attention_kwargs, return_lse, backend, kernel_schedule)
 
 
-def na3d(q, k, v, kernel_size, dilation=1, stride=1, is_causal=False, scale=None, return_lse=False):
-    """3-D neighborhood attention on [B, X, Y, Z, H, D]; per-dimension ints or tuples of 3."""
-    return _neighborhood(3, q, k, v, kernel_size, dilation, stride, is_causal, scale, return_lse)
+def na2d(query, key, value, kernel_size, stride=1, dilation=1, is_causal=False, scale=None,
+         additional_keys=None, additional_values=None, attention_kwargs=None, *, return_lse=False,
+         backend=None, q_tile_shape=None, kv_tile_shape=None, backward_q_tile_shape=None,
+         backward_kv_tile_shape=None, backward_kv_splits=None, backward_use_pt_reduction=False,
+         run_persistent_kernel=True, kernel_schedule=None, torch_compile=False, try_fuse_additional_kv=False):
+    return _neighborhood(2, query, key, value, kernel_size, stride, dilation, is_causal, scale, additional_keys,
+                         additional_values, attention_kwargs, return_lse, backend, kernel_schedule)
+
+
+def na3d(query, key, value, kernel_size, stride=1, dilation=1, is_causal=False, scale=None,
+         additional_keys=None, additional_values=None, attention_kwargs=None, *, return_lse=False,
+         backend=None, q_tile_shape=None, kv_tile_shape=None, backward_q_tile_shape=None,
+         backward_kv_tile_shape=None, backward_kv_splits=None, backward_use_pt_reduction=False,
+         run_persistent_kernel=True, kernel_schedule=None, torch_compile=False, try_fuse_additional_kv=False):
+    return _neighborhood(3, query, key, value, kernel_size, stride, dilation, is_causal, scale, additional_keys,
+                         additional_values, attention_kwargs, return_lse, backend, kernel_schedule)
+
+
+na1d.__doc__ = _NA_DOC.format(dims=1, tokens="L")
+na2d.__doc__ = _NA_DOC.format(dims=2, tokens="X, Y")
+na3d.__doc__ = _NA_DOC.format(dims=3, tokens="X, Y, Z")
+na1d = _accept_legacy_qkv(na1d)
+na2d = _accept_legacy_qkv(na2d)
+na3d = _accept_legacy_qkv(na3d)
 
 
 def sparse_attention(q, k, v, *, block_mask=None, block_size=None, mask=None, scale=None, return_lse=False):

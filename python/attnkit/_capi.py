@@ -401,15 +401,13 @@ def checkout_build_paths() -> list[str]:
 
 
 def candidate_paths() -> list[str]:
-    """Where load_library() looks when given no path, in order: $ATTNKIT_LIBRARY, then the copy
-    installed inside the package, then (in a source checkout only) the newest build folder's."""
-    paths = []
+    """Where load_library() looks when given no path: $ATTNKIT_LIBRARY alone when it is set (a library
+    asked for by name is the one used, or an error: never silently another), else the copy installed
+    inside the package, then (in a source checkout only) the newest build folder's."""
     env = os.environ.get("ATTNKIT_LIBRARY")
     if env:
-        paths.append(env)
-    paths.append(packaged_library_path())
-    paths.extend(checkout_build_paths())
-    return paths
+        return [env]
+    return [packaged_library_path(), *checkout_build_paths()]
 
 
 def _declare(lib: ctypes.CDLL, path: str) -> None:
@@ -492,6 +490,11 @@ def load_library(path: str | os.PathLike | None = None) -> ctypes.CDLL:
             if path is None or _default is None:
                 _default = lib
             return lib
+        if path is None and os.environ.get("ATTNKIT_LIBRARY"):
+            raise LibraryNotFoundError(
+                f"attnkit: ATTNKIT_LIBRARY={os.environ['ATTNKIT_LIBRARY']} cannot be used: {'; '.join(tried)}; "
+                "allowed: the path of a libattnkit.so built from this source tree, or unset ATTNKIT_LIBRARY to "
+                "use the copy installed with the package")
         raise LibraryNotFoundError(
             "attnkit: libattnkit.so not found or not loadable; tried: " + "; ".join(tried)
             + ". Install the package with `pip install .` from the attnkit repository (it builds and "

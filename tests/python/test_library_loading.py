@@ -20,8 +20,23 @@ def test_loaded_library_has_this_bindings_abi_version():
     assert os.path.exists(info["path"])
 
 
-def test_missing_library_error_names_environment_variable_and_package_copy(tmp_path):
+def test_a_bad_attnkit_library_is_an_error_naming_the_path_not_a_fallback(tmp_path):
     env = dict(os.environ, ATTNKIT_LIBRARY=str(tmp_path / "nowhere" / "libattnkit.so"))
+    code = ("import attnkit\n"
+            "try:\n"
+            "    attnkit.library_info()\n"
+            "except attnkit.LibraryNotFoundError as e:\n"
+            "    print(e)\n"
+            "else:\n"
+            "    print('LOADED', attnkit.library_info()['path'])\n")
+    result = _python(code, env)
+    assert result.returncode == 0, result.stderr
+    assert "LOADED" not in result.stdout
+    assert "ATTNKIT_LIBRARY=" in result.stdout and "nowhere/libattnkit.so (absent)" in result.stdout
+
+
+def test_missing_library_error_names_environment_variable_and_package_copy(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "ATTNKIT_LIBRARY"}
     code = ("import attnkit, sys\n"
             "from attnkit import _capi\n"
             "_capi.packaged_library_path = lambda: sys.argv[0] + '-absent'\n"  # hide an installed copy
@@ -33,7 +48,7 @@ def test_missing_library_error_names_environment_variable_and_package_copy(tmp_p
             "    print(e)\n")
     result = _python(code, env)
     assert result.returncode == 0, result.stderr
-    assert "nowhere/libattnkit.so (absent)" in result.stdout
+    assert "$ATTNKIT_LIBRARY (not set)" in result.stdout
     assert "-absent (absent)" in result.stdout
     assert "ATTNKIT_LIBRARY" in result.stdout and "pip install" in result.stdout
 

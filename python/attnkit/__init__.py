@@ -10,10 +10,13 @@ from ._capi import AttnkitError, AttnkitInvalidArgument, LibraryNotFoundError, l
 from .functional import attention, gemm, merge_attentions, na1d, na2d, na3d, retention, sparse_attention
 
 __all__ = [
-    "attention", "na1d", "na2d", "na3d", "sparse_attention", "retention", "gemm", "merge_attentions",
+    "__version__", "attention", "na1d", "na2d", "na3d", "sparse_attention", "retention", "gemm", "merge_attentions",
     "functional", "nn", "tuner", "load_library", "library_info", "AttnkitError", "AttnkitInvalidArgument",
     "LibraryNotFoundError", "use_autotuner", "disable_autotuner",
 ]
+
+# The package's version, equal to the library's (CMake project version) and to pyproject.toml's.
+__version__ = "0.1.0"
 
 use_autotuner = tuner.use_autotuner
 disable_autotuner = tuner.disable_autotuner

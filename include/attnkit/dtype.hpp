@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "attnkit/export.hpp"
+
 namespace attnkit {
 
 // Values match the C ABI's attnkit_dtype.

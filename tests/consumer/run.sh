@@ -49,6 +49,18 @@ installed_runpath() {
     ! readelf -d "$prefix/bin/attnkit" "$prefix/lib/libattnkit.so" | grep -E "RUNPATH|RPATH" | grep -E '\[:|::|:\]' &&
     "$prefix/bin/attnkit" --help
 }
+# The C++ headers refuse C++17 with a message that names the C ABI header; that header compiles as C99.
+header_standards() {
+  local cxx=${CXX:-c++} cc=${CC:-cc}
+  printf '#include <attnkit/attnkit.hpp>\nint main() { return 0; }\n' >"$work/cxx17.cpp"
+  printf '#include <attnkit/attnkit.h>\nint main(void) { return attnkit_abi_version() > 0 ? 0 : 1; }\n' >"$work/c99.c"
+  if "$cxx" -std=c++17 -fsyntax-only -I"$prefix/include" "$work/cxx17.cpp" 2>"$work/cxx17.err"; then
+    echo "C++17 compiled the C++ headers; expected an error"; return 1
+  fi
+  grep -F "need C++20" "$work/cxx17.err" &&
+    "$cc" -std=c99 -Wall -Werror -I"$prefix/include" "$work/c99.c" -L"$prefix/lib" -lattnkit -o "$work/c99" &&
+    LD_LIBRARY_PATH="$prefix/lib" "$work/c99"
+}
 consumer_find_package() {
   cmake -S "$repo/tests/consumer" -B "$work/consumer-installed" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
     -DATTNKIT_CONSUMER_MODE=find_package -DCMAKE_PREFIX_PATH="$prefix" "${launcher[@]}" &&
@@ -83,6 +95,7 @@ if [ "$failed" -eq 0 ]; then
   check "installed CLI RUNPATH \$ORIGIN/../lib" installed_runpath
   check "find_package(attnkit) consumer builds and runs" consumer_find_package
   check "pkg-config --cflags --libs attnkit consumer builds and runs" consumer_pkg_config
+  check "C++17 gets a clear error from the C++ headers; the C ABI header builds as C99" header_standards
 fi
 check "FetchContent consumer (subproject: no tests/benchmarks/CLI) builds and runs" consumer_fetchcontent
 echo "consumer: $passed passed, $failed failed ($((SECONDS - start)) s)"

@@ -464,15 +464,18 @@ def section_layers():
     def plan_run_only():
         _plans, _, plan, out = plan_pieces()
         pointers = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), None, None, None)
+        KEEP_ALIVE.append(out)  # the timed runs write into it
         return lambda: _plans.run(plan, pointers, device)
 
     record("layers", "(P4) _plans.run alone (ctypes attnkit_plan_run + library)", plan_run_only)
 
     def stream_only():
         _plans, _, _, _ = plan_pieces()
-        return lambda: _plans.stream_of(device)
+        from attnkit import _launch
 
-    record("layers", "(P5) _plans.stream_of(device) (raw current stream)", stream_only)
+        return lambda: _launch.stream_of(device)
+
+    record("layers", "(P5) _launch.stream_of(device) (raw current stream)", stream_only)
 
     def empty_out():
         return lambda: torch.empty(q.shape[:-1] + v.shape[-1:], dtype=q.dtype, device=device)

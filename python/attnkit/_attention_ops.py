@@ -60,14 +60,6 @@ def _set_scale(args, scale: Optional[float]) -> None:
         args.scale = float(scale)
 
 
-def _last_contiguous(t):
-    """The library needs the last dimension contiguous (every other stride is free): copy only when it
-    is not, so views of packed qkv pass through without a copy."""
-    if t is None or t.dim() == 0 or t.stride(-1) == 1:
-        return t
-    return _launch.contiguous_last(t)
-
-
 def _pointer(t) -> Optional[int]:
     return None if t is None else t.data_ptr()
 
@@ -98,8 +90,8 @@ def _forward_plan(lib, q, k, v, out, lse, block_mask, element_mask, params, scal
 
 def run_forward(q, k, v, block_mask, element_mask, params: tuple, scale: Optional[float], need_lse: bool):
     """out [B, *tokens, Hq, Dv] and lse [B, *tokens, Hq] (None unless need_lse). `params` as _params_key."""
-    q, k, v = _last_contiguous(q), _last_contiguous(k), _last_contiguous(v)
-    block_mask, element_mask = _last_contiguous(block_mask), _last_contiguous(element_mask)
+    q, k, v = _launch.contiguous_last(q), _launch.contiguous_last(k), _launch.contiguous_last(v)
+    block_mask, element_mask = _launch.contiguous_last(block_mask), _launch.contiguous_last(element_mask)
     no_tuning = torch.are_deterministic_algorithms_enabled()
     key = (_plans.tensor_key(q), _plans.tensor_key(k), _plans.tensor_key(v), _plans.tensor_key(block_mask),
            _plans.tensor_key(element_mask), params, scale, need_lse, no_tuning)
@@ -151,11 +143,11 @@ def run_backward(grad_out, grad_lse, q, k, v, out, lse, block_mask, element_mask
                  scale: Optional[float], deterministic: bool):
     """(grad_q, grad_k, grad_v) from the incoming gradients of out and lse (either may be None)."""
     device = q.device
-    q, k, v, out, lse = (_last_contiguous(t) for t in (q, k, v, out, lse))
-    block_mask, element_mask = _last_contiguous(block_mask), _last_contiguous(element_mask)
+    q, k, v, out, lse = (_launch.contiguous_last(t) for t in (q, k, v, out, lse))
+    block_mask, element_mask = _launch.contiguous_last(block_mask), _launch.contiguous_last(element_mask)
     grads = None
     if grad_out is not None:
-        grad_out = _last_contiguous(grad_out.to(q.dtype))
+        grad_out = _launch.contiguous_last(grad_out.to(q.dtype))
         grads = _backward_call(q, k, v, out, lse, grad_out, block_mask, element_mask, params, scale, deterministic)
     if grad_lse is not None:
         unit = torch.zeros(out.shape, dtype=q.dtype, device=device)

@@ -63,10 +63,17 @@ def device_guard(device: torch.device):
     return contextlib.nullcontext()
 
 
+_current_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
 def stream_of(device: torch.device):
-    if device.type == "cuda":
-        return torch.cuda.current_stream(device).cuda_stream
-    return None
+    """The device's current CUDA stream as an int (None on the CPU); the raw query when torch has it
+    (no Stream object per call)."""
+    if device.type != "cuda":
+        return None
+    if _current_raw_stream is not None:
+        return _current_raw_stream(device.index)
+    return torch.cuda.current_stream(device).cuda_stream
 
 
 def run_options(lib: ctypes.CDLL, device: torch.device) -> _capi.RunOptions:

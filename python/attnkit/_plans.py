@@ -24,7 +24,6 @@ _MAX_PLANS = 2048
 _VoidPtr = ctypes.c_void_p
 
 _run_fn = None
-_current_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
 class Plan:
@@ -63,14 +62,6 @@ def tensor_key(t):
     return (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() & 15)
 
 
-def stream_of(device: torch.device):
-    if device.type != "cuda":
-        return None
-    if _current_raw_stream is not None:
-        return _current_raw_stream(device.index)
-    return torch.cuda.current_stream(device).cuda_stream
-
-
 def make(lib, create, args, device: torch.device, no_tuning: bool, count: int) -> Plan:
     """A new plan from filled argument structs (`create` is attnkit_attention_*_plan)."""
     options = _capi.run_options(lib)
@@ -92,7 +83,7 @@ def run(plan: Plan, pointers, device: torch.device) -> None:
     if plan.workspace_bytes:
         # The caching allocator keeps stream order: freed after the enqueue, reused only after it ran.
         workspace = torch.empty(plan.workspace_bytes, dtype=torch.uint8, device=device)
-    status = _run_fn(plan.handle, data, plan.count, stream_of(device),
+    status = _run_fn(plan.handle, data, plan.count, _launch.stream_of(device),
                      workspace.data_ptr() if workspace is not None else None, plan.workspace_bytes)
     if status:
         _capi.check(status, _launch.library())

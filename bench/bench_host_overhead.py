@@ -10,11 +10,19 @@ of N back-to-back calls (time.perf_counter before the loop and after torch.cuda.
 synchronize between chunks outside the timing, so it stays the host's own cost even where the GPU's work
 per call is longer than the host's (back-to-back loops then fill the launch queue and measure the GPU).
 
+Rows compared with SDPA are measured interleaved (per_call_us_interleaved): round by round, each round
+timing SDPA and attnkit once in turn, so that a slow phase of a shared machine hits both alike; "ratio" is
+the median over rounds of attnkit's host-only time / SDPA's.
+
 Sections:
   calls      attnkit vs SDPA: tiny forward, tiny forward+backward, causal S=256, GQA, na1d, na2d
   layers     the tiny forward taken apart: functional API -> custom op -> the op's Python body
              without torch's dispatch -> its pieces (argument structs, the two C ABI calls,
              torch.empty of out/lse, stream and device-guard queries); with requires_grad too
+  backward   the tiny forward+backward taken apart: autograd floors (a native op, an identity
+             autograd.Function), forward alone, run_backward alone, the backward plan's run, the copy of
+             out.sum()'s expanded gradient, the gradient allocations; torch.profiler's op table of one
+             attnkit and one SDPA forward+backward
   cold       fresh subprocesses: import attnkit, first call (synchronized), second call
 
 Layers that do not exist in the attnkit version under test are skipped with a printed reason, so
@@ -51,7 +59,8 @@ def parse_args(argv=None):
     p.add_argument("--device", default="cuda", help="cuda (default) or cpu (a smoke test of the script itself)")
     p.add_argument("--cold-runs", type=int, default=3, help="fresh subprocesses per cold-start variant (3)")
     p.add_argument("--no-cold", action="store_true", help="skip the cold-start subprocesses")
-    p.add_argument("--sections", default="calls,layers,cold", help="comma-separated subset of calls,layers,cold")
+    p.add_argument("--sections", default="calls,layers,backward,cold",
+                   help="comma-separated subset of calls,layers,backward,cold")
     p.add_argument("--label", default=os.environ.get("ATTNKIT_COMMIT", ""),
                    help="free text recorded in the JSON (e.g. the commit); default $ATTNKIT_COMMIT")
     p.add_argument("--no-python-path", action="store_true",
@@ -80,34 +89,30 @@ def sync():
         torch.cuda.synchronize()
 
 
-def per_call_us(fn, calls=None, reps=None):
-    """Median over `reps` of (time of `calls` back-to-back fn() calls) / calls, in microseconds."""
-    calls = calls or ARGS.calls
-    reps = reps or ARGS.reps
-    for _ in range(max(50, calls // 5)):
+def _time_once(fn, calls: int):
+    """(back-to-back us per call with the synchronize, without it, host-only chunks) of one repetition."""
+    t0 = time.perf_counter()
+    for _ in range(calls):
         fn()
+    t1 = time.perf_counter()
     sync()
-    with_sync, host, chunked = [], [], []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(calls):
+    t2 = time.perf_counter()
+    # The host's own cost: chunks short enough never to fill the launch queue, each timed without
+    # the synchronize that drains the GPU between chunks (back-to-back loops measure the GPU instead
+    # when its work per call takes longer than the host's).
+    spent = 0.0
+    chunks = max(1, calls // CHUNK)
+    for _ in range(chunks):
+        c0 = time.perf_counter()
+        for _ in range(CHUNK):
             fn()
-        t1 = time.perf_counter()
+        spent += time.perf_counter() - c0
         sync()
-        t2 = time.perf_counter()
-        with_sync.append((t2 - t0) / calls * 1e6)
-        host.append((t1 - t0) / calls * 1e6)
-        # The host's own cost: chunks short enough never to fill the launch queue, each timed without
-        # the synchronize that drains the GPU between chunks (back-to-back loops measure the GPU instead
-        # when its work per call takes longer than the host's).
-        spent = 0.0
-        for _ in range(max(1, calls // CHUNK)):
-            c0 = time.perf_counter()
-            for _ in range(CHUNK):
-                fn()
-            spent += time.perf_counter() - c0
-            sync()
-        chunked.append(spent / (max(1, calls // CHUNK) * CHUNK) * 1e6)
+    return (t2 - t0) / calls * 1e6, (t1 - t0) / calls * 1e6, spent / (chunks * CHUNK) * 1e6
+
+
+def _summary(samples, calls: int, reps: int) -> dict:
+    with_sync, host, chunked = (list(x) for x in zip(*samples))
     return {
         "us": statistics.median(with_sync),
         "us_host": statistics.median(host),
@@ -117,6 +122,42 @@ def per_call_us(fn, calls=None, reps=None):
         "calls": calls,
         "reps": reps,
     }
+
+
+def per_call_us(fn, calls=None, reps=None):
+    """Median over `reps` of (time of `calls` back-to-back fn() calls) / calls, in microseconds."""
+    calls = calls or ARGS.calls
+    reps = reps or ARGS.reps
+    for _ in range(max(50, calls // 5)):
+        fn()
+    sync()
+    return _summary([_time_once(fn, calls) for _ in range(reps)], calls, reps)
+
+
+def per_call_us_interleaved(fns: dict, calls=None, reps=None) -> dict:
+    """per_call_us of several callables measured in turn, round by round (each round times every callable
+    once, starting with a different one), so that a slow phase of a shared machine hits all of them alike.
+    Adds "ratio_to_first": the median over rounds of (this one's us_host_chunks / the first one's)."""
+    calls = calls or ARGS.calls
+    reps = max(reps or ARGS.reps, 2 * len(fns) + 1)
+    names = list(fns)
+    for fn in fns.values():
+        for _ in range(max(50, calls // 5)):
+            fn()
+    sync()
+    samples = {name: [] for name in names}
+    for rep in range(reps):
+        for k in range(len(names)):
+            name = names[(rep + k) % len(names)]
+            samples[name].append(_time_once(fns[name], calls))
+    first = names[0]
+    results = {}
+    for name in names:
+        entry = _summary(samples[name], calls, reps)
+        entry["ratio_to_first"] = statistics.median(
+            mine[2] / base[2] for mine, base in zip(samples[name], samples[first]))
+        results[name] = entry
+    return results
 
 
 CHUNK = 16  # calls per host-only chunk (per_call_us)
@@ -138,6 +179,25 @@ def record(section: str, name: str, thunk, note: str = ""):
         print(f"  {name:58s}   skipped: {entry['skipped'][:160]}", flush=True)
     RESULTS.setdefault(section, {})[name] = entry
     return entry
+
+
+def record_interleaved(section: str, rows: dict, note: str = "") -> None:
+    """Times rows {name: callable} with per_call_us_interleaved; the first row is the reference (SDPA) and
+    the others get their per-round host-time ratio to it."""
+    try:
+        results = per_call_us_interleaved(rows)
+    except Exception as error:  # noqa: BLE001
+        for name in rows:
+            RESULTS.setdefault(section, {})[name] = {"skipped": f"{type(error).__name__}: {error}"}
+            print(f"  {name:58s}   skipped: {type(error).__name__}: {str(error)[:140]}", flush=True)
+        return
+    for name, entry in results.items():
+        if note:
+            entry["note"] = note
+        RESULTS.setdefault(section, {})[name] = entry
+        print(f"  {name:58s} {entry['us']:9.2f} us/call  (host loop {entry['us_host']:8.2f}, host only "
+              f"{entry['us_host_chunks']:8.2f}, host-only ratio to {next(iter(rows))[:12]}: "
+              f"{entry['ratio_to_first']:.3f})", flush=True)
 
 
 def randn(*shape, requires_grad=False):
@@ -167,8 +227,10 @@ def section_calls():
     qt = heads_first(q)
     checks["tiny_forward_max_abs_diff_vs_sdpa"] = max_abs_diff(attnkit.attention(q, q, q),
                                                               heads_first(F.scaled_dot_product_attention(qt, qt, qt)))
-    record("calls", "tiny fwd attnkit.attention q[1,128,1,64]", lambda: (lambda: attnkit.attention(q, q, q)))
-    record("calls", "tiny fwd sdpa [1,1,128,64] view", lambda: (lambda: F.scaled_dot_product_attention(qt, qt, qt)))
+    record_interleaved("calls", {
+        "tiny fwd sdpa [1,1,128,64] view": lambda: F.scaled_dot_product_attention(qt, qt, qt),
+        "tiny fwd attnkit.attention q[1,128,1,64]": lambda: attnkit.attention(q, q, q),
+    })
 
     # tiny forward + backward (q.grad reset each call so that no accumulation kernel runs)
     qg = randn(1, 128, 1, 64, requires_grad=True)
@@ -182,8 +244,10 @@ def section_calls():
         v = heads_first(qg)  # inside the loop: a fresh autograd view each call
         F.scaled_dot_product_attention(v, v, v).sum().backward()
 
-    record("calls", "tiny fwd+bwd attnkit (out.sum().backward())", lambda: attnkit_fwd_bwd)
-    record("calls", "tiny fwd+bwd sdpa (transpose in loop)", lambda: sdpa_fwd_bwd)
+    record_interleaved("calls", {
+        "tiny fwd+bwd sdpa (transpose in loop)": sdpa_fwd_bwd,
+        "tiny fwd+bwd attnkit (out.sum().backward())": attnkit_fwd_bwd,
+    })
 
     # causal dense S=256
     qc = randn(1, 256, 1, 64)
@@ -191,9 +255,10 @@ def section_calls():
     checks["causal_s256_max_abs_diff_vs_sdpa"] = max_abs_diff(
         attnkit.attention(qc, qc, qc, is_causal=True),
         heads_first(F.scaled_dot_product_attention(qct, qct, qct, is_causal=True)))
-    record("calls", "causal fwd attnkit q[1,256,1,64]", lambda: (lambda: attnkit.attention(qc, qc, qc, is_causal=True)))
-    record("calls", "causal fwd sdpa [1,1,256,64]",
-           lambda: (lambda: F.scaled_dot_product_attention(qct, qct, qct, is_causal=True)))
+    record_interleaved("calls", {
+        "causal fwd sdpa [1,1,256,64]": lambda: F.scaled_dot_product_attention(qct, qct, qct, is_causal=True),
+        "causal fwd attnkit q[1,256,1,64]": lambda: attnkit.attention(qc, qc, qc, is_causal=True),
+    })
 
     # GQA: 4 query heads share 1 KV head
     qq, kk, vv = randn(1, 128, 4, 64), randn(1, 128, 1, 64), randn(1, 128, 1, 64)
@@ -203,9 +268,10 @@ def section_calls():
             attnkit.attention(qq, kk, vv), heads_first(F.scaled_dot_product_attention(qqt, kkt, vvt, enable_gqa=True)))
     except Exception as error:  # noqa: BLE001
         checks["gqa_max_abs_diff_vs_sdpa"] = f"{type(error).__name__}: {error}"
-    record("calls", "gqa fwd attnkit q[1,128,4,64] kv[1,128,1,64]", lambda: (lambda: attnkit.attention(qq, kk, vv)))
-    record("calls", "gqa fwd sdpa enable_gqa=True",
-           lambda: (lambda: F.scaled_dot_product_attention(qqt, kkt, vvt, enable_gqa=True)))
+    record_interleaved("calls", {
+        "gqa fwd sdpa enable_gqa=True": lambda: F.scaled_dot_product_attention(qqt, kkt, vvt, enable_gqa=True),
+        "gqa fwd attnkit q[1,128,4,64] kv[1,128,1,64]": lambda: attnkit.attention(qq, kk, vv),
+    })
 
     # neighborhood attention (no SDPA peer)
     s = randn(1, 256, 1, 64)
@@ -502,6 +568,99 @@ def section_layers():
 
 
 # ---------------------------------------------------------------------------------------------
+# backward: the tiny forward+backward taken apart
+
+
+def section_backward():
+    print("\n== backward: tiny forward+backward, q [1,128,1,64], us per call ==", flush=True)
+    from attnkit import _attention_ops as ops
+    from attnkit import _mask_spec, _plans
+
+    qg = randn(1, 128, 1, 64, requires_grad=True)
+    q = qg.detach()
+    params = _mask_spec.dense().params()
+    out, lse = ops.run_forward(q, q, q, None, None, params, None, True)
+    grad_expanded = torch.ones((), device=DEVICE, dtype=DTYPE).expand(out.shape)  # what out.sum() hands back
+    grad_dense = torch.ones_like(out)
+
+    class Identity(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad
+
+    def floor_python_function():
+        qg.grad = None
+        Identity.apply(qg).sum().backward()
+
+    def floor_native():
+        qg.grad = None
+        (qg * 1).sum().backward()
+
+    def sdpa_forward_grad():
+        v = heads_first(qg)
+        F.scaled_dot_product_attention(v, v, v)
+
+    record("backward", "(B0) floor: (q * 1).sum().backward() (native op)", lambda: floor_native)
+    record("backward", "(B1) floor: Identity autograd.Function .sum().backward()", lambda: floor_python_function)
+    record("backward", "(B2) attnkit.attention(qg, qg, qg) forward only", lambda: (lambda: attnkit.attention(qg, qg, qg)))
+    record("backward", "(B3) sdpa forward only (requires_grad)", lambda: sdpa_forward_grad)
+    record("backward", "(B4) run_backward (grad of out.sum(): expanded)",
+           lambda: (lambda: ops.run_backward(grad_expanded, None, q, q, q, out, lse, None, None, params, None, False)))
+    record("backward", "(B5) run_backward (contiguous grad)",
+           lambda: (lambda: ops.run_backward(grad_dense, None, q, q, q, out, lse, None, None, params, None, False)))
+
+    def plan_run():
+        key = None
+        for candidate in ops._backward_plans:
+            key = candidate
+        plan = ops._backward_plans[key]
+        grads = [torch.empty_like(q) for _ in range(3)]
+        KEEP_ALIVE.extend(grads)
+        pointers = (q.data_ptr(),) * 3 + (out.data_ptr(), lse.data_ptr(), grad_dense.data_ptr()) + tuple(
+            g.data_ptr() for g in grads) + (None, None)
+        return lambda: _plans.run(plan, pointers, DEVICE)
+
+    record("backward", "(B6) _plans.run of the backward plan alone", plan_run)
+    record("backward", "(B7) expanded grad .contiguous()", lambda: (lambda: grad_expanded.contiguous()))
+    record("backward", "(B8) 3x torch.empty_like", lambda: (lambda: (torch.empty_like(q), torch.empty_like(q),
+                                                                     torch.empty_like(q))))
+
+    if CUDA:
+        profile_fwd_bwd(qg)
+
+
+def profile_fwd_bwd(qg, iterations: int = 50) -> None:
+    """torch.profiler's CPU-side op table for one attnkit and one SDPA forward+backward (host time by op)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    def attnkit_step():
+        qg.grad = None
+        attnkit.attention(qg, qg, qg).sum().backward()
+
+    def sdpa_step():
+        qg.grad = None
+        v = heads_first(qg)
+        F.scaled_dot_product_attention(v, v, v).sum().backward()
+
+    tables = RESULTS.setdefault("profiles", {})
+    for name, step in (("attnkit", attnkit_step), ("sdpa", sdpa_step)):
+        for _ in range(20):
+            step()
+        sync()
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(iterations):
+                step()
+            sync()
+        table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=22, max_name_column_width=55)
+        tables[name] = table
+        print(f"\n-- torch.profiler, {name} forward+backward x{iterations} (CPU side) --\n{table}", flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
 # cold start in fresh subprocesses
 
 COLD_CHILD = r"""
@@ -615,7 +774,8 @@ def main() -> int:
     print(json.dumps(RESULTS["environment"], indent=1), flush=True)
     warm_up_clocks()
     status = 0
-    for name, fn in (("calls", section_calls), ("layers", section_layers), ("cold", section_cold)):
+    for name, fn in (("calls", section_calls), ("layers", section_layers), ("backward", section_backward),
+                     ("cold", section_cold)):
         if name not in sections:
             continue
         try:
@@ -635,9 +795,11 @@ def main() -> int:
 
 def print_table():
     print("\n==================== summary: us per call (median of reps): back-to-back, host only ====================")
-    for section in ("calls", "layers"):
+    for section in ("calls", "layers", "backward"):
         for name, entry in RESULTS.get(section, {}).items():
             value = f"{entry['us']:9.2f} {entry['us_host_chunks']:9.2f}" if "us" in entry else "  skipped"
+            if "ratio_to_first" in entry:
+                value += f"   ratio {entry['ratio_to_first']:.3f}"
             print(f"{section:7s} {name:60s} {value}")
     if "layers_sum" in RESULTS:
         print(f"layers  sum of the body's pieces: {RESULTS['layers_sum']['sum_us']:.2f} us")

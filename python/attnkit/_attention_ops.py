@@ -71,10 +71,16 @@ def _params_key(params) -> tuple:
     return (kind, alignment, tuple(kernel_size), tuple(dilation), tuple(stride), tuple(causal), block_q, block_k)
 
 
-def deterministic_backward() -> bool:
-    from . import tuner
+_tuner_module = None
 
-    return tuner.deterministic_backward() or torch.are_deterministic_algorithms_enabled()
+
+def deterministic_backward() -> bool:
+    global _tuner_module
+    if _tuner_module is None:
+        from . import tuner
+
+        _tuner_module = tuner
+    return _tuner_module.deterministic_backward() or torch.are_deterministic_algorithms_enabled()
 
 
 def _forward_plan(lib, q, k, v, out, lse, block_mask, element_mask, params, scale, no_tuning):
@@ -88,23 +94,58 @@ def _forward_plan(lib, q, k, v, out, lse, block_mask, element_mask, params, scal
     return _plans.make(lib, lib.attnkit_attention_forward_plan, args, device, no_tuning, _FORWARD_TENSORS)
 
 
+class _ForwardEntry:
+    """A forward plan with the output shapes its calls allocate."""
+
+    __slots__ = ("plan", "out_like_q", "out_shape", "lse_shape")
+
+    def __init__(self, plan, q, v):
+        self.plan = plan
+        self.out_like_q = v.shape[-1:] == q.shape[-1:]
+        self.out_shape = q.shape[:-1] + v.shape[-1:]
+        self.lse_shape = q.shape[:-1]
+
+
+def _outputs(entry: _ForwardEntry, q, need_lse: bool):
+    """Contiguous out (q's dtype) and, when needed, lse (float32); the cheapest torch allocation for each."""
+    if entry.out_like_q:
+        out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    else:
+        out = q.new_empty(entry.out_shape)
+    return out, (q.new_empty(entry.lse_shape, dtype=torch.float32) if need_lse else None)
+
+
 def run_forward(q, k, v, block_mask, element_mask, params: tuple, scale: Optional[float], need_lse: bool):
     """out [B, *tokens, Hq, Dv] and lse [B, *tokens, Hq] (None unless need_lse). `params` as _params_key."""
-    q, k, v = _launch.contiguous_last(q), _launch.contiguous_last(k), _launch.contiguous_last(v)
-    block_mask, element_mask = _launch.contiguous_last(block_mask), _launch.contiguous_last(element_mask)
+    # Inline form of _launch.contiguous_last and _plans.tensor_key: this runs on every call.
+    try:
+        if q.stride(-1) != 1:
+            q = _launch.contiguous_last(q)
+        if k.stride(-1) != 1:
+            k = _launch.contiguous_last(k)
+        if v.stride(-1) != 1:
+            v = _launch.contiguous_last(v)
+    except IndexError:
+        pass  # a 0-d tensor: making the plan below refuses it with the library's message
     no_tuning = torch.are_deterministic_algorithms_enabled()
-    key = (_plans.tensor_key(q), _plans.tensor_key(k), _plans.tensor_key(v), _plans.tensor_key(block_mask),
-           _plans.tensor_key(element_mask), params, scale, need_lse, no_tuning)
-    device = q.device
-    out = torch.empty(q.shape[:-1] + v.shape[-1:], dtype=q.dtype, device=device)
-    lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=device) if need_lse else None
-    plan = _forward_plans.get(key)
-    if plan is None:
+    key = (q.shape, q.stride(), q.dtype, q.device, q.data_ptr() & 15,
+           k.shape, k.stride(), k.dtype, k.device, k.data_ptr() & 15,
+           v.shape, v.stride(), v.dtype, v.device, v.data_ptr() & 15,
+           params, scale, need_lse, no_tuning)
+    if block_mask is not None or element_mask is not None:
+        block_mask, element_mask = _launch.contiguous_last(block_mask), _launch.contiguous_last(element_mask)
+        key += (_plans.tensor_key(block_mask), _plans.tensor_key(element_mask))
+    entry = _forward_plans.get(key)
+    if entry is None:
+        out, lse = _outputs(_ForwardEntry(None, q, v), q, need_lse)
         plan = _forward_plan(_launch.library(), q, k, v, out, lse, block_mask, element_mask, params, scale,
                              no_tuning)
-        _forward_plans.put(key, plan)
-    _plans.run(plan, (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), _pointer(lse),
-                      _pointer(block_mask), _pointer(element_mask)), device)
+        entry = _ForwardEntry(plan, q, v)
+        _forward_plans.put(key, entry)
+    else:
+        out, lse = _outputs(entry, q, need_lse)
+    _plans.run(entry.plan, (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), _pointer(lse),
+                            _pointer(block_mask), _pointer(element_mask)), q.device)
     return out, lse
 
 
@@ -122,20 +163,30 @@ def _backward_plan(lib, tensors, block_mask, element_mask, params, scale, determ
 
 
 def _backward_call(q, k, v, out, lse, grad_out, block_mask, element_mask, params, scale, deterministic):
-    device = q.device
-    grad_q = torch.empty(q.shape, dtype=q.dtype, device=device)
-    grad_k = torch.empty(k.shape, dtype=k.dtype, device=device)
-    grad_v = torch.empty(v.shape, dtype=v.dtype, device=device)
+    # The gradients are contiguous and shaped like q, k, v, so the key needs only the inputs' entries.
+    contiguous = torch.contiguous_format
+    grad_q = torch.empty_like(q, memory_format=contiguous)
+    grad_k = torch.empty_like(k, memory_format=contiguous)
+    grad_v = torch.empty_like(v, memory_format=contiguous)
     tensors = (q, k, v, out, lse, grad_out, grad_q, grad_k, grad_v)
     no_tuning = torch.are_deterministic_algorithms_enabled()
-    key = tuple(_plans.tensor_key(t) for t in tensors) + (
-        _plans.tensor_key(block_mask), _plans.tensor_key(element_mask), params, scale, deterministic, no_tuning)
+    key = (q.shape, q.stride(), q.dtype, q.device, q.data_ptr() & 15,
+           k.shape, k.stride(), k.dtype, k.device, k.data_ptr() & 15,
+           v.shape, v.stride(), v.dtype, v.device, v.data_ptr() & 15,
+           out.shape, out.stride(), out.dtype, out.device, out.data_ptr() & 15,
+           lse.shape, lse.stride(), lse.dtype, lse.device, lse.data_ptr() & 15,
+           grad_out.shape, grad_out.stride(), grad_out.dtype, grad_out.device, grad_out.data_ptr() & 15,
+           params, scale, deterministic, no_tuning)
+    if block_mask is not None or element_mask is not None:
+        key += (_plans.tensor_key(block_mask), _plans.tensor_key(element_mask))
     plan = _backward_plans.get(key)
     if plan is None:
         plan = _backward_plan(_launch.library(), tensors, block_mask, element_mask, params, scale, deterministic,
                               no_tuning)
         _backward_plans.put(key, plan)
-    _plans.run(plan, tuple(t.data_ptr() for t in tensors) + (_pointer(block_mask), _pointer(element_mask)), device)
+    _plans.run(plan, (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(), grad_out.data_ptr(),
+                      grad_q.data_ptr(), grad_k.data_ptr(), grad_v.data_ptr(), _pointer(block_mask),
+                      _pointer(element_mask)), q.device)
     return grad_q, grad_k, grad_v
 
 
@@ -143,11 +194,15 @@ def run_backward(grad_out, grad_lse, q, k, v, out, lse, block_mask, element_mask
                  scale: Optional[float], deterministic: bool):
     """(grad_q, grad_k, grad_v) from the incoming gradients of out and lse (either may be None)."""
     device = q.device
-    q, k, v, out, lse = (_launch.contiguous_last(t) for t in (q, k, v, out, lse))
-    block_mask, element_mask = _launch.contiguous_last(block_mask), _launch.contiguous_last(element_mask)
+    if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1 or out.stride(-1) != 1 or lse.stride(-1) != 1:
+        q, k, v, out, lse = (_launch.contiguous_last(t) for t in (q, k, v, out, lse))
+    if block_mask is not None or element_mask is not None:
+        block_mask, element_mask = _launch.contiguous_last(block_mask), _launch.contiguous_last(element_mask)
     grads = None
     if grad_out is not None:
-        grad_out = _launch.contiguous_last(grad_out.to(q.dtype))
+        if grad_out.dtype != q.dtype:
+            grad_out = grad_out.to(q.dtype)
+        grad_out = _launch.contiguous_last(grad_out)
         grads = _backward_call(q, k, v, out, lse, grad_out, block_mask, element_mask, params, scale, deterministic)
     if grad_lse is not None:
         unit = torch.zeros(out.shape, dtype=q.dtype, device=device)

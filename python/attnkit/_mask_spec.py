@@ -30,8 +30,7 @@ class MaskSpec(NamedTuple):
 
     def params(self) -> tuple:
         """The non-tensor values as one hashable tuple (the plan key's part; _attention_ops.run_forward)."""
-        return (self.kind, self.causal_alignment, self.kernel_size, self.dilation, self.stride, self.causal,
-                self.block_q, self.block_k)
+        return self[2:]  # kind, causal_alignment, kernel_size, dilation, stride, causal, block_q, block_k
 
 
 def per_dim(value, dims: int, name: str, kind=int) -> list:
@@ -61,6 +60,10 @@ def check_bool_mask(mask, name: str) -> torch.Tensor:
 
 
 def dense(is_causal: bool = False, causal_alignment: str = "top_left") -> MaskSpec:
+    if type(causal_alignment) is str:
+        spec = _DENSE_SPECS.get((is_causal, causal_alignment)) if type(is_causal) is bool else None
+        if spec is not None:
+            return spec
     if not isinstance(is_causal, bool):
         raise TypeError(f"is_causal: {is_causal!r}; allowed: True or False")
     if causal_alignment not in _ALIGNMENTS:
@@ -68,6 +71,14 @@ def dense(is_causal: bool = False, causal_alignment: str = "top_left") -> MaskSp
                          f"'bottom_right' (FlashAttention >= 2.1)")
     kind = _capi.ATTNKIT_MASK_CAUSAL if is_causal else _capi.ATTNKIT_MASK_NONE
     return MaskSpec(kind=kind, causal_alignment=_ALIGNMENTS[causal_alignment])
+
+
+# The four dense specs, made once (dense() runs on every attention() call).
+_DENSE_SPECS = {
+    (causal, alignment): MaskSpec(kind=_capi.ATTNKIT_MASK_CAUSAL if causal else _capi.ATTNKIT_MASK_NONE,
+                                  causal_alignment=code)
+    for causal in (False, True) for alignment, code in _ALIGNMENTS.items()
+}
 
 
 def element(mask) -> MaskSpec:

@@ -45,20 +45,24 @@ _dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", None)
 _function_modes = getattr(torch._C, "_is_torch_function_mode_enabled", None)
 
 
-def _eager_fast_path(*tensors) -> bool:
+def _eager_fast_path(q, k, v, block_mask=None, element_mask=None) -> bool:
     """Plain tensors, no tracing, no active mode: the call may skip the custom op's dispatch (a mode or a
-    tensor subclass must see the op, so those calls take it)."""
+    tensor subclass must see the op, so those calls take it; so does anything that is not a tensor, to be
+    refused with a message)."""
+    if type(q) not in _PLAIN_TENSORS or type(k) not in _PLAIN_TENSORS or type(v) not in _PLAIN_TENSORS:
+        return False
+    if block_mask is not None and type(block_mask) not in _PLAIN_TENSORS:
+        return False
+    if element_mask is not None and type(element_mask) not in _PLAIN_TENSORS:
+        return False
     if torch.compiler.is_compiling():
         return False
-    if _dispatch_modes is None or _function_modes is None or _dispatch_modes() or _function_modes():
-        return False
-    return all(t is None or type(t) in _PLAIN_TENSORS for t in tensors)
+    return not (_dispatch_modes is None or _function_modes is None or _dispatch_modes() or _function_modes())
 
 
 def _run_attention(q, k, v, spec: _mask_spec.MaskSpec, scale, return_lse: bool, names=("q", "k", "v")):
-    for t, name in zip((q, k, v), names):
-        _check_tensor(t, name)
-    scale = _check_scale(scale)
+    if scale is not None:
+        scale = _check_scale(scale)
     if _eager_fast_path(q, k, v, spec.block_mask, spec.element_mask):
         if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
             out, lse = _attention_ops.AttentionFunction.apply(q, k, v, spec.block_mask, spec.element_mask,
@@ -67,6 +71,8 @@ def _run_attention(q, k, v, spec: _mask_spec.MaskSpec, scale, return_lse: bool, 
             out, lse = _attention_ops.run_forward(q, k, v, spec.block_mask, spec.element_mask, spec.params(), scale,
                                                   return_lse)
     else:
+        for t, name in zip((q, k, v), names):
+            _check_tensor(t, name)
         out, lse = _attention_op(q, k, v, *spec.op_args(), scale)
     return (out, lse) if return_lse else out
 

@@ -89,8 +89,10 @@ int64_t device_l2_bytes(int device) {
   return bytes;
 }
 
-FmhaAttentionRunner::FmhaAttentionRunner(const tune::ProblemSpec& spec, int device, int64_t l2_bytes, uint64_t seed)
+FmhaAttentionRunner::FmhaAttentionRunner(const tune::ProblemSpec& spec, int device, int64_t l2_bytes, uint64_t seed,
+                                         const AttentionMask* call_mask)
     : spec_(spec), device_(device) {
+  if (call_mask != nullptr && call_mask->kind == spec.mask) call_mask_ = *call_mask;
   const bool op_ok = spec.op == tune::TuneOp::attention_forward || spec.op == tune::TuneOp::attention_backward;
   if (!op_ok || (spec.dtype != DType::f16 && spec.dtype != DType::bf16)) {
     throw Error(Status::unsupported, "CUDA tuning runner: " + std::string(tune::op_name(spec.op)) + " " +
@@ -117,6 +119,7 @@ void FmhaAttentionRunner::build(int64_t l2_bytes, uint64_t seed) {
   const int64_t element = static_cast<int64_t>(dtype_size(spec.dtype));
   const bool block = spec.mask == MaskKind::block;
   const bool sparse = block || spec.mask == MaskKind::element;
+  const bool synthetic_mask = sparse && !call_mask_.has_value();
   const int64_t mask_rows = block ? (spec.seq_q() + spec.block_q - 1) / spec.block_q : spec.seq_q();
   const int64_t mask_cols = block ? (spec.seq_k() + spec.block_k - 1) / spec.block_k : spec.seq_k();
   extents_.assign(kSlots, {});
@@ -129,7 +132,7 @@ void FmhaAttentionRunner::build(int64_t l2_bytes, uint64_t seed) {
   std::vector<int64_t> offsets(kSlots, 0);
   int64_t set_bytes = 0;
   for (size_t i = 0; i < kSlots; ++i) {
-    const bool used = (i < kGradOut || backward) && (i != kMask || sparse);
+    const bool used = (i < kGradOut || backward) && (i != kMask || synthetic_mask);
     if (!used) continue;
     offsets[i] = set_bytes;
     const int64_t size = i == kLse ? 4 : i == kMask ? 1 : element;
@@ -145,7 +148,7 @@ void FmhaAttentionRunner::build(int64_t l2_bytes, uint64_t seed) {
   std::vector<unsigned char> pattern(static_cast<size_t>(kPatternElements * element));
   for (int64_t i = 0; i < kPatternElements; ++i) detail::store_from_double(pattern.data(), spec.dtype, i, uniform(rng));
   std::vector<unsigned char> mask_host;
-  if (sparse) {
+  if (synthetic_mask) {
     std::bernoulli_distribution attend(spec.density);
     mask_host.resize(static_cast<size_t>(mask_rows * mask_cols));
     for (auto& m : mask_host) m = attend(rng) ? 1 : 0;
@@ -180,9 +183,14 @@ void FmhaAttentionRunner::build(int64_t l2_bytes, uint64_t seed) {
       f.mask.neighborhood = spec.neighborhood;
     }
     if (sparse) {
-      const TensorView mask = view(kMask, DType::boolean);
-      check_cuda(cudaMemcpyAsync(mask.data, mask_host.data(), mask_host.size(), cudaMemcpyHostToDevice, stream_),
-                 "cudaMemcpyAsync (tuning mask)");
+      TensorView mask;
+      if (synthetic_mask) {
+        mask = view(kMask, DType::boolean);
+        check_cuda(cudaMemcpyAsync(mask.data, mask_host.data(), mask_host.size(), cudaMemcpyHostToDevice, stream_),
+                   "cudaMemcpyAsync (tuning mask)");
+      } else {
+        mask = block ? call_mask_->block_mask : call_mask_->element_mask;
+      }
       if (block) {
         f.mask.block_mask = mask;
         f.mask.block_q = spec.block_q;

@@ -15,14 +15,18 @@
 //
 // Inputs are random, built from a 1 M-element random pattern tiled over each tensor (generating every
 // element on the host would take longer than the tuning it serves); block and element masks are
-// random with the spec's density. The backward's out and lse come from running the registry's default
-// forward kernel once per set. A config whose launch fails throws, which excludes it.
+// random with the spec's density, unless the runner is given the call's own mask (`call_mask`): then
+// every set reads that mask, since which tiles are full, partial or empty decides the sparse kernels'
+// speed, and a synthetic mask of another pattern can rank the configs differently. The call's mask is
+// only read, by the runner's stream, after the caller's stream was synchronised. The backward's out and lse come from
+// running the registry's default forward kernel once per set. A config whose launch fails throws, which excludes it.
 // The runner never runs while a caller's stream is capturing: the dispatch checks before building it.
 #pragma once
 #include <cuda_runtime_api.h>
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "attnkit/attention.hpp"
@@ -34,7 +38,10 @@ namespace attnkit::cuda::fmha {
 class FmhaAttentionRunner : public tune::Runner {
  public:
   // spec.op: attention_forward or attention_backward, in f16 or bf16. `l2_bytes` sizes the rotation.
-  FmhaAttentionRunner(const tune::ProblemSpec& spec, int device, int64_t l2_bytes, uint64_t seed = 1);
+  // `call_mask`: the calling problem's mask (block and element masks are then read from it, not made
+  // up); it must stay valid while the runner lives.
+  FmhaAttentionRunner(const tune::ProblemSpec& spec, int device, int64_t l2_bytes, uint64_t seed = 1,
+                      const AttentionMask* call_mask = nullptr);
   ~FmhaAttentionRunner() override;
   FmhaAttentionRunner(const FmhaAttentionRunner&) = delete;
   FmhaAttentionRunner& operator=(const FmhaAttentionRunner&) = delete;
@@ -55,6 +62,7 @@ class FmhaAttentionRunner : public tune::Runner {
   void release() noexcept;
 
   tune::ProblemSpec spec_;
+  std::optional<AttentionMask> call_mask_;
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t start_ = nullptr;

@@ -126,9 +126,10 @@ AttentionConfigChoice choose_attention_config(tune::TuneOp op, DType dtype, cons
   const auto tuner = tune::cuda_process_tuner(device, [device] { return describe_cuda_device(device); });
   void* const stream = options.stream;
   // The runner times the call's own sizes: a choice must hold on the problem that asked for it.
-  tune::LazyRunner runner([&exact, device, stream] {
+  // A sparse mask is the call's own (the synchronisation makes it ready to read on the runner's stream).
+  tune::LazyRunner runner([&exact, &mask, device, stream] {
     check_cuda(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "cudaStreamSynchronize (before tuning)");
-    return std::make_unique<FmhaAttentionRunner>(exact, device, device_l2_bytes(device));
+    return std::make_unique<FmhaAttentionRunner>(exact, device, device_l2_bytes(device), 1, &mask);
   });
   const bool capturing = stream_is_capturing(stream);
   AttentionConfigChoice result;

@@ -1,7 +1,6 @@
 #include "cli_check.hpp"
 
 #include <cmath>
-#include <cstdio>
 #include <limits>
 
 namespace attnkit::cli {
@@ -45,12 +44,20 @@ double relative_l2(const HostTensor& tested, const HostTensor& reference) {
   return std::sqrt(error / norm);
 }
 
+CheckReport::CheckReport(RunReport& report) : report_(report) {
+  report_.document()["check"] = Json{{"passed", true}, {"outputs", Json::array()}};
+}
+
 void CheckReport::compare(const std::string& name, const HostTensor& tested, const HostTensor& reference,
                           double tolerance) {
   const double error = relative_l2(tested, reference);
   const bool pass = error <= tolerance;  // false for NaN
   passed_ = passed_ && pass;
-  std::printf("check: rel_l2(%s) = %.3g (tolerance %.3g) %s\n", name.c_str(), error, tolerance, pass ? "PASS" : "FAIL");
+  report_.line("check: rel_l2(%s) = %.3g (tolerance %.3g) %s", name.c_str(), error, tolerance, pass ? "PASS" : "FAIL");
+  Json& check = report_.document()["check"];
+  check["passed"] = passed_;
+  check["outputs"].push_back(
+      Json{{"name", name}, {"rel_l2", finite_or_null(error)}, {"tolerance", tolerance}, {"passed", pass}});
 }
 
 }  // namespace attnkit::cli

@@ -1,11 +1,13 @@
 // `--check`: relative L2 error ||out - ref|| / ||ref|| in double of each output against the
-// brute-force reference, with the DESIGN §5 tolerance for the dtype, printed as
+// brute-force reference, with the DESIGN §5 tolerance for the dtype, reported as
 //   check: rel_l2(out) = X (tolerance T) PASS|FAIL
+// or, with --json, as "check": {"passed": ..., "outputs": [{"name", "rel_l2", "tolerance", "passed"}]}.
 #pragma once
 #include <string>
 
 #include "attnkit/dtype.hpp"
 #include "cli_tensor.hpp"
+#include "run_report.hpp"
 
 namespace attnkit::cli {
 
@@ -18,11 +20,13 @@ double relative_l2(const HostTensor& tested, const HostTensor& reference);
 
 class CheckReport {
  public:
-  // Prints the line for one output and remembers whether it passed.
+  explicit CheckReport(RunReport& report);
+  // Reports one output and remembers whether it passed.
   void compare(const std::string& name, const HostTensor& tested, const HostTensor& reference, double tolerance);
   bool passed() const { return passed_; }
 
  private:
+  RunReport& report_;
   bool passed_ = true;
 };
 

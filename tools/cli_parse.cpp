@@ -87,7 +87,8 @@ DType parse_dtype(const std::string& text) {
   if (text == "f64" || text == "float64") {
     return DType::f64;
   }
-  throw UsageError("--dtype: '" + text + "'; allowed: f32, f16, bf16, f64");
+  throw UsageError("--dtype: '" + text +
+                   "'; allowed: f32, f16, bf16, f64 (also spelled float32, float16, bfloat16, float64)");
 }
 
 Backend parse_backend(const std::string& text) {
@@ -107,23 +108,24 @@ RetentionMode parse_mode(const std::string& text) {
   if (text == "parallel") {
     return RetentionMode::parallel;
   }
-  if (text == "chunkwise") {
+  if (text == "chunkwise" || text == "chunk") {  // "chunk": Python's name (attnkit.retention's default)
     return RetentionMode::chunkwise;
   }
   if (text == "recurrent") {
     return RetentionMode::recurrent;
   }
-  throw UsageError("--mode: '" + text + "'; allowed: parallel, chunkwise, recurrent");
+  throw UsageError("--mode: '" + text + "'; allowed: parallel, chunkwise (also spelled chunk), recurrent");
 }
 
 CausalAlignment parse_alignment(const std::string& text) {
-  if (text == "top-left") {
+  if (text == "top-left" || text == "top_left") {  // top_left, bottom_right: Python's spellings
     return CausalAlignment::top_left;
   }
-  if (text == "bottom-right") {
+  if (text == "bottom-right" || text == "bottom_right") {
     return CausalAlignment::bottom_right;
   }
-  throw UsageError("--causal-align: '" + text + "'; allowed: top-left, bottom-right");
+  throw UsageError("--causal-align: '" + text +
+                   "'; allowed: top-left, bottom-right (also spelled top_left, bottom_right)");
 }
 
 std::string join_extents(const std::vector<int64_t>& values, const char* separator) {
@@ -141,6 +143,10 @@ const char* mode_name(RetentionMode mode) {
     case RetentionMode::recurrent: return "recurrent";
   }
   return "unknown";
+}
+
+const char* alignment_name(CausalAlignment alignment) {
+  return alignment == CausalAlignment::top_left ? "top-left" : "bottom-right";
 }
 
 const char* dtype_flag_name(DType dtype) {

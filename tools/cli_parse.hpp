@@ -20,13 +20,15 @@ std::vector<bool> parse_flags(const std::string& text, const std::string& option
 std::vector<int64_t> per_dimension(const std::vector<int64_t>& values, int dims, const std::string& option);
 std::vector<bool> per_dimension(const std::vector<bool>& values, int dims, const std::string& option);
 
+// Each also takes the Python package's spelling: float32, ...; chunk; top_left, bottom_right.
 DType parse_dtype(const std::string& text);                // f32 | f16 | bf16 | f64
 Backend parse_backend(const std::string& text);            // auto | cpu | cuda
 RetentionMode parse_mode(const std::string& text);         // parallel | chunkwise | recurrent
 CausalAlignment parse_alignment(const std::string& text);  // top-left | bottom-right
 
 std::string join_extents(const std::vector<int64_t>& values, const char* separator = "x");
-const char* mode_name(RetentionMode mode);
-const char* dtype_flag_name(DType dtype);  // "f32", ...
+const char* mode_name(RetentionMode mode);              // the CLI's spelling: "chunkwise", ...
+const char* alignment_name(CausalAlignment alignment);  // "top-left" | "bottom-right"
+const char* dtype_flag_name(DType dtype);               // "f32", ...
 
 }  // namespace attnkit::cli

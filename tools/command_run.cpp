@@ -1,6 +1,7 @@
 // `attnkit run OP [options]`: allocate random inputs on the chosen backend's device, run the op
-// (and with --backward its gradient), print the median time and useful throughput, and with
-// --check compare every output against the brute-force float64 reference.
+// (and with --backward its gradient), report the median time and useful throughput, and with
+// --check compare every output against the brute-force float64 reference. The report is text on
+// stdout, or one JSON document with --json (fields in kJsonFields); progress goes to stderr.
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -10,6 +11,7 @@
 #include "cli_device.hpp"
 #include "cli_parse.hpp"
 #include "commands.hpp"
+#include "python_spellings.hpp"
 #include "run_settings.hpp"
 
 namespace attnkit::cli {
@@ -22,6 +24,23 @@ const CLI::Range kNonNegative(int64_t{0}, int64_t{std::numeric_limits<int32_t>::
 const std::vector<std::string> kOps{"attention",    "na1d",           "na2d",      "na3d",
                                     "block-sparse", "element-sparse", "retention", "gemm"};
 
+const char* const kJsonFields = R"(JSON output (--json): one document on stdout when the run ends:
+  op, backend (as asked: auto|cpu|cuda), device (where it ran: cpu|cuda), dtype (f32|f16|bf16|f64)
+  problem: attention ops: batch, heads, heads_kv, tokens and tokens_kv (lists of extents), head_dim,
+             head_dim_v, attended_pairs, attended_fraction, mask: {kind: none|causal|neighborhood|
+             block|element; causal: causal_alignment; neighborhood: kernel_size, dilation, stride,
+             causal (lists, one entry per dimension); block: block_size [q, k], density; element: density}
+           retention: batch, tokens, heads, head_dim, head_dim_v, mode, chunk_size, normalize, gamma
+           gemm: batch, m, n, k, transpose_a, transpose_b, alpha, beta, allow_tf32
+  flops: forward, backward (not gemm), formula
+  forward, and backward with --backward (not gemm): median_ms, min_ms, runs, warmup, flops_per_second
+  check (with --check): passed, outputs: [{name, rel_l2 (null when NaN or infinite), tolerance, passed}]
+Errors go to stderr (exit 2) and then nothing is printed on stdout; a failed check exits 1.)";
+
+const char* const kPythonSpellingsNote =
+    "Python's spellings are accepted too: --chunk-size (for --chunk), --causal-alignment (--causal-align), "
+    "--is-causal (--causal), --mode chunk (chunkwise), top_left/bottom_right, float32/float16/bfloat16/float64.";
+
 int run_op(const RunSettings& settings) {
   RunContext context;
   context.dtype = parse_dtype(settings.dtype);
@@ -30,43 +49,32 @@ int run_op(const RunSettings& settings) {
   context.options.backend = backend;
   context.options.num_threads = settings.threads;
   context.rng.seed(settings.seed);
+  context.report = RunReport(settings.json);
+  context.progress = ProgressOutput::to_stderr(settings.quiet);
+  const char* device = context.device.type == DeviceType::cuda ? "cuda" : "cpu";
+  context.report.line("attnkit run %s: backend %s on %s, dtype %s", settings.op.c_str(), settings.backend.c_str(),
+                      device, dtype_flag_name(context.dtype));
+  context.report.document() = Json{{"op", settings.op},
+                                   {"backend", settings.backend},
+                                   {"device", device},
+                                   {"dtype", dtype_flag_name(context.dtype)}};
+  int exit_code = 0;
   if (settings.op == "retention") {
-    return run_retention(settings, context);
+    exit_code = run_retention(settings, context);
+  } else if (settings.op == "gemm") {
+    exit_code = run_gemm(settings, context);
+  } else {
+    exit_code = run_attention(settings, context);
   }
-  if (settings.op == "gemm") {
-    return run_gemm(settings, context);
-  }
-  return run_attention(settings, context);
-}
-
-void add_attention_options(CLI::App* app, RunSettings& s) {
-  const char* group = "Attention (attention, na1d/2d/3d, block-sparse, element-sparse)";
-  app->add_option("--batch", s.batch, "Batch size B (also the GEMM batch)")->check(kPositive)->group(group);
-  app->add_option("--heads", s.heads, "Query heads Hq (retention: heads H)")->check(kPositive)->group(group);
-  app->add_option("--heads-kv", s.heads_kv, "Key/value heads Hkv (default Hq)")->check(kPositive)->group(group);
-  app->add_option("--tokens", s.tokens, "Query token extents, e.g. 4096 or 64x64 (retention: T)")->group(group);
-  app->add_option("--tokens-kv", s.tokens_kv, "Key/value token extents (default: --tokens)")->group(group);
-  app->add_option("--head-dim", s.head_dim, "Head dim D (retention: Dk)")->check(kPositive)->group(group);
-  app->add_option("--head-dim-v", s.head_dim_v, "Value head dim Dv (default D)")->check(kPositive)->group(group);
-  app->add_option("--kernel-size", s.kernel_size, "Neighborhood window per dim, e.g. 13x13 (one value: all dims)")
-      ->group(group);
-  app->add_option("--dilation", s.dilation, "Neighborhood dilation per dim")->group(group);
-  app->add_option("--stride", s.stride, "Neighborhood stride per dim")->group(group);
-  app->add_option("--causal", s.causal, "attention: causal mask (flag); na: causal per dim, e.g. 1 or 0x1")
-      ->expected(0, 1)
-      ->group(group);
-  app->add_option("--causal-align", s.causal_align, "Causal diagonal when Sq != Sk: top-left|bottom-right")
-      ->group(group);
-  app->add_option("--block-size", s.block_size, "Block mask block sizes block_q x block_k, e.g. 64x64")->group(group);
-  app->add_option("--density", s.density, "Fraction of true blocks/elements of the random (seeded) mask")
-      ->check(CLI::Range(0.0, 1.0))
-      ->group(group);
+  context.report.print_document();
+  return exit_code;
 }
 
 void add_retention_options(CLI::App* app, RunSettings& s) {
   const char* group = "Retention";
   app->add_option("--mode", s.mode, "parallel|chunkwise|recurrent")->group(group);
   app->add_option("--chunk", s.chunk, "Chunk size of the chunkwise form")->check(kPositive)->group(group);
+  add_python_spelling(app, "--chunk-size", s.chunk)->check(kPositive);
   app->add_flag("--normalize", s.normalize, "RetNet's normalised parallel form (needs --mode parallel)")->group(group);
 }
 
@@ -83,7 +91,7 @@ void add_gemm_options(CLI::App* app, RunSettings& s) {
 }
 
 void add_common_options(CLI::App* app, RunSettings& s) {
-  app->add_option("--dtype", s.dtype, "f32|f16|bf16|f64");
+  app->add_option("--dtype", s.dtype, std::string("f32|f16|bf16|f64 (default ") + kDefaultDType + ", as in Python)");
   app->add_option("--backend", s.backend, "auto|cpu|cuda (auto: cuda when a GPU is present)");
   app->add_flag("--backward", s.backward, "Also run and time the backward");
   app->add_option("--seed", s.seed, "Seed of the random inputs and masks");
@@ -91,6 +99,8 @@ void add_common_options(CLI::App* app, RunSettings& s) {
   app->add_option("--repeat", s.repeat, "Timed runs (the median is reported)")->check(kPositive);
   app->add_option("--threads", s.threads, "CPU threads (0: all)")->check(kNonNegative);
   app->add_flag("--check", s.check, "Compare with the float64 brute-force reference; exit 1 on FAIL");
+  app->add_flag("--json", s.json, "Report as one JSON document on stdout (fields below)");
+  app->add_flag("--quiet", s.quiet, "No progress lines on stderr (errors are still printed)");
 }
 
 }  // namespace
@@ -102,12 +112,12 @@ Command add_run_command(CLI::App& parent) {
       ->required()
       ->check(CLI::IsMember(kOps));
   add_common_options(app, *settings);
-  add_attention_options(app, *settings);
+  add_problem_options(app, *settings, "Attention (attention, na1d/2d/3d, block-sparse, element-sparse)");
   add_retention_options(app, *settings);
   add_gemm_options(app, *settings);
-  const CLI::Option* causal = app->get_option("--causal");
-  return Command{app, [settings, causal] {
-                   settings->causal_given = causal->count() > 0;
+  app->footer(std::string(kJsonFields) + "\n\n" + kPythonSpellingsNote);
+  return Command{app, [app, settings] {
+                   note_causal_given(app, *settings);
                    return run_op(*settings);
                  }};
 }

@@ -1,7 +1,7 @@
 // `attnkit run attention|na1d|na2d|na3d|block-sparse|element-sparse`. Builds Q/K/V with random
 // values on the run's device, the op's mask (random, seeded, for the sparse ops), times the forward
 // (and backward), and with --check compares out, lse (and the gradients) with the float64
-// brute-force reference evaluated on the very same input values.
+// brute-force reference evaluated on the very same input values (reference_slices.hpp).
 #include <algorithm>
 #include <cstdio>
 #include <optional>
@@ -16,7 +16,7 @@
 #include "cli_tensor.hpp"
 #include "cli_timing.hpp"
 #include "core/attention_shape.hpp"
-#include "cpu/attention_reference.hpp"
+#include "reference_slices.hpp"
 #include "run_settings.hpp"
 
 namespace attnkit::cli {
@@ -34,6 +34,7 @@ struct AttentionSetup {
   AttentionMask mask{};                   // block/element tensors attached later
   std::optional<HostTensor> mask_values;  // block or element mask, bool
   std::string mask_text;
+  Json mask_json;  // the same facts as mask_text
 };
 
 int64_t product(const std::vector<int64_t>& values) {
@@ -51,19 +52,6 @@ std::string number_text(double value) {
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-std::string default_tokens(const std::string& op) {
-  if (op == "na2d") {
-    return "32x32";
-  }
-  if (op == "na3d") {
-    return "8x12x12";
-  }
-  if (op == "na1d") {
-    return "1024";
-  }
-  return "512";
-}
 
 int neighborhood_dims(const std::string& op) {
   if (op == "na1d") {
@@ -104,6 +92,11 @@ void build_neighborhood_mask(const RunSettings& s, int dims, AttentionSetup& set
   }
   setup.mask_text = "neighborhood kernel " + join_extents(kernel) + ", dilation " + join_extents(dilation) +
                     ", stride " + join_extents(stride) + ", causal " + join_flags(causal);
+  setup.mask_json = Json{{"kind", "neighborhood"},
+                         {"kernel_size", kernel},
+                         {"dilation", dilation},
+                         {"stride", stride},
+                         {"causal", causal}};
 }
 
 AttentionSetup build_setup(const RunSettings& s, RunContext& context) {
@@ -127,11 +120,14 @@ AttentionSetup build_setup(const RunSettings& s, RunContext& context) {
       }
       if (s.causal != "0") {
         setup.mask = causal_mask(parse_alignment(s.causal_align));
-        setup.mask_text = "causal (" + s.causal_align + ")";
+        const char* alignment = alignment_name(setup.mask.causal_alignment);
+        setup.mask_text = std::string("causal (") + alignment + ")";
+        setup.mask_json = Json{{"kind", "causal"}, {"causal_alignment", alignment}};
       }
     }
     if (setup.mask_text.empty()) {
       setup.mask_text = "none (dense)";
+      setup.mask_json = Json{{"kind", "none"}};
     }
   } else if (s.op == "block-sparse") {
     const auto block = per_dimension(parse_extents(s.block_size, "--block-size"), 2, "--block-size");
@@ -142,12 +138,14 @@ AttentionSetup build_setup(const RunSettings& s, RunContext& context) {
     setup.mask.block_k = block[1];
     setup.mask_values = std::move(values);
     setup.mask_text = "random block mask, blocks " + join_extents(block) + ", density " + number_text(s.density);
+    setup.mask_json = Json{{"kind", "block"}, {"block_size", block}, {"density", s.density}};
   } else if (s.op == "element-sparse") {
     HostTensor values(DType::boolean, {s.batch, s.heads, seq_q, seq_k});
     values.fill_bernoulli(context.rng, s.density);
     setup.mask.kind = MaskKind::element;
     setup.mask_values = std::move(values);
     setup.mask_text = "random element mask, density " + number_text(s.density);
+    setup.mask_json = Json{{"kind", "element"}, {"density", s.density}};
   }
   return setup;
 }
@@ -191,14 +189,20 @@ void poison_and_upload(RunTensor& tensor) {
   tensor.upload();
 }
 
-void print_problem(const RunSettings& s, const RunContext& context, const AttentionSetup& setup) {
-  std::printf("attnkit run %s: backend %s on %s, dtype %s\n", s.op.c_str(), s.backend.c_str(),
-              context.device.type == DeviceType::cuda ? "cuda" : "cpu", dtype_flag_name(context.dtype));
-  std::printf("problem: batch %lld, heads %lld (kv %lld), tokens %s (kv %s), head_dim %lld (v %lld)\n",
+void report_problem(const RunSettings& s, RunReport& report, const AttentionSetup& setup) {
+  report.line("problem: batch %lld, heads %lld (kv %lld), tokens %s (kv %s), head_dim %lld (v %lld)",
               static_cast<long long>(s.batch), static_cast<long long>(s.heads), static_cast<long long>(setup.heads_kv),
               join_extents(setup.tokens).c_str(), join_extents(setup.tokens_kv).c_str(),
               static_cast<long long>(s.head_dim), static_cast<long long>(setup.head_dim_v));
-  std::printf("mask: %s\n", setup.mask_text.c_str());
+  report.line("mask: %s", setup.mask_text.c_str());
+  report.document()["problem"] = Json{{"batch", s.batch},
+                                      {"heads", s.heads},
+                                      {"heads_kv", setup.heads_kv},
+                                      {"tokens", setup.tokens},
+                                      {"tokens_kv", setup.tokens_kv},
+                                      {"head_dim", s.head_dim},
+                                      {"head_dim_v", setup.head_dim_v},
+                                      {"mask", setup.mask_json}};
 }
 
 }  // namespace
@@ -231,21 +235,24 @@ int run_attention(const RunSettings& s, RunContext& context) {
   forward.lse = lse.view();
   forward.mask = with_mask_tensor(setup.mask, mask_tensor ? mask_tensor->view() : TensorView{});
 
-  print_problem(s, context, setup);
-  const Timing forward_timing =
-      measure(device, s.warmup, s.repeat, [&] { attention_forward(forward, context.options); });
+  RunReport& report = context.report;
+  report_problem(s, report, setup);
+  const Timing forward_timing = measure(
+      device, s.warmup, s.repeat, [&] { attention_forward(forward, context.options); }, context.progress, "forward");
   const auto shape = detail::describe_attention(forward.q, forward.k, forward.v, forward.scale);
   const double pairs = attended_pairs(setup.mask, shape, setup.mask_values ? &*setup.mask_values : nullptr);
   const double forward_flops = 2.0 * pairs * static_cast<double>(shape.head_dim + shape.head_dim_v);
-  std::printf(
+  const double attended_fraction = pairs / (static_cast<double>(shape.batch * shape.heads_q) *
+                                            static_cast<double>(shape.seq_q) * static_cast<double>(shape.seq_k));
+  report.line(
       "attended pairs: %.0f over batch and heads (%.4g%% of Sq*Sk); FLOPs = 2*pairs*(D+Dv), "
-      "i.e. 4*B*Hq*pairs*D when Dv = D; backward counted as %.1fx forward\n",
-      pairs,
-      100.0 * pairs /
-          (static_cast<double>(shape.batch * shape.heads_q) * static_cast<double>(shape.seq_q) *
-           static_cast<double>(shape.seq_k)),
-      kBackwardFlopFactor);
-  print_timing("forward:", forward_timing, forward_flops);
+      "i.e. 4*B*Hq*pairs*D when Dv = D; backward counted as %.1fx forward",
+      pairs, 100.0 * attended_fraction, kBackwardFlopFactor);
+  report.document()["problem"]["attended_pairs"] = pairs;
+  report.document()["problem"]["attended_fraction"] = attended_fraction;
+  report.document()["flops"] = Json{
+      {"forward", forward_flops}, {"backward", kBackwardFlopFactor * forward_flops}, {"formula", "2*pairs*(D+Dv)"}};
+  report_timing(report, "forward", "forward", forward_timing, forward_flops);
 
   std::optional<RunTensor> grad_out, grad_q, grad_k, grad_v;
   AttentionBackward backward;
@@ -264,9 +271,10 @@ int run_attention(const RunSettings& s, RunContext& context) {
     backward.grad_k = grad_k->view();
     backward.grad_v = grad_v->view();
     backward.mask = forward.mask;
-    const Timing backward_timing =
-        measure(device, s.warmup, s.repeat, [&] { attention_backward(backward, context.options); });
-    print_timing("backward:", backward_timing, kBackwardFlopFactor * forward_flops);
+    const Timing backward_timing = measure(
+        device, s.warmup, s.repeat, [&] { attention_backward(backward, context.options); }, context.progress,
+        "backward");
+    report_timing(report, "backward", "backward", backward_timing, kBackwardFlopFactor * forward_flops);
   }
   if (!s.check) {
     return 0;
@@ -293,13 +301,12 @@ int run_attention(const RunSettings& s, RunContext& context) {
   reference.out = out_ref.view();
   reference.lse = lse_ref.view();
   reference.mask = with_mask_tensor(setup.mask, mask_host ? mask_host->view() : TensorView{});
-  const auto reference_shape = detail::describe_attention(reference.q, reference.k, reference.v, reference.scale);
-  cpu::reference::attention_forward_reference(reference, reference_shape, {});
+  attention_forward_reference_in_slices(reference, context.progress);
 
-  CheckReport report;
+  CheckReport check(report);
   const double tolerance = tolerance_for(dtype);
-  report.compare("out", out.host(), out_ref, tolerance);
-  report.compare("lse", lse.host(), lse_ref, std::max(tolerance, kFloat32StorageTolerance));
+  check.compare("out", out.host(), out_ref, tolerance);
+  check.compare("lse", lse.host(), lse_ref, std::max(tolerance, kFloat32StorageTolerance));
 
   if (s.backward) {
     for (RunTensor* grad : {&*grad_q, &*grad_k, &*grad_v}) {
@@ -324,13 +331,13 @@ int run_attention(const RunSettings& s, RunContext& context) {
     reference_backward.grad_k = grad_k_ref.view();
     reference_backward.grad_v = grad_v_ref.view();
     reference_backward.mask = reference.mask;
-    cpu::reference::attention_backward_reference(reference_backward, reference_shape, {});
+    attention_backward_reference_in_slices(reference_backward, context.progress);
     const double grad_tolerance = std::max(tolerance, kFloat32StorageTolerance);
-    report.compare("grad_q", grad_q->host(), grad_q_ref, grad_tolerance);
-    report.compare("grad_k", grad_k->host(), grad_k_ref, grad_tolerance);
-    report.compare("grad_v", grad_v->host(), grad_v_ref, grad_tolerance);
+    check.compare("grad_q", grad_q->host(), grad_q_ref, grad_tolerance);
+    check.compare("grad_k", grad_k->host(), grad_k_ref, grad_tolerance);
+    check.compare("grad_v", grad_v->host(), grad_v_ref, grad_tolerance);
   }
-  return report.passed() ? 0 : 1;
+  return check.passed() ? 0 : 1;
 }
 
 }  // namespace attnkit::cli

@@ -1,7 +1,7 @@
 // `attnkit run gemm`: C = alpha*op(A)*op(B) + beta*C with row-major operands (A stored [k, m] when
 // --transpose-a, B stored [n, k] when --transpose-b), batched when --batch > 1. FLOPs = 2*batch*m*n*k.
 // --check reruns once from the original C (poisoned instead when beta = 0, which must not read C)
-// and compares with the float64 brute-force reference.
+// and compares with the float64 brute-force reference (reference_slices.hpp).
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -11,7 +11,7 @@
 #include "cli_parse.hpp"
 #include "cli_tensor.hpp"
 #include "cli_timing.hpp"
-#include "cpu/gemm_reference.hpp"
+#include "reference_slices.hpp"
 #include "run_settings.hpp"
 
 namespace attnkit::cli {
@@ -55,20 +55,30 @@ int run_gemm(const RunSettings& s, RunContext& context) {
   problem.beta = s.beta;
   problem.allow_tf32 = s.allow_tf32;
 
-  std::printf("attnkit run gemm: backend %s on %s, dtype %s%s\n", s.backend.c_str(),
-              device.type == DeviceType::cuda ? "cuda" : "cpu", dtype_flag_name(dtype),
-              s.allow_tf32 ? " (TF32 allowed)" : "");
-  std::printf("problem: batch %lld, m %lld, n %lld, k %lld, op(A) = %s, op(B) = %s, alpha %g, beta %g\n",
+  RunReport& report = context.report;
+  report.line("problem: batch %lld, m %lld, n %lld, k %lld, op(A) = %s, op(B) = %s, alpha %g, beta %g%s",
               static_cast<long long>(batch), static_cast<long long>(s.m), static_cast<long long>(s.n),
-              static_cast<long long>(s.k), s.transpose_a ? "A^T" : "A", s.transpose_b ? "B^T" : "B", s.alpha, s.beta);
+              static_cast<long long>(s.k), s.transpose_a ? "A^T" : "A", s.transpose_b ? "B^T" : "B", s.alpha, s.beta,
+              s.allow_tf32 ? ", TF32 allowed" : "");
+  report.document()["problem"] = Json{{"batch", batch},
+                                      {"m", s.m},
+                                      {"n", s.n},
+                                      {"k", s.k},
+                                      {"transpose_a", s.transpose_a},
+                                      {"transpose_b", s.transpose_b},
+                                      {"alpha", s.alpha},
+                                      {"beta", s.beta},
+                                      {"allow_tf32", s.allow_tf32}};
   if (s.backward) {
-    std::printf("note: gemm has no backward op; --backward ignored\n");
+    std::fprintf(stderr, "attnkit: note: gemm has no backward op; --backward ignored\n");
   }
-  const Timing timing = measure(device, s.warmup, s.repeat, [&] { gemm(problem, context.options); });
+  const Timing timing = measure(
+      device, s.warmup, s.repeat, [&] { gemm(problem, context.options); }, context.progress, "gemm");
   const double flops =
       2.0 * static_cast<double>(batch) * static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k);
-  std::printf("FLOPs = 2*batch*m*n*k = %.4g\n", flops);
-  print_timing("gemm:", timing, flops);
+  report.line("FLOPs = 2*batch*m*n*k = %.4g", flops);
+  report.document()["flops"] = Json{{"forward", flops}, {"formula", "2*batch*m*n*k"}};
+  report_timing(report, "gemm", "forward", timing, flops);
   if (!s.check) {
     return 0;
   }
@@ -89,12 +99,12 @@ int run_gemm(const RunSettings& s, RunContext& context) {
   reference.a = a64.view();
   reference.b = b64.view();
   reference.c = c_ref.view();
-  cpu::reference::gemm(reference);
+  gemm_reference_in_slices(reference, context.progress);
 
-  CheckReport report;
+  CheckReport check(report);
   const bool tf32 = s.allow_tf32 && dtype == DType::f32 && device.type == DeviceType::cuda;
-  report.compare("c", c.host(), c_ref, tolerance_for(dtype, tf32));
-  return report.passed() ? 0 : 1;
+  check.compare("c", c.host(), c_ref, tolerance_for(dtype, tf32));
+  return check.passed() ? 0 : 1;
 }
 
 }  // namespace attnkit::cli

@@ -1,7 +1,7 @@
 // `attnkit run retention`: q, k [B, T, H, Dk], v [B, T, H, Dv] random on the run's device, default
 // decays, the chosen form (parallel, chunkwise, recurrent). FLOPs are those of the chosen form's
-// algorithm, printed with the formula; --check compares out (and gradients) with the float64
-// brute-force reference, which evaluates the definition and ignores the form.
+// algorithm, reported with the formula; --check compares out (and gradients) with the float64
+// brute-force reference, which evaluates the definition and ignores the form (reference_slices.hpp).
 #include <algorithm>
 #include <cstdio>
 #include <optional>
@@ -14,7 +14,7 @@
 #include "cli_parse.hpp"
 #include "cli_tensor.hpp"
 #include "cli_timing.hpp"
-#include "cpu/retention_reference.hpp"
+#include "reference_slices.hpp"
 #include "run_settings.hpp"
 
 namespace attnkit::cli {
@@ -73,7 +73,7 @@ void poison_and_upload(RunTensor& tensor) {
 }  // namespace
 
 int run_retention(const RunSettings& s, RunContext& context) {
-  const auto token_list = parse_extents(s.tokens.empty() ? "512" : s.tokens, "--tokens");
+  const auto token_list = parse_extents(s.tokens.empty() ? default_tokens(s.op) : s.tokens, "--tokens");
   if (token_list.size() != 1) {
     throw UsageError("--tokens: '" + s.tokens + "' for retention; allowed: one sequence length T, e.g. 4096");
   }
@@ -98,19 +98,29 @@ int run_retention(const RunSettings& s, RunContext& context) {
   forward.chunk_size = s.chunk;
   forward.normalize = s.normalize;
 
-  std::printf("attnkit run retention: backend %s on %s, dtype %s\n", s.backend.c_str(),
-              device.type == DeviceType::cuda ? "cuda" : "cpu", dtype_flag_name(dtype));
-  std::printf(
-      "problem: batch %lld, tokens %lld, heads %lld, Dk %lld, Dv %lld, mode %s, chunk %lld%s, "
-      "gamma 1 - 2^(-5-h)\n",
-      static_cast<long long>(b), static_cast<long long>(t), static_cast<long long>(h), static_cast<long long>(dk),
-      static_cast<long long>(dv), mode_name(mode), static_cast<long long>(s.chunk), s.normalize ? ", normalized" : "");
-  const Timing forward_timing =
-      measure(device, s.warmup, s.repeat, [&] { retention_forward(forward, context.options); });
+  RunReport& report = context.report;
+  const char* gamma = "1 - 2^(-5-h)";
+  report.line("problem: batch %lld, tokens %lld, heads %lld, Dk %lld, Dv %lld, mode %s, chunk %lld%s, gamma %s",
+              static_cast<long long>(b), static_cast<long long>(t), static_cast<long long>(h),
+              static_cast<long long>(dk), static_cast<long long>(dv), mode_name(mode), static_cast<long long>(s.chunk),
+              s.normalize ? ", normalized" : "", gamma);
+  report.document()["problem"] = Json{{"batch", b},
+                                      {"tokens", t},
+                                      {"heads", h},
+                                      {"head_dim", dk},
+                                      {"head_dim_v", dv},
+                                      {"mode", mode_name(mode)},
+                                      {"chunk_size", s.chunk},
+                                      {"normalize", s.normalize},
+                                      {"gamma", gamma}};
+  const Timing forward_timing = measure(
+      device, s.warmup, s.repeat, [&] { retention_forward(forward, context.options); }, context.progress, "forward");
   const FlopCount count = retention_flops(mode, b, t, h, dk, dv, s.chunk);
-  std::printf("FLOPs = %s = %.4g; backward counted as %.1fx forward\n", count.formula.c_str(), count.flops,
+  report.line("FLOPs = %s = %.4g; backward counted as %.1fx forward", count.formula.c_str(), count.flops,
               kBackwardFlopFactor);
-  print_timing("forward:", forward_timing, count.flops);
+  report.document()["flops"] =
+      Json{{"forward", count.flops}, {"backward", kBackwardFlopFactor * count.flops}, {"formula", count.formula}};
+  report_timing(report, "forward", "forward", forward_timing, count.flops);
 
   std::optional<RunTensor> grad_out, grad_q, grad_k, grad_v;
   RetentionBackward backward;
@@ -129,9 +139,10 @@ int run_retention(const RunSettings& s, RunContext& context) {
     backward.mode = mode;
     backward.chunk_size = s.chunk;
     backward.normalize = s.normalize;
-    const Timing backward_timing =
-        measure(device, s.warmup, s.repeat, [&] { retention_backward(backward, context.options); });
-    print_timing("backward:", backward_timing, kBackwardFlopFactor * count.flops);
+    const Timing backward_timing = measure(
+        device, s.warmup, s.repeat, [&] { retention_backward(backward, context.options); }, context.progress,
+        "backward");
+    report_timing(report, "backward", "backward", backward_timing, kBackwardFlopFactor * count.flops);
   }
   if (!s.check) {
     return 0;
@@ -151,11 +162,11 @@ int run_retention(const RunSettings& s, RunContext& context) {
   reference.k = k64.view();
   reference.v = v64.view();
   reference.out = out_ref.view();
-  cpu::reference::retention_forward(reference);
+  retention_forward_reference_in_slices(reference, context.progress);
 
-  CheckReport report;
+  CheckReport check(report);
   const double tolerance = tolerance_for(dtype);
-  report.compare("out", out.host(), out_ref, tolerance);
+  check.compare("out", out.host(), out_ref, tolerance);
 
   if (s.backward) {
     for (RunTensor* grad : {&*grad_q, &*grad_k, &*grad_v}) {
@@ -177,12 +188,12 @@ int run_retention(const RunSettings& s, RunContext& context) {
     reference_backward.grad_q = grad_q_ref.view();
     reference_backward.grad_k = grad_k_ref.view();
     reference_backward.grad_v = grad_v_ref.view();
-    cpu::reference::retention_backward(reference_backward);
-    report.compare("grad_q", grad_q->host(), grad_q_ref, tolerance);
-    report.compare("grad_k", grad_k->host(), grad_k_ref, tolerance);
-    report.compare("grad_v", grad_v->host(), grad_v_ref, tolerance);
+    retention_backward_reference_in_slices(reference_backward, context.progress);
+    check.compare("grad_q", grad_q->host(), grad_q_ref, tolerance);
+    check.compare("grad_k", grad_k->host(), grad_k_ref, tolerance);
+    check.compare("grad_v", grad_v->host(), grad_v_ref, tolerance);
   }
-  return report.passed() ? 0 : 1;
+  return check.passed() ? 0 : 1;
 }
 
 }  // namespace attnkit::cli

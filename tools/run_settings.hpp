@@ -1,5 +1,6 @@
 // The options of `attnkit run`, as given on the command line, and the context every op runner
-// shares (dtype, backend, device, run options, seeded random generator).
+// shares (dtype, backend, device, run options, seeded random generator, where its report and its
+// progress go).
 #pragma once
 #include <cstdint>
 #include <random>
@@ -8,27 +9,14 @@
 #include "attnkit/backend.hpp"
 #include "attnkit/dtype.hpp"
 #include "attnkit/tensor.hpp"
+#include "problem_options.hpp"
+#include "progress_reporter.hpp"
+#include "run_report.hpp"
 
 namespace attnkit::cli {
 
-struct RunSettings {
+struct RunSettings : ProblemOptions {  // the attention ops' problem; retention and gemm use some of it
   std::string op;
-  // attention family
-  int64_t batch = 1;
-  int64_t heads = 4;
-  int64_t heads_kv = 0;   // 0 = heads
-  std::string tokens;     // "" = the op's default
-  std::string tokens_kv;  // "" = tokens
-  int64_t head_dim = 64;
-  int64_t head_dim_v = 0;  // 0 = head_dim
-  std::string kernel_size = "7";
-  std::string dilation = "1";
-  std::string stride = "1";
-  bool causal_given = false;
-  std::string causal;  // value of --causal ("" when given without a value)
-  std::string causal_align = "top-left";
-  std::string block_size = "64";
-  double density = 0.1;
   // retention
   std::string mode = "chunkwise";
   int64_t chunk = 64;
@@ -43,7 +31,7 @@ struct RunSettings {
   double beta = 0.0;
   bool allow_tf32 = false;
   // every op
-  std::string dtype = "f32";
+  std::string dtype = kDefaultDType;
   std::string backend = "auto";
   bool backward = false;
   uint64_t seed = 0;
@@ -51,6 +39,8 @@ struct RunSettings {
   int repeat = 10;
   int threads = 0;
   bool check = false;
+  bool json = false;
+  bool quiet = false;
 };
 
 struct RunContext {
@@ -58,6 +48,8 @@ struct RunContext {
   Device device{};
   RunOptions options{};
   std::mt19937_64 rng;
+  RunReport report;
+  ProgressOutput progress;
 };
 
 // Each returns the process exit code: 0, or 1 when --check failed. Library errors propagate.

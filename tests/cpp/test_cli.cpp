@@ -1,16 +1,14 @@
-// The `attnkit` command-line tool, run as a user would (popen of the built binary): `info`,
-// `--version`, `run OP ... --check` for every op on the CPU with tiny problems, and errors (exit
-// code 2 with "attnkit: error: <message>").
+// The `attnkit` command-line tool, run as a user would (test_cli_support.hpp): `info`, `--version`,
+// `run OP ... --check` for every op on the CPU with tiny problems, and errors (exit code 2 with
+// "attnkit: error: <message>"). --json, progress and Python's spellings: test_cli_*.cpp.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <cstdio>
-#include <memory>
 #include <string>
 
 #include "attnkit/attnkit.h"
 #include "attnkit/version.hpp"
+#include "test_cli_support.hpp"
 
 namespace attnkit::test {
 namespace {
@@ -18,28 +16,6 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-struct CliResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
-
-// `environment`: assignments put before the command, e.g. "ATTNKIT_TUNE=on ".
-CliResult run_cli(const std::string& arguments, const std::string& environment = "") {
-  const std::string command = environment + "'" + ATTNKIT_CLI_PATH + "' " + arguments + " 2>&1";
-  CliResult result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) {
-    return result;
-  }
-  char buffer[4096];
-  while (std::fgets(buffer, sizeof(buffer), pipe)) {
-    result.output += buffer;
-  }
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
 
 // Tiny problems keep every run well under a second; --warmup 0 --repeat 1 times one call.
 const std::string kQuick = " --backend cpu --warmup 0 --repeat 1 --check";

@@ -63,6 +63,7 @@ sys.path.insert(0, str(BENCH_DIR))
 sys.path.insert(0, str(REPO / "python"))
 
 import attention_masks as masks  # noqa: E402
+import report_plots  # noqa: E402
 
 TOLERANCE = {"float32": 1e-5, "float16": 5e-3, "bfloat16": 1.5e-2, "float64": 1e-10}
 # The backward reads the forward's LSE, which the ABI keeps in float32: its rounding (~1e-7 relative)
@@ -715,6 +716,22 @@ def write_report(report: dict, out: Path) -> None:
         temporary.replace(out / name)
 
 
+def write_plots(report: dict, out: Path) -> None:
+    """Figures of attnkit against each peer (bench/report_plots.py) into out/plots, linked from
+    bench.md. The tables are written first and stay valid whatever happens here."""
+    try:
+        plots = report_plots.write(report, out / "plots", out / "bench.md")
+    except report_plots.PlotsUnavailable as reason:
+        print(f"plots skipped: {reason}; the tables are in bench.md")
+        return
+    except Exception as error:  # noqa: BLE001 - a plotting fault must not cost the measured results
+        print(f"plots failed: {error_text(error)}; the tables are in bench.md "
+              f"(re-plot: python3 bench/report_plots.py {out / 'bench.json'})")
+        return
+    if plots:
+        print(f"wrote {len(plots)} plots (PNG and SVG) into {out / 'plots'}, linked from bench.md")
+
+
 def git_commit() -> str:
     if os.environ.get("ATTNKIT_COMMIT"):
         return os.environ["ATTNKIT_COMMIT"]
@@ -818,6 +835,9 @@ def parse_args(argv=None):
     parser.add_argument("--row-timeout", type=int, default=420, help="seconds per row (child process)")
     parser.add_argument("--time-budget", type=float, default=0,
                         help="seconds for the whole run; rows that would start later are skipped (0: none)")
+    parser.add_argument("--no-plots", action="store_true",
+                        help="no figures (by default out/plots/*.png and *.svg, linked from bench.md; "
+                             "needs matplotlib)")
     parser.add_argument("--verbose", action="store_true")
     parser.add_argument("--child-row", help=argparse.SUPPRESS)
     parser.add_argument("--child-json", help=argparse.SUPPRESS)
@@ -908,6 +928,8 @@ def main(argv=None) -> int:
     print()
     print(markdown(report), flush=True)
     print(f"wrote {out / 'bench.json'} and {out / 'bench.md'}")
+    if not args.no_plots:
+        write_plots(report, out)
     wrong = [r["name"] for r in report["rows"]
              if r.get("candidates", {}).get("attnkit", {}).get("correct") is False]
     if wrong:

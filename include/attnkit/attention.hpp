@@ -44,6 +44,11 @@ struct AttentionMask {
   int64_t block_k = 0;
   // kind == element: bool [B|1, Hq|1, Sq, Sk]; true = attend.
   TensorView element_mask{};
+  // kind == neighborhood, optional: relative positional bias (NATTEN <= 0.17's `rpb`), float32 or q's dtype,
+  // [Hq, 2*K_0-1, ..., 2*K_{dims-1}-1]. The score of query i and key j gets
+  // rpb[h, (j_0 - i_0)/d_0 + K_0 - 1, ...] added after scaling (j_n - i_n is a multiple of the dilation d_n
+  // inside a window). Allowed with stride 1 and no causal dimension, as in NATTEN.
+  TensorView rpb{};
 };
 
 ATTNKIT_API AttentionMask causal_mask(CausalAlignment alignment = CausalAlignment::top_left);
@@ -85,6 +90,9 @@ struct AttentionBackward {
   // Workspace bytes the automatic choice may spend on partials (kv_splits == 0): -1 = the default bound
   // kDefaultSplitWorkspaceBytes, 0 = never split automatically. An explicit kv_splits is not limited.
   int64_t split_workspace_limit = -1;
+  // Optional output with mask.rpb: the gradient of the positional bias, shape and dtype of mask.rpb (summed
+  // over the batch and every query). Absent: the bias's gradient is not computed.
+  TensorView grad_rpb{};
 };
 
 inline constexpr int32_t kMaxBackwardKvSplits = 128;

@@ -26,7 +26,7 @@
 extern "C" {
 #endif
 
-#define ATTNKIT_ABI_VERSION 3
+#define ATTNKIT_ABI_VERSION 4
 #define ATTNKIT_MAX_RANK 8
 #define ATTNKIT_MAX_TOKEN_DIMS 3
 
@@ -114,6 +114,10 @@ typedef struct attnkit_attention_mask {
   int64_t block_q;
   int64_t block_k;
   attnkit_tensor element_mask; /* bool [B|1, Hq|1, Sq, Sk] */
+  /* Neighborhood only, optional: relative positional bias (NATTEN <= 0.17's rpb), float32 or q's dtype,
+   * [Hq, 2*K_0-1, ...]; the score of query i and key j gets rpb[h, (j_0 - i_0)/dilation_0 + K_0 - 1, ...].
+   * Stride 1 and no causal dimension. CPU backend only in this version. */
+  attnkit_tensor rpb;
 } attnkit_attention_mask;
 
 typedef struct attnkit_attention_forward_args {
@@ -146,6 +150,8 @@ typedef struct attnkit_attention_backward_args {
    * bound (64 MiB, attnkit::kDefaultSplitWorkspaceBytes), 0 = never split automatically. An explicit
    * kv_splits is not limited. */
   int64_t split_workspace_limit;
+  /* Optional output with mask.rpb: the positional bias's gradient (rpb's shape and dtype). */
+  attnkit_tensor grad_rpb;
 } attnkit_attention_backward_args;
 
 typedef struct attnkit_retention_forward_args {
@@ -251,9 +257,9 @@ ATTNKIT_C_API attnkit_status attnkit_attention_backward_plan(const attnkit_atten
 ATTNKIT_C_API attnkit_status attnkit_plan_workspace_size(const attnkit_plan* plan, int64_t* bytes);
 /* Runs the plan on new tensors of its call shape: data[i] is the data pointer of the i-th tensor field
  * of the args struct, in declaration order (attention forward: q, k, v, out, lse, mask.block_mask,
- * mask.element_mask: 7 pointers; attention backward: q, k, v, out, lse, grad_out, grad_q, grad_k,
- * grad_v, mask.block_mask, mask.element_mask: 11). A tensor absent from the plan's args stays NULL; a
- * present one needs the alignment (address mod 16) it had there. workspace: as in attnkit_run_options. */
+ * mask.element_mask, mask.rpb: 8 pointers; attention backward: q, k, v, out, lse, grad_out, grad_q, grad_k,
+ * grad_v, mask.block_mask, mask.element_mask, mask.rpb, grad_rpb: 13). A tensor absent from the plan's args stays NULL;
+ * a present one needs the alignment (address mod 16) it had there. workspace: as in attnkit_run_options. */
 ATTNKIT_C_API attnkit_status attnkit_plan_run(const attnkit_plan* plan, void* const* data, int32_t count, void* stream,
                                               void* workspace, int64_t workspace_bytes);
 ATTNKIT_C_API void attnkit_plan_destroy(attnkit_plan* plan);

@@ -5,6 +5,8 @@ library is looked up on first use: $ATTNKIT_LIBRARY, then the copy `pip install 
 package (attnkit/lib/libattnkit.so), then, when run from a source checkout, its newest build.
 """
 
+from typing import Any, Dict
+
 from . import functional, nn, tuner
 from ._capi import AttnkitError, AttnkitInvalidArgument, LibraryNotFoundError, load_library
 from .functional import attention, gemm, merge_attentions, na1d, na2d, na3d, retention, sparse_attention
@@ -15,14 +17,20 @@ __all__ = [
     "LibraryNotFoundError", "use_autotuner", "disable_autotuner",
 ]
 
-# The package's version, equal to the library's (CMake project version) and to pyproject.toml's.
-__version__ = "0.1.0"
+# The package's version: the library's (CMake project version), plus, in an installed wheel, the local label
+# of its build variant ("0.1.0+cpu", "0.1.0+cu130"; docs/python.md, "Wheels and variants"), which the build
+# writes into attnkit/_version.py. Run from a source checkout, the package has only the public version.
+try:
+    from ._version import __version__ as _built_version  # type: ignore[import-not-found, unused-ignore]
+except ImportError:
+    _built_version = "0.1.0"
+__version__: str = _built_version
 
 use_autotuner = tuner.use_autotuner
 disable_autotuner = tuner.disable_autotuner
 
 
-def library_info() -> dict:
+def library_info() -> Dict[str, Any]:
     """Path, version and backends of the loaded libattnkit."""
     from . import _capi
 

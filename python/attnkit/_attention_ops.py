@@ -35,15 +35,16 @@ from . import _capi
 from . import _launch
 from . import _plans
 
-_FORWARD_TENSORS = 7  # q, k, v, out, lse, block_mask, element_mask (attnkit_plan_run's order)
-_BACKWARD_TENSORS = 11  # q, k, v, out, lse, grad_out, grad_q, grad_k, grad_v, block_mask, element_mask
+_FORWARD_TENSORS = 8  # q, k, v, out, lse, block_mask, element_mask, rpb (attnkit_plan_run's order)
+# q, k, v, out, lse, grad_out, grad_q, grad_k, grad_v, block_mask, element_mask, rpb, grad_rpb
+_BACKWARD_TENSORS = 13
 
 _forward_plans = _plans.PlanCache()
 _backward_plans = _plans.PlanCache()
 
 
 def fill_mask(mask: _capi.AttentionMask, block_mask, element_mask, kind, causal_alignment, kernel_size,
-              dilation, stride, causal, block_q, block_k) -> None:
+              dilation, stride, causal, block_q, block_k, rpb=None) -> None:
     mask.kind = kind
     mask.causal_alignment = causal_alignment
     if kind == _capi.ATTNKIT_MASK_NEIGHBORHOOD:
@@ -52,6 +53,7 @@ def fill_mask(mask: _capi.AttentionMask, block_mask, element_mask, kind, causal_
     mask.block_q = block_q
     mask.block_k = block_k
     mask.element_mask = _launch.view(element_mask)
+    mask.rpb = _launch.view(rpb)
 
 
 def _set_scale(args, scale: Optional[float]) -> None:
@@ -83,14 +85,14 @@ def deterministic_backward() -> bool:
     return _tuner_module.deterministic_backward() or torch.are_deterministic_algorithms_enabled()
 
 
-def _forward_plan(lib, q, k, v, out, lse, block_mask, element_mask, params, scale, no_tuning):
-    device = _launch.check_device(lib, q, k, v, block_mask, element_mask)
+def _forward_plan(lib, q, k, v, out, lse, block_mask, element_mask, params, scale, no_tuning, rpb):
+    device = _launch.check_device(lib, q, k, v, block_mask, element_mask, rpb)
     args = _capi.AttentionForwardArgs()
     lib.attnkit_attention_forward_args_init(ctypes.byref(args))
     args.q, args.k, args.v = _launch.view(q), _launch.view(k), _launch.view(v)
     args.out, args.lse = _launch.view(out), _launch.view(lse)
     _set_scale(args, scale)
-    fill_mask(args.mask, block_mask, element_mask, *params)
+    fill_mask(args.mask, block_mask, element_mask, *params, rpb=rpb)
     return _plans.make(lib, lib.attnkit_attention_forward_plan, args, device, no_tuning, _FORWARD_TENSORS)
 
 
@@ -115,8 +117,10 @@ def _outputs(entry: _ForwardEntry, q, need_lse: bool):
     return out, (q.new_empty(entry.lse_shape, dtype=torch.float32) if need_lse else None)
 
 
-def run_forward(q, k, v, block_mask, element_mask, params: tuple, scale: Optional[float], need_lse: bool):
-    """out [B, *tokens, Hq, Dv] and lse [B, *tokens, Hq] (None unless need_lse). `params` as _params_key."""
+def run_forward(q, k, v, block_mask, element_mask, params: tuple, scale: Optional[float], need_lse: bool,
+                rpb=None):
+    """out [B, *tokens, Hq, Dv] and lse [B, *tokens, Hq] (None unless need_lse). `params` as _params_key; rpb the
+    neighborhood's relative positional bias [Hq, 2K-1, ...] or None."""
     # Inline form of _launch.contiguous_last and _plans.tensor_key: this runs on every call.
     try:
         if q.stride(-1) != 1:
@@ -132,24 +136,24 @@ def run_forward(q, k, v, block_mask, element_mask, params: tuple, scale: Optiona
            k.shape, k.stride(), k.dtype, k.device, k.data_ptr() & 15,
            v.shape, v.stride(), v.dtype, v.device, v.data_ptr() & 15,
            params, scale, need_lse, no_tuning)
-    if block_mask is not None or element_mask is not None:
+    if block_mask is not None or element_mask is not None or rpb is not None:
         block_mask, element_mask = _launch.contiguous_last(block_mask), _launch.contiguous_last(element_mask)
-        key += (_plans.tensor_key(block_mask), _plans.tensor_key(element_mask))
+        key += (_plans.tensor_key(block_mask), _plans.tensor_key(element_mask), _plans.tensor_key(rpb))
     entry = _forward_plans.get(key)
     if entry is None:
         out, lse = _outputs(_ForwardEntry(None, q, v), q, need_lse)
         plan = _forward_plan(_launch.library(), q, k, v, out, lse, block_mask, element_mask, params, scale,
-                             no_tuning)
+                             no_tuning, rpb)
         entry = _ForwardEntry(plan, q, v)
         _forward_plans.put(key, entry)
     else:
         out, lse = _outputs(entry, q, need_lse)
     _plans.run(entry.plan, (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), _pointer(lse),
-                            _pointer(block_mask), _pointer(element_mask)), q.device)
+                            _pointer(block_mask), _pointer(element_mask), _pointer(rpb)), q.device)
     return out, lse
 
 
-def _backward_plan(lib, tensors, block_mask, element_mask, params, scale, deterministic, no_tuning):
+def _backward_plan(lib, tensors, block_mask, element_mask, params, scale, deterministic, no_tuning, rpb, grad_rpb):
     device = tensors[0].device
     args = _capi.AttentionBackwardArgs()
     # kv_splits and split_workspace_limit keep the init defaults (0: automatic, -1: default bound).
@@ -158,16 +162,20 @@ def _backward_plan(lib, tensors, block_mask, element_mask, params, scale, determ
      args.grad_v) = (_launch.view(t) for t in tensors)
     args.deterministic = 1 if deterministic else 0
     _set_scale(args, scale)
-    fill_mask(args.mask, block_mask, element_mask, *params)
+    fill_mask(args.mask, block_mask, element_mask, *params, rpb=rpb)
+    args.grad_rpb = _launch.view(grad_rpb)
     return _plans.make(lib, lib.attnkit_attention_backward_plan, args, device, no_tuning, _BACKWARD_TENSORS)
 
 
-def _backward_call(q, k, v, out, lse, grad_out, block_mask, element_mask, params, scale, deterministic):
+def _backward_call(q, k, v, out, lse, grad_out, block_mask, element_mask, params, scale, deterministic, rpb=None,
+                   rpb_grad=False):
+    """(grad_q, grad_k, grad_v, grad_rpb); grad_rpb is None unless rpb_grad."""
     # The gradients are contiguous and shaped like q, k, v, so the key needs only the inputs' entries.
     contiguous = torch.contiguous_format
     grad_q = torch.empty_like(q, memory_format=contiguous)
     grad_k = torch.empty_like(k, memory_format=contiguous)
     grad_v = torch.empty_like(v, memory_format=contiguous)
+    grad_rpb = torch.empty_like(rpb, memory_format=contiguous) if rpb_grad else None
     tensors = (q, k, v, out, lse, grad_out, grad_q, grad_k, grad_v)
     no_tuning = torch.are_deterministic_algorithms_enabled()
     key = (q.shape, q.stride(), q.dtype, q.device, q.data_ptr() & 15,
@@ -177,33 +185,36 @@ def _backward_call(q, k, v, out, lse, grad_out, block_mask, element_mask, params
            lse.shape, lse.stride(), lse.dtype, lse.device, lse.data_ptr() & 15,
            grad_out.shape, grad_out.stride(), grad_out.dtype, grad_out.device, grad_out.data_ptr() & 15,
            params, scale, deterministic, no_tuning)
-    if block_mask is not None or element_mask is not None:
-        key += (_plans.tensor_key(block_mask), _plans.tensor_key(element_mask))
+    if block_mask is not None or element_mask is not None or rpb is not None:
+        key += (_plans.tensor_key(block_mask), _plans.tensor_key(element_mask), _plans.tensor_key(rpb), rpb_grad)
     plan = _backward_plans.get(key)
     if plan is None:
         plan = _backward_plan(_launch.library(), tensors, block_mask, element_mask, params, scale, deterministic,
-                              no_tuning)
+                              no_tuning, rpb, grad_rpb)
         _backward_plans.put(key, plan)
     _plans.run(plan, (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(), grad_out.data_ptr(),
                       grad_q.data_ptr(), grad_k.data_ptr(), grad_v.data_ptr(), _pointer(block_mask),
-                      _pointer(element_mask)), q.device)
-    return grad_q, grad_k, grad_v
+                      _pointer(element_mask), _pointer(rpb), _pointer(grad_rpb)), q.device)
+    return grad_q, grad_k, grad_v, grad_rpb
 
 
 def run_backward(grad_out, grad_lse, q, k, v, out, lse, block_mask, element_mask, params: tuple,
-                 scale: Optional[float], deterministic: bool):
-    """(grad_q, grad_k, grad_v) from the incoming gradients of out and lse (either may be None)."""
+                 scale: Optional[float], deterministic: bool, rpb=None, rpb_grad: bool = False):
+    """(grad_q, grad_k, grad_v, grad_rpb) from the incoming gradients of out and lse (either may be None);
+    grad_rpb is None unless rpb_grad."""
     device = q.device
     if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1 or out.stride(-1) != 1 or lse.stride(-1) != 1:
         q, k, v, out, lse = (_launch.contiguous_last(t) for t in (q, k, v, out, lse))
     if block_mask is not None or element_mask is not None:
         block_mask, element_mask = _launch.contiguous_last(block_mask), _launch.contiguous_last(element_mask)
+    rpb_grad = rpb_grad and rpb is not None
     grads = None
     if grad_out is not None:
         if grad_out.dtype != q.dtype:
             grad_out = grad_out.to(q.dtype)
         grad_out = _launch.contiguous_last(grad_out)
-        grads = _backward_call(q, k, v, out, lse, grad_out, block_mask, element_mask, params, scale, deterministic)
+        grads = _backward_call(q, k, v, out, lse, grad_out, block_mask, element_mask, params, scale, deterministic,
+                               rpb, rpb_grad)
     if grad_lse is not None:
         unit = torch.zeros(out.shape, dtype=q.dtype, device=device)
         unit[..., 0] = 1
@@ -211,14 +222,16 @@ def run_backward(grad_out, grad_lse, q, k, v, out, lse, block_mask, element_mask
         # Rows with no key have lse = -inf and get zero gradients from the library anyway.
         lse_out[..., 0] = -torch.nan_to_num(grad_lse.to(torch.float32), nan=0.0, posinf=0.0, neginf=0.0).to(q.dtype)
         zero_v = torch.zeros(v.shape, dtype=v.dtype, device=device)
-        lse_q, lse_k, _ = _backward_call(q, k, zero_v, lse_out, lse, unit, block_mask, element_mask, params, scale,
-                                         deterministic)
+        lse_q, lse_k, _, lse_rpb = _backward_call(q, k, zero_v, lse_out, lse, unit, block_mask, element_mask, params,
+                                                  scale, deterministic, rpb, rpb_grad)
         if grads is None:
-            grads = (lse_q, lse_k, torch.zeros(v.shape, dtype=v.dtype, device=device))
+            grads = (lse_q, lse_k, torch.zeros(v.shape, dtype=v.dtype, device=device), lse_rpb)
         else:
-            grads = (grads[0] + lse_q, grads[1] + lse_k, grads[2])
+            grads = (grads[0] + lse_q, grads[1] + lse_k, grads[2],
+                     grads[3] + lse_rpb if rpb_grad else None)
     if grads is None:
-        grads = tuple(torch.zeros(t.shape, dtype=t.dtype, device=device) for t in (q, k, v))
+        grads = tuple(torch.zeros(t.shape, dtype=t.dtype, device=device) for t in (q, k, v)) + (
+            torch.zeros_like(rpb) if rpb_grad else None,)
     return grads
 
 
@@ -226,9 +239,9 @@ class AttentionFunction(torch.autograd.Function):
     """Eager autograd over run_forward / run_backward (the custom ops' formula, without their dispatch)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, block_mask, element_mask, params, scale):
-        out, lse = run_forward(q, k, v, block_mask, element_mask, params, scale, True)
-        ctx.save_for_backward(q, k, v, out, lse, block_mask, element_mask)
+    def forward(ctx, q, k, v, block_mask, element_mask, params, scale, rpb=None):
+        out, lse = run_forward(q, k, v, block_mask, element_mask, params, scale, True, rpb)
+        ctx.save_for_backward(q, k, v, out, lse, block_mask, element_mask, rpb)
         # An unused output's gradient stays None instead of zeros: an unused lse then costs no second
         # backward call.
         ctx.set_materialize_grads(False)
@@ -238,10 +251,12 @@ class AttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out, grad_lse):
-        q, k, v, out, lse, block_mask, element_mask = ctx.saved_tensors
-        grad_q, grad_k, grad_v = run_backward(grad_out, grad_lse, q, k, v, out, lse, block_mask, element_mask,
-                                              ctx.params, ctx.scale, deterministic_backward())
-        return grad_q, grad_k, grad_v, None, None, None, None
+        q, k, v, out, lse, block_mask, element_mask, rpb = ctx.saved_tensors
+        with_rpb = len(ctx.needs_input_grad) > 7  # apply() was given the rpb argument
+        grad_q, grad_k, grad_v, grad_rpb = run_backward(
+            grad_out, grad_lse, q, k, v, out, lse, block_mask, element_mask, ctx.params, ctx.scale,
+            deterministic_backward(), rpb, with_rpb and ctx.needs_input_grad[7])
+        return (grad_q, grad_k, grad_v, None, None, None, None) + ((grad_rpb,) if with_rpb else ())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -253,15 +268,15 @@ def attention_forward(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     block_mask: Optional[torch.Tensor], element_mask: Optional[torch.Tensor],
     mask_kind: int, causal_alignment: int, kernel_size: List[int], dilation: List[int], stride: List[int],
-    causal: List[bool], block_q: int, block_k: int, scale: Optional[float],
+    causal: List[bool], block_q: int, block_k: int, scale: Optional[float], rpb: Optional[torch.Tensor] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     params = _params_key((mask_kind, causal_alignment, kernel_size, dilation, stride, causal, block_q, block_k))
-    return run_forward(q, k, v, block_mask, element_mask, params, scale, True)
+    return run_forward(q, k, v, block_mask, element_mask, params, scale, True, rpb)
 
 
 @attention_forward.register_fake
 def _(q, k, v, block_mask, element_mask, mask_kind, causal_alignment, kernel_size, dilation, stride, causal,
-      block_q, block_k, scale):
+      block_q, block_k, scale, rpb=None):
     out = q.new_empty(q.shape[:-1] + v.shape[-1:])
     lse = q.new_empty(q.shape[:-1], dtype=torch.float32)
     return out, lse
@@ -274,38 +289,45 @@ def attention_backward(
     block_mask: Optional[torch.Tensor], element_mask: Optional[torch.Tensor],
     mask_kind: int, causal_alignment: int, kernel_size: List[int], dilation: List[int], stride: List[int],
     causal: List[bool], block_q: int, block_k: int, scale: Optional[float], deterministic: bool,
-) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    rpb: Optional[torch.Tensor] = None, rpb_grad: bool = False,
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """grad_q, grad_k, grad_v and grad_rpb (an empty tensor unless rpb_grad: op outputs cannot be None)."""
     params = _params_key((mask_kind, causal_alignment, kernel_size, dilation, stride, causal, block_q, block_k))
-    return run_backward(grad_out, grad_lse, q, k, v, out, lse, block_mask, element_mask, params, scale,
-                        deterministic)
+    grad_q, grad_k, grad_v, grad_rpb = run_backward(grad_out, grad_lse, q, k, v, out, lse, block_mask, element_mask,
+                                                    params, scale, deterministic, rpb, rpb_grad)
+    return grad_q, grad_k, grad_v, grad_rpb if grad_rpb is not None else q.new_empty(0)
 
 
 @attention_backward.register_fake
 def _(grad_out, grad_lse, q, k, v, out, lse, block_mask, element_mask, mask_kind, causal_alignment, kernel_size,
-      dilation, stride, causal, block_q, block_k, scale, deterministic):
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+      dilation, stride, causal, block_q, block_k, scale, deterministic, rpb=None, rpb_grad=False):
+    grad_rpb = rpb.new_empty(rpb.shape) if rpb is not None and rpb_grad else q.new_empty(0)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), grad_rpb
 
 
-# Non-tensor inputs of attention_forward after q, k, v (block_mask ... scale): 11 of them.
+# Inputs of attention_forward after q, k, v that get no gradient (block_mask ... scale): 11 of them; rpb last.
 _FORWARD_EXTRA_INPUTS = 11
+_RPB_INPUT = 3 + _FORWARD_EXTRA_INPUTS
 
 
 def _setup_context(ctx, inputs, output):
     q, k, v, block_mask, element_mask = inputs[:5]
+    rpb = inputs[_RPB_INPUT] if len(inputs) > _RPB_INPUT else None
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, block_mask, element_mask)
+    ctx.save_for_backward(q, k, v, out, lse, block_mask, element_mask, rpb)
     ctx.set_materialize_grads(False)
     ctx.mask_params = inputs[5:13]
     ctx.scale = inputs[13]
 
 
 def _backward(ctx, grad_out, grad_lse):
-    q, k, v, out, lse, block_mask, element_mask = ctx.saved_tensors
-    grad_q, grad_k, grad_v = attention_backward(
+    q, k, v, out, lse, block_mask, element_mask, rpb = ctx.saved_tensors
+    rpb_grad = rpb is not None and len(ctx.needs_input_grad) > _RPB_INPUT and ctx.needs_input_grad[_RPB_INPUT]
+    grad_q, grad_k, grad_v, grad_rpb = attention_backward(
         grad_out, grad_lse, q, k, v, out, lse, block_mask, element_mask, *ctx.mask_params, ctx.scale,
-        deterministic_backward(),
+        deterministic_backward(), rpb, rpb_grad,
     )
-    return (grad_q, grad_k, grad_v) + (None,) * _FORWARD_EXTRA_INPUTS
+    return (grad_q, grad_k, grad_v) + (None,) * _FORWARD_EXTRA_INPUTS + ((grad_rpb if rpb_grad else None),)
 
 
 attention_forward.register_autograd(_backward, setup_context=_setup_context)

@@ -20,7 +20,7 @@ from pathlib import Path
 # ---------------------------------------------------------------------------------------------
 # Constants and enums (values as in attnkit.h)
 
-ATTNKIT_ABI_VERSION = 3
+ATTNKIT_ABI_VERSION = 4
 ATTNKIT_MAX_RANK = 8
 ATTNKIT_MAX_TOKEN_DIMS = 3
 
@@ -145,6 +145,7 @@ class AttentionMask(ctypes.Structure):
         ("block_q", _i64),
         ("block_k", _i64),
         ("element_mask", Tensor),
+        ("rpb", Tensor),
     ]
 
 
@@ -184,6 +185,7 @@ class AttentionBackwardArgs(ctypes.Structure):
         ("kv_splits", _i32),
         ("reserved", _i32),
         ("split_workspace_limit", _i64),
+        ("grad_rpb", Tensor),
     ]
 
 
@@ -410,6 +412,17 @@ def candidate_paths() -> list[str]:
     return [packaged_library_path(), *checkout_build_paths()]
 
 
+def cuda_runtime_hint(tried: list[str]) -> str:
+    """What to do when the loader did not find the CUDA runtime a CUDA build of libattnkit links: its wheels
+    do not bundle libcudart (docs/python.md, "Wheels and variants"), they use the one PyTorch brings."""
+    if not any("libcudart" in entry or "libcuda.so" in entry for entry in tried):
+        return ""
+    return (". This libattnkit was built with CUDA: it needs libcudart.so.<major> of the CUDA it was built with (a "
+            "CUDA wheel of attnkit does not bundle it; the CUDA build of PyTorch brings it: attnkit's +cu130 wheel goes "
+            "with torch's +cu130 wheels) and, for libcuda.so.1, an NVIDIA driver; install the matching torch or put "
+            "that CUDA runtime on LD_LIBRARY_PATH, or install attnkit's +cpu variant")
+
+
 def _declare(lib: ctypes.CDLL, path: str) -> None:
     missing = []
     for name, (restype, argtypes) in _PROTOTYPES.items():
@@ -494,12 +507,12 @@ def load_library(path: str | os.PathLike | None = None) -> ctypes.CDLL:
             raise LibraryNotFoundError(
                 f"attnkit: ATTNKIT_LIBRARY={os.environ['ATTNKIT_LIBRARY']} cannot be used: {'; '.join(tried)}; "
                 "allowed: the path of a libattnkit.so built from this source tree, or unset ATTNKIT_LIBRARY to "
-                "use the copy installed with the package")
+                "use the copy installed with the package" + cuda_runtime_hint(tried))
         raise LibraryNotFoundError(
             "attnkit: libattnkit.so not found or not loadable; tried: " + "; ".join(tried)
             + ". Install the package with `pip install .` from the attnkit repository (it builds and "
             "bundles the library), or build it (cmake --preset cpu && cmake --build --preset cpu) and "
-            "set ATTNKIT_LIBRARY=/path/to/build/cpu/libattnkit.so"
+            "set ATTNKIT_LIBRARY=/path/to/build/cpu/libattnkit.so" + cuda_runtime_hint(tried)
         )
 
 

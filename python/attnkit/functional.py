@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 import functools
 import warnings
-from typing import Optional, Sequence
+from typing import Any, Callable, Dict, List, Literal, Optional, Protocol, Sequence, Tuple, Union, overload
 
 import torch
 
@@ -25,6 +25,73 @@ from ._gemm_ops import gemm as _gemm_op
 from ._retention_ops import retention_forward as _retention_op
 
 __all__ = ["attention", "na1d", "na2d", "na3d", "sparse_attention", "retention", "gemm", "merge_attentions"]
+
+# Types of the public signatures: (out, lse); one int (bool) or one per token dimension.
+_OutLse = Tuple[torch.Tensor, torch.Tensor]
+_IntPerDim = Union[int, Sequence[int]]
+_BoolPerDim = Union[bool, Sequence[bool]]
+
+
+class _NeighborhoodFunction(Protocol):
+    """na1d/na2d/na3d as type checkers see them: the result is out, or (out, lse) with return_lse=True."""
+
+    @overload
+    def __call__(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, kernel_size: _IntPerDim,
+                 stride: Optional[_IntPerDim] = ..., dilation: Optional[_IntPerDim] = ...,
+                 is_causal: Optional[_BoolPerDim] = ..., scale: Optional[float] = ...,
+                 additional_keys: Optional[torch.Tensor] = ..., additional_values: Optional[torch.Tensor] = ...,
+                 attention_kwargs: Optional[Dict[str, Any]] = ..., *, return_lse: Literal[False] = ...,
+                 backend: Optional[str] = ..., q_tile_shape: Optional[_IntPerDim] = ...,
+                 kv_tile_shape: Optional[_IntPerDim] = ..., backward_q_tile_shape: Optional[_IntPerDim] = ...,
+                 backward_kv_tile_shape: Optional[_IntPerDim] = ..., backward_kv_splits: Optional[_IntPerDim] = ...,
+                 backward_use_pt_reduction: bool = ..., run_persistent_kernel: bool = ...,
+                 kernel_schedule: Union[str, enum.Enum, None] = ..., torch_compile: bool = ...,
+                 try_fuse_additional_kv: bool = ..., rpb: Optional[torch.Tensor] = ...) -> torch.Tensor: ...
+    @overload
+    def __call__(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, kernel_size: _IntPerDim,
+                 stride: Optional[_IntPerDim] = ..., dilation: Optional[_IntPerDim] = ...,
+                 is_causal: Optional[_BoolPerDim] = ..., scale: Optional[float] = ...,
+                 additional_keys: Optional[torch.Tensor] = ..., additional_values: Optional[torch.Tensor] = ...,
+                 attention_kwargs: Optional[Dict[str, Any]] = ..., *, return_lse: Literal[True],
+                 backend: Optional[str] = ..., q_tile_shape: Optional[_IntPerDim] = ...,
+                 kv_tile_shape: Optional[_IntPerDim] = ..., backward_q_tile_shape: Optional[_IntPerDim] = ...,
+                 backward_kv_tile_shape: Optional[_IntPerDim] = ..., backward_kv_splits: Optional[_IntPerDim] = ...,
+                 backward_use_pt_reduction: bool = ..., run_persistent_kernel: bool = ...,
+                 kernel_schedule: Union[str, enum.Enum, None] = ..., torch_compile: bool = ...,
+                 try_fuse_additional_kv: bool = ..., rpb: Optional[torch.Tensor] = ...) -> _OutLse: ...
+    @overload
+    def __call__(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, kernel_size: _IntPerDim,
+                 stride: Optional[_IntPerDim] = ..., dilation: Optional[_IntPerDim] = ...,
+                 is_causal: Optional[_BoolPerDim] = ..., scale: Optional[float] = ...,
+                 additional_keys: Optional[torch.Tensor] = ..., additional_values: Optional[torch.Tensor] = ...,
+                 attention_kwargs: Optional[Dict[str, Any]] = ..., *, return_lse: bool = ...,
+                 backend: Optional[str] = ..., q_tile_shape: Optional[_IntPerDim] = ...,
+                 kv_tile_shape: Optional[_IntPerDim] = ..., backward_q_tile_shape: Optional[_IntPerDim] = ...,
+                 backward_kv_tile_shape: Optional[_IntPerDim] = ..., backward_kv_splits: Optional[_IntPerDim] = ...,
+                 backward_use_pt_reduction: bool = ..., run_persistent_kernel: bool = ...,
+                 kernel_schedule: Union[str, enum.Enum, None] = ..., torch_compile: bool = ...,
+                 try_fuse_additional_kv: bool = ...,
+                 rpb: Optional[torch.Tensor] = ...) -> Union[torch.Tensor, _OutLse]: ...
+    def __call__(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, kernel_size: _IntPerDim,
+                 stride: Optional[_IntPerDim] = 1, dilation: Optional[_IntPerDim] = 1,
+                 is_causal: Optional[_BoolPerDim] = False, scale: Optional[float] = None,
+                 additional_keys: Optional[torch.Tensor] = None, additional_values: Optional[torch.Tensor] = None,
+                 attention_kwargs: Optional[Dict[str, Any]] = None, *, return_lse: bool = False,
+                 backend: Optional[str] = None, q_tile_shape: Optional[_IntPerDim] = None,
+                 kv_tile_shape: Optional[_IntPerDim] = None, backward_q_tile_shape: Optional[_IntPerDim] = None,
+                 backward_kv_tile_shape: Optional[_IntPerDim] = None, backward_kv_splits: Optional[_IntPerDim] = None,
+                 backward_use_pt_reduction: bool = False, run_persistent_kernel: bool = True,
+                 kernel_schedule: Union[str, enum.Enum, None] = None, torch_compile: bool = False,
+                 try_fuse_additional_kv: bool = False,
+                 rpb: Optional[torch.Tensor] = None) -> Union[torch.Tensor, _OutLse]: ...
+
+
+def _neighborhood_signature(function: Callable[..., Any]) -> _NeighborhoodFunction:
+    """Typing only: na1d/na2d/na3d get _NeighborhoodFunction's overloads for type checkers and its
+    annotations at run time (inspect.signature, help()); the function itself is returned unchanged."""
+    annotations = _NeighborhoodFunction.__call__.__annotations__
+    function.__annotations__ = {name: annotation for name, annotation in annotations.items() if name != "self"}
+    return function
 
 
 def _check_tensor(t, name: str) -> None:
@@ -45,7 +112,7 @@ _dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", None)
 _function_modes = getattr(torch._C, "_is_torch_function_mode_enabled", None)
 
 
-def _eager_fast_path(q, k, v, block_mask=None, element_mask=None) -> bool:
+def _eager_fast_path(q, k, v, block_mask=None, element_mask=None, rpb=None) -> bool:
     """Plain tensors, no tracing, no active mode: the call may skip the custom op's dispatch (a mode or a
     tensor subclass must see the op, so those calls take it; so does anything that is not a tensor, to be
     refused with a message)."""
@@ -55,30 +122,48 @@ def _eager_fast_path(q, k, v, block_mask=None, element_mask=None) -> bool:
         return False
     if element_mask is not None and type(element_mask) not in _PLAIN_TENSORS:
         return False
+    if rpb is not None and type(rpb) not in _PLAIN_TENSORS:
+        return False
     if torch.compiler.is_compiling():
         return False
     return not (_dispatch_modes is None or _function_modes is None or _dispatch_modes() or _function_modes())
 
 
-def _run_attention(q, k, v, spec: _mask_spec.MaskSpec, scale, return_lse: bool, names=("q", "k", "v")):
+def _run_attention(q, k, v, spec: _mask_spec.MaskSpec, scale, return_lse: bool, names=("q", "k", "v"), rpb=None):
     if scale is not None:
         scale = _check_scale(scale)
-    if _eager_fast_path(q, k, v, spec.block_mask, spec.element_mask):
-        if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+    if _eager_fast_path(q, k, v, spec.block_mask, spec.element_mask, rpb):
+        needs_grad = q.requires_grad or k.requires_grad or v.requires_grad or (rpb is not None and rpb.requires_grad)
+        if needs_grad and torch.is_grad_enabled():
             out, lse = _attention_ops.AttentionFunction.apply(q, k, v, spec.block_mask, spec.element_mask,
-                                                              spec.params(), scale)
+                                                              spec.params(), scale, rpb)
         else:
             out, lse = _attention_ops.run_forward(q, k, v, spec.block_mask, spec.element_mask, spec.params(), scale,
-                                                  return_lse)
+                                                  return_lse, rpb)
     else:
         for t, name in zip((q, k, v), names):
             _check_tensor(t, name)
-        out, lse = _attention_op(q, k, v, *spec.op_args(), scale)
+        if rpb is not None:
+            _check_tensor(rpb, "rpb")
+        out, lse = _attention_op(q, k, v, *spec.op_args(), scale, rpb)
     return (out, lse) if return_lse else out
 
 
-def attention(q, k, v, *, is_causal: bool = False, scale: Optional[float] = None, mask=None,
-              return_lse: bool = False, causal_alignment: str = "top_left"):
+@overload
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, is_causal: bool = ...,
+              scale: Optional[float] = ..., mask: Optional[torch.Tensor] = ..., return_lse: Literal[False] = ...,
+              causal_alignment: str = ...) -> torch.Tensor: ...
+@overload
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, is_causal: bool = ...,
+              scale: Optional[float] = ..., mask: Optional[torch.Tensor] = ..., return_lse: Literal[True],
+              causal_alignment: str = ...) -> _OutLse: ...
+@overload
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, is_causal: bool = ...,
+              scale: Optional[float] = ..., mask: Optional[torch.Tensor] = ..., return_lse: bool = ...,
+              causal_alignment: str = ...) -> Union[torch.Tensor, _OutLse]: ...
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, is_causal: bool = False,
+              scale: Optional[float] = None, mask: Optional[torch.Tensor] = None, return_lse: bool = False,
+              causal_alignment: str = "top_left") -> Union[torch.Tensor, _OutLse]:
     """Dense attention, optionally causal (top-left aligned like torch SDPA, or bottom-right) or
     with a bool element mask [B|1, Hq|1, Sq, Sk] or [Sq, Sk] (True = attend). A query row with no
     key gives 0 output and lse -inf."""
@@ -203,7 +288,7 @@ def _check_additional_kv(query, key, value, additional_keys, additional_values) 
 
 
 def _neighborhood(dims, query, key, value, kernel_size, stride, dilation, is_causal, scale, additional_keys,
-                  additional_values, attention_kwargs, return_lse, backend, kernel_schedule):
+                  additional_values, attention_kwargs, return_lse, backend, kernel_schedule, rpb=None):
     _check_tensor(query, "query")
     if query.dim() != dims + 3:
         raise ValueError(f"query: rank {query.dim()} (shape {tuple(query.shape)}); allowed: rank {dims + 3}, "
@@ -216,9 +301,9 @@ def _neighborhood(dims, query, key, value, kernel_size, stride, dilation, is_cau
                                    1 if stride is None else stride, False if is_causal is None else is_causal)
     names = ("query", "key", "value")
     if additional_keys is None and additional_values is None:
-        return _run_attention(query, key, value, spec, scale, return_lse, names)
+        return _run_attention(query, key, value, spec, scale, return_lse, names, rpb)
     _check_additional_kv(query, key, value, additional_keys, additional_values)
-    out, lse = _run_attention(query, key, value, spec, scale, True, names)
+    out, lse = _run_attention(query, key, value, spec, scale, True, names, rpb)
     if additional_keys.shape[1] > 0:  # with no extra token the result is the neighborhood's alone
         # Every query attends to every additional token (never causal), merged through the LSE, so
         # the gradients reach query, key, value and the additional tokens through autograd.
@@ -243,34 +328,46 @@ _NA_DOC = """{dims}-D neighborhood attention with NATTEN >= 0.20's parameters (n
     (backend, tile shapes, backward_kv_splits, backward_use_pt_reduction, run_persistent_kernel,
     kernel_schedule, torch_compile, try_fuse_additional_kv) are accepted and ignored; an unknown
     backend or kernel_schedule, or an attention_kwargs key that would change results, raises. The
-    old names q=, k=, v= still work (deprecated)."""
+    old names q=, k=, v= still work (deprecated).
+
+    rpb (attnkit's extension, NATTEN <= 0.17's relative positional bias): [heads, 2*K-1 per token
+    dimension], float32 or query's dtype, added to the scaled scores inside the kernel: the score of a
+    query and a key gets rpb[h, key offset / dilation + K - 1 per dimension]; differentiable. Allowed with
+    stride 1 and no causal dimension; CPU tensors only in this version. attnkit.natten017 has NATTEN
+    0.17's modules and unfused ops over it."""
 
 
+@_neighborhood_signature
 def na1d(query, key, value, kernel_size, stride=1, dilation=1, is_causal=False, scale=None,
          additional_keys=None, additional_values=None, attention_kwargs=None, *, return_lse=False,
          backend=None, q_tile_shape=None, kv_tile_shape=None, backward_q_tile_shape=None,
          backward_kv_tile_shape=None, backward_kv_splits=None, backward_use_pt_reduction=False,
-         run_persistent_kernel=True, kernel_schedule=None, torch_compile=False, try_fuse_additional_kv=False):
+         run_persistent_kernel=True, kernel_schedule=None, torch_compile=False, try_fuse_additional_kv=False,
+         rpb=None):
     return _neighborhood(1, query, key, value, kernel_size, stride, dilation, is_causal, scale, additional_keys,
-                         additional_values, attention_kwargs, return_lse, backend, kernel_schedule)
+                         additional_values, attention_kwargs, return_lse, backend, kernel_schedule, rpb)
 
 
+@_neighborhood_signature
 def na2d(query, key, value, kernel_size, stride=1, dilation=1, is_causal=False, scale=None,
          additional_keys=None, additional_values=None, attention_kwargs=None, *, return_lse=False,
          backend=None, q_tile_shape=None, kv_tile_shape=None, backward_q_tile_shape=None,
          backward_kv_tile_shape=None, backward_kv_splits=None, backward_use_pt_reduction=False,
-         run_persistent_kernel=True, kernel_schedule=None, torch_compile=False, try_fuse_additional_kv=False):
+         run_persistent_kernel=True, kernel_schedule=None, torch_compile=False, try_fuse_additional_kv=False,
+         rpb=None):
     return _neighborhood(2, query, key, value, kernel_size, stride, dilation, is_causal, scale, additional_keys,
-                         additional_values, attention_kwargs, return_lse, backend, kernel_schedule)
+                         additional_values, attention_kwargs, return_lse, backend, kernel_schedule, rpb)
 
 
+@_neighborhood_signature
 def na3d(query, key, value, kernel_size, stride=1, dilation=1, is_causal=False, scale=None,
          additional_keys=None, additional_values=None, attention_kwargs=None, *, return_lse=False,
          backend=None, q_tile_shape=None, kv_tile_shape=None, backward_q_tile_shape=None,
          backward_kv_tile_shape=None, backward_kv_splits=None, backward_use_pt_reduction=False,
-         run_persistent_kernel=True, kernel_schedule=None, torch_compile=False, try_fuse_additional_kv=False):
+         run_persistent_kernel=True, kernel_schedule=None, torch_compile=False, try_fuse_additional_kv=False,
+         rpb=None):
     return _neighborhood(3, query, key, value, kernel_size, stride, dilation, is_causal, scale, additional_keys,
-                         additional_values, attention_kwargs, return_lse, backend, kernel_schedule)
+                         additional_values, attention_kwargs, return_lse, backend, kernel_schedule, rpb)
 
 
 na1d.__doc__ = _NA_DOC.format(dims=1, tokens="L")
@@ -281,7 +378,21 @@ na2d = _accept_legacy_qkv(na2d)
 na3d = _accept_legacy_qkv(na3d)
 
 
-def sparse_attention(q, k, v, *, block_mask=None, block_size=None, mask=None, scale=None, return_lse=False):
+@overload
+def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, block_mask: Optional[torch.Tensor] = ...,
+                     block_size: Optional[_IntPerDim] = ..., mask: Optional[torch.Tensor] = ...,
+                     scale: Optional[float] = ..., return_lse: Literal[False] = ...) -> torch.Tensor: ...
+@overload
+def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, block_mask: Optional[torch.Tensor] = ...,
+                     block_size: Optional[_IntPerDim] = ..., mask: Optional[torch.Tensor] = ...,
+                     scale: Optional[float] = ..., return_lse: Literal[True]) -> _OutLse: ...
+@overload
+def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, block_mask: Optional[torch.Tensor] = ...,
+                     block_size: Optional[_IntPerDim] = ..., mask: Optional[torch.Tensor] = ...,
+                     scale: Optional[float] = ..., return_lse: bool = ...) -> Union[torch.Tensor, _OutLse]: ...
+def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, block_mask: Optional[torch.Tensor] = None,
+                     block_size: Optional[_IntPerDim] = None, mask: Optional[torch.Tensor] = None,
+                     scale: Optional[float] = None, return_lse: bool = False) -> Union[torch.Tensor, _OutLse]:
     """Block-sparse attention: block_mask bool [B|1, Hq|1, ceil(Sq/bq), ceil(Sk/bk)] with
     block_size = bq or (bq, bk); a True block is attended in full. Or element-sparse: mask bool
     [B|1, Hq|1, Sq, Sk]; the library skips empty tiles."""
@@ -314,8 +425,10 @@ def _gamma_list(gamma, heads: int) -> Optional[list]:
     return gamma
 
 
-def retention(q, k, v, *, gamma=None, mode: str = "chunk", chunk_size: int = 64, initial_state=None,
-              output_final_state: bool = False, normalize: bool = False, scale: Optional[float] = None):
+def retention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
+              gamma: Union[float, Sequence[float], torch.Tensor, None] = None, mode: str = "chunk",
+              chunk_size: int = 64, initial_state: Optional[torch.Tensor] = None, output_final_state: bool = False,
+              normalize: bool = False, scale: Optional[float] = None) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
     """RetNet retention: q, k [B, T, H, Dk], v [B, T, H, Dv]; per-head decay gamma (default
     1 - 2^(-5-h)); mode "chunk" (chunkwise, chunk_size tokens), "parallel" or "recurrent".
     initial_state [B, H, Dk, Dv] (float32; float64 for float64 inputs). Returns (out, final_state)
@@ -337,7 +450,7 @@ def retention(q, k, v, *, gamma=None, mode: str = "chunk", chunk_size: int = 64,
     return out, (final_state if output_final_state else None)
 
 
-def gemm(a, b, *, allow_tf32: bool = False):
+def gemm(a: torch.Tensor, b: torch.Tensor, *, allow_tf32: bool = False) -> torch.Tensor:
     """a @ b for [M, K] @ [K, N] or batched [Bt|1, M, K] @ [Bt|1, K, N] (a batch of 1 broadcasts;
     a 2-D operand next to a 3-D one counts as a batch of 1). Row- and column-major operands (e.g.
     x.mT) pass without a copy."""
@@ -350,7 +463,8 @@ def gemm(a, b, *, allow_tf32: bool = False):
     return _gemm_op(a, b, bool(allow_tf32))
 
 
-def merge_attentions(outputs, lses):
+def merge_attentions(outputs: Union[List[torch.Tensor], Tuple[torch.Tensor, ...]],
+                     lses: Union[List[torch.Tensor], Tuple[torch.Tensor, ...]]) -> _OutLse:
     """Merge attention over disjoint key sets: outputs [B, *tokens, H, Dv] and their lses
     [B, *tokens, H] (as returned with return_lse=True) -> (out, lse) equal to attention over the
     union of the keys. Differentiable (the lse gradients flow back into each attention call).

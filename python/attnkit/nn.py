@@ -14,7 +14,7 @@ attention per head -> output projection -> dropout. q, k and v are strided views
 from __future__ import annotations
 
 import functools
-from typing import Optional
+from typing import Any, Callable, ClassVar, Optional, Sequence, TypeVar, Union, cast
 
 import torch
 from torch import nn
@@ -24,12 +24,16 @@ from ._mask_spec import per_dim
 
 __all__ = ["NeighborhoodAttention1D", "NeighborhoodAttention2D", "NeighborhoodAttention3D"]
 
+_Init = TypeVar("_Init", bound=Callable[..., None])
+_IntPerDim = Union[int, Sequence[int]]
+_BoolPerDim = Union[bool, Sequence[bool]]
 
-def _accept_dim_name(init):
+
+def _accept_dim_name(init: _Init) -> _Init:
     """dim= (NATTEN 0.20.0's name of the first parameter) as a keyword for embed_dim."""
 
     @functools.wraps(init)
-    def wrapper(self, *args, **kwargs):
+    def wrapper(self: nn.Module, *args: Any, **kwargs: Any) -> None:
         if "dim" in kwargs:
             if "embed_dim" in kwargs or args:
                 raise TypeError(f"{type(self).__name__}(): got embed_dim twice, as embed_dim and as dim= "
@@ -37,15 +41,16 @@ def _accept_dim_name(init):
             kwargs["embed_dim"] = kwargs.pop("dim")
         init(self, *args, **kwargs)
 
-    return wrapper
+    return cast(_Init, wrapper)
 
 
 class _NeighborhoodAttention(nn.Module):
-    dims = 0
+    dims: ClassVar[int] = 0
 
     @_accept_dim_name
-    def __init__(self, embed_dim: int, num_heads: int, kernel_size, stride=1, dilation=1, is_causal=False,
-                 qkv_bias: bool = True, qk_scale: Optional[float] = None, proj_drop: float = 0.0):
+    def __init__(self, embed_dim: int, num_heads: int, kernel_size: _IntPerDim, stride: Optional[_IntPerDim] = 1,
+                 dilation: Optional[_IntPerDim] = 1, is_causal: Optional[_BoolPerDim] = False,
+                 qkv_bias: bool = True, qk_scale: Optional[float] = None, proj_drop: float = 0.0) -> None:
         super().__init__()
         if embed_dim % num_heads != 0:
             raise ValueError(f"embed_dim: {embed_dim} with num_heads {num_heads}; allowed: a multiple of num_heads")

@@ -19,9 +19,16 @@ from __future__ import annotations
 
 import ctypes
 import os
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import _capi
+
+if TYPE_CHECKING:
+    import torch
+    from torch.distributed import ProcessGroup
+
+__all__ = ["available", "settings", "configure", "use_autotuner", "disable_autotuner", "sync", "unsync",
+           "forward_config", "deterministic_backward"]
 
 _MODES = {"off": _capi.ATTNKIT_TUNE_OFF, "on": _capi.ATTNKIT_TUNE_ON, "load-only": _capi.ATTNKIT_TUNE_LOAD_ONLY}
 _MODE_NAMES = {value: name for name, value in _MODES.items()}
@@ -63,7 +70,7 @@ def deterministic_backward() -> bool:
     return _deterministic
 
 
-def settings() -> dict:
+def settings() -> Dict[str, Any]:
     """The settings in force, as a dict of configure()'s keywords."""
     lib, get = _fn("attnkit_tuner_get_settings")
     raw = _capi.TunerSettings()
@@ -82,7 +89,7 @@ def configure(*, mode: Optional[str] = None, deterministic: Optional[bool] = Non
               thorough_mode_forward: Optional[bool] = None, thorough_mode_backward: Optional[bool] = None,
               warmup_steps_forward: Optional[int] = None, warmup_steps_backward: Optional[int] = None,
               steps_forward: Optional[int] = None, steps_backward: Optional[int] = None,
-              top_k: Optional[int] = None, cache_dir: Optional[str] = None) -> dict:
+              top_k: Optional[int] = None, cache_dir: Union[str, os.PathLike[str], None] = None) -> Dict[str, Any]:
     """Change the given settings (None keeps a setting as it is) for every later call in this
     process; returns the settings now in force. cache_dir "" keeps the cache in memory only."""
     global _deterministic
@@ -119,7 +126,8 @@ def configure(*, mode: Optional[str] = None, deterministic: Optional[bool] = Non
 
 def use_autotuner(forward_pass: bool = False, backward_pass: bool = False, thorough_mode_forward: bool = False,
                   thorough_mode_backward: bool = False, warmup_steps_forward: int = 5,
-                  warmup_steps_backward: int = 5, steps_forward: int = 20, steps_backward: int = 20) -> dict:
+                  warmup_steps_backward: int = 5, steps_forward: int = 20,
+                  steps_backward: int = 20) -> Dict[str, Any]:
     """NATTEN's spelling: tune forward and/or backward passes on their first call with each
     problem; with neither, cached or default configs are used without benchmarking."""
     tuning = forward_pass or backward_pass
@@ -129,7 +137,7 @@ def use_autotuner(forward_pass: bool = False, backward_pass: bool = False, thoro
                      steps_forward=steps_forward, steps_backward=steps_backward)
 
 
-def disable_autotuner() -> dict:
+def disable_autotuner() -> Dict[str, Any]:
     """NATTEN's spelling: default configs only, nothing benchmarked, the cache not read."""
     return configure(mode="off", forward_pass=False, backward_pass=False)
 
@@ -165,7 +173,7 @@ class _RankGroupBinding:
     def _broadcast(self, context, data, size, root, result) -> int:
         try:
             payload = ctypes.string_at(data, size) if size > 0 else b""
-            objects = [payload if self.rank == root else None]
+            objects: List[Any] = [payload if self.rank == root else None]
             self.dist.broadcast_object_list(objects, src=self._global_rank(root), group=self.group)
             received = objects[0]
             self.bytes_append(result, received, len(received))
@@ -177,7 +185,7 @@ class _RankGroupBinding:
     def _all_gather(self, context, data, size, results) -> int:
         try:
             payload = ctypes.string_at(data, size) if size > 0 else b""
-            gathered = [None] * self.size
+            gathered: List[Any] = [None] * self.size
             self.dist.all_gather_object(gathered, payload, group=self.group)
             for rank, received in enumerate(gathered):
                 self.bytes_append(results[rank], received, len(received))
@@ -187,7 +195,7 @@ class _RankGroupBinding:
             return 1
 
 
-def sync(group=None, agreement: str = "root_tunes") -> None:
+def sync(group: Optional[ProcessGroup] = None, agreement: str = "root_tunes") -> None:
     """Make every later tuning decision agree across the ranks of a torch.distributed group
     (default: the world). Every rank must call sync() and then make the same attnkit calls in the
     same order. agreement: "root_tunes" (rank 0 tunes and broadcasts the winner) or
@@ -214,8 +222,9 @@ def unsync() -> None:
     _active_group = None
 
 
-def forward_config(q, k, v, *, is_causal: bool = False, kernel_size=None, dilation=1, stride=1,
-                   scale: Optional[float] = None) -> tuple:
+def forward_config(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, is_causal: bool = False,
+                   kernel_size: Union[int, Sequence[int], None] = None, dilation: Union[int, Sequence[int]] = 1,
+                   stride: Union[int, Sequence[int]] = 1, scale: Optional[float] = None) -> Tuple[str, str]:
     """(name, source) of the config a forward attention call with these tensors runs with —
     dense/causal, or neighborhood when kernel_size is given — tuning first when the settings
     allow it. source is "default", "cache" or "tuned"."""
@@ -229,7 +238,7 @@ def forward_config(q, k, v, *, is_causal: bool = False, kernel_size=None, dilati
         spec = _mask_spec.neighborhood(q.dim() - 3, kernel_size, dilation, stride, is_causal)
     lib, pick = _fn("attnkit_attention_forward_config")
     device = _launch.check_device(lib, q, k, v)
-    q, k, v = (_launch.contiguous_last(t) for t in (q, k, v))
+    q, k, v = (_launch.contiguous_last(t) for t in (q, k, v))  # type: ignore[assignment]  # never None here
     out = torch.empty(q.shape[:-1] + v.shape[-1:], dtype=q.dtype, device=device)
     lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=device)
     args = _capi.AttentionForwardArgs()

@@ -39,6 +39,7 @@ AttentionMask to_mask(const attnkit_attention_mask& c) {
   mask.block_q = c.block_q;
   mask.block_k = c.block_k;
   mask.element_mask = to_view(c.element_mask, "mask.element_mask");
+  mask.rpb = to_view(c.rpb, "mask.rpb");
   return mask;
 }
 
@@ -161,6 +162,7 @@ AttentionBackward to_attention_backward(const attnkit_attention_backward_args& a
   p.deterministic = args.deterministic != 0;
   p.kv_splits = args.kv_splits;
   p.split_workspace_limit = args.split_workspace_limit;
+  p.grad_rpb = to_view(args.grad_rpb, "grad_rpb");
   return p;
 }
 

@@ -32,9 +32,10 @@ struct PlanTraits;
 
 template <>
 struct PlanTraits<AttentionForward> {
-  static constexpr const char* kNames[] = {"q", "k", "v", "out", "lse", "mask.block_mask", "mask.element_mask"};
-  static std::array<TensorView*, 7> fields(AttentionForward& p) {
-    return {&p.q, &p.k, &p.v, &p.out, &p.lse, &p.mask.block_mask, &p.mask.element_mask};
+  static constexpr const char* kNames[] = {"q",       "k", "v", "out", "lse", "mask.block_mask", "mask.element_mask",
+                                           "mask.rpb"};
+  static std::array<TensorView*, 8> fields(AttentionForward& p) {
+    return {&p.q, &p.k, &p.v, &p.out, &p.lse, &p.mask.block_mask, &p.mask.element_mask, &p.mask.rpb};
   }
   static std::shared_ptr<const OpPlan<AttentionForward>> plan(const AttentionForward& p, const RunOptions& o) {
     return detail::attention_forward_plan(p, o);
@@ -43,9 +44,20 @@ struct PlanTraits<AttentionForward> {
 
 template <>
 struct PlanTraits<AttentionBackward> {
-  static constexpr const char* kNames[] = {
-      "q", "k", "v", "out", "lse", "grad_out", "grad_q", "grad_k", "grad_v", "mask.block_mask", "mask.element_mask"};
-  static std::array<TensorView*, 11> fields(AttentionBackward& p) {
+  static constexpr const char* kNames[] = {"q",
+                                           "k",
+                                           "v",
+                                           "out",
+                                           "lse",
+                                           "grad_out",
+                                           "grad_q",
+                                           "grad_k",
+                                           "grad_v",
+                                           "mask.block_mask",
+                                           "mask.element_mask",
+                                           "mask.rpb",
+                                           "grad_rpb"};
+  static std::array<TensorView*, 13> fields(AttentionBackward& p) {
     return {&p.q,
             &p.k,
             &p.v,
@@ -56,7 +68,9 @@ struct PlanTraits<AttentionBackward> {
             &p.grad_k,
             &p.grad_v,
             &p.mask.block_mask,
-            &p.mask.element_mask};
+            &p.mask.element_mask,
+            &p.mask.rpb,
+            &p.grad_rpb};
   }
   static std::shared_ptr<const OpPlan<AttentionBackward>> plan(const AttentionBackward& p, const RunOptions& o) {
     return detail::attention_backward_plan(p, o);

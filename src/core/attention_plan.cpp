@@ -24,6 +24,7 @@ void add_mask(PlanKey& key, const AttentionMask& mask) {
   key.add(mask.block_k);
   key.add(mask.block_mask);
   key.add(mask.element_mask);
+  key.add(mask.rpb);
 }
 
 PlanCache<AttentionForwardPlan>& forward_plans() {
@@ -101,7 +102,7 @@ PlanKey attention_forward_key(const AttentionForward& problem, const RunOptions&
 PlanKey attention_backward_key(const AttentionBackward& problem, const RunOptions& options) {
   PlanKey key;
   for (const TensorView* view : {&problem.q, &problem.k, &problem.v, &problem.out, &problem.lse, &problem.grad_out,
-                                 &problem.grad_q, &problem.grad_k, &problem.grad_v}) {
+                                 &problem.grad_q, &problem.grad_k, &problem.grad_v, &problem.grad_rpb}) {
     key.add(*view);
   }
   key.add(problem.scale);

@@ -254,6 +254,7 @@ void validate_attention_backward(const AttentionBackward& problem, const RunOpti
   check_kv_splits(p.kv_splits);
   check_split_workspace_limit(p.split_workspace_limit);
   validate_attention_mask(p.mask, p.q, p.k);
+  validate_positional_bias_gradient(p.grad_rpb, p.mask);
 }
 
 }  // namespace attnkit::detail

@@ -5,6 +5,7 @@
 // different token ranks.
 #include "core/validate_attention_mask.hpp"
 
+#include <span>
 #include <string>
 #include <vector>
 
@@ -110,6 +111,45 @@ void check_neighborhood(const AttentionMask& mask, const TensorView& q, const Te
   }
 }
 
+// --- relative positional bias ----------------------------------------------------------------
+
+// rpb [Hq, 2*K_0-1, ...]: float32 or q's dtype, on q's device, for a neighborhood with stride 1 and no
+// causal dimension (NATTEN <= 0.17's positional bias).
+void check_positional_bias(const AttentionMask& mask, const TensorView& q) {
+  const TensorView& rpb = mask.rpb;
+  const int32_t rank = 1 + mask.dims;
+  std::string layout = "[Hq";
+  std::vector<int64_t> expected{q.extents[q.rank - 2]};
+  for (int d = 0; d < mask.dims; ++d) {
+    layout += ", 2*K_" + std::to_string(d) + "-1";
+    expected.push_back(2 * mask.neighborhood[d].kernel_size - 1);
+  }
+  layout += "]";
+  check_view_structure(rpb, "mask.rpb", rank, rank, layout);
+  check_floating_dtype(rpb, "mask.rpb");
+  if (rpb.dtype != DType::f32 && rpb.dtype != q.dtype) {
+    fail("mask.rpb: dtype " + dtype_string(rpb.dtype) + "; allowed: float32 or q's dtype (" + dtype_string(q.dtype) +
+         ")");
+  }
+  check_same_device(rpb, "mask.rpb", q, "q");
+  check_shape_equals(rpb, "mask.rpb", expected, layout + " from q's heads and the kernel sizes");
+  for (int d = 0; d < mask.dims; ++d) {
+    const NeighborhoodDim& nd = mask.neighborhood[d];
+    if (nd.stride != 1 || nd.causal) {
+      fail("mask.rpb: given with " + dim_field(d, nd.causal ? "causal" : "stride") + " = " +
+           (nd.causal ? std::string("true") : std::to_string(nd.stride)) +
+           "; allowed: a positional bias only with stride 1 and no causal dimension (NATTEN's rpb semantics)");
+    }
+  }
+}
+
+void check_no_positional_bias(const AttentionMask& mask) {
+  if (mask.rpb.defined()) {
+    fail("mask.rpb: given with mask.kind " + std::to_string(static_cast<int32_t>(mask.kind)) +
+         "; allowed: a positional bias only with neighborhood masks (kind 2)");
+  }
+}
+
 // --- block and element masks -----------------------------------------------------------------
 
 // A bool [B|1, Hq|1, rows, cols] mask tensor on q's device.
@@ -154,13 +194,30 @@ void check_element_mask(const AttentionMask& mask, const TensorView& q, const Te
 void validate_attention_mask(const AttentionMask& mask, const TensorView& q, const TensorView& k) {
   check_mask_kind(mask);
   check_causal_alignment(mask);
+  if (mask.kind != MaskKind::neighborhood) check_no_positional_bias(mask);
   switch (mask.kind) {
     case MaskKind::none:
     case MaskKind::causal: return;
-    case MaskKind::neighborhood: check_neighborhood(mask, q, k); return;
+    case MaskKind::neighborhood:
+      check_neighborhood(mask, q, k);
+      if (mask.rpb.defined()) check_positional_bias(mask, q);
+      return;
     case MaskKind::block: check_block_mask(mask, q, k); return;
     case MaskKind::element: check_element_mask(mask, q, k); return;
   }
+}
+
+void validate_positional_bias_gradient(const TensorView& grad_rpb, const AttentionMask& mask) {
+  if (!grad_rpb.defined()) return;
+  if (!mask.rpb.defined()) {
+    fail("grad_rpb: given without mask.rpb; allowed: a positional-bias gradient only for a mask with rpb");
+  }
+  check_view_structure(grad_rpb, "grad_rpb", mask.rpb.rank, mask.rpb.rank, "mask.rpb's shape");
+  check_same_dtype(grad_rpb, "grad_rpb", mask.rpb, "mask.rpb");
+  check_same_device(grad_rpb, "grad_rpb", mask.rpb, "mask.rpb");
+  check_shape_equals(grad_rpb, "grad_rpb", std::span<const int64_t>(mask.rpb.extents.data(), mask.rpb.rank),
+                     "mask.rpb's shape");
+  check_output_not_broadcast(grad_rpb, "grad_rpb");
 }
 
 }  // namespace attnkit::detail

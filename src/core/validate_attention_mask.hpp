@@ -8,4 +8,7 @@ namespace attnkit::detail {
 
 void validate_attention_mask(const AttentionMask& mask, const TensorView& q, const TensorView& k);
 
+// The backward's optional grad_rpb: only with mask.rpb (already validated), of its shape, dtype and device.
+void validate_positional_bias_gradient(const TensorView& grad_rpb, const AttentionMask& mask);
+
 }  // namespace attnkit::detail

@@ -7,7 +7,9 @@
 // image, not all keys), so threads never write the same memory. A slice walks its rows in tiles
 // (as the forward does) and runs backward_tile: P = exp(scale q.k - lse) from the given lse,
 // dS = scale P (dout.v - delta) with delta = dout.out, dQ written directly, dK/dV added into the
-// slice's accumulators. Afterwards every key sums its slices in slice order. The slice count
+// slice's accumulators. A positional bias (mask.rpb) is added to the scaled scores; its gradient (the
+// score gradients dS of the pairs that read an entry) goes to per-slice tables summed in order at the end.
+// Afterwards every key sums its slices in slice order. The slice count
 // depends only on the problem, never on the thread count, so results are bitwise identical for any
 // number of threads.
 //
@@ -42,6 +44,7 @@ void run_backward(const AttentionBackward& problem, const detail::AttentionShape
                   const CpuAttentionConfig& config) {
   using Acc = typename AccumulatorOf<Storage>::type;
   const AttentionMaskVisitor visitor(problem.mask, shape);
+  const TileBias<Acc> bias(problem.mask, shape, visitor);
   const KvReader<Storage, Acc> reader(problem.k, problem.v, shape, visitor);
   const int64_t d_pad = reader.d_pad;
   const int64_t dv_pad = reader.dv_pad;
@@ -78,6 +81,12 @@ void run_backward(const AttentionBackward& problem, const detail::AttentionShape
     w.dkey.resize(static_cast<size_t>(d_pad));
     w.dvalue.resize(static_cast<size_t>(dv_pad));
   }
+  // The positional bias's gradient: each slice sums its rows' score gradients into its own tables (one
+  // per query head of its group), added up in slice order at the end.
+  const bool bias_gradient = bias.present() && problem.grad_rpb.defined();
+  const int64_t bias_entries = bias.entries_per_head();
+  std::vector<Acc> bias_partials(bias_gradient ? static_cast<size_t>(pairs * slice_count * group * bias_entries) : 0,
+                                 Acc(0));
   auto slice_rows = [&](int64_t slice) {
     return KeyRun{slice * rows_per_pair / slice_count, (slice + 1) * rows_per_pair / slice_count};
   };
@@ -194,8 +203,18 @@ void run_backward(const AttentionBackward& problem, const detail::AttentionShape
               visitor.visible_keys(b, head, row, tile.keys.row_runs[t]);
             }
           }
-          backward_tile(count, scale, keys_t + local * keys_t_size, values_t + local * values_t_size, t_stride,
-                        keys + local * keys_size, d_pad, dv_pad, tile, hull.begin, slice_dkeys, slice_dvalues);
+          Acc* head_bias_grads =
+              bias_gradient ? bias_partials.data() + (item * group + head % group) * bias_entries : nullptr;
+          backward_tile(
+              count, scale, keys_t + local * keys_t_size, values_t + local * values_t_size, t_stride,
+              keys + local * keys_size, d_pad, dv_pad, tile, hull.begin, slice_dkeys, slice_dvalues,
+              [&](const TileKeys& tile_keys, Acc* scores, int64_t stride) {
+                if (bias.present()) bias.add(tile_keys, count, head, tokens, scores, stride);
+              },
+              [&](const TileKeys& tile_keys, const Acc* dscores, int64_t stride) {
+                if (bias_gradient)
+                  bias.gather(tile_keys, count, tokens, dscores, stride, Acc(1) / scale, head_bias_grads);
+              });
           for (int t = 0; t < count; ++t) {
             store_row(tile.c.data() + t * d_pad, shape.head_dim, Acc(1),
                       row_pointer<Storage>(problem.grad_q, dq_strides, b, tokens[t], head, shape.tokens));
@@ -228,6 +247,17 @@ void run_backward(const AttentionBackward& problem, const detail::AttentionShape
       }
     }
     first_pair = end_pair;
+  }
+  if (bias_gradient) {
+    std::vector<double> total(static_cast<size_t>(shape.heads_q * bias_entries), 0.0);
+    for (int64_t pair = 0; pair < pairs; ++pair) {
+      const int64_t kv_head = pair % shape.heads_kv;
+      for (int64_t s = 0; s < slice_count; ++s) {
+        const Acc* part = bias_partials.data() + (pair * slice_count + s) * group * bias_entries;
+        for (int64_t e = 0; e < group * bias_entries; ++e) total[kv_head * group * bias_entries + e] += part[e];
+      }
+    }
+    detail::store_positional_bias_gradient(problem.grad_rpb, total, bias_entries);
   }
 }
 

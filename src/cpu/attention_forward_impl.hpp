@@ -8,8 +8,9 @@
 // their windows in all but the last dimension), asks the mask visitor for each row's key runs and
 // runs forward_tile. Rows never depend on which thread or tile neighbours they had, except through
 // the set of keys a tile scores, which is the same for any thread count: results are identical
-// for any number of threads. Memory beyond the inputs: the K/V copy of one chunk, and per thread
-// one tile's buffers.
+// for any number of threads. A positional bias (mask.rpb) is added to the scaled scores of the visited
+// keys before the softmax (attention_tile_bias.hpp). Memory beyond the inputs: the K/V copy of one
+// chunk, and per thread one tile's buffers.
 
 namespace attnkit::cpu::ATTNKIT_CPU_ISA_NAMESPACE {
 
@@ -21,6 +22,7 @@ void run_forward(const AttentionForward& problem, const detail::AttentionShape& 
   const int64_t requested_rows = config.query_block > 0 ? config.query_block : kDefaultForwardQueryBlock;
   const int64_t rows_per_task = (requested_rows + kTileRows - 1) / kTileRows * kTileRows;
   const AttentionMaskVisitor visitor(problem.mask, shape);
+  const TileBias<Acc> bias(problem.mask, shape, visitor);
   const KvReader<Storage, Acc> reader(problem.k, problem.v, shape, visitor);
   const int64_t d_pad = reader.d_pad;
   const int64_t dv_pad = reader.dv_pad;
@@ -96,7 +98,9 @@ void run_forward(const AttentionForward& problem, const detail::AttentionShape& 
           }
           std::array<Acc, kTileRows> lse{};
           forward_tile(rows, keys + local * keys_size, t_stride, values + local * values_size, d_pad, dv_pad, tile,
-                       lse.data());
+                       lse.data(), [&](const TileKeys& tile_keys, Acc* scores, int64_t stride) {
+                         if (bias.present()) bias.add(tile_keys, rows, head, tokens, scores, stride);
+                       });
           for (int r = 0; r < rows; ++r) {
             store_row(tile.b.data() + r * dv_pad, shape.head_dim_v, Acc(1),
                       row_pointer<Storage>(problem.out, out_strides, b, tokens[r], head, shape.tokens));

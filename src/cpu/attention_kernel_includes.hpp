@@ -17,6 +17,7 @@
 
 #include "attnkit/attention.hpp"
 #include "core/attention_shape.hpp"
+#include "core/positional_bias.hpp"
 #include "cpu/attention_element_io.hpp"
 #include "cpu/attention_kv_scratch.hpp"
 #include "cpu/attention_mask_visitor.hpp"

@@ -9,6 +9,7 @@
 // In this order: the drivers use the tile math.
 // clang-format off
 #include "cpu/attention_tile_math.hpp"
+#include "cpu/attention_tile_bias.hpp"
 #include "cpu/attention_forward_impl.hpp"
 #include "cpu/attention_backward_impl.hpp"
 // clang-format on

@@ -5,6 +5,7 @@
 
 #include "core/float_convert.hpp"
 #include "core/neighborhood_window.hpp"
+#include "core/positional_bias.hpp"
 
 namespace attnkit::cpu::reference {
 namespace {
@@ -73,6 +74,21 @@ struct HeadRows {
   }
 };
 
+// mask.rpb's value for (head, query token, key token); 0 without a bias.
+struct BiasLookup {
+  bool present;
+  detail::PositionalBiasIndex index;
+  std::vector<double> table;
+
+  BiasLookup(const AttentionMask& mask, const AttentionShape& shape) : present(mask.rpb.defined()), index(mask, shape) {
+    if (present) table = detail::load_positional_bias<double>(mask.rpb, shape.heads_q, index.entries_per_head());
+  }
+  int64_t slot(int64_t h, int64_t i, int64_t j) const {
+    return h * index.entries_per_head() + index.entry(index.coordinates(i), index.coordinates(j));
+  }
+  double value(int64_t h, int64_t i, int64_t j) const { return present ? table[slot(h, i, j)] : 0.0; }
+};
+
 double dot(const std::vector<double>& a, const std::vector<double>& b) {
   double sum = 0.0;
   for (size_t x = 0; x < a.size(); ++x) sum += a[x] * b[x];
@@ -98,6 +114,7 @@ void attention_forward_reference(const AttentionForward& problem, const Attentio
   const auto lse_strides =
       problem.lse.defined() ? detail::token_strides(problem.lse, shape.token_dims) : detail::TokenStrides{};
   const int64_t group = shape.heads_q / shape.heads_kv;
+  const BiasLookup bias(problem.mask, shape);
   for (int64_t b = 0; b < shape.batch; ++b) {
     for (int64_t h = 0; h < shape.heads_q; ++h) {
       const std::vector<uint8_t> visible = explicit_attention_mask(problem.mask, shape, b, h);
@@ -109,7 +126,7 @@ void attention_forward_reference(const AttentionForward& problem, const Attentio
         double max_score = -std::numeric_limits<double>::infinity();
         for (int64_t j = 0; j < shape.seq_k; ++j) {
           if (!visible[i * shape.seq_k + j]) continue;
-          scores[j] = shape.scale * dot(query, k.row(b, j, h / group, shape.head_dim));
+          scores[j] = shape.scale * dot(query, k.row(b, j, h / group, shape.head_dim)) + bias.value(h, i, j);
           max_score = std::max(max_score, scores[j]);
         }
         std::vector<double> o(static_cast<size_t>(shape.head_dim_v), 0.0);
@@ -147,6 +164,12 @@ void attention_backward_reference(const AttentionBackward& problem, const Attent
   const auto lse_strides = detail::token_strides(problem.lse, shape.token_dims);
   const int64_t group = shape.heads_q / shape.heads_kv;
   const double scale = shape.scale;
+  const BiasLookup bias(problem.mask, shape);
+  const bool bias_gradient = problem.grad_rpb.defined();
+  // The positional bias's gradient of each task, summed over batches in order afterwards.
+  std::vector<std::vector<double>> bias_grads(
+      static_cast<size_t>(shape.batch * shape.heads_kv),
+      std::vector<double>(bias_gradient ? static_cast<size_t>(shape.heads_q * bias.index.entries_per_head()) : 0, 0.0));
   // One task per (batch, kv head): it alone writes dK, dV of that head and dQ of its query heads.
 #pragma omp parallel for collapse(2) schedule(dynamic)
   for (int64_t b = 0; b < shape.batch; ++b) {
@@ -169,8 +192,9 @@ void attention_backward_reference(const AttentionBackward& problem, const Attent
               if (!visible[i * shape.seq_k + j]) continue;
               const std::vector<double> key = k.row(b, j, kv_head, shape.head_dim);
               const std::vector<double> value = v.row(b, j, kv_head, shape.head_dim_v);
-              const double p = std::exp(scale * dot(query, key) - lse);
+              const double p = std::exp(scale * dot(query, key) + bias.value(h, i, j) - lse);
               const double ds = p * (dot(grad_out, value) - delta);
+              if (bias_gradient) bias_grads[b * shape.heads_kv + kv_head][bias.slot(h, i, j)] += ds;
               for (int64_t x = 0; x < shape.head_dim_v; ++x) value_grads[j][x] += p * grad_out[x];
               for (int64_t x = 0; x < shape.head_dim; ++x) {
                 query_grad[x] += scale * ds * key[x];
@@ -186,6 +210,13 @@ void attention_backward_reference(const AttentionBackward& problem, const Attent
         dv.store(b, j, kv_head, value_grads[j]);
       }
     }
+  }
+  if (bias_gradient) {
+    std::vector<double> total(static_cast<size_t>(shape.heads_q * bias.index.entries_per_head()), 0.0);
+    for (const auto& part : bias_grads) {
+      for (size_t e = 0; e < total.size(); ++e) total[e] += part[e];
+    }
+    detail::store_positional_bias_gradient(problem.grad_rpb, total, bias.index.entries_per_head());
   }
 }
 

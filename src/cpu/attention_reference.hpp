@@ -5,7 +5,9 @@
 // DESIGN §3 literally for every (query, key) pair. Inputs are read and outputs written through
 // each view's own dtype, so outputs may be float64 views while inputs are fp16. The backward uses
 // the problem's `out` and `lse` (delta = dout.out, P = exp(scale q.k - lse)), exactly the function
-// the library's backward computes, so a backend's gradients can be compared tightly.
+// the library's backward computes, so a backend's gradients can be compared tightly. A relative
+// positional bias (mask.rpb) is added to every visible score; its gradient (grad_rpb) is the sum of the
+// score gradients that read each entry.
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -248,13 +248,16 @@ inline Acc softmax_row(const std::vector<KeyRun>& visited, int64_t slots, Acc* r
 
 // Forward of a tile whose rows' keys are in tile.keys and whose pre-scaled queries are in tile.a:
 // writes each row's normalised output to tile.b and returns its log-sum-exp in lse[r].
-template <class Acc>
+// add_to_scores(keys, scores, stride) may add to the scaled scores of the visited slots before the softmax
+// (the positional bias).
+template <class Acc, class AddToScores>
 void forward_tile(int rows, const Acc* keys_transposed, int64_t kt_stride, const Acc* values, int64_t d_pad,
-                  int64_t dv_pad, TileBuffers<Acc>& tile, Acc* lse) {
+                  int64_t dv_pad, TileBuffers<Acc>& tile, Acc* lse, const AddToScores& add_to_scores) {
   TileKeys& keys = tile.keys;
   keys.build(rows, kChunk<Acc>);
   const int64_t stride = tile.slot_capacity;
   tile_scores(tile.a.data(), d_pad, keys_transposed, kt_stride, keys, Acc(1), tile.scores.data(), stride);
+  add_to_scores(keys, tile.scores.data(), stride);
   for (int r = 0; r < kTileRows; ++r) {
     Acc* row = tile.scores.data() + r * stride;
     if (r < rows) {
@@ -270,10 +273,12 @@ void forward_tile(int rows, const Acc* keys_transposed, int64_t kt_stride, const
 // Backward of a tile: tile.a holds q, tile.b dout (rows past `rows` zero), row_value the lse (a
 // row with lse = -inf contributes nothing), row_delta dout . out. Writes scale * sum dS k to tile.c (dq) and adds the
 // tile's contributions to the key/value gradient buffers, which start at key position `first`.
-template <class Acc>
+// add_to_scores(keys, scores, stride) adds what the forward added to the scaled scores (the positional
+// bias); take_dscores(keys, dscores, stride) sees scale * dS (dS the gradient of the scores) before it is used.
+template <class Acc, class AddToScores, class TakeDscores>
 void backward_tile(int rows, Acc scale, const Acc* keys_transposed, const Acc* values_transposed, int64_t t_stride,
                    const Acc* keys, int64_t d_pad, int64_t dv_pad, TileBuffers<Acc>& tile, int64_t first, Acc* dkeys,
-                   Acc* dvalues) {
+                   Acc* dvalues, const AddToScores& add_to_scores, const TakeDscores& take_dscores) {
   TileKeys& keys_of_tile = tile.keys;
   keys_of_tile.build(rows, kChunk<Acc>);
   const int64_t stride = tile.slot_capacity;
@@ -281,6 +286,7 @@ void backward_tile(int rows, Acc scale, const Acc* keys_transposed, const Acc* v
   Acc* probs = tile.scores.data();
   Acc* dscores = tile.dscores.data();
   tile_scores(tile.a.data(), d_pad, keys_transposed, t_stride, keys_of_tile, scale, probs, stride);
+  add_to_scores(keys_of_tile, probs, stride);
   tile_scores(tile.b.data(), dv_pad, values_transposed, t_stride, keys_of_tile, Acc(1), dscores, stride);
   for (int r = 0; r < kTileRows; ++r) {
     Acc* p = probs + r * stride;
@@ -296,6 +302,7 @@ void backward_tile(int rows, Acc scale, const Acc* keys_transposed, const Acc* v
       for (int64_t s = 0; s < slots; ++s) p[s] = ds[s] = Acc(0);
     }
   }
+  take_dscores(keys_of_tile, static_cast<const Acc*>(dscores), stride);
   const std::array<Acc, kTileRows> ones = [] {
     std::array<Acc, kTileRows> v;
     v.fill(Acc(1));

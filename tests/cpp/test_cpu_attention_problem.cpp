@@ -49,6 +49,16 @@ AttentionTensors::AttentionTensors(const AttentionCase& c) : spec(c) {
   fill_random(k.view, rng, -2.0, 2.0);
   fill_random(v.view, rng, -1.0, 1.0);
   fill_random(grad_out.view, rng, -1.0, 1.0);
+  if (spec.rpb) {
+    std::vector<int64_t> table{spec.heads_q};
+    for (int d = 0; d < spec.mask.dims; ++d) table.push_back(2 * spec.mask.neighborhood[d].kernel_size - 1);
+    rpb = make_tensor(spec, *spec.rpb, table);
+    grad_rpb = make_tensor(spec, *spec.rpb, table);
+    ref_grad_rpb = HostTensor::contiguous(DType::f64, table);
+    fill_random(rpb.view, rng, -1.5, 1.5);
+    poison_nan(grad_rpb.view);
+    poison_nan(ref_grad_rpb.view);
+  }
   for (const HostTensor* t :
        {&out, &lse, &grad_q, &grad_k, &grad_v, &ref_out, &ref_lse, &ref_grad_q, &ref_grad_k, &ref_grad_v}) {
     poison_nan(t->view);
@@ -64,6 +74,7 @@ AttentionForward AttentionTensors::forward_problem() const {
   p.lse = lse.view;
   p.scale = spec.scale;
   p.mask = spec.mask;
+  p.mask.rpb = rpb.view;
   return p;
 }
 
@@ -80,6 +91,8 @@ AttentionBackward AttentionTensors::backward_problem() const {
   p.grad_v = grad_v.view;
   p.scale = spec.scale;
   p.mask = spec.mask;
+  p.mask.rpb = rpb.view;
+  p.grad_rpb = grad_rpb.view;
   return p;
 }
 
@@ -100,6 +113,7 @@ void AttentionTensors::run_backward(int32_t num_threads) {
   poison_nan(grad_q.view);
   poison_nan(grad_k.view);
   poison_nan(grad_v.view);
+  if (spec.rpb) poison_nan(grad_rpb.view);
   RunOptions options;
   options.backend = Backend::cpu;
   options.num_threads = num_threads;
@@ -118,6 +132,7 @@ void AttentionTensors::run_reference_backward() {
   p.grad_q = ref_grad_q.view;
   p.grad_k = ref_grad_k.view;
   p.grad_v = ref_grad_v.view;
+  if (spec.rpb) p.grad_rpb = ref_grad_rpb.view;
   cpu::reference::attention_backward_reference(p, shape(), RunOptions{});
 }
 

@@ -26,6 +26,9 @@ struct AttentionCase {
   std::optional<double> scale{};
   bool strided = false;  // every tensor a view into a larger padded buffer
   uint64_t seed = 1;
+  // Neighborhood masks: a random relative positional bias (mask.rpb, [Hq, 2K-1, ...]) of this dtype, and its
+  // gradient in the backward.
+  std::optional<DType> rpb{};
 };
 
 // Inputs (random), library outputs (NaN until run) and reference outputs of one problem.
@@ -36,6 +39,7 @@ struct AttentionTensors {
   HostTensor grad_q, grad_k, grad_v;              // library backward outputs
   HostTensor ref_out, ref_lse;                    // reference forward (float64 out)
   HostTensor ref_grad_q, ref_grad_k, ref_grad_v;  // reference backward (float64)
+  HostTensor rpb, grad_rpb, ref_grad_rpb;         // spec.rpb only (ref_grad_rpb float64)
 
   explicit AttentionTensors(const AttentionCase& spec);
 

@@ -730,6 +730,7 @@ void set_c_mask(attnkit_attention_mask& c, const AttentionMask& mask) {
   c.block_q = mask.block_q;
   c.block_k = mask.block_k;
   c.element_mask = c_tensor(mask.element_mask);
+  c.rpb = c_tensor(mask.rpb);
 }
 
 attnkit_attention_forward_args c_forward_args(const AttentionForward& p) {
@@ -766,12 +767,14 @@ attnkit_attention_backward_args c_backward_args(const AttentionBackward& p) {
   }
   args.deterministic = p.deterministic ? 1 : 0;
   set_c_mask(args.mask, p.mask);
+  args.grad_rpb = c_tensor(p.grad_rpb);
   return args;
 }
 
 // attnkit_plan_run's data[]: the tensor fields of the args struct in declaration order.
 std::vector<void*> forward_data(const AttentionForward& p) {
-  return {p.q.data, p.k.data, p.v.data, p.out.data, p.lse.data, p.mask.block_mask.data, p.mask.element_mask.data};
+  return {p.q.data,       p.k.data, p.v.data, p.out.data, p.lse.data, p.mask.block_mask.data, p.mask.element_mask.data,
+          p.mask.rpb.data};
 }
 
 std::vector<void*> backward_data(const AttentionBackward& p) {
@@ -785,7 +788,9 @@ std::vector<void*> backward_data(const AttentionBackward& p) {
           p.grad_k.data,
           p.grad_v.data,
           p.mask.block_mask.data,
-          p.mask.element_mask.data};
+          p.mask.element_mask.data,
+          p.mask.rpb.data,
+          p.grad_rpb.data};
 }
 
 attnkit_run_options c_cpu_options() {
@@ -902,7 +907,7 @@ TEST_F(CApiPlan, ACountOtherThanTheArgsTensorFieldsIsRejected) {
   std::vector<void*> data = forward_data(t.forward_problem());
   data.pop_back();
   EXPECT_EQ(run_plan(plan, data), ATTNKIT_INVALID_ARGUMENT);
-  EXPECT_THAT(attnkit_last_error(), AllOf(HasSubstr("count: 6"), HasSubstr("7")));
+  EXPECT_THAT(attnkit_last_error(), AllOf(HasSubstr("count: 7"), HasSubstr("8")));
   EXPECT_TRUE(all_nan(t.out.view)) << "nothing written";
 }
 

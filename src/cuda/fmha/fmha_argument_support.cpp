@@ -54,6 +54,14 @@ void check_limit(int64_t value, int64_t limit, const std::string& what) {
               " on the CUDA backend");
 }
 
+void check_no_positional_bias(const AttentionMask& mask) {
+  if (mask.rpb.defined()) {
+    unsupported(
+        "mask.rpb: a relative positional bias on CUDA tensors; allowed: no rpb on the CUDA backend of this "
+        "version, or run the call on CPU tensors (the CPU backend adds rpb, forward and backward)");
+  }
+}
+
 void check_extent_limits(const detail::AttentionShape& shape, MaskKind mask) {
   check_limit(shape.seq_q, kMaxTokens, "q: tokens (sequence length)");
   check_limit(shape.seq_k, kMaxTokens, "k: tokens (sequence length)");

@@ -7,15 +7,18 @@ package (attnkit/lib/libattnkit.so), then, when run from a source checkout, its 
 
 from typing import Any, Dict
 
-from . import functional, nn, tuner
+from . import _natten_queries, functional, nn, tuner
 from ._capi import AttnkitError, AttnkitInvalidArgument, LibraryNotFoundError, load_library
+from ._natten_queries import *  # noqa: F401,F403 - NATTEN's feature queries and switches (has_cuda, ...)
 from .functional import attention, gemm, merge_attentions, na1d, na2d, na3d, retention, sparse_attention
+from .nn import NeighborhoodAttention1D, NeighborhoodAttention2D, NeighborhoodAttention3D
 
 __all__ = [
     "__version__", "attention", "na1d", "na2d", "na3d", "sparse_attention", "retention", "gemm", "merge_attentions",
     "functional", "nn", "tuner", "load_library", "library_info", "AttnkitError", "AttnkitInvalidArgument",
     "LibraryNotFoundError", "use_autotuner", "disable_autotuner",
-]
+    "NeighborhoodAttention1D", "NeighborhoodAttention2D", "NeighborhoodAttention3D",
+] + [name for name in _natten_queries.__all__ if name not in ("use_autotuner", "disable_autotuner")]
 
 # The package's version: the library's (CMake project version), plus, in an installed wheel, the local label
 # of its build variant ("0.1.0+cpu", "0.1.0+cu130"; docs/python.md, "Wheels and variants"), which the build

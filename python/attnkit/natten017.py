@@ -1,6 +1,7 @@
 """NATTEN <= 0.17 compatibility: a program written for NATTEN 0.14 to 0.17 runs by changing its import to
 ``import attnkit.natten017 as natten`` (or ``from attnkit.natten017 import NeighborhoodAttention2D``), and its
-checkpoints load unchanged.
+checkpoints load unchanged. NATTEN's feature queries and switches (has_cuda, has_fused_na, use_fused_na, ...) are
+here too (attnkit._natten_queries).
 
 Modules: NeighborhoodAttention1D/2D/3D with NATTEN 0.17's constructor (dim, num_heads, kernel_size, dilation=1,
 is_causal=False, rel_pos_bias=False, qkv_bias=True, qk_scale=None, attn_drop=0.0, proj_drop=0.0; the older
@@ -25,14 +26,15 @@ from typing import List, Optional, Sequence, Tuple, Union
 import torch
 from torch import nn
 
-from . import functional
+from . import _natten_queries, functional
 from ._mask_spec import per_dim
+from ._natten_queries import *  # noqa: F401,F403 - NATTEN's feature queries and switches (has_cuda, ...)
 
 __all__ = [
     "NeighborhoodAttention1D", "NeighborhoodAttention2D", "NeighborhoodAttention3D",
     "na1d_qk", "na1d_av", "na2d_qk", "na2d_av", "na3d_qk", "na3d_av",
     "natten1dqkrpb", "natten1dav", "natten2dqkrpb", "natten2dav", "natten3dqkrpb", "natten3dav",
-]
+] + _natten_queries.__all__
 
 _IntPerDim = Union[int, Sequence[int]]
 

@@ -3,9 +3,9 @@
 //                                                each cache file: its device key, its winners with their
 //                                                default (IGNORED: why, for a winner a tuner would drop), and timings;
 //                                                as text or one JSON document (fields in kShowJsonFields)
-//   attnkit cache merge INPUT... [--dir DIR]     fold cache files (or folders of them) from elsewhere into
+//   attnkit cache merge INPUT... [--dir DIR] [--json]  fold cache files (or folders of them) from elsewhere into
 //                                                DIR, each into its own device's file; newest record wins
-//   attnkit cache clear [--dir DIR]              delete DIR's cache files
+//   attnkit cache clear [--dir DIR] [--json]     delete DIR's cache files
 // DIR defaults to $ATTNKIT_CACHE_DIR, else ~/.cache/attnkit. Shipping a cache = copying its files.
 #include <cstdio>
 #include <map>
@@ -34,6 +34,10 @@ const char* const kShowJsonFields = R"(JSON output (--json): one document on std
   null)}], and with --timings timings: the file's records {problem, config, ok, median_us, p25_us,
   p75_us, samples, time_ms, or error when not ok}}]
 The names are the cache file's own (docs/tuner.md). Errors go to stderr (exit 2).)";
+const char* const kMergeJsonFields = R"(JSON output (--json): one document on stdout:
+  cache_dir, files_merged, files_rejected, winners, timings, written: [file], problems: [why an input was
+  rejected or a write failed] (also on stderr). Exit status 1 when problems is not empty.)";
+const char* const kClearJsonFields = R"(JSON output (--json): one document on stdout: cache_dir, removed (files).)";
 
 struct CacheOptions {
   std::string dir;
@@ -175,6 +179,18 @@ int merge(const CacheOptions& o) {
   std::vector<std::filesystem::path> inputs(o.inputs.begin(), o.inputs.end());
   const MergeSummary summary = merge_cache_files(inputs, dir);
   for (const auto& problem : summary.problems) std::fprintf(stderr, "attnkit: cache merge: %s\n", problem.c_str());
+  if (o.json) {
+    Json written = Json::array();
+    for (const auto& file : summary.written) written.push_back(file.string());
+    print_json(Json{{"cache_dir", dir},
+                    {"files_merged", summary.files_merged},
+                    {"files_rejected", summary.files_rejected},
+                    {"winners", summary.winners},
+                    {"timings", summary.timings},
+                    {"written", written},
+                    {"problems", summary.problems}});
+    return summary.problems.empty() ? 0 : 1;
+  }
   std::printf("merged %zu files (%zu winners, %zu timings) into %s; %zu inputs rejected\n", summary.files_merged,
               summary.winners, summary.timings, dir.c_str(), summary.files_rejected);
   for (const auto& file : summary.written) std::printf("  wrote %s\n", file.c_str());
@@ -183,7 +199,12 @@ int merge(const CacheOptions& o) {
 
 int clear(const CacheOptions& o) {
   const std::string dir = cache_dir(o);
-  std::printf("removed %zu cache files from %s\n", clear_cache(dir), dir.c_str());
+  const size_t removed = clear_cache(dir);
+  if (o.json) {
+    print_json(Json{{"cache_dir", dir}, {"removed", removed}});
+  } else {
+    std::printf("removed %zu cache files from %s\n", removed, dir.c_str());
+  }
   return 0;
 }
 
@@ -205,8 +226,12 @@ Command add_cache_command(CLI::App& parent) {
   CLI::App* merge_app = app->add_subcommand("merge", "Merge cache files or folders into the cache folder");
   add_dir(merge_app);
   merge_app->add_option("inputs", o->inputs, "Cache files or folders of them")->required()->check(CLI::ExistingPath);
+  merge_app->add_flag("--json", o->json, "Print one JSON document on stdout instead of text (fields below)");
+  merge_app->footer(kMergeJsonFields);
   CLI::App* clear_app = app->add_subcommand("clear", "Delete the cache folder's cache files");
   add_dir(clear_app);
+  clear_app->add_flag("--json", o->json, "Print one JSON document on stdout instead of text (fields below)");
+  clear_app->footer(kClearJsonFields);
   return Command{app, [o, show_app, merge_app, clear_app]() -> int {
                    if (show_app->parsed()) return show(*o);
                    if (merge_app->parsed()) return merge(*o);

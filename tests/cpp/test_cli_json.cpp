@@ -1,6 +1,6 @@
-// `--json` of `attnkit run`, `tune`, `cache show` and `info`: stdout is one JSON document holding
-// the facts the text output gives, under the field names their --help lists; errors still go to
-// stderr with a non-zero exit code and nothing on stdout.
+// `--json` of `attnkit run`, `tune`, `cache show`, `cache merge`, `cache clear` and `info`: stdout is one JSON document
+// holding the facts the text output gives, under the field names their --help lists; errors still go to stderr with a
+// non-zero exit code and nothing on stdout.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -135,6 +135,24 @@ TEST(CliJson, CacheShowListsFilesWithTheirDeviceAndWinners) {
   EXPECT_FALSE(file.contains("timings"));  // only with --timings
   const Json with_timings = document_of(run_cli("cache show --dir '" + folder + "' --timings --json"));
   EXPECT_EQ(with_timings["files"][0]["timings"].size(), file["timing_count"].get<size_t>());
+}
+
+TEST(CliJson, CacheMergeAndClearReportWhatTheyDid) {
+  const std::string source = fresh_folder("cli_json_merge_source");
+  ASSERT_EQ(tune_one_problem(source, " --quiet").exit_code, 0);
+  const std::string target = fresh_folder("cli_json_merge_target");
+  const Json merged = document_of(run_cli("cache merge '" + source + "' --dir '" + target + "' --json"));
+  EXPECT_EQ(merged["cache_dir"], target);
+  EXPECT_EQ(merged["files_merged"], 1);
+  EXPECT_EQ(merged["files_rejected"], 0);
+  EXPECT_EQ(merged["winners"], 1);
+  EXPECT_GT(merged["timings"].get<int>(), 0);
+  EXPECT_EQ(merged["written"].size(), 1u);
+  EXPECT_TRUE(merged["problems"].empty());
+  const Json cleared = document_of(run_cli("cache clear --dir '" + target + "' --json"));
+  EXPECT_EQ(cleared["cache_dir"], target);
+  EXPECT_EQ(cleared["removed"], 1);
+  EXPECT_EQ(document_of(run_cli("cache clear --dir '" + target + "' --json"))["removed"], 0);
 }
 
 TEST(CliJson, InfoReportsVersionBackendsAndThreads) {

@@ -181,3 +181,10 @@ def test_neighborhood_module_on_gpu():
     with skip_if_unsupported("na2d forward bf16"):
         out = module(x)
     assert out.shape == x.shape and torch.isfinite(out.float()).all()
+
+
+def test_rpb_on_cuda_tensors_is_refused_naming_the_argument():
+    """The CUDA kernels add no positional bias in this version: the call must say so, not ignore the bias."""
+    q = _rand(1, 8, 8, 2, 64)
+    with pytest.raises(attnkit.AttnkitError, match=r"mask\.rpb.*CPU tensors"):
+        attnkit.na2d(q, q, q, 3, rpb=torch.zeros(2, 5, 5, device="cuda"))

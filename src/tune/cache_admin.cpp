@@ -1,10 +1,8 @@
 #include "tune/cache_admin.hpp"
 
 #include <algorithm>
-#include <chrono>
-#include <fstream>
 #include <map>
-#include <sstream>
+#include <set>
 
 #include "tune/cache_format.hpp"
 
@@ -18,10 +16,7 @@ bool is_cache_file(const fs::path& path) {
   return name.rfind("tune-", 0) == 0 && name.size() > 10 && name.compare(name.size() - 5, 5, ".json") == 0;
 }
 
-bool is_temp_file(const fs::path& path) {
-  const std::string name = path.filename().string();
-  return name.rfind("tune-", 0) == 0 && name.find(".json.tmp.") != std::string::npos;
-}
+bool is_temp_file(const fs::path& path) { return is_cache_file(file_of_temp_file(path)); }
 
 std::vector<fs::path> files_in(const fs::path& dir, bool (*wanted)(const fs::path&)) {
   std::vector<fs::path> files;
@@ -36,14 +31,12 @@ std::vector<fs::path> files_in(const fs::path& dir, bool (*wanted)(const fs::pat
 CacheFileInfo parse_file(const fs::path& file) {
   CacheFileInfo info;
   info.file = file;
-  std::ifstream in(file, std::ios::binary);
-  if (!in) {
-    info.rejection = "cannot read";
+  const FileRead read = read_whole_file(file);
+  if (!read.found || !read.error.empty()) {
+    info.rejection = "cannot read: " + (read.found ? read.error : std::string("no such file"));
     return info;
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  ParsedCache parsed = parse_cache_json_text(text.str());
+  ParsedCache parsed = parse_cache_json_text(read.text);
   info.valid = parsed.contents.has_value();
   info.rejection = parsed.rejection;
   if (parsed.contents) info.contents = std::move(*parsed.contents);
@@ -88,7 +81,7 @@ MergeSummary merge_cache_files(const std::vector<fs::path>& inputs, const fs::pa
   }
   for (const auto& [hash, contents] : by_device) {
     const fs::path target = cache_file_path(dir, contents.device);
-    const std::string error = merge_into_cache_file(target, contents);
+    const std::string error = merge_into_cache_file(target, contents, RepeatedFailures::report_each);
     if (error.empty())
       summary.written.push_back(target);
     else
@@ -99,16 +92,16 @@ MergeSummary merge_cache_files(const std::vector<fs::path>& inputs, const fs::pa
 
 size_t clear_cache(const fs::path& dir) {
   size_t removed = 0;
-  for (const auto& file : files_in(dir, is_cache_file)) {
-    const ExclusiveFileLock lock(fs::path(file.string() + ".lock"));
+  // Each cache file, and each one a killed writer's temporary file belongs to (it may never have
+  // been written), is cleared under its lock: no live writer owns a temporary file then.
+  std::set<fs::path> files;
+  for (const auto& file : files_in(dir, is_cache_file)) files.insert(file);
+  for (const auto& temp : files_in(dir, is_temp_file)) files.insert(file_of_temp_file(temp));
+  for (const auto& file : files) {
+    const ExclusiveFileLock lock(lock_file_path(file));
     std::error_code ec;
     if (fs::remove(file, ec)) ++removed;
-  }
-  // A temporary file younger than a minute may belong to a writer that is about to rename it.
-  const auto stale_before = fs::file_time_type::clock::now() - std::chrono::minutes(1);
-  for (const auto& file : files_in(dir, is_temp_file)) {
-    std::error_code ec;
-    if (fs::last_write_time(file, ec) < stale_before && !ec) fs::remove(file, ec);
+    remove_stale_temp_files(file);
   }
   return removed;
 }

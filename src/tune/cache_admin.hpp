@@ -33,8 +33,8 @@ struct MergeSummary {
 // Inputs are cache files or folders of them.
 MergeSummary merge_cache_files(const std::vector<std::filesystem::path>& inputs, const std::filesystem::path& dir);
 
-// Removes the cache files of `dir` (each under its lock) and temporary files left by a crashed
-// writer (older than a minute). Lock files stay (see cache_file.hpp). Returns the number of cache files removed.
+// Removes the cache files of `dir` and the temporary files left by killed writers, each under its
+// cache file's lock. Lock files stay (see cache_file_io.hpp). Returns the number of cache files removed.
 size_t clear_cache(const std::filesystem::path& dir);
 
 }  // namespace attnkit::tune

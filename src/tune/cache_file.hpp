@@ -1,19 +1,26 @@
 // The disk side of the cache (DESIGN §6.2): one JSON file per device key, named
 // tune-<backend>-<device key hash>.json in the cache folder, with the full key inside.
 //
-// Writers read-merge-write under an exclusive advisory lock (flock on <file>.lock, which is never
-// deleted, since deleting a lock file that someone holds would let a third process lock a new one):
-// two processes writing at once both keep their records. The new text goes to a temporary file in
-// the same folder that is renamed over the old one, so readers, which take no lock, see either the
-// old or the new file, never a torn one.
-// A file that does not parse, has another format version, or holds another device key is reported
-// (a warning in the log and a line in CacheLoad::problems) and treated as empty; the next write
-// replaces it. Nothing here throws on bad files or unwritable folders.
+// Writers read-merge-write under an exclusive lock on <file>.lock and replace the file atomically
+// (cache_file_io.hpp): two processes writing at once both keep their records, a writer killed at any
+// point loses at most the records it was writing, and the next writer deletes the temporary file it
+// left. Readers take no lock and see the old or the new file, never a torn one.
+//
+// What a reader or a writer finds at the file's name:
+//   - nothing: an empty cache, silently;
+//   - a file it cannot read (permissions, a folder): reported; writers leave it in place and fail;
+//   - a damaged file (not JSON, a wrong checksum, missing fields) or one of a format version this
+//     build does not read: reported and ignored; the next write replaces it;
+//   - another device's file (copied or mis-shipped): reported and never used; the next write moves
+//     its records into that device's own file, then writes this device's.
+// A report is a warning in the log and, for readers, a line in CacheLoad::problems. Nothing here
+// throws on bad files or unwritable folders.
 #pragma once
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include "tune/cache_file_io.hpp"
 #include "tune/cache_records.hpp"
 
 namespace attnkit::tune {
@@ -22,33 +29,23 @@ std::filesystem::path cache_file_path(const std::filesystem::path& dir, const De
 
 struct CacheLoad {
   CacheContents contents;             // empty when the file is missing or was rejected
-  bool found = false;                 // the file exists
-  std::vector<std::string> problems;  // why the file (or part of it) was ignored
+  bool found = false;                 // something exists at the file's name
+  std::vector<std::string> problems;  // why the file was ignored
 };
 
 // Reads `file`. With `expected`, a file holding another device key is rejected.
 CacheLoad read_cache_file(const std::filesystem::path& file, const DeviceKey* expected);
 
+enum class RepeatedFailures {
+  // A failure that repeats the last one returned for the same file returns "" until a write of that
+  // file succeeds: a read-only or full folder costs the tuner one warning, not one per result.
+  report_once,
+  report_each,  // every failure is returned (cache merge)
+};
+
 // Merges `additions` into `file` (whose device key must be additions.device) under the lock.
 // Returns "" on success, else what failed.
-std::string merge_into_cache_file(const std::filesystem::path& file, const CacheContents& additions);
-
-// Writes `text` to a temporary file next to `file` and renames it over `file`. Returns "" or why not.
-std::string write_file_atomically(const std::filesystem::path& file, const std::string& text);
-
-// Holds flock(LOCK_EX) on `lock_file` (created when missing) for its lifetime.
-class ExclusiveFileLock {
- public:
-  explicit ExclusiveFileLock(const std::filesystem::path& lock_file);
-  ~ExclusiveFileLock();
-  ExclusiveFileLock(const ExclusiveFileLock&) = delete;
-  ExclusiveFileLock& operator=(const ExclusiveFileLock&) = delete;
-  bool locked() const { return fd_ >= 0; }
-  const std::string& error() const { return error_; }
-
- private:
-  int fd_ = -1;
-  std::string error_;
-};
+std::string merge_into_cache_file(const std::filesystem::path& file, const CacheContents& additions,
+                                  RepeatedFailures repeats = RepeatedFailures::report_once);
 
 }  // namespace attnkit::tune

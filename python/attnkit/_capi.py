@@ -589,11 +589,17 @@ def _torch_dtype_codes() -> dict:
     }
 
 
-def tensor_view(t) -> Tensor:
+# What tensor_view accepts when its caller names nothing narrower: every dtype the C ABI has.
+ANY_DTYPE = "float32, float16, bfloat16, float64 or bool"
+
+
+def tensor_view(t, name: str = "tensor", allowed: str = ANY_DTYPE) -> Tensor:
     """An attnkit_tensor viewing a torch tensor (no copy; the tensor must outlive the call).
 
     Maps dtype (float32/float16/bfloat16/float64/bool), device (cpu, or cuda with its index),
-    shape and strides in elements. None gives an absent tensor.
+    shape and strides in elements. None gives an absent tensor. A dtype the C ABI has no code for, or a
+    device other than cpu and cuda, raises naming the argument `name`; the dtype error lists `allowed`,
+    the dtypes this argument may have.
     """
     if t is None:
         return absent_tensor()
@@ -603,10 +609,7 @@ def tensor_view(t) -> Tensor:
         raise TypeError(f"tensor_view: expected a torch.Tensor or None, got {type(t).__name__}")
     code = _torch_dtype_codes().get(t.dtype)
     if code is None:
-        raise TypeError(
-            f"tensor_view: dtype {t.dtype} is not supported; allowed: float32, float16, bfloat16, "
-            f"float64, bool"
-        )
+        raise TypeError(f"{name}: dtype {t.dtype}; allowed: {allowed}")
     if t.dim() > ATTNKIT_MAX_RANK:
         raise ValueError(f"tensor_view: rank {t.dim()} exceeds ATTNKIT_MAX_RANK = {ATTNKIT_MAX_RANK}")
     view = Tensor()
@@ -620,7 +623,7 @@ def tensor_view(t) -> Tensor:
         view.device_type = ATTNKIT_DEVICE_CPU
         view.device_index = 0
     else:
-        raise ValueError(f"tensor_view: device {t.device} is not supported; allowed: cpu, cuda")
+        raise ValueError(f"{name}: device {t.device}; allowed: cpu or cuda")
     view.rank = t.dim()
     for i, (extent, stride) in enumerate(zip(t.shape, t.stride())):
         view.extents[i] = extent

@@ -23,21 +23,37 @@ def matrix_operand(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous()
 
 
+_MATRIX_LAYOUT = "[rows, cols] or [batch, rows, cols]"
+
+
+def _check_ranks(a: torch.Tensor, b: torch.Tensor) -> None:
+    """Ranks first, worded as the library's check: the result's shape reads them."""
+    for t, name in ((a, "a"), (b, "b")):
+        if t.dim() not in (2, 3):
+            raise ValueError(f"{name}: rank {t.dim()} (shape {list(t.shape)}); allowed: rank 2 to 3, layout "
+                             f"{_MATRIX_LAYOUT}")
+
+
 def _result_shape(a: torch.Tensor, b: torch.Tensor):
-    if a.dim() == 3:
-        return (max(a.shape[0], b.shape[0]), a.shape[1], b.shape[2])
-    return (a.shape[0], b.shape[1])
+    """[M, N], or [batch, M, N] when an operand has a batch: the largest, or 0 when one is 0 (as the library's
+    batch rule: an extent 1 broadcasts)."""
+    if a.dim() == 2 and b.dim() == 2:
+        return (a.shape[0], b.shape[1])
+    batches = [t.shape[0] for t in (a, b) if t.dim() == 3]
+    return (0 if 0 in batches else max(batches), a.shape[-2], b.shape[-1])
 
 
 @torch.library.custom_op("attnkit::gemm", mutates_args=())
 def gemm(a: torch.Tensor, b: torch.Tensor, allow_tf32: bool) -> torch.Tensor:
+    _check_ranks(a, b)
     lib = _launch.library()
-    device = _launch.check_device(lib, a, b)
+    device = _launch.check_device(lib, a, b, names=("a", "b"))
     a, b = matrix_operand(a), matrix_operand(b)
     c = torch.empty(_result_shape(a, b), dtype=a.dtype, device=device)
     args = _capi.GemmArgs()
     lib.attnkit_gemm_args_init(ctypes.byref(args))
-    args.a, args.b, args.c = _launch.view(a), _launch.view(b), _launch.view(c)
+    args.a, args.b = _launch.view(a, "a"), _launch.view(b, "b", _launch.same_dtype(a, "a"))
+    args.c = _launch.view(c, "c")
     args.allow_tf32 = 1 if allow_tf32 else 0
     with _launch.device_guard(device):
         _launch.call(lib.attnkit_gemm, args, _launch.run_options(lib, device))
@@ -46,6 +62,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, allow_tf32: bool) -> torch.Tensor:
 
 @gemm.register_fake
 def _(a, b, allow_tf32):
+    _check_ranks(a, b)
+    _launch.common_device((a, b), ("a", "b"))  # refuses meta tensors
     return a.new_empty(_result_shape(a, b))
 
 

@@ -7,7 +7,11 @@ Every custom op's real implementation goes through here, so the rules live in on
 - Workspace comes from PyTorch's allocator (torch.empty of uint8), sized by the library's
   *_workspace_size query, so a call allocates nothing itself and is safe under CUDA-graph capture.
 - A failed call raises ValueError (invalid argument) or RuntimeError (anything else) carrying
-  attnkit_last_error()'s text.
+  attnkit_last_error()'s text. Errors found here name the argument and list what it allows, as the
+  library's do: tensors on a device other than cpu or cuda (meta tensors included: they would reach
+  only the ops' fake implementations) or on different devices, and dtypes the C ABI has no code for.
+- A tensor with no elements is passed at a placeholder address: it needs no memory, but the C ABI
+  reads a NULL data pointer as an absent tensor.
 """
 
 from __future__ import annotations
@@ -37,24 +41,45 @@ def contiguous_last(t: torch.Tensor | None) -> torch.Tensor | None:
     return t
 
 
-def check_device(lib: ctypes.CDLL, *tensors: torch.Tensor | None) -> torch.device:
-    """The device all given tensors share; RuntimeError for a CUDA tensor without a CUDA build."""
-    present = [t for t in tensors if t is not None]
-    device = present[0].device
-    for t in present[1:]:
-        if t.device != device:
-            raise ValueError(
-                f"attnkit: tensors on different devices ({device} and {t.device}); allowed: all on one device"
-            )
+def common_device(tensors, names=()) -> torch.device:
+    """The device the given tensors (None entries skipped) share, without the library: the ops' fake
+    implementations call it too, so a meta tensor, which dispatches to them, is refused, while the fake
+    tensors of torch.compile, which report the device they stand for, pass. ValueError naming the
+    argument (names[i], else "tensor i") for a device other than cpu or cuda, or another device than
+    the first tensor's."""
+    device = first_name = None
+    for i, t in enumerate(tensors):
+        if t is None:
+            continue
+        name = names[i] if i < len(names) else f"tensor {i}"
+        if t.device.type not in ("cpu", "cuda"):
+            raise ValueError(f"{name}: device {t.device}; allowed: cpu or cuda")
+        if device is None:
+            device, first_name = t.device, name
+        elif t.device != device:
+            raise ValueError(f"{name}: device {t.device} differs from {first_name}'s device {device}; allowed: "
+                             f"{device}, all tensors of a call on one device")
+    return device
+
+
+def check_device(lib: ctypes.CDLL, *tensors: torch.Tensor | None, names=()) -> torch.device:
+    """The device all given tensors share (common_device); RuntimeError for a CUDA tensor without a CUDA
+    build."""
+    device = common_device(tensors, names)
     if device.type == "cuda" and not lib.attnkit_cuda_compiled():
         raise RuntimeError(
             f"attnkit: CUDA tensors were given but {_capi.library_path(lib)} was built without the CUDA "
             "backend (ATTNKIT_WITH_CUDA=OFF); reinstall with `ATTNKIT_WITH_CUDA=ON pip install .` on a "
             "machine with nvcc, or point ATTNKIT_LIBRARY at a CUDA build"
         )
-    if device.type not in ("cpu", "cuda"):
-        raise ValueError(f"attnkit: device {device} is not supported; allowed: cpu, cuda")
     return device
+
+
+def check_rank(t: torch.Tensor, name: str, rank: int, layout: str) -> None:
+    """ValueError, worded as the library's rank check, before Python indexes a shape the library has not
+    validated yet."""
+    if t.dim() != rank:
+        raise ValueError(f"{name}: rank {t.dim()} (shape {list(t.shape)}); allowed: rank {rank}, layout {layout}")
 
 
 def device_guard(device: torch.device):
@@ -101,5 +126,32 @@ def call(function, args, options) -> None:
     _capi.check(status, library())
 
 
-def view(t: torch.Tensor | None) -> _capi.Tensor:
-    return _capi.tensor_view(t)
+# The dtypes of the floating-point arguments (q, k, v, a, b, ...), as the library lists them.
+FLOATING = "float32, float16, bfloat16, float64"
+
+
+def same_dtype(reference: torch.Tensor, reference_name: str) -> str:
+    """What an argument that must share `reference`'s dtype allows, for view()'s message."""
+    return f"{str(reference.dtype).removeprefix('torch.')} ({reference_name}'s dtype)"
+
+
+# Where tensors with no elements point (16-byte aligned, never read or written).
+_placeholder_storage = ctypes.create_string_buffer(32)
+PLACEHOLDER_ADDRESS = (ctypes.addressof(_placeholder_storage) + 15) & ~15
+
+
+def view(t: torch.Tensor | None, name: str = "tensor", allowed: str = FLOATING) -> _capi.Tensor:
+    """The attnkit_tensor of argument `name` (errors name it; `allowed` lists its dtypes); a tensor with no
+    elements gets the placeholder address."""
+    result = _capi.tensor_view(t, name, allowed)
+    if result.data is None and t is not None:
+        result.data = address(t)
+    return result
+
+
+def address(t: torch.Tensor | None):
+    """The data pointer view() puts in an attnkit_tensor: None for an absent tensor, the placeholder for a null
+    one with no elements."""
+    if t is None:
+        return None
+    return t.data_ptr() or (PLACEHOLDER_ADDRESS if t.numel() == 0 else None)

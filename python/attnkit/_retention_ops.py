@@ -22,6 +22,20 @@ def state_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+_STATE_DTYPE = "float32, or float64 when the inputs are float64 (the recurrent state)"
+
+
+def _check_ranks(q, k, v) -> None:
+    """Ranks first: the op reads the shapes of q and v (out, the state) before the library sees them."""
+    _launch.check_rank(q, "q", 4, "[B, T, H, Dk]")
+    _launch.check_rank(k, "k", 4, "[B, T, H, Dk]")
+    _launch.check_rank(v, "v", 4, "[B, T, H, Dv]")
+
+
+_FORWARD_NAMES = ("q", "k", "v", "initial_state")
+_BACKWARD_NAMES = _FORWARD_NAMES + ("grad_out", "grad_final_state")
+
+
 def _state_shape(q: torch.Tensor, v: torch.Tensor):
     return (q.shape[0], q.shape[2], q.shape[3], v.shape[3])
 
@@ -52,17 +66,20 @@ def retention_forward(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, initial_state: Optional[torch.Tensor],
     gamma: Optional[List[float]], mode: int, chunk_size: int, normalize: bool, scale: Optional[float],
 ) -> Tuple[torch.Tensor, torch.Tensor]:
+    _check_ranks(q, k, v)
     lib = _launch.library()
-    device = _launch.check_device(lib, q, k, v, initial_state)
+    device = _launch.check_device(lib, q, k, v, initial_state, names=_FORWARD_NAMES)
     q, k, v, initial_state = (_launch.contiguous_last(t) for t in (q, k, v, initial_state))
     out = torch.empty(q.shape[:-1] + v.shape[-1:], dtype=q.dtype, device=device)
     final_state = torch.empty(_final_state_shape(q, v, normalize), dtype=state_dtype(q.dtype), device=device)
     args = _capi.RetentionForwardArgs()
     lib.attnkit_retention_forward_args_init(ctypes.byref(args))
-    args.q, args.k, args.v, args.out = (_launch.view(t) for t in (q, k, v, out))
-    args.initial_state = _launch.view(initial_state)
+    same = _launch.same_dtype(q, "q")
+    args.q, args.k, args.v = _launch.view(q, "q"), _launch.view(k, "k", same), _launch.view(v, "v", same)
+    args.out = _launch.view(out, "out")
+    args.initial_state = _launch.view(initial_state, "initial_state", _STATE_DTYPE)
     if not normalize:
-        args.final_state = _launch.view(final_state)
+        args.final_state = _launch.view(final_state, "final_state", _STATE_DTYPE)
     keep = _set_common(args, gamma, mode, chunk_size, normalize, scale)
     with _launch.device_guard(device):
         _launch.call(lib.attnkit_retention_forward, args, _launch.run_options(lib, device))
@@ -72,6 +89,8 @@ def retention_forward(
 
 @retention_forward.register_fake
 def _(q, k, v, initial_state, gamma, mode, chunk_size, normalize, scale):
+    _check_ranks(q, k, v)
+    _launch.common_device((q, k, v, initial_state), _FORWARD_NAMES)  # refuses meta tensors
     out = q.new_empty(q.shape[:-1] + v.shape[-1:])
     final_state = q.new_empty(_final_state_shape(q, v, normalize), dtype=state_dtype(q.dtype))
     return out, final_state
@@ -83,8 +102,9 @@ def retention_backward(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, initial_state: Optional[torch.Tensor],
     gamma: Optional[List[float]], mode: int, chunk_size: int, normalize: bool, scale: Optional[float],
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    _check_ranks(q, k, v)
     lib = _launch.library()
-    device = _launch.check_device(lib, q, k, v, initial_state, grad_out, grad_final_state)
+    device = _launch.check_device(lib, q, k, v, initial_state, grad_out, grad_final_state, names=_BACKWARD_NAMES)
     q, k, v, initial_state = (_launch.contiguous_last(t) for t in (q, k, v, initial_state))
     if grad_out is None:
         grad_out = torch.zeros(q.shape[:-1] + v.shape[-1:], dtype=q.dtype, device=device)
@@ -102,11 +122,15 @@ def retention_backward(
         grad_initial_state = torch.empty(0, dtype=state_dtype(q.dtype), device=device)
     args = _capi.RetentionBackwardArgs()
     lib.attnkit_retention_backward_args_init(ctypes.byref(args))
-    args.q, args.k, args.v, args.grad_out = (_launch.view(t) for t in (q, k, v, grad_out))
-    args.initial_state, args.grad_final_state = _launch.view(initial_state), _launch.view(grad_final_state)
-    args.grad_q, args.grad_k, args.grad_v = (_launch.view(t) for t in (grad_q, grad_k, grad_v))
+    same = _launch.same_dtype(q, "q")
+    args.q, args.k, args.v = _launch.view(q, "q"), _launch.view(k, "k", same), _launch.view(v, "v", same)
+    args.grad_out = _launch.view(grad_out, "grad_out")
+    args.initial_state = _launch.view(initial_state, "initial_state", _STATE_DTYPE)
+    args.grad_final_state = _launch.view(grad_final_state, "grad_final_state", _STATE_DTYPE)
+    args.grad_q, args.grad_k, args.grad_v = (_launch.view(t, name) for t, name in
+                                             ((grad_q, "grad_q"), (grad_k, "grad_k"), (grad_v, "grad_v")))
     if initial_state is not None:
-        args.grad_initial_state = _launch.view(grad_initial_state)
+        args.grad_initial_state = _launch.view(grad_initial_state, "grad_initial_state", _STATE_DTYPE)
     keep = _set_common(args, gamma, mode, chunk_size, normalize, scale)
     with _launch.device_guard(device):
         _launch.call(lib.attnkit_retention_backward, args, _launch.run_options(lib, device))
@@ -116,6 +140,8 @@ def retention_backward(
 
 @retention_backward.register_fake
 def _(grad_out, grad_final_state, q, k, v, initial_state, gamma, mode, chunk_size, normalize, scale):
+    _check_ranks(q, k, v)
+    _launch.common_device((q, k, v, initial_state, grad_out, grad_final_state), _BACKWARD_NAMES)
     if initial_state is not None:
         grad_initial_state = initial_state.new_empty(initial_state.shape)
     else:

@@ -2,6 +2,7 @@
 
 #include "core/attention_shape.hpp"
 #include "core/validate.hpp"
+#include "core/zero_size.hpp"
 #include "cpu/cpu_backend.hpp"
 #include "cuda/cuda_backend.hpp"
 
@@ -49,6 +50,9 @@ void validate(const AttentionBackward& problem, const RunOptions& options) {
   validate_attention_backward(problem, options);
 }
 
+bool needs_no_kernel(const AttentionForward& problem) { return attention_forward_needs_no_kernel(problem); }
+bool needs_no_kernel(const AttentionBackward& problem) { return attention_backward_needs_no_kernel(problem); }
+
 MadePlan<AttentionForward> make_plan(Backend backend, const AttentionForward& problem, const AttentionShape& shape,
                                      const RunOptions& options) {
   return backend == Backend::cuda ? cuda::make_attention_forward_plan(problem, shape, options)
@@ -60,7 +64,8 @@ MadePlan<AttentionBackward> make_plan(Backend backend, const AttentionBackward& 
                                   : cpu::make_attention_backward_plan(problem, shape, options);
 }
 
-// The cached plan of an attention call: made by validating, describing and asking the call's backend.
+// The cached plan of an attention call: made by validating, then, unless the problem is zero-size and
+// needs no kernel (core/zero_size.hpp), describing it and asking the call's backend.
 template <class Problem>
 std::shared_ptr<const OpPlan<Problem>> plan_of(PlanCache<OpPlan<Problem>>& cache, const PlanKey& key,
                                                const Problem& problem, const RunOptions& options, bool* made_now) {
@@ -68,8 +73,13 @@ std::shared_ptr<const OpPlan<Problem>> plan_of(PlanCache<OpPlan<Problem>>& cache
       cache, key,
       [&] {
         validate(problem, options);
+        const Backend backend = resolve_backend(options.backend, problem.q.device);
+        if (needs_no_kernel(problem)) return zero_size_plan(problem);
         const AttentionShape shape = describe_attention(problem.q, problem.k, problem.v, problem.scale);
-        return make_plan(resolve_backend(options.backend, problem.q.device), problem, shape, options);
+        // The tuner describes problems with head dims >= 1: a head dim 0 takes the default config, untimed.
+        RunOptions plan_options = options;
+        plan_options.no_tuning = options.no_tuning || shape.head_dim == 0 || shape.head_dim_v == 0;
+        return make_plan(backend, problem, shape, plan_options);
       },
       made_now);
 }

@@ -35,7 +35,8 @@ AttentionShape describe_attention(const TensorView& q, const TensorView& k, cons
   s.heads_kv = k.extents[k.rank - 2];
   s.head_dim = q.extents[q.rank - 1];
   s.head_dim_v = v.extents[v.rank - 1];
-  s.scale = scale.value_or(1.0 / std::sqrt(static_cast<double>(s.head_dim)));
+  // With head_dim 0 every score is 0 whatever the scale: 1 keeps it finite (1/sqrt(0) would make 0 * inf).
+  s.scale = scale.value_or(s.head_dim > 0 ? 1.0 / std::sqrt(static_cast<double>(s.head_dim)) : 1.0);
   return s;
 }
 

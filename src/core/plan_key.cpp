@@ -3,6 +3,7 @@
 #include <bit>
 
 #include "attnkit/error.hpp"
+#include "core/zero_size.hpp"
 
 namespace attnkit::detail {
 
@@ -22,7 +23,8 @@ void PlanKey::add(const std::optional<double>& value) {
 }
 
 void PlanKey::add(const TensorView& view) {
-  if (!view.defined()) {
+  // A tensor with no elements may have a null pointer and is still given: its shape is part of the key.
+  if (!is_given(view)) {
     add(int64_t{0});
     return;
   }

@@ -12,6 +12,7 @@
 #include "core/validate.hpp"
 #include "core/validate_attention_mask.hpp"
 #include "core/validate_checks.hpp"
+#include "core/zero_size.hpp"
 
 namespace attnkit::detail {
 namespace {
@@ -67,11 +68,15 @@ void check_kv_heads_equal(const TensorView& k, const TensorView& v) {
   }
 }
 
+// Hkv = 0 serves only Hq = 0 (no query head needs a key head).
 void check_heads_divisible(const TensorView& q, const TensorView& k) {
-  if (heads_of(q) % heads_of(k) != 0) {
-    fail("k: heads " + std::to_string(heads_of(k)) + " (Hkv, shape " + k.shape_string() +
-         ") does not divide q's heads " + std::to_string(heads_of(q)) +
-         " (Hq); allowed: Hkv dividing Hq (Hq % Hkv == 0; Hkv = Hq, grouped-query or Hkv = 1)");
+  const int64_t hq = heads_of(q);
+  const int64_t hkv = heads_of(k);
+  if (hkv == 0 ? hq != 0 : hq % hkv != 0) {
+    fail("k: heads " + std::to_string(hkv) + " (Hkv, shape " + k.shape_string() + ") does not divide q's heads " +
+         std::to_string(hq) +
+         " (Hq); allowed: Hkv dividing Hq (Hq % Hkv == 0; Hkv = Hq, grouped-query or Hkv = 1), Hkv = 0 only with "
+         "Hq = 0");
   }
 }
 
@@ -159,36 +164,36 @@ void validate_attention_forward(const AttentionForward& problem, const RunOption
   check_token_tensor_structure(k, "k", kKLayout);
   check_token_tensor_structure(v, "v", kVLayout);
   check_token_tensor_structure(out, "out", kOutLayout);
-  if (lse.defined()) {
+  if (is_given(lse)) {
     check_lse_structure(lse);
   }
 
   check_floating_family(q, {{&k, "k"}, {&v, "v"}, {&out, "out"}});
-  if (lse.defined()) {
+  if (is_given(lse)) {
     check_lse_dtype(lse);
   }
 
   check_same_device(k, "k", q, "q");
   check_same_device(v, "v", q, "q");
   check_same_device(out, "out", q, "q");
-  if (lse.defined()) {
+  if (is_given(lse)) {
     check_same_device(lse, "lse", q, "q");
   }
 
   for (const auto& [view, name] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}, {&out, "out"}}) {
     check_memory_layout(*view, name);
   }
-  if (lse.defined()) {
+  if (is_given(lse)) {
     check_memory_layout(lse, "lse");
   }
   check_output_not_broadcast(out, "out");
-  if (lse.defined()) {
+  if (is_given(lse)) {
     check_output_not_broadcast(lse, "lse");
   }
 
   check_qkv_relations(q, k, v);
   check_shape_equals(out, "out", output_extents(q, v), "[B, *tokens_q, Hq, Dv] from q and v");
-  if (lse.defined()) {
+  if (is_given(lse)) {
     check_shape_equals(lse, "lse", lse_extents(q), "[B, *tokens_q, Hq] from q");
   }
 

@@ -1,5 +1,6 @@
 // Mask rules (DESIGN §3). Neighborhood masks need Q and KV on one token grid and, per dimension,
-// 1 <= kernel_size, dilation >= 1, kernel_size*dilation <= extent, 1 <= stride <= kernel_size.
+// 1 <= kernel_size, dilation >= 1, kernel_size*dilation <= extent (waived for an extent 0, which has
+// no token), 1 <= stride <= kernel_size.
 // Block and element masks are bool [B|1, Hq|1, rows, cols] on q's device, where rows/cols count
 // blocks or tokens of the flattened sequences; for them (and for none/causal) Q and KV may have
 // different token ranks.
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "core/validate_checks.hpp"
+#include "core/zero_size.hpp"
 
 namespace attnkit::detail {
 namespace {
@@ -81,14 +83,16 @@ void check_dilation_positive(const NeighborhoodDim& nd, int d) {
   }
 }
 
+// A dimension of extent 0 holds no query and no key: there is no window to place, so any window fits.
 void check_neighborhood_extent(const NeighborhoodDim& nd, int d, int64_t extent) {
   int64_t span = 0;
   const bool overflow = __builtin_mul_overflow(nd.kernel_size, nd.dilation, &span);
-  if (overflow || span > extent) {
+  if (extent != 0 && (overflow || span > extent)) {
     const std::string spans = overflow ? "more than int64 holds" : std::to_string(span);
     fail(dim_field(d, "kernel_size") + ": " + std::to_string(nd.kernel_size) + " with dilation " +
          std::to_string(nd.dilation) + " spans " + spans + " tokens but tokens[" + std::to_string(d) + "] is " +
-         std::to_string(extent) + "; allowed: kernel_size*dilation <= extent");
+         std::to_string(extent) +
+         "; allowed: kernel_size*dilation <= extent (an extent 0 has no tokens and takes any kernel_size)");
   }
 }
 
@@ -144,7 +148,7 @@ void check_positional_bias(const AttentionMask& mask, const TensorView& q) {
 }
 
 void check_no_positional_bias(const AttentionMask& mask) {
-  if (mask.rpb.defined()) {
+  if (is_given(mask.rpb)) {
     fail("mask.rpb: given with mask.kind " + std::to_string(static_cast<int32_t>(mask.kind)) +
          "; allowed: a positional bias only with neighborhood masks (kind 2)");
   }
@@ -200,7 +204,7 @@ void validate_attention_mask(const AttentionMask& mask, const TensorView& q, con
     case MaskKind::causal: return;
     case MaskKind::neighborhood:
       check_neighborhood(mask, q, k);
-      if (mask.rpb.defined()) check_positional_bias(mask, q);
+      if (is_given(mask.rpb)) check_positional_bias(mask, q);
       return;
     case MaskKind::block: check_block_mask(mask, q, k); return;
     case MaskKind::element: check_element_mask(mask, q, k); return;
@@ -208,8 +212,8 @@ void validate_attention_mask(const AttentionMask& mask, const TensorView& q, con
 }
 
 void validate_positional_bias_gradient(const TensorView& grad_rpb, const AttentionMask& mask) {
-  if (!grad_rpb.defined()) return;
-  if (!mask.rpb.defined()) {
+  if (!is_given(grad_rpb)) return;
+  if (!is_given(mask.rpb)) {
     fail("grad_rpb: given without mask.rpb; allowed: a positional-bias gradient only for a mask with rpb");
   }
   check_view_structure(grad_rpb, "grad_rpb", mask.rpb.rank, mask.rpb.rank, "mask.rpb's shape");

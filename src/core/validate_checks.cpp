@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "attnkit/error.hpp"
+#include "core/zero_size.hpp"
 
 namespace attnkit::detail::checks {
 
@@ -57,9 +58,11 @@ std::string named(std::string_view name) { return std::string(name); }
 }  // namespace
 
 void check_present(const TensorView& view, std::string_view name) {
-  if (view.data == nullptr) {
-    fail(named(name) + ": data pointer is null (tensor not given); allowed: a tensor with data, " + named(name) +
-         " is required");
+  if (!is_given(view)) {
+    fail(named(name) +
+         ": data pointer is null (tensor not given); allowed: a tensor with data (null only for a "
+         "tensor with an extent 0, which has no elements), " +
+         named(name) + " is required");
   }
 }
 
@@ -85,11 +88,11 @@ void check_rank_in(const TensorView& view, std::string_view name, int32_t min_ra
   }
 }
 
-void check_extents_positive(const TensorView& view, std::string_view name) {
+void check_extents_nonnegative(const TensorView& view, std::string_view name) {
   for (int i = 0; i < view.rank; ++i) {
-    if (view.extents[i] < 1) {
+    if (view.extents[i] < 0) {
       fail(named(name) + ": extent " + std::to_string(view.extents[i]) + " in dim " + std::to_string(i) + " (shape " +
-           shape_of(view) + "); allowed: every extent >= 1");
+           shape_of(view) + "); allowed: every extent >= 0 (0: a tensor with no elements)");
     }
   }
 }
@@ -104,8 +107,8 @@ void check_strides_nonnegative(const TensorView& view, std::string_view name) {
 }
 
 void check_last_dim_contiguous(const TensorView& view, std::string_view name) {
-  if (view.rank < 1) {
-    return;
+  if (view.rank < 1 || has_no_elements(view)) {
+    return;  // no element is read or written, so the layout does not matter
   }
   const int64_t stride = view.strides[view.rank - 1];
   if (stride != 1) {
@@ -150,6 +153,7 @@ void check_aligned(const TensorView& view, std::string_view name) {
 }
 
 void check_output_not_broadcast(const TensorView& view, std::string_view name) {
+  if (has_no_elements(view)) return;  // nothing is written, so nothing is written twice
   for (int i = 0; i < view.rank; ++i) {
     if (view.strides[i] == 0 && view.extents[i] > 1) {
       fail(named(name) + ": stride 0 in dim " + std::to_string(i) + " of extent " + std::to_string(view.extents[i]) +
@@ -163,7 +167,7 @@ void check_view_structure(const TensorView& view, std::string_view name, int32_t
                           std::string_view layout) {
   check_device_valid(view, name);
   check_rank_in(view, name, min_rank, max_rank, layout);
-  check_extents_positive(view, name);
+  check_extents_nonnegative(view, name);
   check_strides_nonnegative(view, name);
   check_offsets_fit_int64(view, name);
 }

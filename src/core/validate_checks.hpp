@@ -25,19 +25,22 @@ std::string strides_string(const TensorView& view);            // "[512, 32, 8, 
 std::string number_string(double value);                       // shortest round-trip form
 
 // --- one view on its own ---------------------------------------------------------------------
+// Data, or no elements (rank >= 1 with an extent 0): such a tensor needs no memory, so null is allowed.
 void check_present(const TensorView& view, std::string_view name);
 void check_device_valid(const TensorView& view, std::string_view name);
 // layout names the dims, e.g. "[B, *tokens, H, D] with 1 to 3 token dimensions".
 void check_rank_in(const TensorView& view, std::string_view name, int32_t min_rank, int32_t max_rank,
                    std::string_view layout);
-void check_extents_positive(const TensorView& view, std::string_view name);
+void check_extents_nonnegative(const TensorView& view, std::string_view name);
 void check_strides_nonnegative(const TensorView& view, std::string_view name);
+// Stride 1 in the last dimension; any strides for a tensor with no elements.
 void check_last_dim_contiguous(const TensorView& view, std::string_view name);
 // Neither the element count nor the byte offset of the farthest element (sum of (extent-1)*stride,
 // times the element size) may overflow int64; kernels index with 64-bit integers.
 void check_offsets_fit_int64(const TensorView& view, std::string_view name);
 void check_aligned(const TensorView& view, std::string_view name);
 // Outputs may not broadcast: a stride of 0 over an extent > 1 makes several results write one element.
+// An output with no elements passes.
 void check_output_not_broadcast(const TensorView& view, std::string_view name);
 
 // The structural checks every tensor argument passes: device, rank, extents, strides, overflow.

@@ -1,7 +1,8 @@
 // Validation of gemm (C = alpha * op(A) * op(B) + beta * C). Each matrix is [rows, cols] or
 // [batch, rows, cols], row-major (cols stride 1) or column-major (rows stride 1). op(A) is m x k,
 // op(B) is k x n and C is m x n. Batch extents of A and B are the batch or 1 (broadcast); C's is the
-// batch, the largest of the three. allow_tf32 matters only for float32 and is never an error.
+// batch, the largest of the three (0 when one of them is 0). allow_tf32 matters only for float32 and is
+// never an error.
 #include <algorithm>
 #include <array>
 #include <string>
@@ -11,6 +12,7 @@
 #include "attnkit/error.hpp"
 #include "core/validate.hpp"
 #include "core/validate_checks.hpp"
+#include "core/zero_size.hpp"
 
 namespace attnkit::detail {
 namespace {
@@ -32,8 +34,9 @@ MatrixExtents op_extents(const TensorView& view, bool transpose) {
   return transpose ? MatrixExtents{cols, rows} : MatrixExtents{rows, cols};
 }
 
+// Any strides for a matrix with no elements: none is read or written.
 void check_matrix_unit_stride(const TensorView& view, const char* name) {
-  if (view.strides[view.rank - 1] != 1 && view.strides[view.rank - 2] != 1) {
+  if (!has_no_elements(view) && view.strides[view.rank - 1] != 1 && view.strides[view.rank - 2] != 1) {
     fail(std::string(name) + ": strides " + strides_string(view) + " (shape " + view.shape_string() +
          "); allowed: stride 1 in the last dim (row-major) or in the second-to-last dim (column-major)");
   }
@@ -67,8 +70,17 @@ void check_output_extents(const GemmProblem& p) {
   }
 }
 
+// The batch of the call: the largest of the three, or 0 when any of them is 0 (an extent 1 broadcasts
+// to 0 as to any other batch).
+int64_t call_batch(const GemmProblem& p) {
+  const int64_t a = batch_of(p.a);
+  const int64_t b = batch_of(p.b);
+  const int64_t c = batch_of(p.c);
+  return (a == 0 || b == 0 || c == 0) ? 0 : std::max({a, b, c});
+}
+
 void check_batches(const GemmProblem& p) {
-  const int64_t batch = std::max({batch_of(p.a), batch_of(p.b), batch_of(p.c)});
+  const int64_t batch = call_batch(p);
   for (const auto& [view, name] : {std::pair{&p.a, "a"}, {&p.b, "b"}}) {
     const int64_t own = batch_of(*view);
     if (own != 1 && own != batch) {
@@ -77,8 +89,9 @@ void check_batches(const GemmProblem& p) {
     }
   }
   if (batch_of(p.c) != batch) {
-    fail("c: batch " + std::to_string(batch_of(p.c)) + " (shape " + p.c.shape_string() + "); allowed: " +
-         std::to_string(batch) + ", the largest batch of a and b (c holds every product, it cannot broadcast)");
+    fail("c: batch " + std::to_string(batch_of(p.c)) + " (shape " + p.c.shape_string() +
+         "); allowed: " + std::to_string(batch) +
+         ", the largest batch of a and b, or 0 when one batch is 0 (c holds every product, it cannot broadcast)");
   }
 }
 

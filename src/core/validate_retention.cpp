@@ -11,6 +11,7 @@
 #include "attnkit/error.hpp"
 #include "core/validate.hpp"
 #include "core/validate_checks.hpp"
+#include "core/zero_size.hpp"
 
 namespace attnkit::detail {
 namespace {
@@ -108,7 +109,7 @@ void check_normalize_mode(bool normalize, RetentionMode mode) {
 }
 
 void check_normalize_without_state(bool normalize, const TensorView& state, const char* name) {
-  if (normalize && state.defined()) {
+  if (normalize && is_given(state)) {
     fail(std::string("normalize: true with ") + name + " given; the normalised form has no recurrent state to " +
          "carry; allowed: normalize=false when passing " + name + ", or no " + name);
   }
@@ -137,10 +138,10 @@ void validate_retention_forward(const RetentionForward& p, const RunOptions& opt
   }
   check_output_not_broadcast(p.out, "out");
   check_sequence_shapes(p.q, p.k, p.v, {&p.out, "out"});
-  if (p.initial_state.defined()) {
+  if (is_given(p.initial_state)) {
     check_state_tensor(p.initial_state, "initial_state", p.q, p.v, false);
   }
-  if (p.final_state.defined()) {
+  if (is_given(p.final_state)) {
     check_state_tensor(p.final_state, "final_state", p.q, p.v, true);
   }
 
@@ -172,13 +173,13 @@ void validate_retention_backward(const RetentionBackward& p, const RunOptions& o
   check_shape_equals(p.grad_q, "grad_q", extents_of(p.q), "q's shape");
   check_shape_equals(p.grad_k, "grad_k", extents_of(p.k), "k's shape");
   check_shape_equals(p.grad_v, "grad_v", extents_of(p.v), "v's shape");
-  if (p.initial_state.defined()) {
+  if (is_given(p.initial_state)) {
     check_state_tensor(p.initial_state, "initial_state", p.q, p.v, false);
   }
-  if (p.grad_final_state.defined()) {
+  if (is_given(p.grad_final_state)) {
     check_state_tensor(p.grad_final_state, "grad_final_state", p.q, p.v, false);
   }
-  if (p.grad_initial_state.defined()) {
+  if (is_given(p.grad_initial_state)) {
     check_state_tensor(p.grad_initial_state, "grad_initial_state", p.q, p.v, true);
   }
 

@@ -82,7 +82,7 @@ TEST(ValidateAttentionMask, DilationMustBePositive) {
 TEST(ValidateAttentionMask, KernelTimesDilationMustFitTheExtent) {
   EXPECT_EQ(mask_error(neighborhood_mask({3, 9}, {1, 2}), grid_16x16()),
             "mask.neighborhood[1].kernel_size: 9 with dilation 2 spans 18 tokens but tokens[1] is 16; allowed: "
-            "kernel_size*dilation <= extent");
+            "kernel_size*dilation <= extent (an extent 0 has no tokens and takes any kernel_size)");
 }
 
 TEST(ValidateAttentionMask, KernelEqualToExtentPasses) {

@@ -33,6 +33,7 @@ import torch
 
 from . import _capi
 from . import _launch
+from . import _natten_queries
 from . import _plans
 
 _FORWARD_TENSORS = 8  # q, k, v, out, lse, block_mask, element_mask, rpb (attnkit_plan_run's order)
@@ -43,17 +44,32 @@ _forward_plans = _plans.PlanCache()
 _backward_plans = _plans.PlanCache()
 
 
+def forget_backward_plans() -> None:
+    """Drops the cached backward plans (their KV-splitting settings changed)."""
+    _backward_plans.clear()
+
+
 def fill_mask(mask: _capi.AttentionMask, block_mask, element_mask, kind, causal_alignment, kernel_size,
               dilation, stride, causal, block_q, block_k, rpb=None) -> None:
     mask.kind = kind
     mask.causal_alignment = causal_alignment
     if kind == _capi.ATTNKIT_MASK_NEIGHBORHOOD:
         _capi.neighborhood_mask(mask, kernel_size, dilation, stride, causal)
-    mask.block_mask = _launch.view(block_mask)
+    mask.block_mask = _launch.view(block_mask, "block_mask", "bool")
     mask.block_q = block_q
     mask.block_k = block_k
-    mask.element_mask = _launch.view(element_mask)
-    mask.rpb = _launch.view(rpb)
+    mask.element_mask = _launch.view(element_mask, "mask", "bool")
+    mask.rpb = _launch.view(rpb, "rpb", "float32 or q's dtype")
+
+
+# Names of the tensors _forward_plan checks, in the order it passes them to _launch.check_device.
+_FORWARD_NAMES = ("q", "k", "v", "block_mask", "mask", "rpb")
+_BACKWARD_NAMES = ("q", "k", "v", "out", "lse", "grad_out", "grad_q", "grad_k", "grad_v")
+
+
+def _has_no_elements(q, k, v) -> bool:
+    """Whether q, k or v is empty; then so may be any tensor of the call (out, lse, masks, rpb, gradients)."""
+    return q.numel() == 0 or k.numel() == 0 or v.numel() == 0
 
 
 def _set_scale(args, scale: Optional[float]) -> None:
@@ -86,11 +102,12 @@ def deterministic_backward() -> bool:
 
 
 def _forward_plan(lib, q, k, v, out, lse, block_mask, element_mask, params, scale, no_tuning, rpb):
-    device = _launch.check_device(lib, q, k, v, block_mask, element_mask, rpb)
+    device = _launch.check_device(lib, q, k, v, block_mask, element_mask, rpb, names=_FORWARD_NAMES)
     args = _capi.AttentionForwardArgs()
     lib.attnkit_attention_forward_args_init(ctypes.byref(args))
-    args.q, args.k, args.v = _launch.view(q), _launch.view(k), _launch.view(v)
-    args.out, args.lse = _launch.view(out), _launch.view(lse)
+    args.q = _launch.view(q, "q")
+    args.k, args.v = _launch.view(k, "k", _launch.same_dtype(q, "q")), _launch.view(v, "v", _launch.same_dtype(q, "q"))
+    args.out, args.lse = _launch.view(out, "out"), _launch.view(lse, "lse", "float32")
     _set_scale(args, scale)
     fill_mask(args.mask, block_mask, element_mask, *params, rpb=rpb)
     return _plans.make(lib, lib.attnkit_attention_forward_plan, args, device, no_tuning, _FORWARD_TENSORS)
@@ -141,6 +158,8 @@ def run_forward(q, k, v, block_mask, element_mask, params: tuple, scale: Optiona
         key += (_plans.tensor_key(block_mask), _plans.tensor_key(element_mask), _plans.tensor_key(rpb))
     entry = _forward_plans.get(key)
     if entry is None:
+        if _has_no_elements(q, k, v):
+            return _run_zero_size_forward(q, k, v, block_mask, element_mask, params, scale, need_lse, no_tuning, rpb)
         out, lse = _outputs(_ForwardEntry(None, q, v), q, need_lse)
         plan = _forward_plan(_launch.library(), q, k, v, out, lse, block_mask, element_mask, params, scale,
                              no_tuning, rpb)
@@ -153,17 +172,32 @@ def run_forward(q, k, v, block_mask, element_mask, params: tuple, scale: Optiona
     return out, lse
 
 
+def _run_zero_size_forward(q, k, v, block_mask, element_mask, params, scale, need_lse, no_tuning, rpb):
+    """run_forward for a call where q, k or v has no elements: the library validates it and writes what the
+    definition fixes (out 0, lse -inf for rows with no key), or computes it (head_dim 0: every score 0). Empty
+    tensors go at the placeholder address, so the plan is used for this call only: cached plans are run with
+    the tensors' own data pointers."""
+    out, lse = _outputs(_ForwardEntry(None, q, v), q, need_lse)
+    plan = _forward_plan(_launch.library(), q, k, v, out, lse, block_mask, element_mask, params, scale, no_tuning,
+                         rpb)
+    tensors = (q, k, v, out, lse, block_mask, element_mask, rpb)
+    _plans.run(plan, tuple(_launch.address(t) for t in tensors), q.device)
+    return out, lse
+
+
 def _backward_plan(lib, tensors, block_mask, element_mask, params, scale, deterministic, no_tuning, rpb, grad_rpb):
-    device = tensors[0].device
+    device = _launch.check_device(lib, *tensors, block_mask, element_mask, rpb,
+                                  names=_BACKWARD_NAMES + _FORWARD_NAMES[3:])
     args = _capi.AttentionBackwardArgs()
-    # kv_splits and split_workspace_limit keep the init defaults (0: automatic, -1: default bound).
     lib.attnkit_attention_backward_args_init(ctypes.byref(args))
+    # KV-parallel splitting as NATTEN's switches set it (automatic within the default bound unless changed).
+    args.kv_splits, args.split_workspace_limit = _natten_queries.backward_split_settings()
     (args.q, args.k, args.v, args.out, args.lse, args.grad_out, args.grad_q, args.grad_k,
-     args.grad_v) = (_launch.view(t) for t in tensors)
+     args.grad_v) = (_launch.view(t, name) for t, name in zip(tensors, _BACKWARD_NAMES))
     args.deterministic = 1 if deterministic else 0
     _set_scale(args, scale)
     fill_mask(args.mask, block_mask, element_mask, *params, rpb=rpb)
-    args.grad_rpb = _launch.view(grad_rpb)
+    args.grad_rpb = _launch.view(grad_rpb, "grad_rpb")
     return _plans.make(lib, lib.attnkit_attention_backward_plan, args, device, no_tuning, _BACKWARD_TENSORS)
 
 
@@ -191,6 +225,10 @@ def _backward_call(q, k, v, out, lse, grad_out, block_mask, element_mask, params
     if plan is None:
         plan = _backward_plan(_launch.library(), tensors, block_mask, element_mask, params, scale, deterministic,
                               no_tuning, rpb, grad_rpb)
+        if _has_no_elements(q, k, v):  # placeholder addresses: this call only (see _run_zero_size_forward)
+            tensors += (block_mask, element_mask, rpb, grad_rpb)
+            _plans.run(plan, tuple(_launch.address(t) for t in tensors), q.device)
+            return grad_q, grad_k, grad_v, grad_rpb
         _backward_plans.put(key, plan)
     _plans.run(plan, (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(), grad_out.data_ptr(),
                       grad_q.data_ptr(), grad_k.data_ptr(), grad_v.data_ptr(), _pointer(block_mask),
@@ -216,12 +254,14 @@ def run_backward(grad_out, grad_lse, q, k, v, out, lse, block_mask, element_mask
         grads = _backward_call(q, k, v, out, lse, grad_out, block_mask, element_mask, params, scale, deterministic,
                                rpb, rpb_grad)
     if grad_lse is not None:
-        unit = torch.zeros(out.shape, dtype=q.dtype, device=device)
+        # e_0 needs a value dim: with Dv = 0 the call below runs on one value dim (v = 0 there anyway).
+        shape = out.shape if out.shape[-1] else out.shape[:-1] + (1,)
+        unit = torch.zeros(shape, dtype=q.dtype, device=device)
         unit[..., 0] = 1
-        lse_out = torch.zeros(out.shape, dtype=q.dtype, device=device)
+        lse_out = torch.zeros(shape, dtype=q.dtype, device=device)
         # Rows with no key have lse = -inf and get zero gradients from the library anyway.
         lse_out[..., 0] = -torch.nan_to_num(grad_lse.to(torch.float32), nan=0.0, posinf=0.0, neginf=0.0).to(q.dtype)
-        zero_v = torch.zeros(v.shape, dtype=v.dtype, device=device)
+        zero_v = torch.zeros(v.shape[:-1] + shape[-1:], dtype=v.dtype, device=device)
         lse_q, lse_k, _, lse_rpb = _backward_call(q, k, zero_v, lse_out, lse, unit, block_mask, element_mask, params,
                                                   scale, deterministic, rpb, rpb_grad)
         if grads is None:
@@ -277,6 +317,7 @@ def attention_forward(
 @attention_forward.register_fake
 def _(q, k, v, block_mask, element_mask, mask_kind, causal_alignment, kernel_size, dilation, stride, causal,
       block_q, block_k, scale, rpb=None):
+    _launch.common_device((q, k, v, block_mask, element_mask, rpb), _FORWARD_NAMES)  # refuses meta tensors
     out = q.new_empty(q.shape[:-1] + v.shape[-1:])
     lse = q.new_empty(q.shape[:-1], dtype=torch.float32)
     return out, lse
@@ -301,6 +342,8 @@ def attention_backward(
 @attention_backward.register_fake
 def _(grad_out, grad_lse, q, k, v, out, lse, block_mask, element_mask, mask_kind, causal_alignment, kernel_size,
       dilation, stride, causal, block_q, block_k, scale, deterministic, rpb=None, rpb_grad=False):
+    _launch.common_device((q, k, v, out, lse, grad_out, grad_lse, block_mask, element_mask, rpb),
+                          _BACKWARD_NAMES[:6] + ("grad_lse",) + _FORWARD_NAMES[3:])
     grad_rpb = rpb.new_empty(rpb.shape) if rpb is not None and rpb_grad else q.new_empty(0)
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), grad_rpb
 

@@ -9,9 +9,13 @@ attnkit has no GEMM-based (unfused) neighborhood kernels, so a program that asks
 the fused path.
 
 Switches of NATTEN's own kernel choice (use_fused_na, use_gemm_na, use_tiled_na, use_tf32_in_gemm_na, their
-enable_/disable_ spellings, use_kv_parallelism_in_fused_na, set_memory_usage_preference) change which NATTEN
-kernels run, not results: attnkit records them for the is_*_enabled() queries and picks its kernels itself
-(attnkit.tuner). use_autotuner / disable_autotuner are attnkit.tuner's (same keywords as NATTEN's).
+enable_/disable_ spellings) change which NATTEN kernels run, not results: attnkit records them for the
+is_*_enabled() queries and picks its kernels itself (attnkit.tuner). Two switches do reach attnkit's backward,
+whose KV-parallel splitting (several CTAs share a KV tile's dK/dV work, partials summed in a fixed order) is
+NATTEN's KV parallelism: use_kv_parallelism_in_fused_na(False) (or use_fused_na(kv_parallel=False)) turns it
+off, True (attnkit's default) lets the backward split where the cost model gains; set_memory_usage_preference
+bounds its workspace: "default" 64 MiB, "strict" none (never split), "unrestricted" no bound. The CPU backend
+ignores both. use_autotuner / disable_autotuner are attnkit.tuner's (same keywords as NATTEN's).
 """
 
 from __future__ import annotations
@@ -32,8 +36,24 @@ __all__ = [
 ]
 
 _MEMORY_PREFERENCES = ("default", "strict", "unrestricted")
-_switches = {"fused_na": True, "kv_parallel": False, "gemm_na": True, "tiled_na": True, "tf32": True,
+_switches = {"fused_na": True, "kv_parallel": True, "gemm_na": True, "tiled_na": True, "tf32": True,
              "memory": "default"}
+# attnkit_attention_backward_args.split_workspace_limit per memory preference (-1: the library's 64 MiB bound).
+_SPLIT_WORKSPACE_LIMITS = {"default": -1, "strict": 0, "unrestricted": 1 << 62}
+
+
+def backward_split_settings() -> tuple:
+    """(kv_splits, split_workspace_limit) of the backward plans: 0 (automatic) within the memory preference's
+    bound, or 1 (never) with KV parallelism off."""
+    if not _switches["kv_parallel"]:
+        return 1, -1
+    return 0, _SPLIT_WORKSPACE_LIMITS[_switches["memory"]]
+
+
+def _backward_settings_changed() -> None:
+    from . import _attention_ops  # the plans made with the old settings
+
+    _attention_ops.forget_backward_plans()
 
 
 def _cuda_device(index: Optional[int]) -> Optional[int]:
@@ -71,9 +91,9 @@ def has_gemm(device_index: Optional[int] = None) -> bool:
 has_tf32_gemm = has_fp32_gemm = has_fp64_gemm = has_gemm
 
 
-def use_fused_na(mode: bool = True, kv_parallel: bool = False, use_flex_attention: bool = False) -> None:
+def use_fused_na(mode: bool = True, kv_parallel: bool = True, use_flex_attention: bool = False) -> None:
     _switches["fused_na"] = bool(mode)
-    _switches["kv_parallel"] = bool(mode and kv_parallel)
+    use_kv_parallelism_in_fused_na(bool(kv_parallel))
 
 
 def is_fused_na_enabled() -> bool:
@@ -82,6 +102,7 @@ def is_fused_na_enabled() -> bool:
 
 def use_kv_parallelism_in_fused_na(mode: bool = True) -> None:
     _switches["kv_parallel"] = bool(mode)
+    _backward_settings_changed()
 
 
 def is_kv_parallelism_in_fused_na_enabled() -> bool:
@@ -120,6 +141,7 @@ def set_memory_usage_preference(pref: str = "default") -> None:
     if pref not in _MEMORY_PREFERENCES:
         raise ValueError(f"pref: {pref!r}; allowed: {', '.join(map(repr, _MEMORY_PREFERENCES))} (NATTEN's choices)")
     _switches["memory"] = pref
+    _backward_settings_changed()
 
 
 def get_memory_usage_preference() -> str:

@@ -632,7 +632,12 @@ TEST_F(TuneCacheFaults, ConcurrentTuningProcessesKeepEveryResult) {
   for (auto& child : children) {
     const ChildResult result = child->wait();
     ASSERT_EQ(result.exit_code, 0) << result.summary;
-    EXPECT_EQ(result.summary, tuned_all + "winners=" + std::to_string(kProblemsEach));
+    // Every problem of the child was tuned by it; its tuner may also have read winners the others wrote
+    // before its own saves merged the file.
+    ASSERT_EQ(result.summary.substr(0, tuned_all.size()), tuned_all) << result.summary;
+    const int winners = std::stoi(result.summary.substr(tuned_all.size() + std::string("winners=").size()));
+    EXPECT_GE(winners, kProblemsEach) << result.summary;
+    EXPECT_LE(winners, kProcesses * kProblemsEach) << result.summary;
     EXPECT_EQ(count_warnings(result.log), 0u) << result.log;
   }
   EXPECT_EQ(torn, 0u) << "of " << reads << " reads during the writes";

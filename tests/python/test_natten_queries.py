@@ -27,6 +27,7 @@ def test_the_switches_are_recorded_and_change_no_result(module):
     assert module.is_fused_na_enabled() and module.is_kv_parallelism_in_fused_na_enabled()
     module.use_kv_parallelism_in_fused_na(False)
     assert not module.is_kv_parallelism_in_fused_na_enabled()
+    module.use_kv_parallelism_in_fused_na()
     module.disable_gemm_na()
     assert not module.is_gemm_na_enabled()
     module.enable_gemm_na()
@@ -48,3 +49,26 @@ def test_deterministic_mode_follows_torch():
         assert attnkit.are_deterministic_algorithms_enabled()
     finally:
         torch.use_deterministic_algorithms(False)
+
+
+def test_kv_parallelism_and_memory_preference_reach_the_backward_plans():
+    from attnkit import _attention_ops, _natten_queries
+
+    q = torch.randn(1, 9, 2, 8, requires_grad=True)
+    attnkit.na1d(q, q, q, 3).sum().backward()
+    assert _natten_queries.backward_split_settings() == (0, -1)  # attnkit's default: automatic, 64 MiB bound
+    try:
+        attnkit.use_kv_parallelism_in_fused_na(False)
+        assert _natten_queries.backward_split_settings() == (1, -1)  # never split
+        assert len(_attention_ops._backward_plans) == 0, "plans made with the old settings are dropped"
+        attnkit.use_kv_parallelism_in_fused_na(True)
+        attnkit.set_memory_usage_preference("strict")
+        assert _natten_queries.backward_split_settings() == (0, 0)  # no split workspace
+        attnkit.set_memory_usage_preference("unrestricted")
+        assert _natten_queries.backward_split_settings()[1] > 1 << 40
+        q.grad = None
+        attnkit.na1d(q, q, q, 3).sum().backward()  # a new plan with these settings
+        assert q.grad is not None
+    finally:
+        attnkit.use_kv_parallelism_in_fused_na(True)
+        attnkit.set_memory_usage_preference("default")

@@ -11,7 +11,8 @@
 #include "core/zero_size.hpp"
 
 #if ATTNKIT_WITH_CUDA
-#include <cuda.h>
+#include <cuda.h>  // driver types only: the functions come from cudaGetDriverEntryPointByVersion
+#include <cuda_runtime_api.h>
 
 #include "cuda/common/cuda_check.hpp"
 #endif
@@ -67,12 +68,26 @@ void fill_on_cpu(const TensorView& view, uint64_t bits) {
 
 void check_driver(CUresult status, const char* what) {
   if (status == CUDA_SUCCESS) return;
-  const char* name = nullptr;
-  cuGetErrorName(status, &name);
-  throw Error(Status::cuda_error, std::string(what) + ": CUDA driver error " +
-                                      std::to_string(static_cast<int>(status)) + " (" +
-                                      (name != nullptr ? name : "unknown") + ")");
+  throw Error(Status::cuda_error,
+              std::string(what) + ": CUDA driver error " + std::to_string(static_cast<int>(status)));
 }
+
+// A driver function looked up through the CUDA runtime, so the library links no libcuda (a CPU-only machine
+// loads it without a driver); the memsets below are the driver's only 16- and 32-bit fills.
+template <class Function>
+Function driver_function(const char* name) {
+  void* function = nullptr;
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  cuda::check_cuda(cudaGetDriverEntryPointByVersion(name, &function, 12000, cudaEnableDefault, &found), name);
+  if (found != cudaDriverEntryPointSuccess || function == nullptr) {
+    throw Error(Status::cuda_error, std::string(name) + ": not found in this CUDA driver");
+  }
+  return reinterpret_cast<Function>(function);
+}
+
+using MemsetD2D8 = CUresult (*)(CUdeviceptr, std::size_t, unsigned char, std::size_t, std::size_t, CUstream);
+using MemsetD2D16 = CUresult (*)(CUdeviceptr, std::size_t, unsigned short, std::size_t, std::size_t, CUstream);
+using MemsetD2D32 = CUresult (*)(CUdeviceptr, std::size_t, unsigned int, std::size_t, std::size_t, CUstream);
 
 bool bytes_all_equal(uint64_t bits, std::size_t size) {
   unsigned char bytes[8];
@@ -90,15 +105,18 @@ void memset_block(CUdeviceptr row, std::size_t pitch, uint64_t bits, std::size_t
   if (bytes_all_equal(bits, size)) {
     unsigned char byte = 0;
     std::memcpy(&byte, &bits, 1);
-    check_driver(cuMemsetD2D8Async(row, pitch, byte, width * size, height, stream), "cuMemsetD2D8Async");
+    static const auto memset8 = driver_function<MemsetD2D8>("cuMemsetD2D8Async");
+    check_driver(memset8(row, pitch, byte, width * size, height, stream), "cuMemsetD2D8Async");
   } else if (size == 2) {
     uint16_t word = 0;
     std::memcpy(&word, &bits, 2);
-    check_driver(cuMemsetD2D16Async(row, pitch, word, width, height, stream), "cuMemsetD2D16Async");
+    static const auto memset16 = driver_function<MemsetD2D16>("cuMemsetD2D16Async");
+    check_driver(memset16(row, pitch, word, width, height, stream), "cuMemsetD2D16Async");
   } else if (size == 4) {
     uint32_t word = 0;
     std::memcpy(&word, &bits, 4);
-    check_driver(cuMemsetD2D32Async(row, pitch, word, width, height, stream), "cuMemsetD2D32Async");
+    static const auto memset32 = driver_function<MemsetD2D32>("cuMemsetD2D32Async");
+    check_driver(memset32(row, pitch, word, width, height, stream), "cuMemsetD2D32Async");
   } else {
     throw Error(Status::internal, "fill_view: no memset writes this " + std::to_string(size) + "-byte value");
   }
@@ -106,9 +124,7 @@ void memset_block(CUdeviceptr row, std::size_t pitch, uint64_t bits, std::size_t
 
 void fill_on_cuda(const TensorView& view, uint64_t bits, const RunOptions& options) {
   const cuda::DeviceGuard guard(view.device.index);
-  CUcontext context = nullptr;
-  check_driver(cuCtxGetCurrent(&context), "cuCtxGetCurrent");
-  if (context == nullptr) cuda::check_cuda(cudaSetDevice(view.device.index), "cudaSetDevice");  // makes it current
+  cuda::check_cuda(cudaFree(nullptr), "cudaFree(nullptr)");  // the device's primary context is current
 
   const std::size_t size = dtype_size(view.dtype);
   const auto width = static_cast<std::size_t>(view.extents[view.rank - 1]);

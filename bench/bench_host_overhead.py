@@ -165,6 +165,11 @@ RESULTS: dict = {}
 KEEP_ALIVE: list = []  # objects whose memory a timed C call keeps using
 
 
+def print_entry(name: str, entry: dict, extra: str = "") -> None:
+    print(f"  {name:58s} {entry['us']:9.2f} us/call  (host loop {entry['us_host']:8.2f}, host only "
+          f"{entry['us_host_chunks']:8.2f}{extra})", flush=True)
+
+
 def record(section: str, name: str, thunk, note: str = ""):
     """Time thunk() (which returns the callable to time, so setup errors are caught too); on any
     exception record and print a skip with the reason."""
@@ -172,8 +177,7 @@ def record(section: str, name: str, thunk, note: str = ""):
     try:
         fn = thunk()
         entry.update(per_call_us(fn))
-        print(f"  {name:58s} {entry['us']:9.2f} us/call  (host loop {entry['us_host']:8.2f}, host only "
-              f"{entry['us_host_chunks']:8.2f})", flush=True)
+        print_entry(name, entry)
     except Exception as error:  # noqa: BLE001 - a layer missing in another version is reported, not fatal
         entry["skipped"] = f"{type(error).__name__}: {error}"
         print(f"  {name:58s}   skipped: {entry['skipped'][:160]}", flush=True)
@@ -195,9 +199,7 @@ def record_interleaved(section: str, rows: dict, note: str = "") -> None:
         if note:
             entry["note"] = note
         RESULTS.setdefault(section, {})[name] = entry
-        print(f"  {name:58s} {entry['us']:9.2f} us/call  (host loop {entry['us_host']:8.2f}, host only "
-              f"{entry['us_host_chunks']:8.2f}, host-only ratio to {next(iter(rows))[:12]}: "
-              f"{entry['ratio_to_first']:.3f})", flush=True)
+        print_entry(name, entry, f", host-only ratio to {next(iter(rows))[:12]}: {entry['ratio_to_first']:.3f}")
 
 
 def randn(*shape, requires_grad=False):

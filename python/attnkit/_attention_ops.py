@@ -160,10 +160,10 @@ def run_forward(q, k, v, block_mask, element_mask, params: tuple, scale: Optiona
     if entry is None:
         if _has_no_elements(q, k, v):
             return _run_zero_size_forward(q, k, v, block_mask, element_mask, params, scale, need_lse, no_tuning, rpb)
-        out, lse = _outputs(_ForwardEntry(None, q, v), q, need_lse)
-        plan = _forward_plan(_launch.library(), q, k, v, out, lse, block_mask, element_mask, params, scale,
-                             no_tuning, rpb)
-        entry = _ForwardEntry(plan, q, v)
+        entry = _ForwardEntry(None, q, v)
+        out, lse = _outputs(entry, q, need_lse)
+        entry.plan = _forward_plan(_launch.library(), q, k, v, out, lse, block_mask, element_mask, params, scale,
+                                   no_tuning, rpb)
         _forward_plans.put(key, entry)
     else:
         out, lse = _outputs(entry, q, need_lse)

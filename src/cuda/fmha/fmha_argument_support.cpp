@@ -54,7 +54,7 @@ void check_limit(int64_t value, int64_t limit, const std::string& what) {
               " on the CUDA backend");
 }
 
-void check_no_positional_bias(const AttentionMask& mask) {
+void refuse_positional_bias(const AttentionMask& mask) {
   if (mask.rpb.defined()) {
     unsupported(
         "mask.rpb: a relative positional bias on CUDA tensors; allowed: no rpb on the CUDA backend of this "

@@ -32,7 +32,7 @@ void check_limit(int64_t value, int64_t limit, const std::string& what);
 // Sequence lengths, heads, batch and neighborhood extents within the kernels' index and grid limits.
 void check_extent_limits(const detail::AttentionShape& shape, MaskKind mask);
 // The CUDA kernels add no relative positional bias (mask.rpb) yet: the CPU backend does.
-void check_no_positional_bias(const AttentionMask& mask);
+void refuse_positional_bias(const AttentionMask& mask);
 TensorAddress address_of(const TensorView& view, int32_t token_dims);
 // The stride of the flattened sequence when the token dims of `view` collapse into one, else -1.
 int64_t collapsed_stride(const TensorView& view, int32_t token_dims);

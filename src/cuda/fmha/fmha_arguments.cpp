@@ -49,7 +49,7 @@ void check_forward_supported(const AttentionForward& problem, const detail::Atte
   check_strides_and_alignment(problem.v, "v");
   check_strides_and_alignment(problem.out, "out");
   check_extent_limits(shape, problem.mask.kind);
-  check_no_positional_bias(problem.mask);
+  refuse_positional_bias(problem.mask);
 }
 
 FmhaLaunch make_forward_launch(const AttentionForward& problem, const detail::AttentionShape& shape,

@@ -44,7 +44,7 @@ void check_backward_supported(const AttentionBackward& problem, const detail::At
   }
   for (const auto& [view, name] : tensors) check_strides_and_alignment(*view, name);
   check_extent_limits(shape, problem.mask.kind);
-  check_no_positional_bias(problem.mask);
+  refuse_positional_bias(problem.mask);
 }
 
 FmhaBackwardLaunch make_backward_launch(const AttentionBackward& problem, const detail::AttentionShape& shape,

@@ -15,7 +15,7 @@ timing SDPA and attnkit once in turn, so that a slow phase of a shared machine h
 the median over rounds of attnkit's host-only time / SDPA's.
 
 Sections:
-  calls      attnkit vs SDPA: tiny forward, tiny forward+backward, causal S=256, GQA, na1d, na2d
+  calls      attnkit vs SDPA: tiny forward, tiny forward+backward, causal S=256 (forward, forward+backward), GQA, na1d, na2d
   layers     the tiny forward taken apart: functional API -> custom op -> the op's Python body
              without torch's dispatch -> its pieces (argument structs, the two C ABI calls,
              torch.empty of out/lse, stream and device-guard queries); with requires_grad too
@@ -260,6 +260,23 @@ def section_calls():
     record_interleaved("calls", {
         "causal fwd sdpa [1,1,256,64]": lambda: F.scaled_dot_product_attention(qct, qct, qct, is_causal=True),
         "causal fwd attnkit q[1,256,1,64]": lambda: attnkit.attention(qc, qc, qc, is_causal=True),
+    })
+
+    # causal forward + backward, separate q, k, v with two heads (a second class member of the tiny fwd+bwd)
+    qs, ks, vs = (randn(1, 256, 2, 64, requires_grad=True) for _ in range(3))
+
+    def attnkit_causal_fwd_bwd():
+        qs.grad = ks.grad = vs.grad = None
+        attnkit.attention(qs, ks, vs, is_causal=True).sum().backward()
+
+    def sdpa_causal_fwd_bwd():
+        qs.grad = ks.grad = vs.grad = None
+        F.scaled_dot_product_attention(heads_first(qs), heads_first(ks), heads_first(vs),
+                                       is_causal=True).sum().backward()
+
+    record_interleaved("calls", {
+        "causal fwd+bwd sdpa [1,2,256,64] q,k,v (transpose in loop)": sdpa_causal_fwd_bwd,
+        "causal fwd+bwd attnkit q,k,v[1,256,2,64]": attnkit_causal_fwd_bwd,
     })
 
     # GQA: 4 query heads share 1 KV head
@@ -594,6 +611,21 @@ def section_backward():
         def backward(ctx, grad):
             return grad
 
+    class EightArguments(torch.autograd.Function):
+        """AttentionFunction's shape without the work: 8 inputs, 8 saved, two fresh outputs."""
+
+        @staticmethod
+        def forward(ctx, q_, k_, v_, block_mask, element_mask, params_, scale, rpb):
+            out_, lse_ = torch.empty_like(q_), torch.empty(q_.shape[:-1], dtype=torch.float32, device=q_.device)
+            ctx.save_for_backward(q_, k_, v_, out_, lse_, block_mask, element_mask, rpb)
+            ctx.set_materialize_grads(False)
+            ctx.params, ctx.scale = params_, scale
+            return out_, lse_
+
+        @staticmethod
+        def backward(ctx, grad_out, grad_lse):
+            return (grad_out,) * 3 + (None,) * 5
+
     def floor_python_function():
         qg.grad = None
         Identity.apply(qg).sum().backward()
@@ -609,6 +641,10 @@ def section_backward():
     record("backward", "(B0) floor: (q * 1).sum().backward() (native op)", lambda: floor_native)
     record("backward", "(B1) floor: Identity autograd.Function .sum().backward()", lambda: floor_python_function)
     record("backward", "(B2) attnkit.attention(qg, qg, qg) forward only", lambda: (lambda: attnkit.attention(qg, qg, qg)))
+    record("backward", "(B2a) run_forward with lse, no autograd", lambda: (lambda: ops.run_forward(
+        q, q, q, None, None, params, None, True)))
+    record("backward", "(B2b) 8-input autograd.Function, 2 empty outputs", lambda: (lambda: EightArguments.apply(
+        qg, qg, qg, None, None, params, None, None)))
     record("backward", "(B3) sdpa forward only (requires_grad)", lambda: sdpa_forward_grad)
     record("backward", "(B4) run_backward (grad of out.sum(): expanded)",
            lambda: (lambda: ops.run_backward(grad_expanded, None, q, q, q, out, lse, None, None, params, None, False)))

@@ -51,9 +51,9 @@ __global__ void empty_kernel() {}
 
 struct Row {
   std::string name;
-  double us = NAN;        // loop + final cudaDeviceSynchronize, median of reps
-  double us_min = NAN;    // the fastest repetition
-  double us_chunks = NAN; // host time only, chunks of 256 with a sync between them (outside the timing)
+  double us = NAN;         // loop + final cudaDeviceSynchronize, median of reps
+  double us_min = NAN;     // the fastest repetition
+  double us_chunks = NAN;  // host time only, chunks of 256 with a sync between them (outside the timing)
   std::string error;
 };
 
@@ -103,8 +103,7 @@ void stage(const std::string& name, const std::function<void()>& fn) {
     row.us = median(full);
     row.us_min = *std::min_element(full.begin(), full.end());
     row.us_chunks = median(chunks);
-    std::printf("  %-66s %9.3f us  (min %8.3f, host chunks %8.3f)\n", name.c_str(), row.us, row.us_min,
-                row.us_chunks);
+    std::printf("  %-66s %9.3f us  (min %8.3f, host chunks %8.3f)\n", name.c_str(), row.us, row.us_min, row.us_chunks);
   } catch (const std::exception& e) {
     row.error = e.what();
     std::printf("  %-66s   FAILED: %s\n", name.c_str(), e.what());
@@ -127,13 +126,14 @@ float from_bf16(uint16_t h) {
   return x;
 }
 
-
 }  // namespace
 
 int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) g_iters = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = std::atoi(argv[++i]);
+    if (!std::strcmp(argv[i], "--iters") && i + 1 < argc)
+      g_iters = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc)
+      g_reps = std::atoi(argv[++i]);
   }
   using namespace attnkit;
   check(cudaSetDevice(0), "cudaSetDevice");
@@ -226,17 +226,19 @@ int main(int argc, char** argv) {
   if (attnkit_attention_forward_plan(&c_args, &c_options, 0, &c_plan) != ATTNKIT_OK) {
     std::printf("attnkit_attention_forward_plan failed: %s\n", attnkit_last_error());
   }
-  void* pointers[7] = {q, k, v, out, lse, nullptr, nullptr};
+  void* pointers[8] = {q, k, v, out, lse, nullptr, nullptr, nullptr};  // block, element mask, rpb absent
   const auto plan = detail::attention_forward_plan(problem, options);
   const TunedConfig config = plan->config();
   std::printf("plan's kernel: %s (%s), workspace %lld bytes\n", config.name.c_str(), config.source.c_str(),
               static_cast<long long>(plan->workspace_bytes()));
   stage("C ABI attnkit_plan_run (what the Python package calls)", [&] {
-    if (attnkit_plan_run(c_plan, pointers, 7, nullptr, nullptr, 0) != ATTNKIT_OK) throw Error(Status::internal, "");
+    if (attnkit_plan_run(c_plan, pointers, 8, nullptr, nullptr, 0) != ATTNKIT_OK)
+      throw Error(Status::internal, attnkit_last_error());
   });
   stage("detail::attention_forward_key (build and hash the key)",
         [&] { (void)detail::attention_forward_key(problem, options); });
-  stage("detail::attention_forward_plan (key + cache hit)", [&] { (void)detail::attention_forward_plan(problem, options); });
+  stage("detail::attention_forward_plan (key + cache hit)",
+        [&] { (void)detail::attention_forward_plan(problem, options); });
   stage("OpPlan::run alone (rebind + launch)", [&] { plan->run(problem, options); });
 
   // The backward of the same tiny problem (grad_out = out).
@@ -278,9 +280,9 @@ int main(int argc, char** argv) {
   if (attnkit_attention_backward_plan(&c_backward, &c_options, 0, &c_backward_plan) != ATTNKIT_OK) {
     std::printf("attnkit_attention_backward_plan failed: %s\n", attnkit_last_error());
   }
-  void* backward_pointers[11] = {q, k, v, out, lse, out, grad_q, grad_k, grad_v, nullptr, nullptr};
+  void* backward_pointers[13] = {q, k, v, out, lse, out, grad_q, grad_k, grad_v, nullptr, nullptr, nullptr, nullptr};
   stage("C ABI attnkit_plan_run, backward (caller's workspace)", [&] {
-    if (attnkit_plan_run(c_backward_plan, backward_pointers, 11, nullptr, workspace, backward_bytes) != ATTNKIT_OK)
+    if (attnkit_plan_run(c_backward_plan, backward_pointers, 13, nullptr, workspace, backward_bytes) != ATTNKIT_OK)
       throw Error(Status::internal, attnkit_last_error());
   });
   attnkit_plan_destroy(c_backward_plan);

@@ -74,7 +74,10 @@ typedef enum attnkit_retention_mode {
   ATTNKIT_RETENTION_RECURRENT = 2
 } attnkit_retention_mode;
 
-/* A non-owning strided view. data == NULL marks an absent optional tensor. */
+/* A non-owning strided view. data == NULL marks an absent optional tensor, except for a tensor with no
+ * elements (rank 1 to ATTNKIT_MAX_RANK with an extent 0): it needs no memory, so NULL is allowed there
+ * and the tensor is present (and validated) all the same. A NULL tensor with elements is absent: an
+ * error for a required argument (q, k, v, out, ...), "not given" for an optional one (lse, ...). */
 typedef struct attnkit_tensor {
   void* data;
   int32_t dtype;       /* attnkit_dtype */
@@ -259,7 +262,8 @@ ATTNKIT_C_API attnkit_status attnkit_plan_workspace_size(const attnkit_plan* pla
  * of the args struct, in declaration order (attention forward: q, k, v, out, lse, mask.block_mask,
  * mask.element_mask, mask.rpb: 8 pointers; attention backward: q, k, v, out, lse, grad_out, grad_q, grad_k,
  * grad_v, mask.block_mask, mask.element_mask, mask.rpb, grad_rpb: 13). A tensor absent from the plan's args stays NULL;
- * a present one needs the alignment (address mod 16) it had there. workspace: as in attnkit_run_options. */
+ * a present one needs the alignment (address mod 16) it had there. A tensor with no elements in the plan's args
+ * may be NULL in every run (NULL counts as address mod 16 = 0). workspace: as in attnkit_run_options. */
 ATTNKIT_C_API attnkit_status attnkit_plan_run(const attnkit_plan* plan, void* const* data, int32_t count, void* stream,
                                               void* workspace, int64_t workspace_bytes);
 ATTNKIT_C_API void attnkit_plan_destroy(attnkit_plan* plan);

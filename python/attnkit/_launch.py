@@ -10,8 +10,8 @@ Every custom op's real implementation goes through here, so the rules live in on
   attnkit_last_error()'s text. Errors found here name the argument and list what it allows, as the
   library's do: tensors on a device other than cpu or cuda (meta tensors included: they would reach
   only the ops' fake implementations) or on different devices, and dtypes the C ABI has no code for.
-- A tensor with no elements is passed at a placeholder address: it needs no memory, but the C ABI
-  reads a NULL data pointer as an absent tensor.
+- A tensor with no elements is passed at its own data_ptr(), usually 0: it needs no memory, and the C ABI
+  reads a NULL data pointer as an absent tensor only when the tensor has elements.
 """
 
 from __future__ import annotations
@@ -135,23 +135,7 @@ def same_dtype(reference: torch.Tensor, reference_name: str) -> str:
     return f"{str(reference.dtype).removeprefix('torch.')} ({reference_name}'s dtype)"
 
 
-# Where tensors with no elements point (16-byte aligned, never read or written).
-_placeholder_storage = ctypes.create_string_buffer(32)
-PLACEHOLDER_ADDRESS = (ctypes.addressof(_placeholder_storage) + 15) & ~15
-
-
 def view(t: torch.Tensor | None, name: str = "tensor", allowed: str = FLOATING) -> _capi.Tensor:
-    """The attnkit_tensor of argument `name` (errors name it; `allowed` lists its dtypes); a tensor with no
-    elements gets the placeholder address."""
-    result = _capi.tensor_view(t, name, allowed)
-    if result.data is None and t is not None:
-        result.data = address(t)
-    return result
-
-
-def address(t: torch.Tensor | None):
-    """The data pointer view() puts in an attnkit_tensor: None for an absent tensor, the placeholder for a null
-    one with no elements."""
-    if t is None:
-        return None
-    return t.data_ptr() or (PLACEHOLDER_ADDRESS if t.numel() == 0 else None)
+    """The attnkit_tensor of argument `name` (errors name it; `allowed` lists its dtypes); None gives an absent
+    tensor, a tensor with no elements keeps its data pointer, NULL included."""
+    return _capi.tensor_view(t, name, allowed)

@@ -110,6 +110,7 @@ def _check_scale(scale) -> Optional[float]:
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 _dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", None)
 _function_modes = getattr(torch._C, "_is_torch_function_mode_enabled", None)
+_functorch_transforms_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
 
 
 def _eager_fast_path(q, k, v, block_mask=None, element_mask=None, rpb=None) -> bool:
@@ -124,7 +125,7 @@ def _eager_fast_path(q, k, v, block_mask=None, element_mask=None, rpb=None) -> b
         return False
     if rpb is not None and type(rpb) not in _PLAIN_TENSORS:
         return False
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() or _functorch_transforms_active():
         return False
     return not (_dispatch_modes is None or _function_modes is None or _dispatch_modes() or _function_modes())
 
@@ -135,8 +136,8 @@ def _run_attention(q, k, v, spec: _mask_spec.MaskSpec, scale, return_lse: bool, 
     if _eager_fast_path(q, k, v, spec.block_mask, spec.element_mask, rpb):
         needs_grad = q.requires_grad or k.requires_grad or v.requires_grad or (rpb is not None and rpb.requires_grad)
         if needs_grad and torch.is_grad_enabled():
-            out, lse = _attention_ops.AttentionFunction.apply(q, k, v, spec.block_mask, spec.element_mask,
-                                                              spec.params(), scale, rpb)
+            out, lse = _attention_ops.apply_attention_function(q, k, v, spec.block_mask, spec.element_mask,
+                                                               spec.params(), scale, rpb)
         else:
             out, lse = _attention_ops.run_forward(q, k, v, spec.block_mask, spec.element_mask, spec.params(), scale,
                                                   return_lse, rpb)

@@ -18,6 +18,30 @@ void check_enum(int32_t value, int32_t last, const std::string& field, const cha
   }
 }
 
+const char* dtype_choices(AllowedDtypes allowed) {
+  switch (allowed) {
+    case AllowedDtypes::floating: return "0 (ATTNKIT_FLOAT32), 1 (FLOAT16), 2 (BFLOAT16), 3 (FLOAT64)";
+    case AllowedDtypes::float32: return "0 (ATTNKIT_FLOAT32)";
+    case AllowedDtypes::state: return "0 (ATTNKIT_FLOAT32), or 3 (FLOAT64) with float64 inputs";
+    case AllowedDtypes::mask: return "4 (ATTNKIT_BOOL)";
+    case AllowedDtypes::any: break;
+  }
+  return "0 (ATTNKIT_FLOAT32), 1 (FLOAT16), 2 (BFLOAT16), 3 (FLOAT64), 4 (BOOL)";
+}
+
+// Rank 1 to ATTNKIT_MAX_RANK with an extent 0: no memory is needed, so data may be NULL (core/zero_size.hpp).
+bool has_no_elements(const attnkit_tensor& tensor) {
+  if (tensor.rank < 1 || tensor.rank > ATTNKIT_MAX_RANK) {
+    return false;
+  }
+  for (int i = 0; i < tensor.rank; ++i) {
+    if (tensor.extents[i] == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
 std::optional<double> to_scale(int32_t has_scale, double scale) {
   return has_scale ? std::optional<double>(scale) : std::nullopt;
 }
@@ -35,11 +59,11 @@ AttentionMask to_mask(const attnkit_attention_mask& c) {
     mask.neighborhood[d] = NeighborhoodDim{c.neighborhood[d].kernel_size, c.neighborhood[d].dilation,
                                            c.neighborhood[d].stride, c.neighborhood[d].causal != 0};
   }
-  mask.block_mask = to_view(c.block_mask, "mask.block_mask");
+  mask.block_mask = to_view(c.block_mask, "mask.block_mask", AllowedDtypes::mask);
   mask.block_q = c.block_q;
   mask.block_k = c.block_k;
-  mask.element_mask = to_view(c.element_mask, "mask.element_mask");
-  mask.rpb = to_view(c.rpb, "mask.rpb");
+  mask.element_mask = to_view(c.element_mask, "mask.element_mask", AllowedDtypes::mask);
+  mask.rpb = to_view(c.rpb, "mask.rpb", AllowedDtypes::floating);
   return mask;
 }
 
@@ -71,20 +95,19 @@ void require_args(const void* pointer, const char* struct_name) {
   }
 }
 
-void check_tensor_fields(const attnkit_tensor& tensor, const char* name) {
+void check_tensor_fields(const attnkit_tensor& tensor, const char* name, AllowedDtypes allowed) {
   const std::string field(name);
-  check_enum(tensor.dtype, ATTNKIT_BOOL, field + ".dtype",
-             "0 (ATTNKIT_FLOAT32), 1 (FLOAT16), 2 (BFLOAT16), 3 (FLOAT64), 4 (BOOL)");
+  check_enum(tensor.dtype, ATTNKIT_BOOL, field + ".dtype", dtype_choices(allowed));
   check_enum(tensor.device_type, ATTNKIT_DEVICE_CUDA, field + ".device_type",
              "0 (ATTNKIT_DEVICE_CPU), 1 (ATTNKIT_DEVICE_CUDA)");
   check_enum(tensor.rank, ATTNKIT_MAX_RANK, field + ".rank", "0 to 8 (ATTNKIT_MAX_RANK)");
 }
 
-TensorView to_view(const attnkit_tensor& tensor, const char* name) {
-  if (tensor.data == nullptr) {
+TensorView to_view(const attnkit_tensor& tensor, const char* name, AllowedDtypes allowed) {
+  if (tensor.data == nullptr && !has_no_elements(tensor)) {
     return TensorView{};
   }
-  check_tensor_fields(tensor, name);
+  check_tensor_fields(tensor, name, allowed);
   TensorView view;
   view.data = tensor.data;
   view.dtype = static_cast<DType>(tensor.dtype);
@@ -132,11 +155,11 @@ RunOptions to_run_options(const attnkit_run_options* options) {
 
 AttentionForward to_attention_forward(const attnkit_attention_forward_args& args) {
   AttentionForward p;
-  p.q = to_view(args.q, "q");
-  p.k = to_view(args.k, "k");
-  p.v = to_view(args.v, "v");
-  p.out = to_view(args.out, "out");
-  p.lse = to_view(args.lse, "lse");
+  p.q = to_view(args.q, "q", AllowedDtypes::floating);
+  p.k = to_view(args.k, "k", AllowedDtypes::floating);
+  p.v = to_view(args.v, "v", AllowedDtypes::floating);
+  p.out = to_view(args.out, "out", AllowedDtypes::floating);
+  p.lse = to_view(args.lse, "lse", AllowedDtypes::float32);
   p.scale = to_scale(args.has_scale, args.scale);
   p.mask = to_mask(args.mask);
   return p;
@@ -148,32 +171,32 @@ static_assert(kMaxBackwardKvSplits == 128 && kDefaultSplitWorkspaceBytes == int6
 
 AttentionBackward to_attention_backward(const attnkit_attention_backward_args& args) {
   AttentionBackward p;
-  p.q = to_view(args.q, "q");
-  p.k = to_view(args.k, "k");
-  p.v = to_view(args.v, "v");
-  p.out = to_view(args.out, "out");
-  p.lse = to_view(args.lse, "lse");
-  p.grad_out = to_view(args.grad_out, "grad_out");
-  p.grad_q = to_view(args.grad_q, "grad_q");
-  p.grad_k = to_view(args.grad_k, "grad_k");
-  p.grad_v = to_view(args.grad_v, "grad_v");
+  p.q = to_view(args.q, "q", AllowedDtypes::floating);
+  p.k = to_view(args.k, "k", AllowedDtypes::floating);
+  p.v = to_view(args.v, "v", AllowedDtypes::floating);
+  p.out = to_view(args.out, "out", AllowedDtypes::floating);
+  p.lse = to_view(args.lse, "lse", AllowedDtypes::float32);
+  p.grad_out = to_view(args.grad_out, "grad_out", AllowedDtypes::floating);
+  p.grad_q = to_view(args.grad_q, "grad_q", AllowedDtypes::floating);
+  p.grad_k = to_view(args.grad_k, "grad_k", AllowedDtypes::floating);
+  p.grad_v = to_view(args.grad_v, "grad_v", AllowedDtypes::floating);
   p.scale = to_scale(args.has_scale, args.scale);
   p.mask = to_mask(args.mask);
   p.deterministic = args.deterministic != 0;
   p.kv_splits = args.kv_splits;
   p.split_workspace_limit = args.split_workspace_limit;
-  p.grad_rpb = to_view(args.grad_rpb, "grad_rpb");
+  p.grad_rpb = to_view(args.grad_rpb, "grad_rpb", AllowedDtypes::floating);
   return p;
 }
 
 RetentionForward to_retention_forward(const attnkit_retention_forward_args& args) {
   RetentionForward p;
-  p.q = to_view(args.q, "q");
-  p.k = to_view(args.k, "k");
-  p.v = to_view(args.v, "v");
-  p.out = to_view(args.out, "out");
-  p.initial_state = to_view(args.initial_state, "initial_state");
-  p.final_state = to_view(args.final_state, "final_state");
+  p.q = to_view(args.q, "q", AllowedDtypes::floating);
+  p.k = to_view(args.k, "k", AllowedDtypes::floating);
+  p.v = to_view(args.v, "v", AllowedDtypes::floating);
+  p.out = to_view(args.out, "out", AllowedDtypes::floating);
+  p.initial_state = to_view(args.initial_state, "initial_state", AllowedDtypes::state);
+  p.final_state = to_view(args.final_state, "final_state", AllowedDtypes::state);
   p.gamma = to_gamma(args.gamma, args.gamma_count);
   p.mode = to_mode(args.mode);
   p.chunk_size = args.chunk_size;
@@ -184,16 +207,16 @@ RetentionForward to_retention_forward(const attnkit_retention_forward_args& args
 
 RetentionBackward to_retention_backward(const attnkit_retention_backward_args& args) {
   RetentionBackward p;
-  p.q = to_view(args.q, "q");
-  p.k = to_view(args.k, "k");
-  p.v = to_view(args.v, "v");
-  p.grad_out = to_view(args.grad_out, "grad_out");
-  p.initial_state = to_view(args.initial_state, "initial_state");
-  p.grad_final_state = to_view(args.grad_final_state, "grad_final_state");
-  p.grad_q = to_view(args.grad_q, "grad_q");
-  p.grad_k = to_view(args.grad_k, "grad_k");
-  p.grad_v = to_view(args.grad_v, "grad_v");
-  p.grad_initial_state = to_view(args.grad_initial_state, "grad_initial_state");
+  p.q = to_view(args.q, "q", AllowedDtypes::floating);
+  p.k = to_view(args.k, "k", AllowedDtypes::floating);
+  p.v = to_view(args.v, "v", AllowedDtypes::floating);
+  p.grad_out = to_view(args.grad_out, "grad_out", AllowedDtypes::floating);
+  p.initial_state = to_view(args.initial_state, "initial_state", AllowedDtypes::state);
+  p.grad_final_state = to_view(args.grad_final_state, "grad_final_state", AllowedDtypes::state);
+  p.grad_q = to_view(args.grad_q, "grad_q", AllowedDtypes::floating);
+  p.grad_k = to_view(args.grad_k, "grad_k", AllowedDtypes::floating);
+  p.grad_v = to_view(args.grad_v, "grad_v", AllowedDtypes::floating);
+  p.grad_initial_state = to_view(args.grad_initial_state, "grad_initial_state", AllowedDtypes::state);
   p.gamma = to_gamma(args.gamma, args.gamma_count);
   p.mode = to_mode(args.mode);
   p.chunk_size = args.chunk_size;
@@ -204,9 +227,9 @@ RetentionBackward to_retention_backward(const attnkit_retention_backward_args& a
 
 GemmProblem to_gemm(const attnkit_gemm_args& args) {
   GemmProblem p;
-  p.a = to_view(args.a, "a");
-  p.b = to_view(args.b, "b");
-  p.c = to_view(args.c, "c");
+  p.a = to_view(args.a, "a", AllowedDtypes::floating);
+  p.b = to_view(args.b, "b", AllowedDtypes::floating);
+  p.c = to_view(args.c, "c", AllowedDtypes::floating);
   p.transpose_a = args.transpose_a != 0;
   p.transpose_b = args.transpose_b != 0;
   p.alpha = args.alpha;

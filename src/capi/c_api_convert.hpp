@@ -10,10 +10,15 @@
 
 namespace attnkit::capi {
 
+// The dtypes a tensor argument may have: what the message of an out-of-range "<name>.dtype" lists (BOOL
+// only for the masks). Which of them a call accepts (k: q's dtype, ...) is the C++ validators' rule.
+enum class AllowedDtypes { floating, float32, state, mask, any };
+
 // Range checks of a tensor's dtype, device_type and rank, naming the fields "<name>.dtype", ...
-void check_tensor_fields(const attnkit_tensor& tensor, const char* name);
-// An attnkit_tensor with data == NULL becomes an absent (default) view.
-TensorView to_view(const attnkit_tensor& tensor, const char* name);
+void check_tensor_fields(const attnkit_tensor& tensor, const char* name, AllowedDtypes allowed);
+// data == NULL: a tensor with no elements (rank 1 to ATTNKIT_MAX_RANK with an extent 0) becomes a present
+// view with null data, as the C++ API allows; anything else becomes an absent (default) view.
+TensorView to_view(const attnkit_tensor& tensor, const char* name, AllowedDtypes allowed);
 attnkit_tensor to_c_tensor(const TensorView& view);
 RunOptions to_run_options(const attnkit_run_options* options);  // NULL = defaults
 

@@ -82,7 +82,7 @@ attnkit_status attnkit_tensor_contiguous(attnkit_tensor* view, void* data, int32
     fields.dtype = dtype;
     fields.device_type = device_type;
     fields.rank = rank;
-    check_tensor_fields(fields, "view");
+    check_tensor_fields(fields, "view", AllowedDtypes::any);
     if (extents == nullptr && rank > 0) {
       invalid("extents: NULL with rank " + std::to_string(rank) + "; allowed: a pointer to rank extents");
     }

@@ -1,12 +1,14 @@
 // The C ABI's plans (attnkit_attention_*_plan, attnkit_plan_run): a handle owns the call shape it was
 // made from (the problem with its views) and the cached plan of that shape (core/attention_plan.hpp).
 // A run copies the shape, puts the caller's data pointers into its tensor fields (checking presence and
-// alignment against the shape, the only things a pointer can change about a plan) and runs the plan;
+// alignment against the shape, the only things a pointer can change about a plan; a field with no elements
+// is present whatever its pointer, NULL included) and runs the plan;
 // when the tuner's settings have changed since (plan generation), or the plan was made for one call only
 // (a default taken during CUDA-graph capture while tuning is on), it first takes the current plan.
 // Nothing else is validated again.
 #include <array>
 #include <atomic>
+#include <iterator>
 #include <memory>
 #include <string>
 
@@ -15,6 +17,7 @@
 #include "capi/c_api_convert.hpp"
 #include "capi/c_api_errors.hpp"
 #include "core/attention_plan.hpp"
+#include "core/zero_size.hpp"
 
 struct attnkit_plan {
   virtual ~attnkit_plan() = default;
@@ -83,6 +86,10 @@ class PlanHandle final : public attnkit_plan {
 
  public:
   PlanHandle(const Problem& problem, const RunOptions& options) : shape_(problem), options_(options) {
+    auto shape_fields = Traits::fields(const_cast<Problem&>(shape_));
+    for (size_t i = 0; i < shape_fields.size(); ++i) {
+      no_elements_[i] = detail::has_no_elements(*shape_fields[i]);
+    }
     const uint64_t generation = detail::plan_generation();
     current_.store(std::make_shared<const Current>(Current{Traits::plan(shape_, options_), generation}));
   }
@@ -100,7 +107,7 @@ class PlanHandle final : public attnkit_plan {
       throw Error(Status::invalid_argument, "data: NULL; allowed: an array of pointers");
     Problem problem = shape_;
     auto fields = Traits::fields(problem);
-    for (size_t i = 0; i < fields.size(); ++i) check_pointer(i, data[i], *shape_fields[i]);
+    for (size_t i = 0; i < fields.size(); ++i) check_pointer(i, data[i], *shape_fields[i], no_elements_[i]);
     for (size_t i = 0; i < fields.size(); ++i) fields[i]->data = data[i];
     RunOptions options = options_;
     options.stream = per_run.stream;
@@ -115,16 +122,21 @@ class PlanHandle final : public attnkit_plan {
   }
 
  private:
-  static void check_pointer(size_t i, const void* data, const TensorView& shape) {
-    const bool presence_differs = (data != nullptr) != shape.defined();
+  // A field with no elements is given with any pointer, NULL included (nothing is read or written through
+  // it); its alignment is still the plan's, NULL counting as 16-byte aligned as in the plan key.
+  static void check_pointer(size_t i, const void* data, const TensorView& shape, bool no_elements) {
+    const bool given = data != nullptr || no_elements;
+    const bool shape_given = shape.defined() || no_elements;
+    const bool presence_differs = given != shape_given;
     const bool alignment_differs =
-        data != nullptr && detail::address_alignment_bits(data) != detail::address_alignment_bits(shape.data);
+        given && detail::address_alignment_bits(data) != detail::address_alignment_bits(shape.data);
     if (!presence_differs && !alignment_differs) return;
     const std::string name = "data[" + std::to_string(i) + "] (" + Traits::kNames[i] + ")";
     if (presence_differs) {
       throw Error(Status::invalid_argument, name + ": " + (data ? "a tensor" : "NULL") + "; allowed: " +
-                                                (shape.defined() ? "a tensor (the plan was made with one)"
-                                                                 : "NULL (the plan was made without it)"));
+                                                (shape_given ? "a tensor (the plan was made with one; NULL only "
+                                                               "for a tensor with an extent 0)"
+                                                             : "NULL (the plan was made without it)"));
     }
     throw Error(Status::invalid_argument,
                 name + ": address mod 16 is " + std::to_string(detail::address_alignment_bits(data)) +
@@ -139,6 +151,8 @@ class PlanHandle final : public attnkit_plan {
   };
 
   const Problem shape_;
+  // Per tensor field of shape_: whether it has no elements (then it is given whatever its pointer, NULL included).
+  std::array<bool, std::size(Traits::kNames)> no_elements_{};
   const RunOptions options_;
   mutable std::atomic<std::shared_ptr<const Current>> current_;
 };

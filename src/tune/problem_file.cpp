@@ -116,6 +116,7 @@ ProblemSpec problem_spec_from_json(std::string_view json_text) {
     s.density = j.at("density").get<double>();
   }
   s.variant = static_cast<int32_t>(integer_field(j, "variant", 0));
+  s.positional_bias = integer_field(j, "rpb", 0) != 0;
   validate_problem_spec(s);
   return s;
 }
@@ -156,6 +157,7 @@ std::string problem_spec_to_json(const ProblemSpec& s) {
   if (s.block_k != 0) j["block_k"] = s.block_k;
   if (s.mask == MaskKind::block || s.mask == MaskKind::element) j["density"] = s.density;
   if (s.variant != 0) j["variant"] = s.variant;
+  if (s.positional_bias) j["rpb"] = 1;
   return j.dump();
 }
 

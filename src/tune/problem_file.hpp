@@ -4,9 +4,10 @@
 //    "head_dim": 64, "head_dim_v": 64, "tokens": [56, 56], "tokens_kv": [56, 56],
 //    "mask": "neighborhood", "kernel_size": [7, 7], "dilation": [1, 1], "stride": [1, 1],
 //    "causal": [false, false], "causal_alignment": "top_left", "block_q": 64, "block_k": 64,
-//    "density": 0.25, "variant": 0}
+//    "density": 0.25, "variant": 0, "rpb": 0}
 // Defaults: dtype float16, batch 1, heads 1, heads_kv = heads, head_dim 64, head_dim_v = head_dim,
-// tokens_kv = tokens, mask none; per-dimension lists may be a single number (applied to every dim).
+// tokens_kv = tokens, mask none; per-dimension lists may be a single number (applied to every dim);
+// "rpb": 1 marks a neighborhood problem with a relative positional bias.
 #pragma once
 #include <filesystem>
 #include <string>

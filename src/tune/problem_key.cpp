@@ -75,6 +75,7 @@ std::string canonical_problem_text(const ProblemSpec& s) {
   }
   if (s.mask != MaskKind::block && s.block_q != 0) put_field(out, "chunk", s.block_q);
   if (s.variant != 0) put_field(out, "variant", s.variant);
+  if (s.positional_bias) out += " rpb";
   return out;
 }
 

@@ -131,6 +131,7 @@ ProblemSpec attention_problem_spec(TuneOp op, DType dtype, const detail::Attenti
   spec.block_q = mask.kind == MaskKind::block ? mask.block_q : 0;
   spec.block_k = mask.kind == MaskKind::block ? mask.block_k : 0;
   spec.density = (mask.kind == MaskKind::block || mask.kind == MaskKind::element) ? density : 1.0;
+  spec.positional_bias = mask.rpb.defined();
   return spec;
 }
 

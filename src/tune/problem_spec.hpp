@@ -57,6 +57,7 @@ struct ProblemSpec {
   int64_t block_k = 0;
   double density = 1.0;  // block / element masks: fraction of attended blocks or elements
   int32_t variant = 0;
+  bool positional_bias = false;  // attention: the mask carries a relative positional bias (mask.rpb)
 
   int64_t seq_q() const { return tokens[0] * tokens[1] * tokens[2]; }
   int64_t seq_k() const { return tokens_kv[0] * tokens_kv[1] * tokens_kv[2]; }

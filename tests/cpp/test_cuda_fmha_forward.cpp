@@ -78,6 +78,10 @@ struct Case {
   double mask_density = 0.5;
   int64_t empty_rows_every = 0;  // element masks: every n-th query row attends nothing
   bool use_stream = false;
+  // Neighborhood masks: a relative positional bias [heads_q, 2K-1, ...] of this dtype (none by default),
+  // stored with padding after every dimension (strided view) when rpb_padded.
+  std::optional<DType> rpb;
+  bool rpb_padded = false;
 };
 
 double tolerance(DType dtype) { return dtype == DType::f16 ? 5e-3 : 1.5e-2; }
@@ -107,7 +111,8 @@ bool compiled_for(const Case& c) { return cuda::fmha::fmha_compiled_width(c.dtyp
 // Every registry config that can run the case on device 0 (portable tiles, and the Hopper tier on a
 // compute-capability 9.0 device): each case runs on each of them, forced through ATTNKIT_FMHA_CONFIG.
 std::vector<std::string> configs_for(const Case& c) {
-  const cuda::fmha::FmhaDevice device = cuda::fmha::fmha_device(0);
+  cuda::fmha::FmhaDevice device = cuda::fmha::fmha_device(0);
+  device.portable_only = c.rpb.has_value();  // the Hopper tier adds no positional bias
   const int width = cuda::fmha::fmha_compiled_width(c.dtype, c.head_dim, c.head_dim_v);
   const cuda::fmha::FmhaPolicyKind policy = cuda::fmha::fmha_policy_for(c.mask.kind);
   std::vector<std::string> names;
@@ -175,6 +180,15 @@ CaseResult run_case(const Case& c, uint64_t seed) {
     }
   }
   if (mask_tensor) mask_tensor->upload();
+  std::optional<TestTensor> rpb;
+  if (c.rpb) {
+    std::vector<int64_t> extents{c.heads_q};
+    for (int d = 0; d < mask.dims; ++d)
+      extents.push_back(2 * mask.neighborhood[static_cast<size_t>(d)].kernel_size - 1);
+    rpb = TestTensor::make(*c.rpb, extents, std::vector<int64_t>(extents.size(), c.rpb_padded ? 1 : 0));
+    test::fill_random(rpb->buffer.view, rng, -3.0, 3.0);
+    rpb->upload();
+  }
 
   // GPU run.
   AttentionForward gpu;
@@ -187,6 +201,7 @@ CaseResult run_case(const Case& c, uint64_t seed) {
   gpu.mask = mask;
   if (mask.kind == MaskKind::block) gpu.mask.block_mask = mask_tensor->device;
   if (mask.kind == MaskKind::element) gpu.mask.element_mask = mask_tensor->device;
+  if (rpb) gpu.mask.rpb = rpb->device;
   RunOptions options;
   options.backend = Backend::cuda;
   cudaStream_t stream = nullptr;
@@ -218,6 +233,8 @@ CaseResult run_case(const Case& c, uint64_t seed) {
   cpu.mask = mask;
   if (mask.kind == MaskKind::block) cpu.mask.block_mask = mask_tensor->host;
   if (mask.kind == MaskKind::element) cpu.mask.element_mask = mask_tensor->host;
+  std::optional<test::HostTensor> rpb32;
+  if (rpb) rpb32.emplace(widen_to_f32(*rpb, cpu.mask.rpb));
   attention_forward(cpu, RunOptions{Backend::cpu, nullptr, 0});
 
   EXPECT_FALSE(test::any_nan(out.host)) << "out not fully written (NaN poison left) or NaN produced";
@@ -440,6 +457,64 @@ TEST_F(CudaFmhaForward, Neighborhood3DMixedPerDimensionSettings) {
   c.tokens_q = c.tokens_kv = {6, 9, 10};
   c.mask = neighborhood({nd(3, 1, 1, true), nd(5, 1, 2, false), nd(3, 3, 1, false)});
   run_both_dtypes(c, 430);
+}
+
+// Relative positional bias (NATTEN <= 0.17 rpb): the portable tier adds it; fp32 and the inputs' dtype,
+// strided tables, dilation, GQA, odd extents, 1-D to 3-D.
+TEST_F(CudaFmhaForward, PositionalBias1DMatchesOracle) {
+  Case c;
+  c.tokens_q = c.tokens_kv = {300};
+  c.mask = neighborhood({nd(7)});
+  c.rpb = DType::f32;
+  run_both_dtypes(c, 450);
+  c.mask = neighborhood({nd(31, 3)});
+  c.rpb_padded = true;
+  run_both_dtypes(c, 455);
+}
+
+TEST_F(CudaFmhaForward, PositionalBias2DMatchesOracle) {
+  Case c;
+  c.tokens_q = c.tokens_kv = {13, 19};
+  c.mask = neighborhood({nd(5, 2), nd(7)});
+  c.rpb = DType::f32;
+  c.rpb_padded = true;
+  run_both_dtypes(c, 460);
+  c.tokens_q = c.tokens_kv = {33, 29};
+  c.heads_q = 2;
+  c.heads_kv = 1;
+  c.layout = Layout::noncollapsible_tokens;
+  c.mask = neighborhood({nd(13), nd(3, 4)});
+  c.rpb_padded = false;
+  run_both_dtypes(c, 465);
+}
+
+TEST_F(CudaFmhaForward, PositionalBias3DInTheInputsDtypeMatchesOracle) {
+  Case c;
+  c.tokens_q = c.tokens_kv = {6, 11, 10};
+  c.mask = neighborhood({nd(3), nd(5, 2), nd(3, 3)});
+  c.rpb_padded = true;
+  for (DType dtype : {DType::f16, DType::bf16}) {
+    c.dtype = dtype;
+    c.rpb = dtype;
+    if (!compiled_for(c)) continue;
+    SCOPED_TRACE(std::string(dtype_name(dtype)));
+    for (const std::string& name : configs_for(c)) {
+      SCOPED_TRACE(name);
+      const test::ScopedEnvironment forced("ATTNKIT_FMHA_CONFIG", name);
+      run_case(c, 470);
+    }
+  }
+}
+
+TEST_F(CudaFmhaForward, PositionalBiasRunsOnThePortableTierByDefault) {
+  Case c;
+  c.tokens_q = c.tokens_kv = {24, 24};
+  c.heads_q = c.heads_kv = 2;
+  c.mask = neighborhood({nd(7), nd(7)});
+  c.rpb = DType::f32;
+  if (!compiled_for(c)) GTEST_SKIP() << "not compiled in this kernel set: f16 head dim 64";
+  EXPECT_FALSE(configs_for(c).empty()) << "no portable config can run a positional bias";
+  run_case(c, 480);  // the plan's own choice (tuner or registry default), no forced config
 }
 
 TEST_F(CudaFmhaForward, NeighborhoodWindowEqualToExtentIsDense) {

@@ -50,6 +50,7 @@ using cuda::fmha::FmhaKernel;
 using cuda::fmha::FmhaLaunch;
 using cuda::fmha::FmhaParams;
 using cuda::fmha::KvTileOrder;
+using cuda::fmha::PositionalBias;
 using cuda::fmha::TileListBuildParams;
 using cuda::fmha::TokenSpace;
 
@@ -64,7 +65,8 @@ using cuda::fmha::TokenSpace;
 #define ATTNKIT_WINDOW_RULE_FIELDS(X) X(kind) X(window) X(stride) X(causal) X(prefix_offset)
 #define ATTNKIT_FMHA_PARAMS_FIELDS(X)                                                                         \
   X(q) X(k) X(v) X(o) X(lse) X(q_space) X(kv_space) X(dims) X(dilation) X(rule) X(q_tiles) X(total_q_tiles) \
-  X(batch) X(heads_q) X(heads_per_kv) X(head_dim) X(head_dim_v) X(scale_log2) X(list)
+  X(batch) X(heads_q) X(heads_per_kv) X(head_dim) X(head_dim_v) X(scale_log2) X(list) X(rpb)
+#define ATTNKIT_POSITIONAL_BIAS_FIELDS(X) X(data) X(type) X(head_stride) X(stride) X(kernel_size) X(max_offset)
 #define ATTNKIT_TILE_LIST_BUILD_FIELDS(X)                                                                       \
   X(kind) X(mask) X(mask_stride) X(block_q) X(block_k) X(seq_q) X(seq_k) X(q_tiles) X(kv_tiles) X(mask_batch) \
   X(mask_heads) X(blocks_align_with_tiles) X(classes) X(entries) X(counts) X(bits)
@@ -77,8 +79,8 @@ using cuda::fmha::TokenSpace;
   X(q) X(k) X(v) X(o) X(d_o) X(lse) X(d_q) X(d_k) X(d_v) X(q_space) X(kv_space) X(dims) X(dilation) X(rule)       \
   X(q_tiles) X(kv_tiles) X(total_q_tiles) X(total_kv_tiles) X(batch) X(heads_q) X(heads_kv) X(heads_per_kv)     \
   X(head_dim) X(head_dim_v) X(scale) X(scale_log2) X(lse_log2) X(delta) X(use_lists) X(list) X(accumulate_dq)   \
-  X(ordered_dq) X(dq_turns) X(dq_turn_table) X(visitor_bounds) X(dq_accum) X(kv_splits) X(partial_width)        \
-  X(dk_partial) X(dv_partial) X(kv_order)
+  X(ordered_dq) X(dq_turns) X(dq_turn_table) X(visitor_bounds) X(dq_accum) X(zero_fill) X(zero_fill_chunks)     \
+  X(kv_splits) X(partial_width) X(dk_partial) X(dv_partial) X(kv_order)
 #define ATTNKIT_BACKWARD_LIST_BUILD_FIELDS(X)                                                                   \
   X(kind) X(mask) X(mask_stride) X(block_q) X(block_k) X(seq_q) X(seq_k) X(q_tiles) X(kv_tiles) X(mask_batch) \
   X(mask_heads) X(classes) X(q_entries) X(q_counts) X(kv_entries) X(kv_counts) X(turn_table)
@@ -87,6 +89,7 @@ using cuda::fmha::TokenSpace;
 
 void expect_same(const TokenSpace& a, const TokenSpace& b, const std::string& path);
 void expect_same(const WindowRule& a, const WindowRule& b, const std::string& path);
+void expect_same(const PositionalBias& a, const PositionalBias& b, const std::string& path);
 void expect_same(const FmhaParams& a, const FmhaParams& b, const std::string& path);
 void expect_same(const TileListBuildParams& a, const TileListBuildParams& b, const std::string& path);
 void expect_same(const FmhaLaunch& a, const FmhaLaunch& b, const std::string& path);
@@ -120,6 +123,9 @@ void expect_same(const TokenSpace& a, const TokenSpace& b, const std::string& pa
 }
 void expect_same(const WindowRule& a, const WindowRule& b, const std::string& path) {
   ATTNKIT_WINDOW_RULE_FIELDS(ATTNKIT_EXPECT_SAME_FIELD)
+}
+void expect_same(const PositionalBias& a, const PositionalBias& b, const std::string& path) {
+  ATTNKIT_POSITIONAL_BIAS_FIELDS(ATTNKIT_EXPECT_SAME_FIELD)
 }
 void expect_same(const FmhaParams& a, const FmhaParams& b, const std::string& path) {
   ATTNKIT_FMHA_PARAMS_FIELDS(ATTNKIT_EXPECT_SAME_FIELD)
@@ -193,6 +199,11 @@ TEST(LaunchRebindLayout, TheComparisonsNameEveryFieldOfTheLaunchStructs) {
     using Type = WindowRule;
     expect_fields_listed<Type>(first_gap(sizeof(Type), alignof(Type), {ATTNKIT_WINDOW_RULE_FIELDS(ATTNKIT_FIELD_SPAN)}),
                                "WindowRule");
+  }
+  {
+    using Type = PositionalBias;
+    expect_fields_listed<Type>(
+        first_gap(sizeof(Type), alignof(Type), {ATTNKIT_POSITIONAL_BIAS_FIELDS(ATTNKIT_FIELD_SPAN)}), "PositionalBias");
   }
   {
     using Type = FmhaParams;

@@ -183,8 +183,28 @@ def test_neighborhood_module_on_gpu():
     assert out.shape == x.shape and torch.isfinite(out.float()).all()
 
 
-def test_rpb_on_cuda_tensors_is_refused_naming_the_argument():
-    """The CUDA kernels add no positional bias in this version: the call must say so, not ignore the bias."""
-    q = _rand(1, 8, 8, 2, 64)
-    with pytest.raises(attnkit.AttnkitError, match=r"mask\.rpb.*CPU tensors"):
-        attnkit.na2d(q, q, q, 3, rpb=torch.zeros(2, 5, 5, device="cuda"))
+@pytest.mark.parametrize("rpb_dtype", [torch.float32, torch.bfloat16])
+def test_rpb_forward_on_cuda_matches_the_cpu_backend(rpb_dtype):
+    """The fused CUDA forward adds NATTEN's relative positional bias as the CPU backend does (1-D, 2-D with
+    dilation, 3-D; the CPU kernels are checked against a brute-force reference in test_natten017)."""
+    cases = [((1, 45, 2, 64), dict(kernel_size=7, dilation=3), (2, 13)),
+             ((2, 13, 17, 2, 64), dict(kernel_size=(5, 7), dilation=(2, 1)), (2, 9, 13)),
+             ((1, 6, 7, 9, 2, 64), dict(kernel_size=(3, 5, 3)), (2, 5, 9, 5))]
+    for shape, params, rpb_shape in cases:
+        q, k, v = (_rand(*shape) for _ in range(3))
+        rpb = torch.randn(*rpb_shape, device="cuda", dtype=rpb_dtype)
+        op = {2: attnkit.na1d, 3: attnkit.na2d, 4: attnkit.na3d}[len(rpb_shape)]
+        with skip_if_unsupported(f"rpb forward bf16 {len(rpb_shape) - 1}-D"):
+            out, lse = op(q, k, v, **params, rpb=rpb, return_lse=True)
+        expected, expected_lse = op(q.float().cpu(), k.float().cpu(), v.float().cpu(), **params,
+                                    rpb=rpb.float().cpu(), return_lse=True)
+        assert reference.relative_l2(out.float().cpu(), expected) <= 1.5e-2
+        assert (lse.cpu() - expected_lse).abs().max() <= 2e-2
+
+
+def test_rpb_backward_on_cuda_tensors_is_refused_naming_the_argument():
+    """The CUDA backward adds no positional bias in this version: it must say so, not ignore the bias."""
+    q = _rand(1, 8, 8, 2, 64, requires_grad=True)
+    out = attnkit.na2d(q, q, q, 3, rpb=torch.zeros(2, 5, 5, device="cuda", requires_grad=True))
+    with pytest.raises(attnkit.AttnkitError, match=r"mask\.rpb.*backward.*CPU tensors"):
+        out.sum().backward()

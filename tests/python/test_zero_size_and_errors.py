@@ -182,6 +182,107 @@ def test_zero_size_gemm_forward_and_backward(a_shape, b_shape):
     assert grad_b.shape == b.shape and torch.allclose(grad_b, b.grad)
 
 
+# --- empty tensors reach the library at NULL, through the cached plans -----------------------------------
+
+REPEATS = 3  # the first call makes and caches the plan, the later ones run it
+
+
+def test_an_empty_tensor_goes_to_the_library_at_a_null_data_pointer():
+    view = _launch.view(torch.empty(2, 0, 3), "q")
+    assert view.data is None  # NULL: present (rank 3, an extent 0), not absent
+    assert view.rank == 3 and list(view.extents[:3]) == [2, 0, 3]
+    assert _launch.view(None, "lse").rank == 0  # absent
+
+
+def test_zero_size_attention_forward_uses_a_cached_plan_on_repeated_calls():
+    _attention_ops._forward_plans.clear()
+    q, k, v = randn(1, 4, 2, 8), randn(1, 0, 2, 8), randn(1, 0, 2, 8)  # no key
+    entries = []
+    for _ in range(REPEATS):
+        out, lse = attnkit.attention(q, k, v, return_lse=True)
+        assert torch.equal(out, torch.zeros(1, 4, 2, 8))
+        assert torch.equal(lse, torch.full((1, 4, 2), float("-inf")))
+        assert len(_attention_ops._forward_plans) == 1
+        entries.append(next(iter(_attention_ops._forward_plans.values())))
+    assert all(entry is entries[0] for entry in entries)
+
+
+def test_zero_size_attention_backward_uses_a_cached_plan_on_repeated_calls():
+    _attention_ops._backward_plans.clear()
+    plans = []
+    for _ in range(REPEATS):
+        q = randn(2, 5, 2, 8, requires_grad=True)
+        k, v = randn(2, 0, 2, 8, requires_grad=True), randn(2, 0, 2, 6, requires_grad=True)
+        out, lse = attnkit.attention(q, k, v, is_causal=True, return_lse=True)
+        (out.sum() + _finite(lse).sum()).backward()
+        assert torch.equal(q.grad, torch.zeros_like(q))
+        assert k.grad.shape == k.shape and v.grad.shape == v.shape
+        plans.append(dict(_attention_ops._backward_plans))
+    assert len(plans[0]) >= 1 and all(p == plans[0] for p in plans)  # the same plans, none made again
+
+
+@pytest.mark.parametrize("q_shape,k_shape,dv", ATTENTION_SHAPES)
+def test_repeated_zero_size_attention_calls_give_the_definitions_results(q_shape, k_shape, dv):
+    results = []
+    for _ in range(REPEATS):
+        q = randn(*q_shape, dtype=torch.float64, requires_grad=True)
+        k = randn(*k_shape, dtype=torch.float64, requires_grad=True)
+        v = randn(*k_shape[:-1], dv, dtype=torch.float64, requires_grad=True)
+        out, lse = attnkit.attention(q, k, v, return_lse=True)
+        _attention_loss(out, lse, torch.ones(out.shape, dtype=torch.float64)).backward()
+        scale = None if q_shape[-1] else 1.0
+        expected, expected_lse = _reference_attention(q, k, v, scale=scale)
+        assert torch.allclose(out, expected, atol=1e-12)
+        assert torch.equal(torch.isinf(lse), torch.isinf(expected_lse))
+        results.append((out.detach(), [t.grad.shape for t in (q, k, v)]))
+        if k_shape[1] == 0 or q_shape[1] == 0 or q_shape[0] == 0:  # no key or no query: gradients are 0
+            for t in (q, k, v):
+                assert torch.equal(t.grad, torch.zeros_like(t))
+    assert all(shapes == results[0][1] for _, shapes in results)
+
+
+@pytest.mark.parametrize("q_shape,dv", [((0, 9, 2, 8), 8), ((1, 9, 0, 8), 8), ((1, 9, 2, 8), 0)],
+                         ids=["batch0", "heads0", "dv0"])
+def test_zero_size_na1d_forward_and_backward_on_repeated_calls(q_shape, dv):
+    for _ in range(REPEATS):
+        q = randn(*q_shape, requires_grad=True)
+        k = randn(*q_shape, requires_grad=True)
+        v = randn(*q_shape[:-1], dv, requires_grad=True)
+        out = attnkit.na1d(q, k, v, kernel_size=3)
+        assert out.shape == q_shape[:-1] + (dv,)
+        out.sum().backward()
+        for t in (q, k, v):
+            assert torch.equal(t.grad, torch.zeros_like(t))  # nothing depends on them, or they are empty
+
+
+def test_zero_size_retention_forward_and_backward_on_repeated_calls():
+    for mode in ("chunk", "parallel", "recurrent"):
+        for _ in range(REPEATS):
+            q, k = randn(2, 5, 3, 0, requires_grad=True), randn(2, 5, 3, 0, requires_grad=True)  # Dk = 0
+            v = randn(2, 5, 3, 4, requires_grad=True)
+            state = randn(2, 3, 0, 4, requires_grad=True)
+            out, final = attnkit.retention(q, k, v, mode=mode, chunk_size=4, initial_state=state,
+                                           output_final_state=True)
+            assert torch.equal(out, torch.zeros(2, 5, 3, 4)) and final.shape == (2, 3, 0, 4)
+            out.sum().backward()
+            assert torch.equal(v.grad, torch.zeros_like(v))
+            assert q.grad.shape == q.shape and k.grad.shape == k.shape and state.grad.shape == state.shape
+
+
+def test_zero_size_gemm_forward_and_backward_on_repeated_calls():
+    for _ in range(REPEATS):
+        a, b = randn(4, 0, requires_grad=True), randn(0, 5, requires_grad=True)
+        c = attnkit.gemm(a, b)
+        assert torch.equal(c, torch.zeros(4, 5))
+        c.sum().backward()
+        assert a.grad.shape == a.shape and b.grad.shape == b.shape
+        a, b = randn(0, 4, 3, requires_grad=True), randn(1, 3, 5, requires_grad=True)
+        c = attnkit.gemm(a, b)
+        assert c.shape == (0, 4, 5)
+        c.sum().backward()
+        assert torch.equal(b.grad, torch.zeros_like(b))
+
+
 def test_zero_size_ops_compile_fullgraph_forward_and_backward():
     def step(q, k, v):
         out, lse = attnkit.attention(q, k, v, is_causal=True, return_lse=True)

@@ -49,7 +49,7 @@ void check_forward_supported(const AttentionForward& problem, const detail::Atte
   check_strides_and_alignment(problem.v, "v");
   check_strides_and_alignment(problem.out, "out");
   check_extent_limits(shape, problem.mask.kind);
-  refuse_positional_bias(problem.mask);
+  check_positional_bias_supported(problem.mask);
 }
 
 FmhaLaunch make_forward_launch(const AttentionForward& problem, const detail::AttentionShape& shape,
@@ -89,6 +89,7 @@ FmhaLaunch make_forward_launch(const AttentionForward& problem, const detail::At
     }
     set_box_shifts(p.q_space);
     set_box_shifts(p.kv_space);
+    p.rpb = positional_bias_of(mask, shape.token_dims);
   } else {
     p.dims = 1;
     if (mask.kind == MaskKind::causal) {
@@ -121,6 +122,7 @@ void rebind_forward_launch(FmhaLaunch& launch, const AttentionForward& problem) 
   p.v.data = problem.v.data;
   p.o.data = problem.out.data;
   p.lse.data = problem.lse.data;
+  if (p.rpb.data != nullptr) p.rpb.data = problem.mask.rpb.data;
   if (launch.tile_list.mask != nullptr) {
     const AttentionMask& mask = problem.mask;
     launch.tile_list.mask =

@@ -176,9 +176,12 @@ cudaError_t launch_backward_kernels(FmhaBackwardLaunch& launch, char* base, cons
   if (p.accumulate_dq) {
     p.dq_accum.data = base + layout.dq_accum_offset();
     if (p.ordered_dq) p.dq_turns = reinterpret_cast<uint32_t*>(base + layout.dq_accum_offset() + layout.dq_accum);
-    if (const cudaError_t status =
-            cudaMemsetAsync(p.dq_accum.data, 0, static_cast<size_t>(layout.dq_accum + layout.dq_turns), stream);
-        status != cudaSuccess) {
+    const int64_t zero_bytes = layout.dq_accum + layout.dq_turns;  // multiples of 256 bytes
+    if (reinterpret_cast<uintptr_t>(p.dq_accum.data) % 16 == 0) {
+      p.zero_fill = p.dq_accum.data;
+      p.zero_fill_chunks = zero_bytes / 16;
+    } else if (const cudaError_t status = cudaMemsetAsync(p.dq_accum.data, 0, static_cast<size_t>(zero_bytes), stream);
+               status != cudaSuccess) {
       return status;
     }
   }

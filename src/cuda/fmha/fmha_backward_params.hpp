@@ -105,6 +105,10 @@ struct FmhaBackwardParams {
   // Contiguous fp32 [B, Sq, Hq, D] addressed like d_q (token strides row-major over the query extents);
   // data is set by the launcher (workspace).
   TensorAddress dq_accum{};
+  // The preprocess kernel zeroes zero_fill[0, zero_fill_chunks) (dq_accum and dq_turns, 16 bytes a chunk)
+  // before the dK/dV kernel adds into them: one launch fewer than a memset. Set by the launcher.
+  void* zero_fill = nullptr;  // 16-byte aligned
+  int64_t zero_fill_chunks = 0;
   // KV-parallel splitting (fmha_backward_split.hpp): kv_splits CTAs per KV tile, blockIdx.x = rank *
   // kv_splits + split (rank: the tile's place in kv_order). With kv_splits > 1 every CTA writes its unscaled fp32 dK
   // and dV to its slab of dk_partial / dv_partial (workspace, set by the launcher): element

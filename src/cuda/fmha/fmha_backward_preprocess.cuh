@@ -6,6 +6,8 @@
 // warp, warp + warps, ...; its lanes read 16-byte chunks of the dO and O rows (Dv <= 256 columns: one
 // chunk per lane) and reduce the products with shuffles. Rows past the extents, and rows whose LSE is
 // -inf (no key attended), get lse_log2 = +inf so that their probabilities come out as exactly 0.
+// In fast mode the grid also zeroes the dQ accumulator (p.zero_fill), a grid-stride loop of 16-byte
+// stores over all CTAs, so that no separate memset launch precedes the dK/dV kernel.
 #pragma once
 #include <cstdint>
 
@@ -31,6 +33,14 @@ __global__ void __launch_bounds__(128) fmha_backward_preprocess_kernel(const __g
   const int32_t q_linear = static_cast<int32_t>(blockIdx.x);
   const int32_t head = static_cast<int32_t>(blockIdx.y);
   const int32_t batch = static_cast<int32_t>(blockIdx.z);
+  if (p.zero_fill_chunks > 0) {
+    const int64_t cta = blockIdx.x + static_cast<int64_t>(gridDim.x) * (blockIdx.y + gridDim.y * blockIdx.z);
+    const int64_t threads = static_cast<int64_t>(gridDim.x) * gridDim.y * gridDim.z * blockDim.x;
+    uint4* chunks = static_cast<uint4*>(p.zero_fill);
+    for (int64_t i = cta * blockDim.x + threadIdx.x; i < p.zero_fill_chunks; i += threads) {
+      chunks[i] = make_uint4(0u, 0u, 0u, 0u);
+    }
+  }
   const DecodedTile tile = decode_tile(p, q_linear, p.q_tiles, p.q_space, p.kv_space, true);
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;

@@ -24,6 +24,7 @@ template <class Traits>
 class BoxPolicy {
  public:
   static constexpr int kRows = Traits::kRows;
+  static constexpr bool kPositionalBias = true;  // neighborhood masks may carry one (FmhaParams::rpb)
   static constexpr int kCols = Traits::kCols;
 
   struct Tile {

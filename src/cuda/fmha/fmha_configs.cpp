@@ -44,7 +44,8 @@ bool fmha_config_runs_on(const FmhaConfig& config, int capability) {
 }
 
 bool fmha_config_fits(const FmhaConfig& config, const FmhaDevice& device) {
-  return fmha_config_runs_on(config, device.capability) && config.smem_bytes <= device.max_shared_bytes_optin;
+  return fmha_config_runs_on(config, device.capability) && config.smem_bytes <= device.max_shared_bytes_optin &&
+         !(device.portable_only && config.architecture == 90);
 }
 
 int fmha_compiled_width(DType dtype, int64_t head_dim, int64_t head_dim_v) {

@@ -62,6 +62,9 @@ struct FmhaDevice {
   int capability = 0;
   int max_shared_bytes_optin = 0;
   int multiprocessors = 0;
+  // The call needs what only the portable tier computes (a relative positional bias): Hopper-tier
+  // configs do not fit it.
+  bool portable_only = false;
 };
 
 // Whether a config's code runs on a device of `capability` (major * 10 + minor): the portable tier on

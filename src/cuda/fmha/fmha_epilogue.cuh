@@ -42,7 +42,8 @@ struct FmhaEpilogue {
     using namespace cute;
     Tensor o = as_rows_cols(acc_o);
     float lse[kRows];
-    softmax.finalize(o, p.scale_log2, lse);
+    // With a positional bias the mainloop kept the row maxima in log2 units already.
+    softmax.finalize(o, p.rpb.data != nullptr ? 1.f : p.scale_log2, lse);
 
     store_lse_rows(p, cta, lse, row_of, tid % 4 == 0);
 

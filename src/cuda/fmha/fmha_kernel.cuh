@@ -6,9 +6,9 @@
 // online-softmax statistics of its BlockM rows in registers (fp32), and finally normalises and stores
 // O and the LSE. Tiles are boxes of tokens (fmha_tokens.cuh); the policy (BoxPolicy or
 // TileListPolicy) decides which KV tiles to visit, which of them are full, and how partial tiles are
-// masked. Shared memory (FmhaTraits): Q (reused for O), one K and one V buffer, the policy's mask
-// tables, per-CTA state (KV head offsets, tile ranges) and two tables of KV row addresses. GQA/MQA:
-// query head h reads KV head h / (Hq / Hkv).
+// masked (and, for neighborhoods, whether a positional bias is added: fmha_positional_bias.cuh). Shared memory
+// (FmhaTraits): Q (reused for O), one K and one V buffer, the policy's mask tables, per-CTA state (KV head offsets,
+// tile ranges) and two tables of KV row addresses. GQA/MQA: query head h reads KV head h / (Hq / Hkv).
 #pragma once
 #include <cute/tensor.hpp>
 
@@ -41,6 +41,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinCtasPerSm)
   typename Traits::TiledMma mma;
   Policy policy;
   int row_of[Traits::kRows];  // this thread's rows of a score tile (CTA-relative)
+  int32_t bias_rows[Traits::kRows] = {};
   {
     const CtaTile cta = resolve_cta(p);
     if (!cta.valid) return;
@@ -64,6 +65,12 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinCtasPerSm)
     for (int i = 0; i < Traits::kRows; ++i) row_of[i] = score_row<Traits>(tid, i);
 #pragma unroll
     for (int j = 0; j < Traits::kCols; ++j) col_of[j] = score_col<Traits>(tid, j);
+    if constexpr (Policy::kPositionalBias) {
+      if (p.rpb.data != nullptr) {
+#pragma unroll
+        for (int i = 0; i < Traits::kRows; ++i) bias_rows[i] = bias_row_offset(p, cta, row_of[i]);
+      }
+    }
     policy.prepare_shared(p, cta, col_of, tid);
   }
   __syncthreads();  // publish the per-CTA state and mask tables
@@ -73,7 +80,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinCtasPerSm)
   OnlineSoftmax<Traits::kRows> softmax;
   softmax.reset();
   const Mainloop mainloop{smem_q, smem_k, smem_v, row_tables, kv_head_offsets};
-  mainloop(p, policy, row_of, acc_o, softmax, tid);
+  mainloop(p, policy, row_of, bias_rows, acc_o, softmax, tid);
 
   wait_async_copies<0>();
   __syncthreads();  // Q buffer free for O (and landed, when no KV tile was visited)

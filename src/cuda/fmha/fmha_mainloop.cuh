@@ -2,7 +2,8 @@
 //
 // For each KV tile the policy lists: S = Q*K^T with mma.sync m16n8k16 (fp16/bf16 in, fp32 out), operands
 // read from the swizzled shared tiles with ldmatrix one 16-wide k-slice ahead of the MMAs; partial tiles
-// then get their element mask (-inf); the online softmax turns S into P in registers, P is converted to
+// then get their element mask (-inf) and, with a neighborhood's positional bias, their bias
+// (fmha_positional_bias.cuh; box policy only); the online softmax turns S into P in registers, P is converted to
 // fp16/bf16 in the A-operand register layout (two 16x8 accumulator blocks make one 16x16 A block), and
 // O += P*V reads V with ldmatrix.trans. Loads form a two-buffer pipeline: V(j) is copied while
 // Q*K(j)^T runs and K(j+1) while the softmax and P*V(j) run; each buffer is refilled only after the
@@ -20,6 +21,7 @@
 #include "cuda/fmha/fmha_mask_tables.cuh"
 #include "cuda/fmha/fmha_operand_convert.cuh"
 #include "cuda/fmha/fmha_params.hpp"
+#include "cuda/fmha/fmha_positional_bias.cuh"
 #include "cuda/fmha/fmha_softmax.cuh"
 #include "cuda/fmha/fmha_tokens.cuh"
 
@@ -106,11 +108,13 @@ struct FmhaMainloop {
   }
 
   // acc_o and softmax must be reset, the Q tile load committed and the policy's shared state published.
-  // Returns with every warp done with the K and V buffers and the row tables (loads may be in flight only
-  // when no tile was visited).
+  // bias_rows: the row terms of the positional bias offsets (read only when p.rpb.data is set). Returns
+  // with every warp done with the K and V buffers and the row tables (loads may be in flight only when no
+  // tile was visited).
   template <class AccO>
   __device__ __forceinline__ void operator()(const FmhaParams& p, const Policy& policy, const int (&row_of)[kRows],
-                                             AccO& acc_o, OnlineSoftmax<kRows>& softmax, int tid) const {
+                                             const int32_t (&bias_rows)[kRows], AccO& acc_o,
+                                             OnlineSoftmax<kRows>& softmax, int tid) const {
     using namespace cute;
     const int count = policy.count();
     if (count == 0) return;
@@ -176,12 +180,19 @@ struct FmhaMainloop {
         policy.row_masks(current, bits, row_of, lane_class, masks);
         apply_row_masks<kRows, kCols>(s, masks);
       }
+      float softmax_scale = p.scale_log2;
+      if constexpr (Policy::kPositionalBias) {
+        if (p.rpb.data != nullptr) {
+          add_positional_bias<Traits>(p, current.index, bias_rows, s, tid);
+          softmax_scale = 1.f;
+        }
+      }
 
       wait_async_copies<0>();
       __syncthreads();  // V(i) landed; every warp is done with K(i); next_table published
       if (i + 1 < count) load_k(p, next_table, tid);
 
-      softmax.update(s, o, p.scale_log2);
+      softmax.update(s, o, softmax_scale);
       convert_scores_to_operand<Element>(acc_s, tOrP);
       gemm_registers_shared(mma, acc_o, tOrP, tOrVt, tOsVt, tOrVt_view, copy_v);
     }

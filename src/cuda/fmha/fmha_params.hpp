@@ -55,6 +55,19 @@ constexpr uint32_t kEntryTileMask = (1u << 30) - 1u;
 constexpr uint32_t kEntryPartial = 1u << 30;
 constexpr uint32_t kEntryHasBits = 1u << 31;
 
+// Relative positional bias of a neighborhood mask (AttentionMask::rpb, [Hq, 2K_0-1, ...]): the score of
+// query index q and key index k (per dimension, in their dilation group) gets the entry at element offset
+//   head * head_stride + sum_d (k_d - q_d + K_d - 1) * stride[d]   (fmha_positional_bias.cuh).
+enum class BiasType : int32_t { f32 = 0, f16 = 1, bf16 = 2 };
+struct PositionalBias {
+  const void* data = nullptr;  // nullptr: no bias
+  BiasType type = BiasType::f32;
+  int32_t head_stride = 0;
+  int32_t stride[kMaxDims] = {0, 0, 0};
+  int32_t kernel_size[kMaxDims] = {1, 1, 1};
+  int32_t max_offset = 0;  // of the last entry: offsets are clamped to [0, max_offset]
+};
+
 struct FmhaParams {
   TensorAddress q, k, v, o;
   TensorAddress lse;  // data == nullptr: LSE is not written (head/batch/token strides in elements)
@@ -71,6 +84,7 @@ struct FmhaParams {
   int32_t head_dim_v = 0;    // Dv: V columns loaded and O columns stored
   float scale_log2 = 0.f;    // softmax scale * log2(e)
   TileListArgs list{};
+  PositionalBias rpb{};  // neighborhood masks only
 };
 
 // What the tile-list preprocessing reads and writes (fmha_tile_list_build.cuh).

@@ -19,6 +19,7 @@ template <class Traits>
 class TileListPolicy {
  public:
   static constexpr int kRows = Traits::kRows;
+  static constexpr bool kPositionalBias = false;  // block and element masks carry no positional bias
   static constexpr int kCols = Traits::kCols;
   static constexpr int kBitWords = Traits::kBitWords;
 

@@ -181,6 +181,8 @@ void FmhaAttentionRunner::build(int64_t l2_bytes, uint64_t seed) {
     if (spec.mask == MaskKind::neighborhood) {
       f.mask.dims = spec.token_dims;
       f.mask.neighborhood = spec.neighborhood;
+      // The call's own bias table (read only): its shape follows the heads and kernel sizes of the spec.
+      if (call_mask_.has_value()) f.mask.rpb = call_mask_->rpb;
     }
     if (sparse) {
       TensorView mask;

@@ -50,6 +50,9 @@ std::string invalid_reason(const tune::Config& config, const tune::ProblemSpec& 
         !reason.empty()) {
       return reason;
     }
+    if (spec.positional_bias && kernel->config.architecture == 90) {
+      return std::string("the Hopper tier adds no relative positional bias (rpb); the portable tier does");
+    }
   }
   const auto dtype = static_cast<DType>(config.param("dtype"));
   if (dtype != spec.dtype) return "built for " + std::string(dtype_name(dtype));
@@ -131,7 +134,9 @@ tune::ConfigSpace fmha_forward_space() {
                                    limits);
   };
   space.default_config = [](const tune::ProblemSpec& spec, const tune::DeviceLimits& limits) {
-    const FmhaKernel* kernel = fmha_forward_default_for(spec, device_of(limits));
+    FmhaDevice device = device_of(limits);
+    device.portable_only = spec.positional_bias;
+    const FmhaKernel* kernel = fmha_forward_default_for(spec, device);
     return kernel == nullptr ? std::string() : fmha_config_name(kernel->config);
   };
   return space;

@@ -153,7 +153,8 @@ ForwardSelection forward_selection(const AttentionForward& problem, const detail
   check_forward_supported(problem, shape);
   const int device = problem.q.device.index;
   const DeviceGuard guard(device);
-  const FmhaDevice limits = require_sm80_device(device);
+  FmhaDevice limits = require_sm80_device(device);
+  limits.portable_only = problem.mask.rpb.defined();
   ForwardSelection selection = select_forward_kernel(problem, shape, options, device, limits);
   if (selection.kernel == nullptr) {
     const FmhaPolicyKind policy = fmha_policy_for(problem.mask.kind);

@@ -38,7 +38,8 @@ inline constexpr int64_t kChunk = kLanes<Acc>;
 // loop vectorises: x = n ln2 + r with |r| <= ln2/2, e^r by its degree-7 Taylor polynomial (error
 // below 1e-8, under float rounding), 2^n built in the exponent bits. n is read from the low bits
 // of x log2(e) + 1.5 * 2^23 with unsigned arithmetic, so no input is undefined behaviour; below -87
-// (where e^x < 2e-38) and for -inf the result is exactly 0. Valid for x <= 88.
+// (where e^x < 2e-38) and for -inf the result is exactly 0, and NaN stays NaN (as std::exp does in
+// the double path: a NaN score must reach the output, not vanish as a zero weight). Valid for x <= 88.
 inline float softmax_exp(float x) {
   constexpr float kLog2e = 1.44269504088896341f;
   constexpr float kRoundMagic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
@@ -58,7 +59,7 @@ inline float softmax_exp(float x) {
   const float value = p * std::bit_cast<float>((n_bits + 127u) << 23);
   // A bit mask, not a branch: the compiler may not move the polynomial under a condition, which
   // would stop the loop from vectorising (it may not speculate floating-point operations).
-  const uint32_t keep = 0u - static_cast<uint32_t>(x >= -87.0f);
+  const uint32_t keep = 0u - static_cast<uint32_t>(!(x < -87.0f));
   return std::bit_cast<float>(std::bit_cast<uint32_t>(value) & keep);
 }
 
@@ -228,7 +229,9 @@ inline void mask_unvisited(const std::vector<KeyRun>& visited, int64_t slots, Ac
 }
 
 // Forward softmax of tile row r: scores become probabilities (exactly 0 where unvisited); returns
-// the log-sum-exp and sets *inverse_sum, or -inf and 0 when the row visits no key.
+// the log-sum-exp and sets *inverse_sum, or -inf and 0 when the row visits no key. The max skips NaN
+// scores, so a row whose visited scores are all NaN (a NaN query) would look like a row without keys:
+// it gets NaN instead (output and LSE), as a row with some NaN scores does through the exponentials.
 template <class Acc>
 inline Acc softmax_row(const std::vector<KeyRun>& visited, int64_t slots, Acc* row, Acc* inverse_sum) {
   constexpr Acc kMinusInf = -std::numeric_limits<Acc>::infinity();
@@ -237,9 +240,13 @@ inline Acc softmax_row(const std::vector<KeyRun>& visited, int64_t slots, Acc* r
   ATTNKIT_CPU_SIMD_MAX_SCORE
   for (int64_t s = 0; s < slots; ++s) max_score = row[s] > max_score ? row[s] : max_score;
   if (max_score == kMinusInf) {
-    for (int64_t s = 0; s < slots; ++s) row[s] = Acc(0);
-    *inverse_sum = Acc(0);
-    return kMinusInf;
+    bool any_nan = false;
+    for (int64_t s = 0; s < slots; ++s) {
+      any_nan = any_nan || std::isnan(row[s]);
+      row[s] = Acc(0);
+    }
+    *inverse_sum = any_nan ? std::numeric_limits<Acc>::quiet_NaN() : Acc(0);
+    return any_nan ? std::numeric_limits<Acc>::quiet_NaN() : kMinusInf;
   }
   const Acc sum = exponentiate(row, slots, max_score);
   *inverse_sum = Acc(1) / sum;

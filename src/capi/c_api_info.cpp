@@ -19,14 +19,20 @@ namespace {
 }
 
 // Row-major strides must fit in int64 even before validation sees the view.
+// Row-major strides are products of the extents after each dimension (make_view computes them from the
+// last dimension on): every such product must fit int64, even when an extent 0 makes the count 0.
 void check_contiguous_extents(int32_t rank, const int64_t* extents) {
-  int64_t count = 1;
   for (int i = 0; i < rank; ++i) {
     if (extents[i] < 0) {
       invalid("extents[" + std::to_string(i) + "]: " + std::to_string(extents[i]) + "; allowed: extents >= 0");
     }
-    if (__builtin_mul_overflow(count, extents[i], &count)) {
-      invalid("extents: their product overflows int64; allowed: an element count <= 9223372036854775807");
+  }
+  int64_t stride = 1;
+  for (int i = rank - 1; i >= 0; --i) {
+    if (__builtin_mul_overflow(stride, extents[i], &stride)) {
+      invalid(
+          "extents: the row-major strides overflow int64; allowed: every product of trailing extents <= "
+          "9223372036854775807");
     }
   }
 }

@@ -87,21 +87,26 @@ RankCollectives to_collectives(const attnkit_rank_group& g) {
 
 namespace {
 
-// Copies `text` with its terminating NUL into buffer[capacity].
-void copy_out(const std::string& text, char* buffer, int64_t capacity, const char* name) {
-  if (buffer == nullptr) return;
-  if (capacity < static_cast<int64_t>(text.size()) + 1) {
+// `text` with its terminating NUL must fit buffer[capacity] (a NULL buffer takes nothing).
+void check_capacity(const std::string& text, const char* buffer, int64_t capacity, const char* name) {
+  if (buffer != nullptr && capacity < static_cast<int64_t>(text.size()) + 1) {
     throw Error(Status::invalid_argument, std::string(name) + "_capacity: " + std::to_string(capacity) +
                                               " bytes; allowed: at least " + std::to_string(text.size() + 1) +
                                               " for '" + text + "'");
   }
-  std::memcpy(buffer, text.c_str(), text.size() + 1);
 }
 
+void copy_out(const std::string& text, char* buffer) {
+  if (buffer != nullptr) std::memcpy(buffer, text.c_str(), text.size() + 1);
+}
+
+// Both capacities are checked before either buffer is written: a refused call writes nothing.
 void report_config(const TunedConfig& config, char* name, int64_t name_capacity, char* source,
                    int64_t source_capacity) {
-  copy_out(config.name, name, name_capacity, "name");
-  copy_out(config.source, source, source_capacity, "source");
+  check_capacity(config.name, name, name_capacity, "name");
+  check_capacity(config.source, source, source_capacity, "source");
+  copy_out(config.name, name);
+  copy_out(config.source, source);
 }
 
 }  // namespace

@@ -18,7 +18,8 @@ int64_t view_offset(const TensorView& view, int64_t h, int64_t e) {
 }  // namespace
 
 PositionalBiasIndex::PositionalBiasIndex(const AttentionMask& mask, const AttentionShape& shape)
-    : dims_(shape.token_dims) {
+    : dims_(mask.rpb.defined() ? shape.token_dims : 0) {
+  // Without a bias the neighborhood fields are not the mask's (any values): nothing is computed from them.
   for (int d = dims_ - 1; d >= 0; --d) {
     extents_[d] = shape.tokens[d];
     kernel_[d] = mask.neighborhood[d].kernel_size;

@@ -22,6 +22,7 @@ namespace attnkit::detail {
 
 class PositionalBiasIndex {
  public:
+  // An index of one entry per head when mask.rpb is not given.
   PositionalBiasIndex(const AttentionMask& mask, const AttentionShape& shape);
 
   int64_t entries_per_head() const { return entries_; }

@@ -136,6 +136,7 @@ void check_positional_bias(const AttentionMask& mask, const TensorView& q) {
          ")");
   }
   check_same_device(rpb, "mask.rpb", q, "q");
+  check_aligned(rpb, "mask.rpb");
   check_shape_equals(rpb, "mask.rpb", expected, layout + " from q's heads and the kernel sizes");
   for (int d = 0; d < mask.dims; ++d) {
     const NeighborhoodDim& nd = mask.neighborhood[d];
@@ -219,6 +220,7 @@ void validate_positional_bias_gradient(const TensorView& grad_rpb, const Attenti
   check_view_structure(grad_rpb, "grad_rpb", mask.rpb.rank, mask.rpb.rank, "mask.rpb's shape");
   check_same_dtype(grad_rpb, "grad_rpb", mask.rpb, "mask.rpb");
   check_same_device(grad_rpb, "grad_rpb", mask.rpb, "mask.rpb");
+  check_aligned(grad_rpb, "grad_rpb");
   check_shape_equals(grad_rpb, "grad_rpb", std::span<const int64_t>(mask.rpb.extents.data(), mask.rpb.rank),
                      "mask.rpb's shape");
   check_output_not_broadcast(grad_rpb, "grad_rpb");

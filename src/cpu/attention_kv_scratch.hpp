@@ -40,10 +40,12 @@ inline double attention_work_bound(const detail::AttentionShape& shape, const At
          static_cast<double>(visitor.max_keys_per_row()) * static_cast<double>(shape.head_dim + shape.head_dim_v);
 }
 
-// Element pointer of row (b, flat token, head) of a [B, *tokens, H, X] view.
+// Element pointer of row (b, flat token, head) of a [B, *tokens, H, X] view; nullptr for a view without
+// data (a tensor with no elements, e.g. head dim 0: its rows are never read).
 template <class Storage>
 Storage* row_pointer(const TensorView& view, const detail::TokenStrides& strides, int64_t b, int64_t token,
                      int64_t head, const std::array<int64_t, kMaxTokenDims>& extents) {
+  if (view.data == nullptr) return nullptr;
   return static_cast<Storage*>(view.data) + strides.offset(b, token, head, extents);
 }
 

@@ -91,6 +91,10 @@ struct Case {
   // AttentionBackward::kv_splits: 1 (never split) keeps the unsplit kernels under test in the cases that
   // do not ask for splits; 0 is the automatic choice.
   int32_t kv_splits = 1;
+  // Neighborhood masks: a relative positional bias [heads_q, 2K-1, ...] of this dtype and its gradient
+  // (grad_rpb, same dtype and layout), stored with padding after every dimension when rpb_padded.
+  std::optional<DType> rpb;
+  bool rpb_padded = false;
 };
 
 double tolerance(DType dtype) { return dtype == DType::f16 ? 5e-3 : 1.5e-2; }
@@ -167,9 +171,9 @@ int64_t count_nonzero_rows(const TensorView& view, const std::vector<int64_t>& t
 }
 
 struct CaseResult {
-  double dq_error = 0, dk_error = 0, dv_error = 0;
-  std::vector<std::byte> dq_bytes, dk_bytes, dv_bytes;  // the GPU results, for bit-identity checks
-  std::vector<double> dq_values;                        // grad_q's elements in view order, for mode comparisons
+  double dq_error = 0, dk_error = 0, dv_error = 0, rpb_error = 0;
+  std::vector<std::byte> dq_bytes, dk_bytes, dv_bytes, rpb_bytes;  // the GPU results, for bit-identity checks
+  std::vector<double> dq_values;  // grad_q's elements in view order, for mode comparisons
 };
 
 // ||a - b|| / ||b|| over two equally long value lists.
@@ -235,6 +239,19 @@ CaseResult run_case(const Case& c, uint64_t seed) {
   AttentionMask cpu_mask = mask;
   if (mask.kind == MaskKind::block) cpu_mask.block_mask = mask_tensor->host;
   if (mask.kind == MaskKind::element) cpu_mask.element_mask = mask_tensor->host;
+  std::optional<TestTensor> rpb, grad_rpb, grad_rpb_ref;
+  std::optional<test::HostTensor> rpb32;
+  if (c.rpb) {
+    std::vector<int64_t> extents{c.heads_q};
+    for (int d = 0; d < mask.dims; ++d)
+      extents.push_back(2 * mask.neighborhood[static_cast<size_t>(d)].kernel_size - 1);
+    const std::vector<int64_t> padding(extents.size(), c.rpb_padded ? 1 : 0);
+    rpb = TestTensor::make(*c.rpb, extents, padding);
+    grad_rpb = TestTensor::make(*c.rpb, extents, padding);
+    grad_rpb_ref = TestTensor::make(DType::f32, extents, padding);
+    test::fill_random(rpb->buffer.view, rng, -3.0, 3.0);
+    rpb32.emplace(widen_to_f32(*rpb, cpu_mask.rpb));
+  }
 
   // Forward on the CPU oracle (fp32 copies of the inputs); out is rounded to the case's dtype.
   AttentionForward forward;
@@ -252,6 +269,7 @@ CaseResult run_case(const Case& c, uint64_t seed) {
 
   for (TestTensor* t : {&q, &k, &v, &out, &grad_out, &lse}) t->upload();
   if (mask_tensor) mask_tensor->upload();
+  if (rpb) rpb->upload();
 
   // GPU backward.
   AttentionBackward gpu;
@@ -270,6 +288,10 @@ CaseResult run_case(const Case& c, uint64_t seed) {
   gpu.kv_splits = c.kv_splits;
   if (mask.kind == MaskKind::block) gpu.mask.block_mask = mask_tensor->device;
   if (mask.kind == MaskKind::element) gpu.mask.element_mask = mask_tensor->device;
+  if (rpb) {
+    gpu.mask.rpb = rpb->device;
+    gpu.grad_rpb = grad_rpb->device;
+  }
   RunOptions options;
   options.backend = Backend::cuda;
   cudaStream_t stream = nullptr;
@@ -292,22 +314,28 @@ CaseResult run_case(const Case& c, uint64_t seed) {
     const auto* b = static_cast<const std::byte*>(t.buffer.view.data);
     return std::vector<std::byte>(b, b + t.bytes);
   };
+  std::vector<TestTensor*> gradients{&dq, &dk, &dv};
+  if (grad_rpb) gradients.push_back(&*grad_rpb);
   auto run_gpu = [&] {
-    for (TestTensor* t : {&dq, &dk, &dv}) {
+    for (TestTensor* t : gradients) {
       test::poison_nan(t->buffer.view);
       t->upload();
     }
     attention_backward(gpu, options);
     expect_cuda(c.use_stream ? cudaStreamSynchronize(stream) : cudaDeviceSynchronize(), "synchronize");
-    for (TestTensor* t : {&dq, &dk, &dv}) t->download();
+    for (TestTensor* t : gradients) t->download();
   };
   run_gpu();
   if (c.deterministic) {  // every case: a rerun on the same inputs gives the same bits
     const std::vector<std::byte> first_dq = bytes_of(dq), first_dk = bytes_of(dk), first_dv = bytes_of(dv);
+    const std::vector<std::byte> first_rpb = grad_rpb ? bytes_of(*grad_rpb) : std::vector<std::byte>{};
     run_gpu();
     EXPECT_TRUE(bytes_of(dq) == first_dq) << "deterministic mode: grad_q differs between two runs";
     EXPECT_TRUE(bytes_of(dk) == first_dk) << "deterministic mode: grad_k differs between two runs";
     EXPECT_TRUE(bytes_of(dv) == first_dv) << "deterministic mode: grad_v differs between two runs";
+    if (grad_rpb) {
+      EXPECT_TRUE(bytes_of(*grad_rpb) == first_rpb) << "deterministic mode: grad_rpb differs";
+    }
   }
   if (stream != nullptr) cudaStreamDestroy(stream);
 
@@ -330,7 +358,16 @@ CaseResult run_case(const Case& c, uint64_t seed) {
   cpu.grad_v = dv_ref.host;
   cpu.scale = c.scale;
   cpu.mask = cpu_mask;
+  if (grad_rpb_ref) cpu.grad_rpb = grad_rpb_ref->host;
   attention_backward(cpu, RunOptions{Backend::cpu, nullptr, 0});
+  if (grad_rpb) {
+    EXPECT_FALSE(test::any_nan(grad_rpb->host)) << "grad_rpb not fully written (NaN poison left) or NaN produced";
+    EXPECT_TRUE(grad_rpb->padding_untouched()) << "grad_rpb: elements outside the view were written";
+    result.rpb_error = test::relative_l2(grad_rpb->host, grad_rpb_ref->host);
+    EXPECT_LE(result.rpb_error, tolerance(c.dtype)) << "grad_rpb relative L2 error vs the CPU oracle";
+    result.rpb_bytes = bytes_of(*grad_rpb);
+    std::printf("    grad_rpb rel-L2 %.3e\n", result.rpb_error);
+  }
 
   const char* names[] = {"grad_q", "grad_k", "grad_v"};
   TestTensor* got[] = {&dq, &dk, &dv};
@@ -380,7 +417,8 @@ CaseResult run_case(const Case& c, uint64_t seed) {
 // compute-capability 9.0 device): each case runs on each of them, forced through
 // ATTNKIT_FMHA_BACKWARD_CONFIG.
 std::vector<std::string> backward_configs_for(const Case& c) {
-  const cuda::fmha::FmhaDevice device = cuda::fmha::fmha_device(0);
+  cuda::fmha::FmhaDevice device = cuda::fmha::fmha_device(0);
+  device.portable_only = c.rpb.has_value();  // the Hopper dK/dV kernel adds no positional bias
   const int width = cuda::fmha::fmha_backward_compiled_width(c.dtype, c.head_dim, c.head_dim_v);
   const auto policy = cuda::fmha::fmha_backward_policy_for(c.mask.kind);
   std::vector<std::string> names;
@@ -434,6 +472,7 @@ class CudaFmhaBackward : public ::testing::Test {
     }
     EXPECT_TRUE(fast.dk_bytes == exact.dk_bytes) << "grad_k differs between fast and deterministic mode";
     EXPECT_TRUE(fast.dv_bytes == exact.dv_bytes) << "grad_v differs between fast and deterministic mode";
+    EXPECT_TRUE(fast.rpb_bytes == exact.rpb_bytes) << "grad_rpb differs between fast and deterministic mode";
     const double dq_gap = relative_l2(fast.dq_values, exact.dq_values);
     EXPECT_LE(dq_gap, tolerance(c.dtype)) << "grad_q: relative L2 gap between fast and deterministic mode";
     std::printf("    [%s] grad_q fast vs deterministic rel-L2 %.3e\n", std::string(dtype_name(c.dtype)).c_str(),
@@ -590,6 +629,61 @@ TEST_F(CudaFmhaBackward, NeighborhoodWithoutDilationAtOddExtentsOverBatches) {
   c.head_dim = c.head_dim_v = 128;
   c.mask = neighborhood({nd(3), nd(5), nd(7, 1, 1, true)});
   run_both_dtypes(c, 1255);
+}
+
+constexpr const char* kBackwardBiasPending =
+    "the CUDA backward refuses a positional bias until these tests have passed on a GPU "
+    "(cuda::fmha::backward_positional_bias_enabled)";
+
+// Relative positional bias (NATTEN <= 0.17 rpb) and its gradient on the portable tier: fp32 tables and
+// tables in the inputs' dtype, strided, dilation, GQA, odd extents, 1-D to 3-D, KV-parallel splits.
+TEST_F(CudaFmhaBackward, PositionalBias1DAnd2DWithTheirGradientMatchTheOracle) {
+  if (!cuda::fmha::backward_positional_bias_enabled()) GTEST_SKIP() << kBackwardBiasPending;
+  Case c;
+  c.tokens_q = c.tokens_kv = {150};
+  c.mask = neighborhood({nd(9, 2)});
+  c.rpb = DType::f32;
+  run_both_dtypes(c, 900);
+  c.tokens_q = c.tokens_kv = {13, 19};
+  c.mask = neighborhood({nd(5, 2), nd(7)});
+  c.rpb_padded = true;
+  run_both_dtypes(c, 905);
+}
+
+TEST_F(CudaFmhaBackward, PositionalBias3DInTheInputsDtypeWithKvSplits) {
+  if (!cuda::fmha::backward_positional_bias_enabled()) GTEST_SKIP() << kBackwardBiasPending;
+  Case c;
+  c.tokens_q = c.tokens_kv = {6, 11, 10};
+  c.heads_q = 2;
+  c.heads_kv = 1;
+  c.mask = neighborhood({nd(3), nd(5, 2), nd(3, 3)});
+  c.rpb_padded = true;
+  for (int32_t splits : {1, 3}) {
+    c.kv_splits = splits;
+    for (DType dtype : {DType::f16, DType::bf16}) {
+      c.dtype = dtype;
+      c.rpb = dtype;
+      if (!compiled_for(c)) continue;
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + ", kv_splits " + std::to_string(splits));
+      for (const std::string& config : backward_configs_for(c)) {
+        SCOPED_TRACE(config);
+        const test::ScopedEnvironment forced("ATTNKIT_FMHA_BACKWARD_CONFIG", config);
+        run_both_modes(c, 910);
+      }
+    }
+  }
+}
+
+TEST_F(CudaFmhaBackward, PositionalBiasRunsOnThePortableTierByDefault) {
+  if (!cuda::fmha::backward_positional_bias_enabled()) GTEST_SKIP() << kBackwardBiasPending;
+  Case c;
+  c.tokens_q = c.tokens_kv = {24, 24};
+  c.heads_q = c.heads_kv = 2;
+  c.mask = neighborhood({nd(7), nd(7)});
+  c.rpb = DType::f32;
+  if (!compiled_for(c)) GTEST_SKIP() << "not compiled in this kernel set: f16 head dim 64";
+  EXPECT_FALSE(backward_configs_for(c).empty()) << "no portable backward config can run a positional bias";
+  run_case(c, 920);  // the plan's own choice, no forced config
 }
 
 TEST_F(CudaFmhaBackward, Neighborhood2DHeadDim128WithGroupedHeads) {

@@ -202,9 +202,29 @@ def test_rpb_forward_on_cuda_matches_the_cpu_backend(rpb_dtype):
         assert (lse.cpu() - expected_lse).abs().max() <= 2e-2
 
 
-def test_rpb_backward_on_cuda_tensors_is_refused_naming_the_argument():
-    """The CUDA backward adds no positional bias in this version: it must say so, not ignore the bias."""
-    q = _rand(1, 8, 8, 2, 64, requires_grad=True)
-    out = attnkit.na2d(q, q, q, 3, rpb=torch.zeros(2, 5, 5, device="cuda", requires_grad=True))
-    with pytest.raises(attnkit.AttnkitError, match=r"mask\.rpb.*backward.*CPU tensors"):
-        out.sum().backward()
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_rpb_trains_on_cuda_like_on_the_cpu(deterministic):
+    """Gradients of q, k, v and rpb from the fused CUDA backward against the CPU backend's (float32 copies),
+    2-D with dilation and GQA-free heads; deterministic mode gives the same bits twice."""
+    shape, params = (2, 13, 17, 2, 64), dict(kernel_size=(5, 7), dilation=(2, 1))
+    q, k, v = (_rand(*shape, requires_grad=True) for _ in range(3))
+    rpb = (torch.randn(2, 9, 13, device="cuda") * 0.5).requires_grad_()
+    grad = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(deterministic)
+    try:
+        grads = []
+        for _ in range(2 if deterministic else 1):
+            for t in (q, k, v, rpb):
+                t.grad = None
+            with skip_if_unsupported("rpb backward bf16"):
+                attnkit.na2d(q, k, v, **params, rpb=rpb).backward(grad)
+            grads.append([t.grad.clone() for t in (q, k, v, rpb)])
+    finally:
+        torch.use_deterministic_algorithms(previous)
+    if deterministic:
+        assert all(torch.equal(a, b) for a, b in zip(*grads))
+    cpu = [t.detach().float().cpu().requires_grad_() for t in (q, k, v, rpb)]
+    attnkit.na2d(*cpu[:3], **params, rpb=cpu[3]).backward(grad.float().cpu())
+    for name, got, want in zip(("q", "k", "v", "rpb"), grads[0], cpu):
+        assert reference.relative_l2(got.float().cpu(), want.grad) <= 2e-2, name

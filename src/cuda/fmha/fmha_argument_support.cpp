@@ -54,39 +54,29 @@ void check_limit(int64_t value, int64_t limit, const std::string& what) {
               " on the CUDA backend");
 }
 
-void refuse_positional_bias(const AttentionMask& mask) {
-  if (mask.rpb.defined()) {
-    unsupported(
-        "mask.rpb: a relative positional bias in the backward on CUDA tensors; allowed: rpb in the forward on "
-        "CUDA tensors, or the backward on CPU tensors (the CPU backend adds rpb and its gradient)");
-  }
-}
-
 int64_t positional_bias_max_offset(const TensorView& rpb) {
   int64_t offset = 0;
   for (int i = 0; i < rpb.rank; ++i) offset += (rpb.extents[i] - 1) * rpb.strides[i];
   return offset;
 }
 
-void check_positional_bias_supported(const AttentionMask& mask) {
-  const TensorView& rpb = mask.rpb;
+void check_positional_bias_supported(const TensorView& rpb, const char* name) {
   if (!rpb.defined()) return;
   if (rpb.dtype != DType::f32 && rpb.dtype != DType::f16 && rpb.dtype != DType::bf16) {
-    unsupported("mask.rpb: dtype " + std::string(dtype_name(rpb.dtype)) +
+    unsupported(std::string(name) + ": dtype " + std::string(dtype_name(rpb.dtype)) +
                 "; allowed on the CUDA backend: float32, float16, bfloat16");
   }
   for (int i = 0; i < rpb.rank; ++i) {
     if (rpb.strides[i] < 0) {
-      unsupported("mask.rpb: stride " + std::to_string(rpb.strides[i]) + " of dimension " + std::to_string(i) +
-                  "; allowed on the CUDA backend: non-negative strides");
+      unsupported(std::string(name) + ": stride " + std::to_string(rpb.strides[i]) + " of dimension " +
+                  std::to_string(i) + "; allowed on the CUDA backend: non-negative strides");
     }
   }
-  check_limit(positional_bias_max_offset(rpb), (int64_t{1} << 31) - 1, "mask.rpb: largest element offset");
+  check_limit(positional_bias_max_offset(rpb), (int64_t{1} << 31) - 1, std::string(name) + ": largest element offset");
 }
 
-PositionalBias positional_bias_of(const AttentionMask& mask, int32_t dims) {
+PositionalBias positional_bias_of(const TensorView& rpb, const AttentionMask& mask, int32_t dims) {
   PositionalBias b;
-  const TensorView& rpb = mask.rpb;
   if (!rpb.defined()) return b;
   b.data = rpb.data;
   b.type = rpb.dtype == DType::f32 ? BiasType::f32 : rpb.dtype == DType::f16 ? BiasType::f16 : BiasType::bf16;

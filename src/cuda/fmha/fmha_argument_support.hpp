@@ -31,11 +31,11 @@ void check_strides_and_alignment(const TensorView& view, const char* name);
 void check_limit(int64_t value, int64_t limit, const std::string& what);
 // Sequence lengths, heads, batch and neighborhood extents within the kernels' index and grid limits.
 void check_extent_limits(const detail::AttentionShape& shape, MaskKind mask);
-// The CUDA backward adds no relative positional bias (mask.rpb) yet: the forward and the CPU backend do.
-void refuse_positional_bias(const AttentionMask& mask);
-// mask.rpb as the portable forward reads it: float32/float16/bfloat16, non-negative strides, offsets in int32.
-void check_positional_bias_supported(const AttentionMask& mask);
-PositionalBias positional_bias_of(const AttentionMask& mask, int32_t dims);
+// A positional bias table (mask.rpb, or the backward's grad_rpb, named `name`) as the portable kernels
+// address it: float32/float16/bfloat16, non-negative strides, element offsets in int32.
+void check_positional_bias_supported(const TensorView& rpb, const char* name);
+// Its addressing (data nullptr when `rpb` is not given), with the mask's kernel sizes.
+PositionalBias positional_bias_of(const TensorView& rpb, const AttentionMask& mask, int32_t dims);
 TensorAddress address_of(const TensorView& view, int32_t token_dims);
 // The stride of the flattened sequence when the token dims of `view` collapse into one, else -1.
 int64_t collapsed_stride(const TensorView& view, int32_t token_dims);

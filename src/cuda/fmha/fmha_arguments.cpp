@@ -49,7 +49,7 @@ void check_forward_supported(const AttentionForward& problem, const detail::Atte
   check_strides_and_alignment(problem.v, "v");
   check_strides_and_alignment(problem.out, "out");
   check_extent_limits(shape, problem.mask.kind);
-  check_positional_bias_supported(problem.mask);
+  check_positional_bias_supported(problem.mask.rpb, "mask.rpb");
 }
 
 FmhaLaunch make_forward_launch(const AttentionForward& problem, const detail::AttentionShape& shape,
@@ -89,7 +89,7 @@ FmhaLaunch make_forward_launch(const AttentionForward& problem, const detail::At
     }
     set_box_shifts(p.q_space);
     set_box_shifts(p.kv_space);
-    p.rpb = positional_bias_of(mask, shape.token_dims);
+    p.rpb = positional_bias_of(mask.rpb, mask, shape.token_dims);
   } else {
     p.dims = 1;
     if (mask.kind == MaskKind::causal) {

@@ -44,8 +44,16 @@ void check_backward_supported(const AttentionBackward& problem, const detail::At
   }
   for (const auto& [view, name] : tensors) check_strides_and_alignment(*view, name);
   check_extent_limits(shape, problem.mask.kind);
-  refuse_positional_bias(problem.mask);
+  if (problem.mask.rpb.defined() && !backward_positional_bias_enabled()) {
+    unsupported(
+        "mask.rpb: a relative positional bias in the backward on CUDA tensors; allowed: rpb in the forward on "
+        "CUDA tensors, or the backward on CPU tensors (the CPU backend adds rpb and its gradient)");
+  }
+  check_positional_bias_supported(problem.mask.rpb, "mask.rpb");
+  check_positional_bias_supported(problem.grad_rpb, "grad_rpb");
 }
+
+bool backward_positional_bias_enabled() { return false; }
 
 FmhaBackwardLaunch make_backward_launch(const AttentionBackward& problem, const detail::AttentionShape& shape,
                                         const FmhaBackwardConfig& config, int multiprocessors) {
@@ -96,6 +104,12 @@ FmhaBackwardLaunch make_backward_launch(const AttentionBackward& problem, const 
     }
     set_box_shifts(p.q_space);
     set_box_shifts(p.kv_space);
+    p.rpb = positional_bias_of(mask.rpb, mask, tq);
+    if (problem.grad_rpb.defined()) {
+      p.grad_rpb = positional_bias_of(problem.grad_rpb, mask, tq);
+      p.rpb_entries = 1;
+      for (int d = 0; d < tq; ++d) p.rpb_entries *= static_cast<int32_t>(2 * mask.neighborhood[d].kernel_size - 1);
+    }
   } else {
     p.dims = 1;
     if (mask.kind == MaskKind::causal) {
@@ -205,6 +219,8 @@ void rebind_backward_launch(FmhaBackwardLaunch& launch, const AttentionBackward&
   p.d_q.data = problem.grad_q.data;
   p.d_k.data = problem.grad_k.data;
   p.d_v.data = problem.grad_v.data;
+  if (p.rpb.data != nullptr) p.rpb.data = problem.mask.rpb.data;
+  if (p.grad_rpb.data != nullptr) p.grad_rpb.data = problem.grad_rpb.data;
   if (p.use_lists) {
     const AttentionMask& mask = problem.mask;
     const auto* data =

@@ -29,7 +29,8 @@ std::string fmha_backward_config_name(const FmhaBackwardConfig& c) {
 
 bool fmha_backward_config_fits(const FmhaBackwardConfig& config, const FmhaDevice& device) {
   return fmha_architecture_runs_on(config.architecture, device.capability) &&
-         std::max(config.smem_bytes_dkdv, config.smem_bytes_dq) <= device.max_shared_bytes_optin;
+         std::max(config.smem_bytes_dkdv, config.smem_bytes_dq) <= device.max_shared_bytes_optin &&
+         !(device.portable_only && config.architecture == 90);
 }
 
 int fmha_backward_compiled_width(DType dtype, int64_t head_dim, int64_t head_dim_v) {

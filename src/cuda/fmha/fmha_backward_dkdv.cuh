@@ -20,6 +20,10 @@
 // fmha_backward_dq.cuh). Fast mode (p.accumulate_dq, a uniform runtime branch, so both modes share one
 // instantiation): dS also goes through a shared tile (one more, after the double buffers) into
 // dQ += dS K, added to the workspace's fp32 accumulator with atomics (fmha_backward_dq_accumulate.cuh).
+// A neighborhood's positional bias (p.rpb, a uniform runtime branch) is added to S^T before the
+// exponent, and with its gradient asked (p.grad_rpb) each visit's fp32 dS^T also goes through a shared
+// tile (after the fast-mode region) into the CTA's partial sums per bias entry
+// (fmha_backward_positional_bias.cuh).
 #pragma once
 #include <cute/tensor.hpp>
 
@@ -29,6 +33,7 @@
 #include "cuda/fmha/fmha_backward_dq_accumulate.cuh"
 #include "cuda/fmha/fmha_backward_gemm.cuh"
 #include "cuda/fmha/fmha_backward_params.hpp"
+#include "cuda/fmha/fmha_backward_positional_bias.cuh"
 #include "cuda/fmha/fmha_backward_split.cuh"
 #include "cuda/fmha/fmha_backward_tiles.cuh"
 #include "cuda/fmha/fmha_backward_visit.cuh"
@@ -69,6 +74,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 2)
   auto dq_row_buffer = [&](int b) {
     return reinterpret_cast<int64_t*>(smem + Traits::kSmemBytesDkDv + Traits::kTileBytesDs) + b * kBlockM;
   };
+  // Positional-bias gradient only: the visit's fp32 dS^T, keys as rows (the launch asks for
+  // Traits::kSmemBytesDkDvBias then).
+  float* smem_ds32 = reinterpret_cast<float*>(smem + Traits::kSmemBytesDkDvFast);
   __shared__ typename Schedule::State schedule_state;
 
   const int tid = static_cast<int>(threadIdx.x);
@@ -98,6 +106,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 2)
   for (int i = 0; i < kRows; ++i) {
 #pragma unroll
     for (int d = 0; d < kMaxDims; ++d) key_index[i][d] = kv.origin.index[d] + in_box(p.kv_space, d, row_of[i]);
+  }
+  int32_t bias_key[kRows] = {};  // key terms of the positional bias offsets (box masks with p.rpb)
+  if constexpr (!kLists) {
+    if (p.rpb.data != nullptr) {
+#pragma unroll
+      for (int i = 0; i < kRows; ++i)
+        bias_key[i] = bias_key_term(p.rpb, p.dims, p.kv_space, kv.origin.index, row_of[i]);
+    }
   }
 
   auto buffers_of = [&](int b) {
@@ -136,7 +152,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 2)
     visit_allowed_bits<kLists, kBlockM>(p, batch, v, key_index, col_of, window_buffer(b), allowed);
     // P^T in place, then packed into the A operand of dV += P^T dO. The packed (fp16/bf16) P also
     // serves dS below, which keeps only one fp32 score tile alive at a time.
-    scores_to_probabilities(as_rows_cols(acc_s), allowed, stats, col_of, p.scale_log2);
+    bool biased = false;
+    if constexpr (!kLists) biased = p.rpb.data != nullptr;
+    if (biased) {
+      int32_t bias_query[kCols];
+#pragma unroll
+      for (int j = 0; j < kCols; ++j) {
+        bias_query[j] = bias_query_term(p.rpb, p.dims, p.q_space, v.origin.index, v.head, col_of[j]);
+      }
+      scores_to_probabilities_with_bias(as_rows_cols(acc_s), allowed, stats, col_of, p, bias_key, bias_query);
+    } else {
+      scores_to_probabilities(as_rows_cols(acc_s), allowed, stats, col_of, p.scale_log2);
+    }
     Tensor prob = make_tensor<Element>(partition_shape_A(TiledMma{}, Shape<Int<kBlockN>, Int<kBlockM>>{}));
     convert_scores_to_operand<Element>(acc_s, prob);
     gemm_registers_smem<TiledMma, typename Traits::SmemCopyAtomTransposed>(acc_dv, prob, sdOt, tid);
@@ -152,12 +179,25 @@ __global__ void __launch_bounds__(Traits::kThreads, 2)
 #pragma unroll
       for (int i = 0; i < kRows; ++i) dp(i, j) = operand_value<Element, kBlocksM>(prob, i, j) * (dp(i, j) - delta);
     }
+    const bool bias_gradient = biased && p.grad_rpb.data != nullptr;
+    if (bias_gradient) {
+#pragma unroll
+      for (int j = 0; j < kCols; ++j) {
+#pragma unroll
+        for (int i = 0; i < kRows; ++i) smem_ds32[row_of[i] * kBlockM + col_of[j]] = dp(i, j);
+      }
+    }
     convert_scores_to_operand<Element>(acc_dp, prob);
     if (p.accumulate_dq) store_ds_transposed<Traits, kBlocksM>(smem_ds, prob, row_of, col_of);
     gemm_registers_smem<TiledMma, typename Traits::SmemCopyAtomTransposed>(acc_dk, prob, sQt, tid);
     if (p.accumulate_dq) {
       __syncthreads();  // dS of every warp's keys is in shared memory (the next visit's barrier frees it)
       accumulate_dq_partial<Traits>(p, smem_ds, smem_k, dq_row_buffer(b), kLists ? tid : opaque_thread_index());
+    }
+    if (bias_gradient) {
+      __syncthreads();  // every warp's dS^T is in smem_ds32 (the next visit's barrier frees it)
+      accumulate_bias_gradient<kBlockM, Traits::kThreads>(p, smem_ds32, kv.origin.index, v.origin.index,
+                                                          bias_partial_row(p, cta.split, batch, v.head, cta.tile), tid);
     }
   }
 

@@ -13,6 +13,8 @@
 // (fmha_backward_dq_accumulate.cuh), it costs the recomputation of S and dP: 7 instead of 5 tile
 // products per (Q tile, KV tile) pair.
 // CTAs run heaviest-first (reversed tile order: under a causal mask the last Q tiles see the most keys).
+// A neighborhood's positional bias (p.rpb, a uniform runtime branch) is added to S before the exponent
+// (fmha_backward_positional_bias.cuh).
 #pragma once
 #include <cute/tensor.hpp>
 
@@ -21,6 +23,7 @@
 #include "cuda/common/async_copy.cuh"
 #include "cuda/fmha/fmha_backward_gemm.cuh"
 #include "cuda/fmha/fmha_backward_params.hpp"
+#include "cuda/fmha/fmha_backward_positional_bias.cuh"
 #include "cuda/fmha/fmha_backward_tiles.cuh"
 #include "cuda/fmha/fmha_fragment.cuh"
 #include "cuda/fmha/fmha_softmax.cuh"
@@ -108,6 +111,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 2)
       }
     }
   }
+  bool biased = false;
+  int32_t bias_query[kRows] = {};  // query terms of the positional bias offsets
+  if constexpr (!kLists) {
+    biased = p.rpb.data != nullptr;
+    if (biased) {
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) {
+        bias_query[i] = bias_query_term(p.rpb, p.dims, p.q_space, q.origin.index, head, row_of[i]);
+      }
+    }
+  }
   __syncthreads();  // publish the schedule state
   const int count = schedule.count();
 
@@ -181,11 +195,25 @@ __global__ void __launch_bounds__(Traits::kThreads, 2)
     // P in place, packed to fp16/bf16 (the dS computation reads it back from there, so only one fp32
     // score tile is alive at a time).
     Tensor s = as_rows_cols(acc_s);
-#pragma unroll
-    for (int i = 0; i < kRows; ++i) {
+    if (biased) {
 #pragma unroll
       for (int j = 0; j < kCols; ++j) {
-        s(i, j) = (allowed[i] >> j) & 1u ? fast_exp2(fmaf(s(i, j), p.scale_log2, -lse[i])) : 0.f;
+        const int32_t key = bias_key_term(p.rpb, p.dims, p.kv_space, v.origin.index, col_of[j]);
+#pragma unroll
+        for (int i = 0; i < kRows; ++i) {
+          s(i, j) = (allowed[i] >> j) & 1u
+                        ? fast_exp2(fmaf(s(i, j), p.scale_log2,
+                                         fmaf(load_bias(p.rpb, bias_query[i] + key), kBiasLog2e, -lse[i])))
+                        : 0.f;
+        }
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) {
+#pragma unroll
+        for (int j = 0; j < kCols; ++j) {
+          s(i, j) = (allowed[i] >> j) & 1u ? fast_exp2(fmaf(s(i, j), p.scale_log2, -lse[i])) : 0.f;
+        }
       }
     }
     Tensor operand = make_tensor<Element>(partition_shape_A(TiledMma{}, Shape<Int<kBlockM>, Int<kBlockN>>{}));

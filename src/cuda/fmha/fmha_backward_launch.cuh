@@ -42,15 +42,18 @@ inline int64_t backward_round_up(int64_t bytes) { return (bytes + 255) / 256 * 2
 
 struct BackwardWorkspaceLayout {
   int64_t lse_log2 = 0, delta = 0, classes = 0, q_entries = 0, q_counts = 0, kv_entries = 0, kv_counts = 0;
-  int64_t turn_table = 0;   // ordered dQ: tile lists' rank table, or the box policies' visitor bounds
-  int64_t dq_accum = 0;     // p.accumulate_dq only
-  int64_t dq_turns = 0;     // ordered dQ only; zeroed with dq_accum
-  int64_t kv_partials = 0;  // kv_splits > 1 only: dK partials, then dV partials
+  int64_t turn_table = 0;    // ordered dQ: tile lists' rank table, or the box policies' visitor bounds
+  int64_t dq_accum = 0;      // p.accumulate_dq only
+  int64_t dq_turns = 0;      // ordered dQ only; zeroed with dq_accum
+  int64_t rpb_partials = 0;  // the positional bias's gradient only; zeroed with dq_accum
+  int64_t kv_partials = 0;   // kv_splits > 1 only: dK partials, then dV partials
   int64_t total() const {
     return lse_log2 + delta + classes + q_entries + q_counts + kv_entries + kv_counts + turn_table + dq_accum +
-           dq_turns + kv_partials;
+           dq_turns + rpb_partials + kv_partials;
   }
-  int64_t dq_accum_offset() const { return total() - kv_partials - dq_turns - dq_accum; }
+  // The zeroed region: dq_accum, dq_turns, rpb_partials.
+  int64_t dq_accum_offset() const { return total() - kv_partials - rpb_partials - dq_turns - dq_accum; }
+  int64_t zeroed_bytes() const { return dq_accum + dq_turns + rpb_partials; }
   int64_t kv_partials_offset() const { return total() - kv_partials; }
 };
 
@@ -77,6 +80,10 @@ BackwardWorkspaceLayout backward_workspace_layout(const FmhaBackwardLaunch& laun
   if (p.accumulate_dq) layout.dq_accum = backward_round_up(p.dq_accum.batch_stride * p.batch * 4);
   if (p.ordered_dq)
     layout.dq_turns = backward_round_up(static_cast<int64_t>(p.batch) * p.heads_q * p.total_q_tiles * 4);
+  if (p.grad_rpb.data != nullptr) {
+    layout.rpb_partials = backward_round_up(static_cast<int64_t>(p.kv_splits) * p.batch * p.heads_q * p.total_kv_tiles *
+                                            p.rpb_entries * 4);
+  }
   if (p.kv_splits > 1) {
     layout.kv_partials = backward_round_up(p.kv_splits * kv_split_partial_bytes(p, Traits::kBlockN, Traits::kHeadDim));
   }
@@ -119,12 +126,15 @@ auto dq_kernel_of() {
 template <class Traits, bool kLists>
 struct PortableDkDv {
   static cudaError_t launch(const FmhaBackwardParams& p, dim3 grid, cudaStream_t stream) {
-    // One instantiation serves both modes; fast mode needs one more shared tile (dS).
+    // One instantiation serves both modes; fast mode needs one more shared tile (dS), the positional
+    // bias's gradient one more (fp32 dS).
     auto* kernel = dkdv_kernel_of<Traits, kLists>();
-    if (const cudaError_t status = allow_shared_memory(kernel, Traits::kSmemBytesDkDvFast); status != cudaSuccess) {
+    if (const cudaError_t status = allow_shared_memory(kernel, Traits::kSmemBytesDkDvBias); status != cudaSuccess) {
       return status;
     }
-    const int smem = p.accumulate_dq ? Traits::kSmemBytesDkDvFast : Traits::kSmemBytesDkDv;
+    const int smem = p.grad_rpb.data != nullptr ? Traits::kSmemBytesDkDvBias
+                     : p.accumulate_dq          ? Traits::kSmemBytesDkDvFast
+                                                : Traits::kSmemBytesDkDv;
     kernel<<<grid, Traits::kThreads, smem, stream>>>(p);
     return cudaGetLastError();
   }
@@ -173,14 +183,17 @@ cudaError_t launch_backward_kernels(FmhaBackwardLaunch& launch, char* base, cons
     p.visitor_bounds = bounds;
   }
 
+  char* const zeroed = base + layout.dq_accum_offset();
   if (p.accumulate_dq) {
-    p.dq_accum.data = base + layout.dq_accum_offset();
-    if (p.ordered_dq) p.dq_turns = reinterpret_cast<uint32_t*>(base + layout.dq_accum_offset() + layout.dq_accum);
-    const int64_t zero_bytes = layout.dq_accum + layout.dq_turns;  // multiples of 256 bytes
-    if (reinterpret_cast<uintptr_t>(p.dq_accum.data) % 16 == 0) {
-      p.zero_fill = p.dq_accum.data;
+    p.dq_accum.data = zeroed;
+    if (p.ordered_dq) p.dq_turns = reinterpret_cast<uint32_t*>(zeroed + layout.dq_accum);
+  }
+  if (layout.rpb_partials > 0) p.rpb_partial = reinterpret_cast<float*>(zeroed + layout.dq_accum + layout.dq_turns);
+  if (const int64_t zero_bytes = layout.zeroed_bytes(); zero_bytes > 0) {  // multiples of 256 bytes
+    if (reinterpret_cast<uintptr_t>(zeroed) % 16 == 0) {
+      p.zero_fill = zeroed;
       p.zero_fill_chunks = zero_bytes / 16;
-    } else if (const cudaError_t status = cudaMemsetAsync(p.dq_accum.data, 0, static_cast<size_t>(zero_bytes), stream);
+    } else if (const cudaError_t status = cudaMemsetAsync(zeroed, 0, static_cast<size_t>(zero_bytes), stream);
                status != cudaSuccess) {
       return status;
     }
@@ -200,6 +213,11 @@ cudaError_t launch_backward_kernels(FmhaBackwardLaunch& launch, char* base, cons
   }
   if (p.kv_splits > 1) {
     fmha_backward_dkdv_reduce_kernel<Traits><<<kv_grid, 128, 0, stream>>>(p);
+    if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
+  }
+  if (p.rpb_partial != nullptr) {
+    const dim3 rpb_grid(static_cast<unsigned>((p.rpb_entries + 127) / 128), static_cast<unsigned>(p.heads_q));
+    fmha_backward_rpb_reduce_kernel<128><<<rpb_grid, 128, 0, stream>>>(p);
     if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
   }
 

@@ -109,6 +109,15 @@ struct FmhaBackwardParams {
   // before the dK/dV kernel adds into them: one launch fewer than a memset. Set by the launcher.
   void* zero_fill = nullptr;  // 16-byte aligned
   int64_t zero_fill_chunks = 0;
+  // Neighborhood masks: the relative positional bias (addressed as the forward's, fmha_params.hpp; the
+  // portable kernels add it to the recomputed scores) and, when its gradient is asked (grad_rpb.data set,
+  // same addressing), the dK/dV kernel's partial sums of dS per entry (fmha_backward_positional_bias.cuh):
+  // workspace, zeroed with zero_fill, row ((split * B + b) * Hq + query head) * total_kv_tiles + KV tile
+  // of rpb_entries floats in dense entry order (the last dimension fastest).
+  PositionalBias rpb{};
+  PositionalBias grad_rpb{};
+  float* rpb_partial = nullptr;
+  int32_t rpb_entries = 0;
   // KV-parallel splitting (fmha_backward_split.hpp): kv_splits CTAs per KV tile, blockIdx.x = rank *
   // kv_splits + split (rank: the tile's place in kv_order). With kv_splits > 1 every CTA writes its unscaled fp32 dK
   // and dV to its slab of dk_partial / dv_partial (workspace, set by the launcher): element

@@ -83,6 +83,8 @@ struct FmhaBackwardTraits {
   static constexpr int kDqRowOffsetBytes = kBlockM * 8;  // dQ accumulator offsets of one Q tile's rows
   // Fast mode's dK/dV kernel: the same plus one dS tile and two buffers of row offsets.
   static constexpr int kSmemBytesDkDvFast = kSmemBytesDkDv + kTileBytesDs + 2 * kDqRowOffsetBytes;
+  // With the gradient of a positional bias: one more fp32 dS tile after the fast-mode region.
+  static constexpr int kSmemBytesDkDvBias = kSmemBytesDkDvFast + kBlockM * kBlockN * 4;
   // dQ kernel: Q, dO, then two buffers each of K and V.
   static constexpr int kSmemBytesDq = 2 * kTileBytesQ + 4 * kTileBytesKV;
 };

@@ -24,15 +24,32 @@ __device__ __forceinline__ int32_t box_place(const TokenSpace& space, int d, int
   return (row >> space.box_shift[d]) & ((1 << space.box_log2[d]) - 1);
 }
 
-// The row term of the bias offset of CTA-relative query row `row`.
-__device__ __forceinline__ int32_t bias_row_offset(const FmhaParams& p, const CtaTile& cta, int row) {
-  const PositionalBias& b = p.rpb;
-  int32_t offset = cta.head * b.head_stride;
+// The query term of the bias offset: head, K and -q of row `row` of a Q tile whose first index per
+// dimension is `origin`.
+__device__ __forceinline__ int32_t bias_query_term(const PositionalBias& b, int dims, const TokenSpace& q_space,
+                                                   const int32_t (&origin)[kMaxDims], int32_t head, int row) {
+  int32_t offset = head * b.head_stride;
 #pragma unroll
   for (int d = 0; d < kMaxDims; ++d) {
-    if (d < p.dims) offset += (b.kernel_size[d] - 1 - (cta.q.index[d] + box_place(p.q_space, d, row))) * b.stride[d];
+    if (d < dims) offset += (b.kernel_size[d] - 1 - (origin[d] + box_place(q_space, d, row))) * b.stride[d];
   }
   return offset;
+}
+
+// The key term of the bias offset: k of row `row` of a KV tile whose first index per dimension is `origin`.
+__device__ __forceinline__ int32_t bias_key_term(const PositionalBias& b, int dims, const TokenSpace& kv_space,
+                                                 const int32_t (&origin)[kMaxDims], int row) {
+  int32_t offset = 0;
+#pragma unroll
+  for (int d = 0; d < kMaxDims; ++d) {
+    if (d < dims) offset += (origin[d] + box_place(kv_space, d, row)) * b.stride[d];
+  }
+  return offset;
+}
+
+// The row term of the bias offset of CTA-relative query row `row`.
+__device__ __forceinline__ int32_t bias_row_offset(const FmhaParams& p, const CtaTile& cta, int row) {
+  return bias_query_term(p.rpb, p.dims, p.q_space, cta.q.index, cta.head, row);
 }
 
 __device__ __forceinline__ float load_bias(const PositionalBias& b, int32_t offset) {

@@ -22,6 +22,11 @@ struct Sm90DkDv {
   }
   // Builds the dQ accumulator's tensor map (fast mode) and launches.
   static cudaError_t launch(const fmha::FmhaBackwardParams& p, dim3 grid, cudaStream_t stream) {
+    if (p.rpb.data != nullptr) {  // selection gives rpb calls to the portable tier (FmhaDevice::portable_only)
+      throw Error(Status::unsupported,
+                  "mask.rpb: the Hopper backward tier adds no positional bias; allowed: a "
+                  "portable backward config (ATTNKIT_FMHA_BACKWARD_CONFIG without _sm90)");
+    }
     auto* dkdv = kernel();
     if (const cudaError_t status = fmha::allow_shared_memory(dkdv, Traits::kSmemBytes); status != cudaSuccess) {
       return status;

@@ -47,7 +47,8 @@ BackwardSelection backward_selection(const AttentionBackward& problem, const det
   check_backward_supported(problem, shape);
   const int device = problem.q.device.index;
   const DeviceGuard guard(device);
-  const FmhaDevice limits = require_sm80_device(device);
+  FmhaDevice limits = require_sm80_device(device);
+  limits.portable_only = problem.mask.rpb.defined();  // the Hopper dK/dV kernel adds no positional bias
   const int max_shared = limits.max_shared_bytes_optin;
   BackwardSelection selection = select_backward_kernel(problem, shape, options, device, limits);
   if (selection.kernel == nullptr) {

@@ -222,6 +222,9 @@ tune::ConfigSpace fmha_backward_space() {
         !reason.empty()) {
       return reason;
     }
+    if (spec.positional_bias && config.param("architecture") == 90) {
+      return std::string("the Hopper tier adds no relative positional bias (rpb); the portable tier does");
+    }
     const auto dtype = static_cast<DType>(config.param("dtype"));
     if (dtype != spec.dtype) return "built for " + std::string(dtype_name(dtype));
     const int width = fmha_backward_compiled_width(spec.dtype, spec.head_dim, spec.head_dim_v);
@@ -241,8 +244,10 @@ tune::ConfigSpace fmha_backward_space() {
                                    limits);
   };
   space.default_config = [](const tune::ProblemSpec& spec, const tune::DeviceLimits& limits) {
-    const FmhaBackwardKernel* kernel = fmha_backward_default_kernel(
-        spec.dtype, spec.head_dim, spec.head_dim_v, fmha_backward_policy_for(spec.mask), device_of(limits));
+    FmhaDevice device = device_of(limits);
+    device.portable_only = spec.positional_bias;
+    const FmhaBackwardKernel* kernel = fmha_backward_default_kernel(spec.dtype, spec.head_dim, spec.head_dim_v,
+                                                                    fmha_backward_policy_for(spec.mask), device);
     return kernel == nullptr ? std::string() : fmha_backward_config_name(kernel->config);
   };
   return space;

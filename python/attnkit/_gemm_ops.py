@@ -17,10 +17,12 @@ from . import _launch
 
 
 def matrix_operand(t: torch.Tensor) -> torch.Tensor:
-    """Row-major or column-major matrices pass as they are; anything else is copied."""
-    if t.stride(-1) == 1 or t.stride(-2) == 1 or t.shape[-1] == 1 or t.shape[-2] == 1:
+    """Row-major or column-major matrices (a stride 1 in one of the last two dims, as the library takes them)
+    pass as they are; anything else is copied, including a row or column vector with other strides."""
+    if t.stride(-1) == 1 or t.stride(-2) == 1:
         return t
-    return t.contiguous()
+    # Not t.contiguous(): torch calls a view with size-1 dims contiguous whatever its strides.
+    return torch.empty(t.shape, dtype=t.dtype, device=t.device).copy_(t)
 
 
 _MATRIX_LAYOUT = "[rows, cols] or [batch, rows, cols]"

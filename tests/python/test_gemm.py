@@ -28,6 +28,17 @@ def test_transposed_views_are_column_major_operands():
     assert reference.relative_l2(attnkit.gemm(a, b), a.double() @ b.double()) <= 1e-5
 
 
+def test_views_without_a_unit_stride_are_copied_not_refused():
+    """Operands whose last two dims have no stride 1 (column slices, strided vectors, a 1 x 1 view with any
+    strides) are copied, as attention copies such inputs; the result is a @ b."""
+    x = randn(6, 16)
+    cases = [(x[:, ::2], randn(8, 5)), (x[:1, ::2], randn(8, 3)), (x[:, ::2][:, :1], randn(1, 4)),
+             (randn(2, 2)[::2, ::2], randn(1, 7)), (randn(3, 4, 10)[:, :, ::2], randn(5, 6))]
+    for a, b in cases:
+        assert a.stride(-1) != 1 and a.stride(-2) != 1
+        assert reference.relative_l2(attnkit.gemm(a, b), a.double() @ b.double()) <= 1e-5, tuple(a.stride())
+
+
 def test_float16_gemm_within_tolerance():
     a, b = randn(33, 20, dtype=torch.float16), randn(20, 18, dtype=torch.float16)
     assert reference.relative_l2(attnkit.gemm(a, b), a.double() @ b.double()) <= 5e-3

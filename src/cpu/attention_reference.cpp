@@ -95,6 +95,12 @@ double dot(const std::vector<double>& a, const std::vector<double>& b) {
   return sum;
 }
 
+// The scaled score of a query and a key: 0 with head dim 0 (DESIGN: every score is 0 then, whatever the
+// default scale 1/sqrt(0) would say).
+double scaled_score(double scale, const std::vector<double>& query, const std::vector<double>& key) {
+  return query.empty() ? 0.0 : scale * dot(query, key);
+}
+
 }  // namespace
 
 std::vector<uint8_t> explicit_attention_mask(const AttentionMask& mask, const AttentionShape& shape, int64_t b,
@@ -113,7 +119,7 @@ void attention_forward_reference(const AttentionForward& problem, const Attentio
   const HeadRows out(problem.out, shape.token_dims, shape.tokens);
   const auto lse_strides =
       problem.lse.defined() ? detail::token_strides(problem.lse, shape.token_dims) : detail::TokenStrides{};
-  const int64_t group = shape.heads_q / shape.heads_kv;
+  const int64_t group = shape.heads_kv > 0 ? shape.heads_q / shape.heads_kv : 1;  // no KV head: no query head
   const BiasLookup bias(problem.mask, shape);
   for (int64_t b = 0; b < shape.batch; ++b) {
     for (int64_t h = 0; h < shape.heads_q; ++h) {
@@ -126,7 +132,7 @@ void attention_forward_reference(const AttentionForward& problem, const Attentio
         double max_score = -std::numeric_limits<double>::infinity();
         for (int64_t j = 0; j < shape.seq_k; ++j) {
           if (!visible[i * shape.seq_k + j]) continue;
-          scores[j] = shape.scale * dot(query, k.row(b, j, h / group, shape.head_dim)) + bias.value(h, i, j);
+          scores[j] = scaled_score(shape.scale, query, k.row(b, j, h / group, shape.head_dim)) + bias.value(h, i, j);
           max_score = std::max(max_score, scores[j]);
         }
         std::vector<double> o(static_cast<size_t>(shape.head_dim_v), 0.0);
@@ -162,7 +168,7 @@ void attention_backward_reference(const AttentionBackward& problem, const Attent
   const HeadRows dk(problem.grad_k, shape.token_dims_kv, shape.tokens_kv);
   const HeadRows dv(problem.grad_v, shape.token_dims_kv, shape.tokens_kv);
   const auto lse_strides = detail::token_strides(problem.lse, shape.token_dims);
-  const int64_t group = shape.heads_q / shape.heads_kv;
+  const int64_t group = shape.heads_kv > 0 ? shape.heads_q / shape.heads_kv : 1;  // no KV head: no query head
   const double scale = shape.scale;
   const BiasLookup bias(problem.mask, shape);
   const bool bias_gradient = problem.grad_rpb.defined();
@@ -192,7 +198,7 @@ void attention_backward_reference(const AttentionBackward& problem, const Attent
               if (!visible[i * shape.seq_k + j]) continue;
               const std::vector<double> key = k.row(b, j, kv_head, shape.head_dim);
               const std::vector<double> value = v.row(b, j, kv_head, shape.head_dim_v);
-              const double p = std::exp(scale * dot(query, key) + bias.value(h, i, j) - lse);
+              const double p = std::exp(scaled_score(scale, query, key) + bias.value(h, i, j) - lse);
               const double ds = p * (dot(grad_out, value) - delta);
               if (bias_gradient) bias_grads[b * shape.heads_kv + kv_head][bias.slot(h, i, j)] += ds;
               for (int64_t x = 0; x < shape.head_dim_v; ++x) value_grads[j][x] += p * grad_out[x];

@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "core/float_convert.hpp"
+#include "core/zero_size.hpp"
 
 namespace attnkit::cpu::reference {
 namespace {
@@ -28,6 +29,7 @@ double op_element(const TensorView& x, bool transpose, int64_t batch, int64_t ro
 
 void gemm(const GemmProblem& problem, const RunOptions& options) {
   const TensorView &a = problem.a, &b = problem.b, &c = problem.c;
+  if (detail::has_no_elements(c)) return;  // e.g. C's batch 0 next to an A or B of batch 1: nothing to write
   const int64_t batch = std::max({batch_extent(a), batch_extent(b), batch_extent(c)});
   const int first = c.rank == 3 ? 1 : 0;
   const int64_t M = c.extents[first], N = c.extents[first + 1];

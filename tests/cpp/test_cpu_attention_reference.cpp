@@ -2,6 +2,8 @@
 // DESIGN §3 (the backend tests trust the reference, so the reference is tested on its own).
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <optional>
 #include <vector>
 
 #include "cpu/attention_reference.hpp"
@@ -88,4 +90,45 @@ TEST(CpuAttentionReference, ElementMaskIsReadPerBatchAndHead) {
 }
 
 }  // namespace
+// Zero-size problems (DESIGN §4): the reference defines them as the library does, so that the CLI's
+// --check and the tests can compare them.
+TEST(CpuAttentionReference, HeadDimZeroGivesEveryScoreZero) {
+  // q, k [1, 3, 1, 0], v [1, 3, 1, 2], causal: row i averages v over keys 0..i, lse = log(i + 1).
+  HostTensor q = HostTensor::contiguous(DType::f64, {1, 3, 1, 0});
+  HostTensor k = HostTensor::contiguous(DType::f64, {1, 3, 1, 0});
+  HostTensor v = HostTensor::contiguous(DType::f64, {1, 3, 1, 2});
+  HostTensor out = HostTensor::contiguous(DType::f64, {1, 3, 1, 2});
+  HostTensor lse = HostTensor::contiguous(DType::f32, {1, 3, 1});
+  const double values[3][2] = {{1, 2}, {3, 5}, {8, -4}};
+  for (int64_t j = 0; j < 3; ++j) {
+    for (int64_t x = 0; x < 2; ++x) set_element(v.view, {0, j, 0, x}, values[j][x]);
+  }
+  AttentionForward problem;
+  problem.q = q.view;
+  problem.k = k.view;
+  problem.v = v.view;
+  problem.out = out.view;
+  problem.lse = lse.view;
+  problem.mask = causal_mask(CausalAlignment::top_left);
+  // The default scale 1/sqrt(0) must not turn the empty dot products into NaN.
+  cpu::reference::attention_forward_reference(problem, detail::describe_attention(q.view, k.view, v.view, std::nullopt),
+                                              RunOptions{});
+  for (int64_t i = 0; i < 3; ++i) {
+    for (int64_t x = 0; x < 2; ++x) {
+      double mean = 0;
+      for (int64_t j = 0; j <= i; ++j) mean += values[j][x] / static_cast<double>(i + 1);
+      EXPECT_NEAR(element_at(out.view, {0, i, 0, x}), mean, 1e-12) << "row " << i;
+    }
+    EXPECT_NEAR(element_at(lse.view, {0, i, 0}), std::log(static_cast<double>(i + 1)), 1e-6);
+  }
+}
+
+TEST(CpuAttentionReference, NoHeadsWritesNothingAndDividesNothing) {
+  AttentionCase c;
+  c.heads_q = c.heads_kv = 0;
+  AttentionTensors t(c);
+  t.run_reference_forward();  // no division by the 0 KV heads; no row to write
+  EXPECT_EQ(t.ref_out.view.numel(), 0);
+}
+
 }  // namespace attnkit::test

@@ -213,4 +213,17 @@ TEST(CpuGemm, F16IsRoundedOnceFromAFullDepthSum) {
 }
 
 }  // namespace
+TEST(CpuGemm, ReferenceWritesNothingForAnEmptyBatchOfC) {
+  // C's batch 0 next to operands of batch 1 (they broadcast to it): the reference must not write C's
+  // nonexistent first matrix (it took the batch as the largest of the three).
+  std::vector<float> a(6, 1.f), b(12, 1.f), c_guard(8, 7.f);
+  const int64_t a_extents[] = {1, 2, 3}, b_extents[] = {1, 3, 4}, c_extents[] = {0, 2, 4};
+  GemmProblem problem;
+  problem.a = make_view(a.data(), DType::f32, 3, a_extents);
+  problem.b = make_view(b.data(), DType::f32, 3, b_extents);
+  problem.c = make_view(c_guard.data(), DType::f32, 3, c_extents);
+  cpu::reference::gemm(problem);
+  for (float x : c_guard) EXPECT_EQ(x, 7.f) << "the reference wrote into a C without elements";
+}
+
 }  // namespace attnkit

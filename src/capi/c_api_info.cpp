@@ -18,7 +18,6 @@ namespace {
   throw attnkit::Error(attnkit::Status::invalid_argument, message);
 }
 
-// Row-major strides must fit in int64 even before validation sees the view.
 // Row-major strides are products of the extents after each dimension (make_view computes them from the
 // last dimension on): every such product must fit int64, even when an extent 0 makes the count 0.
 void check_contiguous_extents(int32_t rank, const int64_t* extents) {

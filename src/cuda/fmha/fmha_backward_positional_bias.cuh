@@ -33,8 +33,6 @@
 
 namespace attnkit::cuda::fmha {
 
-constexpr float kBiasLog2e = 1.4426950408889634f;
-
 // P^T in place of S^T (keys as rows, queries as columns) with the bias added: key_term per row,
 // query_term per column (bias_key_term / bias_query_term).
 template <int kRows, int kCols, class Scores>

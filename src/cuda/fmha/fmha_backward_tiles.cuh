@@ -378,11 +378,6 @@ __device__ __forceinline__ bool list_mask_allows(const BackwardTileLists& l, int
   return l.mask[base + (q / l.block_q) * l.mask_stride[2] + (k / l.block_k) * l.mask_stride[3]] != 0;
 }
 
-// In-box coordinate along dimension d of row r of a box tile.
-__device__ __forceinline__ int32_t in_box(const TokenSpace& space, int d, int r) {
-  return (r >> space.box_shift[d]) & ((1 << space.box_log2[d]) - 1);
-}
-
 // Converts a fp32 accumulator tile (Rows x HeadDim, rows over warps) to Element, stages it through the
 // swizzled shared tile `smem` and writes whole 16-byte chunks of the rows that row_start() maps to
 // memory (nullptr: outside the extents), first `valid_cols` columns only. The caller's barrier must

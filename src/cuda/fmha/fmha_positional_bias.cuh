@@ -20,9 +20,7 @@
 
 namespace attnkit::cuda::fmha {
 
-__device__ __forceinline__ int32_t box_place(const TokenSpace& space, int d, int row) {
-  return (row >> space.box_shift[d]) & ((1 << space.box_log2[d]) - 1);
-}
+constexpr float kBiasLog2e = 1.4426950408889634f;  // the bias is added in log2 units
 
 // The query term of the bias offset: head, K and -q of row `row` of a Q tile whose first index per
 // dimension is `origin`.
@@ -31,7 +29,7 @@ __device__ __forceinline__ int32_t bias_query_term(const PositionalBias& b, int 
   int32_t offset = head * b.head_stride;
 #pragma unroll
   for (int d = 0; d < kMaxDims; ++d) {
-    if (d < dims) offset += (b.kernel_size[d] - 1 - (origin[d] + box_place(q_space, d, row))) * b.stride[d];
+    if (d < dims) offset += (b.kernel_size[d] - 1 - (origin[d] + in_box(q_space, d, row))) * b.stride[d];
   }
   return offset;
 }
@@ -42,7 +40,7 @@ __device__ __forceinline__ int32_t bias_key_term(const PositionalBias& b, int di
   int32_t offset = 0;
 #pragma unroll
   for (int d = 0; d < kMaxDims; ++d) {
-    if (d < dims) offset += (origin[d] + box_place(kv_space, d, row)) * b.stride[d];
+    if (d < dims) offset += (origin[d] + in_box(kv_space, d, row)) * b.stride[d];
   }
   return offset;
 }
@@ -66,7 +64,6 @@ __device__ __forceinline__ float load_bias(const PositionalBias& b, int32_t offs
 template <class Traits, class Scores>
 __device__ __forceinline__ void add_positional_bias(const FmhaParams& p, const int32_t (&tile_index)[kMaxDims],
                                                     const int32_t (&row_offset)[Traits::kRows], Scores& s, int tid) {
-  constexpr float kLog2e = 1.4426950408889634f;
   int32_t tile_offset = 0;
 #pragma unroll
   for (int d = 0; d < kMaxDims; ++d) {
@@ -78,13 +75,13 @@ __device__ __forceinline__ void add_positional_bias(const FmhaParams& p, const i
     int32_t key_offset = tile_offset;
 #pragma unroll
     for (int d = 0; d < kMaxDims; ++d) {
-      if (d < p.dims) key_offset += box_place(p.kv_space, d, col) * p.rpb.stride[d];
+      if (d < p.dims) key_offset += in_box(p.kv_space, d, col) * p.rpb.stride[d];
     }
 #pragma unroll
     for (int i = 0; i < Traits::kRows; ++i) {
       const float x = s(i, j);
       const float bias = x == -INFINITY ? 0.f : load_bias(p.rpb, row_offset[i] + key_offset);
-      s(i, j) = fmaf(x, p.scale_log2, bias * kLog2e);
+      s(i, j) = fmaf(x, p.scale_log2, bias * kBiasLog2e);
     }
   }
 }

@@ -34,6 +34,11 @@ struct CtaTile {
   bool valid;  // false: the group holds fewer tiles than group 0 and this one is past its end
 };
 
+// In-box coordinate along dimension d of row r of a box tile.
+__device__ __forceinline__ int32_t in_box(const TokenSpace& space, int d, int r) {
+  return (r >> space.box_shift[d]) & ((1 << space.box_log2[d]) - 1);
+}
+
 __device__ __forceinline__ int32_t indices_in_group(const TokenSpace& space, int d, int32_t dilation, int32_t group) {
   if (space.decompose) return d == 0 ? space.flat_extent : 1;
   return static_cast<int32_t>(detail::dilation_group_size(space.extent[d], dilation, group));

@@ -124,7 +124,9 @@ void memset_block(CUdeviceptr row, std::size_t pitch, uint64_t bits, std::size_t
 
 void fill_on_cuda(const TensorView& view, uint64_t bits, const RunOptions& options) {
   const cuda::DeviceGuard guard(view.device.index);
-  cuda::check_cuda(cudaFree(nullptr), "cudaFree(nullptr)");  // the device's primary context is current
+  // The driver memsets need the device's primary context current; cudaSetDevice makes it so and, unlike a
+  // cudaFree(nullptr), is allowed while the stream is being captured into a graph.
+  cuda::check_cuda(cudaSetDevice(view.device.index), "cudaSetDevice");
 
   const std::size_t size = dtype_size(view.dtype);
   const auto width = static_cast<std::size_t>(view.extents[view.rank - 1]);

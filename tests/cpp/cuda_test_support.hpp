@@ -50,6 +50,31 @@ inline void expect_cuda(cudaError_t status, const char* what) {
   ASSERT_EQ(status, cudaSuccess) << what << ": " << cudaGetErrorString(status);
 }
 
+// Captures a stream into a graph: begins in the constructor, end() returns the graph; a capture that a
+// failing call left open is ended by the destructor, so that it cannot break the tests that follow.
+class StreamCapture {
+ public:
+  explicit StreamCapture(cudaStream_t stream) : stream_(stream) {
+    began_ = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+  }
+  bool began() const { return began_; }
+  cudaGraph_t end() {
+    cudaGraph_t graph = nullptr;
+    if (began_ && cudaStreamEndCapture(stream_, &graph) != cudaSuccess) graph = nullptr;
+    began_ = false;
+    return graph;
+  }
+  ~StreamCapture() {
+    if (cudaGraph_t graph = end()) cudaGraphDestroy(graph);
+  }
+  StreamCapture(const StreamCapture&) = delete;
+  StreamCapture& operator=(const StreamCapture&) = delete;
+
+ private:
+  cudaStream_t stream_;
+  bool began_ = false;
+};
+
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;

@@ -631,14 +631,9 @@ TEST_F(CudaFmhaBackward, NeighborhoodWithoutDilationAtOddExtentsOverBatches) {
   run_both_dtypes(c, 1255);
 }
 
-constexpr const char* kBackwardBiasPending =
-    "the CUDA backward refuses a positional bias until these tests have passed on a GPU "
-    "(cuda::fmha::backward_positional_bias_enabled)";
-
 // Relative positional bias (NATTEN <= 0.17 rpb) and its gradient on the portable tier: fp32 tables and
 // tables in the inputs' dtype, strided, dilation, GQA, odd extents, 1-D to 3-D, KV-parallel splits.
 TEST_F(CudaFmhaBackward, PositionalBias1DAnd2DWithTheirGradientMatchTheOracle) {
-  if (!cuda::fmha::backward_positional_bias_enabled()) GTEST_SKIP() << kBackwardBiasPending;
   Case c;
   c.tokens_q = c.tokens_kv = {150};
   c.mask = neighborhood({nd(9, 2)});
@@ -651,7 +646,6 @@ TEST_F(CudaFmhaBackward, PositionalBias1DAnd2DWithTheirGradientMatchTheOracle) {
 }
 
 TEST_F(CudaFmhaBackward, PositionalBias3DInTheInputsDtypeWithKvSplits) {
-  if (!cuda::fmha::backward_positional_bias_enabled()) GTEST_SKIP() << kBackwardBiasPending;
   Case c;
   c.tokens_q = c.tokens_kv = {6, 11, 10};
   c.heads_q = 2;
@@ -675,7 +669,6 @@ TEST_F(CudaFmhaBackward, PositionalBias3DInTheInputsDtypeWithKvSplits) {
 }
 
 TEST_F(CudaFmhaBackward, PositionalBiasRunsOnThePortableTierByDefault) {
-  if (!cuda::fmha::backward_positional_bias_enabled()) GTEST_SKIP() << kBackwardBiasPending;
   Case c;
   c.tokens_q = c.tokens_kv = {24, 24};
   c.heads_q = c.heads_kv = 2;

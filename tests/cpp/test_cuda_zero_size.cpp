@@ -94,11 +94,12 @@ TEST_F(CudaZeroSize, NoKeyGivesZeroOutputAndMinusInfLseOnTheCallersStreamAndInAG
   test::poison_nan(lse.buffer.view);
   out.upload();
   lse.upload();
-  cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
-  expect_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  test::StreamCapture capture(stream);
+  ASSERT_TRUE(capture.began()) << "cudaStreamBeginCapture";
   attention_forward(problem, options);
-  expect_cuda(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+  cudaGraph_t graph = capture.end();
+  ASSERT_NE(graph, nullptr) << "cudaStreamEndCapture";
   expect_cuda(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
   expect_cuda(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
   expect_cuda(cudaStreamSynchronize(stream), "synchronize");

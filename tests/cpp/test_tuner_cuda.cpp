@@ -18,6 +18,7 @@
 #include "cuda/fmha/fmha_configs.hpp"
 #include "cuda/tune/fmha_attention_runner.hpp"
 #include "cuda/tune/fmha_config_space.hpp"
+#include "cuda_test_support.hpp"
 #include "tune/candidate_ranking.hpp"
 #include "tune/process_tuners.hpp"
 #endif
@@ -294,10 +295,11 @@ TEST_F(TunerCudaGpu, ACallOnACapturingStreamNeverTunes) {
   RunOptions options;
   options.backend = Backend::cuda;
   options.stream = stream;
-  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  test::StreamCapture capture(stream);
+  ASSERT_TRUE(capture.began()) << "cudaStreamBeginCapture";
   const TunedConfig during = attention_forward_config(f, options);
-  cudaGraph_t graph = nullptr;
-  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  cudaGraph_t graph = capture.end();
+  ASSERT_NE(graph, nullptr) << "cudaStreamEndCapture";
   cudaGraphDestroy(graph);
   EXPECT_EQ(during.source, "default");
   const TunedConfig after = attention_forward_config(f, options);

@@ -194,8 +194,7 @@ def test_rpb_forward_on_cuda_matches_the_cpu_backend(rpb_dtype):
         q, k, v = (_rand(*shape) for _ in range(3))
         rpb = torch.randn(*rpb_shape, device="cuda", dtype=rpb_dtype)
         op = {2: attnkit.na1d, 3: attnkit.na2d, 4: attnkit.na3d}[len(rpb_shape)]
-        with skip_if_unsupported(f"rpb forward bf16 {len(rpb_shape) - 1}-D"):
-            out, lse = op(q, k, v, **params, rpb=rpb, return_lse=True)
+        out, lse = op(q, k, v, **params, rpb=rpb, return_lse=True)
         expected, expected_lse = op(q.float().cpu(), k.float().cpu(), v.float().cpu(), **params,
                                     rpb=rpb.float().cpu(), return_lse=True)
         assert reference.relative_l2(out.float().cpu(), expected) <= 1.5e-2
@@ -217,8 +216,7 @@ def test_rpb_trains_on_cuda_like_on_the_cpu(deterministic):
         for _ in range(2 if deterministic else 1):
             for t in (q, k, v, rpb):
                 t.grad = None
-            with skip_if_unsupported("rpb backward bf16"):
-                attnkit.na2d(q, k, v, **params, rpb=rpb).backward(grad)
+            attnkit.na2d(q, k, v, **params, rpb=rpb).backward(grad)
             grads.append([t.grad.clone() for t in (q, k, v, rpb)])
     finally:
         torch.use_deterministic_algorithms(previous)

@@ -44,16 +44,9 @@ void check_backward_supported(const AttentionBackward& problem, const detail::At
   }
   for (const auto& [view, name] : tensors) check_strides_and_alignment(*view, name);
   check_extent_limits(shape, problem.mask.kind);
-  if (problem.mask.rpb.defined() && !backward_positional_bias_enabled()) {
-    unsupported(
-        "mask.rpb: a relative positional bias in the backward on CUDA tensors; allowed: rpb in the forward on "
-        "CUDA tensors, or the backward on CPU tensors (the CPU backend adds rpb and its gradient)");
-  }
   check_positional_bias_supported(problem.mask.rpb, "mask.rpb");
   check_positional_bias_supported(problem.grad_rpb, "grad_rpb");
 }
-
-bool backward_positional_bias_enabled() { return false; }
 
 FmhaBackwardLaunch make_backward_launch(const AttentionBackward& problem, const detail::AttentionShape& shape,
                                         const FmhaBackwardConfig& config, int multiprocessors) {

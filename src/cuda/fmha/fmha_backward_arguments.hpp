@@ -13,11 +13,6 @@ FmhaBackwardPolicy fmha_backward_policy_for(MaskKind kind);
 // Throws Status::unsupported when the problem is valid but outside what these kernels run.
 void check_backward_supported(const AttentionBackward& problem, const detail::AttentionShape& shape);
 
-// Whether the backward takes a positional bias (mask.rpb, grad_rpb). The portable kernels have it
-// (fmha_backward_positional_bias.cuh) but it is refused until its GPU tests
-// (CudaFmhaBackward.PositionalBias*, test_gpu_ops.py's rpb training test) have passed on a GPU.
-bool backward_positional_bias_enabled();
-
 // `multiprocessors`: SMs of the device (the KV-parallel split choice, fmha_backward_split.hpp; 0 = unknown:
 // only an explicit kv_splits splits).
 FmhaBackwardLaunch make_backward_launch(const AttentionBackward& problem, const detail::AttentionShape& shape,

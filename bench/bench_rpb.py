@@ -152,14 +152,18 @@ def main(argv=None) -> int:
         return 0
     device = torch.device("cuda")
     rows = [r for r in ROWS if not args.only or any(p in r[0] for p in args.only.split(","))]
+    # Every row's shapes, mask and score_mod compile Flex anew: past dynamo's default limit of 8 recompiles
+    # flex_attention would silently run unfused.
+    torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
+    torch._dynamo.config.accumulated_cache_size_limit = max(torch._dynamo.config.accumulated_cache_size_limit, 4096)
     timer = Timer(device, warmup_ms=100.0, rep_ms=args.rep_ms)
     results = []
     for row in rows:
         results.append(run_row(row, timer, device))
-        print(f"{row[0]}: done", flush=True)
+        print(table(results[-1:]).splitlines()[-1], flush=True)  # each row as soon as it is measured
+        if args.json:
+            args.json.write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": results}, indent=1))
     print(table(results))
-    if args.json:
-        args.json.write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": results}, indent=1))
     return 0
 
 

@@ -83,6 +83,9 @@ struct Case {
   AttentionMask mask{};
   int64_t mask_batch = 1;
   int64_t mask_heads = 1;
+  // > 0: the mask is stored with one head and given as a view of this many heads with head stride 0 (as torch's
+  // expand makes it): it must run as the broadcast mask it is.
+  int64_t mask_heads_view = 0;
   double mask_density = 0.5;
   int64_t empty_rows_every = 0;  // element masks: every n-th query row attends nothing
   bool deterministic = false;    // false: fast mode (the default)
@@ -119,6 +122,15 @@ std::vector<int64_t> padding_for(Layout layout, std::size_t rank, std::size_t to
   if (layout == Layout::padded_heads && has_head_dim) pad[rank - 1] = 8;
   if (layout == Layout::noncollapsible_tokens && token_dims >= 2) pad[1 + token_dims - 1] = 1;
   return pad;
+}
+
+// The mask view a case gives the library: the stored tensor, or its stride-0 expansion over the heads.
+TensorView mask_view(const Case& c, TensorView view) {
+  if (c.mask_heads_view > 0) {
+    view.extents[1] = c.mask_heads_view;
+    view.strides[1] = 0;
+  }
+  return view;
 }
 
 bool compiled_for(const Case& c) {
@@ -237,8 +249,8 @@ CaseResult run_case(const Case& c, uint64_t seed) {
     }
   }
   AttentionMask cpu_mask = mask;
-  if (mask.kind == MaskKind::block) cpu_mask.block_mask = mask_tensor->host;
-  if (mask.kind == MaskKind::element) cpu_mask.element_mask = mask_tensor->host;
+  if (mask.kind == MaskKind::block) cpu_mask.block_mask = mask_view(c, mask_tensor->host);
+  if (mask.kind == MaskKind::element) cpu_mask.element_mask = mask_view(c, mask_tensor->host);
   std::optional<TestTensor> rpb, grad_rpb, grad_rpb_ref;
   std::optional<test::HostTensor> rpb32;
   if (c.rpb) {
@@ -286,8 +298,8 @@ CaseResult run_case(const Case& c, uint64_t seed) {
   gpu.mask = mask;
   gpu.deterministic = c.deterministic;
   gpu.kv_splits = c.kv_splits;
-  if (mask.kind == MaskKind::block) gpu.mask.block_mask = mask_tensor->device;
-  if (mask.kind == MaskKind::element) gpu.mask.element_mask = mask_tensor->device;
+  if (mask.kind == MaskKind::block) gpu.mask.block_mask = mask_view(c, mask_tensor->device);
+  if (mask.kind == MaskKind::element) gpu.mask.element_mask = mask_view(c, mask_tensor->device);
   if (rpb) {
     gpu.mask.rpb = rpb->device;
     gpu.grad_rpb = grad_rpb->device;
@@ -720,6 +732,19 @@ TEST_F(CudaFmhaBackward, BlockMaskWithUnalignedBlocksPerHeadAndBatch) {
   c.mask_heads = 4;
   c.mask_density = 0.4;
   run_both_dtypes(c, 1310);
+}
+
+TEST_F(CudaFmhaBackward, MasksExpandedOverTheHeadsRunAsTheBroadcastMaskTheyAre) {
+  Case c;
+  c.tokens_q = {150};
+  c.tokens_kv = {170};
+  c.mask = block_sparse_mask(TensorView{}, 64, 32);
+  c.mask_heads_view = c.heads_q;
+  c.mask_density = 0.4;
+  run_both_dtypes(c, 1312);
+  c.mask = element_sparse_mask(TensorView{});
+  c.mask_batch = 2;
+  run_both_dtypes(c, 1313);
 }
 
 TEST_F(CudaFmhaBackward, SmallElementMaskWithEmptyRowsGivesZeroGradientsForThem) {

@@ -536,6 +536,49 @@ TEST_P(FmhaLaunchRebind, ABackwardLaunchReboundToAnotherProblemEqualsTheLaunchMa
   if (checked == 0) GTEST_SKIP() << "this build compiles no backward kernel of this dtype, head dim and policy";
 }
 
+// A block or element mask given as a stride-0 view over the batch or the heads (torch's expand of a shared
+// mask) is the broadcast mask it is: the launch builds one set of tile lists, as for extent 1, forward and
+// backward; a mask with distinct slices builds one per slice.
+TEST(FmhaLaunchMaskSlices, StrideZeroBatchAndHeadDimensionsOfAMaskBuildOneSetOfTileLists) {
+  for (const MaskKind kind : {MaskKind::block, MaskKind::element}) {
+    LaunchCase c{"ExpandedMask"};
+    c.tokens = {200};
+    c.tokens_kv = {170};
+    c.mask = kind == MaskKind::block ? block_sparse_mask(TensorView{}, 64, 32) : element_sparse_mask(TensorView{});
+    c.mask_extents = kind == MaskKind::block ? std::vector<int64_t>{2, 4, 4, 6} : std::vector<int64_t>{2, 4, 200, 170};
+    for (const bool expanded : {false, true}) {
+      SCOPED_TRACE(std::string(kind == MaskKind::block ? "block" : "element") + (expanded ? ", expanded" : ""));
+      AttentionBackward backward = make_problem(c, kBaseA);
+      TensorView& mask = kind == MaskKind::block ? backward.mask.block_mask : backward.mask.element_mask;
+      if (expanded) mask.strides[0] = mask.strides[1] = 0;
+      const AttentionForward forward = forward_of(backward, true);
+      const detail::AttentionShape shape =
+          detail::describe_attention(backward.q, backward.k, backward.v, backward.scale);
+      const int32_t slices = expanded ? 1 : 2 * 4;
+      int checked = 0;
+      for (const FmhaKernel& kernel : cuda::fmha::fmha_forward_kernels()) {
+        if (kernel.config.dtype != c.dtype || kernel.config.policy != cuda::fmha::FmhaPolicyKind::tile_list ||
+            kernel.config.head_dim < shape.head_dim) {
+          continue;
+        }
+        const FmhaLaunch launch = cuda::fmha::make_forward_launch(forward, shape, kernel.config);
+        EXPECT_EQ(launch.tile_list.mask_batch * launch.tile_list.mask_heads, slices) << "forward";
+        ++checked;
+      }
+      for (const FmhaBackwardKernel& kernel : cuda::fmha::fmha_backward_kernels()) {
+        if (kernel.config.dtype != c.dtype || kernel.config.policy != cuda::fmha::FmhaBackwardPolicy::tile_list ||
+            kernel.config.head_dim < shape.head_dim) {
+          continue;
+        }
+        const FmhaBackwardLaunch launch = cuda::fmha::make_backward_launch(backward, shape, kernel.config, 132);
+        EXPECT_EQ(launch.lists.mask_batch * launch.lists.mask_heads, slices) << "backward";
+        ++checked;
+      }
+      EXPECT_GT(checked, 0) << "no f16 head-dim-64 tile-list kernel in this build";
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Masks, FmhaLaunchRebind, ::testing::ValuesIn(launch_cases()),
                          [](const ::testing::TestParamInfo<LaunchCase>& info) { return info.param.name; });
 

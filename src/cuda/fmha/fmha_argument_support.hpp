@@ -24,6 +24,12 @@ inline constexpr int64_t kMaxGridYZ = 65535;
 [[noreturn]] void unsupported(const std::string& message);
 int log2_exact(int value);
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// Distinct slices of a [B|1, H|1, rows, cols] mask along `dim` (0 batch, 1 heads): 1 where the mask
+// broadcasts, by extent 1 or by a stride-0 view (torch's expand), so a broadcast given as a view builds one
+// set of tile lists, not one per slice.
+inline int32_t mask_slices(const TensorView& mask, int dim) {
+  return mask.strides[dim] == 0 ? 1 : static_cast<int32_t>(mask.extents[dim]);
+}
 void check_dtype(const TensorView& view, const char* name);
 void check_head_dim_multiple_of_8(int64_t value, const char* name);
 // The last stride is 1, the others multiples of 8 elements, the data 16-byte aligned (cp.async).

@@ -125,8 +125,8 @@ FmhaBackwardLaunch make_backward_launch(const AttentionBackward& problem, const 
       b.kind = mask.kind == MaskKind::block ? TileMaskKind::block : TileMaskKind::element;
       b.mask = static_cast<const uint8_t*>(m.data);
       for (int d = 0; d < 4; ++d) b.mask_stride[d] = m.strides[d];
-      b.mask_batch = static_cast<int32_t>(m.extents[0]);
-      b.mask_heads = static_cast<int32_t>(m.extents[1]);
+      b.mask_batch = mask_slices(m, 0);
+      b.mask_heads = mask_slices(m, 1);
       b.block_q = mask.kind == MaskKind::block ? mask.block_q : 1;
       b.block_k = mask.kind == MaskKind::block ? mask.block_k : 1;
       b.seq_q = static_cast<int32_t>(shape.seq_q);

@@ -738,13 +738,24 @@ TEST_F(CudaFmhaBackward, MasksExpandedOverTheHeadsRunAsTheBroadcastMaskTheyAre) 
   Case c;
   c.tokens_q = {150};
   c.tokens_kv = {170};
-  c.mask = block_sparse_mask(TensorView{}, 64, 32);
+  c.mask = block_sparse_mask(TensorView{}, 96, 80);  // blocks larger than the tiles, not aligned with them
   c.mask_heads_view = c.heads_q;
   c.mask_density = 0.4;
   run_both_dtypes(c, 1312);
   c.mask = element_sparse_mask(TensorView{});
   c.mask_batch = 2;
   run_both_dtypes(c, 1313);
+}
+
+TEST_F(CudaFmhaBackward, BlockMaskOfTileSizedBlocksDifferentPerHeadAndBatch) {
+  Case c;
+  c.tokens_q = {300};
+  c.tokens_kv = {333};
+  c.mask = block_sparse_mask(TensorView{}, 128, 128);
+  c.mask_batch = 2;
+  c.mask_heads = 4;
+  c.mask_density = 0.4;
+  run_both_dtypes(c, 1314);
 }
 
 TEST_F(CudaFmhaBackward, SmallElementMaskWithEmptyRowsGivesZeroGradientsForThem) {

@@ -563,13 +563,24 @@ TEST_F(CudaFmhaForward, MasksExpandedOverTheHeadsRunAsTheBroadcastMaskTheyAre) {
   Case c;
   c.tokens_q = {300};
   c.tokens_kv = {333};
-  c.mask = block_sparse_mask(TensorView{}, 64, 32);
+  c.mask = block_sparse_mask(TensorView{}, 128, 128);  // blocks aligned with the tiles of both tiers
   c.mask_heads_view = c.heads_q;
   c.mask_density = 0.3;
   run_both_dtypes(c, 515);
   c.mask = element_sparse_mask(TensorView{});
   c.mask_batch = 2;
   run_both_dtypes(c, 516);
+}
+
+TEST_F(CudaFmhaForward, BlockMaskAlignedWithTheTilesDifferentPerHeadAndBatch) {
+  Case c;
+  c.tokens_q = {520};
+  c.tokens_kv = {700};
+  c.mask = block_sparse_mask(TensorView{}, 128, 128);
+  c.mask_batch = 2;
+  c.mask_heads = 4;
+  c.mask_density = 0.4;
+  run_both_dtypes(c, 517);
 }
 
 TEST_F(CudaFmhaForward, ElementMaskWithEmptyRows) {

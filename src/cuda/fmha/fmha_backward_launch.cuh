@@ -161,8 +161,15 @@ cudaError_t launch_backward_kernels(FmhaBackwardLaunch& launch, char* base, cons
     at += layout.kv_counts;
     b.turn_table = p.ordered_dq ? reinterpret_cast<uint32_t*>(at) : nullptr;
     const unsigned mask_bh = static_cast<unsigned>(b.mask_batch * b.mask_heads);
-    classify_backward_tiles_kernel<Traits::kBlockM, Traits::kBlockN>
-        <<<dim3(b.kv_tiles, b.q_tiles, mask_bh), 128, 0, stream>>>(b);
+    if (b.kind == TileMaskKind::block && b.block_q >= Traits::kBlockM && b.block_k >= Traits::kBlockN) {
+      const int64_t tiles = int64_t{mask_bh} * b.q_tiles * b.kv_tiles;
+      const auto ctas = static_cast<unsigned>((tiles + kLargeBlockClassifyThreads - 1) / kLargeBlockClassifyThreads);
+      classify_large_block_tiles_kernel<Traits::kBlockM, Traits::kBlockN>
+          <<<ctas, kLargeBlockClassifyThreads, 0, stream>>>(b, tiles);
+    } else {
+      classify_backward_tiles_kernel<Traits::kBlockM, Traits::kBlockN>
+          <<<dim3(b.kv_tiles, b.q_tiles, mask_bh), 128, 0, stream>>>(b);
+    }
     compact_backward_rows_kernel<Traits::kBlockM, Traits::kBlockN><<<dim3(b.q_tiles, mask_bh), 32, 0, stream>>>(b);
     compact_backward_columns_kernel<Traits::kBlockM, Traits::kBlockN><<<dim3(b.kv_tiles, mask_bh), 32, 0, stream>>>(b);
     if (p.ordered_dq) {

@@ -8,7 +8,10 @@
 // coalesced byte loads. A tile is full when every element inside the sequences is attended and the
 // tile's keys do not run past the end of the keys (rows past the end of the queries carry no weight
 // in the backward); partial tiles are masked element by element from the mask itself by the main
-// kernels. compact_backward_rows_kernel / compact_backward_columns_kernel: one warp per list, ballot +
+// kernels. classify_large_block_tiles_kernel: the same classes for block masks whose blocks are at least a
+// tile in each dimension (a tile meets at most 2 x 2 blocks), one thread per tile: a CTA per tile would be
+// mostly launch cost there, multiplied by every mask slice of a per-head or per-batch mask.
+// compact_backward_rows_kernel / compact_backward_columns_kernel: one warp per list, ballot +
 // popc, entries tile | kEntryPartial, then the count. rank_backward_rows_kernel (ordered dQ only,
 // fmha_backward_dq_order.hpp): each row's KV tiles get their rank in descending order, written where
 // the tile's class is indexed.
@@ -62,6 +65,37 @@ __global__ void __launch_bounds__(128) classify_backward_tiles_kernel(const Back
     if (any) c = all && cols == BlockN ? kBackwardTileFull : kBackwardTilePartial;
     p.classes[(static_cast<int64_t>(mask_bh) * p.q_tiles + q_tile) * p.kv_tiles + kv_tile] = c;
   }
+}
+
+constexpr int kLargeBlockClassifyThreads = 256;
+
+// `tiles` = slices * q_tiles * kv_tiles, numbered as the classes are stored: (slice, Q tile, KV tile).
+template <int BlockM, int BlockN>
+__global__ void __launch_bounds__(kLargeBlockClassifyThreads)
+    classify_large_block_tiles_kernel(const BackwardListBuildParams p, const int64_t tiles) {
+  const int64_t tile = static_cast<int64_t>(blockIdx.x) * kLargeBlockClassifyThreads + threadIdx.x;
+  if (tile >= tiles) return;
+  const int64_t per_slice = static_cast<int64_t>(p.q_tiles) * p.kv_tiles;
+  const int64_t mask_bh = tile / per_slice;
+  const int32_t q_tile = static_cast<int32_t>(tile % per_slice / p.kv_tiles);
+  const int32_t kv_tile = static_cast<int32_t>(tile % p.kv_tiles);
+  const int64_t base = (mask_bh / p.mask_heads) * p.mask_stride[0] + (mask_bh % p.mask_heads) * p.mask_stride[1];
+  const int32_t m0 = q_tile * BlockM;
+  const int32_t n0 = kv_tile * BlockN;
+  const int32_t rows = min(BlockM, p.seq_q - m0);
+  const int32_t cols = min(BlockN, p.seq_k - n0);
+  bool any = false;
+  bool all = true;
+  for (int64_t qb = m0 / p.block_q; qb <= (m0 + rows - 1) / p.block_q; ++qb) {
+    for (int64_t kb = n0 / p.block_k; kb <= (n0 + cols - 1) / p.block_k; ++kb) {
+      const bool v = p.mask[base + qb * p.mask_stride[2] + kb * p.mask_stride[3]] != 0;
+      any |= v;
+      all &= v;
+    }
+  }
+  uint8_t c = kBackwardTileEmpty;
+  if (any) c = all && cols == BlockN ? kBackwardTileFull : kBackwardTilePartial;
+  p.classes[tile] = c;
 }
 
 // Compacts `n` classes read at classes[i * stride] into entries / *count.

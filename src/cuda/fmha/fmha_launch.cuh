@@ -93,8 +93,15 @@ void* build_tile_lists(FmhaLaunch& launch, FmhaWorkspace workspace, cudaStream_t
   b.counts = reinterpret_cast<int32_t*>(base + layout.classes + layout.entries);
   b.bits = layout.bits ? reinterpret_cast<uint32_t*>(base + layout.classes + layout.entries + layout.counts) : nullptr;
 
-  classify_tiles_kernel<Traits>
-      <<<dim3(b.kv_tiles, b.q_tiles, static_cast<unsigned>(mask_bh)), Traits::kThreads, 0, stream>>>(b);
+  if (b.blocks_align_with_tiles) {
+    const int64_t tiles = mask_bh * b.q_tiles * b.kv_tiles;
+    const auto ctas = static_cast<unsigned>((tiles + kAlignedClassifyThreads - 1) / kAlignedClassifyThreads);
+    classify_aligned_block_tiles_kernel<Traits::kBlockM, Traits::kBlockN>
+        <<<ctas, kAlignedClassifyThreads, 0, stream>>>(b, tiles);
+  } else {
+    classify_tiles_kernel<Traits>
+        <<<dim3(b.kv_tiles, b.q_tiles, static_cast<unsigned>(mask_bh)), Traits::kThreads, 0, stream>>>(b);
+  }
   cudaError_t status = cudaGetLastError();
   if (status == cudaSuccess) {
     compact_tile_lists_kernel<Traits><<<dim3(b.q_tiles, static_cast<unsigned>(mask_bh)), 32, 0, stream>>>(b);

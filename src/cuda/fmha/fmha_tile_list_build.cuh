@@ -9,6 +9,9 @@
 // tile by tile into shared memory with coalesced byte loads. Class: 0 empty, 1 full, 2 partial with
 // only the sequence end masked, 3 partial with element bits (written as kBitWords words per thread,
 // word-major so that the main kernel's loads are coalesced).
+// classify_aligned_block_tiles_kernel: the same classes for block masks whose block boundaries are all tile
+// boundaries (each tile lies inside one block, so no tile needs bits), one thread per tile: a CTA per tile
+// would be mostly launch cost there, multiplied by every mask slice of a per-head or per-batch mask.
 // compact_tile_lists_kernel: one warp per (mask batch x mask head, Q tile) compacts the non-empty
 // classes into the entry list (ballot + popc), in KV-tile order, and writes the count.
 //
@@ -31,6 +34,25 @@ constexpr uint8_t kTileEmpty = 0;
 constexpr uint8_t kTileFull = 1;
 constexpr uint8_t kTilePartialSequenceEnd = 2;
 constexpr uint8_t kTilePartialBits = 3;
+
+constexpr int kAlignedClassifyThreads = 256;
+
+// `tiles` = slices * q_tiles * kv_tiles, numbered as the classes are stored: (slice, Q tile, KV tile).
+template <int BlockM, int BlockN>
+__global__ void __launch_bounds__(kAlignedClassifyThreads)
+    classify_aligned_block_tiles_kernel(const TileListBuildParams p, const int64_t tiles) {
+  const int64_t tile = static_cast<int64_t>(blockIdx.x) * kAlignedClassifyThreads + threadIdx.x;
+  if (tile >= tiles) return;
+  const int64_t per_slice = static_cast<int64_t>(p.q_tiles) * p.kv_tiles;
+  const int64_t mask_bh = tile / per_slice;
+  const int32_t q_tile = static_cast<int32_t>(tile % per_slice / p.kv_tiles);
+  const int32_t kv_tile = static_cast<int32_t>(tile % p.kv_tiles);
+  const int64_t base = (mask_bh / p.mask_heads) * p.mask_stride[0] + (mask_bh % p.mask_heads) * p.mask_stride[1];
+  const bool attended = p.mask[base + (int64_t{q_tile} * BlockM / p.block_q) * p.mask_stride[2] +
+                               (int64_t{kv_tile} * BlockN / p.block_k) * p.mask_stride[3]] != 0;
+  const bool keys_complete = int64_t{kv_tile + 1} * BlockN <= p.seq_k;
+  p.classes[tile] = !attended ? kTileEmpty : (keys_complete ? kTileFull : kTilePartialSequenceEnd);
+}
 
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kThreads) classify_tiles_kernel(const TileListBuildParams p) {

@@ -24,6 +24,7 @@ reading of the same text.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from dataclasses import dataclass
@@ -35,7 +36,9 @@ from dataclasses import dataclass
 @dataclass
 class MaskSpec:
     """What a benchmark row attends: 'none' (dense), 'causal' (top-left, Sq == Sk),
-    'neighborhood' (per-dim lists over `extents`) or 'block' (bool blocks [nbq, nbk])."""
+    'neighborhood' (per-dim lists over `extents`) or 'block' (bool blocks [nbq, nbk], shared by
+    every batch and head, or [B|1, H|1, nbq, nbk], per batch and/or head, possibly a stride-0
+    view: the tensor exactly as it is handed to attnkit; `block_form` names the form)."""
 
     kind: str
     extents: tuple = ()
@@ -44,8 +47,14 @@ class MaskSpec:
     stride: tuple = ()
     causal: tuple = ()
     block_size: int = 128
-    blocks: object = None  # torch.bool [ceil(S/block), ceil(S/block)] for kind == "block"
+    blocks: object = None  # torch.bool [(B|1, H|1,) ceil(S/block), ceil(S/block)] for kind == "block"
     density: float = 0.0
+    block_form: str = "shared"  # see BLOCK_FORMS
+
+    @property
+    def blocks4(self):
+        """The block tensor as [B|1, H|1, nbq, nbk] (a view)."""
+        return self.blocks if self.blocks.dim() == 4 else self.blocks[None, None]
 
     def describe(self) -> str:
         if self.kind == "neighborhood":
@@ -58,7 +67,10 @@ class MaskSpec:
                 parts.append(f"causal{''.join('1' if c else '0' for c in self.causal)}")
             return " ".join(parts)
         if self.kind == "block":
-            return f"block{self.block_size} {self.density * 100:.0f}%"
+            text = f"block{self.block_size} {self.density * 100:.0f}%"
+            if self.blocks is not None and self.blocks.dim() == 4:
+                text += " [" + ",".join(map(str, self.blocks.shape[:2])) + ",nb,nb]"
+            return text + (f" {self.block_form}" if self.block_form != "shared" else "")
         return self.kind
 
 
@@ -74,6 +86,7 @@ def neighborhood(extents, kernel_size, dilation=None, stride=None, causal=None) 
     )
 
 
+@functools.lru_cache(maxsize=256)  # rows are built in every child process; callers never modify it
 def random_blocks(seq_len: int, block_size: int, density: float, seed: int, device="cpu"):
     """A block mask with exactly round(density * blocks) true blocks, chosen by a seeded generator."""
     import torch
@@ -86,6 +99,45 @@ def random_blocks(seq_len: int, block_size: int, density: float, seed: int, devi
     flat = torch.zeros(total, dtype=torch.bool)
     flat[chosen] = True
     return flat.view(nb, nb).to(device)
+
+
+# How a block pattern is handed over (issue #20's per-head block masks):
+BLOCK_FORMS = {
+    "shared": "one [nb, nb] tensor for every batch and head (attnkit: [1, 1, nb, nb])",
+    "expand": "[1, H, nb, nb], a stride-0 expand of the shared pattern over the heads",
+    "heads": "[1, H, nb, nb], contiguous, the same pattern in every head",
+    "random": "[1, H, nb, nb], contiguous, a different random pattern (same density) per head",
+}
+
+
+def head_blocks(seq_len: int, block_size: int, density: float, seed: int, heads: int, form: str):
+    """The block tensor of `form` (BLOCK_FORMS) for `heads` heads, on the CPU."""
+    import torch
+
+    base = random_blocks(seq_len, block_size, density, seed)
+    if form == "shared":
+        return base
+    if form == "expand":
+        return base[None, None].expand(1, heads, *base.shape)
+    if form == "heads":
+        return base[None, None].expand(1, heads, *base.shape).contiguous()
+    if form == "random":
+        return torch.stack([random_blocks(seq_len, block_size, density, seed + 7919 * (h + 1))
+                            for h in range(heads)])[None]
+    raise ValueError(f"unknown block form {form!r}; one of {', '.join(BLOCK_FORMS)}")
+
+
+def to_device_keeping_broadcast(t, device):
+    """t on `device` with its stride-0 dimensions still stride 0 (Tensor.to() would materialise an
+    expanded view): the distinct elements are copied, then expanded again."""
+    index = tuple(slice(0, 1) if stride == 0 and extent > 1 else slice(None)
+                  for extent, stride in zip(t.shape, t.stride()))
+    return t[index].contiguous().to(device).expand(t.shape)
+
+
+def _pick(index, extent: int):
+    """The batch/head index into a mask dimension of `extent` (1: broadcast)."""
+    return 0 if extent == 1 else index
 
 
 # ---------------------------------------------------------------------------------------------
@@ -116,14 +168,17 @@ def window_sizes_1d(extent: int, w: int, d: int, s: int, causal: bool) -> list[i
     return sizes
 
 
-def attends_scalar(spec: MaskSpec, q: int, k: int) -> bool:
-    """Brute-force reading of DESIGN §3 for one (query, key) pair of flat token indices."""
+def attends_scalar(spec: MaskSpec, q: int, k: int, b: int = 0, h: int = 0) -> bool:
+    """Brute-force reading of DESIGN §3 for one (query, key) pair of flat token indices (in batch b,
+    head h)."""
     if spec.kind == "none":
         return True
     if spec.kind == "causal":
         return k <= q
     if spec.kind == "block":
-        return bool(spec.blocks[q // spec.block_size, k // spec.block_size])
+        blocks = spec.blocks4
+        return bool(blocks[_pick(b, blocks.shape[0]), _pick(h, blocks.shape[1]),
+                           q // spec.block_size, k // spec.block_size])
     qc = unflatten_scalar(q, spec.extents)
     kc = unflatten_scalar(k, spec.extents)
     for dim, extent in enumerate(spec.extents):
@@ -145,8 +200,10 @@ def unflatten_scalar(index: int, extents) -> list[int]:
     return coords[::-1]
 
 
-def count_pairs(spec: MaskSpec, seq_q: int, seq_k: int) -> int:
-    """Attended (query, key) pairs of one (batch, head), exactly."""
+def count_pairs(spec: MaskSpec, seq_q: int, seq_k: int):
+    """Attended (query, key) pairs of one (batch, head), exactly; for a block mask that differs
+    between batches or heads, the mean over them (B·H·pairs is then still the exact total; a float
+    when the mean is not whole)."""
     if spec.kind == "none":
         return seq_q * seq_k
     if spec.kind == "causal":
@@ -154,11 +211,15 @@ def count_pairs(spec: MaskSpec, seq_q: int, seq_k: int) -> int:
             raise ValueError("causal pair count assumes seq_q == seq_k")
         return seq_q * (seq_q + 1) // 2
     if spec.kind == "block":
+        import torch
+
         b = spec.block_size
-        rows = [min(b, seq_q - i * b) for i in range(spec.blocks.shape[0])]
-        cols = [min(b, seq_k - j * b) for j in range(spec.blocks.shape[1])]
-        blocks = spec.blocks.to("cpu").tolist()
-        return sum(rows[i] * cols[j] for i, row in enumerate(blocks) for j, on in enumerate(row) if on)
+        blocks = spec.blocks4.to("cpu")
+        rows = torch.tensor([min(b, seq_q - i * b) for i in range(blocks.shape[2])], dtype=torch.int64)
+        cols = torch.tensor([min(b, seq_k - j * b) for j in range(blocks.shape[3])], dtype=torch.int64)
+        total = int((blocks.to(torch.int64) * (rows[:, None] * cols[None, :])).sum())
+        masks = blocks.shape[0] * blocks.shape[1]
+        return total // masks if total % masks == 0 else total / masks
     pairs = 1
     for dim, extent in enumerate(spec.extents):
         pairs *= sum(window_sizes_1d(extent, spec.kernel_size[dim], spec.dilation[dim], spec.stride[dim],
@@ -219,12 +280,19 @@ def mask_mod_for(spec: MaskSpec):
             return q_idx >= kv_idx
         return causal_mask_mod
     if spec.kind == "block":
-        blocks = spec.blocks
         size = spec.block_size
+        if spec.blocks.dim() == 2:
+            blocks = spec.blocks
 
-        def block_mask_mod(b, h, q_idx, kv_idx):
-            return blocks[q_idx // size, kv_idx // size]
-        return block_mask_mod
+            def block_mask_mod(b, h, q_idx, kv_idx):
+                return blocks[q_idx // size, kv_idx // size]
+            return block_mask_mod
+        blocks = spec.blocks4
+        per_batch, per_head = blocks.shape[0] > 1, blocks.shape[1] > 1
+
+        def head_block_mask_mod(b, h, q_idx, kv_idx):
+            return blocks[b if per_batch else 0, h if per_head else 0, q_idx // size, kv_idx // size]
+        return head_block_mask_mod
     if spec.kind == "neighborhood":
         extents = spec.extents
         params = list(zip(extents, spec.kernel_size, spec.dilation, spec.stride, spec.causal))
@@ -241,8 +309,9 @@ def mask_mod_for(spec: MaskSpec):
     return None
 
 
-def mask_rows(spec: MaskSpec, rows, seq_k: int):
-    """Bool [len(rows), seq_k]: which keys each query in `rows` (a 1-D index tensor) attends."""
+def mask_rows(spec: MaskSpec, rows, seq_k: int, batch: int = 0):
+    """Bool [len(rows), seq_k]: which keys each query in `rows` (a 1-D index tensor) attends; for a
+    block mask given per batch/head ([B|1, H|1, nb, nb]): [H|1, len(rows), seq_k] of batch `batch`."""
     import torch
 
     device = rows.device
@@ -252,15 +321,34 @@ def mask_rows(spec: MaskSpec, rows, seq_k: int):
     if spec.kind == "causal":
         return keys[None, :] <= rows[:, None]
     if spec.kind == "block":
-        blocks = spec.blocks.to(device)
-        return blocks[(rows // spec.block_size)[:, None], (keys // spec.block_size)[None, :]]
+        qb, kb = (rows // spec.block_size)[:, None], (keys // spec.block_size)[None, :]
+        if spec.blocks.dim() == 2:
+            return spec.blocks.to(device)[qb, kb]
+        blocks = spec.blocks4[_pick(batch, spec.blocks4.shape[0])].to(device)  # [H|1, nbq, nbk]
+        return blocks[:, qb, kb]
     return mask_mod_for(spec)(None, None, rows[:, None], keys[None, :])
 
 
+def mask_heads(spec: MaskSpec) -> tuple[int, int]:
+    """(B|1, H|1): the batch and head extents of the mask (1, 1 unless a per-batch/head block mask)."""
+    if spec.kind == "block" and spec.blocks.dim() == 4:
+        return tuple(spec.blocks.shape[:2])
+    return 1, 1
+
+
 def dense_mask(spec: MaskSpec, seq_q: int, seq_k: int, device, chunk: int = 1024):
-    """Bool [seq_q, seq_k] built in row chunks (for SDPA's attn_mask and small references)."""
+    """Bool [seq_q, seq_k] built in row chunks (for SDPA's attn_mask and small references); a block
+    mask given per batch/head gives [B|1, H|1, seq_q, seq_k] (SDPA broadcasts it)."""
     import torch
 
+    if spec.kind == "block" and spec.blocks.dim() == 4:
+        batches, heads = mask_heads(spec)
+        out = torch.empty(batches, heads, seq_q, seq_k, dtype=torch.bool, device=device)
+        for b in range(batches):
+            for start in range(0, seq_q, chunk):
+                rows = torch.arange(start, min(start + chunk, seq_q), device=device)
+                out[b, :, start:start + rows.numel()] = mask_rows(spec, rows, seq_k, batch=b)
+        return out
     out = torch.empty(seq_q, seq_k, dtype=torch.bool, device=device)
     for start in range(0, seq_q, chunk):
         rows = torch.arange(start, min(start + chunk, seq_q), device=device)
@@ -280,7 +368,9 @@ def flex_block_mask(spec: MaskSpec, seq_q: int, seq_k: int, device, block_size: 
     the full [Sq, Sk] mask and its index grids; 'chunked' evaluates the same mask_mod in query-block
     chunks and assembles the identical BlockMask with BlockMask.from_kv_blocks, so memory stays
     bounded at 64K tokens. 'auto' uses create_block_mask up to 16384 x 16384 and chunked above,
-    or when create_block_mask fails.
+    or when create_block_mask fails. A block mask given per batch/head ([B|1, H|1, nb, nb]) gives a
+    BlockMask with the same leading extents (per-head kv_num_blocks / kv_indices), built from the
+    block tensor without an [Sq, Sk] mask when its blocks are Flex's blocks.
     """
     if spec.kind == "none":
         return None, "none"
@@ -292,9 +382,10 @@ def flex_block_mask(spec: MaskSpec, seq_q: int, seq_k: int, device, block_size: 
     if builder == "auto":
         builder = "create_block_mask" if seq_q * seq_k <= 16384 * 16384 else "chunked"
     if builder == "create_block_mask":
+        batches, heads = mask_heads(spec)
         try:
-            return create_block_mask(mask_mod, None, None, seq_q, seq_k, device=device,
-                                     BLOCK_SIZE=block_size), "create_block_mask"
+            return create_block_mask(mask_mod, batches if batches > 1 else None, heads if heads > 1 else None,
+                                     seq_q, seq_k, device=device, BLOCK_SIZE=block_size), "create_block_mask"
         except Exception as error:  # noqa: BLE001 - e.g. out of memory; the chunked build is equal
             print(f"  note: create_block_mask failed ({type(error).__name__}: {str(error)[:120]}); "
                   f"building the BlockMask in chunks")
@@ -305,13 +396,15 @@ def flex_block_mask(spec: MaskSpec, seq_q: int, seq_k: int, device, block_size: 
 def block_aligned_block_mask(spec: MaskSpec, seq_q: int, seq_k: int, device, block_size: int):
     """A block mask whose blocks are Flex's blocks: every true block is a full block and no mask_mod
     runs (Flex's fastest path; a mask_mod indexing the block tensor fails to lower in Inductor,
-    "Buffers cannot be created while lowering a pointwise subgraph")."""
+    "Buffers cannot be created while lowering a pointwise subgraph"). A per-batch/head block tensor
+    [B|1, H|1, nb, nb] (a stride-0 view included) gives kv_num_blocks [B|1, H|1, nb] and kv_indices
+    [B|1, H|1, nb, nb] (materialised: Flex reads them per head, as the same pattern in every head)."""
     import torch
     from torch.nn.attention.flex_attention import BlockMask
 
-    full = spec.blocks.to(device=device, dtype=torch.int32)
-    num = full.sum(dim=-1).to(torch.int32)[None, None].contiguous()
-    indices = torch.argsort(full, dim=-1, descending=True, stable=True).to(torch.int32)[None, None].contiguous()
+    full = spec.blocks4.to(device=device, dtype=torch.int32).contiguous()
+    num = full.sum(dim=-1).to(torch.int32).contiguous()
+    indices = torch.argsort(full, dim=-1, descending=True, stable=True).to(torch.int32).contiguous()
     empty_num = torch.zeros_like(num)
     return BlockMask.from_kv_blocks(empty_num, torch.zeros_like(indices), num, indices,
                                     BLOCK_SIZE=(block_size, block_size), mask_mod=None,
@@ -330,6 +423,32 @@ def chunked_block_mask(spec: MaskSpec, mask_mod, seq_q: int, seq_k: int, device,
     import torch
     from torch.nn.attention.flex_attention import BlockMask
 
+    batches, heads = mask_heads(spec)
+    partial = torch.zeros(batches, heads, -(-seq_q // block_size), -(-seq_k // block_size), dtype=torch.int32,
+                          device=device)
+    full = torch.zeros_like(partial)
+    for b in range(batches):
+        for h in range(heads):
+            partial[b, h], full[b, h] = _chunked_blocks(spec, mask_mod, seq_q, seq_k, device, block_size,
+                                                        max_chunk_elements, b, h)
+
+    def ordered(dense):
+        num = dense.sum(dim=-1).to(torch.int32)
+        indices = torch.argsort(dense, dim=-1, descending=True, stable=True).to(torch.int32)
+        return num.contiguous(), indices.contiguous()
+
+    kv_num, kv_indices = ordered(partial)
+    full_num, full_indices = ordered(full)
+    return BlockMask.from_kv_blocks(kv_num, kv_indices, full_num, full_indices,
+                                    BLOCK_SIZE=(block_size, block_size), mask_mod=mask_mod,
+                                    seq_lengths=(seq_q, seq_k))
+
+
+def _chunked_blocks(spec: MaskSpec, mask_mod, seq_q: int, seq_k: int, device, block_size: int,
+                    max_chunk_elements: int, batch: int, head: int):
+    """(partial, full) int32 [nbq, nbk] of batch `batch`, head `head`."""
+    import torch
+
     nbq = -(-seq_q // block_size)
     nbk = -(-seq_k // block_size)
     padded_k = nbk * block_size
@@ -343,24 +462,16 @@ def chunked_block_mask(spec: MaskSpec, mask_mod, seq_q: int, seq_k: int, device,
         rows = torch.arange(first * block_size, last * block_size, device=device)
         row_valid = rows < seq_q
         if spec.kind == "block":
-            attend = mask_rows(spec, rows.clamp(max=seq_q - 1), padded_k)
+            attend = mask_rows(spec, rows.clamp(max=seq_q - 1), padded_k, batch=batch)
+            if attend.dim() == 3:
+                attend = attend[_pick(head, attend.shape[0])]
         else:
             attend = mask_mod(None, None, rows[:, None], keys[None, :])
         attend = attend & key_valid[None, :] & row_valid[:, None]
         counts = attend.view(last - first, block_size, nbk, block_size).sum(dim=(1, 3))
         partial[first:last] = ((counts > 0) & (counts < block_size * block_size)).int()
         full[first:last] = (counts == block_size * block_size).int()
-
-    def ordered(dense):
-        num = dense.sum(dim=-1).to(torch.int32)
-        indices = torch.argsort(dense, dim=-1, descending=True, stable=True).to(torch.int32)
-        return num[None, None].contiguous(), indices[None, None].contiguous()
-
-    kv_num, kv_indices = ordered(partial)
-    full_num, full_indices = ordered(full)
-    return BlockMask.from_kv_blocks(kv_num, kv_indices, full_num, full_indices,
-                                    BLOCK_SIZE=(block_size, block_size), mask_mod=mask_mod,
-                                    seq_lengths=(seq_q, seq_k))
+    return partial, full
 
 
 # ---------------------------------------------------------------------------------------------
@@ -463,10 +574,77 @@ def self_test(verbose: bool = True) -> list[str]:
                 note(f"block-aligned BlockMask differs for {spec.describe()}")
         if not torch.equal(reference.to_dense(), chunked.to_dense()):
             note(f"chunked BlockMask blocks differ for {spec.extents} {spec.describe()}")
+    head_masks = _self_test_head_blocks(note)
     if verbose:
         print(f"  self-test: {checked} single-dimension windows, {len(specs)} masks, "
-              f"{len(specs) - 2} BlockMask builds: {'ok' if not failures else f'{len(failures)} failures'}")
+              f"{len(specs) - 2} BlockMask builds, {head_masks} per-batch/head block masks: "
+              f"{'ok' if not failures else f'{len(failures)} failures'}")
     return failures
+
+
+def _self_test_head_blocks(note) -> int:
+    """Block masks given per batch/head (issue #20's forms, and a per-batch one): dense_mask,
+    mask_rows, mask_mod, count_pairs and the three BlockMask builders against a brute-force dense
+    mask [B|1, H|1, S, S] from attends_scalar. Returns how many masks were checked."""
+    import torch
+
+    seq, size, heads = 100, 16, 3  # 7 blocks per side, the last one partial
+    specs = []
+    for form in BLOCK_FORMS:
+        blocks = head_blocks(seq, size, 0.3, seed=11, heads=heads, form=form)
+        specs.append(MaskSpec("block", block_size=size, blocks=blocks, density=0.3, block_form=form))
+    per_batch = torch.stack([head_blocks(seq, size, 0.2, seed=20 + b, heads=heads, form="random")[0]
+                             for b in range(2)])  # [2, H, nb, nb]
+    specs.append(MaskSpec("block", block_size=size, blocks=per_batch, density=0.2, block_form="random"))
+    shared = specs[0].blocks
+    if specs[1].blocks.stride()[1] != 0 or to_device_keeping_broadcast(specs[1].blocks, "cpu").stride()[1] != 0:
+        note("the expand form is not a stride-0 view over the heads")
+    if not torch.equal(specs[2].blocks, specs[1].blocks) or not torch.equal(specs[2].blocks[0, 1], shared):
+        note("the per-head contiguous form does not repeat the shared pattern")
+    random_heads = specs[3].blocks[0]
+    if all(torch.equal(random_heads[h], random_heads[0]) for h in range(1, heads)):
+        note("the per-head random form has the same pattern in every head")
+    if any(int(random_heads[h].sum()) != int(shared.sum()) for h in range(heads)):
+        note("the per-head random form's density differs from the shared one's")
+    for spec in specs:
+        batches, mheads = mask_heads(spec)
+        label = f"{spec.describe()} {tuple(spec.blocks.shape)}"
+        want = torch.tensor([[[[attends_scalar(spec, q, k, b, h) for k in range(seq)] for q in range(seq)]
+                              for h in range(mheads)] for b in range(batches)])
+        if spec.blocks.dim() == 2:
+            want = want[0, 0]
+        dense = dense_mask(spec, seq, seq, "cpu", chunk=17)
+        if not torch.equal(dense, want):
+            note(f"dense mask differs from the scalar reading for {label}")
+        want4 = want if want.dim() == 4 else want[None, None]
+        if count_pairs(spec, seq, seq) * batches * mheads != int(want4.sum()):
+            note(f"count_pairs {count_pairs(spec, seq, seq)} x {batches * mheads} != {int(want4.sum())} for {label}")
+        rows = torch.tensor([0, 5, 16, 50, 99])
+        for b in range(batches):
+            got = mask_rows(spec, rows, seq, batch=b)
+            if not torch.equal(got if got.dim() == 3 else got[None], want4[b][:, rows]):
+                note(f"mask_rows of batch {b} differs for {label}")
+        mask_mod = mask_mod_for(spec)
+        index = torch.arange(seq)
+        for b in range(batches):
+            for h in range(mheads):
+                got = mask_mod(torch.tensor(b), torch.tensor(h), index[:, None], index[None, :])
+                if not torch.equal(got, want4[b, h]):
+                    note(f"mask_mod of batch {b} head {h} differs for {label}")
+        # BlockMasks: element-level expansion of each builder's blocks against the brute force.
+        nb = -(-seq // size)
+        for builder in ("auto", "create_block_mask", "chunked"):
+            block_mask, used = flex_block_mask(spec, seq, seq, "cpu", size, builder=builder)
+            if builder == "auto" and used != "from_blocks":
+                note(f"aligned per-head block mask built by {used}, not from the blocks, for {label}")
+            if tuple(block_mask.kv_num_blocks.shape) != (batches, mheads, nb):
+                note(f"{used} BlockMask kv_num_blocks shape {tuple(block_mask.kv_num_blocks.shape)} for {label}")
+                continue
+            blocks = block_mask.to_dense().bool()  # [B|1, H|1, nb, nb]: partial or full blocks
+            elements = blocks.repeat_interleave(size, dim=2).repeat_interleave(size, dim=3)[..., :seq, :seq]
+            if not torch.equal(elements, want4):
+                note(f"{used} BlockMask differs from the brute-force dense mask for {label}")
+    return len(specs)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ results after every candidate, and bench.json / bench.md are rewritten after eve
   python3 bench/bench_attention.py                     # all forward rows
   python3 bench/bench_attention.py --quick --backward  # small shapes, forward and backward
   python3 bench/bench_attention.py --only 'na2d*'      # rows by glob (comma-separated)
+  python3 bench/bench_attention.py --set classes --backward --only 'cls-na2d-*'  # issue #20's classes
   python3 bench/bench_attention.py --smoke-cpu         # tiny shapes on CPU: attnkit CPU vs SDPA math
   python3 bench/bench_attention.py --self-test         # mask math vs the scalar reading of DESIGN §3
 """
@@ -90,6 +91,9 @@ class Problem:
     dtype: str = "bfloat16"
     deterministic: bool = False  # backward: attnkit's deterministic mode (default: fast, atomic dQ)
     kv_splits: int = 0  # backward: attnkit's KV-parallel splits (0: automatic, 1: never)
+    peers: tuple | None = None  # the peers this row runs (None: all; --peers narrows further)
+    target: str | None = None  # the peer issue #20's target for this row is stated against
+    core: bool = False  # also in --set classes-core
 
     @property
     def seq(self) -> int:
@@ -99,7 +103,8 @@ class Problem:
         tokens = "x".join(map(str, self.extents)) if len(self.extents) > 1 else f"S{self.extents[0]}"
         return f"B{self.batch} H{self.heads} {tokens} D{self.head_dim}"
 
-    def pairs(self) -> int:
+    def pairs(self):
+        """Attended pairs per (batch, head): the mean when a block mask differs per head."""
         return masks.count_pairs(self.mask, self.seq, self.seq)
 
     def flops(self) -> float:
@@ -193,6 +198,148 @@ def smoke_rows(backward: bool) -> list[Problem]:
                   dtype="float64"),
         ]
     return rows
+
+
+# Issue #20's problem classes (--set classes): the problems most users of neighborhood and sparse
+# attention run. Rows are named cls-<class>-... (forward) and cls-<class>-bwd-... (backward, with
+# --backward), so `--only 'cls-na2d-*'` picks a class and `--only 'cls-na2d-bwd-*'` its backward rows.
+# Each row runs the peers its class is measured against (DENSE_PEERS / MASKED_PEERS / BLOCK_PEERS) and
+# names the one issue #20's target is stated against (row "target_peer", "ratio_target").
+CLASSES = ("na2d", "na3d", "dense", "na1d", "blockhead")
+DENSE_PEERS = ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient")
+# Neighborhood rows: Flex with the same mask, and SDPA cuDNN / memory-efficient with a dense bool mask
+# (dense work, but at these sizes a real option for a user).
+MASKED_PEERS = ("sdpa_cudnn", "sdpa_efficient", "flex")
+# Per-head block rows at 8k-32k tokens: Flex only (a dense [1, H, S, S] SDPA mask would be 1-16 GB).
+BLOCK_PEERS = ("flex",)
+
+
+def class_rows(backward: bool) -> list[Problem]:
+    forward, backward_rows = [], []
+
+    def add(problem_of, name, bwd=False, core=False, core_bwd=False, **kw):
+        """A forward row cls-<name>, and with bwd=True its backward row cls-<class>-bwd-<rest>."""
+        klass, rest = name.split("-", 1)
+        forward.append(problem_of(f"cls-{name}", core=core, **kw))
+        if bwd:
+            backward_rows.append(problem_of(f"cls-{klass}-bwd-{rest}", backward=True, core=core_bwd, **kw))
+
+    def na2d(name, b, h, d, side, k, dil=1, **kw):
+        return Problem(name, b, h, d, (side, side), masks.neighborhood((side, side), (k, k), (dil, dil)),
+                       peers=MASKED_PEERS, target="flex", **kw)
+
+    # Small-window 2-D neighborhoods: NAT/DiNAT stages (D32, heads 2/4/8 at 56²/28²/14², batch 64),
+    # D64 and D128 layers, K3 to K13, dilation 1 and the DiNAT dilations (8 at 56², 4 at 28², 2 at 14²).
+    for side, h, dil in ((56, 2, 8), (28, 4, 4), (14, 8, 2)):
+        add(lambda n, **kw: na2d(n, 64, h, 32, side, 7, **kw), f"na2d-{side}x{side}-k7-d32-b64h{h}",
+            bwd=side != 14, core=side == 56, core_bwd=side == 56)
+        add(lambda n, **kw: na2d(n, 64, h, 32, side, 7, dil, **kw), f"na2d-{side}x{side}-k7-dil{dil}-d32-b64h{h}",
+            bwd=side == 56)
+    add(lambda n, **kw: na2d(n, 32, 8, 64, 32, 7, **kw), "na2d-32x32-k7-d64-b32h8", bwd=True, core=True,
+        core_bwd=True)
+    add(lambda n, **kw: na2d(n, 32, 4, 64, 56, 7, **kw), "na2d-56x56-k7-d64-b32h4")
+    add(lambda n, **kw: na2d(n, 32, 4, 64, 56, 7, 8, **kw), "na2d-56x56-k7-dil8-d64-b32h4", bwd=True, core=True)
+    add(lambda n, **kw: na2d(n, 32, 8, 64, 32, 3, **kw), "na2d-32x32-k3-d64-b32h8", bwd=True)
+    add(lambda n, **kw: na2d(n, 32, 8, 64, 32, 5, **kw), "na2d-32x32-k5-d64-b32h8")
+    add(lambda n, **kw: na2d(n, 16, 8, 64, 56, 13, **kw), "na2d-56x56-k13-d64-b16h8", bwd=True)
+    add(lambda n, **kw: na2d(n, 16, 8, 128, 32, 7, **kw), "na2d-32x32-k7-d128-b16h8", bwd=True)
+
+    # 3-D video windows: 8x32² tokens, K <= 7 per dimension, D64 (one D128).
+    def na3d(name, b, h, d, extents, kernel, dilation=None, **kw):
+        return Problem(name, b, h, d, extents, masks.neighborhood(extents, kernel, dilation),
+                       peers=MASKED_PEERS, target="flex", **kw)
+
+    video = (8, 32, 32)
+    add(lambda n, **kw: na3d(n, 8, 8, 64, video, (3, 7, 7), **kw), "na3d-8x32x32-k3x7x7-d64-b8h8", bwd=True,
+        core=True, core_bwd=True)
+    add(lambda n, **kw: na3d(n, 8, 8, 64, video, (5, 5, 5), **kw), "na3d-8x32x32-k5x5x5-d64-b8h8", bwd=True)
+    add(lambda n, **kw: na3d(n, 8, 8, 64, video, (7, 7, 7), **kw), "na3d-8x32x32-k7x7x7-d64-b8h8", bwd=True)
+    add(lambda n, **kw: na3d(n, 8, 8, 64, video, (3, 7, 7), (1, 2, 2), **kw),
+        "na3d-8x32x32-k3x7x7-dil1x2x2-d64-b8h8", bwd=True)
+    add(lambda n, **kw: na3d(n, 8, 8, 64, video, (3, 3, 3), **kw), "na3d-8x32x32-k3x3x3-d64-b8h8")
+    add(lambda n, **kw: na3d(n, 4, 8, 128, video, (3, 7, 7), **kw), "na3d-8x32x32-k3x7x7-d128-b4h8")
+
+    # Short dense sequences: S 512-2048, B·H 64-512, D64 and D128, causal and not (SDPA peers).
+    def dense_row(name, b, h, s, d, causal=False, **kw):
+        return dense(name, b, h, s, d, causal=causal, peers=DENSE_PEERS, target="sdpa_cudnn", **kw)
+
+    for s, b, d, causal_too, core in ((512, 32, 64, True, False), (1024, 16, 64, True, True),
+                                      (2048, 8, 64, True, True), (1024, 4, 64, False, False),
+                                      (512, 16, 128, False, False), (1024, 8, 128, True, False),
+                                      (2048, 4, 128, True, False)):
+        for causal in (False, True) if causal_too else (False,):
+            tag = "-causal" if causal else ""
+            add(lambda n, **kw: dense_row(n, b, 16, s, d, causal, **kw), f"dense{tag}-s{s}-d{d}-b{b}h16",
+                bwd=d == 64 or s == 2048 or (s == 1024 and not causal), core=core and not causal,
+                core_bwd=core and not causal)
+
+    # 1-D windows at L 8192 (D64; one D128), causal and not, K 64-4096; the issue's large one.
+    def na1d(name, b, h, d, length, k, causal=False, **kw):
+        return Problem(name, b, h, d, (length,), masks.neighborhood((length,), (k,), causal=(causal,)),
+                       peers=MASKED_PEERS, target="flex", **kw)
+
+    for k in (64, 256, 1024, 4096):
+        for causal in (False, True):
+            tag = "-causal" if causal else ""
+            add(lambda n, **kw: na1d(n, 4, 16, 64, 8192, k, causal, **kw), f"na1d{tag}-8192-k{k}-d64-b4h16",
+                bwd=k in (256, 1024) or (k == 4096 and causal), core=k == 256 and causal,
+                core_bwd=k == 256 and causal)
+    add(lambda n, **kw: na1d(n, 4, 16, 128, 8192, 1024, **kw), "na1d-8192-k1024-d128-b4h16", bwd=True)
+    add(lambda n, **kw: na1d(n, 1, 16, 128, 32768, 2049, **kw), "na1d-32768-k2049-d128-b1h16")
+
+    # Per-head block masks (block 128 = Flex's block): the same density given shared [nb, nb], as a
+    # stride-0 expand [1, H, nb, nb], per-head contiguous with the same pattern, per-head random.
+    def blockhead(name, s, density, form, seed, b=1, h=16, d=128, **kw):
+        spec = masks.MaskSpec("block", block_size=128, density=density, block_form=form,
+                              blocks=masks.head_blocks(s, 128, density, seed, h, form))
+        return Problem(name, b, h, d, (s,), spec, peers=BLOCK_PEERS, target="flex", **kw)
+
+    for s, percent, forms, bwd_forms in ((16384, 10, masks.BLOCK_FORMS, masks.BLOCK_FORMS),
+                                         (8192, 30, ("shared", "random"), ()),
+                                         (32768, 5, masks.BLOCK_FORMS, ("shared", "random"))):
+        for form in forms:
+            add(lambda n, **kw: blockhead(n, s, percent / 100, form, seed=s + percent, **kw),
+                f"blockhead-s{s}-p{percent}-{form}", bwd=form in bwd_forms,
+                core=s == 16384 and form in ("shared", "expand", "random"),
+                core_bwd=s == 16384 and form in ("shared", "random"))
+    return forward + (backward_rows if backward else [])
+
+
+def class_cpu_rows(backward: bool) -> list[Problem]:
+    """CPU-sized rows of every class and block form (--smoke-cpu --set classes-cpu): the code paths
+    of --set classes (per-head block tensors in all four forms, dilated 2-D, 3-D, causal 1-D) on
+    attnkit's CPU backend against SDPA math, float32."""
+    f32 = {"dtype": "float32"}
+    rows = [
+        Problem("clscpu-na2d-14x14-k7-dil2", 2, 2, 32, (14, 14), masks.neighborhood((14, 14), (7, 7), (2, 2)), **f32),
+        Problem("clscpu-na3d-4x8x8-k3x5x5", 1, 2, 16, (4, 8, 8), masks.neighborhood((4, 8, 8), (3, 5, 5)), **f32),
+        Problem("clscpu-na1d-causal-300-k64", 1, 2, 16, (300,), masks.neighborhood((300,), (64,), causal=(True,)),
+                **f32),
+        dense("clscpu-dense-causal-s130", 2, 2, 130, 32, causal=True, **f32),
+    ]
+    for form in masks.BLOCK_FORMS:
+        spec = masks.MaskSpec("block", block_size=16, density=0.3, block_form=form,
+                              blocks=masks.head_blocks(200, 16, 0.3, 5, 3, form))
+        rows.append(Problem(f"clscpu-blockhead-s200-p30-{form}", 2, 3, 16, (200,), spec, **f32))
+    if backward:
+        for form in masks.BLOCK_FORMS:
+            spec = masks.MaskSpec("block", block_size=16, density=0.3, block_form=form,
+                                  blocks=masks.head_blocks(120, 16, 0.3, 6, 3, form))
+            rows.append(Problem(f"clscpu-blockhead-bwd-s120-p30-{form}", 1, 3, 8, (120,), spec, backward=True,
+                                dtype="float64"))
+        rows.append(Problem("clscpu-na1d-bwd-causal-90-k17", 1, 2, 8, (90,),
+                            masks.neighborhood((90,), (17,), causal=(True,)), backward=True, dtype="float64"))
+    return rows
+
+
+ROW_SETS = {
+    "full": full_rows,
+    "quick": quick_rows,
+    "smoke": smoke_rows,
+    "classes": class_rows,
+    "classes-core": lambda backward: [r for r in class_rows(backward) if r.core],
+    "classes-cpu": class_cpu_rows,
+}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -297,11 +444,12 @@ def reference_rows(inputs: Inputs, rows, batch_index: int):
     q = inputs.flat(inputs.q)[batch_index, rows].to(work).transpose(0, 1)  # [H, R, D]
     k = inputs.flat(inputs.k)[batch_index].to(work).transpose(0, 1)  # [H, S, D]
     v = inputs.flat(inputs.v)[batch_index].to(work).transpose(0, 1)
-    allowed = masks.mask_rows(p.mask, rows, p.seq)  # [R, S]
+    allowed = masks.mask_rows(p.mask, rows, p.seq, batch=batch_index)  # [R, S], or [H|1, R, S] per head
     out = torch.empty(q.shape[0], rows.numel(), v.shape[-1], dtype=work, device=q.device)
     for h0 in range(0, q.shape[0], 4):
         scores = torch.matmul(q[h0:h0 + 4], k[h0:h0 + 4].transpose(-1, -2)) * inputs.scale
-        scores = scores.masked_fill(~allowed, float("-inf"))
+        heads_allowed = allowed[h0:h0 + 4] if allowed.dim() == 3 and allowed.shape[0] > 1 else allowed
+        scores = scores.masked_fill(~heads_allowed, float("-inf"))
         top = scores.amax(dim=-1, keepdim=True)
         top = torch.where(torch.isinf(top), torch.zeros_like(top), top)
         weights = torch.exp(scores - top)
@@ -361,7 +509,10 @@ def attnkit_candidate(inputs: Inputs, lib, entry: dict):
         elif spec.kind == "neighborhood":
             capi.neighborhood_mask(mask, spec.kernel_size, spec.dilation, spec.stride, spec.causal)
         elif spec.kind == "block":
-            blocks = spec.blocks.to(q.device)[None, None].contiguous()
+            # As the row gives it: [nb, nb] as [1, 1, nb, nb]; [B|1, H|1, nb, nb] with its strides (a
+            # stride-0 expand stays one).
+            blocks = (spec.blocks.to(q.device)[None, None].contiguous() if spec.blocks.dim() == 2
+                      else masks.to_device_keeping_broadcast(spec.blocks, q.device))
             keep.append(blocks)
             mask.kind = capi.ATTNKIT_MASK_BLOCK
             mask.block_mask = capi.tensor_view(blocks)
@@ -416,8 +567,9 @@ def sdpa_candidate(inputs: Inputs, backend_name: str, layout: str):
     if p.mask.kind in ("neighborhood", "block"):
         if backend_name == "sdpa_flash":
             raise Unsupported("takes no arbitrary mask")
-        if p.seq * p.seq > DENSE_MASK_LIMIT:
-            raise Unsupported(f"dense attn_mask of {p.seq}^2 too large")
+        mask_batches, mask_heads = masks.mask_heads(p.mask)
+        if p.seq * p.seq * mask_batches * mask_heads > DENSE_MASK_LIMIT:
+            raise Unsupported(f"dense attn_mask of {mask_batches * mask_heads}x{p.seq}^2 too large")
         attn_mask = masks.dense_mask(p.mask, p.seq, p.seq, inputs.device)
     return _torch_candidate(inputs, layout, lambda q, k, v: _sdpa(F, sdpa_kernel, backend, q, k, v,
                                                                      attn_mask, is_causal))
@@ -437,6 +589,7 @@ def flex_candidate(inputs: Inputs, layout: str, info: dict):
     info["block_mask_builder"] = builder
     if block_mask is not None:
         info["block_mask_sparsity"] = round(float(block_mask.sparsity()), 2)
+        info["block_mask_heads"] = list(block_mask.kv_num_blocks.shape[:2])
     compiled = torch.compile(flex_attention, dynamic=False)
     return _torch_candidate(inputs, layout, lambda q, k, v: compiled(q, k, v, block_mask=block_mask))
 
@@ -484,6 +637,8 @@ def run_row(problem: Problem, device, args, lib, lib_error: str | None, partial_
         "extents": list(problem.extents), "pairs": problem.pairs(), "flops": problem.flops(),
         "density": problem.pairs() / (problem.seq * problem.seq), "candidates": {},
     }
+    if problem.target:
+        row["target_peer"] = problem.target
 
     def save():
         if partial_path:
@@ -502,7 +657,8 @@ def run_row(problem: Problem, device, args, lib, lib_error: str | None, partial_
     reference = None if problem.backward else reference_rows(inputs, rows, batch_index)
 
     peers = PEERS_CPU if device.type == "cpu" else PEERS_GPU
-    peers = [name for name in peers if not args.peers or name in args.peers]
+    peers = [name for name in peers if (not args.peers or name in args.peers)
+             and (problem.peers is None or name in problem.peers)]
     outputs = {}
     candidate = None
     for name in [*peers, "attnkit"]:
@@ -596,6 +752,9 @@ def _judge(row: dict, outputs: dict, tolerance: float, problem: Problem) -> None
         attnkit["unchecked"] = "no correct peer to compare gradients with"
     if best and "ms" in attnkit:
         row["ratio"] = candidates[best]["ms"] / attnkit["ms"]
+    target = candidates.get(row.get("target_peer") or "", {})
+    if "ms" in attnkit and target.get("correct") and "ms" in target:
+        row["ratio_target"] = target["ms"] / attnkit["ms"]
 
 
 def _release(device) -> None:
@@ -641,11 +800,16 @@ def markdown(report: dict) -> str:
         "ratio = best correct peer ms ÷ attnkit ms (> 1: attnkit faster); rel L2: attnkit vs fp32 "
         "reference on sampled query rows (forward) or vs the best peer's gradients (backward)",
         "- masked rows give sdpa_cudnn / sdpa_efficient a dense bool attn_mask (dense work)",
+        *(["- vs target = the ms of the peer issue #20's target names (flex; sdpa_cudnn for dense) "
+           "÷ attnkit ms; per-head block rows add attnkit's ms with the same pattern given shared ÷ "
+           "its ms here (\"× shared\")"] if any(r.get("target_peer") for r in report["rows"]) else []),
         "",
     ]
     names = ["attnkit"] + [n for n in (*PEERS_GPU, *PEERS_CPU)
                            if any(n in r["candidates"] for r in report["rows"])]
-    header = ["row", "dir", "problem", "mask", "density"] + names + ["best peer", "ratio", "rel L2"]
+    targets = any(r.get("target_peer") for r in report["rows"])
+    header = ["row", "dir", "problem", "mask", "density"] + names + ["best peer", "ratio"] + \
+        (["vs target"] if targets else []) + ["rel L2"]
     lines.append("| " + " | ".join(header) + " |")
     lines.append("|" + "---|" * len(header))
     for row in report["rows"]:
@@ -656,12 +820,30 @@ def markdown(report: dict) -> str:
             cells.append(_cell(row.get("candidates", {}).get(name, {}), width=80))
         cells.append(row.get("best_peer") or "—")
         cells.append(f"{row['ratio']:.2f}×" if row.get("ratio") else "—")
+        if targets:
+            cell = (f"{row['ratio_target']:.2f}× {row['target_peer']}" if row.get("ratio_target") else
+                    (f"— ({row['target_peer']})" if row.get("target_peer") else ""))
+            shared = _shared_form_ratio(row, report["rows"])
+            cells.append(cell + (f"; {shared:.2f}× shared" if shared else ""))
         attnkit = row.get("candidates", {}).get("attnkit", {})
         error = attnkit.get("rel_l2_ref", attnkit.get("rel_l2_peer"))
         verdict = " WRONG" if attnkit.get("correct") is False else ""
         cells.append(f"{error:.1e}{verdict}" if error is not None else (row.get("error", "—")[:80]))
         lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _shared_form_ratio(row: dict, rows: list):
+    """For a per-head block row (name ending -expand/-heads/-random): attnkit ms of the row of the same
+    pattern given shared (-shared) ÷ this row's attnkit ms (issue #20: >= 0.95), else None."""
+    name = row.get("name", "")
+    stem, _, form = name.rpartition("-")
+    if form not in ("expand", "heads", "random"):
+        return None
+    shared = next((r for r in rows if r.get("name") == f"{stem}-shared"), None)
+    mine = row.get("candidates", {}).get("attnkit", {})
+    theirs = (shared or {}).get("candidates", {}).get("attnkit", {})
+    return theirs["ms"] / mine["ms"] if "ms" in mine and "ms" in theirs else None
 
 
 def environment(device, lib, lib_error) -> dict:
@@ -752,12 +934,7 @@ def git_commit() -> str:
 
 
 def select_rows(args) -> list[Problem]:
-    if args.smoke_cpu:
-        rows = smoke_rows(args.backward)
-    elif args.quick:
-        rows = quick_rows(args.backward)
-    else:
-        rows = full_rows(args.backward)
+    rows = ROW_SETS[args.set](args.backward)
     if args.only:
         patterns = [p.strip() for p in args.only.split(",") if p.strip()]
         rows = [r for r in rows if any(fnmatch.fnmatch(r.name, p) or p in r.name for p in patterns)]
@@ -813,7 +990,13 @@ def run_in_child(problem: Problem, args, timeout: float) -> dict:
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="a few small shapes")
+    parser.add_argument("--quick", action="store_true", help="a few small shapes (= --set quick)")
+    parser.add_argument("--set", choices=tuple(ROW_SETS),
+                        help="the rows: full (default), quick, smoke (--smoke-cpu's), classes (issue #20's "
+                             "problem classes: cls-na2d-*, cls-na3d-*, cls-dense-*, cls-na1d-*, "
+                             "cls-blockhead-*), classes-core (a few rows of each class), classes-cpu "
+                             "(CPU-sized rows of each class, for --smoke-cpu); default: --quick / "
+                             "--smoke-cpu's set, else $ATTNKIT_BENCH_SET, else full")
     parser.add_argument("--only", help="rows whose name matches (glob or substring; comma-separated)")
     parser.add_argument("--out", default=os.environ.get("ATTNKIT_BENCH_OUT", "bench-out"),
                         help="folder for bench.json and bench.md (default: bench-out)")
@@ -842,6 +1025,11 @@ def parse_args(argv=None):
     parser.add_argument("--child-row", help=argparse.SUPPRESS)
     parser.add_argument("--child-json", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.set is None:
+        environment_set = os.environ.get("ATTNKIT_BENCH_SET") or None
+        if environment_set is not None and environment_set not in ROW_SETS:
+            parser.error(f"ATTNKIT_BENCH_SET={environment_set!r}: not one of {', '.join(ROW_SETS)}")
+        args.set = "quick" if args.quick else "smoke" if args.smoke_cpu else environment_set or "full"
     args.peers = [p.strip() for p in args.peers.split(",")] if args.peers else None
     # What a child needs to rebuild the same row and settings.
     args.child_argv = [a for a in (argv if argv is not None else sys.argv[1:])]

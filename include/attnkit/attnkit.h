@@ -256,14 +256,18 @@ ATTNKIT_C_API attnkit_status attnkit_attention_forward_plan(const attnkit_attent
 ATTNKIT_C_API attnkit_status attnkit_attention_backward_plan(const attnkit_attention_backward_args* args,
                                                              const attnkit_run_options* options, int32_t flags,
                                                              attnkit_plan** plan);
+/* A gemm plan; alpha and beta are the plan's (they are run-time values of its kernel, not part of its choice). */
+ATTNKIT_C_API attnkit_status attnkit_gemm_plan(const attnkit_gemm_args* args, const attnkit_run_options* options,
+                                               int32_t flags, attnkit_plan** plan);
 /* Device scratch a run of the plan needs (0 when none). */
 ATTNKIT_C_API attnkit_status attnkit_plan_workspace_size(const attnkit_plan* plan, int64_t* bytes);
 /* Runs the plan on new tensors of its call shape: data[i] is the data pointer of the i-th tensor field
  * of the args struct, in declaration order (attention forward: q, k, v, out, lse, mask.block_mask,
  * mask.element_mask, mask.rpb: 8 pointers; attention backward: q, k, v, out, lse, grad_out, grad_q, grad_k,
- * grad_v, mask.block_mask, mask.element_mask, mask.rpb, grad_rpb: 13). A tensor absent from the plan's args stays NULL;
- * a present one needs the alignment (address mod 16) it had there. A tensor with no elements in the plan's args
- * may be NULL in every run (NULL counts as address mod 16 = 0). workspace: as in attnkit_run_options. */
+ * grad_v, mask.block_mask, mask.element_mask, mask.rpb, grad_rpb: 13; gemm: a, b, c: 3). A tensor absent from
+ * the plan's args stays NULL; a present one needs the alignment (address mod 16) it had there. A tensor with no
+ * elements in the plan's args may be NULL in every run (NULL counts as address mod 16 = 0). workspace: as in
+ * attnkit_run_options. */
 ATTNKIT_C_API attnkit_status attnkit_plan_run(const attnkit_plan* plan, void* const* data, int32_t count, void* stream,
                                               void* workspace, int64_t workspace_bytes);
 ATTNKIT_C_API void attnkit_plan_destroy(attnkit_plan* plan);

@@ -357,6 +357,10 @@ _PROTOTYPES = {
 # Functions a library of this ABI may not export yet (the tuner's C API landed after the ops):
 # they are looked up on first use by optional_function(), so the package imports without them.
 _OPTIONAL_PROTOTYPES = {
+    "attnkit_gemm_plan": (
+        _status,
+        [ctypes.POINTER(GemmArgs), ctypes.POINTER(RunOptions), _i32, ctypes.POINTER(_ptr)],
+    ),
     "attnkit_tuner_get_settings": (_status, [ctypes.POINTER(TunerSettings)]),
     "attnkit_tuner_configure": (_status, [ctypes.POINTER(TunerSettings)]),
     "attnkit_bytes_append": (None, [BytesHandle, ctypes.c_char_p, _i64]),

@@ -21,6 +21,7 @@ from . import _attention_ops
 from . import _capi
 from . import _mask_spec
 from ._attention_ops import attention_forward as _attention_op
+from . import _gemm_ops
 from ._gemm_ops import gemm as _gemm_op
 from ._retention_ops import retention_forward as _retention_op
 
@@ -461,6 +462,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, allow_tf32: bool = False) -> torch
         a = a.unsqueeze(0)
     elif a.dim() == 3 and b.dim() == 2:
         b = b.unsqueeze(0)
+    if _eager_fast_path(a, b, b):
+        return _gemm_ops.eager_gemm(a, b, bool(allow_tf32))
     return _gemm_op(a, b, bool(allow_tf32))
 
 

@@ -1,5 +1,5 @@
-// The C ABI's plans (attnkit_attention_*_plan, attnkit_plan_run): a handle owns the call shape it was
-// made from (the problem with its views) and the cached plan of that shape (core/attention_plan.hpp).
+// The C ABI's plans (attnkit_attention_*_plan, attnkit_gemm_plan, attnkit_plan_run): a handle owns the
+// call shape it was made from (the problem with its views) and the cached plan of that shape (core/attention_plan.hpp).
 // A run copies the shape, puts the caller's data pointers into its tensor fields (checking presence and
 // alignment against the shape, the only things a pointer can change about a plan; a field with no elements
 // is present whatever its pointer, NULL included) and runs the plan;
@@ -17,6 +17,7 @@
 #include "capi/c_api_convert.hpp"
 #include "capi/c_api_errors.hpp"
 #include "core/attention_plan.hpp"
+#include "core/gemm_plan.hpp"
 #include "core/zero_size.hpp"
 
 struct attnkit_plan {
@@ -77,6 +78,15 @@ struct PlanTraits<AttentionBackward> {
   }
   static std::shared_ptr<const OpPlan<AttentionBackward>> plan(const AttentionBackward& p, const RunOptions& o) {
     return detail::attention_backward_plan(p, o);
+  }
+};
+
+template <>
+struct PlanTraits<GemmProblem> {
+  static constexpr const char* kNames[] = {"a", "b", "c"};
+  static std::array<TensorView*, 3> fields(GemmProblem& p) { return {&p.a, &p.b, &p.c}; }
+  static std::shared_ptr<const OpPlan<GemmProblem>> plan(const GemmProblem& p, const RunOptions& o) {
+    return detail::gemm_plan(p, o);
   }
 };
 
@@ -191,6 +201,15 @@ attnkit_status attnkit_attention_backward_plan(const attnkit_attention_backward_
     require_args(args, "attnkit_attention_backward_args");
     require_args(plan, "plan");
     *plan = new PlanHandle<attnkit::AttentionBackward>(to_attention_backward(*args), plan_options(options, flags));
+  });
+}
+
+attnkit_status attnkit_gemm_plan(const attnkit_gemm_args* args, const attnkit_run_options* options, int32_t flags,
+                                 attnkit_plan** plan) {
+  return guarded_call([&] {
+    require_args(args, "attnkit_gemm_args");
+    require_args(plan, "plan");
+    *plan = new PlanHandle<attnkit::GemmProblem>(to_gemm(*args), plan_options(options, flags));
   });
 }
 

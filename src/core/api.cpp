@@ -1,10 +1,12 @@
-// The public entry points. Attention goes through its cached plan (core/attention_plan.hpp: validated
-// and selected once per call shape); the other ops validate, then write the result of a zero-size
-// problem that needs no kernel (core/zero_size.hpp) or hand over to the backend that runs the call.
+// The public entry points. Every op goes through its cached plan (core/attention_plan.hpp,
+// core/retention_plan.hpp, core/gemm_plan.hpp): validated and its kernel selected once per call shape,
+// then run; a zero-size problem's plan writes what the definition fixes (core/zero_size.hpp).
 #include "attnkit/attention.hpp"
 #include "attnkit/gemm.hpp"
 #include "attnkit/retention.hpp"
 #include "core/attention_plan.hpp"
+#include "core/gemm_plan.hpp"
+#include "core/retention_plan.hpp"
 #include "core/validate.hpp"
 #include "core/zero_size.hpp"
 #include "cpu/cpu_backend.hpp"
@@ -28,39 +30,18 @@ int64_t attention_backward_workspace_size(const AttentionBackward& problem, cons
   return detail::attention_backward_plan(problem, options)->workspace_bytes();
 }
 
+// Through their cached plans (core/retention_plan.hpp): validated and selected once per call shape.
 void retention_forward(const RetentionForward& problem, const RunOptions& options) {
-  detail::validate_retention_forward(problem, options);
-  const Backend backend = detail::resolve_backend(options.backend, problem.q.device);
-  if (detail::retention_forward_needs_no_kernel(problem)) {
-    detail::write_zero_size_result(problem, options);
-  } else if (backend == Backend::cuda) {
-    cuda::retention_forward(problem, options);
-  } else {
-    cpu::retention_forward(problem, options);
-  }
+  detail::retention_forward_plan(problem, options)->run(problem, options);
 }
 
 void retention_backward(const RetentionBackward& problem, const RunOptions& options) {
-  detail::validate_retention_backward(problem, options);
-  const Backend backend = detail::resolve_backend(options.backend, problem.q.device);
-  if (detail::retention_backward_needs_no_kernel(problem)) {
-    detail::write_zero_size_result(problem, options);
-  } else if (backend == Backend::cuda) {
-    cuda::retention_backward(problem, options);
-  } else {
-    cpu::retention_backward(problem, options);
-  }
+  detail::retention_backward_plan(problem, options)->run(problem, options);
 }
 
+// Through its cached plan (core/gemm_plan.hpp): validated and selected once per call shape.
 void gemm(const GemmProblem& problem, const RunOptions& options) {
-  detail::validate_gemm(problem, options);
-  const Backend backend = detail::resolve_backend(options.backend, problem.a.device);
-  if (detail::gemm_needs_no_kernel(problem)) return;  // C has no elements: nothing to write
-  if (backend == Backend::cuda) {
-    cuda::gemm(problem, options);
-  } else {
-    cpu::gemm(problem, options);
-  }
+  detail::gemm_plan(problem, options)->run(problem, options);
 }
 
 }  // namespace attnkit

@@ -24,9 +24,13 @@ detail::MadePlan<AttentionBackward> make_attention_backward_plan(const Attention
                                                                  const detail::AttentionShape&, const RunOptions&) {
   not_built();
 }
-void retention_forward(const RetentionForward&, const RunOptions&) { not_built(); }
-void retention_backward(const RetentionBackward&, const RunOptions&) { not_built(); }
-void gemm(const GemmProblem&, const RunOptions&) { not_built(); }
+detail::MadePlan<RetentionForward> make_retention_forward_plan(const RetentionForward&, const RunOptions&) {
+  not_built();
+}
+detail::MadePlan<RetentionBackward> make_retention_backward_plan(const RetentionBackward&, const RunOptions&) {
+  not_built();
+}
+detail::MadePlan<GemmProblem> make_gemm_plan(const GemmProblem&, const RunOptions&) { not_built(); }
 
 }  // namespace attnkit::cuda
 

@@ -1,5 +1,5 @@
 // The CUDA backend's entry points in a build with CUDA: device queries and the fused-attention plans.
-// Operations whose CUDA kernels do not exist yet throw Status::unsupported pointing to the CPU backend.
+// Each op's plan checks the backend's capabilities and throws Status::unsupported naming what is allowed.
 #include "cuda/cuda_backend.hpp"
 
 #include <cuda_runtime_api.h>
@@ -9,14 +9,11 @@
 #include "attnkit/error.hpp"
 #include "cuda/fmha/fmha_backward.hpp"
 #include "cuda/fmha/fmha_forward.hpp"
+#include "cuda/gemm/gemm_plan.hpp"
+#include "cuda/retention/retention_plan.hpp"
 
 namespace attnkit::cuda {
 namespace {
-
-[[noreturn]] void not_yet(const char* what) {
-  throw Error(Status::unsupported,
-              std::string(what) + ": not yet available on the CUDA backend; allowed: run on CPU tensors (backend cpu)");
-}
 
 std::string version_string(int version) {
   return std::to_string(version / 1000) + "." + std::to_string((version % 1000) / 10);
@@ -77,10 +74,18 @@ detail::MadePlan<AttentionBackward> make_attention_backward_plan(const Attention
   return fmha::make_backward_plan(problem, shape, options);
 }
 
-void retention_forward(const RetentionForward&, const RunOptions&) { not_yet("retention_forward"); }
+detail::MadePlan<RetentionForward> make_retention_forward_plan(const RetentionForward& problem,
+                                                               const RunOptions& options) {
+  return retention::make_forward_plan(problem, options);
+}
 
-void retention_backward(const RetentionBackward&, const RunOptions&) { not_yet("retention_backward"); }
+detail::MadePlan<RetentionBackward> make_retention_backward_plan(const RetentionBackward& problem,
+                                                                 const RunOptions& options) {
+  return retention::make_backward_plan(problem, options);
+}
 
-void gemm(const GemmProblem&, const RunOptions&) { not_yet("gemm"); }
+detail::MadePlan<GemmProblem> make_gemm_plan(const GemmProblem& problem, const RunOptions& options) {
+  return gemm::make_gemm_plan(problem, options);
+}
 
 }  // namespace attnkit::cuda

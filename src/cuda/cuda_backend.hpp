@@ -23,8 +23,12 @@ detail::MadePlan<AttentionForward> make_attention_forward_plan(const AttentionFo
 detail::MadePlan<AttentionBackward> make_attention_backward_plan(const AttentionBackward& problem,
                                                                  const detail::AttentionShape& shape,
                                                                  const RunOptions& options);
-void retention_forward(const RetentionForward& problem, const RunOptions& options);
-void retention_backward(const RetentionBackward& problem, const RunOptions& options);
-void gemm(const GemmProblem& problem, const RunOptions& options);
+// The retention plans (core/retention_plan.hpp) of validated problems that need a kernel.
+detail::MadePlan<RetentionForward> make_retention_forward_plan(const RetentionForward& problem,
+                                                               const RunOptions& options);
+detail::MadePlan<RetentionBackward> make_retention_backward_plan(const RetentionBackward& problem,
+                                                                 const RunOptions& options);
+// The gemm plan (core/gemm_plan.hpp) of a validated problem whose C has elements.
+detail::MadePlan<GemmProblem> make_gemm_plan(const GemmProblem& problem, const RunOptions& options);
 
 }  // namespace attnkit::cuda

@@ -100,7 +100,7 @@ def retention(q, k, v, gamma=None, initial_state=None, scale=None, normalize=Fal
     dim_v = v.shape[-1]
     scale = 1.0 / math.sqrt(dim_k) if scale is None else scale
     gamma = torch.tensor(default_gamma(heads) if gamma is None else gamma, dtype=torch.float64)
-    qf, kf, vf = (t.double().transpose(1, 2) for t in (q, k, v))  # [B, H, T, X]
+    qf, kf, vf = (t.cpu().double().transpose(1, 2) for t in (q, k, v))  # [B, H, T, X], on the CPU
     t = torch.arange(steps, dtype=torch.float64)
     power = (t[:, None] - t[None, :])
     causal = power >= 0
@@ -114,7 +114,7 @@ def retention(q, k, v, gamma=None, initial_state=None, scale=None, normalize=Fal
     tail = gamma[:, None] ** (steps - 1 - t)  # [H, T]: decay from step m to the last step
     final = torch.einsum("bhtk,bhtv,ht->bhkv", kf, vf, tail)
     if initial_state is not None:
-        s0 = initial_state.double()
+        s0 = initial_state.cpu().double()
         lead = gamma[:, None] ** (t + 1)  # [H, T]
         out = out + scale * torch.einsum("bhtk,bhkv,ht->bhtv", qf, s0, lead)
         final = final + s0 * (gamma ** steps)[None, :, None, None]
@@ -122,8 +122,8 @@ def retention(q, k, v, gamma=None, initial_state=None, scale=None, normalize=Fal
 
 
 def relative_l2(actual: torch.Tensor, expected: torch.Tensor) -> float:
-    actual = actual.detach().double()
-    expected = expected.detach().double()
+    actual = actual.detach().cpu().double()
+    expected = expected.detach().cpu().double()
     assert not torch.isnan(actual).any(), "output holds NaN"
     denom = expected.norm().item()
     return (actual - expected).norm().item() / (denom if denom > 0 else 1.0)

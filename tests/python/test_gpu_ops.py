@@ -121,12 +121,133 @@ def test_retention_forward_bf16(mode):
     assert reference.relative_l2(out, reference.retention(q, k, v)[0]) <= 1.5e-2
 
 
+@pytest.mark.parametrize("dtype", LOW_PRECISION)
+def test_retention_forward_with_states_odd_length_d128(dtype):
+    q, k = (_rand(2, 201, 3, 128, dtype=dtype) for _ in range(2))
+    v = _rand(2, 201, 3, 64, dtype=dtype)
+    s0 = torch.randn(2, 3, 128, 64, device="cuda", dtype=torch.float32)
+    gamma = [0.7, 0.95, 0.999]
+    with skip_if_unsupported(f"retention forward {dtype} with states"):
+        out, final = attnkit.retention(q, k, v, gamma=gamma, initial_state=s0, output_final_state=True, scale=0.2)
+    expected, expected_final = reference.retention(q, k, v, gamma=gamma, initial_state=s0, scale=0.2)
+    assert reference.relative_l2(out, expected) <= reference.TOLERANCE[dtype]
+    assert reference.relative_l2(final, expected_final) <= reference.TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("dtype", LOW_PRECISION)
+def test_retention_normalized_parallel_forward(dtype):
+    q, k, v = (_rand(2, 130, 3, 64, dtype=dtype) for _ in range(3))
+    gamma = [0.6, 0.99, 0.9995]
+    with skip_if_unsupported(f"retention normalized parallel forward {dtype}"):
+        out, _ = attnkit.retention(q, k, v, gamma=gamma, mode="parallel", normalize=True)
+    expected, _ = reference.retention(q, k, v, gamma=gamma, normalize=True)
+    assert reference.relative_l2(out, expected) <= reference.TOLERANCE[dtype]
+
+
+def test_retention_decode_step_against_state_bf16():
+    q, k, v = (_rand(4, 1, 16, 128) for _ in range(3))
+    s0 = torch.randn(4, 16, 128, 128, device="cuda", dtype=torch.float32)
+    with skip_if_unsupported("retention recurrent decode"):
+        out, final = attnkit.retention(q, k, v, mode="recurrent", initial_state=s0, output_final_state=True)
+    expected, expected_final = reference.retention(q, k, v, initial_state=s0)
+    assert reference.relative_l2(out, expected) <= 1.5e-2
+    assert reference.relative_l2(final, expected_final) <= 1.5e-2
+
+
+@pytest.mark.parametrize("dtype", LOW_PRECISION)
+def test_retention_backward_with_states(dtype):
+    q, k = (_rand(2, 150, 2, 64, dtype=dtype, requires_grad=True) for _ in range(2))
+    v = _rand(2, 150, 2, 128, dtype=dtype, requires_grad=True)
+    s0 = torch.randn(2, 2, 64, 128, device="cuda", dtype=torch.float32, requires_grad=True)
+    grad_out = torch.randn(2, 150, 2, 128, device="cuda", dtype=dtype)
+    grad_final = torch.randn(2, 2, 64, 128, device="cuda", dtype=torch.float32)
+    with skip_if_unsupported(f"retention backward {dtype}"):
+        out, final = attnkit.retention(q, k, v, initial_state=s0, output_final_state=True)
+        torch.autograd.backward((out, final), (grad_out, grad_final))
+    q64, k64, v64, s064 = (t.detach().double().requires_grad_() for t in (q, k, v, s0))
+    expected, expected_final = reference.retention(q64, k64, v64, initial_state=s064)
+    torch.autograd.backward((expected, expected_final), (grad_out.double(), grad_final.double()))
+    for actual, wanted in ((q.grad, q64.grad), (k.grad, k64.grad), (v.grad, v64.grad), (s0.grad, s064.grad)):
+        assert reference.relative_l2(actual, wanted) <= 2 * reference.TOLERANCE[dtype]
+
+
 @pytest.mark.parametrize("dtype", LOW_PRECISION + [torch.float32])
 def test_gemm(dtype):
     a, b = _rand(3, 129, 257, dtype=dtype), _rand(1, 257, 67, dtype=dtype).mT.contiguous().mT
     with skip_if_unsupported(f"gemm {dtype}"):
         c = attnkit.gemm(a, b)
     assert reference.relative_l2(c, a.double() @ b.double()) <= reference.TOLERANCE[dtype]
+
+
+def _operand(rows, cols, dtype, transposed):
+    """A [rows, cols] operand, stored transposed (column-major, a .mT view) when asked."""
+    return _rand(cols, rows, dtype=dtype).mT if transposed else _rand(rows, cols, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", LOW_PRECISION + [torch.float32])
+@pytest.mark.parametrize("transpose_a", [False, True])
+@pytest.mark.parametrize("transpose_b", [False, True])
+@pytest.mark.parametrize("shape", [(256, 512, 128), (16, 4096, 1024), (136, 264, 72), (67, 131, 173)])
+def test_gemm_both_transposes_on_aligned_and_odd_shapes(dtype, transpose_a, transpose_b, shape):
+    m, n, k = shape
+    a, b = _operand(m, k, dtype, transpose_a), _operand(k, n, dtype, transpose_b)
+    poison_allocator((m, n), dtype)
+    with skip_if_unsupported(f"gemm {dtype}"):
+        c = attnkit.gemm(a, b)
+    assert reference.relative_l2(c, a.double() @ b.double()) <= reference.TOLERANCE[dtype]
+
+
+def test_gemm_float32_with_tf32_is_within_the_tf32_tolerance():
+    # Uniform inputs: TF32 rounding gives about 2.6e-4 relative L2 on them (2.9e-4 on normal ones).
+    a = torch.rand(512, 1024, device="cuda") * 2 - 1
+    b = torch.rand(1024, 256, device="cuda") * 2 - 1
+    with skip_if_unsupported("gemm float32 allow_tf32"):
+        c = attnkit.gemm(a, b, allow_tf32=True)
+    assert reference.relative_l2(c, a.double() @ b.double()) <= 3e-4
+
+
+@pytest.mark.parametrize("dtype", LOW_PRECISION + [torch.float32])
+def test_gemm_batched_with_a_broadcast_operand_and_its_backward(dtype):
+    a = _rand(4, 136, 72, dtype=dtype, requires_grad=True)
+    b = _rand(1, 72, 264, dtype=dtype, requires_grad=True)
+    with skip_if_unsupported(f"gemm {dtype}"):
+        c = attnkit.gemm(a, b)
+        grad = _rand(4, 136, 264, dtype=dtype)
+        c.backward(grad)
+    a64, b64, g64 = a.detach().double(), b.detach().double(), grad.double()
+    tolerance = reference.TOLERANCE[dtype]
+    assert reference.relative_l2(c, a64 @ b64) <= tolerance
+    assert reference.relative_l2(a.grad, g64 @ b64.mT) <= tolerance
+    assert reference.relative_l2(b.grad, (a64.mT @ g64).sum(0, keepdim=True)) <= tolerance
+
+
+@pytest.mark.parametrize("dtype", LOW_PRECISION + [torch.float32])
+def test_gemm_on_misaligned_views_runs_staged_and_matches(dtype):
+    """Views one element into their buffer and odd leading dimensions: the operands are staged into aligned
+    workspace (torch-allocated through the plan) and the tensor-core kernels run; C is copied back."""
+    m, n, k = 257, 131, 173
+    a = _rand(m * k + 1, dtype=dtype)[1:].view(m, k)
+    b = _rand(k * n + 1, dtype=dtype)[1:].view(k, n)
+    with skip_if_unsupported(f"gemm {dtype}"):
+        c = attnkit.gemm(a, b)
+        again = attnkit.gemm(a, b)  # the plan's second run (its cached kernel parameters)
+    assert reference.relative_l2(c, a.double() @ b.double()) <= reference.TOLERANCE[dtype]
+    assert reference.relative_l2(again, a.double() @ b.double()) <= reference.TOLERANCE[dtype]
+
+
+def test_gemm_in_a_cuda_graph_and_under_torch_compile():
+    a, b = _rand(256, 128), _rand(128, 512)
+    with skip_if_unsupported("gemm bf16"):
+        attnkit.gemm(a, b)  # warm-up outside the capture: the plan is made there
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        c = attnkit.gemm(a, b)
+    a.copy_(_rand(256, 128))
+    g.replay()
+    torch.cuda.synchronize()
+    assert reference.relative_l2(c, a.double() @ b.double()) <= reference.TOLERANCE[torch.bfloat16]
+    compiled = torch.compile(lambda x, y: attnkit.gemm(x, y), fullgraph=True)
+    assert reference.relative_l2(compiled(a, b), a.double() @ b.double()) <= reference.TOLERANCE[torch.bfloat16]
 
 
 def test_runs_on_the_current_side_stream():

@@ -1,0 +1,156 @@
+"""GEMM benchmark: attnkit.gemm against torch.matmul (cuBLAS) in the same process, on the same GPU.
+
+Rows (issue #22): square 1024-8192; LLM shapes, decode-like (M 1-256 against N, K 4096-16384) and
+training-like (M 4096-16384); K-heavy; odd sizes; batched. Types bf16, fp16, fp32 without TF32 and
+fp32 with TF32 (attnkit's allow_tf32 and torch.backends.cuda.matmul.allow_tf32 set alike).
+
+Timing (DESIGN §5): CUDA events around each call, warm-up first, the median of many runs; inputs
+larger than L2 are rotated between several copies so a run does not find its operands in L2. TF/s
+counts 2*B*M*N*K. Prints a table with the ratio attnkit / cuBLAS per row and the geometric mean per
+type; --json writes the rows (with the device, torch and CUDA versions) to a file.
+
+    python bench/bench_gemm.py                  # every row, every type
+    python bench/bench_gemm.py --quick          # a few rows
+    python bench/bench_gemm.py --types bf16 --groups square --json docs/perf/gemm.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from dataclasses import dataclass
+
+import torch
+
+import attnkit
+
+L2_BYTES = 50 * 2**20  # H100: 50 MiB
+
+
+@dataclass
+class Row:
+    group: str
+    batch: int  # 0: rank-2 operands
+    m: int
+    n: int
+    k: int
+
+    def label(self) -> str:
+        shape = f"{self.m}x{self.n}x{self.k}"
+        return f"{self.batch}x{shape}" if self.batch else shape
+
+
+def rows(quick: bool) -> list[Row]:
+    if quick:
+        return [Row("square", 0, 4096, 4096, 4096), Row("decode", 0, 16, 4096, 4096),
+                Row("odd", 0, 1023, 1025, 1027), Row("batched", 8, 1024, 1024, 1024)]
+    out = [Row("square", 0, s, s, s) for s in (1024, 2048, 4096, 8192)]
+    out += [Row("decode", 0, m, n, k) for m in (1, 16, 64, 256) for (n, k) in ((4096, 4096), (16384, 4096),
+                                                                              (4096, 16384))]
+    out += [Row("training", 0, m, n, k) for m in (4096, 16384) for (n, k) in ((4096, 4096), (14336, 4096),
+                                                                              (4096, 14336))]
+    out += [Row("k-heavy", 0, m, n, k) for (m, n, k) in ((1024, 1024, 16384), (2048, 2048, 32768),
+                                                         (256, 256, 65536))]
+    out += [Row("odd", 0, m, n, k) for (m, n, k) in ((1023, 1025, 1027), (4095, 4097, 4099), (1000, 3000, 777),
+                                                    (4096, 4096, 4100))]
+    out += [Row("batched", b, m, n, k) for (b, m, n, k) in ((8, 1024, 1024, 1024), (32, 512, 512, 512),
+                                                           (64, 128, 4096, 128))]
+    return out
+
+
+TYPES = {"bf16": (torch.bfloat16, False), "fp16": (torch.float16, False), "fp32": (torch.float32, False),
+         "tf32": (torch.float32, True)}
+
+
+def time_ms(fn, sets, warmup: int, iters: int) -> float:
+    """Median of per-call CUDA-event times, cycling through the input sets."""
+    for i in range(warmup):
+        fn(*sets[i % len(sets)])
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    for i in range(iters):
+        starts[i].record()
+        fn(*sets[i % len(sets)])
+        ends[i].record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+
+
+def measure(row: Row, dtype: torch.dtype, tf32: bool, warmup: int, iters: int) -> dict:
+    shape_a = (row.batch, row.m, row.k) if row.batch else (row.m, row.k)
+    shape_b = (row.batch, row.k, row.n) if row.batch else (row.k, row.n)
+    element = torch.finfo(dtype).bits // 8
+    batch = max(row.batch, 1)
+    bytes_per_set = element * batch * (row.m * row.k + row.k * row.n + row.m * row.n)
+    copies = max(1, min(8, math.ceil(2 * L2_BYTES / max(bytes_per_set, 1))))
+    sets = [(torch.randn(shape_a, device="cuda", dtype=dtype), torch.randn(shape_b, device="cuda", dtype=dtype))
+            for _ in range(copies)]
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    a, b = sets[0]
+    ours = attnkit.gemm(a, b, allow_tf32=tf32)
+    theirs = torch.matmul(a, b)
+    reference = a.double() @ b.double()
+    error = ((ours.double() - reference).norm() / reference.norm()).item()
+    error_cublas = ((theirs.double() - reference).norm() / reference.norm()).item()
+    del reference
+    ms_ours = time_ms(lambda x, y: attnkit.gemm(x, y, allow_tf32=tf32), sets, warmup, iters)
+    ms_cublas = time_ms(torch.matmul, sets, warmup, iters)
+    flops = 2.0 * batch * row.m * row.n * row.k
+    return {"group": row.group, "shape": row.label(), "batch": row.batch, "m": row.m, "n": row.n, "k": row.k,
+            "ms_attnkit": ms_ours, "ms_cublas": ms_cublas, "tflops_attnkit": flops / ms_ours / 1e9,
+            "tflops_cublas": flops / ms_cublas / 1e9, "ratio": ms_cublas / ms_ours, "rel_l2_attnkit": error,
+            "rel_l2_cublas": error_cublas}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--types", nargs="+", default=list(TYPES), choices=list(TYPES))
+    parser.add_argument("--groups", nargs="+", default=None,
+                        help="square decode training k-heavy odd batched (default: all)")
+    parser.add_argument("--quick", action="store_true", help="four rows")
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--iters", type=int, default=50)
+    parser.add_argument("--json", metavar="PATH", help="write the rows as JSON")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("bench_gemm: no CUDA device", file=sys.stderr)
+        return 1
+    selected = [r for r in rows(args.quick) if args.groups is None or r.group in args.groups]
+    results = []
+    header = f"{'type':5} {'group':9} {'shape':22} {'attnkit TF/s':>12} {'cuBLAS TF/s':>12} {'ratio':>6} {'err':>9}"
+    print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}  CUDA {torch.version.cuda}")
+    print(header)
+    print("-" * len(header))
+    tf32_before = torch.backends.cuda.matmul.allow_tf32
+    try:
+        for name in args.types:
+            dtype, tf32 = TYPES[name]
+            for row in selected:
+                r = measure(row, dtype, tf32, args.warmup, args.iters)
+                r["type"] = name
+                results.append(r)
+                print(f"{name:5} {r['group']:9} {r['shape']:22} {r['tflops_attnkit']:12.1f} "
+                      f"{r['tflops_cublas']:12.1f} {r['ratio']:6.3f} {r['rel_l2_attnkit']:9.2e}", flush=True)
+                torch.cuda.empty_cache()
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32_before
+    print()
+    for name in args.types:
+        ratios = [r["ratio"] for r in results if r["type"] == name]
+        if ratios:
+            geomean = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+            print(f"{name}: geometric mean ratio {geomean:.3f}, lowest {min(ratios):.3f} over {len(ratios)} rows")
+    if args.json:
+        meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
+                "attnkit": getattr(attnkit, "__version__", "")}
+        with open(args.json, "w") as f:
+            json.dump({"meta": meta, "rows": results}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+# The GEMM kernel instantiations of the CUDA backend: one row per compiled kernel, from which
+# cmake/attnkit_gemm_instances.cmake writes, at configure time, one .cu file per row and the list the
+# registry gemm_kernels() (src/cuda/gemm/gemm_registry.cpp) expands. Adding a kernel is adding a row.
+# Every problem also has the SIMT fallback (src/cuda/gemm/gemm_simt.cu), which is not a row.
+#
+# Columns:
+#   tier      sm90: Hopper (CUTLASS 3.x CollectiveBuilder: TMA + wgmma, warp-specialised persistent;
+#                   compute capability 9.0 only) — built only when ATTNKIT_CUDA_ARCHS holds 90a
+#             sm80: CUTLASS 2.x GemmUniversal (cp.async + mma.sync; any SM80+ device)
+#   type      f16 | bf16 (fp32 accumulation, C in the input type); sm80 only: tf32 (fp32 in and out on
+#             TF32 tensor cores, used only with allow_tf32) | 3xtf32 (fp32 in and out, fp32-level error)
+#   a, b      majorness in the canonical form (src/cuda/gemm/gemm_shape.hpp: C row-major): k (the
+#             reduction dimension is contiguous) | mn. Row-major A @ row-major B is a=k b=mn; x @ W^T
+#             with a row-major weight W is a=k b=k.
+#   tile      M x N x K of the CTA tile
+#   grid      sm90: the cluster, M x N CTAs; sm80: the warps, M x N
+#   stages    sm90: auto (as many as fit beside the epilogue); sm80: the cp.async pipeline depth
+#   schedule  sm90: coop (two consumer warp groups share a tile) | pingpong (they alternate tiles) |
+#             streamk (coop with the stream-K scheduler: the K loops of all tiles are split among the
+#             CTAs, partial sums reduced through a workspace); sm80: -
+#   set       dev: in every build | full: only with -DATTNKIT_KERNEL_SET=full (the default)
+#
+# The name of a row (its config id, the plan's TunedConfig name and ATTNKIT_GEMM_CONFIG's value) is
+# <tier>_<type>_a<a>_b<b>_<tile>_<c|w><grid>[_s<stages>][_<schedule>], e.g.
+# sm90_bf16_ak_bmn_128x256x64_c2x1_coop, sm80_3xtf32_ak_bk_128x128x16_w2x2_s4; the entry function is
+# gemm_<name>.
+#
+# Order is the registry's order, and it matters: a problem runs on the first row of its type and
+# majorness that accepts it on the device, except that a streamk row of the same type and majorness
+# replaces it when that row's output tiles (times the batch) would occupy fewer than half the SMs
+# (src/cuda/gemm/gemm_registry.cpp). So sm90 rows come first (enforced), and tf32 rows before 3xtf32
+# rows (with allow_tf32 the faster TF32 is preferred; without it tf32 rows never match).
+# The dev set holds every layout of bf16 and f16 on Hopper (about 35-45 s of one core each to compile), the
+# stream-K rows of the two common layouts (a=k b=mn, a=k b=k; the full set adds the A MN-major ones, which
+# weight gradients of small grids use), and fp32 on sm80 for those two layouts (12-20 s each); fp32 in the
+# other layouts runs on the SIMT fallback in a dev build.
+# Misaligned problems run on these rows too, with the operands that miss a row's rule copied into aligned
+# workspace first (src/cuda/gemm/gemm_staging.hpp): no extra instances.
+set(ATTNKIT_GEMM_KERNEL_TABLE
+  # tier type    a   b   tile        grid stages schedule set
+  "sm90  bf16    k   mn  128x256x64  2x1  auto   coop     dev"
+  "sm90  bf16    k   k   128x256x64  2x1  auto   coop     dev"
+  "sm90  f16     k   mn  128x256x64  2x1  auto   coop     dev"
+  "sm90  f16     k   k   128x256x64  2x1  auto   coop     dev"
+  "sm90  bf16    mn  mn  128x256x64  2x1  auto   coop     dev"
+  "sm90  bf16    mn  k   128x256x64  2x1  auto   coop     dev"
+  "sm90  f16     mn  mn  128x256x64  2x1  auto   coop     dev"
+  "sm90  f16     mn  k   128x256x64  2x1  auto   coop     dev"
+  "sm90  bf16    k   mn  128x128x64  1x1  auto   streamk  dev"
+  "sm90  bf16    k   k   128x128x64  1x1  auto   streamk  dev"
+  "sm90  f16     k   mn  128x128x64  1x1  auto   streamk  dev"
+  "sm90  f16     k   k   128x128x64  1x1  auto   streamk  dev"
+  "sm90  bf16    mn  mn  128x128x64  1x1  auto   streamk  full"
+  "sm90  bf16    mn  k   128x128x64  1x1  auto   streamk  full"
+  "sm90  f16     mn  mn  128x128x64  1x1  auto   streamk  full"
+  "sm90  f16     mn  k   128x128x64  1x1  auto   streamk  full"
+  "sm80  tf32    k   mn  128x128x32  2x2  3      -        dev"
+  "sm80  tf32    k   k   128x128x32  2x2  3      -        dev"
+  "sm80  tf32    mn  mn  128x128x32  2x2  3      -        full"
+  "sm80  tf32    mn  k   128x128x32  2x2  3      -        full"
+  "sm80  3xtf32  k   mn  128x128x16  2x2  4      -        dev"
+  "sm80  3xtf32  k   k   128x128x16  2x2  4      -        dev"
+  "sm80  3xtf32  mn  mn  128x128x16  2x2  4      -        full"
+  "sm80  3xtf32  mn  k   128x128x16  2x2  4      -        full"
+  "sm80  bf16    k   mn  128x128x32  2x2  4      -        full"
+  "sm80  bf16    k   k   128x128x32  2x2  4      -        full"
+  "sm80  f16     k   mn  128x128x32  2x2  4      -        full"
+  "sm80  f16     k   k   128x128x32  2x2  4      -        full"
+)

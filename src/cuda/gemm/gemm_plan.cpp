@@ -1,0 +1,79 @@
+#include "cuda/gemm/gemm_plan.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "attnkit/error.hpp"
+#include "cuda/common/cuda_check.hpp"
+#include "cuda/gemm/gemm_registry.hpp"
+#include "cuda/gemm/gemm_shape.hpp"
+#include "cuda/gemm/gemm_staging.hpp"
+
+namespace attnkit::cuda::gemm {
+namespace {
+
+// The runtime calls of a run make the device's primary context current by themselves, but the driver calls
+// (cuTensorMapEncodeTiled, for the Hopper kernels' TMA descriptors) need it current already, and a thread
+// that never used the runtime (PyTorch's autograd device thread, a fresh std::thread) has none: the
+// DeviceGuard calls cudaSetDevice only when another device is current. cudaSetDevice makes the primary
+// context current and is allowed during stream capture.
+void make_primary_context_current(int device) { check_cuda(cudaSetDevice(device), "cudaSetDevice"); }
+
+class CudaGemmPlan final : public detail::OpPlan<GemmProblem> {
+ public:
+  CudaGemmPlan(std::string name, std::unique_ptr<GemmRunner> runner, GemmShape shape, int device)
+      : name_(std::move(name)), runner_(std::move(runner)), shape_(shape), device_(device) {}
+
+  int64_t workspace_bytes() const override { return runner_->workspace_bytes(); }
+
+  void run(const GemmProblem& problem, const RunOptions& options) const override {
+    const DeviceGuard guard(device_);
+    make_primary_context_current(device_);
+    const GemmShape shape = bind_gemm(shape_, problem);
+    const auto stream = static_cast<cudaStream_t>(options.stream);
+    const int64_t needed = runner_->workspace_bytes();
+    const auto alpha = static_cast<float>(problem.alpha), beta = static_cast<float>(problem.beta);
+    if (needed == 0 || (options.workspace != nullptr && options.workspace_bytes >= needed)) {
+      runner_->run(shape, alpha, beta, options.workspace, stream);
+      return;
+    }
+    // No caller workspace: stream-ordered scratch, freed behind the kernel on the same stream.
+    void* memory = nullptr;
+    check_cuda(cudaMallocAsync(&memory, static_cast<size_t>(needed), stream), "cudaMallocAsync (gemm workspace)");
+    try {
+      runner_->run(shape, alpha, beta, memory, stream);
+    } catch (...) {
+      cudaFreeAsync(memory, stream);
+      throw;
+    }
+    check_cuda(cudaFreeAsync(memory, stream), "cudaFreeAsync (gemm workspace)");
+  }
+
+  TunedConfig config() const override { return {name_, "default"}; }
+
+ private:
+  std::string name_;
+  std::unique_ptr<GemmRunner> runner_;
+  GemmShape shape_;
+  int device_ = 0;
+};
+
+}  // namespace
+
+detail::MadePlan<GemmProblem> make_gemm_plan(const GemmProblem& problem, const RunOptions&) {
+  const int index = problem.a.device.index;
+  const DeviceGuard guard(index);
+  make_primary_context_current(index);
+  const GemmDevice& device = gemm_device(index);
+  const GemmShape shape = describe_gemm(problem);
+  const GemmChoice choice = select_gemm_kernel(shape, device, problem.allow_tf32);
+  std::unique_ptr<GemmRunner> runner =
+      choice.kernel->make_runner(choice.staging.any() ? staged_shape(shape, choice.staging) : shape, device);
+  runner = make_staged_runner(shape, choice.staging, std::move(runner), device);
+  return {std::make_unique<CudaGemmPlan>(choice.name(), std::move(runner), shape, index)};
+}
+
+}  // namespace attnkit::cuda::gemm

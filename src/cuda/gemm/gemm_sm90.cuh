@@ -1,0 +1,296 @@
+// Hopper GEMM instances (sm_90a): CUTLASS 3.x collectives built by CollectiveBuilder — a TMA + wgmma
+// mainloop with as many smem stages as fit beside the epilogue, a TMA epilogue computing
+// alpha * acc + beta * C (C is read only when beta != 0) — in the warp-specialised persistent
+// GemmUniversal kernel (one producer warp group issuing TMA loads, one or two consumer warp groups
+// issuing wgmma: cooperative splits one tile between two, ping-pong alternates two tiles) over the
+// persistent tile scheduler, batched through the L mode (batch stride 0 broadcasts: TMA drops the mode).
+// Operands are the canonical form of gemm_shape.hpp: C row-major, A and B K- or MN-major by template.
+//
+// What TMA needs is 16-byte aligned base addresses, leading dimensions and batch strides; the extents are
+// free (every box is bounded by the tensor's extents: loads beyond them fill zeros, stores are dropped), so
+// M, N and K need not be multiples of anything. CUTLASS's can_implement also asks for the contiguous extents
+// to be multiples of 8 elements (it assumes packed tensors, where the extent is the leading dimension): the
+// refusal checks the strides itself and asks can_implement about M and K rounded up (not N: the epilogue
+// writes C's rows in vectors, see refusal). An operand that
+// misses the stride rule is staged (gemm_staging.hpp); the 32-bit problem shape is the only hard limit.
+//
+// A plan makes the runner once: can_implement, the workspace size (0 but for stream-K) and the dynamic
+// shared memory attribute (once per kernel and device). The kernel Params (TMA descriptors, which embed the
+// global addresses, and the scheduler's) are built on the host for each distinct set of pointers, alpha,
+// beta and workspace, and the last few are kept: a run with the pointers of a recent run (the same
+// buffers: benchmarks, static inference buffers, the caching allocator's reuse) only launches. A
+// descriptor the driver could not encode (CUTLASS prints the error and carries on with a zero descriptor)
+// stops the run with an error instead of launching on it.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <type_traits>
+
+#include "attnkit/error.hpp"
+#include "cuda/common/cuda_check.hpp"
+#include "cuda/common/kernel_attributes.hpp"
+#include "cuda/gemm/gemm_kernel.hpp"
+#include "cuda/gemm/gemm_staging.hpp"
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+
+namespace attnkit::cuda::gemm::sm90 {
+
+// Schedules: the persistent data-parallel scheduler (one CTA per output tile at a time), or stream-K
+// (the K loop of the tiles is split among all CTAs, partial sums reduced through the workspace), which
+// keeps every SM busy when a problem has fewer tiles than SMs (decode-like M, small N).
+struct Cooperative {
+  using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using Epilogue = cutlass::epilogue::TmaWarpSpecializedCooperative;
+  using Scheduler = cutlass::gemm::PersistentScheduler;
+  static constexpr bool kStreamK = false;
+};
+struct PingPong {
+  using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+  using Epilogue = cutlass::epilogue::TmaWarpSpecialized;
+  using Scheduler = cutlass::gemm::PersistentScheduler;
+  static constexpr bool kStreamK = false;
+};
+struct CooperativeStreamK {
+  using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using Epilogue = cutlass::epilogue::TmaWarpSpecializedCooperative;
+  using Scheduler = cutlass::gemm::StreamKScheduler;
+  static constexpr bool kStreamK = true;
+};
+
+template <class Element_, bool AKMajor, bool BKMajor, int TileM, int TileN, int TileK, int ClusterM, int ClusterN,
+          class Schedule>
+struct Sm90Gemm {
+  using Element = Element_;
+  static constexpr bool kAKMajor = AKMajor;
+  static constexpr bool kBKMajor = BKMajor;
+  using LayoutA = std::conditional_t<AKMajor, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
+  using LayoutB = std::conditional_t<BKMajor, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
+  using LayoutC = cutlass::layout::RowMajor;
+  static constexpr int kAlignment = 16 / static_cast<int>(sizeof(Element));
+  using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
+  using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
+
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, Element, LayoutC, kAlignment, Element, LayoutC,
+      kAlignment, typename Schedule::Epilogue>::CollectiveOp;
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA, kAlignment, Element, LayoutB, kAlignment,
+      float, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      typename Schedule::Mainloop>::CollectiveOp;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
+                                                      CollectiveEpilogue, typename Schedule::Scheduler>;
+  static constexpr int kTileM = TileM;
+  static constexpr int kTileN = TileN;
+  static constexpr bool kStreamK = Schedule::kStreamK;
+  using Adapter = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+};
+
+template <class Gemm>
+typename Gemm::Kernel::Arguments arguments_of(const GemmShape& s, float alpha, float beta, const GemmDevice& device) {
+  using Element = typename Gemm::Element;
+  using Kernel = typename Gemm::Kernel;
+  using StrideA = typename Kernel::StrideA;
+  using StrideB = typename Kernel::StrideB;
+  using StrideC = typename Kernel::StrideC;
+  StrideA stride_a{};
+  if constexpr (Gemm::kAKMajor) {
+    stride_a = cute::make_stride(s.a_row, cute::Int<1>{}, s.a_batch);
+  } else {
+    stride_a = cute::make_stride(cute::Int<1>{}, s.a_col, s.a_batch);
+  }
+  // B's modes are (N, K, L).
+  StrideB stride_b{};
+  if constexpr (Gemm::kBKMajor) {
+    stride_b = cute::make_stride(s.b_col, cute::Int<1>{}, s.b_batch);
+  } else {
+    stride_b = cute::make_stride(cute::Int<1>{}, s.b_row, s.b_batch);
+  }
+  const StrideC stride_c = cute::make_stride(s.c_row, cute::Int<1>{}, s.c_batch);
+  typename Kernel::Arguments args{};
+  args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+  args.problem_shape = {static_cast<int>(s.m), static_cast<int>(s.n), static_cast<int>(s.k), static_cast<int>(s.batch)};
+  args.mainloop.ptr_A = static_cast<const Element*>(s.a);
+  args.mainloop.dA = stride_a;
+  args.mainloop.ptr_B = static_cast<const Element*>(s.b);
+  args.mainloop.dB = stride_b;
+  args.epilogue.thread.alpha = alpha;
+  args.epilogue.thread.beta = beta;
+  args.epilogue.ptr_C = static_cast<const Element*>(s.c);
+  args.epilogue.dC = stride_c;
+  args.epilogue.ptr_D = static_cast<Element*>(s.c);
+  args.epilogue.dD = stride_c;
+  args.hw_info.device_id = device.index;
+  args.hw_info.sm_count = device.multiprocessors;  // else CUTLASS queries the device on every call
+  return args;
+}
+
+template <class Gemm>
+std::string refusal(const GemmShape& s, const GemmDevice& device) {
+  constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
+  if (s.m > kMaxInt || s.n > kMaxInt || s.k > kMaxInt || s.batch > kMaxInt) {
+    return "an extent beyond 2^31 - 1 (its problem shape is 32-bit)";
+  }
+  if (!tma_addressable(s)) {
+    return "TMA needs 16-byte aligned base addresses, leading dimensions and batch strides";
+  }
+  if (static_cast<int>(Gemm::Kernel::SharedStorageSize) > device.max_shared_bytes_optin) {
+    return "its shared memory exceeds the device's";
+  }
+  // M and K rounded up for CUTLASS's packed-tensor alignment check (see above): TMA bounds the loads of A and
+  // B and the epilogue predicates C's rows. N is C's contiguous extent, which the epilogue writes in vectors
+  // of kAlignment elements: an N that is not a multiple of it would write past the end of C's rows, so it
+  // is checked as it is (such problems are staged or run elsewhere).
+  GemmShape rounded = s;
+  auto round = [](int64_t x) { return (x + Gemm::kAlignment - 1) / Gemm::kAlignment * Gemm::kAlignment; };
+  rounded.m = round(s.m), rounded.k = round(s.k);
+  if (rounded.m > kMaxInt || rounded.n > kMaxInt || rounded.k > kMaxInt) {
+    return "an extent beyond 2^31 - 1 (its problem shape is 32-bit)";
+  }
+  if (!Gemm::Kernel::can_implement(arguments_of<Gemm>(rounded, 1.0f, 0.0f, device))) {
+    return "CUTLASS can_implement refused the problem";
+  }
+  return "";
+}
+
+// Whether the driver encoded a TMA descriptor (a failed cuTensorMapEncodeTiled leaves CUTLASS's
+// zero-initialised one as it was).
+inline bool descriptor_encoded(const void* descriptor, size_t bytes) {
+  const auto* p = static_cast<const unsigned char*>(descriptor);
+  for (size_t i = 0; i < bytes; ++i) {
+    if (p[i] != 0) return true;
+  }
+  return false;
+}
+
+template <class Gemm>
+class Sm90Runner final : public GemmRunner {
+  using Params = typename Gemm::Kernel::Params;
+
+ public:
+  Sm90Runner(const GemmShape& shape, const GemmDevice& device) : device_(device) {
+    workspace_bytes_ =
+        static_cast<int64_t>(Gemm::Kernel::get_workspace_size(arguments_of<Gemm>(shape, 1.0f, 0.0f, device)));
+    check_cuda(raise_dynamic_shared_memory_once(cutlass::device_kernel<typename Gemm::Kernel>,
+                                                static_cast<int>(Gemm::Kernel::SharedStorageSize)),
+               "cudaFuncSetAttribute (sm90 gemm)");
+  }
+
+  int64_t workspace_bytes() const override { return workspace_bytes_; }
+
+  void run(const GemmShape& shape, float alpha, float beta, void* workspace, cudaStream_t stream) const override {
+    const Key key{shape.a, shape.b, shape.c, workspace, alpha, beta};
+    const auto args = arguments_of<Gemm>(shape, alpha, beta, device_);
+    if (workspace_bytes_ > 0 &&
+        Gemm::Kernel::initialize_workspace(args, workspace, stream, nullptr) != cutlass::Status::kSuccess) {
+      throw Error(Status::cuda_error, "sm90 gemm: initializing the workspace failed");
+    }
+    Params params = cached_params(key, args, workspace);
+    const cutlass::Status status = Gemm::Adapter::run(params, stream);
+    check_launch("sm90 gemm");
+    if (status != cutlass::Status::kSuccess) {
+      throw Error(Status::cuda_error, std::string("sm90 gemm: launch failed: ") + cutlassGetStatusString(status));
+    }
+  }
+
+ private:
+  struct Key {
+    const void* a = nullptr;
+    const void* b = nullptr;
+    const void* c = nullptr;
+    const void* workspace = nullptr;
+    float alpha = 0.0f, beta = 0.0f;
+    bool operator==(const Key& o) const {
+      return a == o.a && b == o.b && c == o.c && workspace == o.workspace &&
+             std::memcmp(&alpha, &o.alpha, sizeof(float)) == 0 && std::memcmp(&beta, &o.beta, sizeof(float)) == 0;
+    }
+  };
+  struct Entry {
+    Key key;
+    Params params;
+    bool used = false;
+  };
+  static constexpr int kEntries = 8;
+
+  // The Params of `key`: kept from a recent run, else built (the TMA descriptors are encoded by the driver
+  // here) and checked.
+  Params cached_params(const Key& key, const typename Gemm::Kernel::Arguments& args, void* workspace) const {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      for (const Entry& e : entries_) {
+        if (e.used && e.key == key) return e.params;
+      }
+    }
+    Params params = Gemm::Kernel::to_underlying_arguments(args, workspace);
+    check_descriptors(params);
+    const std::lock_guard<std::mutex> lock(mutex_);
+    Entry& slot = entries_[next_];
+    next_ = (next_ + 1) % kEntries;
+    slot.key = key;
+    slot.params = params;
+    slot.used = true;
+    return params;
+  }
+
+  static void check_descriptors(const Params& params) {
+    const bool encoded =
+        descriptor_encoded(params.mainloop.tma_load_a.get_tma_descriptor(), sizeof(cute::TmaDescriptor)) &&
+        descriptor_encoded(params.mainloop.tma_load_b.get_tma_descriptor(), sizeof(cute::TmaDescriptor)) &&
+        descriptor_encoded(params.epilogue.tma_load_c.get_tma_descriptor(), sizeof(cute::TmaDescriptor)) &&
+        descriptor_encoded(params.epilogue.tma_store_d.get_tma_descriptor(), sizeof(cute::TmaDescriptor));
+    if (!encoded) {
+      throw Error(Status::cuda_error,
+                  "sm90 gemm: the CUDA driver could not encode a TMA descriptor (cuTensorMapEncodeTiled failed; "
+                  "see the error CUTLASS printed on stderr), so the kernel was not launched");
+    }
+  }
+
+  GemmDevice device_;
+  int64_t workspace_bytes_ = 0;
+  mutable std::mutex mutex_;
+  mutable std::array<Entry, kEntries> entries_{};
+  mutable int next_ = 0;
+};
+
+template <class Gemm>
+std::unique_ptr<GemmRunner> make_runner(const GemmShape& shape, const GemmDevice& device) {
+  return std::make_unique<Sm90Runner<Gemm>>(shape, device);
+}
+
+template <class Gemm>
+const GemmKernel& kernel_entry(const char* name, DType dtype) {
+  static const GemmKernel kernel = [&] {
+    GemmKernel k;
+    k.name = name;
+    k.tier = GemmTier::sm90;
+    k.dtype = dtype;
+    k.math = GemmMath::tensor;
+    k.a_k_major = Gemm::kAKMajor ? 1 : 0;
+    k.b_k_major = Gemm::kBKMajor ? 1 : 0;
+    k.architecture = 90;
+    k.tile_m = Gemm::kTileM;
+    k.tile_n = Gemm::kTileN;
+    k.stream_k = Gemm::kStreamK;
+    k.refusal = &refusal<Gemm>;
+    k.make_runner = &make_runner<Gemm>;
+    return k;
+  }();
+  return kernel;
+}
+
+}  // namespace attnkit::cuda::gemm::sm90

@@ -1,0 +1,253 @@
+#include "cuda/gemm/gemm_staging.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <utility>
+
+#include "attnkit/error.hpp"
+#include "cuda/common/cuda_check.hpp"
+
+namespace attnkit::cuda::gemm {
+namespace {
+
+constexpr int kAccessBytes = 16;
+constexpr int64_t kRegionAlignment = 256;
+constexpr int kCopyThreads = 256;
+
+int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+
+// One operand as the copy sees it: [batches][outer][inner] elements, the inner dimension contiguous.
+struct OperandLayout {
+  int64_t inner = 0, outer = 0, outer_stride = 0, batch_stride = 0;
+  const void* data = nullptr;
+};
+
+OperandLayout layout_a(const GemmShape& s) {
+  return s.a_k_major() ? OperandLayout{s.k, s.m, s.a_row, s.a_batch, s.a}
+                       : OperandLayout{s.m, s.k, s.a_col, s.a_batch, s.a};
+}
+OperandLayout layout_b(const GemmShape& s) {
+  return s.b_k_major() ? OperandLayout{s.k, s.n, s.b_col, s.b_batch, s.b}
+                       : OperandLayout{s.n, s.k, s.b_row, s.b_batch, s.b};
+}
+OperandLayout layout_c(const GemmShape& s) { return OperandLayout{s.n, s.m, s.c_row, s.c_batch, s.c}; }
+
+bool fits(int64_t elements, int64_t size) { return elements * size % kAccessBytes == 0; }
+
+// TMA's rule: base address, leading dimension (when more than one row / column is addressed; a stride of
+// 0 there, a broadcast row, is refused too) and batch stride 16-byte aligned.
+bool tma_ready(const OperandLayout& o, int64_t size) {
+  if (reinterpret_cast<std::uintptr_t>(o.data) % kAccessBytes != 0) return false;
+  if (o.outer > 1 && (o.outer_stride <= 0 || !fits(o.outer_stride, size))) return false;
+  return fits(o.batch_stride, size) && o.batch_stride >= 0;
+}
+
+// The staged copy of an operand of `outer` x `inner` (padded) extents: dense, 16-byte rows.
+struct Region {
+  int64_t ld = 0, matrix = 0, batches = 0, offset = 0, bytes = 0;
+};
+
+Region region_of(int64_t inner, int64_t outer, bool broadcast, int64_t batch, int64_t size) {
+  Region r;
+  r.ld = round_up(std::max<int64_t>(inner, 1), kAccessBytes / size);
+  r.matrix = r.ld * std::max<int64_t>(outer, 1);
+  r.batches = broadcast ? 1 : batch;
+  r.bytes = round_up(r.matrix * r.batches * size, kRegionAlignment);
+  return r;
+}
+
+// A copy of [batches][outer][inner] elements from one strided place to another; elements at or beyond the
+// source's extents (padding) are written as zero.
+struct CopyJob {
+  const unsigned char* source = nullptr;
+  unsigned char* destination = nullptr;
+  int64_t inner = 0, outer = 0, batches = 0;                 // the destination's extents
+  int64_t source_inner = 0, source_outer = 0;                // the source's extents
+  int64_t source_outer_stride = 0, source_batch_stride = 0;  // elements
+  int64_t destination_outer_stride = 0, destination_batch_stride = 0;
+};
+
+struct CopyJobs {
+  CopyJob job[3];
+};
+
+template <class Word>
+__global__ void __launch_bounds__(kCopyThreads) copy_operands(const CopyJobs jobs) {
+  const CopyJob& j = jobs.job[blockIdx.y];
+  const auto* source = reinterpret_cast<const Word*>(j.source);
+  auto* destination = reinterpret_cast<Word*>(j.destination);
+  const int64_t rows = j.outer * j.batches;
+  constexpr int kWarps = kCopyThreads / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; row < rows;
+       row += static_cast<int64_t>(gridDim.x) * kWarps) {
+    const int64_t l = row / j.outer, o = row % j.outer;
+    const Word* from = source + l * j.source_batch_stride + o * j.source_outer_stride;
+    Word* to = destination + l * j.destination_batch_stride + o * j.destination_outer_stride;
+    const bool row_inside = o < j.source_outer;
+    for (int64_t i = lane; i < j.inner; i += 32) to[i] = row_inside && i < j.source_inner ? from[i] : Word(0);
+  }
+}
+
+class StagedRunner final : public GemmRunner {
+ public:
+  StagedRunner(const GemmShape& shape, const GemmStaging& staging, std::unique_ptr<GemmRunner> inner,
+               const GemmDevice& device)
+      : staging_(staging), inner_(std::move(inner)), multiprocessors_(std::max(device.multiprocessors, 1)) {
+    size_ = static_cast<int64_t>(dtype_size(shape.dtype));
+    staged_ = staged_shape(shape, staging);
+    int64_t offset = round_up(inner_->workspace_bytes(), kRegionAlignment);
+    auto place = [&](bool staged, const OperandLayout& padded, int64_t batch_stride, Region& r) {
+      if (!staged) return;
+      r = region_of(padded.inner, padded.outer, batch_stride == 0, shape.batch, size_);
+      r.offset = offset;
+      offset += r.bytes;
+    };
+    place(staging.a, layout_a(staged_), shape.a_batch, a_);
+    place(staging.b, layout_b(staged_), shape.b_batch, b_);
+    place(staging.c, layout_c(staged_), shape.c_batch, c_);
+    workspace_bytes_ = offset;
+  }
+
+  int64_t workspace_bytes() const override { return workspace_bytes_; }
+
+  void run(const GemmShape& shape, float alpha, float beta, void* workspace, cudaStream_t stream) const override {
+    auto* base = static_cast<unsigned char*>(workspace);
+    GemmShape staged = staged_;
+    staged.a = staging_.a ? base + a_.offset : shape.a;
+    staged.b = staging_.b ? base + b_.offset : shape.b;
+    staged.c = staging_.c ? base + c_.offset : shape.c;
+    CopyJobs in{};
+    int count = 0;
+    if (staging_.a) in.job[count++] = job_in(layout_a(shape), layout_a(staged), a_);
+    if (staging_.b) in.job[count++] = job_in(layout_b(shape), layout_b(staged), b_);
+    if (staging_.c && beta != 0.0f) in.job[count++] = job_in(layout_c(shape), layout_c(staged), c_);
+    launch(in, count, stream);
+    inner_->run(staged, alpha, beta, base, stream);
+    if (staging_.c) {
+      // Back into C's view: its own extents only (a padded C's extra rows and columns are dropped).
+      const OperandLayout from = layout_c(staged), to = layout_c(shape);
+      CopyJobs out{};
+      CopyJob& j = out.job[0];
+      j.source = static_cast<const unsigned char*>(from.data);
+      j.destination = static_cast<unsigned char*>(const_cast<void*>(to.data));
+      j.inner = j.source_inner = to.inner;
+      j.outer = j.source_outer = to.outer;
+      j.batches = shape.batch;
+      j.source_outer_stride = c_.ld;
+      j.source_batch_stride = shape.c_batch == 0 ? 0 : c_.matrix;
+      j.destination_outer_stride = to.outer_stride;
+      j.destination_batch_stride = to.batch_stride;
+      launch(out, 1, stream);
+    }
+  }
+
+ private:
+  CopyJob job_in(const OperandLayout& from, const OperandLayout& to, const Region& r) const {
+    CopyJob j;
+    j.source = static_cast<const unsigned char*>(from.data);
+    j.destination = static_cast<unsigned char*>(const_cast<void*>(to.data));
+    j.inner = to.inner;
+    j.outer = to.outer;
+    j.batches = r.batches;
+    j.source_inner = from.inner;
+    j.source_outer = from.outer;
+    j.source_outer_stride = from.outer_stride;
+    j.source_batch_stride = from.batch_stride;
+    j.destination_outer_stride = r.ld;
+    j.destination_batch_stride = r.matrix;
+    return j;
+  }
+
+  void launch(const CopyJobs& jobs, int count, cudaStream_t stream) const {
+    if (count == 0) return;
+    int64_t rows = 0;
+    for (int i = 0; i < count; ++i) rows = std::max(rows, jobs.job[i].outer * jobs.job[i].batches);
+    constexpr int64_t kWarps = kCopyThreads / 32;
+    const auto blocks =
+        static_cast<unsigned>(std::clamp<int64_t>((rows + kWarps - 1) / kWarps, 1, int64_t{multiprocessors_} * 8));
+    const dim3 grid(blocks, static_cast<unsigned>(count));
+    if (size_ == 2) {
+      copy_operands<uint16_t><<<grid, kCopyThreads, 0, stream>>>(jobs);
+    } else {
+      copy_operands<uint32_t><<<grid, kCopyThreads, 0, stream>>>(jobs);
+    }
+    check_launch("gemm staging copy");
+  }
+
+  GemmStaging staging_;
+  std::unique_ptr<GemmRunner> inner_;
+  int multiprocessors_ = 1;
+  int64_t size_ = 2;
+  GemmShape staged_;
+  Region a_, b_, c_;
+  int64_t workspace_bytes_ = 0;
+};
+
+}  // namespace
+
+GemmStaging tma_staging(const GemmShape& s) {
+  const auto size = static_cast<int64_t>(dtype_size(s.dtype));
+  GemmStaging staging;
+  staging.a = !tma_ready(layout_a(s), size);
+  staging.b = !tma_ready(layout_b(s), size);
+  staging.c = !tma_ready(layout_c(s), size);
+  return staging;
+}
+
+bool tma_addressable(const GemmShape& shape) { return !tma_staging(shape).any(); }
+
+GemmStaging padded_staging(const GemmShape& s) {
+  const auto size = static_cast<int64_t>(dtype_size(s.dtype));
+  const GemmShape padded = staged_shape(s, GemmStaging{false, false, false, true});
+  auto needs = [&](const OperandLayout& o, const OperandLayout& p) {
+    return !tma_ready(o, size) || !fits(o.inner, size) || o.inner != p.inner || o.outer != p.outer;
+  };
+  GemmStaging staging;
+  staging.pad_extents = true;
+  staging.a = needs(layout_a(s), layout_a(padded));
+  staging.b = needs(layout_b(s), layout_b(padded));
+  staging.c = needs(layout_c(s), layout_c(padded));
+  return staging;
+}
+
+GemmShape staged_shape(const GemmShape& s, const GemmStaging& staging) {
+  const auto size = static_cast<int64_t>(dtype_size(s.dtype));
+  const int64_t vector = kAccessBytes / size;
+  GemmShape t = s;
+  if (staging.pad_extents) {
+    if ((s.a_k_major() || s.b_k_major()) && s.k % vector != 0) t.k = round_up(s.k, vector);
+    if (!s.a_k_major() && s.m % vector != 0) t.m = round_up(s.m, vector);
+    if (s.n % vector != 0) t.n = round_up(s.n, vector);  // C is row-major: N is its contiguous extent
+  }
+  // Placeholders: 16-byte aligned, never dereferenced on the host.
+  static const unsigned char* const kPlaceholder = reinterpret_cast<const unsigned char*>(uintptr_t{1} << 12);
+  if (staging.a) {
+    const Region r = region_of(t.a_k_major() ? t.k : t.m, t.a_k_major() ? t.m : t.k, s.a_batch == 0, s.batch, size);
+    (t.a_k_major() ? t.a_row : t.a_col) = r.ld;
+    t.a_batch = s.a_batch == 0 ? 0 : r.matrix;
+    t.a = kPlaceholder;
+  }
+  if (staging.b) {
+    const Region r = region_of(t.b_k_major() ? t.k : t.n, t.b_k_major() ? t.n : t.k, s.b_batch == 0, s.batch, size);
+    (t.b_k_major() ? t.b_col : t.b_row) = r.ld;
+    t.b_batch = s.b_batch == 0 ? 0 : r.matrix;
+    t.b = kPlaceholder;
+  }
+  if (staging.c) {
+    const Region r = region_of(t.n, t.m, s.c_batch == 0, s.batch, size);
+    t.c_row = r.ld;
+    t.c_batch = s.c_batch == 0 ? 0 : r.matrix;
+    t.c = const_cast<unsigned char*>(kPlaceholder);
+  }
+  return t;
+}
+
+std::unique_ptr<GemmRunner> make_staged_runner(const GemmShape& shape, const GemmStaging& staging,
+                                               std::unique_ptr<GemmRunner> inner, const GemmDevice& device) {
+  if (!staging.any()) return inner;
+  return std::make_unique<StagedRunner>(shape, staging, std::move(inner), device);
+}
+
+}  // namespace attnkit::cuda::gemm

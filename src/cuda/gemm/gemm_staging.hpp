@@ -1,0 +1,55 @@
+// Staging: how a problem whose operands a tensor-core kernel cannot address directly still runs on it.
+// An operand that misses the kernel's layout rule (TMA: a 16-byte aligned base address, leading dimension
+// and batch stride; the SM80 kernels additionally extents along the contiguous dimension that are
+// multiples of 16 bytes) is copied into a dense aligned buffer in the workspace, the kernel runs on the
+// copies, and a staged C is copied back (and copied in first when beta != 0). Only the operands that need
+// it are copied.
+//
+// Two kinds:
+// - TMA (Hopper rows): only the leading dimensions and base addresses change; the extents stay, since TMA
+//   bounds every box by the tensor's extents (zero fill beyond them), so the copy's padding columns are never
+//   read and are left unwritten.
+// - padded extents (SM80 rows): the contiguous extents are rounded up to the access width and the padding is
+//   zero-filled; K grows for both operands (zeros add nothing), M or N grow only where an operand is MN-major,
+//   and then C is staged too (its extra rows / columns are computed and dropped).
+//
+// Cost (16-bit types, the 4095 x 4097 x 4099 row-major problem, all three operands unaligned): A and B are
+// read and written once more (2 x 2 x 33.6 MB) and C written twice and read once (3 x 33.6 MB): about 235 MB
+// of extra traffic, some 70 us at 3.3 TB/s, against 137.5 GFLOP (about 200 us at 700 TF/s): about 1.35x the
+// time of an aligned problem of that size. With only A misaligned (4096 x 4096 x 4100, K-major A), 67 MB:
+// about 10 %.
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "cuda/gemm/gemm_kernel.hpp"
+#include "cuda/gemm/gemm_shape.hpp"
+
+namespace attnkit::cuda::gemm {
+
+struct GemmStaging {
+  bool a = false, b = false, c = false;
+  bool pad_extents = false;  // SM80: contiguous extents padded with zeros (else TMA: strides only)
+  bool any() const { return a || b || c; }
+};
+
+// The operands of `shape` that miss TMA's rule (see above), for a Hopper row.
+GemmStaging tma_staging(const GemmShape& shape);
+
+// The operands that miss the SM80 rule, with the padded extents.
+GemmStaging padded_staging(const GemmShape& shape);
+
+// Whether each operand of `shape` meets TMA's rule (every operand: tma_staging(shape).any() is false).
+bool tma_addressable(const GemmShape& shape);
+
+// The shape the kernel computes when `staging` applies to `shape`: staged operands dense (leading
+// dimension rounded up to 16 bytes, batch strides the packed matrix, 0 kept for a broadcast batch), extents
+// padded where the staging says so, data pointers of staged operands at 16-byte aligned placeholders.
+GemmShape staged_shape(const GemmShape& shape, const GemmStaging& staging);
+
+// A runner that stages the operands of `shape` (the unstaged problem) into its workspace, runs `inner` (made
+// for staged_shape(shape, staging)) on the copies and copies C back.
+std::unique_ptr<GemmRunner> make_staged_runner(const GemmShape& shape, const GemmStaging& staging,
+                                               std::unique_ptr<GemmRunner> inner, const GemmDevice& device);
+
+}  // namespace attnkit::cuda::gemm

@@ -1,0 +1,58 @@
+#include "cuda/retention/retention_chunk_registry.hpp"
+
+#include <set>
+
+namespace attnkit::cuda::retention {
+
+const ChunkKernel* find_chunk_kernel(DType dtype, int head_dim, int value_block) {
+  int count = 0;
+  const ChunkKernel* table = nullptr;
+  if (dtype == DType::f16) {
+    table = chunk_kernels_f16(&count);
+  } else if (dtype == DType::bf16) {
+    table = chunk_kernels_bf16(&count);
+  }
+  for (int i = 0; i < count; ++i) {
+    if (table[i].head_dim == head_dim && table[i].value_block == value_block) return &table[i];
+  }
+  return nullptr;
+}
+
+namespace {
+
+const ChunkKernel* find_by_head_dim(const ChunkKernel* (*f16)(int*), const ChunkKernel* (*bf16)(int*), DType dtype,
+                                    int head_dim) {
+  int count = 0;
+  const ChunkKernel* table = nullptr;
+  if (dtype == DType::f16) {
+    table = f16(&count);
+  } else if (dtype == DType::bf16) {
+    table = bf16(&count);
+  }
+  for (int i = 0; i < count; ++i) {
+    if (table[i].head_dim == head_dim) return &table[i];
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+const ChunkKernel* find_decode_kernel(DType dtype, int head_dim) {
+  return find_by_head_dim(&decode_kernels_f16, &decode_kernels_bf16, dtype, head_dim);
+}
+
+const ChunkKernel* find_normalized_kernel(DType dtype, int head_dim) {
+  return find_by_head_dim(&normalized_kernels_f16, &normalized_kernels_bf16, dtype, head_dim);
+}
+
+std::string chunk_head_dims_text() {
+  int count = 0;
+  const ChunkKernel* table = chunk_kernels_f16(&count);
+  std::set<int> dims;
+  for (int i = 0; i < count; ++i) dims.insert(table[i].head_dim);
+  std::string text;
+  for (const int d : dims) text += (text.empty() ? "" : ", ") + std::to_string(d);
+  return text;
+}
+
+}  // namespace attnkit::cuda::retention

@@ -1,0 +1,46 @@
+// The compiled instances of the chunkwise retention kernel (retention_chunk_kernel.cuh), the recurrent
+// decode kernel (retention_decode_kernel.cuh) and the normalised parallel forward
+// (retention_normalized_kernel.cuh), by element type, head dim Dk and value block (the Dv columns one
+// CTA owns), and their launch. Both take ChunkParams; each element type's instances
+// are compiled in retention_chunk_instances_<dtype>.cu.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+
+#include "attnkit/tensor.hpp"
+#include "cuda/retention/retention_params.hpp"
+
+namespace attnkit::cuda::retention {
+
+struct ChunkKernel {
+  const char* family;  // "chunk64", "decode" or "normalized"
+  DType dtype;
+  int head_dim;     // Dk of the job
+  int value_block;  // value columns per CTA; the job's Dv is a multiple of it
+  int threads;
+  int shared_bytes;
+  const void* function;                                       // the __global__ function
+  void (*launch)(const ChunkParams&, int64_t, cudaStream_t);  // grid = CTAs, caller checks the launch
+};
+
+// The instance for (dtype, Dk, value block), or null when none is compiled.
+const ChunkKernel* find_chunk_kernel(DType dtype, int head_dim, int value_block);
+// The recurrent decode kernel (retention_decode_kernel.cuh) for (dtype, Dk): value block 64, or null.
+const ChunkKernel* find_decode_kernel(DType dtype, int head_dim);
+// The normalised parallel forward (retention_normalized_kernel.cuh) for (dtype, Dk): value block 64, or null.
+const ChunkKernel* find_normalized_kernel(DType dtype, int head_dim);
+
+// Head dims and value blocks that have instances, for messages ("64, 128").
+std::string chunk_head_dims_text();
+
+// Registered by each instance file.
+const ChunkKernel* chunk_kernels_f16(int* count);
+const ChunkKernel* chunk_kernels_bf16(int* count);
+const ChunkKernel* decode_kernels_f16(int* count);
+const ChunkKernel* decode_kernels_bf16(int* count);
+const ChunkKernel* normalized_kernels_f16(int* count);
+const ChunkKernel* normalized_kernels_bf16(int* count);
+
+}  // namespace attnkit::cuda::retention

@@ -1,0 +1,310 @@
+#include "cuda/retention/retention_jobs.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "attnkit/error.hpp"
+
+namespace attnkit::cuda::retention {
+namespace {
+
+[[noreturn]] void unsupported(const std::string& message) { throw Error(Status::unsupported, message); }
+
+void require_half_precision(const TensorView& q) {
+  if (q.dtype == DType::f16 || q.dtype == DType::bf16) return;
+  unsupported(std::string("q: dtype ") + std::string(dtype_name(q.dtype)) +
+              " on the CUDA backend's retention; allowed: float16 or bfloat16 (fp32 accumulation and an fp32 "
+              "state); float32 and float64 run on the CPU backend (pass CPU tensors)");
+}
+
+void require_unnormalized_backward(bool normalize) {
+  if (!normalize) return;
+  unsupported(
+      "normalize: true in the backward is not yet available on the CUDA backend (its forward is); allowed: "
+      "normalize=false (every mode runs), or CPU tensors");
+}
+
+// The normalised parallel forward: Dk with an instance, Dv a multiple of its 64-column value block.
+JobShape select_normalized(const RetentionForward& problem) {
+  const int64_t dk = problem.q.extents[3], dv = problem.v.extents[3];
+  const ChunkKernel* kernel = dk <= 1024 ? find_normalized_kernel(problem.q.dtype, static_cast<int>(dk)) : nullptr;
+  if (kernel == nullptr) {
+    unsupported("q: head dim Dk = " + std::to_string(dk) +
+                " with normalize=true on the CUDA backend's retention; allowed: " + chunk_head_dims_text() +
+                " (other head dims run on the CPU backend)");
+  }
+  if (dv % kernel->value_block != 0) {
+    unsupported("v: head dim Dv = " + std::to_string(dv) +
+                " with normalize=true on the CUDA backend's retention; allowed: a multiple of 64");
+  }
+  const int64_t query_blocks = (problem.q.extents[1] + 63) / 64;
+  if (problem.q.extents[0] * problem.q.extents[2] * (dv / 64) * query_blocks > std::numeric_limits<int32_t>::max()) {
+    unsupported("B * H * T = " + std::to_string(problem.q.extents[0] * problem.q.extents[2] * problem.q.extents[1]) +
+                " with normalize=true on the CUDA backend's retention; allowed: B * H * T / 64 * Dv / 64 below 2^31");
+  }
+  JobShape shape;
+  shape.kernel = kernel;
+  shape.segment_tokens = query_blocks * 64;
+  return shape;
+}
+
+void require_gamma_fits(const std::vector<double>& gamma, int64_t heads) {
+  if (gamma.empty() || heads <= kMaxParamHeads) return;
+  unsupported("gamma: a per-head decay for " + std::to_string(heads) + " heads on the CUDA backend; allowed: at most " +
+              std::to_string(kMaxParamHeads) +
+              " heads with an explicit gamma, or the default gamma for any head count");
+}
+
+// ATTNKIT_RETENTION_CONFIG (read when a plan is made): "block=32", "segments=8", "decode=0", comma-separated;
+// each forces that choice where it is valid for the problem. For sweeping shapes on a GPU.
+struct ForcedConfig {
+  int value_block = 0;  // 0: chosen
+  int64_t segments = 0;
+  bool decode = true;
+};
+
+ForcedConfig forced_config() {
+  ForcedConfig config;
+  const char* text = std::getenv("ATTNKIT_RETENTION_CONFIG");
+  if (text == nullptr) return config;
+  std::string rest = text;
+  while (!rest.empty()) {
+    const std::size_t comma = rest.find(',');
+    const std::string item = rest.substr(0, comma);
+    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+    const std::size_t equals = item.find('=');
+    const std::string key = item.substr(0, equals);
+    const long long value = equals == std::string::npos ? -1 : std::atoll(item.c_str() + equals + 1);
+    if (key == "block" && (value == 32 || value == 64)) {
+      config.value_block = static_cast<int>(value);
+    } else if (key == "segments" && value >= 1) {
+      config.segments = value;
+    } else if (key == "decode" && (value == 0 || value == 1)) {
+      config.decode = value == 1;
+    } else {
+      throw Error(Status::invalid_argument, "ATTNKIT_RETENTION_CONFIG: item '" + item +
+                                                "'; allowed: comma-separated block=32|64, segments=N (N >= 1), "
+                                                "decode=0|1");
+    }
+  }
+  return config;
+}
+
+// The value block a CTA owns: 64 columns, or 32 when Dv is no multiple of 64; 0 when Dv is no
+// multiple of 32. Too few CTAs are made up for by segments (shape_job), which do not repeat Q K^T.
+int value_block_for(int64_t dv, const ForcedConfig& forced) {
+  if (forced.value_block != 0 && dv % forced.value_block == 0) return forced.value_block;
+  if (dv % 64 == 0) return 64;
+  if (dv % 32 == 0) return 32;
+  return 0;
+}
+
+// Segments when B * H * slices CTAs leave multiprocessors idle: as many as fit in one wave of two CTAs
+// per multiprocessor, each segment at least 4 chunks long.
+JobShape shape_job(const ChunkKernel* kernel, int64_t batch_heads, int64_t dk, int64_t dv, int64_t tokens,
+                   int multiprocessors, const ForcedConfig& forced) {
+  constexpr int64_t kChunk = 64;
+  constexpr int64_t kMinChunksPerSegment = 4;
+  JobShape shape;
+  shape.kernel = kernel;
+  const int64_t chunks = (tokens + kChunk - 1) / kChunk;
+  const int64_t ctas = batch_heads * (dv / kernel->value_block);
+  int64_t segments = 1;
+  if (ctas < multiprocessors) {
+    // Rounded down: every kernel instance fits two CTAs per multiprocessor (registers), and a second,
+    // partial wave would cost as much as the first.
+    const int64_t wanted = 2 * static_cast<int64_t>(multiprocessors) / ctas;
+    segments = std::max<int64_t>(1, std::min(wanted, chunks / kMinChunksPerSegment));
+  }
+  if (forced.segments != 0) segments = std::max<int64_t>(1, std::min(forced.segments, chunks));
+  const int64_t chunks_per_segment = segments > 1 ? (chunks + segments - 1) / segments : chunks;
+  shape.segment_tokens = chunks_per_segment * kChunk;
+  shape.segments = segments > 1 ? static_cast<int32_t>((chunks + chunks_per_segment - 1) / chunks_per_segment) : 1;
+  if (shape.segments > 1) {
+    shape.workspace_bytes = batch_heads * (shape.segments - 1) * dk * dv * static_cast<int64_t>(sizeof(float));
+  }
+  return shape;
+}
+
+JobShape select_job(DType dtype, int64_t dk, int64_t dv, int64_t batch_heads, int64_t tokens, int multiprocessors,
+                    const char* dk_name, const char* dv_name, const char* dv_allowed) {
+  if (dk > 1024 || find_chunk_kernel(dtype, static_cast<int>(dk), 32) == nullptr) {
+    unsupported(std::string(dk_name) + " = " + std::to_string(dk) + " on the CUDA backend's retention; allowed: " +
+                chunk_head_dims_text() + " (other head dims run on the CPU backend)");
+  }
+  const ForcedConfig forced = forced_config();
+  const int block = value_block_for(dv, forced);
+  const ChunkKernel* kernel = block == 0 ? nullptr : find_chunk_kernel(dtype, static_cast<int>(dk), block);
+  if (kernel == nullptr) {
+    unsupported(std::string(dv_name) + " = " + std::to_string(dv) + " on the CUDA backend's retention; allowed: " +
+                dv_allowed + " (other head dims run on the CPU backend)");
+  }
+  const JobShape shape = shape_job(kernel, batch_heads, dk, dv, tokens, multiprocessors, forced);
+  if (batch_heads * (dv / kernel->value_block) * shape.segments > std::numeric_limits<int32_t>::max()) {
+    unsupported("B * H = " + std::to_string(batch_heads) +
+                " (batch times heads) on the CUDA backend's retention; allowed: B * H * Dv / 32 below 2^31");
+  }
+  return shape;
+}
+
+bool vector_aligned(const TensorView& view) {
+  const auto element = static_cast<int64_t>(dtype_size(view.dtype));
+  if (reinterpret_cast<std::uintptr_t>(view.data) % 16 != 0) return false;
+  for (int d = 0; d < 3; ++d) {
+    if ((view.strides[static_cast<std::size_t>(d)] * element) % 16 != 0) return false;
+  }
+  return true;
+}
+
+// The operand's (b, t, h, 0) addressing; reversed: token t is the sequence's token T-1-t.
+SequenceOperand sequence(const TensorView& view, bool reversed) {
+  SequenceOperand s;
+  s.data = view.data;
+  s.batch = view.strides[0];
+  s.token = view.strides[1];
+  s.head = view.strides[2];
+  const int64_t tokens = view.extents[1];
+  if (reversed && tokens > 0 && view.data != nullptr) {
+    s.data = static_cast<const char*>(view.data) +
+             (tokens - 1) * view.strides[1] * static_cast<int64_t>(dtype_size(view.dtype));
+    s.token = -view.strides[1];
+  }
+  return s;
+}
+
+StateOperand state(const TensorView& view, bool transposed) {
+  StateOperand s;
+  if (view.data == nullptr) return s;
+  s.data = static_cast<float*>(view.data);
+  s.batch = view.strides[0];
+  s.head = view.strides[1];
+  s.row = transposed ? view.strides[3] : view.strides[2];
+  s.col = transposed ? view.strides[2] : view.strides[3];
+  const bool even_strides = s.batch % 2 == 0 && s.head % 2 == 0 && s.row % 2 == 0;
+  s.pairs = s.col == 1 && even_strides && reinterpret_cast<std::uintptr_t>(view.data) % 8 == 0 ? 1 : 0;
+  return s;
+}
+
+double scale_of(const std::optional<double>& scale, int64_t dk) {
+  return scale.value_or(1.0 / std::sqrt(static_cast<double>(dk)));
+}
+
+ChunkJob make_job(const JobShape& shape, const TensorView& q, const TensorView& k, const TensorView& v,
+                  const TensorView& out, bool reversed, double scale, const std::vector<float>& log2_gamma) {
+  ChunkJob job;
+  job.kernel = shape.kernel;
+  ChunkParams& p = job.params;
+  p.q = sequence(q, reversed);
+  p.k = sequence(k, reversed);
+  p.v = sequence(v, reversed);
+  p.out = sequence(out, reversed);
+  p.tokens = q.extents[1];
+  p.heads = static_cast<int32_t>(q.extents[2]);
+  p.dv_slices = static_cast<int32_t>(v.extents[3] / shape.kernel->value_block);
+  p.scale = static_cast<float>(scale);
+  p.vector_access = vector_aligned(q) && vector_aligned(k) && vector_aligned(v) && vector_aligned(out) ? 1 : 0;
+  p.default_gamma = log2_gamma.empty() ? 1 : 0;
+  if (!log2_gamma.empty()) std::memcpy(p.log2_gamma, log2_gamma.data(), log2_gamma.size() * sizeof(float));
+  p.segment_tokens = shape.segment_tokens;
+  p.segments = shape.segments;
+  p.value_columns = static_cast<int32_t>(v.extents[3]);
+  job.ctas = q.extents[0] * q.extents[2] * p.dv_slices * p.segments;
+  return job;
+}
+
+}  // namespace
+
+ForwardSelection select_forward(const RetentionForward& problem, int multiprocessors) {
+  require_half_precision(problem.q);
+  require_gamma_fits(problem.gamma, problem.q.extents[2]);
+  ForwardSelection selection;
+  if (problem.normalize) {
+    selection.job = select_normalized(problem);
+    return selection;
+  }
+  const int64_t dk = problem.q.extents[3], dv = problem.v.extents[3];
+  if (problem.q.extents[1] <= kDecodeMaxTokens && dv % 64 == 0 && dk <= 1024 && forced_config().decode) {
+    // A few tokens against the state: the recurrent kernel reads and writes the state once, on CUDA cores.
+    if (const ChunkKernel* decode = find_decode_kernel(problem.q.dtype, static_cast<int>(dk))) {
+      selection.job.kernel = decode;
+      selection.job.segment_tokens = problem.q.extents[1];
+      if (problem.q.extents[0] * problem.q.extents[2] * (dv / 64) <= std::numeric_limits<int32_t>::max()) {
+        return selection;
+      }
+    }
+  }
+  selection.job = select_job(problem.q.dtype, problem.q.extents[3], problem.v.extents[3],
+                             problem.q.extents[0] * problem.q.extents[2], problem.q.extents[1], multiprocessors,
+                             "q: head dim Dk", "v: head dim Dv", "a multiple of 32");
+  selection.workspace_bytes = selection.job.workspace_bytes;
+  return selection;
+}
+
+BackwardSelection select_backward(const RetentionBackward& problem, int multiprocessors) {
+  require_half_precision(problem.q);
+  require_unnormalized_backward(problem.normalize);
+  require_gamma_fits(problem.gamma, problem.q.extents[2]);
+  const DType dtype = problem.q.dtype;
+  const int64_t dk = problem.q.extents[3], dv = problem.v.extents[3];
+  const int64_t batch_heads = problem.q.extents[0] * problem.q.extents[2];
+  const int64_t tokens = problem.q.extents[1];
+  // The dQ and dK jobs carry the state transposed: Dv is their key dim, Dk their value dim.
+  const std::string both = chunk_head_dims_text() + " (the backward needs both Dk and Dv among them)";
+  BackwardSelection selection;
+  selection.dv =
+      select_job(dtype, dk, dv, batch_heads, tokens, multiprocessors, "q: head dim Dk", "v: head dim Dv", both.c_str());
+  selection.dq =
+      select_job(dtype, dv, dk, batch_heads, tokens, multiprocessors, "v: head dim Dv", "q: head dim Dk", both.c_str());
+  selection.dk = selection.dq;
+  selection.workspace_bytes = std::max(selection.dv.workspace_bytes, selection.dq.workspace_bytes);
+  return selection;
+}
+
+std::vector<float> log2_decay(const std::vector<double>& gamma, int64_t heads) {
+  if (gamma.empty() && heads > kMaxParamHeads) return {};
+  const std::vector<double> values = gamma.empty() ? default_retention_gamma(heads) : gamma;
+  std::vector<float> out(values.size());
+  for (std::size_t h = 0; h < values.size(); ++h) out[h] = static_cast<float>(std::log2(values[h]));
+  return out;
+}
+
+ChunkJob fill_forward(const RetentionForward& problem, const ForwardSelection& selection,
+                      const std::vector<float>& log2_gamma) {
+  ChunkJob job = make_job(selection.job, problem.q, problem.k, problem.v, problem.out, false,
+                          scale_of(problem.scale, problem.q.extents[3]), log2_gamma);
+  job.params.initial_state = state(problem.initial_state, false);
+  job.params.final_state = state(problem.final_state, false);
+  if (problem.normalize) {
+    // One CTA per (batch, head, value block, 64-row query block); no states (validation's rule).
+    job.ctas = problem.q.extents[0] * problem.q.extents[2] * job.params.dv_slices * ((problem.q.extents[1] + 63) / 64);
+  }
+  return job;
+}
+
+std::array<ChunkJob, 3> fill_backward(const RetentionBackward& problem, const BackwardSelection& selection,
+                                      const std::vector<float>& log2_gamma) {
+  const double scale = scale_of(problem.scale, problem.q.extents[3]);
+  const bool any_tokens = problem.q.extents[1] > 0;
+  std::array<ChunkJob, 3> jobs;
+  jobs[0] = make_job(selection.dq, problem.grad_out, problem.v, problem.k, problem.grad_q, false, scale, log2_gamma);
+  jobs[0].params.initial_state = state(problem.initial_state, true);
+  jobs[1] = make_job(selection.dk, problem.v, problem.grad_out, problem.q, problem.grad_k, true, scale, log2_gamma);
+  jobs[1].params.initial_state = state(problem.grad_final_state, true);
+  jobs[1].params.gradient_state_factors = 1;
+  jobs[2] = make_job(selection.dv, problem.k, problem.q, problem.grad_out, problem.grad_v, true, scale, log2_gamma);
+  jobs[2].params.initial_state = state(problem.grad_final_state, false);
+  jobs[2].params.final_state = state(problem.grad_initial_state, false);
+  jobs[2].params.gradient_state_factors = 1;
+  if (!any_tokens) {
+    jobs[0].kernel = nullptr;
+    jobs[1].kernel = nullptr;
+    if (problem.grad_initial_state.data == nullptr) jobs[2].kernel = nullptr;
+  }
+  return jobs;
+}
+
+}  // namespace attnkit::cuda::retention

@@ -1,0 +1,77 @@
+// Retention calls as jobs of the chunkwise kernel (retention_params.hpp). The forward is one job. The
+// backward is three, each a retention forward with operands swapped, so one kernel serves both
+// directions (S0 is the initial state, G the incoming final-state gradient, r: time reversed):
+//   dQ = retention(q = dO, k = V, v = K; S0^T)                          Dk' = Dv, Dv' = Dk
+//   dK = retention_r(q = V, k = dO, v = Q; G^T / (scale gamma))        Dk' = Dv, Dv' = Dk
+//   dV = retention_r(q = K, k = Q, v = dO; G / (scale gamma)); its final state times scale gamma is
+//        the initial state's gradient                                  Dk' = Dk, Dv' = Dv
+// (dq_t = scale sum_{m<=t} gamma^(t-m) (dO_t.v_m) k_m + scale gamma^(t+1) S0 dO_t; dk and dv are the
+// same sums over m >= t, which time reversal turns into causal ones; the carried state of each job is
+// the forward state or dLoss/dS, up to a transpose and the factors above.) Each job recomputes its own
+// chain of states on chip, so nothing per chunk goes through memory. Cost: three forwards, i.e. 1.5x
+// the nominal backward count (twice the forward's) in FLOPs; bytes: each job reads three of
+// q, k, v, dO and writes one gradient (9 reads and 3 writes of a [B, T, H, D] tensor in all).
+//
+// A plan selects the kernels once (select_*); a run fills the params from the call's tensors (fill_*),
+// which is pointer and stride arithmetic plus the per-head decay, reused when gamma is unchanged.
+//
+// Parallelism: one CTA per (batch, head, value block of 64 columns, or 32 when Dv is no multiple of
+// 64). When that is fewer CTAs than multiprocessors, the sequence is also cut into segments of whole
+// chunks (at least 4 chunks each) to fill about two CTAs per multiprocessor; each segment's own state
+// is computed first (K^T V work only) and the segments then start from the states before them.
+// normalize=true runs the normalised parallel forward (retention_normalized_kernel.cuh; no backward yet).
+// Forward calls of at most kDecodeMaxTokens tokens with Dv a multiple of 64 run the recurrent decode
+// kernel instead (retention_decode_kernel.cuh: fp32 on CUDA cores, the state read and written once).
+// ATTNKIT_RETENTION_CONFIG="block=32|64,segments=N,decode=0|1" (any subset) forces these choices where
+// they are valid, read when a plan is made (detail::clear_retention_plans() after changing it).
+#pragma once
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "attnkit/retention.hpp"
+#include "cuda/retention/retention_chunk_registry.hpp"
+#include "cuda/retention/retention_params.hpp"
+
+namespace attnkit::cuda::retention {
+
+struct ChunkJob {
+  const ChunkKernel* kernel = nullptr;  // null: the job has nothing to do
+  ChunkParams params;
+  int64_t ctas = 0;
+};
+
+// A job's kernel and its sequence split (retention_params.hpp: segments > 1 runs two launches and
+// needs segment_states).
+struct JobShape {
+  const ChunkKernel* kernel = nullptr;
+  int32_t segments = 1;
+  int64_t segment_tokens = 0;
+  int64_t workspace_bytes = 0;  // the segment states
+};
+
+struct ForwardSelection {
+  JobShape job;
+  int64_t workspace_bytes = 0;
+};
+
+struct BackwardSelection {
+  JobShape dq;                  // Dk' = Dv
+  JobShape dk;                  // Dk' = Dv
+  JobShape dv;                  // Dk' = Dk
+  int64_t workspace_bytes = 0;  // the largest job's: the jobs run one after the other on one stream
+};
+
+// Throw Status::unsupported, naming what is allowed, when no compiled kernel runs the problem.
+ForwardSelection select_forward(const RetentionForward& problem, int multiprocessors);
+BackwardSelection select_backward(const RetentionBackward& problem, int multiprocessors);
+
+// log2(gamma_h) of every head, or empty for the on-device default (more heads than the params hold).
+std::vector<float> log2_decay(const std::vector<double>& gamma, int64_t heads);
+
+ChunkJob fill_forward(const RetentionForward& problem, const ForwardSelection& selection,
+                      const std::vector<float>& log2_gamma);
+std::array<ChunkJob, 3> fill_backward(const RetentionBackward& problem, const BackwardSelection& selection,
+                                      const std::vector<float>& log2_gamma);
+
+}  // namespace attnkit::cuda::retention

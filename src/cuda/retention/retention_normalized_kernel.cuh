@@ -1,0 +1,206 @@
+// RetNet's normalised parallel retention forward (normalize = true; DESIGN §3) on tensor cores
+// (SM80+ mma.sync), one job of retention_params.hpp without states:
+//   D_tm = gamma^(t-m) / sqrt(sum_{m'<=t} gamma^(t-m'))   (m <= t, else 0)
+//   s_tm = scale * (q_t . k_m) * D_tm,   o_t = sum_m s_tm v_m / max(sum_m |s_tm|, 1).
+// The row normaliser is a per-row scalar, so the numerator and the absolute row sum are accumulated
+// together over the key blocks and divided once at the end: no rescaling pass, and every score is
+// used once. The decay row sum has the closed form expm1((t+1) ln gamma) / expm1(ln gamma).
+//
+// Tiling: one CTA of 4 warps owns one (batch, head, 64 query rows, 64 value columns); warp w holds
+// query rows 16w..16w+15. It walks the key blocks 0..(its query block) in order with K and V double
+// buffered (cp.async); the diagonal block is masked and the warps skip its key blocks above their
+// rows. Within a head, heavy query blocks (late ones, with the most key blocks) are launched first.
+//
+// Work: per (query block, key block) pair 2*64*64*Dk (Q K^T) + 2*64*64*64 per value block (P V), so
+// about T^2/2 * (2*Dk + 2*Dv) FLOPs per head when Dv = 64, plus Q K^T again per extra value block.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "cuda/common/async_copy.cuh"
+#include "cuda/retention/retention_chunk_kernel.cuh"
+#include "cuda/retention/retention_fragments.cuh"
+#include "cuda/retention/retention_mma.cuh"
+#include "cuda/retention/retention_params.hpp"
+
+namespace attnkit::cuda::retention {
+
+template <class Element, int HeadDim>
+struct NormalizedTraits {
+  static constexpr int kBlock = 64;  // query rows and keys per block
+  static constexpr int kValueBlock = 64;
+  static constexpr int kThreads = 128;
+  static constexpr int kQkPitch = HeadDim + 8;
+  static constexpr int kVPitch = kValueBlock + 8;
+  static constexpr int kQkTile = kBlock * kQkPitch;
+  static constexpr int kVTile = kBlock * kVPitch;
+  // Q, K [2 stages], V [2 stages].
+  static constexpr int kSharedBytes = (3 * kQkTile + 2 * kVTile) * static_cast<int>(sizeof(Element));
+};
+
+template <class Element, int HeadDim>
+__global__ void __launch_bounds__(NormalizedTraits<Element, HeadDim>::kThreads)
+    retention_normalized_kernel(const __grid_constant__ ChunkParams p) {
+  using Traits = NormalizedTraits<Element, HeadDim>;
+  constexpr int kBlock = Traits::kBlock;
+  constexpr int kQkPitch = Traits::kQkPitch;
+  constexpr int kVPitch = Traits::kVPitch;
+  constexpr int kNT = Traits::kValueBlock / 8;
+
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  Element* q_tile = reinterpret_cast<Element*>(shared_bytes);
+  Element* k_tiles = q_tile + Traits::kQkTile;
+  Element* v_tiles = k_tiles + 2 * Traits::kQkTile;
+
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int g = lane / 4;
+  const int quad = lane % 4;
+
+  // CTA order: value slice fastest, then query blocks from the last (heaviest) one down, then (batch, head).
+  const int64_t query_blocks = (p.tokens + kBlock - 1) / kBlock;
+  const int64_t cta = blockIdx.x;
+  const int slice = static_cast<int>(cta % p.dv_slices);
+  const int64_t rest = cta / p.dv_slices;
+  const int64_t query_block = query_blocks - 1 - rest % query_blocks;
+  const int64_t head_index = rest / query_blocks;
+  const int h = static_cast<int>(head_index % p.heads);
+  const int64_t b = head_index / p.heads;
+
+  float log2_gamma;
+  if (p.default_gamma) {
+    log2_gamma = static_cast<float>(log1p(-exp2(-5.0 - h)) / 0.69314718055994530942);
+  } else {
+    log2_gamma = p.log2_gamma[h];
+  }
+  const float ln_gamma = log2_gamma * 0.69314718055994530942f;
+  const float scale = p.scale;
+  const int64_t tokens = p.tokens;
+  const bool vector_access = p.vector_access != 0;
+
+  const auto* q_base = static_cast<const Element*>(p.q.data) + b * p.q.batch + h * p.q.head;
+  const auto* k_base = static_cast<const Element*>(p.k.data) + b * p.k.batch + h * p.k.head;
+  const auto* v_base = static_cast<const Element*>(p.v.data) + b * p.v.batch + h * p.v.head +
+                       static_cast<int64_t>(slice) * Traits::kValueBlock;
+  auto* out_base = static_cast<Element*>(const_cast<void*>(p.out.data)) + b * p.out.batch + h * p.out.head +
+                   static_cast<int64_t>(slice) * Traits::kValueBlock;
+
+  const int64_t q0 = query_block * kBlock;
+  load_rows<Element, HeadDim, kQkPitch, Traits::kThreads>(q_tile, q_base, p.q.token, q0, tokens, vector_access);
+  auto load_keys = [&](int64_t key_block, int stage) {
+    const int64_t k0 = key_block * kBlock;
+    load_rows<Element, HeadDim, kQkPitch, Traits::kThreads>(k_tiles + stage * Traits::kQkTile, k_base, p.k.token, k0,
+                                                            tokens, vector_access);
+    load_rows<Element, Traits::kValueBlock, kVPitch, Traits::kThreads>(v_tiles + stage * Traits::kVTile, v_base,
+                                                                       p.v.token, k0, tokens, vector_access);
+  };
+  load_keys(0, 0);
+  commit_async_copies();
+
+  // The thread's two query rows (global token indices) and their decay normalisers 1/sqrt(row sum).
+  const int64_t row_lo = q0 + warp * 16 + g;
+  float row_factor[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const float rows = static_cast<float>(row_lo + 8 * half + 1);
+    const float decay_sum = ln_gamma == 0.0f ? rows : expm1f(rows * ln_gamma) / expm1f(ln_gamma);
+    row_factor[half] = scale * rsqrtf(decay_sum);
+  }
+
+  float out[kNT][4];
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) out[nt][e] = 0.0f;
+  float abs_sum[2] = {0.0f, 0.0f};
+
+  for (int64_t key_block = 0; key_block <= query_block; ++key_block) {
+    const int stage = static_cast<int>(key_block & 1);
+    wait_async_copies<0>();
+    __syncthreads();  // this block's K, V (and Q) visible; the other stage is free
+    if (key_block + 1 <= query_block) load_keys(key_block + 1, stage ^ 1);
+    commit_async_copies();
+    const Element* k_tile = k_tiles + stage * Traits::kQkTile;
+    const Element* v_tile = v_tiles + stage * Traits::kVTile;
+    const bool diagonal = key_block == query_block;
+    const int64_t k0 = key_block * kBlock;
+
+    float scores[8][4];
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) scores[nt][e] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < HeadDim / 16; ++ks) {
+      uint32_t a[4];
+      ldmatrix_x4(a, a_rows(q_tile, kQkPitch, warp * 16, ks * 16, lane));
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        if (!diagonal || np <= warp) {
+          uint32_t bk[4];
+          ldmatrix_x4(bk, b_rows_nk(k_tile, kQkPitch, np * 16, ks * 16, lane));
+          mma_16816<Element>(scores[2 * np], a, bk[0], bk[1]);
+          mma_16816<Element>(scores[2 * np + 1], a, bk[2], bk[3]);
+        }
+      }
+    }
+    // Decay, normaliser and causal mask; keys past the sequence are zero rows of K, so their scores are 0.
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t i = row_lo + 8 * (e / 2);
+        const int64_t j = k0 + nt * 8 + 2 * quad + e % 2;
+        const float s =
+            j <= i ? scores[nt][e] * row_factor[e / 2] * decay_power(log2_gamma, static_cast<float>(i - j)) : 0.0f;
+        scores[nt][e] = s;
+        abs_sum[e / 2] += fabsf(s);
+      }
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      if (!diagonal || ks <= warp) {
+        const uint32_t a[4] = {pack_pair<Element>(scores[2 * ks][0], scores[2 * ks][1]),
+                               pack_pair<Element>(scores[2 * ks][2], scores[2 * ks][3]),
+                               pack_pair<Element>(scores[2 * ks + 1][0], scores[2 * ks + 1][1]),
+                               pack_pair<Element>(scores[2 * ks + 1][2], scores[2 * ks + 1][3])};
+#pragma unroll
+        for (int np = 0; np < kNT / 2; ++np) {
+          uint32_t bv[4];
+          ldmatrix_x4_trans(bv, b_rows_kn(v_tile, kVPitch, ks * 16, np * 16, lane));
+          mma_16816<Element>(out[2 * np], a, bv[0], bv[1]);
+          mma_16816<Element>(out[2 * np + 1], a, bv[2], bv[3]);
+        }
+      }
+    }
+  }
+
+  // The four lanes of a quad share their rows: their partial absolute sums make the row's.
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    abs_sum[half] += __shfl_xor_sync(0xffffffffu, abs_sum[half], 1);
+    abs_sum[half] += __shfl_xor_sync(0xffffffffu, abs_sum[half], 2);
+  }
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int64_t i = row_lo + 8 * half;
+    if (i >= tokens) continue;
+    const float inverse = 1.0f / fmaxf(abs_sum[half], 1.0f);
+    Element* row = out_base + i * p.out.token;
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+      const int col = nt * 8 + 2 * quad;
+      const uint32_t pair = pack_pair<Element>(out[nt][2 * half] * inverse, out[nt][2 * half + 1] * inverse);
+      if (vector_access) {
+        *reinterpret_cast<uint32_t*>(row + col) = pair;
+      } else {
+        const Element* elements = reinterpret_cast<const Element*>(&pair);
+        row[col] = elements[0];
+        row[col + 1] = elements[1];
+      }
+    }
+  }
+}
+
+}  // namespace attnkit::cuda::retention

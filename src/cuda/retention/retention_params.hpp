@@ -1,0 +1,57 @@
+// Params of the chunkwise retention kernel (retention_chunk_kernel.cuh): one "job" is a retention
+// forward o = scale * sum_{m<=t} gamma^(t-m) (q_t . k_m) v_m + factor_in * scale * gamma^(t+1) q_t S0 over
+// one sequence direction, with the carried state written out as factor_out * S_{T-1}. The forward
+// call is one job; the backward is three jobs of the same kernel with operands swapped and time
+// reversed (retention_jobs.cpp derives them). Time reversal is only a base pointer at token T-1 and
+// negated token strides: the kernel indexes tokens with signed 64-bit strides and never sees it.
+#pragma once
+#include <cstdint>
+
+namespace attnkit::cuda::retention {
+
+// Heads whose log2(gamma) travel in the params; beyond, only the default decay runs (computed on the device).
+inline constexpr int kMaxParamHeads = 512;
+// Forward calls of at most this many tokens run the recurrent decode kernel (retention_decode_kernel.cuh).
+inline constexpr int64_t kDecodeMaxTokens = 16;
+
+struct SequenceOperand {
+  const void* data = nullptr;  // element (b, t, h, 0) = data + b*batch + t*token + h*head
+  int64_t batch = 0, token = 0, head = 0;
+};
+
+struct StateOperand {
+  float* data = nullptr;  // element (b, h, r, c) = data + b*batch + h*head + r*row + c*col; null = absent
+  int64_t batch = 0, head = 0, row = 0, col = 0;
+  int32_t pairs = 0;  // 1: col == 1 and every (b, h, r, even c) is 8-byte aligned (float2 access)
+};
+
+struct ChunkParams {
+  SequenceOperand q, k, v, out;  // out.data is written (const only for the shared struct)
+  StateOperand initial_state;    // read, times the initial factor
+  StateOperand final_state;      // written, times the final factor
+  int64_t tokens = 0;
+  int32_t heads = 0;
+  int32_t dv_slices = 0;  // CTAs per (batch, head): the value columns are cut into this many slices
+  float scale = 1.0f;
+  // Backward jobs that carry dLoss/dS in reversed time read the incoming state gradient G as
+  // G / (scale * gamma) and write the initial state's gradient as scale * gamma * S (retention_jobs.cpp).
+  int32_t gradient_state_factors = 0;
+  // 1: every operand start and token/head/batch stride is a multiple of 16 bytes (cp.async and paired
+  // stores); 0: the element-wise path.
+  int32_t vector_access = 0;
+  // 1: gamma_h = 1 - 2^(-5-h) computed on the device (any head count); 0: log2_gamma below.
+  int32_t default_gamma = 0;
+  // Sequence split for parallelism when B * H * slices CTAs are too few: segment s covers tokens
+  // [s * segment_tokens, (s+1) * segment_tokens). With segments > 1 a job is two launches: state_only = 1
+  // writes each segment's own state (from zero) to segment_states[b, h, s] for s < segments - 1; then
+  // state_only = 0 starts segment s from S0 and those states (gamma^segment_tokens Horner), and the
+  // last segment writes the final state.
+  int64_t segment_tokens = 0;  // a multiple of the chunk
+  int32_t segments = 1;
+  int32_t state_only = 0;
+  float* segment_states = nullptr;  // [B, H, segments - 1, Dk, value_columns] fp32, dense
+  int32_t value_columns = 0;        // the job's Dv
+  float log2_gamma[kMaxParamHeads];
+};
+
+}  // namespace attnkit::cuda::retention

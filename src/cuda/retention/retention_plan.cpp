@@ -1,0 +1,194 @@
+#include "cuda/retention/retention_plan.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <array>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "attnkit/error.hpp"
+#include "cuda/common/cuda_check.hpp"
+#include "cuda/common/kernel_attributes.hpp"
+#include "cuda/retention/retention_jobs.hpp"
+
+namespace attnkit::cuda::retention {
+namespace {
+
+int device_attribute(cudaDeviceAttr attribute, int device) {
+  int value = 0;
+  check_cuda(cudaDeviceGetAttribute(&value, attribute, device), "cudaDeviceGetAttribute");
+  return value;
+}
+
+// Runs on SM80 and newer (mma.sync bf16, cp.async); returns the multiprocessor count.
+int prepare_device(int device) {
+  const int major = device_attribute(cudaDevAttrComputeCapabilityMajor, device);
+  const int minor = device_attribute(cudaDevAttrComputeCapabilityMinor, device);
+  if (major < 8) {
+    throw Error(Status::unsupported, "device " + std::to_string(device) + ": compute capability " +
+                                         std::to_string(major) + "." + std::to_string(minor) +
+                                         " for the CUDA backend's retention; allowed: 8.0 or newer, or CPU tensors");
+  }
+  return device_attribute(cudaDevAttrMultiProcessorCount, device);
+}
+
+void raise_shared_memory(const ChunkKernel* kernel) {
+  check_cuda(raise_dynamic_shared_memory_once(kernel->function, kernel->shared_bytes),
+             "cudaFuncSetAttribute(retention_chunk_kernel)");
+}
+
+// One job: with segments, first every segment's own state into the workspace, then the outputs.
+void launch(const ChunkJob& job, float* segment_states, cudaStream_t stream) {
+  if (job.kernel == nullptr || job.ctas == 0) return;
+  if (job.params.segments > 1) {
+    ChunkParams params = job.params;
+    params.segment_states = segment_states;
+    params.state_only = 1;
+    job.kernel->launch(params, job.ctas, stream);
+    check_launch("retention_chunk_kernel (segment states)");
+    params.state_only = 0;
+    job.kernel->launch(params, job.ctas, stream);
+  } else {
+    job.kernel->launch(job.params, job.ctas, stream);
+  }
+  check_launch("retention_chunk_kernel");
+}
+
+// The segment states' memory: the caller's workspace, else stream-ordered memory freed after the
+// launches on the same stream (no synchronisation; capturable in a CUDA graph).
+class SegmentStates {
+ public:
+  SegmentStates(int64_t bytes, const RunOptions& options, cudaStream_t stream, const char* op) : stream_(stream) {
+    if (bytes == 0) return;
+    if (options.workspace != nullptr) {
+      if (options.workspace_bytes < bytes) {
+        throw Error(Status::invalid_argument, "options.workspace_bytes: " + std::to_string(options.workspace_bytes) +
+                                                  " bytes for a " + op + " that needs " + std::to_string(bytes) +
+                                                  "; allowed: at least that many bytes, or no workspace");
+      }
+      data_ = static_cast<float*>(options.workspace);
+      return;
+    }
+    void* memory = nullptr;
+    check_cuda(cudaMallocAsync(&memory, static_cast<size_t>(bytes), stream),
+               "cudaMallocAsync (retention segment states)");
+    data_ = static_cast<float*>(memory);
+    owned_ = true;
+  }
+  ~SegmentStates() {
+    if (owned_) cudaFreeAsync(data_, stream_);
+  }
+  SegmentStates(const SegmentStates&) = delete;
+  SegmentStates& operator=(const SegmentStates&) = delete;
+  float* data() const { return data_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  float* data_ = nullptr;
+  bool owned_ = false;
+};
+
+std::string kernel_name(const JobShape& job) {
+  return std::string(dtype_name(job.kernel->dtype)) + "_" + job.kernel->family + "_dk" +
+         std::to_string(job.kernel->head_dim) + "_dv" + std::to_string(job.kernel->value_block) + "_seg" +
+         std::to_string(job.segments);
+}
+
+// The per-head decay a run uses: the plan's, unless the call brings other values (same key, new gamma).
+class Decay {
+ public:
+  Decay(std::vector<double> gamma, int64_t heads)
+      : gamma_(std::move(gamma)), heads_(heads), log2_gamma_(log2_decay(gamma_, heads)) {}
+
+  template <class Use>
+  void with(const std::vector<double>& gamma, Use&& use) const {
+    if (gamma == gamma_) {
+      use(log2_gamma_);
+    } else {
+      use(log2_decay(gamma, heads_));
+    }
+  }
+
+ private:
+  std::vector<double> gamma_;
+  int64_t heads_ = 0;
+  std::vector<float> log2_gamma_;
+};
+
+class ForwardPlan final : public detail::OpPlan<RetentionForward> {
+ public:
+  ForwardPlan(const RetentionForward& problem, ForwardSelection selection, int device)
+      : selection_(selection), device_(device), decay_(problem.gamma, problem.q.extents[2]) {}
+
+  int64_t workspace_bytes() const override { return selection_.workspace_bytes; }
+
+  void run(const RetentionForward& problem, const RunOptions& options) const override {
+    const DeviceGuard guard(device_);
+    const auto stream = static_cast<cudaStream_t>(options.stream);
+    const SegmentStates states(selection_.workspace_bytes, options, stream, "retention forward");
+    decay_.with(problem.gamma, [&](const std::vector<float>& log2_gamma) {
+      launch(fill_forward(problem, selection_, log2_gamma), states.data(), stream);
+    });
+  }
+
+  TunedConfig config() const override { return {kernel_name(selection_.job), "default"}; }
+
+ private:
+  ForwardSelection selection_;
+  int device_ = 0;
+  Decay decay_;
+};
+
+class BackwardPlan final : public detail::OpPlan<RetentionBackward> {
+ public:
+  BackwardPlan(const RetentionBackward& problem, BackwardSelection selection, int device)
+      : selection_(selection), device_(device), decay_(problem.gamma, problem.q.extents[2]) {}
+
+  int64_t workspace_bytes() const override { return selection_.workspace_bytes; }
+
+  void run(const RetentionBackward& problem, const RunOptions& options) const override {
+    const DeviceGuard guard(device_);
+    const auto stream = static_cast<cudaStream_t>(options.stream);
+    const SegmentStates states(selection_.workspace_bytes, options, stream, "retention backward");
+    decay_.with(problem.gamma, [&](const std::vector<float>& log2_gamma) {
+      for (const ChunkJob& job : fill_backward(problem, selection_, log2_gamma)) launch(job, states.data(), stream);
+    });
+  }
+
+  TunedConfig config() const override {
+    return {kernel_name(selection_.dq) + "+" + kernel_name(selection_.dv), "default"};
+  }
+
+ private:
+  BackwardSelection selection_;
+  int device_ = 0;
+  Decay decay_;
+};
+
+}  // namespace
+
+detail::MadePlan<RetentionForward> make_forward_plan(const RetentionForward& problem, const RunOptions&) {
+  const int device = problem.q.device.index;
+  const DeviceGuard guard(device);
+  const int multiprocessors = prepare_device(device);
+  const ForwardSelection selection = select_forward(problem, multiprocessors);
+  raise_shared_memory(selection.job.kernel);
+  detail::MadePlan<RetentionForward> made;
+  made.plan = std::make_unique<ForwardPlan>(problem, selection, device);
+  return made;
+}
+
+detail::MadePlan<RetentionBackward> make_backward_plan(const RetentionBackward& problem, const RunOptions&) {
+  const int device = problem.q.device.index;
+  const DeviceGuard guard(device);
+  const int multiprocessors = prepare_device(device);
+  const BackwardSelection selection = select_backward(problem, multiprocessors);
+  for (const JobShape* job : {&selection.dq, &selection.dk, &selection.dv}) raise_shared_memory(job->kernel);
+  detail::MadePlan<RetentionBackward> made;
+  made.plan = std::make_unique<BackwardPlan>(problem, selection, device);
+  return made;
+}
+
+}  // namespace attnkit::cuda::retention

@@ -1,0 +1,789 @@
+// GEMM on the CUDA backend against the CPU oracle (cpu/gemm_reference.hpp, in double): odd and
+// degenerate sizes (M, N or K = 1, primes, K not a multiple of any tile, K = 0, alpha = 0 with NaN
+// operands, empty C), both transposes, row- and column-major C, batched and broadcast batches, padded
+// leading dimensions and misaligned views, alpha and beta, every dtype (fp32 exact and TF32). Every
+// matrix lives inside a NaN-filled buffer: C's view is NaN before the call when beta is 0, the result
+// must be finite and within DESIGN §5's relative L2 error, and every element around the views must
+// still be NaN after it (an out-of-bounds read of A or B would make C NaN, a stray write shows in C's
+// padding). Also: which kernel a plan runs (Hopper for bf16 / fp16 on a 9.0 device, stream-K for small
+// grids, misaligned operands staged into aligned copies, the SIMT fallback only for what no tensor-core row
+// takes), the caller's workspace, a run replayed from a CUDA graph, and runs from a thread with no CUDA
+// context current. Without CUDA (or a GPU) every test skips, except CudaGemmCanonicalForm and
+// CudaGemmSelection, which need a CUDA build but no GPU (host memory, a described device).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "attnkit/error.hpp"
+#include "attnkit/gemm.hpp"
+#include "cpu/gemm_reference.hpp"
+#include "cuda_test_support.hpp"
+#include "test_support.hpp"
+
+#if defined(ATTNKIT_WITH_CUDA)
+#include <cuda_runtime_api.h>
+
+#include "core/float_convert.hpp"
+#include "core/gemm_plan.hpp"
+#include "core/zero_size.hpp"
+#include "cuda/gemm/gemm_registry.hpp"
+#include "cuda/gemm/gemm_shape.hpp"
+#include "cuda/gemm/gemm_staging.hpp"
+#endif
+
+namespace attnkit {
+namespace {
+
+#if !defined(ATTNKIT_WITH_CUDA)
+
+TEST(CudaGemm, SkipsWithoutCuda) {
+  GTEST_SKIP() << "no CUDA device: this build has no CUDA backend (configure with -DATTNKIT_WITH_CUDA=ON)";
+}
+
+#else
+
+using test::cuda_device_present;
+using test::DeviceBuffer;
+using test::expect_cuda;
+
+// How a call computes: its dtype and, for fp32, whether TF32 is allowed.
+struct Precision {
+  DType dtype;
+  bool allow_tf32;
+  double tolerance;  // relative L2 (DESIGN §5)
+  const char* name;
+};
+
+// TF32 (allow_tf32) is checked twice, because DESIGN §5's 3e-4 is a statistical bound, not a worst case:
+// - on inputs that TF32 represents exactly (10 mantissa bits), the tensor cores' only error is the fp32
+//   accumulation (a product of two TF32 values is exact in fp32), whatever rounding the kernel applies to
+//   its operands: bound 1e-5, fp32's, on every problem — the check of the kernel's indexing and
+//   accumulation;
+// - on general fp32 inputs, the operands' rounding to TF32 gives each product a relative error of about
+//   2.8e-4 rms (two operands, each rounded to nearest at 2^-11 ulp: uniform inputs give 2.6e-4, normal ones
+//   2.9e-4, the same as cuBLAS's TF32), and the relative L2 over C is that rms estimated from the products
+//   of the problem. 3e-4 is only about 7 % above the expectation, so it holds only where the estimate has
+//   many samples: m * n * k >= 2^20 (relative spread below 0.1 %). Smaller problems are checked on the
+//   exact inputs alone (a K = 8 problem of 512 products measured 3.08e-4).
+constexpr int64_t kTf32StatisticalProducts = int64_t{1} << 20;
+constexpr double kTf32ExactInputTolerance = 1e-5;
+
+const Precision kF16{DType::f16, false, 5e-3, "f16"};
+const Precision kBF16{DType::bf16, false, 1.5e-2, "bf16"};
+const Precision kF32{DType::f32, false, 1e-5, "f32"};
+const Precision kTF32{DType::f32, true, 3e-4, "f32_allow_tf32"};
+
+// A [batch?, rows, cols] matrix inside a NaN-filled buffer. aligned: leading dimension and batch stride
+// multiples of 8 elements, view at the buffer start (16-byte aligned for 16-bit types); else a leading
+// dimension of extent + 1 and a view one element into the buffer.
+struct MatrixSpec {
+  int64_t batch = -1;  // -1: rank 2
+  int64_t rows = 0, cols = 0;
+  bool col_major = false;
+  bool aligned = true;
+};
+
+struct DeviceMatrix {
+  test::HostTensor buffer;  // the whole buffer, 1-D
+  TensorView host;
+  TensorView device;
+  DeviceBuffer memory;
+  int64_t offset = 0;
+
+  void upload() const {
+    expect_cuda(cudaMemcpy(memory.data(), buffer.view.data, buffer.storage.size(), cudaMemcpyHostToDevice), "H2D");
+  }
+  void download() {
+    expect_cuda(cudaMemcpy(buffer.view.data, memory.data(), buffer.storage.size(), cudaMemcpyDeviceToHost), "D2H");
+  }
+  // Every element of the buffer outside the view is still NaN.
+  bool padding_untouched() const {
+    std::vector<char> in_view(static_cast<size_t>(buffer.view.numel()), 0);
+    const auto* base = static_cast<const std::byte*>(buffer.view.data);
+    const auto size = static_cast<int64_t>(dtype_size(host.dtype));
+    const int64_t start = (static_cast<const std::byte*>(host.data) - base) / size;
+    test::for_each_offset(host, [&](int64_t off) { in_view[static_cast<size_t>(start + off)] = 1; });
+    for (size_t i = 0; i < in_view.size(); ++i) {
+      if (!in_view[i] &&
+          !std::isnan(detail::load_as_double(buffer.view.data, buffer.view.dtype, static_cast<int64_t>(i)))) {
+        return false;
+      }
+    }
+    return true;
+  }
+};
+
+int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+
+// Rounds every fp32 element of `view` to a value TF32 represents exactly (its low 13 mantissa bits cleared).
+void round_to_tf32(const TensorView& view) {
+  test::for_each_offset(view, [&](int64_t off) {
+    float& x = static_cast<float*>(view.data)[off];
+    uint32_t bits = 0;
+    std::memcpy(&bits, &x, sizeof(bits));
+    bits &= ~uint32_t{0x1fff};
+    std::memcpy(&x, &bits, sizeof(bits));
+  });
+}
+
+// fill: random values in the view (else NaN); tf32_exact: values TF32 represents exactly (fp32 only).
+DeviceMatrix make_matrix(DType dtype, const MatrixSpec& s, bool fill, std::mt19937_64& rng, bool tf32_exact = false) {
+  DeviceMatrix m;
+  const int64_t inner = s.col_major ? s.rows : s.cols;
+  const int64_t outer = s.col_major ? s.cols : s.rows;
+  const int64_t ld = s.aligned ? round_up(std::max<int64_t>(inner, 1), 8) : inner + 1;
+  const int64_t batch_stride = s.aligned ? round_up(ld * outer + 8, 8) : ld * outer + 3;
+  m.offset = s.aligned ? 0 : 1;
+  const int64_t total = m.offset + std::max<int64_t>(s.batch, 1) * batch_stride + 8;
+  m.buffer = test::HostTensor::contiguous(dtype, {total});
+  test::poison_nan(m.buffer.view);
+  m.host = m.buffer.view;
+  m.host.data = static_cast<std::byte*>(m.buffer.view.data) + m.offset * static_cast<int64_t>(dtype_size(dtype));
+  const int64_t row_stride = s.col_major ? 1 : ld;
+  const int64_t col_stride = s.col_major ? ld : 1;
+  if (s.batch < 0) {
+    m.host.rank = 2;
+    m.host.extents = {s.rows, s.cols};
+    m.host.strides = {row_stride, col_stride};
+  } else {
+    m.host.rank = 3;
+    m.host.extents = {s.batch, s.rows, s.cols};
+    m.host.strides = {batch_stride, row_stride, col_stride};
+  }
+  if (fill) test::fill_random(m.host, rng, -1.0, 1.0);
+  if (fill && tf32_exact && dtype == DType::f32) round_to_tf32(m.host);
+  m.memory = DeviceBuffer(m.buffer.storage.size());
+  m.device = m.host;
+  m.device.data = static_cast<std::byte*>(m.memory.data()) + m.offset * static_cast<int64_t>(dtype_size(dtype));
+  m.device.device = Device{DeviceType::cuda, 0};
+  m.upload();
+  return m;
+}
+
+struct GemmSpec {
+  int64_t m = 1, n = 1, k = 1;
+  bool transpose_a = false, transpose_b = false;
+  bool a_col_major = false, b_col_major = false, c_col_major = false;
+  int64_t batch_a = -1, batch_b = -1, batch_c = -1;  // -1: rank 2
+  bool aligned = true;
+  double alpha = 1.0, beta = 0.0;
+  bool nan_operands = false;  // A and B NaN (alpha == 0 or k == 0 must not read them)
+
+  std::string describe() const {
+    std::ostringstream s;
+    s << "m=" << m << " n=" << n << " k=" << k << " ta=" << transpose_a << " tb=" << transpose_b
+      << " a_col=" << a_col_major << " b_col=" << b_col_major << " c_col=" << c_col_major << " batches=(" << batch_a
+      << "," << batch_b << "," << batch_c << ") aligned=" << aligned << " alpha=" << alpha << " beta=" << beta;
+    return s.str();
+  }
+};
+
+struct GemmRun {
+  DeviceMatrix a, b, c;
+  GemmProblem problem;        // device views
+  test::HostTensor expected;  // f64 [batch?, m, n]
+  TensorView expected_view;
+};
+
+// tf32_exact: A and B hold values TF32 represents exactly (see kTf32StatisticalProducts).
+GemmRun prepare(const GemmSpec& s, const Precision& precision, uint64_t seed, bool tf32_exact = false) {
+  std::mt19937_64 rng(seed);
+  GemmRun run;
+  const DType dtype = precision.dtype;
+  run.a =
+      make_matrix(dtype, {s.batch_a, s.transpose_a ? s.k : s.m, s.transpose_a ? s.m : s.k, s.a_col_major, s.aligned},
+                  !s.nan_operands, rng, tf32_exact);
+  run.b =
+      make_matrix(dtype, {s.batch_b, s.transpose_b ? s.n : s.k, s.transpose_b ? s.k : s.n, s.b_col_major, s.aligned},
+                  !s.nan_operands, rng, tf32_exact);
+  run.c = make_matrix(dtype, {s.batch_c, s.m, s.n, s.c_col_major, s.aligned}, s.beta != 0.0, rng);
+  run.problem.a = run.a.device;
+  run.problem.b = run.b.device;
+  run.problem.c = run.c.device;
+  run.problem.transpose_a = s.transpose_a;
+  run.problem.transpose_b = s.transpose_b;
+  run.problem.alpha = s.alpha;
+  run.problem.beta = s.beta;
+  run.problem.allow_tf32 = precision.allow_tf32;
+
+  std::vector<int64_t> extents(run.c.host.extents.begin(), run.c.host.extents.begin() + run.c.host.rank);
+  run.expected = test::HostTensor::contiguous(DType::f64, extents);
+  run.expected_view = run.expected.view;
+  // The oracle starts from C as it is before the call (NaN where beta is 0: it is not read then).
+  std::vector<double> initial = test::to_doubles(run.c.host);
+  auto* out = static_cast<double*>(run.expected.view.data);
+  for (size_t i = 0; i < initial.size(); ++i) out[i] = initial[i];
+  GemmProblem reference = run.problem;
+  reference.a = run.a.host;
+  reference.b = run.b.host;
+  reference.c = run.expected_view;
+  cpu::reference::gemm(reference);
+  return run;
+}
+
+// Runs the call on the GPU and checks C against the oracle within `tolerance`, finiteness and the untouched
+// padding.
+void expect_within(const GemmSpec& s, const Precision& precision, uint64_t seed, bool tf32_exact, double tolerance) {
+  SCOPED_TRACE(std::string(precision.name) + (tf32_exact ? " (TF32-exact inputs)" : "") + " " + s.describe());
+  GemmRun run = prepare(s, precision, seed, tf32_exact);
+  ASSERT_NO_THROW(gemm(run.problem));
+  expect_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  run.c.download();
+  EXPECT_TRUE(run.c.padding_untouched()) << "an element outside C's view was written";
+  if (detail::has_no_elements(run.c.host)) return;
+  ASSERT_FALSE(test::any_nan(run.c.host)) << "C holds NaN after the call";
+  double reference_norm = 0.0;
+  for (double x : test::to_doubles(run.expected_view)) reference_norm += x * x;
+  if (reference_norm == 0.0) {
+    EXPECT_EQ(test::max_abs_difference(run.c.host, run.expected_view), 0.0);
+  } else {
+    EXPECT_LE(test::relative_l2(run.c.host, run.expected_view), tolerance);
+  }
+}
+
+// The oracle check of DESIGN §5 for the precision; TF32 as kTf32StatisticalProducts explains.
+void expect_matches_oracle(const GemmSpec& s, const Precision& precision, uint64_t seed = 1) {
+  if (!precision.allow_tf32) {
+    expect_within(s, precision, seed, false, precision.tolerance);
+    return;
+  }
+  expect_within(s, precision, seed, true, kTf32ExactInputTolerance);
+  const int64_t batch = std::max<int64_t>({s.batch_a, s.batch_b, s.batch_c, 1});
+  if (s.m * s.n * s.k * batch >= kTf32StatisticalProducts && !s.nan_operands) {
+    expect_within(s, precision, seed, false, precision.tolerance);
+  }
+}
+
+std::string plan_kernel(const GemmSpec& s, const Precision& precision) {
+  GemmRun run = prepare(s, precision, 7);
+  return detail::gemm_plan(run.problem, RunOptions{})->config().name;
+}
+
+int device_capability() {
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
+  return major * 10 + minor;
+}
+
+// The canonical form (cuda/gemm/gemm_shape.hpp) computed on the host, one element at a time through its
+// strides and pointers: C[l, i, j] = alpha * sum_p A[l, i, p] B[l, p, j] + beta * C, C row-major.
+void canonical_gemm_on_host(const cuda::gemm::GemmShape& s, double alpha, double beta) {
+  for (int64_t l = 0; l < s.batch; ++l) {
+    for (int64_t i = 0; i < s.m; ++i) {
+      for (int64_t j = 0; j < s.n; ++j) {
+        double sum = 0.0;
+        for (int64_t p = 0; p < s.k && !s.product_zero; ++p) {
+          sum += detail::load_as_double(s.a, s.dtype, l * s.a_batch + i * s.a_row + p * s.a_col) *
+                 detail::load_as_double(s.b, s.dtype, l * s.b_batch + p * s.b_row + j * s.b_col);
+        }
+        const int64_t at = l * s.c_batch + i * s.c_row + j;
+        double value = alpha * sum;
+        if (beta != 0.0) value += beta * detail::load_as_double(s.c, s.dtype, at);
+        detail::store_from_double(s.c, s.dtype, at, value);
+      }
+    }
+  }
+}
+
+// Needs no GPU: the problem's views point at host memory, which describe_gemm only reads strides from.
+TEST(CudaGemmCanonicalForm, AddressesTheSameElementsAsTheProblemForEveryLayout) {
+  const std::vector<std::array<int64_t, 3> > sizes = {{1, 1, 1}, {1, 9, 5}, {9, 1, 5}, {7, 5, 1}, {13, 11, 6}};
+  const std::vector<std::array<int64_t, 3> > batches = {{-1, -1, -1}, {3, 3, 3}, {1, 3, 3}, {3, -1, 3}};
+  uint64_t seed = 100;
+  for (const auto& [m, n, k] : sizes) {
+    for (const auto& [ba, bb, bc] : batches) {
+      for (int layout = 0; layout < 64; ++layout) {
+        GemmSpec spec;
+        spec.m = m, spec.n = n, spec.k = k;
+        spec.transpose_a = layout & 1, spec.transpose_b = layout & 2, spec.c_col_major = layout & 4;
+        spec.a_col_major = layout & 8, spec.b_col_major = layout & 16, spec.aligned = layout & 32;
+        spec.batch_a = ba, spec.batch_b = bb, spec.batch_c = bc;
+        spec.alpha = 0.75, spec.beta = layout % 3 == 0 ? 0.0 : -0.5;
+        SCOPED_TRACE(spec.describe());
+        std::mt19937_64 rng(++seed);
+        const Precision& precision = kF32;
+        // Host-only copies of the operands (no device memory is touched).
+        auto host_matrix = [&](MatrixSpec ms, bool fill) {
+          const int64_t inner = ms.col_major ? ms.rows : ms.cols;
+          const int64_t outer = ms.col_major ? ms.cols : ms.rows;
+          const int64_t ld = ms.aligned ? round_up(std::max<int64_t>(inner, 1), 8) : inner + 1;
+          const int64_t batch_stride = ld * outer + 3;
+          test::HostTensor buffer =
+              test::HostTensor::contiguous(precision.dtype, {1 + std::max<int64_t>(ms.batch, 1) * batch_stride + 8});
+          test::poison_nan(buffer.view);
+          TensorView view = buffer.view;
+          view.data = static_cast<float*>(buffer.view.data) + 1;
+          const int64_t row_stride = ms.col_major ? 1 : ld, col_stride = ms.col_major ? ld : 1;
+          if (ms.batch < 0) {
+            view.rank = 2, view.extents = {ms.rows, ms.cols}, view.strides = {row_stride, col_stride};
+          } else {
+            view.rank = 3, view.extents = {ms.batch, ms.rows, ms.cols};
+            view.strides = {batch_stride, row_stride, col_stride};
+          }
+          if (fill) test::fill_random(view, rng);
+          return std::pair{std::move(buffer), view};
+        };
+        auto [a_buffer, a] =
+            host_matrix({ba, spec.transpose_a ? k : m, spec.transpose_a ? m : k, spec.a_col_major, spec.aligned}, true);
+        auto [b_buffer, b] =
+            host_matrix({bb, spec.transpose_b ? n : k, spec.transpose_b ? k : n, spec.b_col_major, spec.aligned}, true);
+        auto [c_buffer, c] = host_matrix({bc, m, n, spec.c_col_major, spec.aligned}, spec.beta != 0.0);
+        auto [e_buffer, expected] = host_matrix({bc, m, n, spec.c_col_major, spec.aligned}, false);
+        if (spec.beta != 0.0) {
+          test::for_each_offset(
+              c, [&](int64_t off) { static_cast<float*>(expected.data)[off] = static_cast<float*>(c.data)[off]; });
+        }
+        GemmProblem problem;
+        problem.a = a, problem.b = b, problem.c = expected;
+        problem.transpose_a = spec.transpose_a, problem.transpose_b = spec.transpose_b;
+        problem.alpha = spec.alpha, problem.beta = spec.beta;
+        cpu::reference::gemm(problem);
+        problem.c = c;
+        canonical_gemm_on_host(cuda::gemm::describe_gemm(problem), spec.alpha, spec.beta);
+        EXPECT_LE(test::relative_l2(c, expected), 1e-6);
+        EXPECT_FALSE(test::any_nan(c)) << "the canonical form read an element outside a view";
+      }
+    }
+  }
+}
+
+// The kernel a host-memory problem would run on a described device (selection reads no device state:
+// CUTLASS's can_implement and the shared memory sizes are host-side).
+std::string selected_on(int capability, DType dtype, bool allow_tf32, int64_t m, int64_t n, int64_t k, bool transpose_a,
+                        bool transpose_b, bool c_col_major, int64_t offset = 0) {
+  const int64_t size = static_cast<int64_t>(dtype_size(dtype));
+  std::vector<std::byte> memory(static_cast<size_t>((m * k + k * n + m * n + 64) * size) + 64);
+  auto* base = reinterpret_cast<std::byte*>(round_up(reinterpret_cast<int64_t>(memory.data()), 16));
+  auto view = [&](int64_t rows, int64_t cols, bool col_major, std::byte* data) {
+    TensorView v;
+    v.data = data + offset * size;
+    v.dtype = dtype;
+    v.rank = 2;
+    v.extents = {rows, cols};
+    v.strides = {col_major ? 1 : cols, col_major ? rows : 1};
+    return v;
+  };
+  GemmProblem p;
+  p.a = view(transpose_a ? k : m, transpose_a ? m : k, false, base);
+  p.b = view(transpose_b ? n : k, transpose_b ? k : n, false, base + m * k * size);
+  p.c = view(m, n, c_col_major, base + (m * k + k * n) * size);
+  p.transpose_a = transpose_a, p.transpose_b = transpose_b, p.allow_tf32 = allow_tf32;
+  const cuda::gemm::GemmDevice device{0, capability, 132, 227 * 1024};
+  return cuda::gemm::select_gemm_kernel(cuda::gemm::describe_gemm(p), device, allow_tf32).name();
+}
+
+bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+TEST(CudaGemmSelection, AlignedHalfPrecisionSelectsTheHopperKernelOnA90DeviceInEveryLayout) {
+  for (const DType dtype : {DType::f16, DType::bf16}) {
+    for (int layout = 0; layout < 8; ++layout) {
+      const std::string name = selected_on(90, dtype, false, 256, 512, 128, layout & 1, layout & 2, layout & 4);
+      EXPECT_TRUE(starts_with(name, "sm90_")) << name << " layout " << layout;
+      const std::string tail = selected_on(90, dtype, false, 136, 264, 72, layout & 1, layout & 2, layout & 4);
+      EXPECT_TRUE(starts_with(tail, "sm90_")) << tail << " layout " << layout;
+    }
+  }
+}
+
+TEST(CudaGemmSelection, SmallGridsSelectStreamKAndLargeOnesTheDataParallelKernel) {
+  for (const DType dtype : {DType::f16, DType::bf16}) {
+    for (const bool transpose_b : {false, true}) {
+      const std::string decode = selected_on(90, dtype, false, 16, 4096, 4096, false, transpose_b, false);
+      EXPECT_NE(decode.find("_streamk"), std::string::npos) << decode;
+      const std::string square = selected_on(90, dtype, false, 4096, 4096, 4096, false, transpose_b, false);
+      EXPECT_NE(square.find("_coop"), std::string::npos) << square;
+    }
+  }
+}
+
+TEST(CudaGemmSelection, HopperKernelsAreNotSelectedBefore90) {
+  for (const DType dtype : {DType::f16, DType::bf16}) {
+    EXPECT_FALSE(starts_with(selected_on(80, dtype, false, 256, 512, 128, false, false, false), "sm90_"));
+  }
+}
+
+bool ends_with(const std::string& s, const char* suffix) {
+  const std::string t(suffix);
+  return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
+}
+
+TEST(CudaGemmSelection, OddExtentsWithAlignedStridesRunTheHopperKernelDirectly) {
+  // Leading dimensions padded to 8 elements, extents odd: TMA bounds the boxes by the extents.
+  for (const DType dtype : {DType::f16, DType::bf16}) {
+    const std::string name = selected_on(90, dtype, false, 1000, 3000, 776, false, false, false);
+    EXPECT_TRUE(starts_with(name, "sm90_") && !ends_with(name, "+staged")) << name;
+  }
+}
+
+TEST(CudaGemmSelection, MisalignedProblemsRunStagedOnTensorCores) {
+  for (const int64_t offset : {0, 1}) {
+    const std::string odd_k = selected_on(90, DType::bf16, false, 256, 256, 63, false, false, false, offset);
+    EXPECT_TRUE(starts_with(odd_k, "sm90_bf16_") && ends_with(odd_k, "+staged")) << odd_k;
+    const std::string odd_n = selected_on(90, DType::f16, false, 256, 250, 64, false, false, false, offset);
+    EXPECT_TRUE(starts_with(odd_n, "sm90_f16_") && ends_with(odd_n, "+staged")) << odd_n;
+    // fp32 on the SM80 rows, extents padded with zeros.
+    const std::string f32 = selected_on(90, DType::f32, false, 256, 256, 66, false, false, false, offset);
+    EXPECT_TRUE(starts_with(f32, "sm80_3xtf32_") && ends_with(f32, "+staged")) << f32;
+    const std::string bf16_80 = selected_on(80, DType::bf16, false, 256, 256, 63, false, false, false, offset);
+    EXPECT_TRUE(starts_with(bf16_80, "sm80_bf16_") || bf16_80 == "simt_bf16") << bf16_80;  // sm80 bf16: full set
+  }
+  EXPECT_EQ(selected_on(90, DType::f16, false, 256, 256, 0, false, false, false), "simt_f16");  // K = 0
+}
+
+// Host-only: the staged shape of every layout meets the kernel's rule, and only misaligned operands are staged.
+TEST(CudaGemmSelection, StagedShapesAreAlignedAndStageOnlyWhatNeedsIt) {
+  for (const DType dtype : {DType::bf16, DType::f32}) {
+    for (int layout = 0; layout < 64; ++layout) {
+      const int64_t size = static_cast<int64_t>(dtype_size(dtype));
+      const int64_t m = layout & 1 ? 37 : 64, n = layout & 2 ? 53 : 128, k = layout & 4 ? 71 : 96;
+      std::vector<std::byte> memory(static_cast<size_t>((m * k + k * n + m * n + 64) * size) + 64);
+      auto* base = reinterpret_cast<std::byte*>(round_up(reinterpret_cast<int64_t>(memory.data()), 16));
+      GemmProblem p;
+      auto view = [&](int64_t rows, int64_t cols, bool col_major, std::byte* data) {
+        TensorView v;
+        v.data = data;
+        v.dtype = dtype;
+        v.rank = 2;
+        v.extents = {rows, cols};
+        v.strides = {col_major ? 1 : cols, col_major ? rows : 1};
+        return v;
+      };
+      p.transpose_a = layout & 8, p.transpose_b = layout & 16;
+      p.a = view(p.transpose_a ? k : m, p.transpose_a ? m : k, false, base);
+      p.b = view(p.transpose_b ? n : k, p.transpose_b ? k : n, false, base + m * k * size);
+      p.c = view(m, n, layout & 32, base + (m * k + k * n) * size);
+      const cuda::gemm::GemmShape shape = cuda::gemm::describe_gemm(p);
+      SCOPED_TRACE("layout " + std::to_string(layout) + " " + std::string(dtype_name(dtype)));
+      const cuda::gemm::GemmStaging tma = cuda::gemm::tma_staging(shape);
+      EXPECT_TRUE(cuda::gemm::tma_addressable(cuda::gemm::staged_shape(shape, tma)));
+      auto address_aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
+      const bool a_aligned =
+          address_aligned(shape.a) && (shape.a_k_major() ? shape.a_row : shape.a_col) * size % 16 == 0;
+      EXPECT_EQ(tma.a, !a_aligned);
+      EXPECT_EQ(tma.c, !address_aligned(shape.c) || shape.c_row * size % 16 != 0);
+      const cuda::gemm::GemmStaging padded = cuda::gemm::padded_staging(shape);
+      const cuda::gemm::GemmShape staged = cuda::gemm::staged_shape(shape, padded);
+      EXPECT_TRUE(cuda::gemm::gemm_aligned(staged, 16));
+      EXPECT_GE(staged.m, shape.m);
+      EXPECT_GE(staged.n, shape.n);
+      EXPECT_GE(staged.k, shape.k);
+      if (staged.k != shape.k) {
+        EXPECT_TRUE(padded.a && padded.b) << "K padded: both operands need the zeros";
+      }
+      if (staged.m != shape.m || staged.n != shape.n) {
+        EXPECT_TRUE(padded.c);
+      }
+    }
+  }
+}
+
+TEST(CudaGemmSelection, Fp32SelectsTf32OnlyWhenAllowedAnd3xTf32Otherwise) {
+  for (const int capability : {80, 90}) {
+    EXPECT_TRUE(
+        starts_with(selected_on(capability, DType::f32, true, 256, 256, 64, false, false, false), "sm80_tf32_"));
+    EXPECT_TRUE(
+        starts_with(selected_on(capability, DType::f32, false, 256, 256, 64, false, true, false), "sm80_3xtf32_"));
+  }
+}
+
+class CudaGemm : public ::testing::TestWithParam<Precision> {
+ protected:
+  void SetUp() override {
+    if (!cuda_device_present()) GTEST_SKIP() << "no CUDA device: cudaGetDeviceCount found none";
+  }
+};
+
+// Sizes: single elements, decode-like rows, primes, tails of every tile, several tiles.
+const std::vector<std::array<int64_t, 3> > kSizes = {{1, 1, 1},       {1, 64, 64},   {64, 1, 64},    {64, 64, 1},
+                                                     {8, 8, 8},       {37, 53, 71},  {136, 264, 72}, {256, 512, 128},
+                                                     {129, 257, 200}, {300, 72, 520}};
+
+TEST_P(CudaGemm, MatchesTheOracleForEveryTransposeAndCLayoutOnOddAndAlignedSizes) {
+  for (const auto& [m, n, k] : kSizes) {
+    for (int layout = 0; layout < 8; ++layout) {
+      GemmSpec s;
+      s.m = m, s.n = n, s.k = k;
+      s.transpose_a = layout & 1;
+      s.transpose_b = layout & 2;
+      s.c_col_major = layout & 4;
+      expect_matches_oracle(s, GetParam(), static_cast<uint64_t>(m * 1000 + layout));
+    }
+  }
+}
+
+TEST_P(CudaGemm, MatchesTheOracleWithColumnMajorStorageOfAAndB) {
+  for (int layout = 0; layout < 4; ++layout) {
+    GemmSpec s;
+    s.m = 136, s.n = 200, s.k = 88;
+    s.a_col_major = layout & 1;
+    s.b_col_major = layout & 2;
+    s.transpose_a = layout == 1;
+    expect_matches_oracle(s, GetParam(), 11 + static_cast<uint64_t>(layout));
+  }
+}
+
+TEST_P(CudaGemm, MatchesTheOracleOnUnalignedViewsAndLeadingDimensions) {
+  for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3> >{{64, 64, 64}, {129, 67, 33}, {256, 128, 64}}) {
+    for (int layout = 0; layout < 8; ++layout) {
+      GemmSpec s;
+      s.m = m, s.n = n, s.k = k;
+      s.transpose_a = layout & 1;
+      s.transpose_b = layout & 2;
+      s.c_col_major = layout & 4;
+      s.aligned = false;
+      expect_matches_oracle(s, GetParam(), 21 + static_cast<uint64_t>(layout));
+    }
+  }
+}
+
+TEST_P(CudaGemm, MatchesTheOracleWithAlphaAndBeta) {
+  for (int layout = 0; layout < 4; ++layout) {
+    GemmSpec s;
+    s.m = 136, s.n = 72, s.k = 96;
+    s.transpose_a = layout & 1;
+    s.c_col_major = layout & 2;
+    s.alpha = 0.5, s.beta = -1.25;
+    expect_matches_oracle(s, GetParam(), 31 + static_cast<uint64_t>(layout));
+    s.aligned = false;
+    expect_matches_oracle(s, GetParam(), 35 + static_cast<uint64_t>(layout));
+  }
+}
+
+TEST_P(CudaGemm, MatchesTheOracleBatchedAndWithBroadcastBatches) {
+  const std::vector<std::array<int64_t, 3> > batches = {{3, 3, 3}, {1, 3, 3}, {3, 1, 3}, {-1, 3, 3}, {3, -1, 3}};
+  for (const auto& [ba, bb, bc] : batches) {
+    for (int layout = 0; layout < 4; ++layout) {
+      GemmSpec s;
+      s.m = 72, s.n = 136, s.k = 40;
+      s.batch_a = ba, s.batch_b = bb, s.batch_c = bc;
+      s.transpose_b = layout & 1;
+      s.c_col_major = layout & 2;
+      s.beta = layout == 3 ? 0.75 : 0.0;
+      expect_matches_oracle(s, GetParam(), 41 + static_cast<uint64_t>(layout));
+      s.m = 33, s.n = 17, s.k = 29;
+      expect_matches_oracle(s, GetParam(), 45 + static_cast<uint64_t>(layout));
+      s.aligned = false;  // staged operands, broadcast batches copied once
+      expect_matches_oracle(s, GetParam(), 49 + static_cast<uint64_t>(layout));
+    }
+  }
+}
+
+TEST_P(CudaGemm, KZeroGivesBetaTimesCWithoutReadingAOrB) {
+  for (const double beta : {0.0, 0.5}) {
+    GemmSpec s;
+    s.m = 37, s.n = 24, s.k = 0, s.beta = beta;
+    expect_matches_oracle(s, GetParam());
+    s.c_col_major = true, s.batch_a = 2, s.batch_b = 2, s.batch_c = 2;
+    expect_matches_oracle(s, GetParam());
+  }
+}
+
+TEST_P(CudaGemm, AlphaZeroNeverReadsAOrB) {
+  for (const double beta : {0.0, -2.0}) {
+    GemmSpec s;
+    s.m = 64, s.n = 64, s.k = 64, s.alpha = 0.0, s.beta = beta, s.nan_operands = true;
+    expect_matches_oracle(s, GetParam());
+  }
+}
+
+TEST_P(CudaGemm, EmptyProblemsWriteNothing) {
+  GemmSpec s;
+  s.m = 0, s.n = 16, s.k = 16;
+  expect_matches_oracle(s, GetParam());
+  s.m = 16, s.n = 0;
+  expect_matches_oracle(s, GetParam());
+  s.n = 16, s.batch_a = 0, s.batch_b = 1, s.batch_c = 0;
+  expect_matches_oracle(s, GetParam());
+}
+
+TEST_P(CudaGemm, ReplaysFromACudaGraphOnTheCallersStream) {
+  GemmSpec s;
+  s.m = 136, s.n = 264, s.k = 72;
+  GemmRun run = prepare(s, GetParam(), 51);
+  cudaStream_t stream = nullptr;
+  expect_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  RunOptions options;
+  options.stream = stream;
+  gemm(run.problem, options);  // the plan is made (and kernel attributes set) outside the capture
+  expect_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  test::poison_nan(run.c.host);
+  run.c.upload();
+  cudaGraph_t graph = nullptr;
+  {
+    test::StreamCapture capture(stream);
+    ASSERT_TRUE(capture.began());
+    gemm(run.problem, options);
+    graph = capture.end();
+  }
+  ASSERT_NE(graph, nullptr);
+  cudaGraphExec_t exec = nullptr;
+  expect_cuda(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  expect_cuda(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+  expect_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  run.c.download();
+  EXPECT_TRUE(run.c.padding_untouched());
+  EXPECT_LE(test::relative_l2(run.c.host, run.expected_view), GetParam().tolerance);
+}
+
+// A stream-K plan (a small grid) needs workspace: the caller's when given, else stream-ordered scratch.
+TEST_P(CudaGemm, RunsWithTheCallersWorkspaceAndWithout) {
+  for (const bool aligned : {true, false}) {
+    GemmSpec s;
+    s.m = 64, s.n = 256, s.k = 1024, s.aligned = aligned, s.beta = 0.5;
+    SCOPED_TRACE(s.describe());
+    GemmRun run = prepare(s, GetParam(), 61);
+    const int64_t bytes = detail::gemm_plan(run.problem, RunOptions{})->workspace_bytes();
+    EXPECT_GE(bytes, 0);
+    DeviceBuffer workspace(static_cast<size_t>(bytes) + 256);
+    RunOptions options;
+    options.workspace = workspace.data();
+    options.workspace_bytes = bytes;
+    gemm(run.problem, options);
+    expect_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    run.c.download();
+    EXPECT_TRUE(run.c.padding_untouched());
+    EXPECT_LE(test::relative_l2(run.c.host, run.expected_view), GetParam().tolerance);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, CudaGemm, ::testing::Values(kF16, kBF16, kF32, kTF32),
+                         [](const ::testing::TestParamInfo<Precision>& info) { return info.param.name; });
+
+class CudaGemmKernelChoice : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda_device_present()) GTEST_SKIP() << "no CUDA device: cudaGetDeviceCount found none";
+  }
+};
+
+TEST_F(CudaGemmKernelChoice, AlignedHalfPrecisionRunsTheHopperKernelOnA90Device) {
+  if (device_capability() != 90) GTEST_SKIP() << "the Hopper GEMM runs on compute capability 9.0 only";
+  for (const Precision& precision : {kF16, kBF16}) {
+    for (int layout = 0; layout < 8; ++layout) {
+      GemmSpec s;
+      s.m = 256, s.n = 256, s.k = 64;
+      s.transpose_a = layout & 1;
+      s.transpose_b = layout & 2;
+      s.c_col_major = layout & 4;
+      EXPECT_EQ(plan_kernel(s, precision).rfind("sm90_", 0), 0u) << precision.name << " " << s.describe();
+    }
+  }
+}
+
+TEST_F(CudaGemmKernelChoice, MisalignedProblemsRunStagedOnTensorCores) {
+  if (device_capability() != 90) GTEST_SKIP() << "the Hopper GEMM runs on compute capability 9.0 only";
+  GemmSpec s;
+  s.m = 256, s.n = 256, s.k = 64, s.aligned = false;  // leading dimensions of 65 elements, views 1 element in
+  for (const Precision& precision : {kF16, kBF16}) {
+    const std::string name = plan_kernel(s, precision);
+    EXPECT_TRUE(name.rfind("sm90_", 0) == 0 && name.find("+staged") != std::string::npos) << name;
+  }
+  const std::string f32 = plan_kernel(s, kF32);
+  EXPECT_TRUE(f32.rfind("sm80_3xtf32_", 0) == 0 && f32.find("+staged") != std::string::npos) << f32;
+}
+
+// Staged runs against the oracle, every layout, with beta (C copied in and out) and batches.
+TEST_F(CudaGemmKernelChoice, StagedRunsMatchTheOracle) {
+  for (const Precision& precision : {kF16, kBF16, kF32}) {
+    for (int layout = 0; layout < 8; ++layout) {
+      GemmSpec s;
+      s.m = 129, s.n = 67, s.k = 33;
+      s.transpose_a = layout & 1, s.transpose_b = layout & 2, s.c_col_major = layout & 4;
+      s.aligned = false;
+      s.beta = layout % 3 == 0 ? 0.5 : 0.0;
+      s.batch_a = layout & 1 ? 1 : 3, s.batch_b = 3, s.batch_c = 3;
+      expect_matches_oracle(s, precision, 71 + static_cast<uint64_t>(layout));
+    }
+  }
+}
+
+// The SIMT fallback stays correct for what it still runs (forced on aligned and misaligned problems).
+TEST_F(CudaGemmKernelChoice, ForcedSimtFallbackMatchesTheOracle) {
+  for (const Precision& precision : {kF16, kBF16, kF32}) {
+    const test::ScopedEnvironment forced(cuda::gemm::kForcedGemmConfigVariable, std::string("simt_") + precision.name);
+    detail::clear_gemm_plans();
+    for (const bool aligned : {true, false}) {
+      GemmSpec s;
+      s.m = 129, s.n = 67, s.k = 200, s.aligned = aligned, s.transpose_b = true, s.beta = 0.25;
+      expect_matches_oracle(s, precision, 81);
+    }
+  }
+  detail::clear_gemm_plans();
+}
+
+TEST_F(CudaGemmKernelChoice, Fp32RunsTf32OnlyWhenAllowed) {
+  if (device_capability() < 80) GTEST_SKIP() << "the tensor-core fp32 kernels need compute capability 8.0";
+  GemmSpec s;
+  s.m = 256, s.n = 256, s.k = 64;
+  EXPECT_EQ(plan_kernel(s, kTF32).rfind("sm80_tf32_", 0), 0u);
+  EXPECT_EQ(plan_kernel(s, kF32).rfind("sm80_3xtf32_", 0), 0u);
+}
+
+// A run from a thread where no CUDA context is current (PyTorch's autograd device thread, a fresh
+// std::thread): the Hopper kernels' TMA descriptors are encoded by the driver, which needs the device's
+// primary context current. Both a plan made on the main thread and one made on the new thread.
+TEST_F(CudaGemmKernelChoice, RunsFromAThreadWithNoCudaContextCurrent) {
+  for (const Precision& precision : {kBF16, kF16, kF32}) {
+    GemmSpec s;
+    s.m = 136, s.n = 264, s.k = 72;
+    GemmRun run = prepare(s, precision, 91);
+    gemm(run.problem);  // the plan is made here
+    expect_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    // Same shape, another C (new pointers: new TMA descriptors), run on a fresh thread.
+    std::mt19937_64 rng(1);
+    DeviceMatrix other = make_matrix(precision.dtype, {-1, s.m, s.n, false, true}, false, rng);
+    GemmProblem on_thread = run.problem;
+    on_thread.c = other.device;
+    std::string error;
+    std::thread([&] {
+      try {
+        gemm(on_thread);
+        expect_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize (thread)");
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    }).join();
+    EXPECT_EQ(error, "") << precision.name;
+    other.download();
+    EXPECT_LE(test::relative_l2(other.host, run.expected_view), precision.tolerance) << precision.name;
+    // A shape first seen on a fresh thread (its plan is made there).
+    GemmSpec t;
+    t.m = 72, t.n = 200, t.k = 88, t.transpose_b = true;
+    GemmRun fresh = prepare(t, precision, 92);
+    std::thread([&] {
+      try {
+        gemm(fresh.problem);
+        expect_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize (thread)");
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    }).join();
+    EXPECT_EQ(error, "") << precision.name;
+    fresh.c.download();
+    EXPECT_LE(test::relative_l2(fresh.c.host, fresh.expected_view), precision.tolerance) << precision.name;
+  }
+}
+
+TEST_F(CudaGemmKernelChoice, ProductZeroRunsTheSimtKernel) {
+  GemmSpec s;
+  s.m = 256, s.n = 256, s.k = 0;
+  EXPECT_EQ(plan_kernel(s, kBF16), "simt_bf16");
+}
+
+#endif
+
+}  // namespace
+}  // namespace attnkit

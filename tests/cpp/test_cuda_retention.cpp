@@ -1,0 +1,673 @@
+// Retention on the CUDA backend (src/cuda/retention/) against the CPU backend run in float64 on the
+// same rounded inputs (DESIGN §5: relative L2 <= 5e-3 for float16, 1.5e-2 for bfloat16). Every output
+// is poisoned with NaN first and must be fully written; the padding around each view must stay NaN.
+// Covers odd lengths, both head dims, Dv != Dk, every mode, initial and final states, per-head gamma,
+// custom scales, padded and misaligned views, CUDA-graph replay, the backward's four gradients, and
+// the messages of what the CUDA backend does not run. Without CUDA (or a GPU) every test skips.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "attnkit/error.hpp"
+#include "attnkit/retention.hpp"
+#include "core/retention_plan.hpp"
+#include "cuda_test_support.hpp"
+#include "test_support.hpp"
+
+#if defined(ATTNKIT_WITH_CUDA)
+#include <cuda_runtime_api.h>
+#endif
+
+namespace attnkit {
+namespace {
+
+#if !defined(ATTNKIT_WITH_CUDA)
+
+TEST(CudaRetention, SkipsWithoutCuda) {
+  GTEST_SKIP() << "no CUDA device: this build has no CUDA backend (configure with -DATTNKIT_WITH_CUDA=ON)";
+}
+
+#else
+
+using test::cuda_device_present;
+using test::expect_cuda;
+using test::TestTensor;
+
+class CudaRetention : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda_device_present()) GTEST_SKIP() << "no CUDA device: cudaGetDeviceCount found none";
+  }
+};
+
+double tolerance(DType dtype) { return dtype == DType::bf16 ? 1.5e-2 : 5e-3; }
+
+RunOptions on_cuda() {
+  RunOptions options;
+  options.backend = Backend::cuda;
+  return options;
+}
+
+RunOptions on_cpu() {
+  RunOptions options;
+  options.backend = Backend::cpu;
+  return options;
+}
+
+// Layout of the sequence tensors: padding after the batch, token and head dimensions (strides stay
+// multiples of 8 elements: the vector path), or one element after every row (odd strides: the
+// element-wise path).
+enum class Layout { packed, padded, misaligned };
+
+std::vector<int64_t> padding_for(Layout layout) {
+  switch (layout) {
+    case Layout::packed: return {0, 0, 0, 0};
+    case Layout::padded: return {1, 3, 2, 0};
+    case Layout::misaligned: return {1, 1, 1, 1};
+  }
+  return {0, 0, 0, 0};
+}
+
+TestTensor input(const std::vector<int64_t>& extents, DType dtype, const std::vector<int64_t>& padding, uint64_t seed) {
+  TestTensor t = TestTensor::make(dtype, extents, padding);
+  test::poison_nan(t.buffer.view);
+  std::mt19937_64 rng(seed);
+  test::fill_random(t.host, rng, -1.0, 1.0);
+  t.upload();
+  return t;
+}
+
+TestTensor output(const std::vector<int64_t>& extents, DType dtype, const std::vector<int64_t>& padding) {
+  TestTensor t = TestTensor::make(dtype, extents, padding);
+  test::poison_nan(t.buffer.view);
+  t.upload();
+  return t;
+}
+
+// A float64 copy of a tensor's logical elements (contiguous): the CPU reference's operand.
+struct Wide {
+  test::HostTensor tensor;
+  explicit Wide(const TestTensor& t) {
+    std::vector<int64_t> extents(t.host.extents.begin(), t.host.extents.begin() + t.host.rank);
+    tensor = test::HostTensor::contiguous(DType::f64, extents);
+    const std::vector<double> values = test::to_doubles(t.host);
+    auto* out = static_cast<double*>(tensor.view.data);
+    for (std::size_t i = 0; i < values.size(); ++i) out[i] = values[i];
+  }
+  const TensorView& view() const { return tensor.view; }
+};
+
+test::HostTensor wide_output(const TestTensor& t) {
+  std::vector<int64_t> extents(t.host.extents.begin(), t.host.extents.begin() + t.host.rank);
+  return test::HostTensor::contiguous(DType::f64, extents);
+}
+
+struct Case {
+  int64_t batch = 2, tokens = 65, heads = 3, dk = 64, dv = 64;
+  DType dtype = DType::bf16;
+  RetentionMode mode = RetentionMode::chunkwise;
+  int64_t chunk_size = 64;
+  bool normalize = false;  // with mode parallel and no states
+  bool initial_state = false;
+  bool final_state = false;
+  std::vector<double> gamma;
+  std::optional<double> scale;
+  Layout layout = Layout::padded;
+  uint64_t seed = 1;
+};
+
+std::string describe(const Case& c) {
+  std::ostringstream text;
+  text << "B" << c.batch << " T" << c.tokens << " H" << c.heads << " Dk" << c.dk << " Dv" << c.dv << " "
+       << dtype_name(c.dtype) << " mode " << static_cast<int>(c.mode) << (c.initial_state ? " +S0" : "")
+       << (c.final_state ? " +S1" : "");
+  return text.str();
+}
+
+// Runs the forward on the GPU and on the CPU (float64) and compares out and the final state.
+void expect_forward_matches_cpu(const Case& c) {
+  SCOPED_TRACE(describe(c));
+  const std::vector<int64_t> pad = padding_for(c.layout);
+  const std::vector<int64_t> state_pad{0, 1, 0, 0};
+  TestTensor q = input({c.batch, c.tokens, c.heads, c.dk}, c.dtype, pad, c.seed);
+  TestTensor k = input({c.batch, c.tokens, c.heads, c.dk}, c.dtype, pad, c.seed + 1);
+  TestTensor v = input({c.batch, c.tokens, c.heads, c.dv}, c.dtype, pad, c.seed + 2);
+  TestTensor s0 = input({c.batch, c.heads, c.dk, c.dv}, DType::f32, state_pad, c.seed + 3);
+  TestTensor out = output({c.batch, c.tokens, c.heads, c.dv}, c.dtype, pad);
+  TestTensor s1 = output({c.batch, c.heads, c.dk, c.dv}, DType::f32, state_pad);
+
+  RetentionForward p;
+  p.q = q.device;
+  p.k = k.device;
+  p.v = v.device;
+  p.out = out.device;
+  if (c.initial_state) p.initial_state = s0.device;
+  if (c.final_state) p.final_state = s1.device;
+  p.gamma = c.gamma;
+  p.scale = c.scale;
+  p.mode = c.mode;
+  p.chunk_size = c.chunk_size;
+  p.normalize = c.normalize;
+  retention_forward(p, on_cuda());
+  expect_cuda(cudaDeviceSynchronize(), "retention_forward");
+  out.download();
+  s1.download();
+
+  const Wide wq(q), wk(k), wv(v), ws0(s0);
+  test::HostTensor ref_out = wide_output(out);
+  test::HostTensor ref_s1 = wide_output(s1);
+  RetentionForward r = p;
+  r.q = wq.view();
+  r.k = wk.view();
+  r.v = wv.view();
+  r.out = ref_out.view;
+  r.initial_state = c.initial_state ? ws0.view() : TensorView{};
+  r.final_state = c.final_state ? ref_s1.view : TensorView{};
+  retention_forward(r, on_cpu());
+
+  if (c.tokens > 0) {
+    EXPECT_LE(test::relative_l2(out.host, ref_out.view), tolerance(c.dtype));
+    EXPECT_FALSE(test::any_nan(out.host));
+  }
+  EXPECT_TRUE(out.padding_untouched());
+  if (c.final_state) {
+    EXPECT_LE(test::relative_l2(s1.host, ref_s1.view), tolerance(c.dtype));
+    EXPECT_FALSE(test::any_nan(s1.host));
+    EXPECT_TRUE(s1.padding_untouched());
+  } else {
+    EXPECT_TRUE(test::any_nan(s1.host)) << "final_state was not asked for but written";
+  }
+}
+
+TEST_F(CudaRetention, ForwardMatchesCpuForLengthsThatAreNoMultipleOfTheChunk) {
+  for (const int64_t tokens : {1, 63, 64, 65, 200, 1000}) {
+    for (const DType dtype : {DType::bf16, DType::f16}) {
+      Case c;
+      c.tokens = tokens;
+      c.dtype = dtype;
+      c.seed = static_cast<uint64_t>(tokens);
+      expect_forward_matches_cpu(c);
+    }
+  }
+}
+
+TEST_F(CudaRetention, ForwardMatchesCpuForEachHeadDimAndValueDim) {
+  for (const auto& [dk, dv] : std::vector<std::pair<int64_t, int64_t> >{
+           {64, 64}, {128, 128}, {128, 64}, {64, 128}, {64, 32}, {128, 96}, {64, 256}}) {
+    Case c;
+    c.dk = dk;
+    c.dv = dv;
+    c.tokens = 130;
+    c.final_state = true;
+    expect_forward_matches_cpu(c);
+  }
+}
+
+TEST_F(CudaRetention, ForwardCarriesInitialStateAndWritesFinalState) {
+  for (const DType dtype : {DType::bf16, DType::f16}) {
+    for (const int64_t tokens : {1, 65, 300}) {
+      Case c;
+      c.dtype = dtype;
+      c.tokens = tokens;
+      c.dk = 128;
+      c.dv = 128;
+      c.initial_state = true;
+      c.final_state = true;
+      expect_forward_matches_cpu(c);
+    }
+  }
+}
+
+TEST_F(CudaRetention, ForwardWithoutTokensWritesTheInitialStateAsFinalState) {
+  Case c;
+  c.tokens = 0;
+  c.initial_state = true;
+  c.final_state = true;
+  expect_forward_matches_cpu(c);
+}
+
+TEST_F(CudaRetention, ForwardUsesPerHeadGammaAndCustomScale) {
+  Case c;
+  c.heads = 4;
+  c.tokens = 257;
+  c.gamma = {0.5, 0.9, 0.99, 0.999};
+  c.scale = 0.3;
+  c.initial_state = true;
+  c.final_state = true;
+  expect_forward_matches_cpu(c);
+}
+
+TEST_F(CudaRetention, ForwardDefaultGammaBeyondThePerHeadParamsIsComputedOnTheDevice) {
+  Case c;
+  c.batch = 1;
+  c.heads = 600;
+  c.tokens = 70;
+  c.final_state = true;
+  expect_forward_matches_cpu(c);
+}
+
+TEST_F(CudaRetention, ForwardReadsPackedPaddedAndMisalignedViews) {
+  for (const Layout layout : {Layout::packed, Layout::padded, Layout::misaligned}) {
+    for (const DType dtype : {DType::bf16, DType::f16}) {
+      Case c;
+      c.layout = layout;
+      c.dtype = dtype;
+      c.tokens = 100;
+      c.initial_state = true;
+      c.final_state = true;
+      expect_forward_matches_cpu(c);
+    }
+  }
+}
+
+TEST_F(CudaRetention, ForwardRunsEveryModeAndChunkSizeWithTheSameResult) {
+  for (const RetentionMode mode : {RetentionMode::parallel, RetentionMode::chunkwise, RetentionMode::recurrent}) {
+    for (const int64_t chunk : {16, 64, 100}) {
+      Case c;
+      c.mode = mode;
+      c.chunk_size = chunk;
+      c.tokens = 150;
+      c.initial_state = mode != RetentionMode::parallel;
+      c.final_state = true;
+      expect_forward_matches_cpu(c);
+    }
+  }
+}
+
+TEST_F(CudaRetention, NormalizedParallelForwardMatchesCpu) {
+  for (const DType dtype : {DType::bf16, DType::f16}) {
+    for (const auto& [tokens, dk, dv] : std::vector<std::tuple<int64_t, int64_t, int64_t> >{
+             {1, 64, 64}, {65, 64, 64}, {200, 128, 128}, {333, 128, 64}}) {
+      Case c;
+      c.dtype = dtype;
+      c.tokens = tokens;
+      c.dk = dk;
+      c.dv = dv;
+      c.mode = RetentionMode::parallel;
+      c.normalize = true;
+      c.gamma = {0.6, 0.99, 0.9995};  // row sums of |score| on both sides of the clamp at 1
+      expect_forward_matches_cpu(c);
+    }
+  }
+}
+
+TEST_F(CudaRetention, NormalizedParallelForwardReadsMisalignedViewsAndManyHeads) {
+  Case c;
+  c.layout = Layout::misaligned;
+  c.batch = 1;
+  c.heads = 24;  // the default decays of the last heads round to 1 in float32
+  c.tokens = 150;
+  c.mode = RetentionMode::parallel;
+  c.normalize = true;
+  expect_forward_matches_cpu(c);
+}
+
+TEST_F(CudaRetention, ForwardDecodeStepAgainstALongState) {
+  for (const int64_t tokens : {1, 4}) {
+    Case c;
+    c.batch = 8;
+    c.heads = 16;
+    c.tokens = tokens;
+    c.dk = 128;
+    c.dv = 128;
+    c.mode = RetentionMode::recurrent;
+    c.initial_state = true;
+    c.final_state = true;
+    c.layout = Layout::packed;
+    expect_forward_matches_cpu(c);
+  }
+}
+
+TEST_F(CudaRetention, ForwardManyHeadsRunUnsegmented) {
+  Case c;  // B*H*Dv/64 = 512 CTAs, more than any GPU's multiprocessors: no sequence split
+  c.batch = 16;
+  c.heads = 16;
+  c.tokens = 96;
+  c.dk = 128;
+  c.dv = 128;
+  c.initial_state = true;
+  c.final_state = true;
+  expect_forward_matches_cpu(c);
+}
+
+TEST_F(CudaRetention, ForwardSplitsLongSequencesOfFewHeadsIntoSegments) {
+  for (const int64_t tokens : {700, 3001}) {
+    Case c;  // one (batch, head) pair: the sequence is cut into segments that start from the states before them
+    c.batch = 1;
+    c.heads = 1;
+    c.tokens = tokens;
+    c.dk = 128;
+    c.dv = 128;
+    c.gamma = {0.999};
+    c.initial_state = true;
+    c.final_state = true;
+    expect_forward_matches_cpu(c);
+  }
+}
+
+TEST_F(CudaRetention, ForwardReplaysFromACudaGraphOnTheCallersStream) {
+  const std::vector<int64_t> pad{0, 0, 0, 0};
+  TestTensor q = input({2, 77, 2, 64}, DType::bf16, pad, 5);
+  TestTensor k = input({2, 77, 2, 64}, DType::bf16, pad, 6);
+  TestTensor v = input({2, 77, 2, 64}, DType::bf16, pad, 7);
+  TestTensor first = output({2, 77, 2, 64}, DType::bf16, pad);
+  TestTensor replayed = output({2, 77, 2, 64}, DType::bf16, pad);
+  cudaStream_t stream = nullptr;
+  expect_cuda(cudaStreamCreate(&stream), "cudaStreamCreate");
+  RunOptions options = on_cuda();
+  options.stream = stream;
+  RetentionForward p;
+  p.q = q.device;
+  p.k = k.device;
+  p.v = v.device;
+  p.out = first.device;
+  retention_forward(p, options);  // makes the plan outside the capture
+  p.out = replayed.device;
+  cudaGraph_t graph = nullptr;
+  {
+    test::StreamCapture capture(stream);
+    ASSERT_TRUE(capture.began());
+    retention_forward(p, options);
+    graph = capture.end();
+  }
+  ASSERT_NE(graph, nullptr);
+  cudaGraphExec_t exec = nullptr;
+  expect_cuda(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  expect_cuda(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+  expect_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  first.download();
+  replayed.download();
+  EXPECT_EQ(test::max_abs_difference(replayed.host, first.host), 0.0);
+  EXPECT_FALSE(test::any_nan(replayed.host));
+}
+
+// ---- backward ----------------------------------------------------------------------------------
+
+struct BackwardCase {
+  Case shape;
+  bool grad_final_state = false;
+  bool grad_initial_state = false;
+};
+
+void expect_backward_matches_cpu(const BackwardCase& bc) {
+  const Case& c = bc.shape;
+  SCOPED_TRACE(describe(c) + (bc.grad_final_state ? " +dS1" : "") + (bc.grad_initial_state ? " +dS0" : ""));
+  const std::vector<int64_t> pad = padding_for(c.layout);
+  const std::vector<int64_t> state_pad{0, 1, 0, 0};
+  TestTensor q = input({c.batch, c.tokens, c.heads, c.dk}, c.dtype, pad, c.seed);
+  TestTensor k = input({c.batch, c.tokens, c.heads, c.dk}, c.dtype, pad, c.seed + 1);
+  TestTensor v = input({c.batch, c.tokens, c.heads, c.dv}, c.dtype, pad, c.seed + 2);
+  TestTensor dout = input({c.batch, c.tokens, c.heads, c.dv}, c.dtype, pad, c.seed + 3);
+  TestTensor s0 = input({c.batch, c.heads, c.dk, c.dv}, DType::f32, state_pad, c.seed + 4);
+  TestTensor ds1 = input({c.batch, c.heads, c.dk, c.dv}, DType::f32, state_pad, c.seed + 5);
+  TestTensor dq = output({c.batch, c.tokens, c.heads, c.dk}, c.dtype, pad);
+  TestTensor dk = output({c.batch, c.tokens, c.heads, c.dk}, c.dtype, pad);
+  TestTensor dv = output({c.batch, c.tokens, c.heads, c.dv}, c.dtype, pad);
+  TestTensor ds0 = output({c.batch, c.heads, c.dk, c.dv}, DType::f32, state_pad);
+
+  RetentionBackward p;
+  p.q = q.device;
+  p.k = k.device;
+  p.v = v.device;
+  p.grad_out = dout.device;
+  if (c.initial_state) p.initial_state = s0.device;
+  if (bc.grad_final_state) p.grad_final_state = ds1.device;
+  p.grad_q = dq.device;
+  p.grad_k = dk.device;
+  p.grad_v = dv.device;
+  if (bc.grad_initial_state) p.grad_initial_state = ds0.device;
+  p.gamma = c.gamma;
+  p.scale = c.scale;
+  p.mode = c.mode;
+  p.chunk_size = c.chunk_size;
+  retention_backward(p, on_cuda());
+  expect_cuda(cudaDeviceSynchronize(), "retention_backward");
+  for (TestTensor* t : {&dq, &dk, &dv, &ds0}) t->download();
+
+  const Wide wq(q), wk(k), wv(v), wdout(dout), ws0(s0), wds1(ds1);
+  test::HostTensor ref_dq = wide_output(dq), ref_dk = wide_output(dk), ref_dv = wide_output(dv),
+                   ref_ds0 = wide_output(ds0);
+  RetentionBackward r = p;
+  r.q = wq.view();
+  r.k = wk.view();
+  r.v = wv.view();
+  r.grad_out = wdout.view();
+  r.initial_state = c.initial_state ? ws0.view() : TensorView{};
+  r.grad_final_state = bc.grad_final_state ? wds1.view() : TensorView{};
+  r.grad_q = ref_dq.view;
+  r.grad_k = ref_dk.view;
+  r.grad_v = ref_dv.view;
+  r.grad_initial_state = bc.grad_initial_state ? ref_ds0.view : TensorView{};
+  retention_backward(r, on_cpu());
+
+  const double tol = tolerance(c.dtype);
+  if (c.tokens > 0) {
+    EXPECT_LE(test::relative_l2(dq.host, ref_dq.view), tol) << "grad_q";
+    EXPECT_LE(test::relative_l2(dk.host, ref_dk.view), tol) << "grad_k";
+    EXPECT_LE(test::relative_l2(dv.host, ref_dv.view), tol) << "grad_v";
+  }
+  for (TestTensor* t : {&dq, &dk, &dv}) {
+    EXPECT_FALSE(test::any_nan(t->host));
+    EXPECT_TRUE(t->padding_untouched());
+  }
+  if (bc.grad_initial_state) {
+    EXPECT_LE(test::relative_l2(ds0.host, ref_ds0.view), tol) << "grad_initial_state";
+    EXPECT_FALSE(test::any_nan(ds0.host));
+    EXPECT_TRUE(ds0.padding_untouched());
+  }
+}
+
+TEST_F(CudaRetention, BackwardMatchesCpuForOddLengths) {
+  for (const int64_t tokens : {1, 63, 65, 200}) {
+    for (const DType dtype : {DType::bf16, DType::f16}) {
+      BackwardCase bc;
+      bc.shape.tokens = tokens;
+      bc.shape.dtype = dtype;
+      bc.shape.seed = static_cast<uint64_t>(tokens) + 11;
+      expect_backward_matches_cpu(bc);
+    }
+  }
+}
+
+TEST_F(CudaRetention, BackwardMatchesCpuForEachHeadDimPair) {
+  for (const auto& [dk, dv] : std::vector<std::pair<int64_t, int64_t> >{{64, 64}, {128, 128}, {128, 64}, {64, 128}}) {
+    BackwardCase bc;
+    bc.shape.dk = dk;
+    bc.shape.dv = dv;
+    bc.shape.tokens = 130;
+    bc.shape.initial_state = true;
+    bc.grad_final_state = true;
+    bc.grad_initial_state = true;
+    expect_backward_matches_cpu(bc);
+  }
+}
+
+TEST_F(CudaRetention, BackwardCarriesStateGradientsBothWays) {
+  for (const bool grad_final : {false, true}) {
+    for (const bool grad_initial : {false, true}) {
+      BackwardCase bc;
+      bc.shape.tokens = 190;
+      bc.shape.initial_state = true;
+      bc.shape.gamma = {0.6, 0.95, 0.999};
+      bc.shape.scale = 0.2;
+      bc.grad_final_state = grad_final;
+      bc.grad_initial_state = grad_initial;
+      expect_backward_matches_cpu(bc);
+    }
+  }
+}
+
+TEST_F(CudaRetention, BackwardSplitsLongSequencesOfFewHeadsIntoSegments) {
+  BackwardCase bc;
+  bc.shape.batch = 1;
+  bc.shape.heads = 2;
+  bc.shape.tokens = 1500;
+  bc.shape.dk = 64;
+  bc.shape.dv = 128;
+  bc.shape.gamma = {0.99, 0.9995};
+  bc.shape.initial_state = true;
+  bc.grad_final_state = true;
+  bc.grad_initial_state = true;
+  expect_backward_matches_cpu(bc);
+}
+
+TEST_F(CudaRetention, BackwardReadsPaddedAndMisalignedViews) {
+  for (const Layout layout : {Layout::packed, Layout::misaligned}) {
+    BackwardCase bc;
+    bc.shape.layout = layout;
+    bc.shape.dtype = DType::f16;
+    bc.shape.tokens = 97;
+    bc.shape.initial_state = true;
+    bc.grad_final_state = true;
+    bc.grad_initial_state = true;
+    expect_backward_matches_cpu(bc);
+  }
+}
+
+TEST_F(CudaRetention, BackwardWithoutTokensPassesTheFinalStateGradientThrough) {
+  BackwardCase bc;
+  bc.shape.tokens = 0;
+  bc.grad_final_state = true;
+  bc.grad_initial_state = true;
+  expect_backward_matches_cpu(bc);
+}
+
+// Forces ATTNKIT_RETENTION_CONFIG for the lifetime of the object; plans read it when they are made, so
+// the cached retention plans are dropped on both ends.
+class ScopedRetentionConfig {
+ public:
+  explicit ScopedRetentionConfig(const char* value) {
+    setenv("ATTNKIT_RETENTION_CONFIG", value, 1);
+    detail::clear_retention_plans();
+  }
+  ~ScopedRetentionConfig() {
+    unsetenv("ATTNKIT_RETENTION_CONFIG");
+    detail::clear_retention_plans();
+  }
+  ScopedRetentionConfig(const ScopedRetentionConfig&) = delete;
+  ScopedRetentionConfig& operator=(const ScopedRetentionConfig&) = delete;
+};
+
+TEST_F(CudaRetention, EveryForcedValueBlockSegmentCountAndDecodeChoiceGivesTheSameResults) {
+  for (const char* config : {"block=32", "segments=3", "block=32,segments=7", "decode=0", "segments=1"}) {
+    SCOPED_TRACE(config);
+    const ScopedRetentionConfig forced(config);
+    Case c;
+    c.batch = 1;
+    c.heads = 2;
+    c.tokens = 517;
+    c.dk = 128;
+    c.dv = 128;
+    c.initial_state = true;
+    c.final_state = true;
+    expect_forward_matches_cpu(c);
+    Case decode = c;
+    decode.tokens = 3;
+    expect_forward_matches_cpu(decode);
+    BackwardCase bc;
+    bc.shape = c;
+    bc.shape.tokens = 300;
+    bc.grad_final_state = true;
+    bc.grad_initial_state = true;
+    expect_backward_matches_cpu(bc);
+  }
+}
+
+TEST_F(CudaRetention, AnUnknownForcedConfigIsRefusedNamingTheAllowedItems) {
+  const ScopedRetentionConfig forced("tiles=3");
+  const std::vector<int64_t> pad{0, 0, 0, 0};
+  TestTensor q = input({1, 70, 1, 64}, DType::bf16, pad, 1);
+  TestTensor out = output({1, 70, 1, 64}, DType::bf16, pad);
+  RetentionForward p;
+  p.q = q.device;
+  p.k = q.device;
+  p.v = q.device;
+  p.out = out.device;
+  try {
+    retention_forward(p, on_cuda());
+    ADD_FAILURE() << "expected Status::invalid_argument";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("block=32|64, segments=N"), std::string::npos) << e.what();
+  }
+}
+
+// ---- what the CUDA backend refuses, and how it says so ---------------------------------------------
+
+std::string unsupported_message(const Case& c) {
+  const std::vector<int64_t> pad{0, 0, 0, 0};
+  TestTensor q = input({c.batch, c.tokens, c.heads, c.dk}, c.dtype, pad, 1);
+  TestTensor k = input({c.batch, c.tokens, c.heads, c.dk}, c.dtype, pad, 2);
+  TestTensor v = input({c.batch, c.tokens, c.heads, c.dv}, c.dtype, pad, 3);
+  TestTensor out = output({c.batch, c.tokens, c.heads, c.dv}, c.dtype, pad);
+  RetentionForward p;
+  p.q = q.device;
+  p.k = k.device;
+  p.v = v.device;
+  p.out = out.device;
+  p.mode = c.mode;
+  try {
+    retention_forward(p, on_cuda());
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::unsupported) << e.what();
+    out.download();
+    EXPECT_TRUE(test::any_nan(out.host)) << "nothing is written when the call is refused";
+    return e.what();
+  }
+  ADD_FAILURE() << "expected Status::unsupported";
+  return "";
+}
+
+TEST_F(CudaRetention, Float32InputsAreRefusedNamingTheAllowedDtypes) {
+  Case c;
+  c.dtype = DType::f32;
+  const std::string message = unsupported_message(c);
+  EXPECT_NE(message.find("float16 or bfloat16"), std::string::npos) << message;
+}
+
+TEST_F(CudaRetention, NormalizedBackwardIsRefusedNamingWhatRuns) {
+  const std::vector<int64_t> pad{0, 0, 0, 0};
+  TestTensor q = input({1, 70, 2, 64}, DType::bf16, pad, 1);
+  TestTensor dq = output({1, 70, 2, 64}, DType::bf16, pad);
+  TestTensor dk = output({1, 70, 2, 64}, DType::bf16, pad);
+  TestTensor dv = output({1, 70, 2, 64}, DType::bf16, pad);
+  RetentionBackward p;
+  p.q = p.k = p.v = p.grad_out = q.device;
+  p.grad_q = dq.device;
+  p.grad_k = dk.device;
+  p.grad_v = dv.device;
+  p.mode = RetentionMode::parallel;
+  p.normalize = true;
+  try {
+    retention_backward(p, on_cuda());
+    ADD_FAILURE() << "expected Status::unsupported";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::unsupported);
+    EXPECT_NE(std::string(e.what()).find("normalize=false"), std::string::npos) << e.what();
+  }
+  dq.download();
+  EXPECT_TRUE(test::any_nan(dq.host)) << "nothing is written when the call is refused";
+}
+
+TEST_F(CudaRetention, UnsupportedHeadDimIsRefusedNamingTheAllowedOnes) {
+  Case c;
+  c.dk = 32;
+  const std::string message = unsupported_message(c);
+  EXPECT_NE(message.find("64, 128"), std::string::npos) << message;
+}
+
+#endif
+
+}  // namespace
+}  // namespace attnkit

@@ -429,8 +429,10 @@ TEST(CudaGemmSelection, MisalignedProblemsRunStagedOnTensorCores) {
   for (const int64_t offset : {0, 1}) {
     const std::string odd_k = selected_on(90, DType::bf16, false, 256, 256, 63, false, false, false, offset);
     EXPECT_TRUE(starts_with(odd_k, "sm90_bf16_") && ends_with(odd_k, "+staged")) << odd_k;
+    // An N that is not a multiple of 8: the Hopper epilogue writes C's rows in 8-element vectors, so the
+    // Hopper rows refuse it (it would write past the rows); the SM80 rows (full set) or SIMT run it.
     const std::string odd_n = selected_on(90, DType::f16, false, 256, 250, 64, false, false, false, offset);
-    EXPECT_TRUE(starts_with(odd_n, "sm90_f16_") && ends_with(odd_n, "+staged")) << odd_n;
+    EXPECT_TRUE(starts_with(odd_n, "sm80_f16_") || odd_n == "simt_f16") << odd_n;
     // fp32 on the SM80 rows, extents padded with zeros.
     const std::string f32 = selected_on(90, DType::f32, false, 256, 256, 66, false, false, false, offset);
     EXPECT_TRUE(starts_with(f32, "sm80_3xtf32_") && ends_with(f32, "+staged")) << f32;

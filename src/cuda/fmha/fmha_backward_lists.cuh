@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "cuda/fmha/fmha_backward_params.hpp"
+#include "cuda/fmha/fmha_mask_tile.cuh"
 
 namespace attnkit::cuda::fmha {
 
@@ -75,13 +76,10 @@ __global__ void __launch_bounds__(kLargeBlockClassifyThreads)
     classify_large_block_tiles_kernel(const BackwardListBuildParams p, const int64_t tiles) {
   const int64_t tile = static_cast<int64_t>(blockIdx.x) * kLargeBlockClassifyThreads + threadIdx.x;
   if (tile >= tiles) return;
-  const int64_t per_slice = static_cast<int64_t>(p.q_tiles) * p.kv_tiles;
-  const int64_t mask_bh = tile / per_slice;
-  const int32_t q_tile = static_cast<int32_t>(tile % per_slice / p.kv_tiles);
-  const int32_t kv_tile = static_cast<int32_t>(tile % p.kv_tiles);
-  const int64_t base = (mask_bh / p.mask_heads) * p.mask_stride[0] + (mask_bh % p.mask_heads) * p.mask_stride[1];
-  const int32_t m0 = q_tile * BlockM;
-  const int32_t n0 = kv_tile * BlockN;
+  const MaskTile t = mask_tile(p, tile);
+  const int64_t base = t.slice_offset;
+  const int32_t m0 = t.q_tile * BlockM;
+  const int32_t n0 = t.kv_tile * BlockN;
   const int32_t rows = min(BlockM, p.seq_q - m0);
   const int32_t cols = min(BlockN, p.seq_k - n0);
   bool any = false;

@@ -26,6 +26,7 @@
 #include <cstdint>
 
 #include "cuda/fmha/fmha_fragment.cuh"
+#include "cuda/fmha/fmha_mask_tile.cuh"
 #include "cuda/fmha/fmha_params.hpp"
 
 namespace attnkit::cuda::fmha {
@@ -43,14 +44,10 @@ __global__ void __launch_bounds__(kAlignedClassifyThreads)
     classify_aligned_block_tiles_kernel(const TileListBuildParams p, const int64_t tiles) {
   const int64_t tile = static_cast<int64_t>(blockIdx.x) * kAlignedClassifyThreads + threadIdx.x;
   if (tile >= tiles) return;
-  const int64_t per_slice = static_cast<int64_t>(p.q_tiles) * p.kv_tiles;
-  const int64_t mask_bh = tile / per_slice;
-  const int32_t q_tile = static_cast<int32_t>(tile % per_slice / p.kv_tiles);
-  const int32_t kv_tile = static_cast<int32_t>(tile % p.kv_tiles);
-  const int64_t base = (mask_bh / p.mask_heads) * p.mask_stride[0] + (mask_bh % p.mask_heads) * p.mask_stride[1];
-  const bool attended = p.mask[base + (int64_t{q_tile} * BlockM / p.block_q) * p.mask_stride[2] +
-                               (int64_t{kv_tile} * BlockN / p.block_k) * p.mask_stride[3]] != 0;
-  const bool keys_complete = int64_t{kv_tile + 1} * BlockN <= p.seq_k;
+  const MaskTile t = mask_tile(p, tile);
+  const bool attended = p.mask[t.slice_offset + (int64_t{t.q_tile} * BlockM / p.block_q) * p.mask_stride[2] +
+                               (int64_t{t.kv_tile} * BlockN / p.block_k) * p.mask_stride[3]] != 0;
+  const bool keys_complete = int64_t{t.kv_tile + 1} * BlockN <= p.seq_k;
   p.classes[tile] = !attended ? kTileEmpty : (keys_complete ? kTileFull : kTilePartialSequenceEnd);
 }
 

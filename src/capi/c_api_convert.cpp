@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "attnkit/error.hpp"
+#include "core/zero_size.hpp"
 
 namespace attnkit::capi {
 namespace {
@@ -27,19 +28,6 @@ const char* dtype_choices(AllowedDtypes allowed) {
     case AllowedDtypes::any: break;
   }
   return "0 (ATTNKIT_FLOAT32), 1 (FLOAT16), 2 (BFLOAT16), 3 (FLOAT64), 4 (BOOL)";
-}
-
-// Rank 1 to ATTNKIT_MAX_RANK with an extent 0: no memory is needed, so data may be NULL (core/zero_size.hpp).
-bool has_no_elements(const attnkit_tensor& tensor) {
-  if (tensor.rank < 1 || tensor.rank > ATTNKIT_MAX_RANK) {
-    return false;
-  }
-  for (int i = 0; i < tensor.rank; ++i) {
-    if (tensor.extents[i] == 0) {
-      return true;
-    }
-  }
-  return false;
 }
 
 std::optional<double> to_scale(int32_t has_scale, double scale) {
@@ -104,10 +92,7 @@ void check_tensor_fields(const attnkit_tensor& tensor, const char* name, Allowed
 }
 
 TensorView to_view(const attnkit_tensor& tensor, const char* name, AllowedDtypes allowed) {
-  if (tensor.data == nullptr && !has_no_elements(tensor)) {
-    return TensorView{};
-  }
-  check_tensor_fields(tensor, name, allowed);
+  // The fields as they are (the enums have int32 underlying types); checked below unless the tensor is absent.
   TensorView view;
   view.data = tensor.data;
   view.dtype = static_cast<DType>(tensor.dtype);
@@ -117,6 +102,11 @@ TensorView to_view(const attnkit_tensor& tensor, const char* name, AllowedDtypes
     view.extents[i] = i < tensor.rank ? tensor.extents[i] : 0;
     view.strides[i] = i < tensor.rank ? tensor.strides[i] : 0;
   }
+  // NULL data is an absent tensor, unless the tensor has no elements and so needs no memory (zero_size.hpp).
+  if (tensor.data == nullptr && !detail::has_no_elements(view)) {
+    return TensorView{};
+  }
+  check_tensor_fields(tensor, name, allowed);
   return view;
 }
 

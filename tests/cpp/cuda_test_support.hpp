@@ -50,6 +50,16 @@ inline void expect_cuda(cudaError_t status, const char* what) {
   ASSERT_EQ(status, cudaSuccess) << what << ": " << cudaGetErrorString(status);
 }
 
+// A [B|1, H|1, rows, cols] mask view given over `heads` heads with head stride 0 (as torch's expand makes it);
+// heads <= 0 leaves the view as it is.
+inline TensorView expanded_over_heads(TensorView view, int64_t heads) {
+  if (heads > 0) {
+    view.extents[1] = heads;
+    view.strides[1] = 0;
+  }
+  return view;
+}
+
 // Captures a stream into a graph: begins in the constructor, end() returns the graph; a capture that a
 // failing call left open is ended by the destructor, so that it cannot break the tests that follow.
 class StreamCapture {

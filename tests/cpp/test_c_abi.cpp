@@ -18,6 +18,7 @@
 
 #include "attnkit/attnkit.h"
 #include "attnkit/attnkit.hpp"
+#include "capi/c_api_convert.hpp"
 #include "test_support.hpp"
 
 namespace attnkit::test {
@@ -93,22 +94,6 @@ const CApi& c_api() {
   return api;
 }
 
-// A C view of a C++ view, field by field (what a ctypes caller fills in by hand).
-attnkit_tensor to_c(const TensorView& view) {
-  attnkit_tensor t;
-  std::memset(&t, 0, sizeof(t));
-  t.data = view.data;
-  t.dtype = static_cast<int32_t>(view.dtype);
-  t.device_type = static_cast<int32_t>(view.device.type);
-  t.device_index = view.device.index;
-  t.rank = view.rank;
-  for (int i = 0; i < view.rank; ++i) {
-    t.extents[i] = view.extents[i];
-    t.strides[i] = view.strides[i];
-  }
-  return t;
-}
-
 bool same_bytes(const HostTensor& a, const HostTensor& b) {
   return a.storage.size() == b.storage.size() && std::memcmp(a.storage.data(), b.storage.data(), a.storage.size()) == 0;
 }
@@ -116,12 +101,6 @@ bool same_bytes(const HostTensor& a, const HostTensor& b) {
 HostTensor random_tensor(DType dtype, const std::vector<int64_t>& extents, std::mt19937_64& rng, int64_t pad = 0) {
   HostTensor t = pad > 0 ? HostTensor::padded(dtype, extents, pad) : HostTensor::contiguous(dtype, extents);
   fill_random(t.view, rng);
-  return t;
-}
-
-HostTensor poisoned_tensor(DType dtype, const std::vector<int64_t>& extents) {
-  HostTensor t = HostTensor::contiguous(dtype, extents);
-  poison_nan(t.view);
   return t;
 }
 
@@ -138,9 +117,9 @@ Na2dCase make_na2d_case(std::mt19937_64& rng) {
   c.k = random_tensor(DType::f32, {2, 7, 9, 2, 8}, rng);
   c.v = random_tensor(DType::f32, {2, 7, 9, 2, 6}, rng);
   c_api().attnkit_attention_forward_args_init(&c.args);
-  c.args.q = to_c(c.q.view);
-  c.args.k = to_c(c.k.view);
-  c.args.v = to_c(c.v.view);
+  c.args.q = capi::to_c_tensor(c.q.view);
+  c.args.k = capi::to_c_tensor(c.k.view);
+  c.args.v = capi::to_c_tensor(c.v.view);
   c.args.mask.kind = ATTNKIT_MASK_NEIGHBORHOOD;
   c.args.mask.dims = 2;
   const int64_t kernel[2] = {3, 5}, dilation[2] = {2, 1}, stride[2] = {1, 2};
@@ -177,15 +156,15 @@ BackwardCase make_backward_case(std::mt19937_64& rng) {
     grad = poisoned_tensor(DType::f32, c.shape);
   }
   c_api().attnkit_attention_backward_args_init(&c.args);
-  c.args.q = to_c(c.q.view);
-  c.args.k = to_c(c.k.view);
-  c.args.v = to_c(c.v.view);
-  c.args.out = to_c(c.out.view);
-  c.args.lse = to_c(c.lse.view);
-  c.args.grad_out = to_c(c.grad_out.view);
-  c.args.grad_q = to_c(c.grads[0].view);
-  c.args.grad_k = to_c(c.grads[1].view);
-  c.args.grad_v = to_c(c.grads[2].view);
+  c.args.q = capi::to_c_tensor(c.q.view);
+  c.args.k = capi::to_c_tensor(c.k.view);
+  c.args.v = capi::to_c_tensor(c.v.view);
+  c.args.out = capi::to_c_tensor(c.out.view);
+  c.args.lse = capi::to_c_tensor(c.lse.view);
+  c.args.grad_out = capi::to_c_tensor(c.grad_out.view);
+  c.args.grad_q = capi::to_c_tensor(c.grads[0].view);
+  c.args.grad_k = capi::to_c_tensor(c.grads[1].view);
+  c.args.grad_v = capi::to_c_tensor(c.grads[2].view);
   c.args.mask.kind = ATTNKIT_MASK_CAUSAL;
   return c;
 }
@@ -204,8 +183,8 @@ TEST(CAbi, Na2dForwardMatchesCppApiBitForBit) {
   Na2dCase c = make_na2d_case(rng);
   HostTensor out_c = poisoned_tensor(DType::f32, {2, 7, 9, 4, 6});
   HostTensor lse_c = poisoned_tensor(DType::f32, {2, 7, 9, 4});
-  c.args.out = to_c(out_c.view);
-  c.args.lse = to_c(lse_c.view);
+  c.args.out = capi::to_c_tensor(out_c.view);
+  c.args.lse = capi::to_c_tensor(lse_c.view);
   attnkit_run_options options;
   c_api().attnkit_run_options_init(&options);
   options.backend = ATTNKIT_BACKEND_CPU;
@@ -298,11 +277,11 @@ TEST(CAbi, RetentionForwardMatchesCppApiBitForBit) {
   HostTensor out_c = poisoned_tensor(DType::f32, {2, 10, 3, 5}), state_c = poisoned_tensor(DType::f32, {2, 3, 4, 5});
   attnkit_retention_forward_args args;
   c_api().attnkit_retention_forward_args_init(&args);
-  args.q = to_c(q.view);
-  args.k = to_c(k.view);
-  args.v = to_c(v.view);
-  args.out = to_c(out_c.view);
-  args.final_state = to_c(state_c.view);
+  args.q = capi::to_c_tensor(q.view);
+  args.k = capi::to_c_tensor(k.view);
+  args.v = capi::to_c_tensor(v.view);
+  args.out = capi::to_c_tensor(out_c.view);
+  args.final_state = capi::to_c_tensor(state_c.view);
   args.gamma = gamma;
   args.gamma_count = 3;
   args.chunk_size = 4;
@@ -334,9 +313,9 @@ TEST(CAbi, GemmMatchesCppApiBitForBit) {
   c_cpp.storage = c_in.storage;
   attnkit_gemm_args args;
   c_api().attnkit_gemm_args_init(&args);
-  args.a = to_c(a.view);
-  args.b = to_c(b.view);
-  args.c = to_c(c_c.view);
+  args.a = capi::to_c_tensor(a.view);
+  args.b = capi::to_c_tensor(b.view);
+  args.c = capi::to_c_tensor(c_c.view);
   args.transpose_a = 1;
   args.transpose_b = 1;
   args.alpha = 0.75;
@@ -359,7 +338,7 @@ TEST(CAbi, ValidationFailureReturnsStatusAndMessage) {
     copy.storage = out.storage;
     return copy;
   }();
-  c.args.out = to_c(out.view);
+  c.args.out = capi::to_c_tensor(out.view);
   c.args.mask.neighborhood[1].kernel_size = 10;  // 10 > 9 tokens
   EXPECT_EQ(c_api().attnkit_attention_forward(&c.args, nullptr), ATTNKIT_INVALID_ARGUMENT);
   EXPECT_THAT(std::string(c_api().attnkit_last_error()),
@@ -379,9 +358,9 @@ TEST(CAbi, SuccessClearsTheLastError) {
   HostTensor c = poisoned_tensor(DType::f32, {3, 4});
   attnkit_gemm_args good;
   c_api().attnkit_gemm_args_init(&good);
-  good.a = to_c(a.view);
-  good.b = to_c(b.view);
-  good.c = to_c(c.view);
+  good.a = capi::to_c_tensor(a.view);
+  good.b = capi::to_c_tensor(b.view);
+  good.c = capi::to_c_tensor(c.view);
   ASSERT_EQ(c_api().attnkit_gemm(&good, nullptr), ATTNKIT_OK) << c_api().attnkit_last_error();
   EXPECT_STREQ(c_api().attnkit_last_error(), "");
 }
@@ -414,7 +393,7 @@ TEST(CAbi, OutOfRangeEnumsNameTheirField) {
   std::mt19937_64 rng(17);
   Na2dCase c = make_na2d_case(rng);
   HostTensor out = poisoned_tensor(DType::f32, {2, 7, 9, 4, 6});
-  c.args.out = to_c(out.view);
+  c.args.out = capi::to_c_tensor(out.view);
 
   auto bad = c.args;
   bad.k.dtype = 9;
@@ -476,7 +455,7 @@ TEST(CAbi, CudaTensorsWithoutCudaAreUnsupported) {
   std::mt19937_64 rng(19);
   Na2dCase c = make_na2d_case(rng);
   HostTensor out = poisoned_tensor(DType::f32, {2, 7, 9, 4, 6});
-  c.args.out = to_c(out.view);
+  c.args.out = capi::to_c_tensor(out.view);
   for (attnkit_tensor* t : {&c.args.q, &c.args.k, &c.args.v, &c.args.out}) {
     t->device_type = ATTNKIT_DEVICE_CUDA;
   }
@@ -488,7 +467,7 @@ TEST(CAbi, BackendAndDeviceMustAgree) {
   std::mt19937_64 rng(23);
   Na2dCase c = make_na2d_case(rng);
   HostTensor out = poisoned_tensor(DType::f32, {2, 7, 9, 4, 6});
-  c.args.out = to_c(out.view);
+  c.args.out = capi::to_c_tensor(out.view);
   attnkit_run_options options;
   c_api().attnkit_run_options_init(&options);
   options.backend = ATTNKIT_BACKEND_CUDA;

@@ -17,6 +17,7 @@
 
 #include "attnkit/attnkit.h"
 #include "attnkit/attnkit.hpp"
+#include "capi/c_api_convert.hpp"
 #include "test_support.hpp"
 
 namespace attnkit::test {
@@ -35,17 +36,11 @@ HostTensor empty_tensor(DType dtype, const std::vector<int64_t>& extents) {
   return t;
 }
 
-// A tensor with elements: random values, or NaN everywhere for an output (a test then sees what was written).
+// A tensor with elements and random values.
 HostTensor random_tensor(DType dtype, const std::vector<int64_t>& extents, uint64_t seed) {
   HostTensor t = HostTensor::contiguous(dtype, extents);
   std::mt19937_64 rng(seed);
   fill_random(t.view, rng);
-  return t;
-}
-
-HostTensor poisoned_tensor(DType dtype, const std::vector<int64_t>& extents) {
-  HostTensor t = HostTensor::contiguous(dtype, extents);
-  poison_nan(t.view);
   return t;
 }
 
@@ -57,21 +52,6 @@ HostTensor tensor(DType dtype, const std::vector<int64_t>& extents, uint64_t see
     }
   }
   return seed == 0 ? poisoned_tensor(dtype, extents) : random_tensor(dtype, extents, seed);
-}
-
-// The C view of a C++ view, field by field, data pointer as it is (NULL for the empty tensors here).
-attnkit_tensor c_tensor(const TensorView& view) {
-  attnkit_tensor t{};
-  t.data = view.data;
-  t.dtype = static_cast<int32_t>(view.dtype);
-  t.device_type = static_cast<int32_t>(view.device.type);
-  t.device_index = view.device.index;
-  t.rank = view.rank;
-  for (int d = 0; d < view.rank; ++d) {
-    t.extents[d] = view.extents[static_cast<size_t>(d)];
-    t.strides[d] = view.strides[static_cast<size_t>(d)];
-  }
-  return t;
 }
 
 // Every element equals `value`; at least one element (the tests check outputs that must be written).
@@ -115,11 +95,11 @@ struct AttentionCall {
   attnkit_attention_forward_args forward_args() const {
     attnkit_attention_forward_args args;
     attnkit_attention_forward_args_init(&args);
-    args.q = c_tensor(q.view);
-    args.k = c_tensor(k.view);
-    args.v = c_tensor(v.view);
-    args.out = c_tensor(out.view);
-    args.lse = c_tensor(lse.view);
+    args.q = capi::to_c_tensor(q.view);
+    args.k = capi::to_c_tensor(k.view);
+    args.v = capi::to_c_tensor(v.view);
+    args.out = capi::to_c_tensor(out.view);
+    args.lse = capi::to_c_tensor(lse.view);
     return args;
   }
 
@@ -127,15 +107,15 @@ struct AttentionCall {
   attnkit_attention_backward_args backward_args() const {
     attnkit_attention_backward_args args;
     attnkit_attention_backward_args_init(&args);
-    args.q = c_tensor(q.view);
-    args.k = c_tensor(k.view);
-    args.v = c_tensor(v.view);
-    args.out = c_tensor(out.view);
-    args.lse = c_tensor(lse.view);
-    args.grad_out = c_tensor(grad_out.view);
-    args.grad_q = c_tensor(grad_q.view);
-    args.grad_k = c_tensor(grad_k.view);
-    args.grad_v = c_tensor(grad_v.view);
+    args.q = capi::to_c_tensor(q.view);
+    args.k = capi::to_c_tensor(k.view);
+    args.v = capi::to_c_tensor(v.view);
+    args.out = capi::to_c_tensor(out.view);
+    args.lse = capi::to_c_tensor(lse.view);
+    args.grad_out = capi::to_c_tensor(grad_out.view);
+    args.grad_q = capi::to_c_tensor(grad_q.view);
+    args.grad_k = capi::to_c_tensor(grad_k.view);
+    args.grad_v = capi::to_c_tensor(grad_v.view);
     return args;
   }
 
@@ -261,14 +241,14 @@ TEST(CapiEmptyTensors, EmptyMaskTensorsMayBeNull) {
   const HostTensor element_mask = empty_tensor(DType::boolean, {2, 1, 5, 0});
   attnkit_attention_forward_args args = call.forward_args();
   args.mask.kind = ATTNKIT_MASK_ELEMENT;
-  args.mask.element_mask = c_tensor(element_mask.view);
+  args.mask.element_mask = capi::to_c_tensor(element_mask.view);
   ASSERT_EQ(attnkit_attention_forward(&args, nullptr), ATTNKIT_OK) << last_error();
   EXPECT_TRUE(all_equal(call.out.view, 0.0));
 
   const HostTensor block_mask = empty_tensor(DType::boolean, {1, 1, 2, 0});
   args = call.forward_args();
   args.mask.kind = ATTNKIT_MASK_BLOCK;
-  args.mask.block_mask = c_tensor(block_mask.view);
+  args.mask.block_mask = capi::to_c_tensor(block_mask.view);
   args.mask.block_q = 4;
   args.mask.block_k = 4;
   EXPECT_EQ(attnkit_attention_forward(&args, nullptr), ATTNKIT_OK) << last_error();
@@ -287,12 +267,12 @@ TEST(CapiEmptyTensors, RetentionForwardAndBackwardTakeNullForEmptyTensors) {
   for (int32_t mode : {ATTNKIT_RETENTION_PARALLEL, ATTNKIT_RETENTION_CHUNKWISE, ATTNKIT_RETENTION_RECURRENT}) {
     attnkit_retention_forward_args forward;
     attnkit_retention_forward_args_init(&forward);
-    forward.q = c_tensor(q.view);
-    forward.k = c_tensor(k.view);
-    forward.v = c_tensor(v.view);
-    forward.out = c_tensor(out.view);
-    forward.initial_state = c_tensor(initial_state.view);
-    forward.final_state = c_tensor(final_state.view);
+    forward.q = capi::to_c_tensor(q.view);
+    forward.k = capi::to_c_tensor(k.view);
+    forward.v = capi::to_c_tensor(v.view);
+    forward.out = capi::to_c_tensor(out.view);
+    forward.initial_state = capi::to_c_tensor(initial_state.view);
+    forward.final_state = capi::to_c_tensor(final_state.view);
     forward.mode = mode;
     forward.chunk_size = 4;
     ASSERT_EQ(attnkit_retention_forward(&forward, nullptr), ATTNKIT_OK) << "mode " << mode << ": " << last_error();
@@ -305,16 +285,16 @@ TEST(CapiEmptyTensors, RetentionForwardAndBackwardTakeNullForEmptyTensors) {
     const HostTensor grad_initial_state = empty_tensor(DType::f32, {2, 3, 0, 4});
     attnkit_retention_backward_args backward;
     attnkit_retention_backward_args_init(&backward);
-    backward.q = c_tensor(q.view);
-    backward.k = c_tensor(k.view);
-    backward.v = c_tensor(v.view);
-    backward.grad_out = c_tensor(grad_out.view);
-    backward.initial_state = c_tensor(initial_state.view);
-    backward.grad_final_state = c_tensor(final_state.view);
-    backward.grad_q = c_tensor(grad_q.view);
-    backward.grad_k = c_tensor(grad_k.view);
-    backward.grad_v = c_tensor(grad_v.view);
-    backward.grad_initial_state = c_tensor(grad_initial_state.view);
+    backward.q = capi::to_c_tensor(q.view);
+    backward.k = capi::to_c_tensor(k.view);
+    backward.v = capi::to_c_tensor(v.view);
+    backward.grad_out = capi::to_c_tensor(grad_out.view);
+    backward.initial_state = capi::to_c_tensor(initial_state.view);
+    backward.grad_final_state = capi::to_c_tensor(final_state.view);
+    backward.grad_q = capi::to_c_tensor(grad_q.view);
+    backward.grad_k = capi::to_c_tensor(grad_k.view);
+    backward.grad_v = capi::to_c_tensor(grad_v.view);
+    backward.grad_initial_state = capi::to_c_tensor(grad_initial_state.view);
     backward.mode = mode;
     backward.chunk_size = 4;
     ASSERT_EQ(attnkit_retention_backward(&backward, nullptr), ATTNKIT_OK) << "mode " << mode << ": " << last_error();
@@ -329,12 +309,12 @@ TEST(CapiEmptyTensors, RetentionWithNoTokenPassesTheStateThroughNullInputs) {
   const HostTensor final_state = poisoned_tensor(DType::f32, {2, 3, 4, 5});
   attnkit_retention_forward_args args;
   attnkit_retention_forward_args_init(&args);
-  args.q = c_tensor(q.view);
-  args.k = c_tensor(q.view);
-  args.v = c_tensor(v.view);
-  args.out = c_tensor(v.view);
-  args.initial_state = c_tensor(initial_state.view);
-  args.final_state = c_tensor(final_state.view);
+  args.q = capi::to_c_tensor(q.view);
+  args.k = capi::to_c_tensor(q.view);
+  args.v = capi::to_c_tensor(v.view);
+  args.out = capi::to_c_tensor(v.view);
+  args.initial_state = capi::to_c_tensor(initial_state.view);
+  args.final_state = capi::to_c_tensor(final_state.view);
   ASSERT_EQ(attnkit_retention_forward(&args, nullptr), ATTNKIT_OK) << last_error();
   EXPECT_EQ(max_abs_difference(final_state.view, initial_state.view), 0.0);
 }
@@ -346,18 +326,18 @@ TEST(CapiEmptyTensors, GemmTakesNullForEmptyOperandsAndResult) {
   const HostTensor c = empty_tensor(DType::f32, {0, 4, 5});
   attnkit_gemm_args args;
   attnkit_gemm_args_init(&args);
-  args.a = c_tensor(a.view);
-  args.b = c_tensor(b.view);
-  args.c = c_tensor(c.view);
+  args.a = capi::to_c_tensor(a.view);
+  args.b = capi::to_c_tensor(b.view);
+  args.c = capi::to_c_tensor(c.view);
   EXPECT_EQ(attnkit_gemm(&args, nullptr), ATTNKIT_OK) << last_error();
 
   // Inner dim 0: a and b empty, C = beta * C = 0.
   const HostTensor a0 = empty_tensor(DType::f32, {4, 0});
   const HostTensor b0 = empty_tensor(DType::f32, {0, 5});
   const HostTensor c0 = poisoned_tensor(DType::f32, {4, 5});
-  args.a = c_tensor(a0.view);
-  args.b = c_tensor(b0.view);
-  args.c = c_tensor(c0.view);
+  args.a = capi::to_c_tensor(a0.view);
+  args.b = capi::to_c_tensor(b0.view);
+  args.c = capi::to_c_tensor(c0.view);
   ASSERT_EQ(attnkit_gemm(&args, nullptr), ATTNKIT_OK) << last_error();
   EXPECT_TRUE(all_equal(c0.view, 0.0));
 }
@@ -455,9 +435,9 @@ TEST(CapiEmptyTensors, NullDataOfARequiredTensorWithElementsIsRefusedNamingIt) {
   const HostTensor c = poisoned_tensor(DType::f32, {4, 5});
   attnkit_gemm_args gemm;
   attnkit_gemm_args_init(&gemm);
-  gemm.a = c_tensor(a.view);
-  gemm.b = c_tensor(b.view);
-  gemm.c = c_tensor(c.view);
+  gemm.a = capi::to_c_tensor(a.view);
+  gemm.b = capi::to_c_tensor(b.view);
+  gemm.c = capi::to_c_tensor(c.view);
   gemm.b.data = nullptr;
   EXPECT_EQ(attnkit_gemm(&gemm, nullptr), ATTNKIT_INVALID_ARGUMENT);
   EXPECT_THAT(last_error(), HasSubstr("b: data pointer is null"));
@@ -500,7 +480,7 @@ TEST(CapiEmptyTensors, AnEmptyNullTensorIsPresentAndValidated) {
   const AttentionCall call({0, 5, 2, 8}, {0, 6, 2, 8}, 8);
   const HostTensor lse = empty_tensor(DType::f32, {0, 5, 3});
   attnkit_attention_forward_args args = call.forward_args();
-  args.lse = c_tensor(lse.view);
+  args.lse = capi::to_c_tensor(lse.view);
   EXPECT_EQ(attnkit_attention_forward(&args, nullptr), ATTNKIT_INVALID_ARGUMENT);
   EXPECT_THAT(last_error(), HasSubstr("lse"));
 
@@ -530,7 +510,7 @@ TEST(CapiEmptyTensors, OutOfRangeDtypeOfAFloatArgumentDoesNotOfferBool) {
   const HostTensor a = random_tensor(DType::f32, {4, 3}, 9);
   attnkit_gemm_args gemm;
   attnkit_gemm_args_init(&gemm);
-  gemm.a = c_tensor(a.view);
+  gemm.a = capi::to_c_tensor(a.view);
   gemm.a.dtype = 5;
   EXPECT_EQ(attnkit_gemm(&gemm, nullptr), ATTNKIT_INVALID_ARGUMENT);
   EXPECT_THAT(last_error(), AllOf(HasSubstr("a.dtype: 5"), Not(HasSubstr("BOOL"))));
@@ -538,7 +518,7 @@ TEST(CapiEmptyTensors, OutOfRangeDtypeOfAFloatArgumentDoesNotOfferBool) {
   const HostTensor state = random_tensor(DType::f32, {1, 2, 8, 8}, 11);
   attnkit_retention_forward_args retention;
   attnkit_retention_forward_args_init(&retention);
-  retention.initial_state = c_tensor(state.view);
+  retention.initial_state = capi::to_c_tensor(state.view);
   retention.initial_state.dtype = 7;
   EXPECT_EQ(attnkit_retention_forward(&retention, nullptr), ATTNKIT_INVALID_ARGUMENT);
   EXPECT_THAT(last_error(), AllOf(HasSubstr("initial_state.dtype: 7; allowed: 0 (ATTNKIT_FLOAT32), or 3 (FLOAT64)"),
@@ -550,7 +530,7 @@ TEST(CapiEmptyTensors, OutOfRangeDtypeOfAMaskOffersBool) {
   const HostTensor mask = HostTensor::contiguous(DType::boolean, {1, 1, 4, 6});
   attnkit_attention_forward_args args = call.forward_args();
   args.mask.kind = ATTNKIT_MASK_ELEMENT;
-  args.mask.element_mask = c_tensor(mask.view);
+  args.mask.element_mask = capi::to_c_tensor(mask.view);
   args.mask.element_mask.dtype = 9;
   EXPECT_EQ(attnkit_attention_forward(&args, nullptr), ATTNKIT_INVALID_ARGUMENT);
   EXPECT_THAT(last_error(),
@@ -558,7 +538,7 @@ TEST(CapiEmptyTensors, OutOfRangeDtypeOfAMaskOffersBool) {
 
   args = call.forward_args();
   args.mask.kind = ATTNKIT_MASK_BLOCK;
-  args.mask.block_mask = c_tensor(mask.view);
+  args.mask.block_mask = capi::to_c_tensor(mask.view);
   args.mask.block_mask.dtype = 9;
   EXPECT_EQ(attnkit_attention_forward(&args, nullptr), ATTNKIT_INVALID_ARGUMENT);
   EXPECT_THAT(last_error(), HasSubstr("mask.block_mask.dtype: 9; allowed: 4 (ATTNKIT_BOOL)"));

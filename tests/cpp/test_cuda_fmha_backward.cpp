@@ -124,15 +124,6 @@ std::vector<int64_t> padding_for(Layout layout, std::size_t rank, std::size_t to
   return pad;
 }
 
-// The mask view a case gives the library: the stored tensor, or its stride-0 expansion over the heads.
-TensorView mask_view(const Case& c, TensorView view) {
-  if (c.mask_heads_view > 0) {
-    view.extents[1] = c.mask_heads_view;
-    view.strides[1] = 0;
-  }
-  return view;
-}
-
 bool compiled_for(const Case& c) {
   return cuda::fmha::fmha_backward_compiled_width(c.dtype, c.head_dim, c.head_dim_v) != 0;
 }
@@ -249,8 +240,10 @@ CaseResult run_case(const Case& c, uint64_t seed) {
     }
   }
   AttentionMask cpu_mask = mask;
-  if (mask.kind == MaskKind::block) cpu_mask.block_mask = mask_view(c, mask_tensor->host);
-  if (mask.kind == MaskKind::element) cpu_mask.element_mask = mask_view(c, mask_tensor->host);
+  if (mask.kind == MaskKind::block)
+    cpu_mask.block_mask = test::expanded_over_heads(mask_tensor->host, c.mask_heads_view);
+  if (mask.kind == MaskKind::element)
+    cpu_mask.element_mask = test::expanded_over_heads(mask_tensor->host, c.mask_heads_view);
   std::optional<TestTensor> rpb, grad_rpb, grad_rpb_ref;
   std::optional<test::HostTensor> rpb32;
   if (c.rpb) {
@@ -298,8 +291,10 @@ CaseResult run_case(const Case& c, uint64_t seed) {
   gpu.mask = mask;
   gpu.deterministic = c.deterministic;
   gpu.kv_splits = c.kv_splits;
-  if (mask.kind == MaskKind::block) gpu.mask.block_mask = mask_view(c, mask_tensor->device);
-  if (mask.kind == MaskKind::element) gpu.mask.element_mask = mask_view(c, mask_tensor->device);
+  if (mask.kind == MaskKind::block)
+    gpu.mask.block_mask = test::expanded_over_heads(mask_tensor->device, c.mask_heads_view);
+  if (mask.kind == MaskKind::element)
+    gpu.mask.element_mask = test::expanded_over_heads(mask_tensor->device, c.mask_heads_view);
   if (rpb) {
     gpu.mask.rpb = rpb->device;
     gpu.grad_rpb = grad_rpb->device;

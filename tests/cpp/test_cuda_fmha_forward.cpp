@@ -109,15 +109,6 @@ std::vector<int64_t> padding_for(Layout layout, std::size_t rank, std::size_t to
   return pad;
 }
 
-// The mask view a case gives the library: the stored tensor, or its stride-0 expansion over the heads.
-TensorView mask_view(const Case& c, TensorView view) {
-  if (c.mask_heads_view > 0) {
-    view.extents[1] = c.mask_heads_view;
-    view.strides[1] = 0;
-  }
-  return view;
-}
-
 bool compiled_for(const Case& c) { return cuda::fmha::fmha_compiled_width(c.dtype, c.head_dim, c.head_dim_v) != 0; }
 
 // Every registry config that can run the case on device 0 (portable tiles, and the Hopper tier on a
@@ -211,8 +202,10 @@ CaseResult run_case(const Case& c, uint64_t seed) {
   if (lse) gpu.lse = lse->device;
   gpu.scale = c.scale;
   gpu.mask = mask;
-  if (mask.kind == MaskKind::block) gpu.mask.block_mask = mask_view(c, mask_tensor->device);
-  if (mask.kind == MaskKind::element) gpu.mask.element_mask = mask_view(c, mask_tensor->device);
+  if (mask.kind == MaskKind::block)
+    gpu.mask.block_mask = test::expanded_over_heads(mask_tensor->device, c.mask_heads_view);
+  if (mask.kind == MaskKind::element)
+    gpu.mask.element_mask = test::expanded_over_heads(mask_tensor->device, c.mask_heads_view);
   if (rpb) gpu.mask.rpb = rpb->device;
   RunOptions options;
   options.backend = Backend::cuda;
@@ -243,8 +236,10 @@ CaseResult run_case(const Case& c, uint64_t seed) {
   }
   cpu.scale = c.scale;
   cpu.mask = mask;
-  if (mask.kind == MaskKind::block) cpu.mask.block_mask = mask_view(c, mask_tensor->host);
-  if (mask.kind == MaskKind::element) cpu.mask.element_mask = mask_view(c, mask_tensor->host);
+  if (mask.kind == MaskKind::block)
+    cpu.mask.block_mask = test::expanded_over_heads(mask_tensor->host, c.mask_heads_view);
+  if (mask.kind == MaskKind::element)
+    cpu.mask.element_mask = test::expanded_over_heads(mask_tensor->host, c.mask_heads_view);
   std::optional<test::HostTensor> rpb32;
   if (rpb) rpb32.emplace(widen_to_f32(*rpb, cpu.mask.rpb));
   attention_forward(cpu, RunOptions{Backend::cpu, nullptr, 0});

@@ -20,6 +20,7 @@
 
 #include "attnkit/attnkit.h"
 #include "attnkit/attnkit.hpp"
+#include "capi/c_api_convert.hpp"
 #include "core/attention_plan.hpp"
 #include "core/plan_key.hpp"
 #include "test_cpu_attention_problem.hpp"
@@ -701,20 +702,6 @@ TEST_F(PlanNoTuning, ACallWithNoTuningRunsAWinnerTunedAfterItsFirstCall) {
 // ---------------------------------------------------------------------------------------------------------
 // The C ABI's plans, called as a C caller does
 
-attnkit_tensor c_tensor(const TensorView& view) {
-  attnkit_tensor t{};
-  t.data = view.data;
-  t.dtype = static_cast<int32_t>(view.dtype);
-  t.device_type = static_cast<int32_t>(view.device.type);
-  t.device_index = view.device.index;
-  t.rank = view.rank;
-  for (int d = 0; d < kMaxRank; ++d) {
-    t.extents[d] = view.extents[static_cast<size_t>(d)];
-    t.strides[d] = view.strides[static_cast<size_t>(d)];
-  }
-  return t;
-}
-
 void set_c_mask(attnkit_attention_mask& c, const AttentionMask& mask) {
   c.kind = static_cast<int32_t>(mask.kind);
   c.causal_alignment = static_cast<int32_t>(mask.causal_alignment);
@@ -726,21 +713,21 @@ void set_c_mask(attnkit_attention_mask& c, const AttentionMask& mask) {
     c.neighborhood[d].stride = dim.stride;
     c.neighborhood[d].causal = dim.causal ? 1 : 0;
   }
-  c.block_mask = c_tensor(mask.block_mask);
+  c.block_mask = capi::to_c_tensor(mask.block_mask);
   c.block_q = mask.block_q;
   c.block_k = mask.block_k;
-  c.element_mask = c_tensor(mask.element_mask);
-  c.rpb = c_tensor(mask.rpb);
+  c.element_mask = capi::to_c_tensor(mask.element_mask);
+  c.rpb = capi::to_c_tensor(mask.rpb);
 }
 
 attnkit_attention_forward_args c_forward_args(const AttentionForward& p) {
   attnkit_attention_forward_args args;
   attnkit_attention_forward_args_init(&args);
-  args.q = c_tensor(p.q);
-  args.k = c_tensor(p.k);
-  args.v = c_tensor(p.v);
-  args.out = c_tensor(p.out);
-  args.lse = c_tensor(p.lse);
+  args.q = capi::to_c_tensor(p.q);
+  args.k = capi::to_c_tensor(p.k);
+  args.v = capi::to_c_tensor(p.v);
+  args.out = capi::to_c_tensor(p.out);
+  args.lse = capi::to_c_tensor(p.lse);
   if (p.scale) {
     args.has_scale = 1;
     args.scale = *p.scale;
@@ -752,22 +739,22 @@ attnkit_attention_forward_args c_forward_args(const AttentionForward& p) {
 attnkit_attention_backward_args c_backward_args(const AttentionBackward& p) {
   attnkit_attention_backward_args args;
   attnkit_attention_backward_args_init(&args);
-  args.q = c_tensor(p.q);
-  args.k = c_tensor(p.k);
-  args.v = c_tensor(p.v);
-  args.out = c_tensor(p.out);
-  args.lse = c_tensor(p.lse);
-  args.grad_out = c_tensor(p.grad_out);
-  args.grad_q = c_tensor(p.grad_q);
-  args.grad_k = c_tensor(p.grad_k);
-  args.grad_v = c_tensor(p.grad_v);
+  args.q = capi::to_c_tensor(p.q);
+  args.k = capi::to_c_tensor(p.k);
+  args.v = capi::to_c_tensor(p.v);
+  args.out = capi::to_c_tensor(p.out);
+  args.lse = capi::to_c_tensor(p.lse);
+  args.grad_out = capi::to_c_tensor(p.grad_out);
+  args.grad_q = capi::to_c_tensor(p.grad_q);
+  args.grad_k = capi::to_c_tensor(p.grad_k);
+  args.grad_v = capi::to_c_tensor(p.grad_v);
   if (p.scale) {
     args.has_scale = 1;
     args.scale = *p.scale;
   }
   args.deterministic = p.deterministic ? 1 : 0;
   set_c_mask(args.mask, p.mask);
-  args.grad_rpb = c_tensor(p.grad_rpb);
+  args.grad_rpb = capi::to_c_tensor(p.grad_rpb);
   return args;
 }
 

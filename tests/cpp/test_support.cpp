@@ -96,6 +96,12 @@ void fill_value(const TensorView& view, double value) {
 
 void poison_nan(const TensorView& view) { fill_value(view, std::numeric_limits<double>::quiet_NaN()); }
 
+HostTensor poisoned_tensor(DType dtype, const std::vector<int64_t>& extents) {
+  HostTensor t = HostTensor::contiguous(dtype, extents);
+  poison_nan(t.view);
+  return t;
+}
+
 double relative_l2(const TensorView& a, const TensorView& ref) {
   if (a.rank != ref.rank) throw std::invalid_argument("relative_l2: ranks differ");
   for (int32_t d = 0; d < a.rank; ++d) {

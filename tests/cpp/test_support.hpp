@@ -48,6 +48,8 @@ void fill_random_bool(const TensorView& view, std::mt19937_64& rng, double proba
 void fill_value(const TensorView& view, double value);
 // Every element NaN, so a test can tell whether an op wrote it.
 void poison_nan(const TensorView& view);
+// A contiguous tensor of NaN (an output whose unwritten elements then show).
+HostTensor poisoned_tensor(DType dtype, const std::vector<int64_t>& extents);
 
 // ||a - ref|| / ||ref|| over all elements, in double. Equal values (including equal infinities,
 // e.g. LSE = -inf of fully masked rows) count as no error; non-finite reference values are left

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "attnkit/attnkit.h"
+#include "capi/c_api_convert.hpp"
 #include "test_support.hpp"
 #include "test_validate_problems.hpp"
 
@@ -514,16 +515,8 @@ TEST(ZeroSizeGemm, BatchZeroWithABroadcastOperandIsValid) {
 
 // The C ABI reads a NULL data pointer as an absent tensor, so C callers give empty tensors an address.
 attnkit_tensor c_tensor(const TensorView& view) {
-  attnkit_tensor t{};
-  t.data = view.data != nullptr ? view.data : placeholder_address();
-  t.dtype = static_cast<int32_t>(view.dtype);
-  t.device_type = static_cast<int32_t>(view.device.type);
-  t.device_index = view.device.index;
-  t.rank = view.rank;
-  for (int d = 0; d < view.rank; ++d) {
-    t.extents[d] = view.extents[static_cast<size_t>(d)];
-    t.strides[d] = view.strides[static_cast<size_t>(d)];
-  }
+  attnkit_tensor t = capi::to_c_tensor(view);
+  if (t.data == nullptr) t.data = placeholder_address();
   return t;
 }
 

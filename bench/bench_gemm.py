@@ -9,6 +9,13 @@ larger than L2 are rotated between several copies so a run does not find its ope
 counts 2*B*M*N*K. Prints a table with the ratio attnkit / cuBLAS per row and the geometric mean per
 type; --json writes the rows (with the device, torch and CUDA versions) to a file.
 
+Kernel-only time: the per-call event time includes each call's host work (the Python front door, plan
+lookup, launch) wherever that is longer than the GPU work before it (decode rows, 1024^3). So each
+candidate is also captured as --graph-calls back-to-back calls (same input rotation) in one CUDA graph,
+and the graph's replay time (median of several replays) divided by the calls is reported beside the
+event time: the GPU time of a call, its kernels and launch gaps, without host overhead. Event time well
+above graph time means the host is the limit. A candidate that cannot be captured reports nan.
+
     python bench/bench_gemm.py                  # every row, every type
     python bench/bench_gemm.py --quick          # a few rows
     python bench/bench_gemm.py --types bf16 --groups square --json docs/perf/gemm.json
@@ -80,7 +87,42 @@ def time_ms(fn, sets, warmup: int, iters: int) -> float:
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
 
 
-def measure(row: Row, dtype: torch.dtype, tf32: bool, warmup: int, iters: int) -> dict:
+def graph_us_per_call(fn, sets, calls: int, replays: int) -> float:
+    """GPU time per call, in us: `calls` calls captured back to back in one CUDA graph (cycling through the
+    input sets), the median time of 3 to `replays` replays (after an untimed first) divided by `calls`; nan
+    when the capture fails."""
+    try:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):  # warm-up on the capture's side stream (plans, workspaces)
+            for i in range(len(sets)):
+                fn(*sets[i])
+        torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for i in range(calls):
+                fn(*sets[i % len(sets)])
+        def replay_ms() -> float:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end)
+
+        first = replay_ms()  # uploads the graph; not counted
+        # About a second of timed replays for the long rows, 3 at least.
+        times = [replay_ms() for _ in range(max(3, min(replays, int(1000.0 / max(first, 1e-3)))))]
+        del graph
+        return statistics.median(times) * 1e3 / calls
+    except Exception as error:  # noqa: BLE001 - reported, the row's event timings stand
+        print(f"bench_gemm: graph timing failed ({type(error).__name__}: {error})", file=sys.stderr)
+        torch.cuda.synchronize()
+        return float("nan")
+
+
+def measure(row: Row, dtype: torch.dtype, tf32: bool, warmup: int, iters: int, graph_calls: int) -> dict:
     shape_a = (row.batch, row.m, row.k) if row.batch else (row.m, row.k)
     shape_b = (row.batch, row.k, row.n) if row.batch else (row.k, row.n)
     element = torch.finfo(dtype).bits // 8
@@ -99,11 +141,18 @@ def measure(row: Row, dtype: torch.dtype, tf32: bool, warmup: int, iters: int) -
     del reference
     ms_ours = time_ms(lambda x, y: attnkit.gemm(x, y, allow_tf32=tf32), sets, warmup, iters)
     ms_cublas = time_ms(torch.matmul, sets, warmup, iters)
+    nan = float("nan")
+    us_graph_ours = us_graph_cublas = nan
+    if graph_calls > 0:
+        us_graph_ours = graph_us_per_call(lambda x, y: attnkit.gemm(x, y, allow_tf32=tf32), sets, graph_calls, 10)
+        us_graph_cublas = graph_us_per_call(torch.matmul, sets, graph_calls, 10)
     flops = 2.0 * batch * row.m * row.n * row.k
     return {"group": row.group, "shape": row.label(), "batch": row.batch, "m": row.m, "n": row.n, "k": row.k,
             "ms_attnkit": ms_ours, "ms_cublas": ms_cublas, "tflops_attnkit": flops / ms_ours / 1e9,
             "tflops_cublas": flops / ms_cublas / 1e9, "ratio": ms_cublas / ms_ours, "rel_l2_attnkit": error,
-            "rel_l2_cublas": error_cublas}
+            "rel_l2_cublas": error_cublas, "graph_calls": graph_calls, "us_graph_attnkit": us_graph_ours,
+            "us_graph_cublas": us_graph_cublas, "ratio_graph": us_graph_cublas / us_graph_ours,
+            "tflops_graph_attnkit": flops / us_graph_ours / 1e6, "tflops_graph_cublas": flops / us_graph_cublas / 1e6}
 
 
 def main() -> int:
@@ -114,6 +163,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="four rows")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--iters", type=int, default=50)
+    parser.add_argument("--graph-calls", type=int, default=20,
+                        help="calls per CUDA graph for the kernel-only time (0: skip it)")
     parser.add_argument("--json", metavar="PATH", help="write the rows as JSON")
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -121,7 +172,8 @@ def main() -> int:
         return 1
     selected = [r for r in rows(args.quick) if args.groups is None or r.group in args.groups]
     results = []
-    header = f"{'type':5} {'group':9} {'shape':22} {'attnkit TF/s':>12} {'cuBLAS TF/s':>12} {'ratio':>6} {'err':>9}"
+    header = (f"{'type':5} {'group':9} {'shape':22} {'attnkit TF/s':>12} {'cuBLAS TF/s':>12} {'ratio':>6} "
+              f"{'err':>9} | {'call us ak/cb':>15} {'graph us ak/cb':>15} {'g.ratio':>7}")
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}  CUDA {torch.version.cuda}")
     print(header)
     print("-" * len(header))
@@ -130,11 +182,14 @@ def main() -> int:
         for name in args.types:
             dtype, tf32 = TYPES[name]
             for row in selected:
-                r = measure(row, dtype, tf32, args.warmup, args.iters)
+                r = measure(row, dtype, tf32, args.warmup, args.iters, args.graph_calls)
                 r["type"] = name
                 results.append(r)
+                calls = f"{r['ms_attnkit'] * 1e3:.1f}/{r['ms_cublas'] * 1e3:.1f}"
+                graphs = f"{r['us_graph_attnkit']:.1f}/{r['us_graph_cublas']:.1f}"
                 print(f"{name:5} {r['group']:9} {r['shape']:22} {r['tflops_attnkit']:12.1f} "
-                      f"{r['tflops_cublas']:12.1f} {r['ratio']:6.3f} {r['rel_l2_attnkit']:9.2e}", flush=True)
+                      f"{r['tflops_cublas']:12.1f} {r['ratio']:6.3f} {r['rel_l2_attnkit']:9.2e} | "
+                      f"{calls:>15} {graphs:>15} {r['ratio_graph']:7.3f}", flush=True)
                 torch.cuda.empty_cache()
     finally:
         torch.backends.cuda.matmul.allow_tf32 = tf32_before
@@ -144,6 +199,11 @@ def main() -> int:
         if ratios:
             geomean = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
             print(f"{name}: geometric mean ratio {geomean:.3f}, lowest {min(ratios):.3f} over {len(ratios)} rows")
+        graph_ratios = [r["ratio_graph"] for r in results if r["type"] == name and r["ratio_graph"] > 0]
+        if graph_ratios:
+            geomean = math.exp(sum(math.log(x) for x in graph_ratios) / len(graph_ratios))
+            print(f"{name}: kernel-only (graph) geometric mean ratio {geomean:.3f}, lowest {min(graph_ratios):.3f} "
+                  f"over {len(graph_ratios)} rows")
     if args.json:
         meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
                 "attnkit": getattr(attnkit, "__version__", "")}

@@ -17,7 +17,9 @@
 #   stages    sm90: auto (as many as fit beside the epilogue); sm80: the cp.async pipeline depth
 #   schedule  sm90: coop (two consumer warp groups share a tile) | pingpong (they alternate tiles) |
 #             streamk (coop with the stream-K scheduler: the K loops of all tiles are split among the
-#             CTAs, partial sums reduced through a workspace); sm80: -
+#             CTAs, partial sums reduced through a workspace) | splitk (coop on K slices as a batch, fp32
+#             partial sums in the workspace, then an ordered sum into C: src/cuda/gemm/gemm_split_k.hpp;
+#             batch-1 problems with small grids and a K that divides into slices); sm80: -
 #   set       dev: in every build | full: only with -DATTNKIT_KERNEL_SET=full (the default)
 #
 # The name of a row (its config id, the plan's TunedConfig name and ATTNKIT_GEMM_CONFIG's value) is
@@ -26,13 +28,13 @@
 # gemm_<name>.
 #
 # Order is the registry's order, and it matters: a problem runs on the first row of its type and
-# majorness that accepts it on the device, except that a streamk row of the same type and majorness
-# replaces it when that row's output tiles (times the batch) would occupy fewer than half the SMs
-# (src/cuda/gemm/gemm_registry.cpp). So sm90 rows come first (enforced), and tf32 rows before 3xtf32
+# majorness that accepts it on the device, except that when that row's output tiles (times the batch)
+# would occupy fewer than half the SMs a splitk row of the same type and majorness that accepts the
+# problem replaces it, else a streamk row (src/cuda/gemm/gemm_registry.cpp). So sm90 rows come first (enforced), and tf32 rows before 3xtf32
 # rows (with allow_tf32 the faster TF32 is preferred; without it tf32 rows never match).
 # The dev set holds every layout of bf16 and f16 on Hopper (about 35-45 s of one core each to compile), the
-# stream-K rows of the two common layouts (a=k b=mn, a=k b=k; the full set adds the A MN-major ones, which
-# weight gradients of small grids use), and fp32 on sm80 for those two layouts (12-20 s each); fp32 in the
+# stream-K and split-K rows of the two common layouts (a=k b=mn, a=k b=k; the full set adds the A MN-major
+# ones, which weight gradients of small grids use), and fp32 on sm80 for those two layouts (12-20 s each); fp32 in the
 # other layouts runs on the SIMT fallback in a dev build.
 # Misaligned problems run on these rows too, with the operands that miss a row's rule copied into aligned
 # workspace first (src/cuda/gemm/gemm_staging.hpp): no extra instances.
@@ -54,6 +56,14 @@ set(ATTNKIT_GEMM_KERNEL_TABLE
   "sm90  bf16    mn  k   128x128x64  1x1  auto   streamk  full"
   "sm90  f16     mn  mn  128x128x64  1x1  auto   streamk  full"
   "sm90  f16     mn  k   128x128x64  1x1  auto   streamk  full"
+  "sm90  bf16    k   mn  128x128x64  1x1  auto   splitk   dev"
+  "sm90  bf16    k   k   128x128x64  1x1  auto   splitk   dev"
+  "sm90  f16     k   mn  128x128x64  1x1  auto   splitk   dev"
+  "sm90  f16     k   k   128x128x64  1x1  auto   splitk   dev"
+  "sm90  bf16    mn  mn  128x128x64  1x1  auto   splitk   full"
+  "sm90  bf16    mn  k   128x128x64  1x1  auto   splitk   full"
+  "sm90  f16     mn  mn  128x128x64  1x1  auto   splitk   full"
+  "sm90  f16     mn  k   128x128x64  1x1  auto   splitk   full"
   "sm80  tf32    k   mn  128x128x32  2x2  3      -        dev"
   "sm80  tf32    k   k   128x128x32  2x2  3      -        dev"
   "sm80  tf32    mn  mn  128x128x32  2x2  3      -        full"

@@ -147,9 +147,13 @@ std::vector<ScalarCorruption> mask_corruptions(attnkit_attention_mask& mask) {
     return "block size -> " + std::to_string(field);
   });
   list.push_back([&mask](ByteSource& in) {
-    mask.reserved = static_cast<int32_t>(in.u32());
+    mask.element_path = in.pick<int32_t>(
+        {-1, 3, std::numeric_limits<int32_t>::min(), ATTNKIT_ELEMENT_PATH_TILES, ATTNKIT_ELEMENT_PATH_SCATTERED});
+    return "mask.element_path -> " + std::to_string(mask.element_path);
+  });
+  list.push_back([&mask](ByteSource& in) {
     mask.neighborhood[0].reserved = static_cast<int32_t>(in.u32());
-    return std::string("reserved fields -> non-zero (ignored)");
+    return std::string("reserved field -> non-zero (ignored)");
   });
   return list;
 }

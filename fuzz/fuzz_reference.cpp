@@ -57,6 +57,7 @@ AttentionMask mask_of(const attnkit_attention_mask& c) {
   mask.block_q = c.block_q;
   mask.block_k = c.block_k;
   mask.element_mask = view_of(c.element_mask);
+  mask.element_path = static_cast<ElementMaskPath>(c.element_path);
   mask.rpb = view_of(c.rpb);
   return mask;
 }

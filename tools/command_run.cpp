@@ -29,7 +29,8 @@ const char* const kJsonFields = R"(JSON output (--json): one document on stdout 
   problem: attention ops: batch, heads, heads_kv, tokens and tokens_kv (lists of extents), head_dim,
              head_dim_v, attended_pairs, attended_fraction, mask: {kind: none|causal|neighborhood|
              block|element; causal: causal_alignment; neighborhood: kernel_size, dilation, stride,
-             causal (lists, one entry per dimension); block: block_size [q, k], density; element: density}
+             causal (lists, one entry per dimension); block: block_size [q, k], density; element: density,
+             path (auto|tiles|scattered, as --mask-path asked)}
            retention: batch, tokens, heads, head_dim, head_dim_v, mode, chunk_size, normalize, gamma
            gemm: batch, m, n, k, transpose_a, transpose_b, alpha, beta, allow_tf32
   flops: forward, backward (not gemm), formula
@@ -113,6 +114,11 @@ Command add_run_command(CLI::App& parent) {
       ->check(CLI::IsMember(kOps));
   add_common_options(app, *settings);
   add_problem_options(app, *settings, "Attention (attention, na1d/2d/3d, block-sparse, element-sparse)");
+  app->add_option("--mask-path", settings->mask_path,
+                  "element-sparse on CUDA: auto (from the mask's density), tiles (tensor-core tile list) or "
+                  "scattered (sparse path following the true entries); speed only, never results")
+      ->check(CLI::IsMember({"auto", "tiles", "scattered"}))
+      ->group("Attention (attention, na1d/2d/3d, block-sparse, element-sparse)");
   add_retention_options(app, *settings);
   add_gemm_options(app, *settings);
   app->footer(std::string(kJsonFields) + "\n\n" + kPythonSpellingsNote);

@@ -99,6 +99,13 @@ void build_neighborhood_mask(const RunSettings& s, int dims, AttentionSetup& set
                          {"causal", causal}};
 }
 
+// --mask-path's value (checked by the parser: auto|tiles|scattered).
+ElementMaskPath element_mask_path(const std::string& name) {
+  if (name == "tiles") return ElementMaskPath::tiles;
+  if (name == "scattered") return ElementMaskPath::scattered;
+  return ElementMaskPath::automatic;
+}
+
 AttentionSetup build_setup(const RunSettings& s, RunContext& context) {
   AttentionSetup setup;
   setup.tokens = parse_extents(s.tokens.empty() ? default_tokens(s.op) : s.tokens, "--tokens");
@@ -144,9 +151,11 @@ AttentionSetup build_setup(const RunSettings& s, RunContext& context) {
     values.fill_bernoulli(context.rng, s.density);
     setup.mask.kind = MaskKind::element;
     setup.mask_values = std::move(values);
-    setup.mask_text = "random element mask, density " + number_text(s.density);
-    setup.mask_json = Json{{"kind", "element"}, {"density", s.density}};
+    setup.mask_text = "random element mask, density " + number_text(s.density) + ", path " + s.mask_path;
+    setup.mask_json = Json{{"kind", "element"}, {"density", s.density}, {"path", s.mask_path}};
   }
+  // Any op takes --mask-path; the library refuses a path other than auto without an element mask.
+  setup.mask.element_path = element_mask_path(s.mask_path);
   return setup;
 }
 

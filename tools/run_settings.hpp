@@ -17,6 +17,8 @@ namespace attnkit::cli {
 
 struct RunSettings : ProblemOptions {  // the attention ops' problem; retention and gemm use some of it
   std::string op;
+  // element-sparse: auto|tiles|scattered (AttentionMask::element_path)
+  std::string mask_path = "auto";
   // retention
   std::string mode = "chunkwise";
   int64_t chunk = 64;

@@ -32,6 +32,18 @@ enum class MaskKind : int32_t { none = 0, causal = 1, neighborhood = 2, block = 
 // decoding with a KV cache). Identical when Sq == Sk.
 enum class CausalAlignment : int32_t { top_left = 0, bottom_right = 1 };
 
+// How a CUDA call runs an element mask (kind == element); only speed depends on it, never results.
+//   tiles: the tensor-core tile-list path: each (Q tile, KV tile) is classified empty, full or partial and
+//     every non-empty tile is computed in full, partial ones with the mask's bits. A mask with a true entry
+//     in every tile (scattered, or dense-ish) visits every tile: the masked dense kernel.
+//   scattered: the sparse path whose work follows the true entries (per query row, the attended keys),
+//     for masks whose true entries are few and scattered so that tile skipping saves nothing. A call
+//     forcing it where it cannot run (dtype, head dim, device) raises Status::unsupported saying why.
+//   automatic: chosen per mask tensor from its measured density (true entries, non-empty tiles) by a cost
+//     model (docs/design.md, "Element-mask paths"); the tiles path where the scattered path cannot run.
+// The CPU backend has one element-mask path and ignores this choice.
+enum class ElementMaskPath : int32_t { automatic = 0, tiles = 1, scattered = 2 };
+
 struct AttentionMask {
   MaskKind kind = MaskKind::none;
   CausalAlignment causal_alignment = CausalAlignment::top_left;
@@ -44,6 +56,9 @@ struct AttentionMask {
   int64_t block_k = 0;
   // kind == element: bool [B|1, Hq|1, Sq, Sk]; true = attend.
   TensorView element_mask{};
+  // kind == element: which CUDA path runs it (see ElementMaskPath); anything but automatic only with
+  // kind == element.
+  ElementMaskPath element_path = ElementMaskPath::automatic;
   // kind == neighborhood, optional: relative positional bias (NATTEN <= 0.17's `rpb`), float32 or q's dtype,
   // [Hq, 2*K_0-1, ..., 2*K_{dims-1}-1]. The score of query i and key j gets
   // rpb[h, (j_0 - i_0)/d_0 + K_0 - 1, ...] added after scaling (j_n - i_n is a multiple of the dilation d_n
@@ -58,7 +73,8 @@ ATTNKIT_API AttentionMask neighborhood_mask(std::initializer_list<int64_t> kerne
                                             std::initializer_list<int64_t> stride = {},
                                             std::initializer_list<bool> causal = {});
 ATTNKIT_API AttentionMask block_sparse_mask(TensorView block_mask, int64_t block_q, int64_t block_k);
-ATTNKIT_API AttentionMask element_sparse_mask(TensorView element_mask);
+ATTNKIT_API AttentionMask element_sparse_mask(TensorView element_mask,
+                                              ElementMaskPath path = ElementMaskPath::automatic);
 
 struct AttentionForward {
   TensorView q, k, v;

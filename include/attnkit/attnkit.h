@@ -26,7 +26,7 @@
 extern "C" {
 #endif
 
-#define ATTNKIT_ABI_VERSION 4
+#define ATTNKIT_ABI_VERSION 5
 #define ATTNKIT_MAX_RANK 8
 #define ATTNKIT_MAX_TOKEN_DIMS 3
 
@@ -62,6 +62,14 @@ typedef enum attnkit_mask_kind {
   ATTNKIT_MASK_BLOCK = 3,
   ATTNKIT_MASK_ELEMENT = 4
 } attnkit_mask_kind;
+
+/* How a CUDA call runs an element mask (attnkit::ElementMaskPath); only speed depends on it, never
+ * results. The CPU backend ignores it. */
+typedef enum attnkit_element_mask_path {
+  ATTNKIT_ELEMENT_PATH_AUTOMATIC = 0, /* chosen per mask tensor from its measured density */
+  ATTNKIT_ELEMENT_PATH_TILES = 1,     /* tensor-core tile list: every non-empty (Q tile, KV tile) */
+  ATTNKIT_ELEMENT_PATH_SCATTERED = 2  /* sparse path: work follows the true entries */
+} attnkit_element_mask_path;
 
 typedef enum attnkit_causal_alignment {
   ATTNKIT_CAUSAL_TOP_LEFT = 0,
@@ -111,7 +119,9 @@ typedef struct attnkit_attention_mask {
   int32_t kind;             /* attnkit_mask_kind */
   int32_t causal_alignment; /* attnkit_causal_alignment */
   int32_t dims;             /* neighborhood: number of token dimensions */
-  int32_t reserved;
+  /* attnkit_element_mask_path; other than AUTOMATIC (0) only with kind ELEMENT. The reserved (zero) field
+   * of ABI 4, so a zeroed struct keeps its meaning: automatic. */
+  int32_t element_path;
   attnkit_neighborhood_dim neighborhood[ATTNKIT_MAX_TOKEN_DIMS];
   attnkit_tensor block_mask; /* bool [B|1, Hq|1, ceil(Sq/block_q), ceil(Sk/block_k)] */
   int64_t block_q;
@@ -168,6 +178,9 @@ typedef struct attnkit_retention_forward_args {
   int32_t has_scale;
   int32_t reserved;
   double scale;
+  /* optional, mode parallel only: explicit decay matrix [H|1, Tq, Tk] (float32 or q's dtype) instead of
+   * gamma; k and v then have Tk tokens (attnkit/retention.hpp) */
+  attnkit_tensor decay;
 } attnkit_retention_forward_args;
 
 typedef struct attnkit_retention_backward_args {
@@ -183,6 +196,7 @@ typedef struct attnkit_retention_backward_args {
   int32_t has_scale;
   int32_t reserved;
   double scale;
+  attnkit_tensor decay; /* as in the forward */
 } attnkit_retention_backward_args;
 
 typedef struct attnkit_gemm_args {

@@ -2,6 +2,13 @@
 // State S [B, H, Dk, Dv] (fp32; fp64 when the inputs are fp64): S_t = gamma * S_{t-1} + k_t^T v_t with S_{-1} =
 // initial_state (zero when absent); out_t = scale * q_t S_t, i.e. scale * sum_{m<=t} gamma^(t-m) (q_t.k_m) v_m
 // + scale * gamma^(t+1) q_t S_{-1}. final_state = S_{T-1}.
+//
+// Explicit decay matrix (mode == parallel): instead of per-head gamma, a tensor decay [H|1, Tq, Tk] gives every
+// (query, key) weight: out_t = scale * sum_m decay[h, t, m] (q_t . k_m) v_m over all Tk keys (the matrix decides
+// which keys count: zeros above the diagonal give causal retention). q has Tq tokens, k and v Tk (Tq != Tk
+// allowed). With normalize, only RetNet's score normalisation applies (scores / max(|row sum|, 1)); the
+// matrix is used as given (RetNet builds its decay rows divided by sqrt(row sum) into it). The matrix is a
+// constant: the backward gives no gradient for it. No recurrent state, no gamma.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -30,6 +37,9 @@ struct RetentionForward {
   // Original RetNet parallel normalisation: decay rows divided by sqrt of their sum, scores divided
   // by the absolute row sum clamped to >= 1. Needs every past key, so only mode == parallel.
   bool normalize = false;
+  // Optional, mode == parallel only: the explicit decay matrix [H|1, Tq, Tk] (see above), float32 or the
+  // inputs' dtype, last dimension contiguous. Given: gamma empty, no initial_state / final_state.
+  TensorView decay{};
 };
 
 struct RetentionBackward {
@@ -43,6 +53,7 @@ struct RetentionBackward {
   int64_t chunk_size = 64;
   std::optional<double> scale;
   bool normalize = false;
+  TensorView decay{};  // as in the forward
 };
 
 ATTNKIT_API void retention_forward(const RetentionForward& problem, const RunOptions& options = {});

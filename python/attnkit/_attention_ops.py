@@ -50,9 +50,11 @@ def forget_backward_plans() -> None:
 
 
 def fill_mask(mask: _capi.AttentionMask, block_mask, element_mask, kind, causal_alignment, kernel_size,
-              dilation, stride, causal, block_q, block_k, rpb=None) -> None:
+              dilation, stride, causal, block_q, block_k, element_path=_capi.ATTNKIT_ELEMENT_PATH_AUTOMATIC,
+              rpb=None) -> None:
     mask.kind = kind
     mask.causal_alignment = causal_alignment
+    mask.element_path = element_path
     if kind == _capi.ATTNKIT_MASK_NEIGHBORHOOD:
         _capi.neighborhood_mask(mask, kernel_size, dilation, stride, causal)
     mask.block_mask = _launch.view(block_mask, "block_mask", "bool")
@@ -78,10 +80,11 @@ def _pointer(t) -> Optional[int]:
 
 
 def _params_key(params) -> tuple:
-    """The mask values (kind, alignment, kernel_size, dilation, stride, causal, block_q, block_k) as a
-    hashable tuple (the custom ops receive lists)."""
-    kind, alignment, kernel_size, dilation, stride, causal, block_q, block_k = params
-    return (kind, alignment, tuple(kernel_size), tuple(dilation), tuple(stride), tuple(causal), block_q, block_k)
+    """The mask values (kind, alignment, kernel_size, dilation, stride, causal, block_q, block_k, element_path)
+    as a hashable tuple (the custom ops receive lists)."""
+    kind, alignment, kernel_size, dilation, stride, causal, block_q, block_k, element_path = params
+    return (kind, alignment, tuple(kernel_size), tuple(dilation), tuple(stride), tuple(causal), block_q, block_k,
+            element_path)
 
 
 _tuner_module = None
@@ -308,14 +311,16 @@ def attention_forward(
     block_mask: Optional[torch.Tensor], element_mask: Optional[torch.Tensor],
     mask_kind: int, causal_alignment: int, kernel_size: List[int], dilation: List[int], stride: List[int],
     causal: List[bool], block_q: int, block_k: int, scale: Optional[float], rpb: Optional[torch.Tensor] = None,
+    element_path: int = 0,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
-    params = _params_key((mask_kind, causal_alignment, kernel_size, dilation, stride, causal, block_q, block_k))
+    params = _params_key((mask_kind, causal_alignment, kernel_size, dilation, stride, causal, block_q, block_k,
+                          element_path))
     return run_forward(q, k, v, block_mask, element_mask, params, scale, True, rpb)
 
 
 @attention_forward.register_fake
 def _(q, k, v, block_mask, element_mask, mask_kind, causal_alignment, kernel_size, dilation, stride, causal,
-      block_q, block_k, scale, rpb=None):
+      block_q, block_k, scale, rpb=None, element_path=0):
     _launch.common_device((q, k, v, block_mask, element_mask, rpb), _FORWARD_NAMES)  # refuses meta tensors
     out = q.new_empty(q.shape[:-1] + v.shape[-1:])
     lse = q.new_empty(q.shape[:-1], dtype=torch.float32)
@@ -329,10 +334,11 @@ def attention_backward(
     block_mask: Optional[torch.Tensor], element_mask: Optional[torch.Tensor],
     mask_kind: int, causal_alignment: int, kernel_size: List[int], dilation: List[int], stride: List[int],
     causal: List[bool], block_q: int, block_k: int, scale: Optional[float], deterministic: bool,
-    rpb: Optional[torch.Tensor] = None, rpb_grad: bool = False,
+    rpb: Optional[torch.Tensor] = None, rpb_grad: bool = False, element_path: int = 0,
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """grad_q, grad_k, grad_v and grad_rpb (an empty tensor unless rpb_grad: op outputs cannot be None)."""
-    params = _params_key((mask_kind, causal_alignment, kernel_size, dilation, stride, causal, block_q, block_k))
+    params = _params_key((mask_kind, causal_alignment, kernel_size, dilation, stride, causal, block_q, block_k,
+                          element_path))
     grad_q, grad_k, grad_v, grad_rpb = run_backward(grad_out, grad_lse, q, k, v, out, lse, block_mask, element_mask,
                                                     params, scale, deterministic, rpb, rpb_grad)
     return grad_q, grad_k, grad_v, grad_rpb if grad_rpb is not None else q.new_empty(0)
@@ -340,16 +346,18 @@ def attention_backward(
 
 @attention_backward.register_fake
 def _(grad_out, grad_lse, q, k, v, out, lse, block_mask, element_mask, mask_kind, causal_alignment, kernel_size,
-      dilation, stride, causal, block_q, block_k, scale, deterministic, rpb=None, rpb_grad=False):
+      dilation, stride, causal, block_q, block_k, scale, deterministic, rpb=None, rpb_grad=False, element_path=0):
     _launch.common_device((q, k, v, out, lse, grad_out, grad_lse, block_mask, element_mask, rpb),
                           _BACKWARD_NAMES[:6] + ("grad_lse",) + _FORWARD_NAMES[3:])
     grad_rpb = rpb.new_empty(rpb.shape) if rpb is not None and rpb_grad else q.new_empty(0)
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), grad_rpb
 
 
-# Inputs of attention_forward after q, k, v that get no gradient (block_mask ... scale): 11 of them; rpb last.
+# Inputs of attention_forward after q, k, v that get no gradient (block_mask ... scale): 11 of them; then rpb,
+# then element_path (no gradient).
 _FORWARD_EXTRA_INPUTS = 11
 _RPB_INPUT = 3 + _FORWARD_EXTRA_INPUTS
+_ELEMENT_PATH_INPUT = _RPB_INPUT + 1
 
 
 def _setup_context(ctx, inputs, output):
@@ -360,6 +368,8 @@ def _setup_context(ctx, inputs, output):
     ctx.set_materialize_grads(False)
     ctx.mask_params = inputs[5:13]
     ctx.scale = inputs[13]
+    ctx.element_path = inputs[_ELEMENT_PATH_INPUT] if len(inputs) > _ELEMENT_PATH_INPUT else 0
+    ctx.inputs = len(inputs)
 
 
 def _backward(ctx, grad_out, grad_lse):
@@ -367,9 +377,10 @@ def _backward(ctx, grad_out, grad_lse):
     rpb_grad = rpb is not None and len(ctx.needs_input_grad) > _RPB_INPUT and ctx.needs_input_grad[_RPB_INPUT]
     grad_q, grad_k, grad_v, grad_rpb = attention_backward(
         grad_out, grad_lse, q, k, v, out, lse, block_mask, element_mask, *ctx.mask_params, ctx.scale,
-        deterministic_backward(), rpb, rpb_grad,
+        deterministic_backward(), rpb, rpb_grad, element_path=ctx.element_path,
     )
-    return (grad_q, grad_k, grad_v) + (None,) * _FORWARD_EXTRA_INPUTS + ((grad_rpb if rpb_grad else None),)
+    grads = (grad_q, grad_k, grad_v) + (None,) * _FORWARD_EXTRA_INPUTS + ((grad_rpb if rpb_grad else None),)
+    return grads + (None,) * (ctx.inputs - len(grads))
 
 
 attention_forward.register_autograd(_backward, setup_context=_setup_context)

@@ -20,7 +20,7 @@ from pathlib import Path
 # ---------------------------------------------------------------------------------------------
 # Constants and enums (values as in attnkit.h)
 
-ATTNKIT_ABI_VERSION = 4
+ATTNKIT_ABI_VERSION = 5
 ATTNKIT_MAX_RANK = 8
 ATTNKIT_MAX_TOKEN_DIMS = 3
 
@@ -54,6 +54,11 @@ ATTNKIT_MASK_CAUSAL = 1
 ATTNKIT_MASK_NEIGHBORHOOD = 2
 ATTNKIT_MASK_BLOCK = 3
 ATTNKIT_MASK_ELEMENT = 4
+
+# attnkit_element_mask_path
+ATTNKIT_ELEMENT_PATH_AUTOMATIC = 0
+ATTNKIT_ELEMENT_PATH_TILES = 1
+ATTNKIT_ELEMENT_PATH_SCATTERED = 2
 
 # attnkit_causal_alignment
 ATTNKIT_CAUSAL_TOP_LEFT = 0
@@ -139,7 +144,7 @@ class AttentionMask(ctypes.Structure):
         ("kind", _i32),
         ("causal_alignment", _i32),
         ("dims", _i32),
-        ("reserved", _i32),
+        ("element_path", _i32),
         ("neighborhood", NeighborhoodDim * ATTNKIT_MAX_TOKEN_DIMS),
         ("block_mask", Tensor),
         ("block_q", _i64),
@@ -207,6 +212,7 @@ class RetentionForwardArgs(ctypes.Structure):
         ("has_scale", _i32),
         ("reserved", _i32),
         ("scale", _f64),
+        ("decay", Tensor),
     ]
 
 
@@ -232,6 +238,7 @@ class RetentionBackwardArgs(ctypes.Structure):
         ("has_scale", _i32),
         ("reserved", _i32),
         ("scale", _f64),
+        ("decay", Tensor),
     ]
 
 

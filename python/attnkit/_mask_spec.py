@@ -10,6 +10,9 @@ import torch
 from . import _capi
 
 _ALIGNMENTS = {"top_left": _capi.ATTNKIT_CAUSAL_TOP_LEFT, "bottom_right": _capi.ATTNKIT_CAUSAL_BOTTOM_RIGHT}
+# mask_path= of attention / sparse_attention with an element mask (attnkit_element_mask_path).
+_ELEMENT_PATHS = {"auto": _capi.ATTNKIT_ELEMENT_PATH_AUTOMATIC, "tiles": _capi.ATTNKIT_ELEMENT_PATH_TILES,
+                  "scattered": _capi.ATTNKIT_ELEMENT_PATH_SCATTERED}
 
 
 class MaskSpec(NamedTuple):
@@ -23,14 +26,17 @@ class MaskSpec(NamedTuple):
     causal: Sequence[bool] = ()
     block_q: int = 0
     block_k: int = 0
+    element_path: int = _capi.ATTNKIT_ELEMENT_PATH_AUTOMATIC
 
     def op_args(self) -> tuple:
+        """The custom ops' mask arguments up to block_k (element_path is their keyword argument)."""
         return (self.block_mask, self.element_mask, self.kind, self.causal_alignment, list(self.kernel_size),
                 list(self.dilation), list(self.stride), list(self.causal), self.block_q, self.block_k)
 
     def params(self) -> tuple:
         """The non-tensor values as one hashable tuple (the plan key's part; _attention_ops.run_forward)."""
-        return self[2:]  # kind, causal_alignment, kernel_size, dilation, stride, causal, block_q, block_k
+        # kind, causal_alignment, kernel_size, dilation, stride, causal, block_q, block_k, element_path
+        return self[2:]
 
 
 def per_dim(value, dims: int, name: str, kind=int) -> list:
@@ -81,11 +87,22 @@ _DENSE_SPECS = {
 }
 
 
-def element(mask) -> MaskSpec:
+def element_path(mask_path) -> int:
+    """attnkit_element_mask_path of mask_path= ("auto", "tiles" or "scattered")."""
+    path = _ELEMENT_PATHS.get(mask_path) if type(mask_path) is str else None
+    if path is None:
+        if not isinstance(mask_path, str):
+            raise TypeError(f"mask_path: {mask_path!r}; allowed: 'auto', 'tiles' or 'scattered'")
+        raise ValueError(f"mask_path: {mask_path!r}; allowed: 'auto' (chosen from the mask's density), 'tiles' "
+                         f"(tensor-core tile list) or 'scattered' (sparse path following the true entries)")
+    return path
+
+
+def element(mask, mask_path: str = "auto") -> MaskSpec:
     mask = check_bool_mask(mask, "mask")
     if mask.dim() == 2:
         mask = mask[None, None]
-    return MaskSpec(element_mask=mask, kind=_capi.ATTNKIT_MASK_ELEMENT)
+    return MaskSpec(element_mask=mask, kind=_capi.ATTNKIT_MASK_ELEMENT, element_path=element_path(mask_path))
 
 
 def block(block_mask, block_size) -> MaskSpec:

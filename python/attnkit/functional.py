@@ -147,34 +147,42 @@ def _run_attention(q, k, v, spec: _mask_spec.MaskSpec, scale, return_lse: bool, 
             _check_tensor(t, name)
         if rpb is not None:
             _check_tensor(rpb, "rpb")
-        out, lse = _attention_op(q, k, v, *spec.op_args(), scale, rpb)
+        out, lse = _attention_op(q, k, v, *spec.op_args(), scale, rpb, element_path=spec.element_path)
     return (out, lse) if return_lse else out
 
 
 @overload
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, is_causal: bool = ...,
               scale: Optional[float] = ..., mask: Optional[torch.Tensor] = ..., return_lse: Literal[False] = ...,
-              causal_alignment: str = ...) -> torch.Tensor: ...
+              causal_alignment: str = ..., mask_path: str = ...) -> torch.Tensor: ...
 @overload
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, is_causal: bool = ...,
               scale: Optional[float] = ..., mask: Optional[torch.Tensor] = ..., return_lse: Literal[True],
-              causal_alignment: str = ...) -> _OutLse: ...
+              causal_alignment: str = ..., mask_path: str = ...) -> _OutLse: ...
 @overload
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, is_causal: bool = ...,
               scale: Optional[float] = ..., mask: Optional[torch.Tensor] = ..., return_lse: bool = ...,
-              causal_alignment: str = ...) -> Union[torch.Tensor, _OutLse]: ...
+              causal_alignment: str = ..., mask_path: str = ...) -> Union[torch.Tensor, _OutLse]: ...
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, is_causal: bool = False,
               scale: Optional[float] = None, mask: Optional[torch.Tensor] = None, return_lse: bool = False,
-              causal_alignment: str = "top_left") -> Union[torch.Tensor, _OutLse]:
+              causal_alignment: str = "top_left", mask_path: str = "auto") -> Union[torch.Tensor, _OutLse]:
     """Dense attention, optionally causal (top-left aligned like torch SDPA, or bottom-right) or
     with a bool element mask [B|1, Hq|1, Sq, Sk] or [Sq, Sk] (True = attend). A query row with no
-    key gives 0 output and lse -inf."""
+    key gives 0 output and lse -inf.
+
+    mask_path (CUDA, element masks; speed only, never results): "auto" chooses from the mask's measured
+    density, once per mask tensor; "tiles" forces the tensor-core tile-list path (every non-empty tile
+    computed); "scattered" forces the sparse path whose work follows the true entries. CPU tensors
+    ignore it."""
     if mask is not None:
         if is_causal:
             raise ValueError("is_causal=True with a mask: give one of them (fold causality into the mask)")
-        spec = _mask_spec.element(mask)
+        spec = _mask_spec.element(mask, mask_path)
     else:
         spec = _mask_spec.dense(is_causal, causal_alignment)
+        if mask_path != "auto":
+            # The library refuses a path choice without an element mask, naming what is allowed.
+            spec = spec._replace(element_path=_mask_spec.element_path(mask_path))
     return _run_attention(q, k, v, spec, scale, return_lse)
 
 
@@ -383,24 +391,34 @@ na3d = _accept_legacy_qkv(na3d)
 @overload
 def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, block_mask: Optional[torch.Tensor] = ...,
                      block_size: Optional[_IntPerDim] = ..., mask: Optional[torch.Tensor] = ...,
-                     scale: Optional[float] = ..., return_lse: Literal[False] = ...) -> torch.Tensor: ...
+                     scale: Optional[float] = ..., return_lse: Literal[False] = ...,
+                     mask_path: str = ...) -> torch.Tensor: ...
 @overload
 def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, block_mask: Optional[torch.Tensor] = ...,
                      block_size: Optional[_IntPerDim] = ..., mask: Optional[torch.Tensor] = ...,
-                     scale: Optional[float] = ..., return_lse: Literal[True]) -> _OutLse: ...
+                     scale: Optional[float] = ..., return_lse: Literal[True],
+                     mask_path: str = ...) -> _OutLse: ...
 @overload
 def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, block_mask: Optional[torch.Tensor] = ...,
                      block_size: Optional[_IntPerDim] = ..., mask: Optional[torch.Tensor] = ...,
-                     scale: Optional[float] = ..., return_lse: bool = ...) -> Union[torch.Tensor, _OutLse]: ...
+                     scale: Optional[float] = ..., return_lse: bool = ...,
+                     mask_path: str = ...) -> Union[torch.Tensor, _OutLse]: ...
 def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, block_mask: Optional[torch.Tensor] = None,
                      block_size: Optional[_IntPerDim] = None, mask: Optional[torch.Tensor] = None,
-                     scale: Optional[float] = None, return_lse: bool = False) -> Union[torch.Tensor, _OutLse]:
+                     scale: Optional[float] = None, return_lse: bool = False,
+                     mask_path: str = "auto") -> Union[torch.Tensor, _OutLse]:
     """Block-sparse attention: block_mask bool [B|1, Hq|1, ceil(Sq/bq), ceil(Sk/bk)] with
     block_size = bq or (bq, bk); a True block is attended in full. Or element-sparse: mask bool
-    [B|1, Hq|1, Sq, Sk]; the library skips empty tiles."""
+    [B|1, Hq|1, Sq, Sk]; the library skips empty tiles, or (mask_path, as in attention) follows the
+    true entries of a scattered mask."""
     if (block_mask is None) == (mask is None):
         raise ValueError("sparse_attention: give exactly one of block_mask (with block_size) or mask")
-    spec = _mask_spec.block(block_mask, block_size) if block_mask is not None else _mask_spec.element(mask)
+    if block_mask is not None:
+        spec = _mask_spec.block(block_mask, block_size)
+        if mask_path != "auto":
+            spec = spec._replace(element_path=_mask_spec.element_path(mask_path))
+    else:
+        spec = _mask_spec.element(mask, mask_path)
     return _run_attention(q, k, v, spec, scale, return_lse)
 
 
@@ -428,17 +446,26 @@ def _gamma_list(gamma, heads: int) -> Optional[list]:
 
 
 def retention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
-              gamma: Union[float, Sequence[float], torch.Tensor, None] = None, mode: str = "chunk",
+              gamma: Union[float, Sequence[float], torch.Tensor, None] = None, mode: Optional[str] = None,
               chunk_size: int = 64, initial_state: Optional[torch.Tensor] = None, output_final_state: bool = False,
-              normalize: bool = False, scale: Optional[float] = None) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+              normalize: bool = False, scale: Optional[float] = None,
+              decay: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
     """RetNet retention: q, k [B, T, H, Dk], v [B, T, H, Dv]; per-head decay gamma (default
-    1 - 2^(-5-h)); mode "chunk" (chunkwise, chunk_size tokens), "parallel" or "recurrent".
+    1 - 2^(-5-h)); mode "chunk" (chunkwise, chunk_size tokens; the default), "parallel" or "recurrent".
     initial_state [B, H, Dk, Dv] (float32; float64 for float64 inputs). Returns (out, final_state)
-    like flash-linear-attention, final_state None unless output_final_state."""
+    like flash-linear-attention, final_state None unless output_final_state.
+    decay: an explicit decay matrix [H|1, Tq, Tk] (float32 or q's dtype) instead of gamma, parallel form
+    only (the mode defaults to "parallel" with it): out_t = scale * sum_m decay[h, t, m] (q_t . k_m) v_m, q
+    with Tq tokens, k and v with Tk; with normalize only the score normalisation applies. No state, and no
+    gradient for the matrix."""
     for t, name in ((q, "q"), (k, "k"), (v, "v")):
         _check_tensor(t, name)
     if initial_state is not None:
         _check_tensor(initial_state, "initial_state")
+    if decay is not None:
+        _check_tensor(decay, "decay")
+    if mode is None:
+        mode = "parallel" if decay is not None else "chunk"
     if mode not in _RETENTION_MODES:
         raise ValueError(f"mode: {mode!r}; allowed: 'chunk' (or 'chunkwise'), 'parallel', 'recurrent'")
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int):
@@ -446,9 +473,13 @@ def retention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     if normalize and (output_final_state or initial_state is not None):
         raise ValueError("normalize=True with initial_state or output_final_state: RetNet's normalised form has "
                          "no recurrent state; allowed: normalize=False to carry state, or no state")
+    if decay is not None and (output_final_state or initial_state is not None or gamma is not None):
+        raise ValueError("decay given with gamma, initial_state or output_final_state: the decay matrix replaces "
+                         "gamma and has no recurrent state; allowed: decay alone, or gamma with states")
     heads = q.shape[2] if q.dim() == 4 else 0
-    out, final_state = _retention_op(q, k, v, initial_state, _gamma_list(gamma, heads), _RETENTION_MODES[mode],
-                                     chunk_size, bool(normalize), _check_scale(scale))
+    gammas = None if decay is not None else _gamma_list(gamma, heads)
+    out, final_state = _retention_op(q, k, v, initial_state, gammas, _RETENTION_MODES[mode], chunk_size,
+                                     bool(normalize), _check_scale(scale), decay)
     return out, (final_state if output_final_state else None)
 
 

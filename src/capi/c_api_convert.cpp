@@ -34,13 +34,22 @@ std::optional<double> to_scale(int32_t has_scale, double scale) {
   return has_scale ? std::optional<double>(scale) : std::nullopt;
 }
 
+// attnkit.h's enum mirrors attnkit::ElementMaskPath value for value.
+static_assert(ATTNKIT_ELEMENT_PATH_AUTOMATIC == static_cast<int>(ElementMaskPath::automatic) &&
+                  ATTNKIT_ELEMENT_PATH_TILES == static_cast<int>(ElementMaskPath::tiles) &&
+                  ATTNKIT_ELEMENT_PATH_SCATTERED == static_cast<int>(ElementMaskPath::scattered),
+              "attnkit_element_mask_path and attnkit::ElementMaskPath differ");
+
 AttentionMask to_mask(const attnkit_attention_mask& c) {
   check_enum(c.kind, ATTNKIT_MASK_ELEMENT, "mask.kind",
              "0 (ATTNKIT_MASK_NONE), 1 (CAUSAL), 2 (NEIGHBORHOOD), 3 (BLOCK), 4 (ELEMENT)");
   check_enum(c.causal_alignment, ATTNKIT_CAUSAL_BOTTOM_RIGHT, "mask.causal_alignment",
              "0 (ATTNKIT_CAUSAL_TOP_LEFT), 1 (ATTNKIT_CAUSAL_BOTTOM_RIGHT)");
+  check_enum(c.element_path, ATTNKIT_ELEMENT_PATH_SCATTERED, "mask.element_path",
+             "0 (ATTNKIT_ELEMENT_PATH_AUTOMATIC), 1 (TILES), 2 (SCATTERED)");
   AttentionMask mask;
   mask.kind = static_cast<MaskKind>(c.kind);
+  mask.element_path = static_cast<ElementMaskPath>(c.element_path);
   mask.causal_alignment = static_cast<CausalAlignment>(c.causal_alignment);
   mask.dims = c.dims;
   for (int d = 0; d < ATTNKIT_MAX_TOKEN_DIMS; ++d) {
@@ -192,6 +201,7 @@ RetentionForward to_retention_forward(const attnkit_retention_forward_args& args
   p.chunk_size = args.chunk_size;
   p.scale = to_scale(args.has_scale, args.scale);
   p.normalize = args.normalize != 0;
+  p.decay = to_view(args.decay, "decay", AllowedDtypes::floating);
   return p;
 }
 
@@ -212,6 +222,7 @@ RetentionBackward to_retention_backward(const attnkit_retention_backward_args& a
   p.chunk_size = args.chunk_size;
   p.scale = to_scale(args.has_scale, args.scale);
   p.normalize = args.normalize != 0;
+  p.decay = to_view(args.decay, "decay", AllowedDtypes::floating);
   return p;
 }
 

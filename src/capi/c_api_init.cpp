@@ -12,6 +12,7 @@ void init_neighborhood(attnkit_attention_mask* mask) {
     dim.dilation = 1;
     dim.stride = 1;
   }
+  mask->element_path = ATTNKIT_ELEMENT_PATH_AUTOMATIC;
 }
 
 constexpr int64_t kDefaultRetentionChunk = 64;

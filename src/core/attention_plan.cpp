@@ -25,6 +25,7 @@ void add_mask(PlanKey& key, const AttentionMask& mask) {
   key.add(mask.block_k);
   key.add(mask.block_mask);
   key.add(mask.element_mask);
+  key.add(static_cast<int64_t>(mask.element_path));
   key.add(mask.rpb);
 }
 

@@ -45,10 +45,11 @@ AttentionMask block_sparse_mask(TensorView block_mask, int64_t block_q, int64_t 
   return mask;
 }
 
-AttentionMask element_sparse_mask(TensorView element_mask) {
+AttentionMask element_sparse_mask(TensorView element_mask, ElementMaskPath path) {
   AttentionMask mask;
   mask.kind = MaskKind::element;
   mask.element_mask = element_mask;
+  mask.element_path = path;
   return mask;
 }
 

@@ -41,6 +41,7 @@ void add_scalars(PlanKey& key, const Problem& problem) {
   key.add(problem.chunk_size);
   key.add(problem.scale);
   key.add(int64_t{problem.normalize});
+  key.add(problem.decay);
 }
 
 // B, H, Dk or Dv is 0: the outputs that have elements are zeros (core/zero_size.hpp).

@@ -46,6 +46,21 @@ void check_causal_alignment(const AttentionMask& mask) {
   }
 }
 
+// element_path (ElementMaskPath): in range, and other than automatic only for an element mask, the only
+// kind it chooses a path for.
+void check_element_path(const AttentionMask& mask) {
+  const auto path = static_cast<int32_t>(mask.element_path);
+  if (path < static_cast<int32_t>(ElementMaskPath::automatic) ||
+      path > static_cast<int32_t>(ElementMaskPath::scattered)) {
+    fail("mask.element_path: " + std::to_string(path) + "; allowed: 0 (automatic), 1 (tiles), 2 (scattered)");
+  }
+  if (mask.element_path != ElementMaskPath::automatic && mask.kind != MaskKind::element) {
+    fail("mask.element_path: " + std::to_string(path) + " with mask.kind " +
+         std::to_string(static_cast<int32_t>(mask.kind)) +
+         "; allowed: 0 (automatic) unless mask.kind is 4 (element), the only kind with a choice of paths");
+  }
+}
+
 // --- neighborhood ----------------------------------------------------------------------------
 
 void check_neighborhood_dims(const AttentionMask& mask, const TensorView& q) {
@@ -199,6 +214,7 @@ void check_element_mask(const AttentionMask& mask, const TensorView& q, const Te
 void validate_attention_mask(const AttentionMask& mask, const TensorView& q, const TensorView& k) {
   check_mask_kind(mask);
   check_causal_alignment(mask);
+  check_element_path(mask);
   if (mask.kind != MaskKind::neighborhood) check_no_positional_bias(mask);
   switch (mask.kind) {
     case MaskKind::none:

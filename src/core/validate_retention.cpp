@@ -1,9 +1,11 @@
 // Validation of retention_forward / retention_backward (DESIGN §3 Retention). q, k [B, T, H, Dk],
 // v [B, T, H, Dv], out and grad_out [B, T, H, Dv], gradients shaped like their primals; the
 // recurrent state tensors are [B, H, Dk, Dv] in float32 (float64 when the inputs are float64).
-// Then the scalar parameters: gamma, mode, chunk_size, normalize and scale.
+// Then the scalar parameters: gamma, mode, chunk_size, normalize and scale. With the explicit decay matrix
+// [H|1, Tq, Tk] (parallel form only), k and v have Tk tokens and q, out Tq.
 #include <array>
 #include <cmath>
+#include <initializer_list>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,12 +44,22 @@ void check_sequence_tensor(const TensorView& view, const char* name, const Tenso
   check_aligned(view, name);
 }
 
-// k like q; v and out/grad_out [B, T, H, Dv] with B, T, H from q and Dv from v.
-void check_sequence_shapes(const TensorView& q, const TensorView& k, const TensorView& v, const NamedView& out) {
-  check_shape_equals(k, "k", extents_of(q), "[B, T, H, Dk], q's shape");
-  const std::vector<int64_t> v_extents{q.extents[0], q.extents[1], q.extents[2], v.extents[3]};
-  check_shape_equals(v, "v", v_extents, "[B, T, H, Dv] with B, T, H from q");
-  check_shape_equals(*out.first, out.second, v_extents, "[B, T, H, Dv] from q and v");
+// k like q; v and out/grad_out [B, T, H, Dv] with B, T, H from q and Dv from v. With a decay matrix, k and v
+// have their own token count Tk (the matrix's last extent) and out/grad_out q's Tq.
+void check_sequence_shapes(const TensorView& q, const TensorView& k, const TensorView& v, const NamedView& out,
+                           bool has_decay) {
+  if (has_decay) {
+    const std::vector<int64_t> k_extents{q.extents[0], k.extents[1], q.extents[2], q.extents[3]};
+    check_shape_equals(k, "k", k_extents, "[B, Tk, H, Dk] with B, H, Dk from q (Tk: the decay matrix's keys)");
+    const std::vector<int64_t> v_extents{q.extents[0], k.extents[1], q.extents[2], v.extents[3]};
+    check_shape_equals(v, "v", v_extents, "[B, Tk, H, Dv] with B, Tk, H from q and k");
+  } else {
+    check_shape_equals(k, "k", extents_of(q), "[B, T, H, Dk], q's shape");
+    const std::vector<int64_t> v_extents{q.extents[0], q.extents[1], q.extents[2], v.extents[3]};
+    check_shape_equals(v, "v", v_extents, "[B, T, H, Dv] with B, T, H from q");
+  }
+  const std::vector<int64_t> out_extents{q.extents[0], q.extents[1], q.extents[2], v.extents[3]};
+  check_shape_equals(*out.first, out.second, out_extents, "[B, Tq, H, Dv] from q and v");
 }
 
 void check_state_tensor(const TensorView& view, const char* name, const TensorView& q, const TensorView& v,
@@ -94,6 +106,40 @@ const char* mode_name(RetentionMode mode) {
   return "unknown";
 }
 
+// The explicit decay matrix [H|1, Tq, Tk]: parallel form only, instead of gamma and of any state.
+void check_decay_matrix(const TensorView& decay, const TensorView& q, const TensorView& k, RetentionMode mode,
+                        const std::vector<double>& gamma, std::initializer_list<NamedView> states) {
+  check_view_structure(decay, "decay", 3, 3, "[H|1, Tq, Tk]");
+  if (decay.dtype != DType::f32 && decay.dtype != q.dtype) {
+    fail("decay: dtype " + std::string(dtype_name(decay.dtype)) + "; allowed: float32 or q's dtype (" +
+         std::string(dtype_name(q.dtype)) + ")");
+  }
+  check_same_device(decay, "decay", q, "q");
+  check_last_dim_contiguous(decay, "decay");
+  check_aligned(decay, "decay");
+  if (decay.extents[0] != 1 && decay.extents[0] != q.extents[2]) {
+    fail("decay: " + std::to_string(decay.extents[0]) + " heads; allowed: 1 (shared) or q's " +
+         std::to_string(q.extents[2]));
+  }
+  const std::vector<int64_t> expected{decay.extents[0], q.extents[1], k.extents[1]};
+  check_shape_equals(decay, "decay", expected, "[H|1, Tq, Tk] with Tq from q and Tk from k");
+  if (mode != RetentionMode::parallel) {
+    fail(std::string("decay: given with mode=") + mode_name(mode) +
+         "; an explicit decay matrix weighs every (query, key) pair, which only the parallel form computes; "
+         "allowed: mode=parallel, or no decay (per-head gamma)");
+  }
+  if (!gamma.empty()) {
+    fail("gamma: " + std::to_string(gamma.size()) +
+         " values given with a decay matrix; allowed: one of them (the matrix replaces gamma)");
+  }
+  for (const auto& [state, name] : states) {
+    if (is_given(*state)) {
+      fail(std::string("decay: given with ") + name + "; an explicit decay matrix has no recurrent state; allowed: " +
+           "no " + name + " with decay, or per-head gamma");
+    }
+  }
+}
+
 void check_chunk_size(int64_t chunk_size) {
   if (chunk_size < 1) {
     fail("chunk_size: " + std::to_string(chunk_size) + "; allowed: chunk_size >= 1 (tokens per chunk)");
@@ -137,7 +183,8 @@ void validate_retention_forward(const RetentionForward& p, const RunOptions& opt
     check_sequence_tensor(*tensors[i].first, tensors[i].second, p.q, layouts[i]);
   }
   check_output_not_broadcast(p.out, "out");
-  check_sequence_shapes(p.q, p.k, p.v, {&p.out, "out"});
+  const bool has_decay = is_given(p.decay);
+  check_sequence_shapes(p.q, p.k, p.v, {&p.out, "out"}, has_decay);
   if (is_given(p.initial_state)) {
     check_state_tensor(p.initial_state, "initial_state", p.q, p.v, false);
   }
@@ -148,6 +195,10 @@ void validate_retention_forward(const RetentionForward& p, const RunOptions& opt
   check_scalar_parameters(p.gamma, p.q.extents[2], p.mode, p.chunk_size, p.normalize, p.scale);
   check_normalize_without_state(p.normalize, p.initial_state, "initial_state");
   check_normalize_without_state(p.normalize, p.final_state, "final_state");
+  if (has_decay) {
+    check_decay_matrix(p.decay, p.q, p.k, p.mode, p.gamma,
+                       {{&p.initial_state, "initial_state"}, {&p.final_state, "final_state"}});
+  }
 }
 
 void validate_retention_backward(const RetentionBackward& p, const RunOptions& options) {
@@ -169,7 +220,8 @@ void validate_retention_backward(const RetentionBackward& p, const RunOptions& o
   check_output_not_broadcast(p.grad_q, "grad_q");
   check_output_not_broadcast(p.grad_k, "grad_k");
   check_output_not_broadcast(p.grad_v, "grad_v");
-  check_sequence_shapes(p.q, p.k, p.v, {&p.grad_out, "grad_out"});
+  const bool has_decay = is_given(p.decay);
+  check_sequence_shapes(p.q, p.k, p.v, {&p.grad_out, "grad_out"}, has_decay);
   check_shape_equals(p.grad_q, "grad_q", extents_of(p.q), "q's shape");
   check_shape_equals(p.grad_k, "grad_k", extents_of(p.k), "k's shape");
   check_shape_equals(p.grad_v, "grad_v", extents_of(p.v), "v's shape");
@@ -187,6 +239,12 @@ void validate_retention_backward(const RetentionBackward& p, const RunOptions& o
   check_normalize_without_state(p.normalize, p.initial_state, "initial_state");
   check_normalize_without_state(p.normalize, p.grad_final_state, "grad_final_state");
   check_normalize_without_state(p.normalize, p.grad_initial_state, "grad_initial_state");
+  if (has_decay) {
+    check_decay_matrix(p.decay, p.q, p.k, p.mode, p.gamma,
+                       {{&p.initial_state, "initial_state"},
+                        {&p.grad_final_state, "grad_final_state"},
+                        {&p.grad_initial_state, "grad_initial_state"}});
+  }
 }
 
 }  // namespace attnkit::detail

@@ -62,9 +62,14 @@ bool attention_backward_needs_no_kernel(const AttentionBackward& p) {
   return no_query_rows(shape) || shape.seq_k == 0 || shape.head_dim_v == 0;
 }
 
-bool retention_forward_needs_no_kernel(const RetentionForward& p) { return retention_has_no_terms(p.q, p.v); }
+// With a decay matrix [H|1, Tq, Tk], Tq or Tk = 0 leaves no (query, key) term either (and no state exists).
+bool retention_forward_needs_no_kernel(const RetentionForward& p) {
+  return retention_has_no_terms(p.q, p.v) || (is_given(p.decay) && has_no_elements(p.decay));
+}
 
-bool retention_backward_needs_no_kernel(const RetentionBackward& p) { return retention_has_no_terms(p.q, p.v); }
+bool retention_backward_needs_no_kernel(const RetentionBackward& p) {
+  return retention_has_no_terms(p.q, p.v) || (is_given(p.decay) && has_no_elements(p.decay));
+}
 
 bool gemm_needs_no_kernel(const GemmProblem& p) { return has_no_elements(p.c); }
 

@@ -1,4 +1,5 @@
-// The CUDA backend's entry points in a build with CUDA: device queries and the fused-attention plans.
+// The CUDA backend's entry points in a build with CUDA: device queries and the fused-attention plans
+// (element masks through cuda/mask_path, which picks the tile-list or the scattered path).
 // Each op's plan checks the backend's capabilities and throws Status::unsupported naming what is allowed.
 #include "cuda/cuda_backend.hpp"
 
@@ -10,6 +11,7 @@
 #include "cuda/fmha/fmha_backward.hpp"
 #include "cuda/fmha/fmha_forward.hpp"
 #include "cuda/gemm/gemm_plan.hpp"
+#include "cuda/mask_path/element_mask_plan.hpp"
 #include "cuda/retention/retention_plan.hpp"
 
 namespace attnkit::cuda {
@@ -65,12 +67,16 @@ std::string driver_version() {
 detail::MadePlan<AttentionForward> make_attention_forward_plan(const AttentionForward& problem,
                                                                const detail::AttentionShape& shape,
                                                                const RunOptions& options) {
+  if (problem.mask.kind == MaskKind::element) return mask_path::make_element_mask_forward_plan(problem, shape, options);
   return fmha::make_forward_plan(problem, shape, options);
 }
 
 detail::MadePlan<AttentionBackward> make_attention_backward_plan(const AttentionBackward& problem,
                                                                  const detail::AttentionShape& shape,
                                                                  const RunOptions& options) {
+  if (problem.mask.kind == MaskKind::element) {
+    return mask_path::make_element_mask_backward_plan(problem, shape, options);
+  }
   return fmha::make_backward_plan(problem, shape, options);
 }
 

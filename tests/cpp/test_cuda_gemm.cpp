@@ -5,11 +5,12 @@
 // matrix lives inside a NaN-filled buffer: C's view is NaN before the call when beta is 0, the result
 // must be finite and within DESIGN §5's relative L2 error, and every element around the views must
 // still be NaN after it (an out-of-bounds read of A or B would make C NaN, a stray write shows in C's
-// padding). Also: which kernel a plan runs (Hopper for bf16 / fp16 on a 9.0 device, stream-K for small
-// grids, misaligned operands staged into aligned copies, the SIMT fallback only for what no tensor-core row
-// takes), the caller's workspace, a run replayed from a CUDA graph, and runs from a thread with no CUDA
-// context current. Without CUDA (or a GPU) every test skips, except CudaGemmCanonicalForm and
-// CudaGemmSelection, which need a CUDA build but no GPU (host memory, a described device).
+// padding). Also: which kernel a plan runs (Hopper for bf16 / fp16 on a 9.0 device, split-K or stream-K
+// for small grids, misaligned operands and N not a multiple of 8 staged into aligned copies, the SIMT
+// fallback only for what no tensor-core row takes), the caller's workspace, a run replayed from a CUDA
+// graph, and runs from a thread with no CUDA context current. Without CUDA (or a GPU) every test skips,
+// except CudaGemmCanonicalForm and CudaGemmSelection, which need a CUDA build but no GPU (host memory, a
+// described device).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -37,6 +38,7 @@
 #include "core/zero_size.hpp"
 #include "cuda/gemm/gemm_registry.hpp"
 #include "cuda/gemm/gemm_shape.hpp"
+#include "cuda/gemm/gemm_split_k.hpp"
 #include "cuda/gemm/gemm_staging.hpp"
 #endif
 
@@ -395,14 +397,58 @@ TEST(CudaGemmSelection, AlignedHalfPrecisionSelectsTheHopperKernelOnA90DeviceInE
   }
 }
 
-TEST(CudaGemmSelection, SmallGridsSelectStreamKAndLargeOnesTheDataParallelKernel) {
+TEST(CudaGemmSelection, SmallGridsSelectSplitKOrStreamKAndLargeOnesTheDataParallelKernel) {
   for (const DType dtype : {DType::f16, DType::bf16}) {
     for (const bool transpose_b : {false, true}) {
+      // 32 tiles of 128 x 128: 4 slices of 1024.
       const std::string decode = selected_on(90, dtype, false, 16, 4096, 4096, false, transpose_b, false);
-      EXPECT_NE(decode.find("_streamk"), std::string::npos) << decode;
+      EXPECT_NE(decode.find("_splitk"), std::string::npos) << decode;
+      // 4 tiles: 32 slices of 2048 (33 do not divide K).
+      const std::string k_heavy = selected_on(90, dtype, false, 256, 256, 65536, false, transpose_b, false);
+      EXPECT_NE(k_heavy.find("_splitk"), std::string::npos) << k_heavy;
+      // 128 tiles of 128 x 128: one slice each, so stream-K; 64 tiles: two, stream-K too.
+      const std::string wide = selected_on(90, dtype, false, 64, 16384, 4096, false, transpose_b, false);
+      EXPECT_NE(wide.find("_streamk"), std::string::npos) << wide;
+      const std::string k_long = selected_on(90, dtype, false, 1024, 1024, 16384, false, transpose_b, false);
+      EXPECT_NE(k_long.find("_streamk"), std::string::npos) << k_long;
+      // A K that no slice count of at least 4 K tiles divides evenly (a prime): stream-K.
+      const std::string prime_k = selected_on(90, dtype, false, 16, 4096, 4099, false, transpose_b, false);
+      EXPECT_NE(prime_k.find("_streamk"), std::string::npos) << prime_k;
       const std::string square = selected_on(90, dtype, false, 4096, 4096, 4096, false, transpose_b, false);
       EXPECT_NE(square.find("_coop"), std::string::npos) << square;
     }
+  }
+}
+
+// The slice rule (gemm_split_k.hpp) on a 132-SM device with 128 x 128 x 64 tiles.
+TEST(CudaGemmSelection, SplitKSlicesFillTheDeviceOnlyWhereEachTileGetsThreeOrMore) {
+  auto slices = [](int64_t m, int64_t n, int64_t k, int64_t batch = 1, DType dtype = DType::bf16) {
+    cuda::gemm::GemmShape s;
+    s.dtype = dtype;
+    s.m = m, s.n = n, s.k = k, s.batch = batch;
+    return cuda::gemm::gemm_split_k_slices(s, 128, 128, 64, 132);
+  };
+  EXPECT_EQ(slices(256, 256, 65536), 32);  // 4 tiles, at most 33 slices; 32 divide K
+  EXPECT_EQ(slices(16, 4096, 4096), 4);    // 32 tiles
+  EXPECT_EQ(slices(1, 4096, 16384), 4);
+  EXPECT_EQ(slices(64, 512, 4096), 16);      // 4 tiles, 33 at most; 32 would give slices of 128 (< 4 K tiles)
+  EXPECT_EQ(slices(100, 200, 3072), 12);     // 2 tiles, capped at 64; slices of 256
+  EXPECT_EQ(slices(1024, 1024, 16384), 0);   // 64 tiles: 2 slices a tile at most
+  EXPECT_EQ(slices(64, 16384, 4096), 0);     // 128 tiles
+  EXPECT_EQ(slices(256, 256, 65536, 2), 0);  // batched
+  EXPECT_EQ(slices(256, 256, 512), 0);       // slices of at least 256: 2 at most
+  EXPECT_EQ(slices(16, 4096, 4099), 0);      // a prime K
+  EXPECT_EQ(slices(16, 4096, 3 * 1004), 0);  // 4 slices of 753, 3 of 1004: not multiples of 8 elements
+  EXPECT_EQ(slices(16, 5120, 3 * 1024), 3);  // 40 tiles: 3 slices at most
+  for (const auto& [m, n, k] :
+       std::vector<std::array<int64_t, 3> >{{256, 256, 65536}, {16, 4096, 4096}, {7, 999, 8192}}) {
+    const int count = slices(m, n, k);
+    ASSERT_GE(count, cuda::gemm::kMinSplitKSlices);
+    const int64_t tiles = (m + 127) / 128 * ((n + 127) / 128);
+    EXPECT_LE(count * tiles, 132) << "one wave";
+    EXPECT_EQ(k % count, 0);
+    EXPECT_EQ(k / count % 8, 0);
+    EXPECT_GE(k / count, 4 * 64);
   }
 }
 
@@ -429,10 +475,10 @@ TEST(CudaGemmSelection, MisalignedProblemsRunStagedOnTensorCores) {
   for (const int64_t offset : {0, 1}) {
     const std::string odd_k = selected_on(90, DType::bf16, false, 256, 256, 63, false, false, false, offset);
     EXPECT_TRUE(starts_with(odd_k, "sm90_bf16_") && ends_with(odd_k, "+staged")) << odd_k;
-    // An N that is not a multiple of 8: the Hopper epilogue writes C's rows in 8-element vectors, so the
-    // Hopper rows refuse it (it would write past the rows); the SM80 rows (full set) or SIMT run it.
+    // An N that is not a multiple of 8: the Hopper rows need C's rows in whole 16-byte vectors, so B and C
+    // are staged with N rounded up.
     const std::string odd_n = selected_on(90, DType::f16, false, 256, 250, 64, false, false, false, offset);
-    EXPECT_TRUE(starts_with(odd_n, "sm80_f16_") || odd_n == "simt_f16") << odd_n;
+    EXPECT_TRUE(starts_with(odd_n, "sm90_f16_") && ends_with(odd_n, "+staged")) << odd_n;
     // fp32 on the SM80 rows, extents padded with zeros.
     const std::string f32 = selected_on(90, DType::f32, false, 256, 256, 66, false, false, false, offset);
     EXPECT_TRUE(starts_with(f32, "sm80_3xtf32_") && ends_with(f32, "+staged")) << f32;
@@ -440,6 +486,65 @@ TEST(CudaGemmSelection, MisalignedProblemsRunStagedOnTensorCores) {
     EXPECT_TRUE(starts_with(bf16_80, "sm80_bf16_") || bf16_80 == "simt_bf16") << bf16_80;  // sm80 bf16: full set
   }
   EXPECT_EQ(selected_on(90, DType::f16, false, 256, 256, 0, false, false, false), "simt_f16");  // K = 0
+}
+
+// Every N that is not a multiple of 8 (the canonical N: C's row length, M when C is column-major) runs on a
+// staged Hopper row in every layout, aligned strides or not, decode-like grids (stream-K) included, and the
+// Hopper rows refuse it unstaged.
+TEST(CudaGemmSelection, OddNSelectsTheStagedHopperKernelInEveryLayout) {
+  for (const DType dtype : {DType::f16, DType::bf16}) {
+    for (int layout = 0; layout < 8; ++layout) {
+      for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3> >{
+               {1, 1, 64}, {3, 7, 64}, {250, 250, 64}, {1023, 1025, 1027}, {15, 4097, 4096}}) {
+        for (const int64_t offset : {0, 1}) {
+          const bool c_col_major = layout & 4;
+          // m and n are both odd or both 250, so the canonical N is not a multiple of 8 either way.
+          const std::string name = selected_on(90, dtype, false, m, n, k, layout & 1, layout & 2, c_col_major, offset);
+          EXPECT_TRUE(starts_with(name, "sm90_") && ends_with(name, "+staged"))
+              << name << " layout " << layout << " " << m << "x" << n << "x" << k << " offset " << offset;
+        }
+      }
+    }
+  }
+  // A decode-like grid keeps its small-grid row: split-K on the padded N (33 tiles of 128 x 128: 4 slices).
+  const std::string decode = selected_on(90, DType::bf16, false, 16, 4097, 4096, false, true, false);
+  EXPECT_NE(decode.find("_splitk"), std::string::npos) << decode;
+}
+
+TEST(CudaGemmSelection, HopperRowsRefuseAnOddNUnstagedAndAcceptItPadded) {
+  std::vector<std::byte> memory(1 << 20);
+  auto* base = reinterpret_cast<std::byte*>(round_up(reinterpret_cast<int64_t>(memory.data()), 256));
+  cuda::gemm::GemmShape shape;
+  shape.dtype = DType::bf16;
+  shape.m = 64, shape.n = 61, shape.k = 64, shape.batch = 1;
+  shape.a_row = 64, shape.a_col = 1;  // K-major A, K-major B with 64-element (aligned) leading dimensions
+  shape.b_row = 1, shape.b_col = 64;
+  shape.c_row = 64;  // C's leading dimension aligned, its row length (N = 61) not
+  shape.a = base, shape.b = base + 16384, shape.c = base + 32768;
+  const cuda::gemm::GemmDevice device{0, 90, 132, 227 * 1024};
+  EXPECT_TRUE(cuda::gemm::tma_addressable(shape));
+  EXPECT_FALSE(cuda::gemm::gemm_n_aligned(shape));
+  const cuda::gemm::GemmStaging staging = cuda::gemm::tma_staging(shape);
+  EXPECT_TRUE(staging.pad_n && staging.b && staging.c);
+  EXPECT_FALSE(staging.a);
+  const cuda::gemm::GemmShape staged = cuda::gemm::staged_shape(shape, staging);
+  EXPECT_EQ(staged.n, 64);
+  EXPECT_EQ(staged.m, shape.m);
+  EXPECT_EQ(staged.k, shape.k);
+  EXPECT_TRUE(cuda::gemm::gemm_n_aligned(staged));
+  EXPECT_TRUE(cuda::gemm::tma_addressable(staged));
+  int hopper_rows = 0;
+  for (const cuda::gemm::GemmKernel* kernel : cuda::gemm::gemm_kernels()) {
+    if (kernel->tier != cuda::gemm::GemmTier::sm90 || !cuda::gemm::gemm_kernel_matches(*kernel, shape, false)) continue;
+    if (kernel->split_k) continue;  // refuses a K of one tile for its own reason (gemm_split_k.hpp)
+    ++hopper_rows;
+    EXPECT_NE(kernel->refusal(shape, device), "") << kernel->name;
+    EXPECT_EQ(kernel->refusal(staged, device), "") << kernel->name;
+    cuda::gemm::GemmStaging chosen;
+    EXPECT_EQ(cuda::gemm::gemm_kernel_refusal(*kernel, shape, device, &chosen), "") << kernel->name;
+    EXPECT_TRUE(chosen.pad_n && chosen.b && chosen.c && !chosen.a) << kernel->name;
+  }
+  if (hopper_rows == 0) GTEST_SKIP() << "this build has no Hopper rows (ATTNKIT_CUDA_ARCHS without 90a)";
 }
 
 // Host-only: the staged shape of every layout meets the kernel's rule, and only misaligned operands are staged.
@@ -472,7 +577,16 @@ TEST(CudaGemmSelection, StagedShapesAreAlignedAndStageOnlyWhatNeedsIt) {
       const bool a_aligned =
           address_aligned(shape.a) && (shape.a_k_major() ? shape.a_row : shape.a_col) * size % 16 == 0;
       EXPECT_EQ(tma.a, !a_aligned);
-      EXPECT_EQ(tma.c, !address_aligned(shape.c) || shape.c_row * size % 16 != 0);
+      EXPECT_EQ(tma.pad_n, shape.n * size % 16 != 0);
+      EXPECT_EQ(tma.c, tma.pad_n || !address_aligned(shape.c) || shape.c_row * size % 16 != 0);
+      if (tma.pad_n) {
+        EXPECT_TRUE(tma.b) << "N padded: B needs the zero columns";
+      }
+      const cuda::gemm::GemmShape tma_staged = cuda::gemm::staged_shape(shape, tma);
+      EXPECT_TRUE(cuda::gemm::gemm_n_aligned(tma_staged));
+      EXPECT_EQ(tma_staged.n, round_up(shape.n, 16 / size));
+      EXPECT_EQ(tma_staged.m, shape.m);
+      EXPECT_EQ(tma_staged.k, shape.k);
       const cuda::gemm::GemmStaging padded = cuda::gemm::padded_staging(shape);
       const cuda::gemm::GemmShape staged = cuda::gemm::staged_shape(shape, padded);
       EXPECT_TRUE(cuda::gemm::gemm_aligned(staged, 16));
@@ -609,38 +723,41 @@ TEST_P(CudaGemm, EmptyProblemsWriteNothing) {
 }
 
 TEST_P(CudaGemm, ReplaysFromACudaGraphOnTheCallersStream) {
-  GemmSpec s;
-  s.m = 136, s.n = 264, s.k = 72;
-  GemmRun run = prepare(s, GetParam(), 51);
-  cudaStream_t stream = nullptr;
-  expect_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  RunOptions options;
-  options.stream = stream;
-  gemm(run.problem, options);  // the plan is made (and kernel attributes set) outside the capture
-  expect_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-  test::poison_nan(run.c.host);
-  run.c.upload();
-  cudaGraph_t graph = nullptr;
-  {
-    test::StreamCapture capture(stream);
-    ASSERT_TRUE(capture.began());
-    gemm(run.problem, options);
-    graph = capture.end();
+  for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3> >{{136, 264, 72}, {16, 512, 4096}}) {
+    GemmSpec s;
+    s.m = m, s.n = n, s.k = k;
+    SCOPED_TRACE(s.describe());
+    GemmRun run = prepare(s, GetParam(), 51);
+    cudaStream_t stream = nullptr;
+    expect_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    RunOptions options;
+    options.stream = stream;
+    gemm(run.problem, options);  // the plan is made (and kernel attributes set) outside the capture
+    expect_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    test::poison_nan(run.c.host);
+    run.c.upload();
+    cudaGraph_t graph = nullptr;
+    {
+      test::StreamCapture capture(stream);
+      ASSERT_TRUE(capture.began());
+      gemm(run.problem, options);
+      graph = capture.end();
+    }
+    ASSERT_NE(graph, nullptr);
+    cudaGraphExec_t exec = nullptr;
+    expect_cuda(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+    expect_cuda(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+    expect_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+    run.c.download();
+    EXPECT_TRUE(run.c.padding_untouched());
+    EXPECT_LE(test::relative_l2(run.c.host, run.expected_view), GetParam().tolerance);
   }
-  ASSERT_NE(graph, nullptr);
-  cudaGraphExec_t exec = nullptr;
-  expect_cuda(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
-  expect_cuda(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
-  expect_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
-  run.c.download();
-  EXPECT_TRUE(run.c.padding_untouched());
-  EXPECT_LE(test::relative_l2(run.c.host, run.expected_view), GetParam().tolerance);
 }
 
-// A stream-K plan (a small grid) needs workspace: the caller's when given, else stream-ordered scratch.
+// A stream-K or split-K plan (a small grid) needs workspace: the caller's when given, else stream-ordered scratch.
 TEST_P(CudaGemm, RunsWithTheCallersWorkspaceAndWithout) {
   for (const bool aligned : {true, false}) {
     GemmSpec s;
@@ -708,6 +825,97 @@ TEST_F(CudaGemmKernelChoice, StagedRunsMatchTheOracle) {
       s.beta = layout % 3 == 0 ? 0.5 : 0.0;
       s.batch_a = layout & 1 ? 1 : 3, s.batch_b = 3, s.batch_c = 3;
       expect_matches_oracle(s, precision, 71 + static_cast<uint64_t>(layout));
+    }
+  }
+}
+
+// An N that is not a multiple of 8 (the canonical N: C's row length) runs on the Hopper rows with B and C
+// staged, N rounded up: every transpose and C layout, leading dimensions padded to 8 elements (only N is
+// odd: nothing else is staged, and C's padding columns must stay NaN) and unaligned views, beta != 0 (C
+// copied in), batched and broadcast batches, N < 8, decode-like grids (stream-K).
+// Split-K (small grids, long K): every slice count path against the oracle, with beta (applied by the ordered
+// sum), both B majorness, a column-major C (swapped), an odd N (staged with N padded) and unaligned views.
+TEST_F(CudaGemmKernelChoice, SplitKMatchesTheOracle) {
+  const bool hopper = device_capability() == 90;
+  for (const Precision& precision : {kF16, kBF16}) {
+    const std::vector<std::array<int64_t, 3> > sizes = {
+        {16, 512, 4096}, {100, 200, 3072}, {1, 1024, 2048}, {16, 1001, 2048}, {256, 128, 8192}};
+    for (const auto& [m, n, k] : sizes) {
+      for (int layout = 0; layout < 4; ++layout) {
+        GemmSpec s;
+        s.m = m, s.n = n, s.k = k;
+        s.transpose_b = layout & 1;
+        s.beta = layout & 2 ? -0.5 : 0.0;
+        s.alpha = 0.75;
+        if (hopper) {
+          const std::string name = plan_kernel(s, precision);
+          EXPECT_NE(name.find("_splitk"), std::string::npos) << name << " " << s.describe();
+        }
+        expect_matches_oracle(s, precision, 131 + static_cast<uint64_t>(layout));
+      }
+    }
+    // C column-major [4096 x 16]: computed as the row-major [16 x 4096] C^T = B^T A^T, both K-major.
+    GemmSpec swapped;
+    swapped.m = 4096, swapped.n = 16, swapped.k = 2048, swapped.c_col_major = true, swapped.transpose_b = true;
+    swapped.beta = 0.25;
+    if (hopper) {
+      const std::string name = plan_kernel(swapped, precision);
+      EXPECT_NE(name.find("_splitk"), std::string::npos) << name;
+    }
+    expect_matches_oracle(swapped, precision, 141);
+    GemmSpec unaligned;
+    unaligned.m = 24, unaligned.n = 300, unaligned.k = 2048, unaligned.aligned = false, unaligned.beta = 1.0;
+    if (hopper) {
+      const std::string name = plan_kernel(unaligned, precision);
+      EXPECT_TRUE(name.find("_splitk") != std::string::npos && ends_with(name, "+staged")) << name;
+    }
+    expect_matches_oracle(unaligned, precision, 142);
+  }
+}
+
+TEST_F(CudaGemmKernelChoice, OddNRunsOnTheStagedHopperKernelAndMatchesTheOracle) {
+  const bool hopper = device_capability() == 90;
+  for (const Precision& precision : {kF16, kBF16}) {
+    for (int layout = 0; layout < 8; ++layout) {
+      for (const bool aligned : {true, false}) {
+        GemmSpec s;
+        s.m = 67, s.n = 131, s.k = 72;  // both odd: the canonical N is odd for either C layout
+        s.transpose_a = layout & 1, s.transpose_b = layout & 2, s.c_col_major = layout & 4;
+        s.aligned = aligned;
+        s.beta = layout % 3 == 1 ? -0.75 : 0.0;
+        s.alpha = 1.5;
+        if (hopper) {
+          const std::string name = plan_kernel(s, precision);
+          EXPECT_TRUE(starts_with(name, "sm90_") && ends_with(name, "+staged")) << name << " " << s.describe();
+        }
+        expect_matches_oracle(s, precision, 101 + static_cast<uint64_t>(layout));
+      }
+    }
+    for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3> >{
+             {8, 1, 64}, {16, 3, 40}, {256, 7, 96}, {130, 250, 64}, {5, 1025, 512}, {64, 250, 1024}}) {
+      for (const bool transpose_b : {false, true}) {
+        GemmSpec s;
+        s.m = m, s.n = n, s.k = k, s.transpose_b = transpose_b, s.beta = transpose_b ? 0.5 : 0.0;
+        if (hopper) {
+          const std::string name = plan_kernel(s, precision);
+          EXPECT_TRUE(starts_with(name, "sm90_") && ends_with(name, "+staged")) << name << " " << s.describe();
+        }
+        expect_matches_oracle(s, precision, 111 + static_cast<uint64_t>(m + n));
+      }
+    }
+    const std::vector<std::array<int64_t, 3> > batches = {{3, 3, 3}, {1, 3, 3}, {3, 1, 3}, {-1, 3, 3}};
+    for (const auto& [ba, bb, bc] : batches) {
+      for (int layout = 0; layout < 4; ++layout) {
+        GemmSpec s;
+        s.m = 40, s.n = 37, s.k = 48;
+        s.batch_a = ba, s.batch_b = bb, s.batch_c = bc;
+        s.transpose_b = layout & 1, s.beta = layout & 2 ? 0.25 : 0.0;
+        if (hopper) {
+          const std::string name = plan_kernel(s, precision);
+          EXPECT_TRUE(starts_with(name, "sm90_") && ends_with(name, "+staged")) << name << " " << s.describe();
+        }
+        expect_matches_oracle(s, precision, 121 + static_cast<uint64_t>(layout));
+      }
     }
   }
 }

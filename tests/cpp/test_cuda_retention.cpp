@@ -2,8 +2,9 @@
 // same rounded inputs (DESIGN §5: relative L2 <= 5e-3 for float16, 1.5e-2 for bfloat16). Every output
 // is poisoned with NaN first and must be fully written; the padding around each view must stay NaN.
 // Covers odd lengths, both head dims, Dv != Dk, every mode, initial and final states, per-head gamma,
-// custom scales, padded and misaligned views, CUDA-graph replay, the backward's four gradients, and
-// the messages of what the CUDA backend does not run. Without CUDA (or a GPU) every test skips.
+// custom scales, padded and misaligned views, CUDA-graph replay, the backward's four gradients, the
+// parallel form's backward (normalised, and over a decay matrix with Tq != Tk), and the messages of what
+// the CUDA backend does not run. Without CUDA (or a GPU) every test skips.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,6 +15,7 @@
 #include <sstream>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "attnkit/error.hpp"
@@ -431,6 +433,7 @@ void expect_backward_matches_cpu(const BackwardCase& bc) {
   p.scale = c.scale;
   p.mode = c.mode;
   p.chunk_size = c.chunk_size;
+  p.normalize = c.normalize;
   retention_backward(p, on_cuda());
   expect_cuda(cudaDeviceSynchronize(), "retention_backward");
   for (TestTensor* t : {&dq, &dk, &dv, &ds0}) t->download();
@@ -543,6 +546,53 @@ TEST_F(CudaRetention, BackwardWithoutTokensPassesTheFinalStateGradientThrough) {
   expect_backward_matches_cpu(bc);
 }
 
+TEST_F(CudaRetention, NormalizedParallelBackwardMatchesCpu) {
+  for (const DType dtype : {DType::bf16, DType::f16}) {
+    for (const int64_t tokens : {1, 65, 200}) {
+      for (const auto& [dk, dv] :
+           std::vector<std::pair<int64_t, int64_t> >{{64, 64}, {128, 128}, {64, 128}, {128, 64}}) {
+        BackwardCase bc;
+        bc.shape.dtype = dtype;
+        bc.shape.tokens = tokens;
+        bc.shape.dk = dk;
+        bc.shape.dv = dv;
+        bc.shape.mode = RetentionMode::parallel;
+        bc.shape.normalize = true;
+        bc.shape.gamma = {0.6, 0.99, 0.9995};  // row sums of |score| on both sides of the clamp at 1
+        bc.shape.seed = static_cast<uint64_t>(tokens + dk + dv) + (dtype == DType::f16 ? 7 : 0);
+        expect_backward_matches_cpu(bc);
+      }
+    }
+  }
+}
+
+TEST_F(CudaRetention, NormalizedParallelBackwardReadsMisalignedViewsAndManyHeads) {
+  for (const Layout layout : {Layout::packed, Layout::misaligned}) {
+    BackwardCase bc;
+    bc.shape.layout = layout;
+    bc.shape.batch = 1;
+    bc.shape.heads = 24;  // the default decays of the last heads round to 1 in float32
+    bc.shape.tokens = 150;
+    bc.shape.mode = RetentionMode::parallel;
+    bc.shape.normalize = true;
+    expect_backward_matches_cpu(bc);
+  }
+}
+
+TEST_F(CudaRetention, NormalizedParallelBackwardWithAWideValueDimAndCustomScale) {
+  BackwardCase bc;
+  bc.shape.batch = 1;
+  bc.shape.heads = 2;
+  bc.shape.tokens = 190;
+  bc.shape.dk = 128;
+  bc.shape.dv = 256;
+  bc.shape.scale = 3.0;  // every row sum above the clamp
+  bc.shape.gamma = {0.9, 0.999};
+  bc.shape.mode = RetentionMode::parallel;
+  bc.shape.normalize = true;
+  expect_backward_matches_cpu(bc);
+}
+
 // Forces ATTNKIT_RETENTION_CONFIG for the lifetime of the object; plans read it when they are made, so
 // the cached retention plans are dropped on both ends.
 class ScopedRetentionConfig {
@@ -636,14 +686,216 @@ TEST_F(CudaRetention, Float32InputsAreRefusedNamingTheAllowedDtypes) {
   EXPECT_NE(message.find("float16 or bfloat16"), std::string::npos) << message;
 }
 
-TEST_F(CudaRetention, NormalizedBackwardIsRefusedNamingWhatRuns) {
+// The parallel form over an explicit decay matrix [H|1, Tq, Tk] (RetentionForward::decay), Tq != Tk.
+struct DecayCase {
+  int64_t tq = 65, tk = 130, dk = 64, dv = 64;
+  DType dtype = DType::bf16;
+  DType decay_dtype = DType::f32;
+  bool shared = false;
+  bool normalize = false;
+  Layout layout = Layout::padded;
+};
+
+void expect_decay_matrix_forward_matches_cpu(const DecayCase& c) {
+  SCOPED_TRACE("Tq" + std::to_string(c.tq) + " Tk" + std::to_string(c.tk) + " Dk" + std::to_string(c.dk) + " Dv" +
+               std::to_string(c.dv) + " " + std::string(dtype_name(c.dtype)) + " decay " +
+               std::string(dtype_name(c.decay_dtype)) + (c.shared ? " shared" : " per-head") +
+               (c.normalize ? " normalize" : ""));
+  const int64_t batch = 2, heads = 3;
+  const std::vector<int64_t> pad = padding_for(c.layout);
+  TestTensor q = input({batch, c.tq, heads, c.dk}, c.dtype, pad, 5);
+  TestTensor k = input({batch, c.tk, heads, c.dk}, c.dtype, pad, 6);
+  TestTensor v = input({batch, c.tk, heads, c.dv}, c.dtype, pad, 7);
+  TestTensor decay = TestTensor::make(c.decay_dtype, {c.shared ? 1 : heads, c.tq, c.tk}, {0, 1, 0});
+  test::poison_nan(decay.buffer.view);
+  std::mt19937_64 rng(8);
+  test::fill_random(decay.host, rng, 0.0, 1.0);
+  decay.upload();
+  TestTensor out = output({batch, c.tq, heads, c.dv}, c.dtype, pad);
+
+  RetentionForward p;
+  p.q = q.device;
+  p.k = k.device;
+  p.v = v.device;
+  p.out = out.device;
+  p.decay = decay.device;
+  p.mode = RetentionMode::parallel;
+  p.normalize = c.normalize;
+  p.scale = c.normalize ? 1.0 : 0.125;  // with normalize, row sums of |score| above the clamp at 1
+  retention_forward(p, on_cuda());
+  expect_cuda(cudaDeviceSynchronize(), "retention_forward (decay matrix)");
+  out.download();
+
+  const Wide wq(q), wk(k), wv(v), wd(decay);
+  test::HostTensor ref_out = wide_output(out);
+  RetentionForward r = p;
+  r.q = wq.view();
+  r.k = wk.view();
+  r.v = wv.view();
+  r.decay = wd.view();
+  r.out = ref_out.view;
+  retention_forward(r, on_cpu());
+  EXPECT_LE(test::relative_l2(out.host, ref_out.view), tolerance(c.dtype));
+  EXPECT_FALSE(test::any_nan(out.host));
+  EXPECT_TRUE(out.padding_untouched());
+}
+
+TEST_F(CudaRetention, DecayMatrixForwardMatchesCpu) {
+  for (const auto& [tq, tk] : std::vector<std::pair<int64_t, int64_t> >{{65, 130}, {200, 77}, {1, 64}, {64, 1}}) {
+    for (const bool normalize : {false, true}) {
+      DecayCase c;
+      c.tq = tq;
+      c.tk = tk;
+      c.normalize = normalize;
+      expect_decay_matrix_forward_matches_cpu(c);
+    }
+  }
+  DecayCase wide;
+  wide.dk = 128;
+  wide.dv = 128;
+  wide.dtype = DType::f16;
+  wide.decay_dtype = DType::f16;
+  wide.shared = true;
+  expect_decay_matrix_forward_matches_cpu(wide);
+  DecayCase odd;
+  odd.dk = 128;
+  odd.layout = Layout::misaligned;
+  odd.decay_dtype = DType::bf16;
+  odd.normalize = true;
+  expect_decay_matrix_forward_matches_cpu(odd);
+}
+
+// The backward over a decay matrix on the GPU and on the CPU (float64); returns the GPU's three gradients
+// (for comparing runs).
+std::vector<std::vector<double> > expect_decay_matrix_backward_matches_cpu(const DecayCase& c) {
+  SCOPED_TRACE("backward Tq" + std::to_string(c.tq) + " Tk" + std::to_string(c.tk) + " Dk" + std::to_string(c.dk) +
+               " Dv" + std::to_string(c.dv) + " " + std::string(dtype_name(c.dtype)) + " decay " +
+               std::string(dtype_name(c.decay_dtype)) + (c.shared ? " shared" : " per-head") +
+               (c.normalize ? " normalize" : ""));
+  const int64_t batch = 2, heads = 3;
+  const std::vector<int64_t> pad = padding_for(c.layout);
+  TestTensor q = input({batch, c.tq, heads, c.dk}, c.dtype, pad, 15);
+  TestTensor k = input({batch, c.tk, heads, c.dk}, c.dtype, pad, 16);
+  TestTensor v = input({batch, c.tk, heads, c.dv}, c.dtype, pad, 17);
+  TestTensor dout = input({batch, c.tq, heads, c.dv}, c.dtype, pad, 18);
+  TestTensor decay = TestTensor::make(c.decay_dtype, {c.shared ? 1 : heads, c.tq, c.tk}, {0, 1, 0});
+  test::poison_nan(decay.buffer.view);
+  std::mt19937_64 rng(19);
+  test::fill_random(decay.host, rng, 0.0, 1.0);
+  decay.upload();
+  TestTensor dq = output({batch, c.tq, heads, c.dk}, c.dtype, pad);
+  TestTensor dk = output({batch, c.tk, heads, c.dk}, c.dtype, pad);
+  TestTensor dv = output({batch, c.tk, heads, c.dv}, c.dtype, pad);
+
+  RetentionBackward p;
+  p.q = q.device;
+  p.k = k.device;
+  p.v = v.device;
+  p.grad_out = dout.device;
+  p.grad_q = dq.device;
+  p.grad_k = dk.device;
+  p.grad_v = dv.device;
+  p.decay = decay.device;
+  p.mode = RetentionMode::parallel;
+  p.normalize = c.normalize;
+  p.scale = c.normalize ? 1.0 : 0.125;  // with normalize, row sums of |score| above the clamp at 1
+  retention_backward(p, on_cuda());
+  expect_cuda(cudaDeviceSynchronize(), "retention_backward (decay matrix)");
+  for (TestTensor* t : {&dq, &dk, &dv}) t->download();
+
+  const Wide wq(q), wk(k), wv(v), wdout(dout), wd(decay);
+  test::HostTensor ref_dq = wide_output(dq), ref_dk = wide_output(dk), ref_dv = wide_output(dv);
+  RetentionBackward r = p;
+  r.q = wq.view();
+  r.k = wk.view();
+  r.v = wv.view();
+  r.grad_out = wdout.view();
+  r.decay = wd.view();
+  r.grad_q = ref_dq.view;
+  r.grad_k = ref_dk.view;
+  r.grad_v = ref_dv.view;
+  retention_backward(r, on_cpu());
+  const double tol = tolerance(c.dtype);
+  EXPECT_LE(test::relative_l2(dq.host, ref_dq.view), tol) << "grad_q";
+  EXPECT_LE(test::relative_l2(dk.host, ref_dk.view), tol) << "grad_k";
+  EXPECT_LE(test::relative_l2(dv.host, ref_dv.view), tol) << "grad_v";
+  std::vector<std::vector<double> > gradients;
+  for (TestTensor* t : {&dq, &dk, &dv}) {
+    EXPECT_FALSE(test::any_nan(t->host));
+    EXPECT_TRUE(t->padding_untouched());
+    gradients.push_back(test::to_doubles(t->host));
+  }
+  return gradients;
+}
+
+TEST_F(CudaRetention, DecayMatrixBackwardMatchesCpuForTqAboveAndBelowTk) {
+  for (const auto& [tq, tk] : std::vector<std::pair<int64_t, int64_t> >{{65, 130}, {200, 77}, {1, 64}, {64, 1}}) {
+    for (const bool normalize : {false, true}) {
+      DecayCase c;
+      c.tq = tq;
+      c.tk = tk;
+      c.normalize = normalize;
+      expect_decay_matrix_backward_matches_cpu(c);
+    }
+  }
+}
+
+TEST_F(CudaRetention, DecayMatrixBackwardTakesASharedOrPerHeadMatrixInEitherDtype) {
+  for (const bool shared : {false, true}) {
+    for (const bool matrix_in_input_dtype : {false, true}) {
+      for (const DType dtype : {DType::bf16, DType::f16}) {
+        DecayCase c;
+        c.tq = 130;
+        c.tk = 100;
+        c.dk = 128;
+        c.dv = 128;
+        c.dtype = dtype;
+        c.decay_dtype = matrix_in_input_dtype ? dtype : DType::f32;
+        c.shared = shared;
+        c.normalize = shared;
+        expect_decay_matrix_backward_matches_cpu(c);
+      }
+    }
+  }
+}
+
+TEST_F(CudaRetention, DecayMatrixBackwardReadsMisalignedViewsAndEachHeadDimPair) {
+  for (const auto& [dk, dv] : std::vector<std::pair<int64_t, int64_t> >{{64, 128}, {128, 64}, {64, 256}}) {
+    for (const bool normalize : {false, true}) {
+      DecayCase c;
+      c.tq = 97;
+      c.tk = 70;
+      c.dk = dk;
+      c.dv = dv;
+      c.layout = Layout::misaligned;
+      c.decay_dtype = DType::bf16;
+      c.normalize = normalize;
+      expect_decay_matrix_backward_matches_cpu(c);
+    }
+  }
+}
+
+TEST_F(CudaRetention, DecayMatrixBackwardGivesTheSameBitsOnEveryRun) {
+  DecayCase c;
+  c.tq = 300;
+  c.tk = 250;
+  c.normalize = true;
+  const auto first = expect_decay_matrix_backward_matches_cpu(c);
+  const auto second = expect_decay_matrix_backward_matches_cpu(c);
+  EXPECT_EQ(first, second) << "the backward sums in a fixed order (no atomics)";
+}
+
+// Dv = 320 runs the parallel forward (any multiple of 64) but not its backward (dO and V tiles in shared memory).
+TEST_F(CudaRetention, ParallelBackwardBeyondItsValueDimIsRefusedNamingTheAllowedOnes) {
   const std::vector<int64_t> pad{0, 0, 0, 0};
   TestTensor q = input({1, 70, 2, 64}, DType::bf16, pad, 1);
+  TestTensor v = input({1, 70, 2, 320}, DType::bf16, pad, 2);
   TestTensor dq = output({1, 70, 2, 64}, DType::bf16, pad);
   TestTensor dk = output({1, 70, 2, 64}, DType::bf16, pad);
-  TestTensor dv = output({1, 70, 2, 64}, DType::bf16, pad);
+  TestTensor dv = output({1, 70, 2, 320}, DType::bf16, pad);
   RetentionBackward p;
-  p.q = p.k = p.v = p.grad_out = q.device;
+  p.q = p.k = q.device;
+  p.v = p.grad_out = v.device;
   p.grad_q = dq.device;
   p.grad_k = dk.device;
   p.grad_v = dv.device;
@@ -654,7 +906,34 @@ TEST_F(CudaRetention, NormalizedBackwardIsRefusedNamingWhatRuns) {
     ADD_FAILURE() << "expected Status::unsupported";
   } catch (const Error& e) {
     EXPECT_EQ(e.status(), Status::unsupported);
-    EXPECT_NE(std::string(e.what()).find("normalize=false"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("a multiple of 64 up to 256"), std::string::npos) << e.what();
+  }
+  dq.download();
+  EXPECT_TRUE(test::any_nan(dq.host)) << "nothing is written when the call is refused";
+}
+
+TEST_F(CudaRetention, DecayMatrixBackwardWithAnUnsupportedHeadDimIsRefusedNamingTheAllowedOnes) {
+  const std::vector<int64_t> pad{0, 0, 0, 0};
+  TestTensor q = input({1, 70, 2, 32}, DType::bf16, pad, 1);
+  TestTensor v = input({1, 70, 2, 64}, DType::bf16, pad, 2);
+  TestTensor decay = input({1, 70, 70}, DType::f32, {0, 0, 0}, 3);
+  TestTensor dq = output({1, 70, 2, 32}, DType::bf16, pad);
+  TestTensor dk = output({1, 70, 2, 32}, DType::bf16, pad);
+  TestTensor dv = output({1, 70, 2, 64}, DType::bf16, pad);
+  RetentionBackward p;
+  p.q = p.k = q.device;
+  p.v = p.grad_out = v.device;
+  p.grad_q = dq.device;
+  p.grad_k = dk.device;
+  p.grad_v = dv.device;
+  p.mode = RetentionMode::parallel;
+  p.decay = decay.device;
+  try {
+    retention_backward(p, on_cuda());
+    ADD_FAILURE() << "expected Status::unsupported";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::unsupported);
+    EXPECT_NE(std::string(e.what()).find("64, 128"), std::string::npos) << e.what();
   }
   dq.download();
   EXPECT_TRUE(test::any_nan(dq.host)) << "nothing is written when the call is refused";

@@ -1,11 +1,15 @@
 """attnkit.gemm on the CPU: plain, batched, broadcast batch, transposed (column-major) views,
-float64 gradients."""
+float64 gradients. On CUDA (skipped without a device): an N that is not a multiple of 8 and the split-K
+problems (small grids with a long K), plain, with transposed views, replayed from a CUDA graph, and
+bitwise repeatable."""
 
+import pytest
 import torch
 
 import attnkit
 import reference
 from conftest import randn
+from gpu_support import poison_allocator, require_cuda, skip_if_unsupported
 
 
 def test_gemm_matches_matmul():
@@ -91,3 +95,50 @@ def test_eager_path_refuses_what_the_op_refuses():
         attnkit.gemm(randn(5), randn(5, 3))
     with pytest.raises((ValueError, RuntimeError)):
         attnkit.gemm(randn(4, 5), randn(6, 3))
+
+
+# --- CUDA: odd N (B and C staged with N rounded up to 8) and split-K (gemm_split_k.hpp) -----------------
+
+_LOW_PRECISION = [torch.bfloat16, torch.float16]
+
+
+def _cuda_operand(rows, cols, dtype, transposed):
+    """A [rows, cols] CUDA operand, stored transposed (a column-major .mT view) when asked."""
+    if transposed:
+        return torch.randn(cols, rows, dtype=dtype, device="cuda").mT
+    return torch.randn(rows, cols, dtype=dtype, device="cuda")
+
+
+@pytest.mark.parametrize("dtype", _LOW_PRECISION)
+@pytest.mark.parametrize("transpose_a", [False, True])
+@pytest.mark.parametrize("transpose_b", [False, True])
+@pytest.mark.parametrize("shape", [(64, 1, 64), (37, 7, 96), (1023, 1025, 1027), (16, 4097, 1024),
+                                   (16, 512, 4096), (256, 256, 8192), (24, 1001, 2048)])
+def test_cuda_gemm_odd_n_and_split_k_shapes_match(dtype, transpose_a, transpose_b, shape):
+    require_cuda()
+    m, n, k = shape
+    a, b = _cuda_operand(m, k, dtype, transpose_a), _cuda_operand(k, n, dtype, transpose_b)
+    poison_allocator((m, n), dtype)
+    with skip_if_unsupported(f"gemm {dtype}"):
+        c = attnkit.gemm(a, b)
+    assert torch.isfinite(c).all()
+    assert reference.relative_l2(c, a.double() @ b.double()) <= reference.TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("shape", [(16, 512, 4096), (16, 4097, 1024)])
+def test_cuda_gemm_split_k_and_odd_n_are_repeatable_and_replay_from_a_cuda_graph(shape):
+    require_cuda()
+    m, n, k = shape
+    a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(n, k, dtype=torch.bfloat16, device="cuda").mT  # x @ W^T: K-major B
+    with skip_if_unsupported("gemm bf16"):
+        first = attnkit.gemm(a, b)  # the plan is made outside the capture
+    second = attnkit.gemm(a, b)
+    assert torch.equal(first, second), "two runs of one plan differ"
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        c = attnkit.gemm(a, b)
+    a.copy_(torch.randn(m, k, dtype=torch.bfloat16, device="cuda"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert reference.relative_l2(c, a.double() @ b.double()) <= reference.TOLERANCE[torch.bfloat16]

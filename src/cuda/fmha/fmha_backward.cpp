@@ -52,11 +52,13 @@ using FmhaBackwardPlan = KernelPlan<AttentionBackward, FmhaBackwardKernel, FmhaB
                                     &rebind_backward_launch>;
 
 detail::MadePlan<AttentionBackward> make_backward_plan(const AttentionBackward& problem,
-                                                       const detail::AttentionShape& shape, const RunOptions& options) {
+                                                       const detail::AttentionShape& shape, const RunOptions& options,
+                                                       BackwardTileShape* tile_shape) {
   const int device = problem.q.device.index;
   const DeviceGuard guard(device);
   const BackwardSelection selection = backward_selection(problem, shape, options);
   const FmhaBackwardKernel& kernel = *selection.kernel;
+  if (tile_shape != nullptr) *tile_shape = BackwardTileShape{kernel.config.block_m, kernel.config.block_n};
   detail::MadePlan<AttentionBackward> made;
   made.plan = std::make_unique<FmhaBackwardPlan>(
       kernel, make_backward_launch(problem, shape, kernel.config, selection.multiprocessors), device,

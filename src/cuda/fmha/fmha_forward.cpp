@@ -14,11 +14,13 @@ namespace attnkit::cuda::fmha {
 using FmhaForwardPlan = KernelPlan<AttentionForward, FmhaKernel, FmhaLaunch, FmhaWorkspace, &rebind_forward_launch>;
 
 detail::MadePlan<AttentionForward> make_forward_plan(const AttentionForward& problem,
-                                                     const detail::AttentionShape& shape, const RunOptions& options) {
+                                                     const detail::AttentionShape& shape, const RunOptions& options,
+                                                     ForwardTileShape* tile_shape) {
   const int device = problem.q.device.index;
   const DeviceGuard guard(device);
   const ForwardSelection selection = forward_selection(problem, shape, options);
   const FmhaKernel& kernel = *selection.kernel;
+  if (tile_shape != nullptr) *tile_shape = ForwardTileShape{kernel.config.block_m, kernel.config.block_n};
   detail::MadePlan<AttentionForward> made;
   made.plan = std::make_unique<FmhaForwardPlan>(kernel, make_forward_launch(problem, shape, kernel.config), device,
                                                 detail::tuned_config(selection.name, selection.source));

@@ -9,8 +9,16 @@
 
 namespace attnkit::cuda::fmha {
 
-// Throws Status::unsupported when no compiled kernel runs the problem on its device.
+// The Q-tile x KV-tile shape a plan's kernel works in (the element-mask path choice counts tiles of it).
+struct ForwardTileShape {
+  int block_m = 0;
+  int block_n = 0;
+};
+
+// Throws Status::unsupported when no compiled kernel runs the problem on its device. `tile_shape`, when
+// given, receives the chosen kernel's tile shape.
 detail::MadePlan<AttentionForward> make_forward_plan(const AttentionForward& problem,
-                                                     const detail::AttentionShape& shape, const RunOptions& options);
+                                                     const detail::AttentionShape& shape, const RunOptions& options,
+                                                     ForwardTileShape* tile_shape = nullptr);
 
 }  // namespace attnkit::cuda::fmha

@@ -48,6 +48,7 @@ struct GemmKernel {
   int tile_m = 0;        // the output tile (0: SIMT)
   int tile_n = 0;
   bool stream_k = false;  // splits the K loop among CTAs for grids smaller than the device (needs workspace)
+  bool split_k = false;   // K slices with fp32 partials and an ordered sum, gemm_split_k.hpp (needs workspace)
   // Empty when the kernel computes `shape` on `device`, else why not (alignment, extents, ...).
   std::string (*refusal)(const GemmShape& shape, const GemmDevice& device) = nullptr;
   std::unique_ptr<GemmRunner> (*make_runner)(const GemmShape& shape, const GemmDevice& device) = nullptr;

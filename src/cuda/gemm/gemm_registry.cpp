@@ -125,21 +125,23 @@ GemmChoice select_gemm_kernel(const GemmShape& shape, const GemmDevice& device, 
                                          ": no such kernel in this build; allowed: " + names_of_entries());
   }
   if (shape.product_zero) return {&simt_gemm_kernel(shape.dtype), {}};
-  GemmChoice data_parallel, stream_k;
+  GemmChoice data_parallel, stream_k, split_k;
   for (const GemmKernel* kernel : gemm_kernels()) {
     if (kernel->tier == GemmTier::simt || !gemm_kernel_matches(*kernel, shape, allow_tf32)) continue;
     if (!gemm_architecture_runs_on(kernel->architecture, device.capability)) continue;
-    GemmChoice& slot = kernel->stream_k ? stream_k : data_parallel;
+    GemmChoice& slot = kernel->split_k ? split_k : kernel->stream_k ? stream_k : data_parallel;
     GemmStaging staging;
     if (slot.kernel == nullptr && gemm_kernel_refusal(*kernel, shape, device, &staging).empty()) {
       slot = {kernel, staging};
     }
   }
-  // Fewer output tiles than half the SMs leave most of the device idle: split K instead (stream-K).
-  if (data_parallel.kernel != nullptr && stream_k.kernel != nullptr &&
-      2 * output_tiles(*data_parallel.kernel, shape) < device.multiprocessors) {
-    return stream_k;
-  }
+  // Fewer output tiles than half the SMs leave most of the device idle: split K instead. Split-K slices when
+  // its rule holds (its refusal: at least three slices a tile, so CUTLASS's stream-K would chain as many
+  // in-place reductions a tile), else stream-K.
+  const bool small_grid =
+      data_parallel.kernel != nullptr && 2 * output_tiles(*data_parallel.kernel, shape) < device.multiprocessors;
+  if (small_grid && split_k.kernel != nullptr) return split_k;
+  if (small_grid && stream_k.kernel != nullptr) return stream_k;
   if (data_parallel.kernel != nullptr) return data_parallel;
   if (stream_k.kernel != nullptr) return stream_k;
   return {&simt_gemm_kernel(shape.dtype), {}};

@@ -1,8 +1,10 @@
 // The GEMM kernels of this build, in selection order: the Hopper rows of cmake/attnkit_gemm_kernels.cmake,
 // then its SM80 rows, then the SIMT fallbacks (gemm_simt.hpp). A problem runs on the first entry of its
 // dtype and math whose A / B majorness match and that accepts the shape on the device, directly or with
-// its misaligned operands staged (gemm_staging.hpp) — or on the first such stream-K entry when that one's
-// output tiles would occupy fewer than half the SMs; the SIMT entry accepts everything.
+// its misaligned operands (or an N that is not a multiple of 8) staged (gemm_staging.hpp). When that
+// entry's output tiles would occupy fewer than half the SMs, the first split-K entry that accepts the
+// problem runs it instead (gemm_split_k.hpp: batch 1, a K that divides into slices, at least three slices
+// a tile), else the first such stream-K entry; the SIMT entry accepts everything.
 // ATTNKIT_GEMM_CONFIG=<name> forces an entry (tests, benchmarks).
 #pragma once
 #include <string>

@@ -5,17 +5,22 @@
 // issuing wgmma: cooperative splits one tile between two, ping-pong alternates two tiles) over the
 // persistent tile scheduler, batched through the L mode (batch stride 0 broadcasts: TMA drops the mode).
 // Operands are the canonical form of gemm_shape.hpp: C row-major, A and B K- or MN-major by template.
+// Split-K rows (gemm_split_k.hpp) run the same mainloop on the K slices of a batch-1 problem as the L mode
+// (slice l's A and B start l slices along K) with an epilogue that reads no C and writes fp32 partial sums
+// into the workspace, one M x N buffer per slice; the ordered sum of gemm_split_k.hpp then writes C.
 //
-// What TMA needs is 16-byte aligned base addresses, leading dimensions and batch strides; the extents are
-// free (every box is bounded by the tensor's extents: loads beyond them fill zeros, stores are dropped), so
-// M, N and K need not be multiples of anything. CUTLASS's can_implement also asks for the contiguous extents
-// to be multiples of 8 elements (it assumes packed tensors, where the extent is the leading dimension): the
-// refusal checks the strides itself and asks can_implement about M and K rounded up (not N: the epilogue
-// writes C's rows in vectors, see refusal). An operand that
-// misses the stride rule is staged (gemm_staging.hpp); the 32-bit problem shape is the only hard limit.
+// What TMA needs is 16-byte aligned base addresses, leading dimensions and batch strides; M and K are free
+// (the loads of A and B are bounded by the tensors' extents, zero fill beyond them, and the epilogue bounds
+// C's rows). N, C's contiguous extent, is not: the epilogue writes past the end of C's rows when N is not a
+// multiple of 8 elements (an H200 run found such writes), so the refusal asks for it, and the registry
+// stages such problems with N rounded up (gemm_staging.hpp: pad_n). CUTLASS's can_implement also asks for
+// the contiguous extents of A and B to be multiples of 8 elements (it assumes packed tensors, where the
+// extent is the leading dimension): the refusal checks the strides itself and asks can_implement about M
+// and K rounded up. An operand that misses the stride rule is staged too; the 32-bit problem shape is the
+// only hard limit.
 //
-// A plan makes the runner once: can_implement, the workspace size (0 but for stream-K) and the dynamic
-// shared memory attribute (once per kernel and device). The kernel Params (TMA descriptors, which embed the
+// A plan makes the runner once: can_implement, the workspace size (0 but for stream-K and split-K) and the
+// dynamic shared memory attribute (once per kernel and device). The kernel Params (TMA descriptors, which embed the
 // global addresses, and the scheduler's) are built on the host for each distinct set of pointers, alpha,
 // beta and workspace, and the last few are kept: a run with the pointers of a recent run (the same
 // buffers: benchmarks, static inference buffers, the caching allocator's reuse) only launches. A
@@ -37,6 +42,7 @@
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/kernel_attributes.hpp"
 #include "cuda/gemm/gemm_kernel.hpp"
+#include "cuda/gemm/gemm_split_k.hpp"
 #include "cuda/gemm/gemm_staging.hpp"
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
@@ -48,26 +54,37 @@
 
 namespace attnkit::cuda::gemm::sm90 {
 
-// Schedules: the persistent data-parallel scheduler (one CTA per output tile at a time), or stream-K
-// (the K loop of the tiles is split among all CTAs, partial sums reduced through the workspace), which
-// keeps every SM busy when a problem has fewer tiles than SMs (decode-like M, small N).
+// Schedules: the persistent data-parallel scheduler (one CTA per output tile at a time), stream-K (the K
+// loop of the tiles is split among all CTAs, partial sums reduced through the workspace), which keeps every
+// SM busy when a problem has fewer tiles than SMs (decode-like M, small N), or split-K (data-parallel over
+// the tiles of every K slice, fp32 partials, gemm_split_k.hpp).
 struct Cooperative {
   using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
   using Epilogue = cutlass::epilogue::TmaWarpSpecializedCooperative;
   using Scheduler = cutlass::gemm::PersistentScheduler;
   static constexpr bool kStreamK = false;
+  static constexpr bool kSplitK = false;
 };
 struct PingPong {
   using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
   using Epilogue = cutlass::epilogue::TmaWarpSpecialized;
   using Scheduler = cutlass::gemm::PersistentScheduler;
   static constexpr bool kStreamK = false;
+  static constexpr bool kSplitK = false;
 };
 struct CooperativeStreamK {
   using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
   using Epilogue = cutlass::epilogue::TmaWarpSpecializedCooperative;
   using Scheduler = cutlass::gemm::StreamKScheduler;
   static constexpr bool kStreamK = true;
+  static constexpr bool kSplitK = false;
+};
+struct CooperativeSplitK {
+  using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using Epilogue = cutlass::epilogue::TmaWarpSpecializedCooperative;
+  using Scheduler = cutlass::gemm::PersistentScheduler;
+  static constexpr bool kStreamK = false;
+  static constexpr bool kSplitK = true;
 };
 
 template <class Element_, bool AKMajor, bool BKMajor, int TileM, int TileN, int TileK, int ClusterM, int ClusterN,
@@ -80,13 +97,18 @@ struct Sm90Gemm {
   using LayoutB = std::conditional_t<BKMajor, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
   using LayoutC = cutlass::layout::RowMajor;
   static constexpr int kAlignment = 16 / static_cast<int>(sizeof(Element));
+  static constexpr bool kSplitK = Schedule::kSplitK;
+  // Split-K: fp32 partial sums out, no C read (the ordered sum applies alpha and beta).
+  using ElementD = std::conditional_t<kSplitK, float, Element>;
+  using ElementC = std::conditional_t<kSplitK, void, Element>;
+  static constexpr int kAlignmentD = 16 / static_cast<int>(sizeof(ElementD));
   using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
   using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, Element, LayoutC, kAlignment, Element, LayoutC,
-      kAlignment, typename Schedule::Epilogue>::CollectiveOp;
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, ElementC, LayoutC, kAlignmentD, ElementD, LayoutC,
+      kAlignmentD, typename Schedule::Epilogue>::CollectiveOp;
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA, kAlignment, Element, LayoutB, kAlignment,
       float, TileShape, ClusterShape,
@@ -97,12 +119,16 @@ struct Sm90Gemm {
                                                       CollectiveEpilogue, typename Schedule::Scheduler>;
   static constexpr int kTileM = TileM;
   static constexpr int kTileN = TileN;
+  static constexpr int kTileK = TileK;
   static constexpr bool kStreamK = Schedule::kStreamK;
   using Adapter = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 };
 
+// The kernel's arguments for `s`. Split-K rows: `slices` K slices as the L mode, partial sums to `partials`
+// (alpha and beta are the ordered sum's).
 template <class Gemm>
-typename Gemm::Kernel::Arguments arguments_of(const GemmShape& s, float alpha, float beta, const GemmDevice& device) {
+typename Gemm::Kernel::Arguments arguments_of(const GemmShape& s, float alpha, float beta, const GemmDevice& device,
+                                              int slices = 1, float* partials = nullptr) {
   using Element = typename Gemm::Element;
   using Kernel = typename Gemm::Kernel;
   using StrideA = typename Kernel::StrideA;
@@ -121,20 +147,38 @@ typename Gemm::Kernel::Arguments arguments_of(const GemmShape& s, float alpha, f
   } else {
     stride_b = cute::make_stride(cute::Int<1>{}, s.b_row, s.b_batch);
   }
-  const StrideC stride_c = cute::make_stride(s.c_row, cute::Int<1>{}, s.c_batch);
   typename Kernel::Arguments args{};
   args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
-  args.problem_shape = {static_cast<int>(s.m), static_cast<int>(s.n), static_cast<int>(s.k), static_cast<int>(s.batch)};
   args.mainloop.ptr_A = static_cast<const Element*>(s.a);
-  args.mainloop.dA = stride_a;
   args.mainloop.ptr_B = static_cast<const Element*>(s.b);
+  if constexpr (Gemm::kSplitK) {
+    // Slice l of A and B starts l * slice along K (the batch mode's stride); slice l's partial sums are the
+    // l-th packed M x N fp32 matrix.
+    const int64_t slice = s.k / slices;
+    cute::get<2>(stride_a) = slice * (Gemm::kAKMajor ? 1 : s.a_col);
+    cute::get<2>(stride_b) = slice * (Gemm::kBKMajor ? 1 : s.b_row);
+    const StrideC stride_d = cute::make_stride(s.n, cute::Int<1>{}, s.m * s.n);
+    args.problem_shape = {static_cast<int>(s.m), static_cast<int>(s.n), static_cast<int>(slice), slices};
+    args.epilogue.thread.alpha = 1.0f;
+    args.epilogue.thread.beta = 0.0f;
+    args.epilogue.ptr_C = nullptr;
+    args.epilogue.dC = stride_d;
+    args.epilogue.ptr_D = partials;
+    args.epilogue.dD = stride_d;
+    (void)alpha, (void)beta;
+  } else {
+    const StrideC stride_c = cute::make_stride(s.c_row, cute::Int<1>{}, s.c_batch);
+    args.problem_shape = {static_cast<int>(s.m), static_cast<int>(s.n), static_cast<int>(s.k),
+                          static_cast<int>(s.batch)};
+    args.epilogue.thread.alpha = alpha;
+    args.epilogue.thread.beta = beta;
+    args.epilogue.ptr_C = static_cast<const Element*>(s.c);
+    args.epilogue.dC = stride_c;
+    args.epilogue.ptr_D = static_cast<Element*>(s.c);
+    args.epilogue.dD = stride_c;
+  }
+  args.mainloop.dA = stride_a;
   args.mainloop.dB = stride_b;
-  args.epilogue.thread.alpha = alpha;
-  args.epilogue.thread.beta = beta;
-  args.epilogue.ptr_C = static_cast<const Element*>(s.c);
-  args.epilogue.dC = stride_c;
-  args.epilogue.ptr_D = static_cast<Element*>(s.c);
-  args.epilogue.dD = stride_c;
   args.hw_info.device_id = device.index;
   args.hw_info.sm_count = device.multiprocessors;  // else CUTLASS queries the device on every call
   return args;
@@ -146,23 +190,34 @@ std::string refusal(const GemmShape& s, const GemmDevice& device) {
   if (s.m > kMaxInt || s.n > kMaxInt || s.k > kMaxInt || s.batch > kMaxInt) {
     return "an extent beyond 2^31 - 1 (its problem shape is 32-bit)";
   }
+  if (!gemm_n_aligned(s)) {
+    return "N (the length of C's rows) must be a multiple of 8 elements: the epilogue writes whole 16-byte "
+           "vectors of C's rows";
+  }
   if (!tma_addressable(s)) {
     return "TMA needs 16-byte aligned base addresses, leading dimensions and batch strides";
   }
   if (static_cast<int>(Gemm::Kernel::SharedStorageSize) > device.max_shared_bytes_optin) {
     return "its shared memory exceeds the device's";
   }
+  int slices = 1;
+  if constexpr (Gemm::kSplitK) {
+    slices = gemm_split_k_slices(s, Gemm::kTileM, Gemm::kTileN, Gemm::kTileK, device.multiprocessors);
+    if (slices == 0) {
+      return "split-K runs batch-1 problems with fewer output tiles than a third of the SMs and a K that divides "
+             "into at least 3 slices of at least 4 K tiles, each a multiple of 16 bytes";
+    }
+  }
   // M and K rounded up for CUTLASS's packed-tensor alignment check (see above): TMA bounds the loads of A and
-  // B and the epilogue predicates C's rows. N is C's contiguous extent, which the epilogue writes in vectors
-  // of kAlignment elements: an N that is not a multiple of it would write past the end of C's rows, so it
-  // is checked as it is (such problems are staged or run elsewhere).
+  // B and the epilogue bounds C's rows. N is a multiple of kAlignment here (checked above).
   GemmShape rounded = s;
   auto round = [](int64_t x) { return (x + Gemm::kAlignment - 1) / Gemm::kAlignment * Gemm::kAlignment; };
   rounded.m = round(s.m), rounded.k = round(s.k);
   if (rounded.m > kMaxInt || rounded.n > kMaxInt || rounded.k > kMaxInt) {
     return "an extent beyond 2^31 - 1 (its problem shape is 32-bit)";
   }
-  if (!Gemm::Kernel::can_implement(arguments_of<Gemm>(rounded, 1.0f, 0.0f, device))) {
+  if constexpr (Gemm::kSplitK) rounded.k = s.k;  // slices of a multiple of kAlignment (the rule above)
+  if (!Gemm::Kernel::can_implement(arguments_of<Gemm>(rounded, 1.0f, 0.0f, device, slices))) {
     return "CUTLASS can_implement refused the problem";
   }
   return "";
@@ -184,8 +239,14 @@ class Sm90Runner final : public GemmRunner {
 
  public:
   Sm90Runner(const GemmShape& shape, const GemmDevice& device) : device_(device) {
-    workspace_bytes_ =
-        static_cast<int64_t>(Gemm::Kernel::get_workspace_size(arguments_of<Gemm>(shape, 1.0f, 0.0f, device)));
+    if constexpr (Gemm::kSplitK) {
+      slices_ = gemm_split_k_slices(shape, Gemm::kTileM, Gemm::kTileN, Gemm::kTileK, device.multiprocessors);
+      if (slices_ == 0) throw Error(Status::internal, "sm90 split-K gemm: made for a shape it refuses");
+      partial_bytes_ = gemm_split_k_partial_bytes(shape, slices_);
+    }
+    kernel_workspace_bytes_ =
+        static_cast<int64_t>(Gemm::Kernel::get_workspace_size(arguments_of<Gemm>(shape, 1.0f, 0.0f, device, slices_)));
+    workspace_bytes_ = partial_bytes_ + kernel_workspace_bytes_;
     check_cuda(raise_dynamic_shared_memory_once(cutlass::device_kernel<typename Gemm::Kernel>,
                                                 static_cast<int>(Gemm::Kernel::SharedStorageSize)),
                "cudaFuncSetAttribute (sm90 gemm)");
@@ -193,18 +254,26 @@ class Sm90Runner final : public GemmRunner {
 
   int64_t workspace_bytes() const override { return workspace_bytes_; }
 
+  // Workspace: the split-K partial sums (partial_bytes_, 0 for other rows), then CUTLASS's own.
   void run(const GemmShape& shape, float alpha, float beta, void* workspace, cudaStream_t stream) const override {
-    const Key key{shape.a, shape.b, shape.c, workspace, alpha, beta};
-    const auto args = arguments_of<Gemm>(shape, alpha, beta, device_);
-    if (workspace_bytes_ > 0 &&
-        Gemm::Kernel::initialize_workspace(args, workspace, stream, nullptr) != cutlass::Status::kSuccess) {
+    auto* partials = static_cast<float*>(workspace);
+    void* kernel_workspace = static_cast<unsigned char*>(workspace) + partial_bytes_;
+    // Split-K kernels compute alpha = 1, beta = 0 into the partials; the sum applies the call's.
+    const Key key = Gemm::kSplitK ? Key{shape.a, shape.b, partials, kernel_workspace, 1.0f, 0.0f}
+                                  : Key{shape.a, shape.b, shape.c, kernel_workspace, alpha, beta};
+    const auto args = arguments_of<Gemm>(shape, alpha, beta, device_, slices_, partials);
+    if (kernel_workspace_bytes_ > 0 &&
+        Gemm::Kernel::initialize_workspace(args, kernel_workspace, stream, nullptr) != cutlass::Status::kSuccess) {
       throw Error(Status::cuda_error, "sm90 gemm: initializing the workspace failed");
     }
-    Params params = cached_params(key, args, workspace);
+    Params params = cached_params(key, args, kernel_workspace);
     const cutlass::Status status = Gemm::Adapter::run(params, stream);
     check_launch("sm90 gemm");
     if (status != cutlass::Status::kSuccess) {
       throw Error(Status::cuda_error, std::string("sm90 gemm: launch failed: ") + cutlassGetStatusString(status));
+    }
+    if constexpr (Gemm::kSplitK) {
+      sum_split_k_slices(shape, partials, slices_, alpha, beta, device_.multiprocessors, stream);
     }
   }
 
@@ -251,7 +320,8 @@ class Sm90Runner final : public GemmRunner {
     const bool encoded =
         descriptor_encoded(params.mainloop.tma_load_a.get_tma_descriptor(), sizeof(cute::TmaDescriptor)) &&
         descriptor_encoded(params.mainloop.tma_load_b.get_tma_descriptor(), sizeof(cute::TmaDescriptor)) &&
-        descriptor_encoded(params.epilogue.tma_load_c.get_tma_descriptor(), sizeof(cute::TmaDescriptor)) &&
+        (Gemm::kSplitK ||  // split-K rows read no C
+         descriptor_encoded(params.epilogue.tma_load_c.get_tma_descriptor(), sizeof(cute::TmaDescriptor))) &&
         descriptor_encoded(params.epilogue.tma_store_d.get_tma_descriptor(), sizeof(cute::TmaDescriptor));
     if (!encoded) {
       throw Error(Status::cuda_error,
@@ -261,6 +331,9 @@ class Sm90Runner final : public GemmRunner {
   }
 
   GemmDevice device_;
+  int slices_ = 1;  // split-K rows: the K slices
+  int64_t partial_bytes_ = 0;
+  int64_t kernel_workspace_bytes_ = 0;
   int64_t workspace_bytes_ = 0;
   mutable std::mutex mutex_;
   mutable std::array<Entry, kEntries> entries_{};
@@ -286,6 +359,7 @@ const GemmKernel& kernel_entry(const char* name, DType dtype) {
     k.tile_m = Gemm::kTileM;
     k.tile_n = Gemm::kTileN;
     k.stream_k = Gemm::kStreamK;
+    k.split_k = Gemm::kSplitK;
     k.refusal = &refusal<Gemm>;
     k.make_runner = &make_runner<Gemm>;
     return k;

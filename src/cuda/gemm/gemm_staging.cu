@@ -187,20 +187,28 @@ class StagedRunner final : public GemmRunner {
 
 }  // namespace
 
+bool gemm_n_aligned(const GemmShape& s) { return fits(s.n, static_cast<int64_t>(dtype_size(s.dtype))); }
+
 GemmStaging tma_staging(const GemmShape& s) {
   const auto size = static_cast<int64_t>(dtype_size(s.dtype));
   GemmStaging staging;
+  staging.pad_n = !gemm_n_aligned(s);
   staging.a = !tma_ready(layout_a(s), size);
-  staging.b = !tma_ready(layout_b(s), size);
-  staging.c = !tma_ready(layout_c(s), size);
+  staging.b = staging.pad_n || !tma_ready(layout_b(s), size);
+  staging.c = staging.pad_n || !tma_ready(layout_c(s), size);
   return staging;
 }
 
-bool tma_addressable(const GemmShape& shape) { return !tma_staging(shape).any(); }
+bool tma_addressable(const GemmShape& s) {
+  const auto size = static_cast<int64_t>(dtype_size(s.dtype));
+  return tma_ready(layout_a(s), size) && tma_ready(layout_b(s), size) && tma_ready(layout_c(s), size);
+}
 
 GemmStaging padded_staging(const GemmShape& s) {
   const auto size = static_cast<int64_t>(dtype_size(s.dtype));
-  const GemmShape padded = staged_shape(s, GemmStaging{false, false, false, true});
+  GemmStaging extents;
+  extents.pad_extents = true;
+  const GemmShape padded = staged_shape(s, extents);
   auto needs = [&](const OperandLayout& o, const OperandLayout& p) {
     return !tma_ready(o, size) || !fits(o.inner, size) || o.inner != p.inner || o.outer != p.outer;
   };
@@ -221,6 +229,7 @@ GemmShape staged_shape(const GemmShape& s, const GemmStaging& staging) {
     if (!s.a_k_major() && s.m % vector != 0) t.m = round_up(s.m, vector);
     if (s.n % vector != 0) t.n = round_up(s.n, vector);  // C is row-major: N is its contiguous extent
   }
+  if (staging.pad_n) t.n = round_up(s.n, vector);
   // Placeholders: 16-byte aligned, never dereferenced on the host.
   static const unsigned char* const kPlaceholder = reinterpret_cast<const unsigned char*>(uintptr_t{1} << 12);
   if (staging.a) {

@@ -1,6 +1,7 @@
 #include "cuda/retention/retention_chunk_registry.hpp"
 
 #include <set>
+#include <string>
 
 namespace attnkit::cuda::retention {
 
@@ -43,6 +44,21 @@ const ChunkKernel* find_decode_kernel(DType dtype, int head_dim) {
 
 const ChunkKernel* find_normalized_kernel(DType dtype, int head_dim) {
   return find_by_head_dim(&normalized_kernels_f16, &normalized_kernels_bf16, dtype, head_dim);
+}
+
+const ChunkKernel* find_parallel_backward_kernel(DType dtype, int head_dim, bool key_side) {
+  int count = 0;
+  const ChunkKernel* table = nullptr;
+  if (dtype == DType::f16) {
+    table = parallel_backward_kernels_f16(&count);
+  } else if (dtype == DType::bf16) {
+    table = parallel_backward_kernels_bf16(&count);
+  }
+  const std::string family = key_side ? "parallel_bwd_key" : "parallel_bwd_query";
+  for (int i = 0; i < count; ++i) {
+    if (table[i].head_dim == head_dim && family == table[i].family) return &table[i];
+  }
+  return nullptr;
 }
 
 std::string chunk_head_dims_text() {

@@ -1,8 +1,9 @@
 // The compiled instances of the chunkwise retention kernel (retention_chunk_kernel.cuh), the recurrent
-// decode kernel (retention_decode_kernel.cuh) and the normalised parallel forward
-// (retention_normalized_kernel.cuh), by element type, head dim Dk and value block (the Dv columns one
-// CTA owns), and their launch. Both take ChunkParams; each element type's instances
-// are compiled in retention_chunk_instances_<dtype>.cu.
+// decode kernel (retention_decode_kernel.cuh), the normalised parallel forward
+// (retention_normalized_kernel.cuh) and the parallel form's backward (retention_parallel_backward_common.cuh),
+// by element type, head dim Dk and value block (the Dv columns one CTA owns), and their launch. All take
+// ChunkParams; each element type's instances are compiled in retention_chunk_instances_<dtype>.cu and
+// retention_parallel_backward_instances_<dtype>.cu.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -15,7 +16,7 @@
 namespace attnkit::cuda::retention {
 
 struct ChunkKernel {
-  const char* family;  // "chunk64", "decode" or "normalized"
+  const char* family;  // "chunk64", "decode", "normalized", "parallel_bwd_query" or "parallel_bwd_key"
   DType dtype;
   int head_dim;     // Dk of the job
   int value_block;  // value columns per CTA; the job's Dv is a multiple of it
@@ -32,6 +33,10 @@ const ChunkKernel* find_decode_kernel(DType dtype, int head_dim);
 // The normalised parallel forward (retention_normalized_kernel.cuh) for (dtype, Dk): value block 64, or null.
 const ChunkKernel* find_normalized_kernel(DType dtype, int head_dim);
 
+// The parallel form's backward for (dtype, Dk): the query-side kernel (row terms, dQ) or the key-side one
+// (dK, dV) of retention_parallel_*_backward_kernel.cuh, or null. Their Dv is a runtime multiple of 64.
+const ChunkKernel* find_parallel_backward_kernel(DType dtype, int head_dim, bool key_side);
+
 // Head dims and value blocks that have instances, for messages ("64, 128").
 std::string chunk_head_dims_text();
 
@@ -42,5 +47,7 @@ const ChunkKernel* decode_kernels_f16(int* count);
 const ChunkKernel* decode_kernels_bf16(int* count);
 const ChunkKernel* normalized_kernels_f16(int* count);
 const ChunkKernel* normalized_kernels_bf16(int* count);
+const ChunkKernel* parallel_backward_kernels_f16(int* count);
+const ChunkKernel* parallel_backward_kernels_bf16(int* count);
 
 }  // namespace attnkit::cuda::retention

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "attnkit/error.hpp"
+#include "core/zero_size.hpp"
 
 namespace attnkit::cuda::retention {
 namespace {
@@ -21,35 +22,67 @@ void require_half_precision(const TensorView& q) {
               "state); float32 and float64 run on the CPU backend (pass CPU tensors)");
 }
 
-void require_unnormalized_backward(bool normalize) {
-  if (!normalize) return;
-  unsupported(
-      "normalize: true in the backward is not yet available on the CUDA backend (its forward is); allowed: "
-      "normalize=false (every mode runs), or CPU tensors");
-}
-
-// The normalised parallel forward: Dk with an instance, Dv a multiple of its 64-column value block.
+// The normalised parallel forward (and the parallel form over an explicit decay matrix, which runs on the same
+// kernel): Dk with an instance, Dv a multiple of its 64-column value block.
 JobShape select_normalized(const RetentionForward& problem) {
+  const std::string form = detail::is_given(problem.decay)
+                               ? " with a decay matrix on the CUDA backend's retention; allowed: "
+                               : " with normalize=true on the CUDA backend's retention; allowed: ";
   const int64_t dk = problem.q.extents[3], dv = problem.v.extents[3];
   const ChunkKernel* kernel = dk <= 1024 ? find_normalized_kernel(problem.q.dtype, static_cast<int>(dk)) : nullptr;
   if (kernel == nullptr) {
-    unsupported("q: head dim Dk = " + std::to_string(dk) +
-                " with normalize=true on the CUDA backend's retention; allowed: " + chunk_head_dims_text() +
+    unsupported("q: head dim Dk = " + std::to_string(dk) + form + chunk_head_dims_text() +
                 " (other head dims run on the CPU backend)");
   }
   if (dv % kernel->value_block != 0) {
-    unsupported("v: head dim Dv = " + std::to_string(dv) +
-                " with normalize=true on the CUDA backend's retention; allowed: a multiple of 64");
+    unsupported("v: head dim Dv = " + std::to_string(dv) + form + "a multiple of 64");
   }
   const int64_t query_blocks = (problem.q.extents[1] + 63) / 64;
   if (problem.q.extents[0] * problem.q.extents[2] * (dv / 64) * query_blocks > std::numeric_limits<int32_t>::max()) {
     unsupported("B * H * T = " + std::to_string(problem.q.extents[0] * problem.q.extents[2] * problem.q.extents[1]) +
-                " with normalize=true on the CUDA backend's retention; allowed: B * H * T / 64 * Dv / 64 below 2^31");
+                form + "B * H * T / 64 * Dv / 64 below 2^31");
   }
   JobShape shape;
   shape.kernel = kernel;
   shape.segment_tokens = query_blocks * 64;
   return shape;
+}
+
+// The parallel form's backward (normalize=true with gamma, or a decay matrix): Dk with an instance, Dv a
+// multiple of 64 up to the kernels' shared-memory bound.
+BackwardSelection select_parallel_backward(const RetentionBackward& problem) {
+  const std::string form = detail::is_given(problem.decay)
+                               ? " with a decay matrix in the CUDA backend's retention backward; allowed: "
+                               : " with normalize=true in the CUDA backend's retention backward; allowed: ";
+  const int64_t batch = problem.q.extents[0], query_tokens = problem.q.extents[1], heads = problem.q.extents[2];
+  const int64_t key_tokens = problem.k.extents[1], dk = problem.q.extents[3], dv = problem.v.extents[3];
+  const DType dtype = problem.q.dtype;
+  const ChunkKernel* query_side =
+      dk <= 1024 ? find_parallel_backward_kernel(dtype, static_cast<int>(dk), false) : nullptr;
+  const ChunkKernel* key_side = dk <= 1024 ? find_parallel_backward_kernel(dtype, static_cast<int>(dk), true) : nullptr;
+  if (query_side == nullptr || key_side == nullptr) {
+    unsupported("q: head dim Dk = " + std::to_string(dk) + form + chunk_head_dims_text() +
+                " (other head dims run on the CPU backend)");
+  }
+  if (dv % 64 != 0 || dv > kParallelBackwardMaxValueDim) {
+    unsupported("v: head dim Dv = " + std::to_string(dv) + form + "a multiple of 64 up to " +
+                std::to_string(kParallelBackwardMaxValueDim) + " (other head dims run on the CPU backend)");
+  }
+  const int64_t blocks = (std::max(query_tokens, key_tokens) + 63) / 64;
+  if (batch * heads * blocks * (dv / 64) > std::numeric_limits<int32_t>::max()) {
+    unsupported("B * H * T = " + std::to_string(batch * heads * std::max(query_tokens, key_tokens)) + form +
+                "B * H * T / 64 * Dv / 64 below 2^31");
+  }
+  BackwardSelection selection;
+  selection.parallel_form = true;
+  selection.dq.kernel = query_side;
+  selection.dk.kernel = key_side;
+  selection.dv.kernel = key_side;
+  const int shared_bytes = parallel_backward_shared_bytes(static_cast<int>(dk), static_cast<int>(dv), 2);
+  for (JobShape* shape : {&selection.dq, &selection.dk, &selection.dv}) shape->shared_bytes = shared_bytes;
+  const bool normalizing = problem.normalize;
+  if (normalizing) selection.workspace_bytes = batch * heads * query_tokens * 2 * static_cast<int64_t>(sizeof(float));
+  return selection;
 }
 
 void require_gamma_fits(const std::vector<double>& gamma, int64_t heads) {
@@ -222,7 +255,7 @@ ForwardSelection select_forward(const RetentionForward& problem, int multiproces
   require_half_precision(problem.q);
   require_gamma_fits(problem.gamma, problem.q.extents[2]);
   ForwardSelection selection;
-  if (problem.normalize) {
+  if (problem.normalize || detail::is_given(problem.decay)) {
     selection.job = select_normalized(problem);
     return selection;
   }
@@ -246,8 +279,8 @@ ForwardSelection select_forward(const RetentionForward& problem, int multiproces
 
 BackwardSelection select_backward(const RetentionBackward& problem, int multiprocessors) {
   require_half_precision(problem.q);
-  require_unnormalized_backward(problem.normalize);
   require_gamma_fits(problem.gamma, problem.q.extents[2]);
+  if (problem.normalize || detail::is_given(problem.decay)) return select_parallel_backward(problem);
   const DType dtype = problem.q.dtype;
   const int64_t dk = problem.q.extents[3], dv = problem.v.extents[3];
   const int64_t batch_heads = problem.q.extents[0] * problem.q.extents[2];
@@ -278,11 +311,77 @@ ChunkJob fill_forward(const RetentionForward& problem, const ForwardSelection& s
                           scale_of(problem.scale, problem.q.extents[3]), log2_gamma);
   job.params.initial_state = state(problem.initial_state, false);
   job.params.final_state = state(problem.final_state, false);
-  if (problem.normalize) {
+  if (detail::is_given(problem.decay)) {
+    const TensorView& d = problem.decay;
+    job.params.decay.data = d.data;
+    job.params.decay.head = d.extents[0] == 1 ? 0 : d.strides[0];
+    job.params.decay.row = d.strides[1];
+    job.params.decay.f32 = d.dtype == DType::f32 ? 1 : 0;
+    job.params.decay.normalize = problem.normalize ? 1 : 0;
+    job.params.tokens_k = problem.k.extents[1];
+  }
+  if (problem.normalize || detail::is_given(problem.decay)) {
     // One CTA per (batch, head, value block, 64-row query block); no states (validation's rule).
     job.ctas = problem.q.extents[0] * problem.q.extents[2] * job.params.dv_slices * ((problem.q.extents[1] + 63) / 64);
   }
   return job;
+}
+
+std::array<ChunkJob, 4> fill_parallel_backward(const RetentionBackward& problem, const BackwardSelection& selection,
+                                               const std::vector<float>& log2_gamma, float* row_terms) {
+  const int64_t batch_heads = problem.q.extents[0] * problem.q.extents[2];
+  const int64_t query_blocks = (problem.q.extents[1] + 63) / 64;
+  const int64_t key_blocks = (problem.k.extents[1] + 63) / 64;
+  const int64_t dv = problem.v.extents[3];
+  ChunkParams base;
+  base.q = sequence(problem.q, false);
+  base.k = sequence(problem.k, false);
+  base.v = sequence(problem.v, false);
+  base.grad_out = sequence(problem.grad_out, false);
+  base.tokens = problem.q.extents[1];
+  base.tokens_k = problem.k.extents[1];
+  base.heads = static_cast<int32_t>(problem.q.extents[2]);
+  base.dv_slices = 1;
+  base.value_columns = static_cast<int32_t>(dv);
+  base.scale = static_cast<float>(scale_of(problem.scale, problem.q.extents[3]));
+  bool aligned = true;
+  for (const TensorView* view :
+       {&problem.q, &problem.k, &problem.v, &problem.grad_out, &problem.grad_q, &problem.grad_k, &problem.grad_v}) {
+    aligned = aligned && vector_aligned(*view);
+  }
+  base.vector_access = aligned ? 1 : 0;
+  base.default_gamma = log2_gamma.empty() ? 1 : 0;
+  if (!log2_gamma.empty()) std::memcpy(base.log2_gamma, log2_gamma.data(), log2_gamma.size() * sizeof(float));
+  if (detail::is_given(problem.decay)) {
+    const TensorView& d = problem.decay;
+    base.decay.data = d.data;
+    base.decay.head = d.extents[0] == 1 ? 0 : d.strides[0];
+    base.decay.row = d.strides[1];
+    base.decay.f32 = d.dtype == DType::f32 ? 1 : 0;
+    base.decay.normalize = problem.normalize ? 1 : 0;
+  }
+  base.row_terms = problem.normalize ? row_terms : nullptr;
+
+  auto job = [&](const JobShape& shape, ParallelBackwardRole role, const TensorView& out, int64_t ctas) {
+    ChunkJob made;
+    made.kernel = shape.kernel;
+    made.params = base;
+    made.params.backward_role = role;
+    made.params.out = sequence(out, false);
+    made.ctas = ctas;
+    return made;
+  };
+  std::array<ChunkJob, 4> jobs;
+  jobs[0] = job(selection.dq, kRowTermsRole, problem.grad_q, batch_heads * query_blocks);
+  if (!problem.normalize) jobs[0].kernel = nullptr;
+  jobs[1] = job(selection.dq, kGradQRole, problem.grad_q, batch_heads * query_blocks);
+  jobs[2] = job(selection.dk, kGradKRole, problem.grad_k, batch_heads * key_blocks);
+  // dV slices as wide as the key-side kernel's Dk accumulators when they tile Dv, else 64 columns.
+  const int64_t dk = problem.q.extents[3];
+  const int64_t slices = dv % dk == 0 ? dv / dk : dv / 64;
+  jobs[3] = job(selection.dv, kGradVRole, problem.grad_v, batch_heads * key_blocks * slices);
+  jobs[3].params.dv_slices = static_cast<int32_t>(slices);
+  return jobs;
 }
 
 std::array<ChunkJob, 3> fill_backward(const RetentionBackward& problem, const BackwardSelection& selection,

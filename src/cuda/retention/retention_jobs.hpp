@@ -19,7 +19,8 @@
 // 64). When that is fewer CTAs than multiprocessors, the sequence is also cut into segments of whole
 // chunks (at least 4 chunks each) to fill about two CTAs per multiprocessor; each segment's own state
 // is computed first (K^T V work only) and the segments then start from the states before them.
-// normalize=true runs the normalised parallel forward (retention_normalized_kernel.cuh; no backward yet).
+// normalize=true and the explicit decay matrix run the parallel forward (retention_normalized_kernel.cuh)
+// and the parallel backward (retention_parallel_backward_common.cuh: four launches of two kernels).
 // Forward calls of at most kDecodeMaxTokens tokens with Dv a multiple of 64 run the recurrent decode
 // kernel instead (retention_decode_kernel.cuh: fp32 on CUDA cores, the state read and written once).
 // ATTNKIT_RETENTION_CONFIG="block=32|64,segments=N,decode=0|1" (any subset) forces these choices where
@@ -48,6 +49,7 @@ struct JobShape {
   int32_t segments = 1;
   int64_t segment_tokens = 0;
   int64_t workspace_bytes = 0;  // the segment states
+  int shared_bytes = 0;         // the opt-in shared memory its launches use; 0: the kernel's shared_bytes
 };
 
 struct ForwardSelection {
@@ -60,6 +62,9 @@ struct BackwardSelection {
   JobShape dk;                  // Dk' = Dv
   JobShape dv;                  // Dk' = Dk
   int64_t workspace_bytes = 0;  // the largest job's: the jobs run one after the other on one stream
+  // The parallel form (normalize=true or a decay matrix): dq holds the query-side kernel, dk and dv the
+  // key-side one, and the workspace is the row terms [B, H, Tq, 2] fp32 (none without normalisation).
+  bool parallel_form = false;
 };
 
 // Throw Status::unsupported, naming what is allowed, when no compiled kernel runs the problem.
@@ -71,6 +76,10 @@ std::vector<float> log2_decay(const std::vector<double>& gamma, int64_t heads);
 
 ChunkJob fill_forward(const RetentionForward& problem, const ForwardSelection& selection,
                       const std::vector<float>& log2_gamma);
+// The parallel form's backward (BackwardSelection::parallel_form): row terms (into `row_terms`, the
+// selection's workspace; no job without normalisation), dQ, dK, dV, launched in this order on one stream.
+std::array<ChunkJob, 4> fill_parallel_backward(const RetentionBackward& problem, const BackwardSelection& selection,
+                                               const std::vector<float>& log2_gamma, float* row_terms);
 std::array<ChunkJob, 3> fill_backward(const RetentionBackward& problem, const BackwardSelection& selection,
                                       const std::vector<float>& log2_gamma);
 

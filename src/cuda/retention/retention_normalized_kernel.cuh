@@ -11,6 +11,11 @@
 // buffered (cp.async); the diagonal block is masked and the warps skip its key blocks above their
 // rows. Within a head, heavy query blocks (late ones, with the most key blocks) are launched first.
 //
+// Explicit decay matrix (p.decay.data set; the parallel form of RetentionForward::decay): D_tm is read from
+// the matrix [H|1, Tq, Tk] instead, every key block 0..ceil(Tk/64)-1 is visited (the matrix decides which
+// keys count), the rows are not rescaled, and the final division by max(sum |s|, 1) happens only with
+// p.decay.normalize. The matrix costs one 4-byte (or 2-byte) read per score, from L2 when shared by the heads.
+//
 // Work: per (query block, key block) pair 2*64*64*Dk (Q K^T) + 2*64*64*64 per value block (P V), so
 // about T^2/2 * (2*Dk + 2*Dv) FLOPs per head when Dv = 64, plus Q K^T again per extra value block.
 #pragma once
@@ -39,6 +44,14 @@ struct NormalizedTraits {
   // Q, K [2 stages], V [2 stages].
   static constexpr int kSharedBytes = (3 * kQkTile + 2 * kVTile) * static_cast<int>(sizeof(Element));
 };
+
+// Entry (i, j) of the head's decay matrix rows (`rows`: the matrix base advanced to the head), as float.
+template <class Element>
+__device__ __forceinline__ float decay_entry(const char* rows, const DecayMatrixOperand& d, int64_t i, int64_t j) {
+  const int64_t index = i * d.row + j;
+  if (d.f32) return reinterpret_cast<const float*>(rows)[index];
+  return static_cast<float>(reinterpret_cast<const Element*>(rows)[index]);
+}
 
 template <class Element, int HeadDim>
 __global__ void __launch_bounds__(NormalizedTraits<Element, HeadDim>::kThreads)
@@ -78,6 +91,9 @@ __global__ void __launch_bounds__(NormalizedTraits<Element, HeadDim>::kThreads)
   const float ln_gamma = log2_gamma * 0.69314718055994530942f;
   const float scale = p.scale;
   const int64_t tokens = p.tokens;
+  const bool decay_matrix = p.decay.data != nullptr;
+  const int64_t keys = decay_matrix ? p.tokens_k : tokens;
+  const int64_t last_key_block = decay_matrix ? (keys + kBlock - 1) / kBlock - 1 : query_block;
   const bool vector_access = p.vector_access != 0;
 
   const auto* q_base = static_cast<const Element*>(p.q.data) + b * p.q.batch + h * p.q.head;
@@ -92,11 +108,11 @@ __global__ void __launch_bounds__(NormalizedTraits<Element, HeadDim>::kThreads)
   auto load_keys = [&](int64_t key_block, int stage) {
     const int64_t k0 = key_block * kBlock;
     load_rows<Element, HeadDim, kQkPitch, Traits::kThreads>(k_tiles + stage * Traits::kQkTile, k_base, p.k.token, k0,
-                                                            tokens, vector_access);
+                                                            keys, vector_access);
     load_rows<Element, Traits::kValueBlock, kVPitch, Traits::kThreads>(v_tiles + stage * Traits::kVTile, v_base,
-                                                                       p.v.token, k0, tokens, vector_access);
+                                                                       p.v.token, k0, keys, vector_access);
   };
-  load_keys(0, 0);
+  if (last_key_block >= 0) load_keys(0, 0);
   commit_async_copies();
 
   // The thread's two query rows (global token indices) and their decay normalisers 1/sqrt(row sum).
@@ -106,7 +122,12 @@ __global__ void __launch_bounds__(NormalizedTraits<Element, HeadDim>::kThreads)
   for (int half = 0; half < 2; ++half) {
     const float rows = static_cast<float>(row_lo + 8 * half + 1);
     const float decay_sum = ln_gamma == 0.0f ? rows : expm1f(rows * ln_gamma) / expm1f(ln_gamma);
-    row_factor[half] = scale * rsqrtf(decay_sum);
+    row_factor[half] = decay_matrix ? scale : scale * rsqrtf(decay_sum);
+  }
+  const char* decay_rows = decay_matrix ? static_cast<const char*>(p.decay.data) : nullptr;
+  if (decay_matrix) {
+    const int64_t element_bytes = p.decay.f32 ? 4 : static_cast<int64_t>(sizeof(Element));
+    decay_rows += h * p.decay.head * element_bytes;
   }
 
   float out[kNT][4];
@@ -116,15 +137,15 @@ __global__ void __launch_bounds__(NormalizedTraits<Element, HeadDim>::kThreads)
     for (int e = 0; e < 4; ++e) out[nt][e] = 0.0f;
   float abs_sum[2] = {0.0f, 0.0f};
 
-  for (int64_t key_block = 0; key_block <= query_block; ++key_block) {
+  for (int64_t key_block = 0; key_block <= last_key_block; ++key_block) {
     const int stage = static_cast<int>(key_block & 1);
     wait_async_copies<0>();
     __syncthreads();  // this block's K, V (and Q) visible; the other stage is free
-    if (key_block + 1 <= query_block) load_keys(key_block + 1, stage ^ 1);
+    if (key_block + 1 <= last_key_block) load_keys(key_block + 1, stage ^ 1);
     commit_async_copies();
     const Element* k_tile = k_tiles + stage * Traits::kQkTile;
     const Element* v_tile = v_tiles + stage * Traits::kVTile;
-    const bool diagonal = key_block == query_block;
+    const bool diagonal = !decay_matrix && key_block == query_block;
     const int64_t k0 = key_block * kBlock;
 
     float scores[8][4];
@@ -153,8 +174,13 @@ __global__ void __launch_bounds__(NormalizedTraits<Element, HeadDim>::kThreads)
       for (int e = 0; e < 4; ++e) {
         const int64_t i = row_lo + 8 * (e / 2);
         const int64_t j = k0 + nt * 8 + 2 * quad + e % 2;
-        const float s =
-            j <= i ? scores[nt][e] * row_factor[e / 2] * decay_power(log2_gamma, static_cast<float>(i - j)) : 0.0f;
+        float weight;
+        if (decay_matrix) {
+          weight = i < tokens && j < keys ? decay_entry<Element>(decay_rows, p.decay, i, j) : 0.0f;
+        } else {
+          weight = j <= i ? decay_power(log2_gamma, static_cast<float>(i - j)) : 0.0f;
+        }
+        const float s = weight != 0.0f ? scores[nt][e] * row_factor[e / 2] * weight : 0.0f;
         scores[nt][e] = s;
         abs_sum[e / 2] += fabsf(s);
       }
@@ -186,7 +212,8 @@ __global__ void __launch_bounds__(NormalizedTraits<Element, HeadDim>::kThreads)
   for (int half = 0; half < 2; ++half) {
     const int64_t i = row_lo + 8 * half;
     if (i >= tokens) continue;
-    const float inverse = 1.0f / fmaxf(abs_sum[half], 1.0f);
+    const bool normalize = !decay_matrix || p.decay.normalize != 0;
+    const float inverse = normalize ? 1.0f / fmaxf(abs_sum[half], 1.0f) : 1.0f;
     Element* row = out_base + i * p.out.token;
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) {

@@ -13,6 +13,14 @@ namespace attnkit::cuda::retention {
 inline constexpr int kMaxParamHeads = 512;
 // Forward calls of at most this many tokens run the recurrent decode kernel (retention_decode_kernel.cuh).
 inline constexpr int64_t kDecodeMaxTokens = 16;
+// The parallel form's backward takes Dv a multiple of 64 up to this (its tiles of dO and V are in shared memory).
+inline constexpr int kParallelBackwardMaxValueDim = 256;
+// Dynamic shared memory of one of its launches (retention_parallel_backward_common.cuh): three 64-row tiles
+// of Dk columns and three of Dv columns (16-bit elements, rows padded by 8), and two stages of 64 rows of
+// four fp32 row terms.
+constexpr int parallel_backward_shared_bytes(int dk, int dv, int element_bytes) {
+  return 3 * 64 * ((dk + 8) + (dv + 8)) * element_bytes + 2 * 64 * 4 * 4;
+}
 
 struct SequenceOperand {
   const void* data = nullptr;  // element (b, t, h, 0) = data + b*batch + t*token + h*head
@@ -24,6 +32,18 @@ struct StateOperand {
   int64_t batch = 0, head = 0, row = 0, col = 0;
   int32_t pairs = 0;  // 1: col == 1 and every (b, h, r, even c) is 8-byte aligned (float2 access)
 };
+
+// The explicit decay matrix [H|1, Tq, Tk] of the parallel form (retention_normalized_kernel.cuh): element
+// (h, i, j) = data + h*head + i*row + j (head = 0 for a matrix shared by the heads). null = gamma's powers.
+struct DecayMatrixOperand {
+  const void* data = nullptr;
+  int64_t head = 0, row = 0;
+  int32_t f32 = 0;        // 1: float32 entries; 0: the inputs' dtype
+  int32_t normalize = 0;  // 1: scores divided by max(|row sum|, 1) (RetNet's score normalisation)
+};
+
+// What one launch of the parallel form's backward computes (retention_parallel_backward_common.cuh).
+enum ParallelBackwardRole : int32_t { kRowTermsRole = 0, kGradQRole = 1, kGradKRole = 2, kGradVRole = 3 };
 
 struct ChunkParams {
   SequenceOperand q, k, v, out;  // out.data is written (const only for the shared struct)
@@ -51,6 +71,14 @@ struct ChunkParams {
   int32_t state_only = 0;
   float* segment_states = nullptr;  // [B, H, segments - 1, Dk, value_columns] fp32, dense
   int32_t value_columns = 0;        // the job's Dv
+  DecayMatrixOperand decay;         // the parallel form over an explicit matrix (normalised-form kernel only)
+  int64_t tokens_k = 0;             // keys of that form (Tk); the other forms use `tokens`
+  // The parallel form's backward (retention_parallel_backward_common.cuh): dO, which gradient a launch
+  // computes (ParallelBackwardRole; `out` is that gradient), and the per-query-row terms [B, H, Tq, 2] fp32
+  // (1/n_t, c_t) written by the row-terms launch; null: 1 and 0 (no normalisation).
+  SequenceOperand grad_out;
+  int32_t backward_role = 0;
+  float* row_terms = nullptr;
   float log2_gamma[kMaxParamHeads];
 };
 

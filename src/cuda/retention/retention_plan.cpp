@@ -34,9 +34,10 @@ int prepare_device(int device) {
   return device_attribute(cudaDevAttrMultiProcessorCount, device);
 }
 
-void raise_shared_memory(const ChunkKernel* kernel) {
-  check_cuda(raise_dynamic_shared_memory_once(kernel->function, kernel->shared_bytes),
-             "cudaFuncSetAttribute(retention_chunk_kernel)");
+void raise_shared_memory(const ChunkKernel* kernel, int shared_bytes = 0) {
+  check_cuda(
+      raise_dynamic_shared_memory_once(kernel->function, shared_bytes != 0 ? shared_bytes : kernel->shared_bytes),
+      "cudaFuncSetAttribute(retention kernel)");
 }
 
 // One job: with segments, first every segment's own state into the workspace, then the outputs.
@@ -53,11 +54,12 @@ void launch(const ChunkJob& job, float* segment_states, cudaStream_t stream) {
   } else {
     job.kernel->launch(job.params, job.ctas, stream);
   }
-  check_launch("retention_chunk_kernel");
+  check_launch((std::string("retention kernel ") + job.kernel->family).c_str());
 }
 
-// The segment states' memory: the caller's workspace, else stream-ordered memory freed after the
-// launches on the same stream (no synchronisation; capturable in a CUDA graph).
+// The segment states' memory (and the parallel backward's row terms): the caller's workspace, else
+// stream-ordered memory freed after the launches on the same stream (no synchronisation; capturable in a
+// CUDA graph).
 class SegmentStates {
  public:
   SegmentStates(int64_t bytes, const RunOptions& options, cudaStream_t stream, const char* op) : stream_(stream) {
@@ -153,6 +155,13 @@ class BackwardPlan final : public detail::OpPlan<RetentionBackward> {
     const auto stream = static_cast<cudaStream_t>(options.stream);
     const SegmentStates states(selection_.workspace_bytes, options, stream, "retention backward");
     decay_.with(problem.gamma, [&](const std::vector<float>& log2_gamma) {
+      if (selection_.parallel_form) {
+        // The workspace holds the row terms: written by the first job, read by the others.
+        for (const ChunkJob& job : fill_parallel_backward(problem, selection_, log2_gamma, states.data())) {
+          launch(job, nullptr, stream);
+        }
+        return;
+      }
       for (const ChunkJob& job : fill_backward(problem, selection_, log2_gamma)) launch(job, states.data(), stream);
     });
   }
@@ -185,7 +194,9 @@ detail::MadePlan<RetentionBackward> make_backward_plan(const RetentionBackward& 
   const DeviceGuard guard(device);
   const int multiprocessors = prepare_device(device);
   const BackwardSelection selection = select_backward(problem, multiprocessors);
-  for (const JobShape* job : {&selection.dq, &selection.dk, &selection.dv}) raise_shared_memory(job->kernel);
+  for (const JobShape* job : {&selection.dq, &selection.dk, &selection.dv}) {
+    raise_shared_memory(job->kernel, job->shared_bytes);
+  }
   detail::MadePlan<RetentionBackward> made;
   made.plan = std::make_unique<BackwardPlan>(problem, selection, device);
   return made;

@@ -6,8 +6,9 @@
 // kernel (retention_chunk_kernel.cuh) -- parallel, chunkwise and recurrent retention are the same sums
 // (DESIGN §3), so they agree to rounding; its chunk is 64 tokens whatever chunk_size says (chunk_size
 // only sets how the CPU backend groups its sums). Forward calls of at most 16 tokens run the recurrent
-// decode kernel; normalize=true runs the normalised parallel forward. The backward is three chunkwise
-// jobs (retention_jobs.hpp); its normalised form is not available yet (Status::unsupported).
+// decode kernel; normalize=true and the explicit decay matrix run the parallel forward. The backward is
+// three chunkwise jobs (retention_jobs.hpp), or for normalize=true and the decay matrix the parallel
+// form's four launches (retention_parallel_backward_common.cuh).
 #pragma once
 #include "attnkit/retention.hpp"
 #include "core/op_plan.hpp"

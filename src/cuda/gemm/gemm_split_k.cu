@@ -1,0 +1,106 @@
+// The slice rule of split-K and the ordered sum of its slices (gemm_split_k.hpp). The sum: one thread per
+// 4 consecutive elements of a row of C (16-byte loads of each slice's partial sums, added in slice order,
+// one 8-byte store of the 4 results in C's type), a grid-stride loop over M x N / 4.
+#include "cuda/gemm/gemm_split_k.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "attnkit/error.hpp"
+#include "cuda/common/cuda_check.hpp"
+
+namespace attnkit::cuda::gemm {
+namespace {
+
+constexpr int kSumThreads = 256;
+constexpr int64_t kPartialAlignment = 256;
+
+__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <class T>
+__device__ __forceinline__ T from_float(float x);
+template <>
+__device__ __forceinline__ __half from_float<__half>(float x) {
+  return __float2half_rn(x);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+template <class T>
+struct alignas(8) Quad {
+  T value[4];
+};
+
+template <class T>
+__global__ void __launch_bounds__(kSumThreads)
+    sum_slices(const float4* partials, int64_t slice_quads, int slices, int64_t row_quads, T* c, int64_t c_row,
+               float alpha, float beta) {
+  for (int64_t q = static_cast<int64_t>(blockIdx.x) * kSumThreads + threadIdx.x; q < slice_quads;
+       q += static_cast<int64_t>(gridDim.x) * kSumThreads) {
+    float4 sum = partials[q];
+#pragma unroll 4
+    for (int l = 1; l < slices; ++l) {
+      const float4 part = partials[l * slice_quads + q];
+      sum.x += part.x, sum.y += part.y, sum.z += part.z, sum.w += part.w;
+    }
+    const int64_t i = q / row_quads, j = q % row_quads * 4;
+    auto* out = reinterpret_cast<Quad<T>*>(c + i * c_row + j);
+    const float in[4] = {sum.x, sum.y, sum.z, sum.w};
+    Quad<T> result;
+    if (beta != 0.0f) {
+      const Quad<T> old = *out;
+      for (int e = 0; e < 4; ++e) result.value[e] = from_float<T>(alpha * in[e] + beta * to_float(old.value[e]));
+    } else {
+      for (int e = 0; e < 4; ++e) result.value[e] = from_float<T>(alpha * in[e]);
+    }
+    *out = result;
+  }
+}
+
+}  // namespace
+
+int gemm_split_k_slices(const GemmShape& s, int tile_m, int tile_n, int tile_k, int multiprocessors) {
+  if (s.batch != 1 || s.product_zero || tile_m <= 0 || tile_n <= 0 || tile_k <= 0 || s.m <= 0 || s.n <= 0) return 0;
+  const int64_t tiles = (s.m + tile_m - 1) / tile_m * ((s.n + tile_n - 1) / tile_n);
+  const int64_t most = std::min<int64_t>(multiprocessors / tiles, kMaxSplitKSlices);
+  // Slice offsets along K stay 16-byte aligned (TMA's rule for the batch stride that addresses them).
+  const int64_t vector = 16 / static_cast<int64_t>(dtype_size(s.dtype));
+  for (int64_t slices = most; slices >= kMinSplitKSlices; --slices) {
+    if (s.k % slices != 0) continue;
+    const int64_t slice = s.k / slices;
+    if (slice % vector == 0 && slice >= int64_t{kMinSplitKTilesPerSlice} * tile_k) return static_cast<int>(slices);
+  }
+  return 0;
+}
+
+int64_t gemm_split_k_partial_bytes(const GemmShape& s, int slices) {
+  const int64_t bytes = int64_t{slices} * s.m * s.n * static_cast<int64_t>(sizeof(float));
+  return (bytes + kPartialAlignment - 1) / kPartialAlignment * kPartialAlignment;
+}
+
+void sum_split_k_slices(const GemmShape& s, const float* partials, int slices, float alpha, float beta,
+                        int multiprocessors, cudaStream_t stream) {
+  if (s.n % 4 != 0) throw Error(Status::internal, "split-K sum: N must be a multiple of 4");
+  const int64_t row_quads = s.n / 4, slice_quads = s.m * row_quads;
+  if (slice_quads == 0) return;
+  const auto blocks = static_cast<unsigned>(
+      std::clamp<int64_t>((slice_quads + kSumThreads - 1) / kSumThreads, 1, int64_t{std::max(multiprocessors, 1)} * 8));
+  const auto* quads = reinterpret_cast<const float4*>(partials);
+  if (s.dtype == DType::bf16) {
+    sum_slices<__nv_bfloat16><<<blocks, kSumThreads, 0, stream>>>(
+        quads, slice_quads, slices, row_quads, static_cast<__nv_bfloat16*>(s.c), s.c_row, alpha, beta);
+  } else if (s.dtype == DType::f16) {
+    sum_slices<__half><<<blocks, kSumThreads, 0, stream>>>(quads, slice_quads, slices, row_quads,
+                                                           static_cast<__half*>(s.c), s.c_row, alpha, beta);
+  } else {
+    throw Error(Status::internal, "split-K sum: C must be f16 or bf16");
+  }
+  check_launch("gemm split-K sum");
+}
+
+}  // namespace attnkit::cuda::gemm

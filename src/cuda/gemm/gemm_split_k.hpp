@@ -1,0 +1,44 @@
+// Split-K with a separate, ordered reduction, for small output grids with a long K (decode-like M against
+// N = 4096, 256 x 256 x 65536): the K loop is cut into `slices` equal slices, one tensor-core GEMM computes
+// every slice's product as one batched problem (slice l reads A and B from K offset l * K / slices, and
+// writes its fp32 partial sums to its own M x N buffer in the workspace: no slice waits for another), and a
+// second kernel sums the slices in slice order, C = alpha * sum + beta * C, into C's type. The sum's order
+// is fixed, so results are bitwise repeatable.
+//
+// Why not stream-K alone: CUTLASS's stream-K scheduler reduces the partial tiles of an output tile in place,
+// each peer waiting for the one before it (its deterministic mode), so a tile split among p CTAs pays p
+// reductions one after another. With 4 output tiles and 132 SMs that is 33 peers a tile, and the chain takes
+// longer than the multiply-adds. Here the slices run in parallel and their sum costs one pass over
+// slices x M x N fp32 values, small beside A and B whenever the grid is small.
+//
+// The rule (gemm_split_k_slices): batch 1, fewer output tiles than a third of the SMs (each tile then has
+// at least three slices), and a slice count that divides K into slices of at least 4 K tiles whose start
+// offsets keep TMA's 16-byte alignment; the largest such count that keeps the slices' tiles in one wave.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "attnkit/dtype.hpp"
+#include "cuda/gemm/gemm_shape.hpp"
+
+namespace attnkit::cuda::gemm {
+
+inline constexpr int kMinSplitKSlices = 3;
+inline constexpr int kMaxSplitKSlices = 64;
+inline constexpr int kMinSplitKTilesPerSlice = 4;  // K tiles each slice's main loop runs at least
+
+// The slice count for `shape` on a kernel with tiles of tile_m x tile_n x tile_k and a device of
+// `multiprocessors` SMs; 0 when split-K does not apply (see above).
+int gemm_split_k_slices(const GemmShape& shape, int tile_m, int tile_n, int tile_k, int multiprocessors);
+
+// Bytes of the fp32 partial sums of `slices` slices of shape's M x N (256-byte aligned).
+int64_t gemm_split_k_partial_bytes(const GemmShape& shape, int slices);
+
+// C = alpha * sum over l < slices of partials[l * m * n + i * n + j] + beta * C, in slice order, C of
+// shape's dtype (f16 or bf16) at shape.c with row stride shape.c_row. Needs N a multiple of 4, C and its row
+// stride 8-byte aligned (the Hopper rows' rule gives 16).
+void sum_split_k_slices(const GemmShape& shape, const float* partials, int slices, float alpha, float beta,
+                        int multiprocessors, cudaStream_t stream);
+
+}  // namespace attnkit::cuda::gemm

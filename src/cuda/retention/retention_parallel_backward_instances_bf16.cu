@@ -1,0 +1,9 @@
+#include "cuda/retention/retention_parallel_backward_instances.cuh"
+
+namespace attnkit::cuda::retention {
+
+const ChunkKernel* parallel_backward_kernels_bf16(int* count) {
+  return parallel_backward_kernel_table<__nv_bfloat16>(DType::bf16, count);
+}
+
+}  // namespace attnkit::cuda::retention

@@ -1,0 +1,343 @@
+// Host entry of the scattered-sparse path: capability checks (each a sentence naming the argument, the
+// value and what is allowed), the workspace layout, and the launches: pack the mask to bits, then the
+// forward kernel, or the preprocess, dQ and dK/dV kernels.
+//
+// Workspace (each part 256-byte aligned): forward = mask words; backward = mask words, transposed mask
+// words, lse2 and delta rows [B][Hq][row_pitch] fp32.
+#include "cuda/sparse/scattered_attention.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <sstream>
+#include <string>
+
+#include "attnkit/error.hpp"
+#include "cuda/common/cuda_check.hpp"
+#include "cuda/sparse/scattered_launch.hpp"
+#include "cuda/sparse/scattered_params.hpp"
+
+namespace attnkit::cuda::sparse {
+namespace {
+
+constexpr int64_t kMaxTokens = (int64_t{1} << 31) - 1;
+constexpr int64_t kMaxGridYZ = 65535;
+
+int64_t align_256(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// Slices of a [B|1, H|1, rows, cols] mask along `dim`: 1 where it broadcasts (extent 1 or stride 0).
+int32_t mask_slices(const TensorView& mask, int dim) {
+  return mask.strides[dim] == 0 ? 1 : static_cast<int32_t>(mask.extents[dim]);
+}
+
+std::string check_dtype(const TensorView& view, const char* name, DType expected) {
+  if (view.dtype == DType::f16 || view.dtype == DType::bf16) {
+    if (view.dtype == expected) return {};
+    return std::string(name) + ".dtype: " + std::string(dtype_name(view.dtype)) +
+           "; the scattered sparse path needs every tensor in q's dtype (" + std::string(dtype_name(expected)) + ")";
+  }
+  return std::string(name) + ".dtype: " + std::string(dtype_name(view.dtype)) +
+         " is not supported by the scattered sparse CUDA path; allowed: float16, bfloat16 (use the dense masked "
+         "path or the CPU backend for float32)";
+}
+
+std::string check_layout(const TensorView& view, const char* name) {
+  for (int d = 0; d + 1 < view.rank; ++d) {
+    if (view.strides[d] % 8 != 0) {
+      return std::string(name) + ".strides[" + std::to_string(d) + "]: " + std::to_string(view.strides[d]) +
+             " elements; allowed on the scattered sparse path: a multiple of 8 elements (16 bytes) in every dim but "
+             "the last (make the tensor contiguous)";
+    }
+  }
+  if (reinterpret_cast<std::uintptr_t>(view.data) % 16 != 0) {
+    std::ostringstream hex;
+    hex << std::hex << "0x" << reinterpret_cast<std::uintptr_t>(view.data);
+    return std::string(name) + ": data pointer " + hex.str() +
+           " is not 16-byte aligned; allowed on the scattered sparse path: a 16-byte aligned address";
+  }
+  return {};
+}
+
+// Compute capability major of the current device (read once per device), or -1 without a usable device.
+int current_device_major() {
+  static std::array<std::atomic<int>, 64> known{};  // 0: not read yet
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  if (device >= 0 && device < static_cast<int>(known.size())) {
+    if (const int major = known[static_cast<size_t>(device)].load(std::memory_order_relaxed); major > 0) return major;
+  }
+  int major = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  if (device >= 0 && device < static_cast<int>(known.size())) {
+    known[static_cast<size_t>(device)].store(major, std::memory_order_relaxed);
+  }
+  return major;
+}
+
+std::string check_shape(const AttentionMask& mask, const detail::AttentionShape& shape) {
+  if (mask.kind != MaskKind::element) {
+    return "mask.kind: " + std::to_string(static_cast<int>(mask.kind)) +
+           "; the scattered sparse path takes element masks only (kind 4, element)";
+  }
+  if (mask.rpb.defined()) return "mask.rpb: given; the scattered sparse path takes no positional bias";
+  for (const int64_t d : {shape.head_dim, shape.head_dim_v}) {
+    if (d % 8 != 0 || scattered_width(shape.head_dim, shape.head_dim_v) == 0) {
+      return "head_dim: D = " + std::to_string(shape.head_dim) + ", Dv = " + std::to_string(shape.head_dim_v) +
+             "; allowed on the scattered sparse path: D and Dv multiples of 8 up to 128 (compiled widths 32, 64, "
+             "128)";
+    }
+  }
+  if (shape.seq_q > kMaxTokens || shape.seq_k > kMaxTokens) {
+    return "tokens: Sq = " + std::to_string(shape.seq_q) + ", Sk = " + std::to_string(shape.seq_k) +
+           "; allowed on the scattered sparse path: at most " + std::to_string(kMaxTokens);
+  }
+  if (shape.heads_q > kMaxGridYZ || shape.batch > kMaxGridYZ) {
+    return "batch " + std::to_string(shape.batch) + ", heads " + std::to_string(shape.heads_q) +
+           "; allowed on the scattered sparse path: at most " + std::to_string(kMaxGridYZ) + " each";
+  }
+  const TensorView& m = mask.element_mask;
+  if (int64_t{mask_slices(m, 0)} * mask_slices(m, 1) > kMaxGridYZ) {
+    return "mask.element_mask: " + std::to_string(int64_t{mask_slices(m, 0)} * mask_slices(m, 1)) +
+           " (batch, head) slices; allowed on the scattered sparse path: at most " + std::to_string(kMaxGridYZ);
+  }
+  const int major = current_device_major();
+  if (major < 0) {
+    return "device: no usable CUDA device; the scattered sparse path runs on compute capability 8.0 or newer";
+  }
+  if (major < 8) {
+    return "device: compute capability " + std::to_string(major) +
+           ".x; allowed on the scattered sparse path: 8.0 or newer (tensor-core mma.sync, ldmatrix, cp.async)";
+  }
+  return {};
+}
+
+template <class... Named>
+std::string first_problem(Named... messages) {
+  std::string result;
+  ((result.empty() ? (void)(result = messages) : (void)0), ...);
+  return result;
+}
+
+SequenceTensor sequence_tensor(const TensorView& view, int32_t token_dims) {
+  SequenceTensor t;
+  t.data = view.data;
+  t.batch_stride = view.strides[0];
+  t.head_stride = view.strides[token_dims + 1];
+  // Collapse the token dims into one stride when their strides nest.
+  int64_t stride = 0;
+  int64_t expected = -1;
+  bool collapses = true;
+  for (int d = token_dims - 1; d >= 0; --d) {
+    const int64_t extent = view.extents[1 + d];
+    if (extent == 1) continue;
+    if (expected < 0) {
+      stride = view.strides[1 + d];
+    } else if (view.strides[1 + d] != expected) {
+      collapses = false;
+    }
+    expected = (expected < 0 ? stride : expected) * extent;
+  }
+  if (collapses) {
+    t.token_dims = 1;
+    t.token_stride[0] = stride;
+    return t;
+  }
+  t.token_dims = token_dims;
+  for (int d = 0; d < token_dims; ++d) {
+    t.token_stride[d] = view.strides[1 + d];
+    t.extent[d] = static_cast<int32_t>(view.extents[1 + d]);
+  }
+  return t;
+}
+
+MaskBytes mask_bytes(const TensorView& m, int64_t rows, int64_t columns) {
+  MaskBytes bytes;
+  bytes.data = static_cast<const uint8_t*>(m.data);
+  for (int d = 0; d < 4; ++d) bytes.stride[d] = m.strides[d];
+  bytes.batches = mask_slices(m, 0);
+  bytes.heads = mask_slices(m, 1);
+  bytes.rows = static_cast<int32_t>(rows);
+  bytes.columns = static_cast<int32_t>(columns);
+  return bytes;
+}
+
+PackedMask packed_mask(const MaskBytes& bytes, const uint32_t* words) {
+  PackedMask packed;
+  packed.words = words;
+  packed.rows = bytes.rows;
+  packed.words_per_row = words_for(bytes.columns);
+  packed.mask_batches = bytes.batches;
+  packed.mask_heads = bytes.heads;
+  return packed;
+}
+
+int64_t words_bytes(const TensorView& m, int64_t rows, int64_t columns) {
+  return int64_t{mask_slices(m, 0)} * mask_slices(m, 1) * rows * ((columns + 31) / 32) * 4;
+}
+
+int32_t row_pitch(const detail::AttentionShape& shape) { return static_cast<int32_t>((shape.seq_q + 3) / 4 * 4); }
+
+// Stream-ordered scratch when the caller passes none.
+class Scratch {
+ public:
+  Scratch(void* given, int64_t bytes, cudaStream_t stream) : stream_(stream) {
+    data_ = given;
+    if (data_ == nullptr && bytes > 0) {
+      check_cuda(cudaMallocAsync(&data_, static_cast<size_t>(bytes), stream), "cudaMallocAsync (scattered workspace)");
+      owned_ = true;
+    }
+  }
+  ~Scratch() {
+    if (owned_) cudaFreeAsync(data_, stream_);
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  char* bytes() const { return static_cast<char*>(data_); }
+
+ private:
+  void* data_ = nullptr;
+  cudaStream_t stream_;
+  bool owned_ = false;
+};
+
+}  // namespace
+
+std::string scattered_forward_unsupported(const AttentionForward& problem, const detail::AttentionShape& shape) {
+  const DType dtype = problem.q.dtype;
+  return first_problem(check_dtype(problem.q, "q", dtype), check_dtype(problem.k, "k", dtype),
+                       check_dtype(problem.v, "v", dtype), check_dtype(problem.out, "out", dtype),
+                       check_layout(problem.q, "q"), check_layout(problem.k, "k"), check_layout(problem.v, "v"),
+                       check_layout(problem.out, "out"), check_shape(problem.mask, shape));
+}
+
+std::string scattered_backward_unsupported(const AttentionBackward& problem, const detail::AttentionShape& shape) {
+  const DType dtype = problem.q.dtype;
+  if (!problem.lse.defined()) return "lse: missing; the scattered sparse backward needs the forward's lse";
+  return first_problem(
+      check_dtype(problem.q, "q", dtype), check_dtype(problem.k, "k", dtype), check_dtype(problem.v, "v", dtype),
+      check_dtype(problem.out, "out", dtype), check_dtype(problem.grad_out, "grad_out", dtype),
+      check_dtype(problem.grad_q, "grad_q", dtype), check_dtype(problem.grad_k, "grad_k", dtype),
+      check_dtype(problem.grad_v, "grad_v", dtype), check_layout(problem.q, "q"), check_layout(problem.k, "k"),
+      check_layout(problem.v, "v"), check_layout(problem.out, "out"), check_layout(problem.grad_out, "grad_out"),
+      check_layout(problem.grad_q, "grad_q"), check_layout(problem.grad_k, "grad_k"),
+      check_layout(problem.grad_v, "grad_v"),
+      problem.grad_rpb.defined() ? "grad_rpb: given; the scattered sparse path takes no positional bias" : "",
+      check_shape(problem.mask, shape));
+}
+
+int64_t scattered_forward_workspace_bytes(const AttentionForward& problem, const detail::AttentionShape& shape) {
+  return align_256(words_bytes(problem.mask.element_mask, shape.seq_q, shape.seq_k));
+}
+
+int64_t scattered_backward_workspace_bytes(const AttentionBackward& problem, const detail::AttentionShape& shape) {
+  const TensorView& m = problem.mask.element_mask;
+  const int64_t rows = shape.batch * shape.heads_q * row_pitch(shape) * 4;
+  return align_256(words_bytes(m, shape.seq_q, shape.seq_k)) + align_256(words_bytes(m, shape.seq_k, shape.seq_q)) +
+         2 * align_256(rows);
+}
+
+void run_scattered_forward(const AttentionForward& problem, const detail::AttentionShape& shape, void* workspace,
+                           void* stream) {
+  if (const std::string why = scattered_forward_unsupported(problem, shape); !why.empty()) {
+    throw Error(Status::unsupported, why);
+  }
+  if (shape.batch == 0 || shape.heads_q == 0 || shape.seq_q == 0) return;
+  DeviceGuard guard(problem.q.device.index);
+  auto* cuda_stream = static_cast<cudaStream_t>(stream);
+  Scratch scratch(workspace, scattered_forward_workspace_bytes(problem, shape), cuda_stream);
+  const MaskBytes bytes = mask_bytes(problem.mask.element_mask, shape.seq_q, shape.seq_k);
+  auto* words = reinterpret_cast<uint32_t*>(scratch.bytes());
+  launch_pack_mask(bytes, words, cuda_stream);
+
+  ScatteredForwardParams p;
+  p.q = sequence_tensor(problem.q, shape.token_dims);
+  p.out = sequence_tensor(problem.out, shape.token_dims);
+  if (problem.lse.defined()) p.lse = sequence_tensor(problem.lse, shape.token_dims);
+  p.k = sequence_tensor(problem.k, shape.token_dims_kv);
+  p.v = sequence_tensor(problem.v, shape.token_dims_kv);
+  p.mask = packed_mask(bytes, words);
+  p.seq_q = static_cast<int32_t>(shape.seq_q);
+  p.seq_k = static_cast<int32_t>(shape.seq_k);
+  p.heads_q = static_cast<int32_t>(shape.heads_q);
+  p.heads_per_kv = static_cast<int32_t>(shape.heads_q / shape.heads_kv);
+  p.head_dim = static_cast<int32_t>(shape.head_dim);
+  p.head_dim_v = static_cast<int32_t>(shape.head_dim_v);
+  p.scale_log2 = static_cast<float>(shape.scale * 1.4426950408889634);
+  const int width = scattered_width(shape.head_dim, shape.head_dim_v);
+  const auto batch = static_cast<int32_t>(shape.batch);
+  if (problem.q.dtype == DType::f16) {
+    launch_scattered_forward_f16(p, batch, width, cuda_stream);
+  } else {
+    launch_scattered_forward_bf16(p, batch, width, cuda_stream);
+  }
+}
+
+void run_scattered_backward(const AttentionBackward& problem, const detail::AttentionShape& shape, void* workspace,
+                            void* stream) {
+  if (const std::string why = scattered_backward_unsupported(problem, shape); !why.empty()) {
+    throw Error(Status::unsupported, why);
+  }
+  if (shape.batch == 0 || shape.heads_q == 0 || (shape.seq_q == 0 && shape.seq_k == 0)) return;
+  DeviceGuard guard(problem.q.device.index);
+  auto* cuda_stream = static_cast<cudaStream_t>(stream);
+  Scratch scratch(workspace, scattered_backward_workspace_bytes(problem, shape), cuda_stream);
+  const TensorView& m = problem.mask.element_mask;
+  const MaskBytes bytes = mask_bytes(m, shape.seq_q, shape.seq_k);
+  MaskBytes transposed = bytes;
+  transposed.rows = bytes.columns;
+  transposed.columns = bytes.rows;
+  char* cursor = scratch.bytes();
+  auto* words = reinterpret_cast<uint32_t*>(cursor);
+  cursor += align_256(words_bytes(m, shape.seq_q, shape.seq_k));
+  auto* words_transposed = reinterpret_cast<uint32_t*>(cursor);
+  cursor += align_256(words_bytes(m, shape.seq_k, shape.seq_q));
+  const int64_t row_bytes = align_256(shape.batch * shape.heads_q * row_pitch(shape) * 4);
+  auto* lse_log2 = reinterpret_cast<float*>(cursor);
+  auto* delta = reinterpret_cast<float*>(cursor + row_bytes);
+
+  ScatteredBackwardParams p;
+  p.q = sequence_tensor(problem.q, shape.token_dims);
+  p.out = sequence_tensor(problem.out, shape.token_dims);
+  p.grad_out = sequence_tensor(problem.grad_out, shape.token_dims);
+  p.grad_q = sequence_tensor(problem.grad_q, shape.token_dims);
+  p.lse = sequence_tensor(problem.lse, shape.token_dims);
+  p.k = sequence_tensor(problem.k, shape.token_dims_kv);
+  p.v = sequence_tensor(problem.v, shape.token_dims_kv);
+  p.grad_k = sequence_tensor(problem.grad_k, shape.token_dims_kv);
+  p.grad_v = sequence_tensor(problem.grad_v, shape.token_dims_kv);
+  p.mask = packed_mask(bytes, words);
+  p.mask_transposed = packed_mask(transposed, words_transposed);
+  p.lse_log2 = lse_log2;
+  p.delta = delta;
+  p.row_pitch = row_pitch(shape);
+  p.batch = static_cast<int32_t>(shape.batch);
+  p.seq_q = static_cast<int32_t>(shape.seq_q);
+  p.seq_k = static_cast<int32_t>(shape.seq_k);
+  p.heads_q = static_cast<int32_t>(shape.heads_q);
+  p.heads_per_kv = static_cast<int32_t>(shape.heads_q / shape.heads_kv);
+  p.head_dim = static_cast<int32_t>(shape.head_dim);
+  p.head_dim_v = static_cast<int32_t>(shape.head_dim_v);
+  p.scale = static_cast<float>(shape.scale);
+  p.scale_log2 = static_cast<float>(shape.scale * 1.4426950408889634);
+
+  launch_pack_mask(bytes, words, cuda_stream);
+  launch_pack_mask_transposed(bytes, words_transposed, cuda_stream);
+  launch_scattered_backward_preprocess(p, problem.q.dtype, cuda_stream);
+  const int width = scattered_width(shape.head_dim, shape.head_dim_v);
+  if (problem.q.dtype == DType::f16) {
+    launch_scattered_backward_f16(p, width, cuda_stream);
+  } else {
+    launch_scattered_backward_bf16(p, width, cuda_stream);
+  }
+}
+
+}  // namespace attnkit::cuda::sparse

@@ -1,0 +1,134 @@
+// dK/dV kernel of the scattered-sparse backward: the dQ kernel's walk with keys and queries swapped.
+//
+// Algorithm. A CTA owns Warps x 16 keys of one (batch, KV head); a warp keeps K and V fragments of its
+// 16 keys and fp32 dK and dV accumulators in registers. For each query head of the KV head's group (GQA)
+// the CTA streams that head's queries in tiles: Q and dO rows plus their lse (base 2) and delta (cp.async,
+// two stages). The warp lists the union of the queries its 16 keys are attended by (the transposed mask
+// words) and per 16 listed queries: S^T = K Q_U^T, P^T = exp2(S^T * scale log2 e - lse2[query]) on
+// attended entries, dP^T = V dO_U^T, dS^T = P^T (dP^T - delta[query]), dV += P^T dO_U and dK += dS^T Q_U
+// (the gathered rows loaded transposed). dK is scaled at the end; both are written in the input dtype.
+// Every key has one owner, so the result is deterministic without atomics.
+//
+// Counts per (batch, KV head), summed over its query heads, with u the union fraction of 16 keys:
+// mma FLOPs 2 Sq Sk u (2 D + 2 Dv); shared reads 4 (D + Dv) bytes per union query and warp; L2 -> shared
+// (Sk / (16 Warps)) Sq (2 (D + Dv) + 8) bytes per query head.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/sparse/scattered_forward_kernel.cuh"
+#include "cuda/sparse/scattered_gather.cuh"
+#include "cuda/sparse/scattered_params.hpp"
+
+namespace attnkit::cuda::sparse {
+
+template <class Element, int Width, int Warps>
+struct ScatteredKeyTraits {
+  static constexpr int kTile = kScatteredTile<Width>;
+  static constexpr int kThreads = Warps * 32;
+  static constexpr int kRows = Warps * 16;
+  static constexpr int kListEntries = kTile + 16;
+  static constexpr int kTileElements = kTile * Width;
+  // Per stage: Q tile, dO tile, lse2[kTile], delta[kTile].
+  static constexpr int kStageBytes = 2 * kTileElements * int(sizeof(Element)) + 2 * kTile * 4;
+  static constexpr int kSharedBytes = 2 * kStageBytes + Warps * kListEntries * 4;
+};
+
+template <class Element, int Width, int Warps>
+__global__ void __launch_bounds__(Warps * 32, 1) scattered_backward_dkdv_kernel(const ScatteredBackwardParams p) {
+  using Traits = ScatteredKeyTraits<Element, Width, Warps>;
+  constexpr int kTile = Traits::kTile;
+  extern __shared__ __align__(128) unsigned char shared[];
+  const int thread = static_cast<int>(threadIdx.x);
+  const int warp = thread / 32;
+  const int lane = thread % 32;
+  uint32_t* list = reinterpret_cast<uint32_t*>(shared + 2 * Traits::kStageBytes) + warp * Traits::kListEntries;
+  auto q_tile = [&](int stage) { return reinterpret_cast<Element*>(shared + stage * Traits::kStageBytes); };
+  auto floats = [&](int stage) {
+    return reinterpret_cast<float*>(shared + stage * Traits::kStageBytes + 2 * Traits::kTileElements * sizeof(Element));
+  };
+
+  const int32_t batch = static_cast<int32_t>(blockIdx.z);
+  const int32_t kv_head = static_cast<int32_t>(blockIdx.y);
+  const int32_t first_key = static_cast<int32_t>(blockIdx.x) * Traits::kRows + warp * 16;
+  const int keys = min(max(p.seq_k - first_key, 0), 16);
+  const int g = lane / 4;
+  const int t = lane % 4;
+
+  uint32_t k[Width / 16][4];
+  uint32_t v[Width / 16][4];
+  load_a_fragments<Element, Width>(k, p.k, batch, kv_head, first_key, p.seq_k, p.head_dim, lane);
+  load_a_fragments<Element, Width>(v, p.v, batch, kv_head, first_key, p.seq_k, p.head_dim_v, lane);
+  float grad_k[Width / 8][4];
+  float grad_v[Width / 8][4];
+#pragma unroll
+  for (int i = 0; i < Width / 8; ++i) {
+    grad_k[i][0] = grad_k[i][1] = grad_k[i][2] = grad_k[i][3] = 0.0f;
+    grad_v[i][0] = grad_v[i][1] = grad_v[i][2] = grad_v[i][3] = 0.0f;
+  }
+
+  // Work items: (query head of the group, query tile), the tile fastest.
+  const int tiles_q = (p.seq_q + kTile - 1) / kTile;
+  const int items = tiles_q * p.heads_per_kv;
+  auto stage = [&](int item) {
+    const int32_t head = kv_head * p.heads_per_kv + item / tiles_q;
+    const int32_t first = (item % tiles_q) * kTile;
+    Element* tile = q_tile(item & 1);
+    stage_tile_async<Element, Width, kTile, Traits::kThreads>(tile, p.q, batch, head, first, p.seq_q, p.head_dim,
+                                                              thread);
+    stage_tile_async<Element, Width, kTile, Traits::kThreads>(tile + Traits::kTileElements, p.grad_out, batch, head,
+                                                              first, p.seq_q, p.head_dim_v, thread);
+    const int64_t row_base = (int64_t{batch} * p.heads_q + head) * p.row_pitch;
+    stage_floats_async<kTile, Traits::kThreads>(floats(item & 1), p.lse_log2 + row_base, first, p.seq_q, thread);
+    stage_floats_async<kTile, Traits::kThreads>(floats(item & 1) + kTile, p.delta + row_base, first, p.seq_q, thread);
+  };
+
+  auto load_words = [&](GatherListBuilder<kTile>& builder, int item) {
+    const int32_t head = kv_head * p.heads_per_kv + item / tiles_q;
+    const int tile = item % tiles_q;
+    const uint32_t* key_words = p.mask_transposed.row_words(batch, head, min(first_key, p.seq_k - 1));
+    builder.load(key_words + tile * (kTile / 32), p.mask_transposed.words_per_row, keys,
+                 p.mask_transposed.words_per_row - tile * (kTile / 32), lane);
+  };
+  auto walk = [&](int item, int length) {
+    const uint32_t q_address = shared_address(q_tile(item & 1));
+    const uint32_t grad_out_address = q_address + Traits::kTileElements * int(sizeof(Element));
+    const float* lse2 = floats(item & 1);
+    const float* delta = lse2 + kTile;
+    for (int step = 0; step < length; step += 16) {
+      const uint32_t* step_list = list + step;
+      float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+      float dp[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+      gathered_scores<Element, Width>(s, k, q_address, step_list, lane);
+      gathered_scores<Element, Width>(dp, v, grad_out_address, step_list, lane);
+#pragma unroll
+      for (int block = 0; block < 2; ++block) {
+        const uint2 entries = *reinterpret_cast<const uint2*>(step_list + block * 8 + 2 * t);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const uint32_t entry = (i & 1) ? entries.y : entries.x;
+          const int query = static_cast<int>(entry & 0xffffu);
+          const bool attended = (entry >> (16 + g + (i >> 1) * 8)) & 1u;
+          const float probability = attended ? fast_exp2(s[block][i] * p.scale_log2 - lse2[query]) : 0.0f;
+          s[block][i] = probability;
+          dp[block][i] = probability * (dp[block][i] - delta[query]);
+        }
+      }
+      const uint32_t probabilities[4] = {pack_pair<Element>(s[0][0], s[0][1]), pack_pair<Element>(s[0][2], s[0][3]),
+                                         pack_pair<Element>(s[1][0], s[1][1]), pack_pair<Element>(s[1][2], s[1][3])};
+      const uint32_t grad_scores[4] = {pack_pair<Element>(dp[0][0], dp[0][1]), pack_pair<Element>(dp[0][2], dp[0][3]),
+                                       pack_pair<Element>(dp[1][0], dp[1][1]), pack_pair<Element>(dp[1][2], dp[1][3])};
+      gathered_accumulate<Element, Width>(grad_v, probabilities, grad_out_address, step_list, lane);
+      gathered_accumulate<Element, Width>(grad_k, grad_scores, q_address, step_list, lane);
+    }
+  };
+  stream_tiles<kTile>(items, list, lane, stage, load_words, walk);
+  store_c_fragments<Element, Width>(grad_k, p.grad_k, batch, kv_head, first_key, p.seq_k, p.head_dim, p.scale, p.scale,
+                                    lane);
+  store_c_fragments<Element, Width>(grad_v, p.grad_v, batch, kv_head, first_key, p.seq_k, p.head_dim_v, 1.0f, 1.0f,
+                                    lane);
+}
+
+}  // namespace attnkit::cuda::sparse

@@ -1,0 +1,107 @@
+// dQ kernel of the scattered-sparse backward: the forward's gathered walk with the gradient in place of
+// the output.
+//
+// Algorithm. A CTA owns Warps x 16 query rows of one (batch, query head); a warp keeps Q and dO fragments
+// of its 16 rows, their lse (base 2) and delta = rowsum(dO * O), and an fp32 dQ accumulator in registers.
+// The CTA streams K and V tiles of its KV head (cp.async, two stages); per tile and per 16 keys of the
+// warp's union list: S = Q K_U^T, P = exp2(S * scale log2 e - lse2) on attended entries (0 elsewhere),
+// dP = dO V_U^T, dS = P (dP - delta), dQ += dS K_U (K rows gathered again, transposed). At the end dQ is
+// scaled by the softmax scale and written in the input dtype. No atomics: every dQ row has one owner.
+//
+// Counts per (batch, head), u the union fraction of the forward kernel: mma FLOPs 2 Sq Sk u (2 D + Dv);
+// shared reads 2 (2 D + Dv) bytes per union key and warp; L2 -> shared (Sq / (16 Warps)) Sk 2 (D + Dv).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/sparse/scattered_forward_kernel.cuh"
+#include "cuda/sparse/scattered_gather.cuh"
+#include "cuda/sparse/scattered_params.hpp"
+
+namespace attnkit::cuda::sparse {
+
+template <class Element, int Width, int Warps>
+__global__ void __launch_bounds__(Warps * 32, 1) scattered_backward_dq_kernel(const ScatteredBackwardParams p) {
+  using Traits = ScatteredForwardTraits<Element, Width, Warps>;  // same tiles: K and V, two stages
+  constexpr int kTile = Traits::kTile;
+  extern __shared__ __align__(128) unsigned char shared[];
+  Element* tiles = reinterpret_cast<Element*>(shared);
+  const int thread = static_cast<int>(threadIdx.x);
+  const int warp = thread / 32;
+  const int lane = thread % 32;
+  uint32_t* list = reinterpret_cast<uint32_t*>(tiles + 4 * Traits::kTileElements) + warp * Traits::kListEntries;
+
+  const int32_t batch = static_cast<int32_t>(blockIdx.z);
+  const int32_t head = static_cast<int32_t>(blockIdx.y);
+  const int32_t kv_head = head / p.heads_per_kv;
+  const int32_t first_row = static_cast<int32_t>(blockIdx.x) * Traits::kRows + warp * 16;
+  const int rows = min(max(p.seq_q - first_row, 0), 16);
+  const uint32_t* row_words = p.mask.row_words(batch, head, min(first_row, p.seq_q - 1));
+  const int g = lane / 4;
+  const int t = lane % 4;
+
+  uint32_t q[Width / 16][4];
+  uint32_t grad_out[Width / 16][4];
+  load_a_fragments<Element, Width>(q, p.q, batch, head, first_row, p.seq_q, p.head_dim, lane);
+  load_a_fragments<Element, Width>(grad_out, p.grad_out, batch, head, first_row, p.seq_q, p.head_dim_v, lane);
+  float lse2[2];
+  float delta[2];
+  {
+    const int64_t row_base = (int64_t{batch} * p.heads_q + head) * p.row_pitch;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int32_t row = first_row + g + 8 * half;
+      lse2[half] = row < p.seq_q ? p.lse_log2[row_base + row] : 0.0f;
+      delta[half] = row < p.seq_q ? p.delta[row_base + row] : 0.0f;
+    }
+  }
+  float grad_q[Width / 8][4];
+#pragma unroll
+  for (int i = 0; i < Width / 8; ++i) grad_q[i][0] = grad_q[i][1] = grad_q[i][2] = grad_q[i][3] = 0.0f;
+
+  auto stage = [&](int tile) {
+    Element* k_tile = tiles + (tile & 1) * 2 * Traits::kTileElements;
+    stage_tile_async<Element, Width, kTile, Traits::kThreads>(k_tile, p.k, batch, kv_head, tile * kTile, p.seq_k,
+                                                              p.head_dim, thread);
+    stage_tile_async<Element, Width, kTile, Traits::kThreads>(k_tile + Traits::kTileElements, p.v, batch, kv_head,
+                                                              tile * kTile, p.seq_k, p.head_dim_v, thread);
+  };
+
+  const int tiles_k = (p.seq_k + kTile - 1) / kTile;
+  auto load_words = [&](GatherListBuilder<kTile>& builder, int tile) {
+    builder.load(row_words + tile * (kTile / 32), p.mask.words_per_row, rows,
+                 p.mask.words_per_row - tile * (kTile / 32), lane);
+  };
+  auto walk = [&](int tile, int length) {
+    const uint32_t k_address = shared_address(tiles + (tile & 1) * 2 * Traits::kTileElements);
+    const uint32_t v_address = k_address + Traits::kTileElements * int(sizeof(Element));
+    for (int step = 0; step < length; step += 16) {
+      const uint32_t* step_list = list + step;
+      float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+      float dp[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+      gathered_scores<Element, Width>(s, q, k_address, step_list, lane);
+      gathered_scores<Element, Width>(dp, grad_out, v_address, step_list, lane);
+#pragma unroll
+      for (int block = 0; block < 2; ++block) {
+        const uint2 entries = *reinterpret_cast<const uint2*>(step_list + block * 8 + 2 * t);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const uint32_t entry = (i & 1) ? entries.y : entries.x;
+          const bool attended = (entry >> (16 + g + (i >> 1) * 8)) & 1u;
+          const float probability = attended ? fast_exp2(s[block][i] * p.scale_log2 - lse2[i >> 1]) : 0.0f;
+          s[block][i] = probability * (dp[block][i] - delta[i >> 1]);
+        }
+      }
+      const uint32_t grad_scores[4] = {pack_pair<Element>(s[0][0], s[0][1]), pack_pair<Element>(s[0][2], s[0][3]),
+                                       pack_pair<Element>(s[1][0], s[1][1]), pack_pair<Element>(s[1][2], s[1][3])};
+      gathered_accumulate<Element, Width>(grad_q, grad_scores, k_address, step_list, lane);
+    }
+  };
+  stream_tiles<kTile>(tiles_k, list, lane, stage, load_words, walk);
+  store_c_fragments<Element, Width>(grad_q, p.grad_q, batch, head, first_row, p.seq_q, p.head_dim, p.scale, p.scale,
+                                    lane);
+}
+
+}  // namespace attnkit::cuda::sparse

@@ -1,0 +1,161 @@
+// Forward kernel of the scattered-sparse path: gathered tensor-core attention over a bit-packed mask.
+//
+// Algorithm. A CTA owns Warps x 16 query rows of one (batch, query head); each warp owns 16 of them and
+// keeps their Q fragments, the fp32 output accumulator and the running max / sum in registers. The CTA
+// streams the keys of its KV head in tiles of Tile keys (K and V staged with cp.async, two stages; a
+// tile none of the CTA's rows attends is neither loaded nor walked: stream_tiles). Per
+// tile each warp lists the union U of the keys its 16 rows attend (scattered_gather.cuh) and walks it 16
+// keys at a time: S = Q K_U^T (ldmatrix of the gathered K rows, mma m16n8k16), entries whose bit is clear
+// set to -inf, online softmax in base 2 (scale * log2 e folded into one multiply), O += P V_U with the
+// gathered V rows loaded transposed. A row without any key ends with O = 0 and LSE = -inf.
+//
+// Counts per (batch, head), with density rho and u = 1 - (1 - rho)^16 the chance that a key is in a
+// warp's union (u ~ 0.15 at 1 %): tensor-core FLOPs 2 Sq Sk u (D + Dv) (most of a step's 16 x 16 products
+// are masked: the price of keeping the warp in lockstep without divergence); shared-memory reads
+// 2 (D + Dv) bytes per union key and warp, Sq Sk u 2 (D + Dv) / 16 in all; L2 -> shared traffic
+// (Sq / (16 Warps)) Sk 2 (D + Dv) bytes (every CTA reads its whole KV head once); mask words Sq Sk / 8
+// bytes. At 1 %, Sq = Sk = 8192, H 16, D = Dv = 64, Warps 16: 41 GFLOP of mma, 2.6 GB of shared reads,
+// 1.07 GB of K/V tiles from L2 (the bound on H100), 134 MB of mask words.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/sparse/scattered_gather.cuh"
+#include "cuda/sparse/scattered_params.hpp"
+
+namespace attnkit::cuda::sparse {
+
+template <int Width>
+inline constexpr int kScatteredTile = Width <= 64 ? 256 : 128;
+
+template <class Element, int Width, int Warps>
+struct ScatteredForwardTraits {
+  static constexpr int kTile = kScatteredTile<Width>;
+  static constexpr int kThreads = Warps * 32;
+  static constexpr int kRows = Warps * 16;
+  static constexpr int kListEntries = kTile + 16;
+  static constexpr int kTileElements = kTile * Width;
+  static constexpr int kSharedBytes = 2 * 2 * kTileElements * int(sizeof(Element)) + Warps * kListEntries * 4;
+};
+
+template <class Element, int Width, int Warps>
+__global__ void __launch_bounds__(Warps * 32, 1) scattered_forward_kernel(const ScatteredForwardParams p) {
+  using Traits = ScatteredForwardTraits<Element, Width, Warps>;
+  constexpr int kTile = Traits::kTile;
+  extern __shared__ __align__(128) unsigned char shared[];
+  Element* tiles = reinterpret_cast<Element*>(shared);  // [stage][K, V][kTile][Width]
+  const int thread = static_cast<int>(threadIdx.x);
+  const int warp = thread / 32;
+  const int lane = thread % 32;
+  uint32_t* list = reinterpret_cast<uint32_t*>(tiles + 4 * Traits::kTileElements) + warp * Traits::kListEntries;
+
+  const int32_t batch = static_cast<int32_t>(blockIdx.z);
+  const int32_t head = static_cast<int32_t>(blockIdx.y);
+  const int32_t kv_head = head / p.heads_per_kv;
+  const int32_t first_row = static_cast<int32_t>(blockIdx.x) * Traits::kRows + warp * 16;
+  const int rows = min(max(p.seq_q - first_row, 0), 16);
+  const uint32_t* row_words = p.mask.row_words(batch, head, min(first_row, p.seq_q - 1));
+
+  uint32_t q[Width / 16][4];
+  load_a_fragments<Element, Width>(q, p.q, batch, head, first_row, p.seq_q, p.head_dim, lane);
+  float acc[Width / 8][4];
+#pragma unroll
+  for (int i = 0; i < Width / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+  float row_max[2] = {-INFINITY, -INFINITY};
+  float row_sum[2] = {0.0f, 0.0f};
+  const int g = lane / 4;
+  const int t = lane % 4;
+
+  auto stage = [&](int tile) {
+    Element* k_tile = tiles + (tile & 1) * 2 * Traits::kTileElements;
+    stage_tile_async<Element, Width, kTile, Traits::kThreads>(k_tile, p.k, batch, kv_head, tile * kTile, p.seq_k,
+                                                              p.head_dim, thread);
+    stage_tile_async<Element, Width, kTile, Traits::kThreads>(k_tile + Traits::kTileElements, p.v, batch, kv_head,
+                                                              tile * kTile, p.seq_k, p.head_dim_v, thread);
+  };
+
+  const int tiles_k = (p.seq_k + kTile - 1) / kTile;
+  auto load_words = [&](GatherListBuilder<kTile>& builder, int tile) {
+    builder.load(row_words + tile * (kTile / 32), p.mask.words_per_row, rows,
+                 p.mask.words_per_row - tile * (kTile / 32), lane);
+  };
+  auto walk = [&](int tile, int length) {
+    const uint32_t k_address = shared_address(tiles + (tile & 1) * 2 * Traits::kTileElements);
+    const uint32_t v_address = k_address + Traits::kTileElements * int(sizeof(Element));
+    for (int step = 0; step < length; step += 16) {
+      const uint32_t* step_list = list + step;
+      float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+      gathered_scores<Element, Width>(s, q, k_address, step_list, lane);
+      float block_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int block = 0; block < 2; ++block) {
+        const uint2 entries = *reinterpret_cast<const uint2*>(step_list + block * 8 + 2 * t);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const uint32_t entry = (i & 1) ? entries.y : entries.x;
+          const bool attended = (entry >> (16 + g + (i >> 1) * 8)) & 1u;
+          s[block][i] = attended ? s[block][i] * p.scale_log2 : -INFINITY;
+          block_max[i >> 1] = fmaxf(block_max[i >> 1], s[block][i]);
+        }
+      }
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        block_max[half] = fmaxf(block_max[half], __shfl_xor_sync(kFullWarp, block_max[half], 1));
+        block_max[half] = fmaxf(block_max[half], __shfl_xor_sync(kFullWarp, block_max[half], 2));
+      }
+      float base[2];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const float new_max = fmaxf(row_max[half], block_max[half]);
+        base[half] = new_max == -INFINITY ? 0.0f : new_max;
+        if (new_max > row_max[half]) {
+          const float rescale = fast_exp2(row_max[half] - new_max);
+          row_sum[half] *= rescale;
+#pragma unroll
+          for (int i = 0; i < Width / 8; ++i) {
+            acc[i][2 * half] *= rescale;
+            acc[i][2 * half + 1] *= rescale;
+          }
+          row_max[half] = new_max;
+        }
+      }
+#pragma unroll
+      for (int block = 0; block < 2; ++block) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          s[block][i] = fast_exp2(s[block][i] - base[i >> 1]);
+          row_sum[i >> 1] += s[block][i];
+        }
+      }
+      const uint32_t probabilities[4] = {pack_pair<Element>(s[0][0], s[0][1]), pack_pair<Element>(s[0][2], s[0][3]),
+                                         pack_pair<Element>(s[1][0], s[1][1]), pack_pair<Element>(s[1][2], s[1][3])};
+      gathered_accumulate<Element, Width>(acc, probabilities, v_address, step_list, lane);
+    }
+  };
+  stream_tiles<kTile>(tiles_k, list, lane, stage, load_words, walk);
+
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    row_sum[half] += __shfl_xor_sync(kFullWarp, row_sum[half], 1);
+    row_sum[half] += __shfl_xor_sync(kFullWarp, row_sum[half], 2);
+  }
+  const float inverse_lo = row_sum[0] > 0.0f ? 1.0f / row_sum[0] : 0.0f;
+  const float inverse_hi = row_sum[1] > 0.0f ? 1.0f / row_sum[1] : 0.0f;
+  store_c_fragments<Element, Width>(acc, p.out, batch, head, first_row, p.seq_q, p.head_dim_v, inverse_lo, inverse_hi,
+                                    lane);
+  if (p.lse.data != nullptr && t == 0) {
+    float* lse = static_cast<float*>(p.lse.data);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int32_t row = first_row + g + 8 * half;
+      if (row >= p.seq_q) continue;
+      const float value =
+          row_sum[half] > 0.0f ? (row_max[half] + log2f(row_sum[half])) * 0.69314718055994531f : -INFINITY;
+      lse[p.lse.offset(batch, row, head)] = value;
+    }
+  }
+}
+
+}  // namespace attnkit::cuda::sparse

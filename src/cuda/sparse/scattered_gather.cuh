@@ -1,0 +1,222 @@
+// The gathering half of the scattered kernels, shared by the forward, dQ and dK/dV kernels.
+//
+// A warp owns 16 rows (queries, or keys in the dK/dV kernel); its CTA streams the other side (the
+// "columns") in tiles of Tile columns staged in shared memory. For each tile the warp ORs the mask
+// words of its 16 rows into the union of the columns any of them attends, and writes that union as a
+// list of entries (column in the tile | 16-bit row set << 16), padded with empty entries to a multiple of
+// 16. The kernels then walk the list 16 entries at a time: ldmatrix reads the listed columns' rows
+// straight out of the staged tile (each lane supplies one gathered row address), and the row set tells
+// which of the 16 x 16 products are real. Work per tile therefore follows the union, not the tile.
+//
+// Staged tiles are [Tile][Width] elements, 16-byte chunks XOR-swizzled by the row (chunk ^ row % 8) so
+// that gathered rows with different row % 8 fall in different banks.
+#pragma once
+#include <cstdint>
+
+#include "cuda/common/async_copy.cuh"
+#include "cuda/sparse/scattered_fragments.cuh"
+#include "cuda/sparse/scattered_params.hpp"
+
+namespace attnkit::cuda::sparse {
+
+inline constexpr unsigned kFullWarp = 0xffffffffu;
+
+template <int Width>
+struct StagedTile {
+  static constexpr int kChunks = Width / 8;  // 16-byte chunks per row
+  static constexpr int kSwizzle = (kChunks < 8 ? kChunks : 8) - 1;
+  // Element offset of chunk `chunk` of row `row`.
+  __device__ __forceinline__ static int chunk_offset(int row, int chunk) {
+    return row * Width + ((chunk ^ (row & kSwizzle)) << 3);
+  }
+};
+
+// Issues the cp.async copies of tokens first .. first + Tile - 1 of head `head` (zero past `tokens` and
+// past `columns`). Each thread copies one 16-byte chunk column of rows kRowsPerPass apart; that distance
+// is a multiple of the swizzle period, so its shared offsets step by a constant, and with collapsed
+// token dims so do its global addresses.
+template <class Element, int Width, int Tile, int Threads>
+__device__ __forceinline__ void stage_tile_async(Element* tile, const SequenceTensor& tensor, int32_t batch,
+                                                 int32_t head, int32_t first, int32_t tokens, int32_t columns,
+                                                 int thread) {
+  constexpr int kChunks = StagedTile<Width>::kChunks;
+  constexpr int kRowsPerPass = Threads / kChunks;
+  static_assert(Threads % kChunks == 0 && Tile % kRowsPerPass == 0 && kRowsPerPass % 8 == 0, "tile loader shape");
+  const int chunk = thread % kChunks;
+  const int first_row = thread / kChunks;
+  const bool column_valid = chunk * 8 < columns;
+  const Element* base = static_cast<const Element*>(tensor.data);
+  const uint32_t destination = shared_address(tile + StagedTile<Width>::chunk_offset(first_row, chunk));
+  constexpr uint32_t kPassBytes = kRowsPerPass * Width * sizeof(Element);
+  if (tensor.token_dims == 1) {
+    const int64_t stride = tensor.token_stride[0];
+    const Element* source = base + int64_t{batch} * tensor.batch_stride + int64_t{head} * tensor.head_stride +
+                            int64_t{first + first_row} * stride + chunk * 8;
+#pragma unroll
+    for (int pass = 0; pass < Tile / kRowsPerPass; ++pass) {
+      const bool valid = column_valid && first + first_row + pass * kRowsPerPass < tokens;
+      copy_16_bytes_async(destination + pass * kPassBytes, valid ? source : base, valid);
+      source += kRowsPerPass * stride;
+    }
+  } else {
+#pragma unroll 2
+    for (int pass = 0; pass < Tile / kRowsPerPass; ++pass) {
+      const int32_t token = first + first_row + pass * kRowsPerPass;
+      const bool valid = column_valid && token < tokens;
+      const Element* source = valid ? base + tensor.offset(batch, token, head) + chunk * 8 : base;
+      copy_16_bytes_async(destination + pass * kPassBytes, source, valid);
+    }
+  }
+}
+
+// Copies `Tile` floats of a workspace row (zero past `count`) into shared memory.
+template <int Tile, int Threads>
+__device__ __forceinline__ void stage_floats_async(float* tile, const float* row, int32_t first, int32_t count,
+                                                   int thread) {
+  for (int i = thread; i < Tile / 4; i += Threads) {
+    const bool valid = first + 4 * i < count;
+    copy_16_bytes_async(shared_address(tile + 4 * i), valid ? row + first + 4 * i : row, valid);
+  }
+}
+
+// The warp's gather list for one tile (see the file comment), in two halves so that the mask words of
+// the next tile are in flight while the current one is walked: load() reads the tile's words of the 16
+// rows into registers (rows past `rows` and words past `valid_words` count as empty), build() writes the
+// list and returns its length, a multiple of 16.
+template <int Tile>
+struct GatherListBuilder {
+  static constexpr int kWords = Tile / 32;
+  static constexpr int kLanesPerWord = 32 / kWords;
+  static constexpr int kRowsPerLane = 16 / kLanesPerWord;
+  static_assert(kWords * kLanesPerWord == 32 && kLanesPerWord * kRowsPerLane == 16, "tile of 128 or 256 columns");
+
+  uint32_t row_words[kRowsPerLane];
+
+  // `words` points at the tile's first mask word of the warp's first row.
+  __device__ __forceinline__ void load(const uint32_t* words, int32_t words_per_row, int rows, int valid_words,
+                                       int lane) {
+    const int word = lane / kLanesPerWord;
+    const int group_lane = lane % kLanesPerWord;
+#pragma unroll
+    for (int i = 0; i < kRowsPerLane; ++i) {
+      const int row = group_lane * kRowsPerLane + i;
+      row_words[i] = row < rows && word < valid_words ? words[int64_t{row} * words_per_row + word] : 0u;
+    }
+  }
+
+  // Whether this lane's rows attend any column of the tile.
+  __device__ __forceinline__ bool any() const {
+    uint32_t bits = 0;
+#pragma unroll
+    for (int i = 0; i < kRowsPerLane; ++i) bits |= row_words[i];
+    return bits != 0;
+  }
+
+  __device__ __forceinline__ int build(uint32_t* list, int lane) const {
+    const int word = lane / kLanesPerWord;
+    const int group_lane = lane % kLanesPerWord;
+    uint32_t any = 0;
+#pragma unroll
+    for (int i = 0; i < kRowsPerLane; ++i) any |= row_words[i];
+#pragma unroll
+    for (int offset = 1; offset < kLanesPerWord; offset <<= 1) any |= __shfl_xor_sync(kFullWarp, any, offset);
+    const int count = __popc(any);
+    int end = count;  // inclusive scan over the words
+#pragma unroll
+    for (int offset = kLanesPerWord; offset < 32; offset <<= 1) {
+      const int before = __shfl_up_sync(kFullWarp, end, offset);
+      if (lane >= offset) end += before;
+    }
+    const int total = __shfl_sync(kFullWarp, end, 31);
+    const unsigned group = ((1u << kLanesPerWord) - 1u) << (word * kLanesPerWord);
+    int position = end - count;
+    uint32_t rest = any;
+    while (rest != 0) {  // the same trip count in every lane of the group
+      const int bit = __ffs(rest) - 1;
+      rest &= rest - 1;
+      uint32_t row_set = 0;
+#pragma unroll
+      for (int i = 0; i < kRowsPerLane; ++i) {
+        row_set |= ((row_words[i] >> bit) & 1u) << (group_lane * kRowsPerLane + i);
+      }
+#pragma unroll
+      for (int offset = 1; offset < kLanesPerWord; offset <<= 1) row_set |= __shfl_xor_sync(group, row_set, offset);
+      if (group_lane == 0) list[position] = (row_set << 16) | static_cast<uint32_t>(word * 32 + bit);
+      ++position;
+    }
+    const int padded = (total + 15) & ~15;
+    if (lane < 16 && total + lane < padded) list[total + lane] = 0u;
+    __syncwarp();
+    return padded;
+  }
+};
+
+// The tile pipeline of every scattered kernel: `items` tiles, each staged by stage(item) (cp.async into
+// stage item % 2) only when some row of the CTA attends a column of it (a CTA-wide OR of the mask words,
+// so structured masks skip whole tiles for free), then walk(item, length) over the warp's list. Mask words
+// are read two tiles ahead (load_words(builder, item)), so their latency hides behind a walk. One barrier
+// per tile publishes the staged data, the other (with the OR) frees the stage the next copies overwrite.
+template <int Tile, class Stage, class LoadWords, class Walk>
+__device__ __forceinline__ void stream_tiles(int items, uint32_t* list, int lane, const Stage& stage,
+                                             const LoadWords& load_words, const Walk& walk) {
+  GatherListBuilder<Tile> current;
+  GatherListBuilder<Tile> next;
+  if (items > 0) load_words(current, 0);
+  if (items > 1) load_words(next, 1);
+  bool current_needed = __syncthreads_or(items > 0 && current.any()) != 0;
+  if (current_needed) stage(0);
+  commit_async_copies();
+  for (int item = 0; item < items; ++item) {
+    const bool next_needed = __syncthreads_or(item + 1 < items && next.any()) != 0;
+    if (next_needed) stage(item + 1);
+    commit_async_copies();
+    const int length = current.build(list, lane);
+    current = next;
+    if (item + 2 < items) load_words(next, item + 2);
+    wait_async_copies<1>();
+    __syncthreads();
+    if (current_needed) walk(item, length);  // otherwise every warp's list is empty
+    current_needed = next_needed;
+  }
+}
+
+// Shared byte address of chunk `chunk` of the gathered row named by list entry `entry`.
+template <class Element, int Width>
+__device__ __forceinline__ uint32_t gathered_row_address(uint32_t tile_address, uint32_t entry, int chunk) {
+  const int row = static_cast<int>(entry & 0xffffu);
+  return tile_address + static_cast<uint32_t>(StagedTile<Width>::chunk_offset(row, chunk) * int(sizeof(Element)));
+}
+
+// S(16 rows x 16 listed columns) += A(16 x Width) * B^T where B's listed rows sit in a staged tile:
+// n-block 0 holds list entries 0..7 of the step, n-block 1 entries 8..15.
+template <class Element, int Width>
+__device__ __forceinline__ void gathered_scores(float (&s)[2][4], const uint32_t (&a)[Width / 16][4],
+                                                uint32_t tile_address, const uint32_t* step_list, int lane) {
+#pragma unroll
+  for (int block = 0; block < 2; ++block) {
+    const uint32_t entry = step_list[block * 8 + (lane & 7)];
+#pragma unroll
+    for (int pass = 0; pass < Width / 32; ++pass) {
+      uint32_t b[4];
+      load_matrix_x4(b, gathered_row_address<Element, Width>(tile_address, entry, pass * 4 + (lane >> 3)));
+      mma_16816<Element>(s[block], a[2 * pass], b[0], b[1]);
+      mma_16816<Element>(s[block], a[2 * pass + 1], b[2], b[3]);
+    }
+  }
+}
+
+// C(16 x Width) += P(16 x 16 listed columns, an A fragment) * B where B's listed rows sit in a staged tile.
+template <class Element, int Width>
+__device__ __forceinline__ void gathered_accumulate(float (&c)[Width / 8][4], const uint32_t (&p)[4],
+                                                    uint32_t tile_address, const uint32_t* step_list, int lane) {
+  const uint32_t entry = step_list[(lane & 7) + ((lane >> 3) & 1) * 8];
+#pragma unroll
+  for (int pair = 0; pair < Width / 16; ++pair) {
+    uint32_t b[4];
+    load_matrix_x4_transposed(b, gathered_row_address<Element, Width>(tile_address, entry, 2 * pair + (lane >> 4)));
+    mma_16816<Element>(c[2 * pair], p, b[0], b[1]);
+    mma_16816<Element>(c[2 * pair + 1], p, b[2], b[3]);
+  }
+}
+
+}  // namespace attnkit::cuda::sparse

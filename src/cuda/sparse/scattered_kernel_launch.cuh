@@ -1,0 +1,74 @@
+// Host-side launch of the scattered kernels for one element type: grid shapes, the dynamic shared
+// memory opt-in (once per kernel and device), and the width / warp-count choice per kernel. Included by
+// the per-dtype .cu files only.
+#pragma once
+#include <cuda_runtime.h>
+
+#include "cuda/common/cuda_check.hpp"
+#include "cuda/common/kernel_attributes.hpp"
+#include "cuda/sparse/scattered_backward_dkdv_kernel.cuh"
+#include "cuda/sparse/scattered_backward_dq_kernel.cuh"
+#include "cuda/sparse/scattered_forward_kernel.cuh"
+#include "cuda/sparse/scattered_launch.hpp"
+
+namespace attnkit::cuda::sparse {
+
+// Warps per CTA: more query rows per CTA read the KV head from L2 fewer times; the forward at widths up
+// to 64 fits 16 warps in 128 registers a thread, the wider and the backward kernels keep 8.
+template <int Width>
+inline constexpr int kForwardWarps = Width <= 64 ? 16 : 8;
+inline constexpr int kBackwardWarps = 8;
+
+template <class Element, int Width>
+void launch_forward_width(const ScatteredForwardParams& p, int32_t batch, cudaStream_t stream) {
+  constexpr int kWarps = kForwardWarps<Width>;
+  using Traits = ScatteredForwardTraits<Element, Width, kWarps>;
+  auto* kernel = scattered_forward_kernel<Element, Width, kWarps>;
+  check_cuda(raise_dynamic_shared_memory_once(kernel, Traits::kSharedBytes), "scattered forward shared memory");
+  const dim3 grid((p.seq_q + Traits::kRows - 1) / Traits::kRows, p.heads_q, batch);
+  kernel<<<grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(p);
+  check_launch("scattered_forward_kernel");
+}
+
+template <class Element, int Width>
+void launch_backward_width(const ScatteredBackwardParams& p, cudaStream_t stream) {
+  {
+    using Traits = ScatteredForwardTraits<Element, Width, kBackwardWarps>;
+    auto* kernel = scattered_backward_dq_kernel<Element, Width, kBackwardWarps>;
+    check_cuda(raise_dynamic_shared_memory_once(kernel, Traits::kSharedBytes), "scattered dQ shared memory");
+    const dim3 grid((p.seq_q + Traits::kRows - 1) / Traits::kRows, p.heads_q, p.batch);
+    if (grid.x != 0) {  // no query: no dQ row (dK and dV are still written, as zeros, below)
+      kernel<<<grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(p);
+      check_launch("scattered_backward_dq_kernel");
+    }
+  }
+  {
+    using Traits = ScatteredKeyTraits<Element, Width, kBackwardWarps>;
+    auto* kernel = scattered_backward_dkdv_kernel<Element, Width, kBackwardWarps>;
+    check_cuda(raise_dynamic_shared_memory_once(kernel, Traits::kSharedBytes), "scattered dK/dV shared memory");
+    const dim3 grid((p.seq_k + Traits::kRows - 1) / Traits::kRows, p.heads_q / p.heads_per_kv, p.batch);
+    if (grid.x == 0) return;
+    kernel<<<grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(p);
+    check_launch("scattered_backward_dkdv_kernel");
+  }
+}
+
+template <class Element>
+void launch_forward_for(const ScatteredForwardParams& p, int32_t batch, int width, cudaStream_t stream) {
+  switch (width) {
+    case 32: launch_forward_width<Element, 32>(p, batch, stream); return;
+    case 64: launch_forward_width<Element, 64>(p, batch, stream); return;
+    default: launch_forward_width<Element, 128>(p, batch, stream); return;
+  }
+}
+
+template <class Element>
+void launch_backward_for(const ScatteredBackwardParams& p, int width, cudaStream_t stream) {
+  switch (width) {
+    case 32: launch_backward_width<Element, 32>(p, stream); return;
+    case 64: launch_backward_width<Element, 64>(p, stream); return;
+    default: launch_backward_width<Element, 128>(p, stream); return;
+  }
+}
+
+}  // namespace attnkit::cuda::sparse

@@ -1,0 +1,49 @@
+// Launchers of the scattered-sparse kernels, called by scattered_attention.cpp once the arguments are
+// checked: the mask packers, the backward's preprocess, and the forward / dQ / dK-dV kernels for one
+// dtype and one compiled width (the smallest of kScatteredWidths that holds max(D, Dv)).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "attnkit/dtype.hpp"
+#include "cuda/sparse/scattered_params.hpp"
+
+namespace attnkit::cuda::sparse {
+
+inline constexpr int kScatteredWidths[] = {32, 64, 128};
+
+// 0 when no compiled width holds max(head_dim, head_dim_v).
+inline int scattered_width(int64_t head_dim, int64_t head_dim_v) {
+  const int64_t widest = head_dim > head_dim_v ? head_dim : head_dim_v;
+  for (int width : kScatteredWidths) {
+    if (widest <= width) return width;
+  }
+  return 0;
+}
+
+// A bool [batches, heads, rows, columns] mask as stored (a broadcast dimension has extent 1 here).
+struct MaskBytes {
+  const uint8_t* data = nullptr;
+  int64_t stride[4] = {0, 0, 0, 1};
+  int32_t batches = 1;
+  int32_t heads = 1;
+  int32_t rows = 0;
+  int32_t columns = 0;
+};
+
+ATTNKIT_SPARSE_HOST_DEVICE int32_t words_for(int32_t bits) { return (bits + 31) / 32; }
+
+// words[slice][row][words_for(columns)] (see PackedMask).
+void launch_pack_mask(const MaskBytes& mask, uint32_t* words, cudaStream_t stream);
+// words[slice][column][words_for(rows)]: the transpose.
+void launch_pack_mask_transposed(const MaskBytes& mask, uint32_t* words, cudaStream_t stream);
+// p.lse_log2 and p.delta for every (batch, query head, query); rows past seq_q up to row_pitch get 0.
+void launch_scattered_backward_preprocess(const ScatteredBackwardParams& p, DType dtype, cudaStream_t stream);
+
+void launch_scattered_forward_f16(const ScatteredForwardParams& p, int32_t batch, int width, cudaStream_t stream);
+void launch_scattered_forward_bf16(const ScatteredForwardParams& p, int32_t batch, int width, cudaStream_t stream);
+void launch_scattered_backward_f16(const ScatteredBackwardParams& p, int width, cudaStream_t stream);
+void launch_scattered_backward_bf16(const ScatteredBackwardParams& p, int width, cudaStream_t stream);
+
+}  // namespace attnkit::cuda::sparse

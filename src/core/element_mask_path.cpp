@@ -47,10 +47,12 @@ ElementPathCosts element_path_costs(const ElementPathProblem& problem, const Ele
 
   const double tile_flops = 2.0 * problem.block_m * problem.block_n * d;
   const auto partial = static_cast<double>(stats.nonempty_tiles - stats.full_tiles);
-  const double weighted_tiles = static_cast<double>(stats.full_tiles) + partial * rates.partial_tile_factor;
+  const double partial_factor = problem.backward ? rates.partial_tile_factor_backward : rates.partial_tile_factor;
+  const double weighted_tiles = static_cast<double>(stats.full_tiles) + partial * partial_factor;
   ElementPathCosts costs;
-  costs.tiles_seconds =
-      per_slice * weighted_tiles * tile_flops * direction / rates.tile_flops_per_second + memory_seconds;
+  const double tile_rate = std::max(problem.head_dim, problem.head_dim_v) <= 64 ? rates.tile_flops_per_second
+                                                                                : rates.tile_flops_per_second_wide;
+  costs.tiles_seconds = per_slice * weighted_tiles * tile_flops * direction / tile_rate + memory_seconds;
   costs.scattered_seconds = heads * scattered_seconds_per_head(problem, density, rates) + memory_seconds;
   return costs;
 }

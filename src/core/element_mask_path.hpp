@@ -6,8 +6,8 @@
 // The model (docs/design.md, "Element-mask paths"), per (batch, head), with rho a slice's fraction of true
 // entries:
 //   tiles:     every non-empty (Q tile, KV tile) is a full tile product on tensor cores (2 bm bn (D + Dv)
-//              FLOPs); a partial tile (some entries false) costs partial_tile_factor times a full one (its
-//              bits are loaded and applied).
+//              FLOPs); a partial tile (some entries false) costs partial_tile_factor times a full one
+//              (partial_tile_factor_backward in the backward; its bits or mask bytes are loaded and applied).
 //   scattered: the kernels of cuda/sparse (their file comments give these counts): a warp of 16 query rows
 //              walks the union of the keys its rows attend, u = 1 - (1 - rho)^16 of them for uniformly
 //              scattered entries, on tensor cores: 2 Sq Sk u (D + Dv) FLOPs at a gathered rate; each CTA of
@@ -17,8 +17,9 @@
 // FLOPs, K/V streamed per 128 query rows) plus the dK/dV kernel (2 Sq Sk u (2D + 2Dv) FLOPs, Q/dO streamed
 // per 128 keys). The smaller estimate wins; a tie goes to tiles. No fixed density threshold (DESIGN §3):
 // for a uniformly scattered broadcast mask at S 8192, H 16, D = Dv = 64 the default rates put the crossover
-// near 2.5 % true entries (forward; measured: between 1 % and 3 %); a mask whose entries cluster into fewer
-// tiles moves it lower.
+// near 2 % true entries at D 64 and 0.1 % at D 128 (forward; measured: between 1 and 3 %, and between 0.1
+// and 1 %); the backward takes the scattered path over partial tiles; masks whose entries cluster into
+// fewer tiles move the crossover lower.
 // The rates are estimates for an H100-class GPU, in one place (ElementPathRates) so that measured figures
 // (bench/bench_sparse_mask.py) can replace them.
 #pragma once
@@ -54,14 +55,19 @@ struct ElementPathProblem {
 // rate is what the tile kernels reach on a dense bf16 D64 problem (S 8192, H 16: 0.81 ms on an H100 and on
 // an H200); the partial-tile factor is the measured cost of an all-partial scattered mask over that (1.06 /
 // 0.81 ms). The gathered rate and the L2 streaming rate are fitted to the scattered kernels' times on an
-// H200 (2026-11-26, bf16, B1 H16 S8192 D64, uniformly scattered masks, docs/perf.md): forward 0.35 / 0.78 /
-// 1.39 / 2.21 ms and backward 1.32 / 2.66 / 4.63 / 7.35 ms at 0.1 / 1 / 3 / 10 % true entries, which these
-// two rates reproduce within about 15 % (both directions).
+// H200 (2026-11-26, bf16, B1 H16 S8192, uniformly scattered masks, docs/perf.md): forward D 64 0.35 / 0.78 /
+// 1.39 / 2.21 ms and D 128 0.97 / 1.94 / 3.36 / 5.25 ms at 0.1 / 1 / 3 / 10 % true entries; these rates put
+// every measured row on the right side of the tile path's time (estimates within about 25 %).
 struct ElementPathRates {
-  double tile_flops_per_second = 330e12;
+  double tile_flops_per_second = 330e12;       // D, Dv <= 64
+  double tile_flops_per_second_wide = 520e12;  // wider heads (unmasked D 128: 1.05 ms on an H200)
   double partial_tile_factor = 1.3;
-  double gathered_flops_per_second = 120e12;
-  double l2_bytes_per_second = 3.0e12;
+  // The backward's partial tiles test each (key, query) pair against the byte mask: 5.3-6.7x a full tile on
+  // an H200 (S 8192, H 16, D 64 / 128: 13.8 / 15.2 ms against unmasked backwards of 2.6 / 3.9 ms); 7 makes
+  // the choice match every measured backward row (the scattered estimate runs high at D 128).
+  double partial_tile_factor_backward = 7.0;
+  double gathered_flops_per_second = 100e12;
+  double l2_bytes_per_second = 3.5e12;
   double memory_bytes_per_second = 3.0e12;
   int union_rows = 16;                // query rows (keys in dK/dV) sharing one union list: a warp's
   int forward_cta_rows_narrow = 256;  // query rows per forward CTA for D, Dv <= 64

@@ -166,14 +166,30 @@ __global__ void __launch_bounds__(Traits::kThreads, 2)
       if constexpr (kLists) {
         const int32_t seq_q = p.q_space.flat_extent;
         const int32_t seq_k = p.kv_space.flat_extent;
+        const int32_t q0 = q.origin.index[0];
+        if (p.list.key_bits != nullptr && q0 % 32 == 0) {
+          // Element masks: per key column, the key-major words of this Q tile's queries.
+          static_assert(kBlockM % 32 == 0, "a Q tile spans whole words of the key-major bits");
 #pragma unroll
-        for (int j = 0; j < kCols; ++j) {
-          const int32_t k = v.origin.index[0] + col_of[j];
+          for (int j = 0; j < kCols; ++j) {
+            const int32_t k = v.origin.index[0] + col_of[j];
+            uint32_t words[kBlockM / 32] = {};
+            if (k < seq_k) load_key_bit_words(p.list, seq_k, batch, head, k, q0, words);
 #pragma unroll
-          for (int i = 0; i < kRows; ++i) {
-            const int32_t qi = window[i][0].x;  // flat query token
-            const bool ok = qi < seq_q && k < seq_k && list_mask_allows(p.list, mask_base, qi, k);
-            if (!ok) allowed[i] &= ~(1u << j);
+            for (int i = 0; i < kRows; ++i) {
+              if (!key_bit(words, window[i][0].x - q0)) allowed[i] &= ~(1u << j);
+            }
+          }
+        } else {
+#pragma unroll
+          for (int j = 0; j < kCols; ++j) {
+            const int32_t k = v.origin.index[0] + col_of[j];
+#pragma unroll
+            for (int i = 0; i < kRows; ++i) {
+              const int32_t qi = window[i][0].x;  // flat query token
+              const bool ok = qi < seq_q && k < seq_k && list_mask_allows(p.list, mask_base, qi, k);
+              if (!ok) allowed[i] &= ~(1u << j);
+            }
           }
         }
       } else {

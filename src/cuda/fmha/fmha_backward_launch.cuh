@@ -43,13 +43,14 @@ inline int64_t backward_round_up(int64_t bytes) { return (bytes + 255) / 256 * 2
 struct BackwardWorkspaceLayout {
   int64_t lse_log2 = 0, delta = 0, classes = 0, q_entries = 0, q_counts = 0, kv_entries = 0, kv_counts = 0;
   int64_t turn_table = 0;    // ordered dQ: tile lists' rank table, or the box policies' visitor bounds
+  int64_t key_bits = 0;      // element masks: the mask packed key-major
   int64_t dq_accum = 0;      // p.accumulate_dq only
   int64_t dq_turns = 0;      // ordered dQ only; zeroed with dq_accum
   int64_t rpb_partials = 0;  // the positional bias's gradient only; zeroed with dq_accum
   int64_t kv_partials = 0;   // kv_splits > 1 only: dK partials, then dV partials
   int64_t total() const {
-    return lse_log2 + delta + classes + q_entries + q_counts + kv_entries + kv_counts + turn_table + dq_accum +
-           dq_turns + rpb_partials + kv_partials;
+    return lse_log2 + delta + classes + q_entries + q_counts + kv_entries + kv_counts + turn_table + key_bits +
+           dq_accum + dq_turns + rpb_partials + kv_partials;
   }
   // The zeroed region: dq_accum, dq_turns, rpb_partials.
   int64_t dq_accum_offset() const { return total() - kv_partials - rpb_partials - dq_turns - dq_accum; }
@@ -74,6 +75,9 @@ BackwardWorkspaceLayout backward_workspace_layout(const FmhaBackwardLaunch& laun
     layout.kv_entries = backward_round_up(tiles * 4);
     layout.kv_counts = backward_round_up(mask_bh * b.kv_tiles * 4);
     if (p.ordered_dq) layout.turn_table = backward_round_up(tiles * 4);
+    if (b.kind == TileMaskKind::element) {
+      layout.key_bits = backward_round_up(mask_bh * b.seq_k * backward_key_words(b.seq_q) * 4);
+    }
   } else if (p.ordered_dq) {
     layout.turn_table = backward_round_up(visitor_bounds_count(p) * int64_t{sizeof(VisitorBounds)});
   }
@@ -160,7 +164,17 @@ cudaError_t launch_backward_kernels(FmhaBackwardLaunch& launch, char* base, cons
     b.kv_counts = reinterpret_cast<int32_t*>(at);
     at += layout.kv_counts;
     b.turn_table = p.ordered_dq ? reinterpret_cast<uint32_t*>(at) : nullptr;
+    at += layout.turn_table;
+    b.key_bits = b.kind == TileMaskKind::element ? reinterpret_cast<uint32_t*>(at) : nullptr;
     const unsigned mask_bh = static_cast<unsigned>(b.mask_batch * b.mask_heads);
+    if (b.key_bits != nullptr) {
+      const int64_t words = backward_key_words(b.seq_q);
+      pack_mask_by_key_kernel<<<dim3(static_cast<unsigned>((b.seq_k + kPackByKeyThreads - 1) / kPackByKeyThreads),
+                                     static_cast<unsigned>(words < 65535 ? words : 65535), mask_bh),
+                                kPackByKeyThreads, 0, stream>>>(b);
+      p.list.key_bits = b.key_bits;
+      p.list.key_words = words;
+    }
     if (b.kind == TileMaskKind::block && b.block_q >= Traits::kBlockM && b.block_k >= Traits::kBlockN) {
       const int64_t tiles = int64_t{mask_bh} * b.q_tiles * b.kv_tiles;
       const auto ctas = static_cast<unsigned>((tiles + kLargeBlockClassifyThreads - 1) / kLargeBlockClassifyThreads);

@@ -20,6 +20,7 @@
 #pragma once
 #include <cstdint>
 
+#include "core/host_device.hpp"
 #include "cuda/common/tile_range.hpp"
 #include "cuda/fmha/fmha_params.hpp"
 
@@ -36,9 +37,13 @@ struct BackwardTileLists {
   int32_t kv_tiles = 0;
   int32_t mask_batch = 1;  // 1: broadcast over the batch
   int32_t mask_heads = 1;  // 1: broadcast over the heads
-  // The mask itself, read for the element predicate of partial tiles.
+  // The mask itself, read for the element predicate of partial tiles (block masks).
   TileMaskKind kind = TileMaskKind::block;
   const uint8_t* mask = nullptr;
+  // Element masks: the mask packed key-major, [mask_bh][seq_k][key_words] 32-bit words, bit q % 32 of word
+  // q / 32 of key row k set when query q attends key k (zero past the queries; pack_mask_by_key_kernel).
+  const uint32_t* key_bits = nullptr;
+  int64_t key_words = 0;
   int64_t mask_stride[4] = {0, 0, 0, 0};
   int32_t block_q = 1;
   int32_t block_k = 1;
@@ -157,6 +162,10 @@ struct BackwardListBuildParams {
   uint32_t* kv_entries = nullptr;
   int32_t* kv_counts = nullptr;
   uint32_t* turn_table = nullptr;  // ordered dQ only: [mask_bh][q_tiles][kv_tiles], rank_backward_rows_kernel
+  uint32_t* key_bits = nullptr;    // element masks only: BackwardTileLists::key_bits
 };
+
+// Words per key row of BackwardTileLists::key_bits: ceil(seq_q / 32).
+ATTNKIT_HOST_DEVICE int64_t backward_key_words(int64_t seq_q) { return (seq_q + 31) / 32; }
 
 }  // namespace attnkit::cuda::fmha

@@ -378,6 +378,28 @@ __device__ __forceinline__ bool list_mask_allows(const BackwardTileLists& l, int
   return l.mask[base + (q / l.block_q) * l.mask_stride[2] + (k / l.block_k) * l.mask_stride[3]] != 0;
 }
 
+// Element masks: the words of key row k's packed bits (BackwardTileLists::key_bits) for the kWords * 32
+// queries from q0 (a multiple of 32) on, in the mask slice of (batch, query head); zero past the queries.
+template <int kWords>
+__device__ __forceinline__ void load_key_bit_words(const BackwardTileLists& l, int32_t seq_k, int32_t batch,
+                                                   int32_t head, int32_t k, int32_t q0, uint32_t (&words)[kWords]) {
+  const int64_t b = l.mask_batch > 1 ? batch : 0;
+  const int64_t h = l.mask_heads > 1 ? head : 0;
+  const uint32_t* row = l.key_bits + ((b * l.mask_heads + h) * seq_k + k) * l.key_words;
+  const int64_t first = q0 / 32;
+#pragma unroll
+  for (int n = 0; n < kWords; ++n) words[n] = first + n < l.key_words ? row[first + n] : 0u;
+}
+
+// Bit `offset` (0 <= offset < 32 * kWords) of the words, selected without indexing a register array.
+template <int kWords>
+__device__ __forceinline__ bool key_bit(const uint32_t (&words)[kWords], int offset) {
+  uint32_t word = words[0];
+#pragma unroll
+  for (int n = 1; n < kWords; ++n) word = (offset >> 5) == n ? words[n] : word;
+  return (word >> (offset & 31)) & 1u;
+}
+
 // Converts a fp32 accumulator tile (Rows x HeadDim, rows over warps) to Element, stages it through the
 // swizzled shared tile `smem` and writes whole 16-byte chunks of the rows that row_start() maps to
 // memory (nullptr: outside the extents), first `valid_cols` columns only. The caller's barrier must

@@ -130,9 +130,25 @@ __device__ __forceinline__ void visit_allowed_bits(const FmhaBackwardParams& p, 
   for (int i = 0; i < kRows; ++i) allowed[i] = ~0u;
   if (v.full) return;
   if constexpr (kLists) {
-    const int64_t base = list_mask_base(p.list, batch, v.head);
     const int32_t seq_q = p.q_space.flat_extent;
     const int32_t seq_k = p.kv_space.flat_extent;
+    const int32_t q0 = v.origin.index[0];
+    if (p.list.key_bits != nullptr && q0 % 32 == 0) {
+      // Element masks: a few words of the key-major bits per key row instead of a byte per pair.
+      static_assert(kBlockM % 32 == 0, "a Q tile spans whole words of the key-major bits");
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) {
+        const int32_t k = key_index[i][0];
+        uint32_t words[kBlockM / 32] = {};
+        if (k < seq_k) load_key_bit_words(p.list, seq_k, batch, v.head, k, q0, words);
+#pragma unroll
+        for (int j = 0; j < kCols; ++j) {
+          if (!key_bit(words, col_of[j])) allowed[i] &= ~(1u << j);
+        }
+      }
+      return;
+    }
+    const int64_t base = list_mask_base(p.list, batch, v.head);
 #pragma unroll
     for (int j = 0; j < kCols; ++j) {
       const int32_t q = v.origin.index[0] + col_of[j];

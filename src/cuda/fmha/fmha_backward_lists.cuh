@@ -8,9 +8,9 @@
 // coalesced byte loads. A tile is full when every element inside the sequences is attended and the
 // tile's keys do not run past the end of the keys (rows past the end of the queries carry no weight
 // in the backward); the main kernels mask partial tiles of block masks from the mask itself and those
-// of element masks from the key-major bits below. classify_large_block_tiles_kernel: the same classes for block masks whose blocks are at least a
-// tile in each dimension (a tile meets at most 2 x 2 blocks), one thread per tile: a CTA per tile would be
-// mostly launch cost there, multiplied by every mask slice of a per-head or per-batch mask.
+// of element masks from the key-major bits below. classify_large_block_tiles_kernel: the same classes for block masks
+// whose blocks are at least a tile in each dimension (a tile meets at most 2 x 2 blocks), one thread per tile: a CTA
+// per tile would be mostly launch cost there, multiplied by every mask slice of a per-head or per-batch mask.
 // compact_backward_rows_kernel / compact_backward_columns_kernel: one warp per list, ballot +
 // popc, entries tile | kEntryPartial, then the count. rank_backward_rows_kernel (ordered dQ only,
 // fmha_backward_dq_order.hpp): each row's KV tiles get their rank in descending order, written where

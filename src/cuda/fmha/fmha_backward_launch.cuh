@@ -169,9 +169,9 @@ cudaError_t launch_backward_kernels(FmhaBackwardLaunch& launch, char* base, cons
     const unsigned mask_bh = static_cast<unsigned>(b.mask_batch * b.mask_heads);
     if (b.key_bits != nullptr) {
       const int64_t words = backward_key_words(b.seq_q);
-      pack_mask_by_key_kernel<<<dim3(static_cast<unsigned>((b.seq_k + kPackByKeyThreads - 1) / kPackByKeyThreads),
-                                     static_cast<unsigned>(words < 65535 ? words : 65535), mask_bh),
-                                kPackByKeyThreads, 0, stream>>>(b);
+      pack_mask_by_key_kernel<><<<dim3(static_cast<unsigned>((b.seq_k + kPackByKeyThreads - 1) / kPackByKeyThreads),
+                                       static_cast<unsigned>(words < 65535 ? words : 65535), mask_bh),
+                                  kPackByKeyThreads, 0, stream>>>(b);
       p.list.key_bits = b.key_bits;
       p.list.key_words = words;
     }

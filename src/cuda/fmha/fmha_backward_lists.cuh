@@ -146,8 +146,10 @@ __global__ void __launch_bounds__(32) compact_backward_columns_kernel(const Back
 inline constexpr int kPackByKeyThreads = 128;
 
 // grid (ceil(seq_k / kPackByKeyThreads), min(key_words, 65535), mask_bh); y strides over the words.
-__global__ void __launch_bounds__(kPackByKeyThreads) pack_mask_by_key_kernel(const BackwardListBuildParams p) {
-  const int32_t k = static_cast<int32_t>(blockIdx.x) * kPackByKeyThreads + static_cast<int32_t>(threadIdx.x);
+// A template (one definition per instantiation across the kernel files that include this header).
+template <int kThreads = kPackByKeyThreads>
+__global__ void __launch_bounds__(kThreads) pack_mask_by_key_kernel(const BackwardListBuildParams p) {
+  const int32_t k = static_cast<int32_t>(blockIdx.x) * kThreads + static_cast<int32_t>(threadIdx.x);
   if (k >= p.seq_k) return;
   const int32_t slice = static_cast<int32_t>(blockIdx.z);
   const int32_t mb = slice / p.mask_heads, mh = slice % p.mask_heads;

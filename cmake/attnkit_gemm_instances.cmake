@@ -58,6 +58,18 @@ function(attnkit_generate_gemm_kernels sources_var)
       _attnkit_check_gemm_field("${row}" stages "${stages}" "auto" "auto for sm90")
       _attnkit_check_gemm_field("${row}" schedule "${schedule}" "coop|pingpong|streamk|splitk"
                                 "coop, pingpong, streamk, splitk for sm90")
+      # CUTLASS's Hopper builder tiles M with 64-row wgmma atoms: cooperative schedules (coop, streamk, splitk)
+      # split a tile's M between two consumer warp groups (a multiple of 128), ping-pong gives each warp group
+      # a whole tile (a multiple of 64).
+      string(REGEX MATCH "^[0-9]+" sm90_tile_m "${tile}")
+      math(EXPR sm90_tile_m_rest "${sm90_tile_m} % 128")
+      if(schedule STREQUAL "pingpong")
+        math(EXPR sm90_tile_m_rest "${sm90_tile_m} % 64")
+      endif()
+      if(NOT sm90_tile_m_rest EQUAL 0)
+        message(FATAL_ERROR "cmake/attnkit_gemm_kernels.cmake: row \"${row}\": tile M ${sm90_tile_m} with schedule "
+                            "${schedule}; allowed: a multiple of 128 for coop, streamk and splitk, of 64 for pingpong")
+      endif()
       if(sm80_seen)
         message(FATAL_ERROR "cmake/attnkit_gemm_kernels.cmake: row \"${row}\" follows an sm80 row; allowed: every "
                             "sm90 row before the sm80 rows (a problem runs on the first row that accepts it)")

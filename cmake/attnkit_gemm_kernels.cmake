@@ -27,12 +27,16 @@
 # sm90_bf16_ak_bmn_128x256x64_c2x1_coop, sm80_3xtf32_ak_bk_128x128x16_w2x2_s4; the entry function is
 # gemm_<name>.
 #
-# Order is the registry's order, and it matters: a problem runs on the first row of its type and
-# majorness that accepts it on the device, except that when that row's output tiles (times the batch)
-# would occupy fewer than half the SMs a splitk row of the same type and majorness that accepts the
-# problem replaces it, else a streamk row (src/cuda/gemm/gemm_registry.cpp). So sm90 rows come first (enforced), and tf32 rows before 3xtf32
-# rows (with allow_tf32 the faster TF32 is preferred; without it tf32 rows never match).
+# Order is the registry's order, and it matters: the first row of a problem's type and majorness that accepts it
+# on the device fixes the tier (and math); among the accepting rows of that tier, a splitk row runs the problem
+# whenever it accepts it, else the data-parallel row (coop, pingpong) of the smallest waves estimate (equal
+# estimates: the first row), replaced by the first streamk row when its output tiles (times the batch) would
+# occupy fewer than half the SMs (choose_gemm_candidate, src/cuda/gemm/gemm_registry.hpp). So sm90 rows come
+# first (enforced), and tf32 rows before 3xtf32 rows (with allow_tf32 the faster TF32 is preferred; without it
+# tf32 rows never match). Tile M: a multiple of 128 for coop, streamk and splitk (two consumer warp groups
+# split it), of 64 for pingpong (enforced).
 # The dev set holds every layout of bf16 and f16 on Hopper (about 35-45 s of one core each to compile), the
+# 64 x 128 ping-pong rows of the two common layouts (small grids: 1024^3, decode-like M against a wide N), the
 # stream-K and split-K rows of the two common layouts (a=k b=mn, a=k b=k; the full set adds the A MN-major
 # ones, which weight gradients of small grids use), and fp32 on sm80 for those two layouts (12-20 s each); fp32 in the
 # other layouts runs on the SIMT fallback in a dev build.
@@ -44,6 +48,10 @@ set(ATTNKIT_GEMM_KERNEL_TABLE
   "sm90  bf16    k   k   128x256x64  2x1  auto   coop     dev"
   "sm90  f16     k   mn  128x256x64  2x1  auto   coop     dev"
   "sm90  f16     k   k   128x256x64  2x1  auto   coop     dev"
+  "sm90  bf16    k   mn  64x128x64   1x1  auto   pingpong dev"
+  "sm90  bf16    k   k   64x128x64   1x1  auto   pingpong dev"
+  "sm90  f16     k   mn  64x128x64   1x1  auto   pingpong dev"
+  "sm90  f16     k   k   64x128x64   1x1  auto   pingpong dev"
   "sm90  bf16    mn  mn  128x256x64  2x1  auto   coop     dev"
   "sm90  bf16    mn  k   128x256x64  2x1  auto   coop     dev"
   "sm90  f16     mn  mn  128x256x64  2x1  auto   coop     dev"

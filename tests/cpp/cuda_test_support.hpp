@@ -50,6 +50,21 @@ inline void expect_cuda(cudaError_t status, const char* what) {
   ASSERT_EQ(status, cudaSuccess) << what << ": " << cudaGetErrorString(status);
 }
 
+// The number of tokens of a token grid (the product of its extents; 1 for no extent).
+inline int64_t product(const std::vector<int64_t>& v) {
+  int64_t p = 1;
+  for (auto x : v) p *= x;
+  return p;
+}
+
+// The extents [b, *tokens, *tail] of a sequence tensor.
+inline std::vector<int64_t> concat(int64_t b, const std::vector<int64_t>& tokens, std::vector<int64_t> tail) {
+  std::vector<int64_t> e{b};
+  e.insert(e.end(), tokens.begin(), tokens.end());
+  e.insert(e.end(), tail.begin(), tail.end());
+  return e;
+}
+
 // A [B|1, H|1, rows, cols] mask view given over `heads` heads with head stride 0 (as torch's expand makes it);
 // heads <= 0 leaves the view as it is.
 inline TensorView expanded_over_heads(TensorView view, int64_t heads) {

@@ -326,6 +326,19 @@ struct BackwardResult {
   std::vector<double> grad_q, grad_k, grad_v, grad_initial_state;
 };
 
+// The sequence operands and gradients of a backward call; its other fields are left as they are.
+inline void set_backward_tensors(RetentionBackward& p, const TensorView& q, const TensorView& k, const TensorView& v,
+                                 const TensorView& grad_out, const TensorView& grad_q, const TensorView& grad_k,
+                                 const TensorView& grad_v) {
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.grad_out = grad_out;
+  p.grad_q = grad_q;
+  p.grad_k = grad_k;
+  p.grad_v = grad_v;
+}
+
 // Runs cpu::retention_backward (grad_final_state may be null) into NaN-poisoned gradients.
 inline BackwardResult run_backward(const RetentionCase& c, const RunSettings& settings, const Buffer& grad_out,
                                    const Buffer* grad_final_state, bool want_grad_initial_state) {

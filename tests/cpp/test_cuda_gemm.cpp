@@ -196,8 +196,10 @@ struct GemmRun {
   TensorView expected_view;
 };
 
-// tf32_exact: A and B hold values TF32 represents exactly (see kTf32StatisticalProducts).
-GemmRun prepare(const GemmSpec& s, const Precision& precision, uint64_t seed, bool tf32_exact = false) {
+// tf32_exact: A and B hold values TF32 represents exactly (see kTf32StatisticalProducts). with_reference: compute the
+// oracle's C (else `expected` stays empty: for a problem only planned).
+GemmRun prepare(const GemmSpec& s, const Precision& precision, uint64_t seed, bool tf32_exact = false,
+                bool with_reference = true) {
   std::mt19937_64 rng(seed);
   GemmRun run;
   const DType dtype = precision.dtype;
@@ -216,6 +218,7 @@ GemmRun prepare(const GemmSpec& s, const Precision& precision, uint64_t seed, bo
   run.problem.alpha = s.alpha;
   run.problem.beta = s.beta;
   run.problem.allow_tf32 = precision.allow_tf32;
+  if (!with_reference) return run;
 
   std::vector<int64_t> extents(run.c.host.extents.begin(), run.c.host.extents.begin() + run.c.host.rank);
   run.expected = test::HostTensor::contiguous(DType::f64, extents);
@@ -406,12 +409,14 @@ TEST(CudaGemmSelection, SmallGridsSelectSplitKOrStreamKAndLargeOnesTheDataParall
       // 4 tiles: 32 slices of 2048 (33 do not divide K).
       const std::string k_heavy = selected_on(90, dtype, false, 256, 256, 65536, false, transpose_b, false);
       EXPECT_NE(k_heavy.find("_splitk"), std::string::npos) << k_heavy;
-      // 128 tiles of 128 x 128: one slice each, so stream-K; 64 tiles: two, stream-K too.
+      // 128 tiles of 128 x 128 (one slice each) and 64 (two): no split-K, but 128 tiles of 64 x 128 fill the
+      // device, so the ping-pong row runs them (CudaGemmSelection.WavesCostModel...).
       const std::string wide = selected_on(90, dtype, false, 64, 16384, 4096, false, transpose_b, false);
-      EXPECT_NE(wide.find("_streamk"), std::string::npos) << wide;
+      EXPECT_NE(wide.find("_64x128x64_c1x1_pingpong"), std::string::npos) << wide;
       const std::string k_long = selected_on(90, dtype, false, 1024, 1024, 16384, false, transpose_b, false);
-      EXPECT_NE(k_long.find("_streamk"), std::string::npos) << k_long;
-      // A K that no slice count of at least 4 K tiles divides evenly (a prime): stream-K.
+      EXPECT_NE(k_long.find("_64x128x64_c1x1_pingpong"), std::string::npos) << k_long;
+      // A K that no slice count of at least 4 K tiles divides evenly (a prime), and 32 tiles even of 64 x 128:
+      // stream-K.
       const std::string prime_k = selected_on(90, dtype, false, 16, 4096, 4099, false, transpose_b, false);
       EXPECT_NE(prime_k.find("_streamk"), std::string::npos) << prime_k;
       const std::string square = selected_on(90, dtype, false, 4096, 4096, 4096, false, transpose_b, false);
@@ -449,6 +454,107 @@ TEST(CudaGemmSelection, SplitKSlicesFillTheDeviceOnlyWhereEachTileGetsThreeOrMor
     EXPECT_EQ(k % count, 0);
     EXPECT_EQ(k / count % 8, 0);
     EXPECT_GE(k / count, 4 * 64);
+  }
+}
+
+// The waves cost model and the rule on its own (choose_gemm_candidate: no compiled rows involved), on a
+// 132-SM device.
+TEST(CudaGemmSelection, WavesCostModelPicksSmallTilesForSmallGridsAnd128x256ForLargeOnes) {
+  using cuda::gemm::GemmCandidate;
+  constexpr int kSms = 132;
+  // Efficiency falls with the tile's area, 128 x 256 the reference.
+  EXPECT_EQ(cuda::gemm::gemm_tile_efficiency(128, 256), 1.0);
+  EXPECT_GT(cuda::gemm::gemm_tile_efficiency(128, 256), cuda::gemm::gemm_tile_efficiency(128, 128));
+  EXPECT_GT(cuda::gemm::gemm_tile_efficiency(128, 128), cuda::gemm::gemm_tile_efficiency(64, 128));
+  EXPECT_EQ(cuda::gemm::gemm_tile_efficiency(64, 128), cuda::gemm::gemm_tile_efficiency(128, 64));
+  EXPECT_GT(cuda::gemm::gemm_tile_efficiency(64, 128), cuda::gemm::gemm_tile_efficiency(64, 64));
+  // 1024^3: 32 tiles of 128 x 256 (a quarter-full wave) against one wave of 128 tiles of 64 x 128.
+  EXPECT_LT(cuda::gemm::gemm_tile_cost(1024, 1024, 1024, 1, 64, 128, kSms),
+            cuda::gemm::gemm_tile_cost(1024, 1024, 1024, 1, 128, 256, kSms));
+  // Waves: 2048^3 is one wave of 128 x 256 or four of 64 x 128 (equal work: the factor decides).
+  EXPECT_EQ(cuda::gemm::gemm_tile_cost(2048, 2048, 2048, 1, 128, 256, kSms), 1.0 * 128 * 256 * 2048);
+  EXPECT_EQ(cuda::gemm::gemm_tile_cost(2048, 2048, 2048, 1, 64, 128, kSms),
+            4.0 * 64 * 128 * 2048 / cuda::gemm::gemm_tile_efficiency(64, 128));
+  EXPECT_EQ(cuda::gemm::gemm_tile_cost(128, 4096, 128, 64, 128, 256, kSms), 8.0 * 128 * 256 * 128);  // 1024 tiles
+
+  const GemmCandidate big{128, 256, false, false}, small{64, 128, false, false};
+  const GemmCandidate stream_k{128, 128, false, true}, split_k{128, 128, true, false};
+  const std::vector<GemmCandidate> data_parallel = {big, small};
+  auto choose = [&](const std::vector<GemmCandidate>& rows, int64_t m, int64_t n, int64_t k, int64_t batch = 1) {
+    return cuda::gemm::choose_gemm_candidate(m, n, k, batch, rows, kSms);
+  };
+  EXPECT_EQ(choose(data_parallel, 1024, 1024, 1024), 1);
+  EXPECT_EQ(choose(data_parallel, 256, 4096, 4096), 1);  // 32 tiles of 128 x 256, 128 of 64 x 128
+  for (const int64_t m : {1, 16, 64}) {
+    for (const int64_t k : {4096, 16384}) {
+      EXPECT_EQ(choose(data_parallel, m, 16384, k), 1) << m << " " << k;
+      EXPECT_EQ(choose(data_parallel, m, 4096, k), 1) << m << " " << k;
+    }
+  }
+  for (const int64_t size : {2048, 4096, 8192}) {
+    EXPECT_EQ(choose(data_parallel, size, size, size), 0) << size;
+    EXPECT_EQ(choose({small, big}, size, size, size), 1) << size << ": not the table order";
+  }
+  EXPECT_EQ(choose(data_parallel, 16384, 16384, 4096), 0);
+  // Equal estimates keep the first row.
+  EXPECT_EQ(choose({big, big}, 1024, 1024, 1024), 0);
+  // Split-K's rule (its refusal) admits only small grids with a long K: whenever a split-K row accepts, it runs.
+  EXPECT_EQ(choose({big, small, stream_k, split_k}, 16, 4096, 4096), 3);
+  EXPECT_EQ(choose({big, small, stream_k, split_k}, 256, 256, 65536), 3);
+  // Stream-K when even the chosen tile leaves more than half the SMs idle (16 x 4096: 32 tiles of 64 x 128).
+  EXPECT_EQ(choose({big, small, stream_k}, 16, 4096, 4099), 2);
+  EXPECT_EQ(choose({big, small, stream_k}, 1024, 1024, 1024), 1);  // 128 tiles of 64 x 128
+  EXPECT_EQ(choose({big, stream_k}, 1024, 1024, 1024), 1);         // 32 tiles of 128 x 256
+  EXPECT_EQ(choose({big, small, stream_k}, 4096, 4096, 4096), 0);
+  EXPECT_EQ(choose({stream_k}, 1024, 1024, 1024), 0);
+  EXPECT_EQ(choose({}, 1024, 1024, 1024), -1);
+}
+
+// A K-major A, B K- or MN-major, C row-major, packed, at (never read) 256-byte aligned addresses: the kernel the
+// registry selects on a 132-SM 9.0 device.
+std::string selected_canonical(DType dtype, int64_t m, int64_t n, int64_t k, bool b_k_major, int64_t batch = 1) {
+  cuda::gemm::GemmShape s;
+  s.dtype = dtype;
+  s.m = m, s.n = n, s.k = k, s.batch = batch;
+  s.a_row = k, s.a_col = 1, s.a_batch = m * k;
+  s.b_row = b_k_major ? 1 : n, s.b_col = b_k_major ? k : 1, s.b_batch = k * n;
+  s.c_row = n, s.c_batch = m * n;
+  s.a = reinterpret_cast<const void*>(uintptr_t{1} << 40);
+  s.b = reinterpret_cast<const void*>(uintptr_t{2} << 40);
+  s.c = reinterpret_cast<void*>(uintptr_t{3} << 40);
+  const cuda::gemm::GemmDevice device{0, 90, 132, 227 * 1024};
+  return cuda::gemm::select_gemm_kernel(s, device, false).name();
+}
+
+TEST(CudaGemmSelection, SmallGridsRunThe64x128PingPongRowsAndLargeOnesThe128x256Rows) {
+  bool hopper = false;
+  for (const cuda::gemm::GemmKernel* kernel : cuda::gemm::gemm_kernels()) {
+    hopper = hopper || std::string(kernel->name).find("_64x128x64_c1x1_pingpong") != std::string::npos;
+  }
+  if (!hopper) GTEST_SKIP() << "this build has no Hopper ping-pong rows (ATTNKIT_CUDA_ARCHS without 90a)";
+  for (const DType dtype : {DType::f16, DType::bf16}) {
+    for (const bool b_k_major : {false, true}) {
+      const std::string prefix =
+          std::string("sm90_") + (dtype == DType::f16 ? "f16" : "bf16") + "_ak_b" + (b_k_major ? "k" : "mn") + "_";
+      auto expect = [&](int64_t m, int64_t n, int64_t k, int64_t batch, const std::string& suffix) {
+        const std::string name = selected_canonical(dtype, m, n, k, b_k_major, batch);
+        EXPECT_EQ(name, prefix + suffix) << m << "x" << n << "x" << k << " batch " << batch;
+      };
+      expect(1024, 1024, 1024, 1, "64x128x64_c1x1_pingpong");
+      expect(256, 4096, 4096, 1, "64x128x64_c1x1_pingpong");
+      for (const int64_t m : {1, 16, 64}) {
+        expect(m, 16384, 4096, 1, "64x128x64_c1x1_pingpong");
+        expect(m, 16384, 16384, 1, "64x128x64_c1x1_pingpong");
+        // Long K on a small grid: split-K's rule holds (32 tiles of 128 x 128, 4 slices).
+        expect(m, 4096, 4096, 1, "128x128x64_c1x1_splitk");
+        expect(m, 4096, 16384, 1, "128x128x64_c1x1_splitk");
+      }
+      expect(256, 256, 65536, 1, "128x128x64_c1x1_splitk");
+      expect(2048, 2048, 2048, 1, "128x256x64_c2x1_coop");
+      expect(4096, 4096, 4096, 1, "128x256x64_c2x1_coop");
+      expect(8192, 8192, 8192, 1, "128x256x64_c2x1_coop");
+      expect(16384, 4096, 4096, 1, "128x256x64_c2x1_coop");
+    }
   }
 }
 
@@ -871,6 +977,60 @@ TEST_F(CudaGemmKernelChoice, SplitKMatchesTheOracle) {
     }
     expect_matches_oracle(unaligned, precision, 142);
   }
+}
+
+// Every Hopper row but split-K (SplitKMatchesTheOracle; its rule admits few shapes) forced with
+// ATTNKIT_GEMM_CONFIG against the oracle, on the layouts whose canonical form has the row's majorness (C
+// row-major and column-major, i.e. swapped), on odd and aligned sizes: a single tile, tails of every extent, N
+// not a multiple of 8 (staged), unaligned views, beta, batches, and grids of more tiles than SMs (each CTA of the
+// persistent scheduler runs several tiles; the ping-pong rows' two consumer warp groups alternate them).
+// Natural selection gives the 64 x 128 ping-pong rows only problems of at least half the SMs' worth of tiles.
+TEST_F(CudaGemmKernelChoice, ForcedHopperRowsMatchTheOracle) {
+  if (device_capability() != 90) GTEST_SKIP() << "the Hopper GEMM runs on compute capability 9.0 only";
+  const std::vector<std::array<int64_t, 3> > sizes = {{64, 128, 64},    {1, 64, 64},     {37, 53, 71},
+                                                      {129, 257, 200},  {256, 512, 128}, {300, 72, 520},
+                                                      {1000, 1160, 40}, {1100, 2056, 24}};
+  const cuda::gemm::GemmDevice& device = cuda::gemm::gemm_device(0);
+  int rows = 0;
+  for (const cuda::gemm::GemmKernel* kernel : cuda::gemm::gemm_kernels()) {
+    if (kernel->tier != cuda::gemm::GemmTier::sm90 || kernel->split_k) continue;
+    const Precision& precision = kernel->dtype == DType::f16 ? kF16 : kBF16;
+    const test::ScopedEnvironment forced(cuda::gemm::kForcedGemmConfigVariable, kernel->name);
+    detail::clear_gemm_plans();
+    int runs = 0;
+    for (size_t i = 0; i < sizes.size() + 2; ++i) {
+      for (int layout = 0; layout < 8; ++layout) {
+        GemmSpec s;
+        if (i < sizes.size()) {
+          s.m = sizes[i][0], s.n = sizes[i][1], s.k = sizes[i][2];
+        } else {
+          s.m = 67, s.n = 131, s.k = 96;  // odd M and N (staged), then batched with unaligned views
+          s.aligned = i == sizes.size();
+          if (!s.aligned) s.batch_a = 3, s.batch_b = layout % 3 == 0 ? 1 : 3, s.batch_c = 3;
+        }
+        s.transpose_a = layout & 1, s.transpose_b = layout & 2, s.c_col_major = layout & 4;
+        s.beta = (layout + i) % 3 == 0 ? 0.5 : 0.0;
+        s.alpha = layout & 1 ? 1.25 : 1.0;
+        const uint64_t seed = 151 + i * 8 + static_cast<uint64_t>(layout);
+        const GemmRun probe = prepare(s, precision, seed, false, false);
+        const cuda::gemm::GemmShape shape = cuda::gemm::describe_gemm(probe.problem);
+        cuda::gemm::GemmStaging staging;
+        if (!cuda::gemm::gemm_kernel_matches(*kernel, shape, false) ||
+            !cuda::gemm::gemm_kernel_refusal(*kernel, shape, device, &staging).empty()) {
+          continue;
+        }
+        SCOPED_TRACE(kernel->name);
+        EXPECT_EQ(detail::gemm_plan(probe.problem, RunOptions{})->config().name.rfind(kernel->name, 0), 0u)
+            << s.describe();
+        expect_matches_oracle(s, precision, seed);
+        ++runs;
+      }
+    }
+    EXPECT_GE(runs, 2 * static_cast<int>(sizes.size())) << kernel->name;
+    ++rows;
+  }
+  detail::clear_gemm_plans();
+  EXPECT_GT(rows, 0);
 }
 
 TEST_F(CudaGemmKernelChoice, OddNRunsOnTheStagedHopperKernelAndMatchesTheOracle) {

@@ -22,6 +22,7 @@
 #include "attnkit/retention.hpp"
 #include "core/retention_plan.hpp"
 #include "cuda_test_support.hpp"
+#include "retention_test_support.hpp"
 #include "test_support.hpp"
 
 #if defined(ATTNKIT_WITH_CUDA)
@@ -39,6 +40,7 @@ TEST(CudaRetention, SkipsWithoutCuda) {
 
 #else
 
+using retention_test::set_backward_tensors;
 using test::cuda_device_present;
 using test::expect_cuda;
 using test::TestTensor;
@@ -110,6 +112,43 @@ struct Wide {
 test::HostTensor wide_output(const TestTensor& t) {
   std::vector<int64_t> extents(t.host.extents.begin(), t.host.extents.begin() + t.host.rank);
   return test::HostTensor::contiguous(DType::f64, extents);
+}
+
+// The CPU reference of a backward call: float64 copies of its operands, float64 gradients of its gradients' shapes.
+struct WideBackward {
+  Wide q, k, v, grad_out;
+  test::HostTensor grad_q, grad_k, grad_v;
+
+  WideBackward(const TestTensor& q_, const TestTensor& k_, const TestTensor& v_, const TestTensor& grad_out_,
+               const TestTensor& grad_q_, const TestTensor& grad_k_, const TestTensor& grad_v_)
+      : q(q_),
+        k(k_),
+        v(v_),
+        grad_out(grad_out_),
+        grad_q(wide_output(grad_q_)),
+        grad_k(wide_output(grad_k_)),
+        grad_v(wide_output(grad_v_)) {}
+
+  // `p` on these operands, into these gradients.
+  RetentionBackward call(RetentionBackward p) const {
+    set_backward_tensors(p, q.view(), k.view(), v.view(), grad_out.view(), grad_q.view, grad_k.view, grad_v.view);
+    return p;
+  }
+};
+
+// The GPU's downloaded gradients against the CPU's: within `tol` (where `compare`), without NaN, with their
+// padding untouched.
+void expect_gradients_match(const TestTensor& dq, const TestTensor& dk, const TestTensor& dv, const WideBackward& ref,
+                            double tol, bool compare = true) {
+  if (compare) {
+    EXPECT_LE(test::relative_l2(dq.host, ref.grad_q.view), tol) << "grad_q";
+    EXPECT_LE(test::relative_l2(dk.host, ref.grad_k.view), tol) << "grad_k";
+    EXPECT_LE(test::relative_l2(dv.host, ref.grad_v.view), tol) << "grad_v";
+  }
+  for (const TestTensor* t : {&dq, &dk, &dv}) {
+    EXPECT_FALSE(test::any_nan(t->host));
+    EXPECT_TRUE(t->padding_untouched());
+  }
 }
 
 struct Case {
@@ -419,15 +458,9 @@ void expect_backward_matches_cpu(const BackwardCase& bc) {
   TestTensor ds0 = output({c.batch, c.heads, c.dk, c.dv}, DType::f32, state_pad);
 
   RetentionBackward p;
-  p.q = q.device;
-  p.k = k.device;
-  p.v = v.device;
-  p.grad_out = dout.device;
+  set_backward_tensors(p, q.device, k.device, v.device, dout.device, dq.device, dk.device, dv.device);
   if (c.initial_state) p.initial_state = s0.device;
   if (bc.grad_final_state) p.grad_final_state = ds1.device;
-  p.grad_q = dq.device;
-  p.grad_k = dk.device;
-  p.grad_v = dv.device;
   if (bc.grad_initial_state) p.grad_initial_state = ds0.device;
   p.gamma = c.gamma;
   p.scale = c.scale;
@@ -438,32 +471,17 @@ void expect_backward_matches_cpu(const BackwardCase& bc) {
   expect_cuda(cudaDeviceSynchronize(), "retention_backward");
   for (TestTensor* t : {&dq, &dk, &dv, &ds0}) t->download();
 
-  const Wide wq(q), wk(k), wv(v), wdout(dout), ws0(s0), wds1(ds1);
-  test::HostTensor ref_dq = wide_output(dq), ref_dk = wide_output(dk), ref_dv = wide_output(dv),
-                   ref_ds0 = wide_output(ds0);
-  RetentionBackward r = p;
-  r.q = wq.view();
-  r.k = wk.view();
-  r.v = wv.view();
-  r.grad_out = wdout.view();
+  const WideBackward ref(q, k, v, dout, dq, dk, dv);
+  const Wide ws0(s0), wds1(ds1);
+  test::HostTensor ref_ds0 = wide_output(ds0);
+  RetentionBackward r = ref.call(p);
   r.initial_state = c.initial_state ? ws0.view() : TensorView{};
   r.grad_final_state = bc.grad_final_state ? wds1.view() : TensorView{};
-  r.grad_q = ref_dq.view;
-  r.grad_k = ref_dk.view;
-  r.grad_v = ref_dv.view;
   r.grad_initial_state = bc.grad_initial_state ? ref_ds0.view : TensorView{};
   retention_backward(r, on_cpu());
 
   const double tol = tolerance(c.dtype);
-  if (c.tokens > 0) {
-    EXPECT_LE(test::relative_l2(dq.host, ref_dq.view), tol) << "grad_q";
-    EXPECT_LE(test::relative_l2(dk.host, ref_dk.view), tol) << "grad_k";
-    EXPECT_LE(test::relative_l2(dv.host, ref_dv.view), tol) << "grad_v";
-  }
-  for (TestTensor* t : {&dq, &dk, &dv}) {
-    EXPECT_FALSE(test::any_nan(t->host));
-    EXPECT_TRUE(t->padding_untouched());
-  }
+  expect_gradients_match(dq, dk, dv, ref, tol, c.tokens > 0);
   if (bc.grad_initial_state) {
     EXPECT_LE(test::relative_l2(ds0.host, ref_ds0.view), tol) << "grad_initial_state";
     EXPECT_FALSE(test::any_nan(ds0.host));
@@ -696,21 +714,31 @@ struct DecayCase {
   Layout layout = Layout::padded;
 };
 
+std::string describe(const DecayCase& c) {
+  return "Tq" + std::to_string(c.tq) + " Tk" + std::to_string(c.tk) + " Dk" + std::to_string(c.dk) + " Dv" +
+         std::to_string(c.dv) + " " + std::string(dtype_name(c.dtype)) + " decay " +
+         std::string(dtype_name(c.decay_dtype)) + (c.shared ? " shared" : " per-head") +
+         (c.normalize ? " normalize" : "");
+}
+
+// The case's decay matrix [H|1, Tq, Tk] (a padded middle dimension, poisoned) with entries uniform in [0, 1).
+TestTensor random_decay(const DecayCase& c, int64_t heads, uint64_t seed) {
+  TestTensor decay = TestTensor::make(c.decay_dtype, {c.shared ? 1 : heads, c.tq, c.tk}, {0, 1, 0});
+  test::poison_nan(decay.buffer.view);
+  std::mt19937_64 rng(seed);
+  test::fill_random(decay.host, rng, 0.0, 1.0);
+  decay.upload();
+  return decay;
+}
+
 void expect_decay_matrix_forward_matches_cpu(const DecayCase& c) {
-  SCOPED_TRACE("Tq" + std::to_string(c.tq) + " Tk" + std::to_string(c.tk) + " Dk" + std::to_string(c.dk) + " Dv" +
-               std::to_string(c.dv) + " " + std::string(dtype_name(c.dtype)) + " decay " +
-               std::string(dtype_name(c.decay_dtype)) + (c.shared ? " shared" : " per-head") +
-               (c.normalize ? " normalize" : ""));
+  SCOPED_TRACE(describe(c));
   const int64_t batch = 2, heads = 3;
   const std::vector<int64_t> pad = padding_for(c.layout);
   TestTensor q = input({batch, c.tq, heads, c.dk}, c.dtype, pad, 5);
   TestTensor k = input({batch, c.tk, heads, c.dk}, c.dtype, pad, 6);
   TestTensor v = input({batch, c.tk, heads, c.dv}, c.dtype, pad, 7);
-  TestTensor decay = TestTensor::make(c.decay_dtype, {c.shared ? 1 : heads, c.tq, c.tk}, {0, 1, 0});
-  test::poison_nan(decay.buffer.view);
-  std::mt19937_64 rng(8);
-  test::fill_random(decay.host, rng, 0.0, 1.0);
-  decay.upload();
+  TestTensor decay = random_decay(c, heads, 8);
   TestTensor out = output({batch, c.tq, heads, c.dv}, c.dtype, pad);
 
   RetentionForward p;
@@ -768,33 +796,20 @@ TEST_F(CudaRetention, DecayMatrixForwardMatchesCpu) {
 // The backward over a decay matrix on the GPU and on the CPU (float64); returns the GPU's three gradients
 // (for comparing runs).
 std::vector<std::vector<double> > expect_decay_matrix_backward_matches_cpu(const DecayCase& c) {
-  SCOPED_TRACE("backward Tq" + std::to_string(c.tq) + " Tk" + std::to_string(c.tk) + " Dk" + std::to_string(c.dk) +
-               " Dv" + std::to_string(c.dv) + " " + std::string(dtype_name(c.dtype)) + " decay " +
-               std::string(dtype_name(c.decay_dtype)) + (c.shared ? " shared" : " per-head") +
-               (c.normalize ? " normalize" : ""));
+  SCOPED_TRACE("backward " + describe(c));
   const int64_t batch = 2, heads = 3;
   const std::vector<int64_t> pad = padding_for(c.layout);
   TestTensor q = input({batch, c.tq, heads, c.dk}, c.dtype, pad, 15);
   TestTensor k = input({batch, c.tk, heads, c.dk}, c.dtype, pad, 16);
   TestTensor v = input({batch, c.tk, heads, c.dv}, c.dtype, pad, 17);
   TestTensor dout = input({batch, c.tq, heads, c.dv}, c.dtype, pad, 18);
-  TestTensor decay = TestTensor::make(c.decay_dtype, {c.shared ? 1 : heads, c.tq, c.tk}, {0, 1, 0});
-  test::poison_nan(decay.buffer.view);
-  std::mt19937_64 rng(19);
-  test::fill_random(decay.host, rng, 0.0, 1.0);
-  decay.upload();
+  TestTensor decay = random_decay(c, heads, 19);
   TestTensor dq = output({batch, c.tq, heads, c.dk}, c.dtype, pad);
   TestTensor dk = output({batch, c.tk, heads, c.dk}, c.dtype, pad);
   TestTensor dv = output({batch, c.tk, heads, c.dv}, c.dtype, pad);
 
   RetentionBackward p;
-  p.q = q.device;
-  p.k = k.device;
-  p.v = v.device;
-  p.grad_out = dout.device;
-  p.grad_q = dq.device;
-  p.grad_k = dk.device;
-  p.grad_v = dv.device;
+  set_backward_tensors(p, q.device, k.device, v.device, dout.device, dq.device, dk.device, dv.device);
   p.decay = decay.device;
   p.mode = RetentionMode::parallel;
   p.normalize = c.normalize;
@@ -803,28 +818,14 @@ std::vector<std::vector<double> > expect_decay_matrix_backward_matches_cpu(const
   expect_cuda(cudaDeviceSynchronize(), "retention_backward (decay matrix)");
   for (TestTensor* t : {&dq, &dk, &dv}) t->download();
 
-  const Wide wq(q), wk(k), wv(v), wdout(dout), wd(decay);
-  test::HostTensor ref_dq = wide_output(dq), ref_dk = wide_output(dk), ref_dv = wide_output(dv);
-  RetentionBackward r = p;
-  r.q = wq.view();
-  r.k = wk.view();
-  r.v = wv.view();
-  r.grad_out = wdout.view();
+  const WideBackward ref(q, k, v, dout, dq, dk, dv);
+  const Wide wd(decay);
+  RetentionBackward r = ref.call(p);
   r.decay = wd.view();
-  r.grad_q = ref_dq.view;
-  r.grad_k = ref_dk.view;
-  r.grad_v = ref_dv.view;
   retention_backward(r, on_cpu());
-  const double tol = tolerance(c.dtype);
-  EXPECT_LE(test::relative_l2(dq.host, ref_dq.view), tol) << "grad_q";
-  EXPECT_LE(test::relative_l2(dk.host, ref_dk.view), tol) << "grad_k";
-  EXPECT_LE(test::relative_l2(dv.host, ref_dv.view), tol) << "grad_v";
+  expect_gradients_match(dq, dk, dv, ref, tolerance(c.dtype));
   std::vector<std::vector<double> > gradients;
-  for (TestTensor* t : {&dq, &dk, &dv}) {
-    EXPECT_FALSE(test::any_nan(t->host));
-    EXPECT_TRUE(t->padding_untouched());
-    gradients.push_back(test::to_doubles(t->host));
-  }
+  for (const TestTensor* t : {&dq, &dk, &dv}) gradients.push_back(test::to_doubles(t->host));
   return gradients;
 }
 
@@ -894,11 +895,7 @@ TEST_F(CudaRetention, ParallelBackwardBeyondItsValueDimIsRefusedNamingTheAllowed
   TestTensor dk = output({1, 70, 2, 64}, DType::bf16, pad);
   TestTensor dv = output({1, 70, 2, 320}, DType::bf16, pad);
   RetentionBackward p;
-  p.q = p.k = q.device;
-  p.v = p.grad_out = v.device;
-  p.grad_q = dq.device;
-  p.grad_k = dk.device;
-  p.grad_v = dv.device;
+  set_backward_tensors(p, q.device, q.device, v.device, v.device, dq.device, dk.device, dv.device);
   p.mode = RetentionMode::parallel;
   p.normalize = true;
   try {
@@ -921,11 +918,7 @@ TEST_F(CudaRetention, DecayMatrixBackwardWithAnUnsupportedHeadDimIsRefusedNaming
   TestTensor dk = output({1, 70, 2, 32}, DType::bf16, pad);
   TestTensor dv = output({1, 70, 2, 64}, DType::bf16, pad);
   RetentionBackward p;
-  p.q = p.k = q.device;
-  p.v = p.grad_out = v.device;
-  p.grad_q = dq.device;
-  p.grad_k = dk.device;
-  p.grad_v = dv.device;
+  set_backward_tensors(p, q.device, q.device, v.device, v.device, dq.device, dk.device, dv.device);
   p.mode = RetentionMode::parallel;
   p.decay = decay.device;
   try {

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <initializer_list>
 #include <optional>
 #include <random>
 #include <string>
@@ -44,9 +45,11 @@ TEST(CudaScatteredAttention, SkipsWithoutCuda) {
 
 #else
 
+using test::concat;
 using test::cuda_device_present;
 using test::DeviceBuffer;
 using test::expect_cuda;
+using test::product;
 using test::TestTensor;
 using test::widen_to_f32;
 
@@ -77,19 +80,6 @@ struct Case {
 };
 
 double tolerance(DType dtype) { return dtype == DType::f16 ? 5e-3 : 1.5e-2; }
-
-int64_t product(const std::vector<int64_t>& v) {
-  int64_t p = 1;
-  for (auto x : v) p *= x;
-  return p;
-}
-
-std::vector<int64_t> concat(int64_t b, const std::vector<int64_t>& tokens, std::vector<int64_t> tail) {
-  std::vector<int64_t> e{b};
-  e.insert(e.end(), tokens.begin(), tokens.end());
-  e.insert(e.end(), tail.begin(), tail.end());
-  return e;
-}
 
 std::vector<int64_t> padding_for(Layout layout, std::size_t rank, std::size_t token_dims, bool has_feature_dim) {
   std::vector<int64_t> pad(rank, 0);
@@ -202,8 +192,19 @@ DeviceBuffer workspace_for(const Case& c, int64_t bytes) {
   return buffer;
 }
 
-void check_forward(const Case& c, uint64_t seed = 1) {
-  std::mt19937_64 rng(seed);
+// The forward on the device tensors of `t` (no lse).
+AttentionForward device_forward(const Tensors& t, const TensorView& mask) {
+  AttentionForward gpu;
+  gpu.q = t.q.device;
+  gpu.k = t.k.device;
+  gpu.v = t.v.device;
+  gpu.out = t.out.device;
+  gpu.mask = element_sparse_mask(mask);
+  return gpu;
+}
+
+void check_forward(const Case& c) {
+  std::mt19937_64 rng(1);
   Tensors t = make_tensors(c, rng);
   const test::HostTensor out32 = oracle_forward(c, t);
   test::HostTensor lse_ref = test::HostTensor::contiguous(DType::f32, concat(c.batch, c.tokens_q, {c.heads_q}));
@@ -212,13 +213,8 @@ void check_forward(const Case& c, uint64_t seed = 1) {
   poison_and_upload(t.out);
   poison_and_upload(t.lse);
 
-  AttentionForward gpu;
-  gpu.q = t.q.device;
-  gpu.k = t.k.device;
-  gpu.v = t.v.device;
-  gpu.out = t.out.device;
+  AttentionForward gpu = device_forward(t, mask_view(c, t.mask, true));
   gpu.lse = t.lse.device;
-  gpu.mask = element_sparse_mask(mask_view(c, t.mask, true));
   const detail::AttentionShape shape = detail::describe_attention(gpu.q, gpu.k, gpu.v, gpu.scale);
   ASSERT_EQ(cuda::sparse::scattered_forward_unsupported(gpu, shape), "");
   DeviceBuffer workspace = workspace_for(c, cuda::sparse::scattered_forward_workspace_bytes(gpu, shape));
@@ -233,8 +229,8 @@ void check_forward(const Case& c, uint64_t seed = 1) {
   EXPECT_LE(test::relative_l2(t.lse.host, lse_ref.view), 1e-4) << "lse vs the CPU oracle";
 }
 
-void check_backward(const Case& c, uint64_t seed = 2) {
-  std::mt19937_64 rng(seed);
+void check_backward(const Case& c) {
+  std::mt19937_64 rng(2);
   Tensors t = make_tensors(c, rng);
   const test::HostTensor out32 = oracle_forward(c, t);
   convert_into(out32.view, t.out.host);  // both backends see the same rounded out
@@ -287,6 +283,31 @@ void check_backward(const Case& c, uint64_t seed = 2) {
   }
 }
 
+// --- cases of both directions (check: check_forward or check_backward) ----------------------------
+
+void check_densities(void (*check)(const Case&), std::initializer_list<double> densities) {
+  for (double density : densities) {
+    SCOPED_TRACE("density " + std::to_string(density));
+    Case c;
+    c.tokens_q = {301};
+    c.tokens_kv = {517};
+    c.density = density;
+    check(c);
+  }
+}
+
+void check_every_dtype_and_width(void (*check)(const Case&)) {
+  for (DType dtype : {DType::f16, DType::bf16}) {
+    for (int64_t d : {32, 64, 128}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " D " + std::to_string(d));
+      Case c;
+      c.dtype = dtype;
+      c.head_dim = c.head_dim_v = d;
+      check(c);
+    }
+  }
+}
+
 // --- capability messages (host only) ------------------------------------------------------------
 
 AttentionForward forward_of(DType dtype, int64_t head_dim) {
@@ -332,27 +353,12 @@ TEST(CudaScatteredCapability, TheBackwardNeedsTheForwardsLse) {
 
 TEST(CudaScatteredForward, ScatteredDensitiesMatchTheOracle) {
   SKIP_WITHOUT_GPU();
-  for (double density : {0.001, 0.01, 0.03, 0.1, 0.5}) {
-    SCOPED_TRACE("density " + std::to_string(density));
-    Case c;
-    c.tokens_q = {301};
-    c.tokens_kv = {517};
-    c.density = density;
-    check_forward(c);
-  }
+  check_densities(check_forward, {0.001, 0.01, 0.03, 0.1, 0.5});
 }
 
 TEST(CudaScatteredForward, HalfPrecisionAndEveryWidth) {
   SKIP_WITHOUT_GPU();
-  for (DType dtype : {DType::f16, DType::bf16}) {
-    for (int64_t d : {32, 64, 128}) {
-      SCOPED_TRACE(std::string(dtype_name(dtype)) + " D " + std::to_string(d));
-      Case c;
-      c.dtype = dtype;
-      c.head_dim = c.head_dim_v = d;
-      check_forward(c);
-    }
-  }
+  check_every_dtype_and_width(check_forward);
 }
 
 TEST(CudaScatteredForward, HeadDimVDiffersFromHeadDim) {
@@ -434,27 +440,12 @@ TEST(CudaScatteredForward, CallerWorkspaceContentsDoNotMatter) {
 
 TEST(CudaScatteredBackward, ScatteredDensitiesMatchTheOracle) {
   SKIP_WITHOUT_GPU();
-  for (double density : {0.001, 0.01, 0.05, 0.3}) {
-    SCOPED_TRACE("density " + std::to_string(density));
-    Case c;
-    c.tokens_q = {301};
-    c.tokens_kv = {517};
-    c.density = density;
-    check_backward(c);
-  }
+  check_densities(check_backward, {0.001, 0.01, 0.05, 0.3});
 }
 
 TEST(CudaScatteredBackward, HalfPrecisionAndEveryWidth) {
   SKIP_WITHOUT_GPU();
-  for (DType dtype : {DType::f16, DType::bf16}) {
-    for (int64_t d : {32, 64, 128}) {
-      SCOPED_TRACE(std::string(dtype_name(dtype)) + " D " + std::to_string(d));
-      Case c;
-      c.dtype = dtype;
-      c.head_dim = c.head_dim_v = d;
-      check_backward(c);
-    }
-  }
+  check_every_dtype_and_width(check_backward);
 }
 
 TEST(CudaScatteredBackward, HeadDimVDiffersAndGqa) {
@@ -519,12 +510,7 @@ TEST(CudaScatteredForward, RunsInsideACudaGraphCapture) {
   const test::HostTensor out32 = oracle_forward(c, t);
   for (TestTensor* x : {&t.q, &t.k, &t.v, &t.mask}) x->upload();
   poison_and_upload(t.out);
-  AttentionForward gpu;
-  gpu.q = t.q.device;
-  gpu.k = t.k.device;
-  gpu.v = t.v.device;
-  gpu.out = t.out.device;
-  gpu.mask = element_sparse_mask(t.mask.device);
+  const AttentionForward gpu = device_forward(t, t.mask.device);
   const detail::AttentionShape shape = detail::describe_attention(gpu.q, gpu.k, gpu.v, gpu.scale);
   cudaStream_t stream = nullptr;
   expect_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");

@@ -173,7 +173,9 @@ TEST(ElementMaskPathChoice, TheBackwardTakesTheScatteredPathOverPartialTilesButN
     const auto p = model_problem(8192, 16, d, true);
     EXPECT_EQ(detail::choose_element_path(p, scattered_stats(p, 0.01)), ElementMaskPath::scattered) << d;
     EXPECT_EQ(detail::choose_element_path(p, scattered_stats(p, 0.03)), ElementMaskPath::scattered) << d;
-    if (d == 64) EXPECT_EQ(detail::choose_element_path(p, scattered_stats(p, 0.5)), ElementMaskPath::scattered);
+    if (d == 64) {
+      EXPECT_EQ(detail::choose_element_path(p, scattered_stats(p, 0.5)), ElementMaskPath::scattered);
+    }
     detail::ElementMaskStats whole = scattered_stats(p, 0.5);
     whole.nonempty_tiles /= 2;
     whole.full_tiles = whole.nonempty_tiles;
@@ -306,8 +308,11 @@ struct GpuProblem {
     lse = TestTensor::make(DType::f32, {1, seq, heads}, {0, 0, 0});
   }
 
-  AttentionForward forward(const TensorView& mask, ElementMaskPath path) const {
-    AttentionForward p;
+  // The fields both directions' problems share: q, k, v, out, lse and the mask (a one-head mask given
+  // over the heads).
+  template <class Problem>
+  Problem problem(const TensorView& mask, ElementMaskPath path) const {
+    Problem p;
     p.q = q.device;
     p.k = k.device;
     p.v = v.device;
@@ -317,18 +322,16 @@ struct GpuProblem {
     return p;
   }
 
+  AttentionForward forward(const TensorView& mask, ElementMaskPath path) const {
+    return problem<AttentionForward>(mask, path);
+  }
+
   AttentionBackward backward(const TensorView& mask, ElementMaskPath path) const {
-    AttentionBackward p;
-    p.q = q.device;
-    p.k = k.device;
-    p.v = v.device;
-    p.out = out.device;
-    p.lse = lse.device;
+    AttentionBackward p = problem<AttentionBackward>(mask, path);
     p.grad_out = grad_out.device;
     p.grad_q = grad_q.device;
     p.grad_k = grad_k.device;
     p.grad_v = grad_v.device;
-    p.mask = element_sparse_mask(expanded_over_heads(mask, mask.extents[1] == 1 ? heads : 0), path);
     return p;
   }
 

@@ -23,6 +23,7 @@ using retention_test::make_tensor;
 using retention_test::poison_nan;
 using retention_test::relative_l2;
 using retention_test::set;
+using retention_test::set_backward_tensors;
 using retention_test::values;
 
 RunOptions on_cpu() {
@@ -30,6 +31,10 @@ RunOptions on_cpu() {
   options.backend = Backend::cpu;
   return options;
 }
+
+struct Gradients {
+  Buffer q, k, v;
+};
 
 struct DecayProblem {
   int64_t batch = 2, tq = 5, tk = 9, heads = 2, dk = 4, dv = 3;
@@ -58,6 +63,23 @@ struct DecayProblem {
     p.k = k.view;
     p.v = v.view;
     p.out = out;
+    p.mode = RetentionMode::parallel;
+    p.decay = decay.view;
+    p.normalize = normalize;
+    p.scale = scale;
+    return p;
+  }
+
+  // Gradient buffers of the operands' shapes.
+  Gradients gradients() const {
+    return {make_tensor(dtype, {batch, tq, heads, dk}), make_tensor(dtype, {batch, tk, heads, dk}),
+            make_tensor(dtype, {batch, tk, heads, dv})};
+  }
+
+  // The parallel backward over the decay matrix, into `grad`.
+  RetentionBackward backward(const Buffer& grad_out, const Gradients& grad) const {
+    RetentionBackward p;
+    set_backward_tensors(p, q.view, k.view, v.view, grad_out.view, grad.q.view, grad.k.view, grad.v.view);
     p.mode = RetentionMode::parallel;
     p.decay = decay.view;
     p.normalize = normalize;
@@ -159,27 +181,14 @@ TEST(RetentionDecayMatrix, GammaPowersReproduceTheGammaForms) {
     fill_random(grad_out, 41);
     std::vector<std::vector<double>> grads[2];
     for (int form = 0; form < 2; ++form) {
-      Buffer gq = make_tensor(d.dtype, {d.batch, d.tq, d.heads, d.dk});
-      Buffer gk = make_tensor(d.dtype, {d.batch, d.tk, d.heads, d.dk});
-      Buffer gv = make_tensor(d.dtype, {d.batch, d.tk, d.heads, d.dv});
-      RetentionBackward p;
-      p.q = d.q.view;
-      p.k = d.k.view;
-      p.v = d.v.view;
-      p.grad_out = grad_out.view;
-      p.grad_q = gq.view;
-      p.grad_k = gk.view;
-      p.grad_v = gv.view;
-      p.mode = RetentionMode::parallel;
-      p.normalize = normalize;
-      p.scale = d.scale;
-      if (form == 0) {
-        p.decay = d.decay.view;
-      } else {
+      const Gradients grad = d.gradients();
+      RetentionBackward p = d.backward(grad_out, grad);
+      if (form == 1) {
+        p.decay = TensorView{};
         p.gamma = gamma;
       }
       retention_backward(p, on_cpu());
-      grads[form] = {values(gq.view), values(gk.view), values(gv.view)};
+      grads[form] = {values(grad.q.view), values(grad.k.view), values(grad.v.view)};
     }
     for (int g = 0; g < 3; ++g) EXPECT_LE(relative_l2(grads[0][g], grads[1][g]), 1e-5) << "gradient " << g;
   }
@@ -199,23 +208,9 @@ TEST(RetentionDecayMatrix, GradientsMatchCentralDifferencesOfTheDefinition) {
     Buffer grad_out = make_tensor(d.dtype, {d.batch, d.tq, d.heads, d.dv});
     fill_random(grad_out, 61);
     const std::vector<double> g = values(grad_out.view);
-    Buffer gq = make_tensor(d.dtype, {d.batch, d.tq, d.heads, d.dk});
-    Buffer gk = make_tensor(d.dtype, {d.batch, d.tk, d.heads, d.dk});
-    Buffer gv = make_tensor(d.dtype, {d.batch, d.tk, d.heads, d.dv});
-    poison_nan(gq), poison_nan(gk), poison_nan(gv);
-    RetentionBackward p;
-    p.q = d.q.view;
-    p.k = d.k.view;
-    p.v = d.v.view;
-    p.grad_out = grad_out.view;
-    p.grad_q = gq.view;
-    p.grad_k = gk.view;
-    p.grad_v = gv.view;
-    p.mode = RetentionMode::parallel;
-    p.decay = d.decay.view;
-    p.normalize = normalize;
-    p.scale = d.scale;
-    retention_backward(p, on_cpu());
+    Gradients grad = d.gradients();
+    poison_nan(grad.q), poison_nan(grad.k), poison_nan(grad.v);
+    retention_backward(d.backward(grad_out, grad), on_cpu());
 
     auto loss = [&](const std::vector<double>& qs, const std::vector<double>& ks) {
       const std::vector<double> out = d.definition(qs, ks);
@@ -242,8 +237,8 @@ TEST(RetentionDecayMatrix, GradientsMatchCentralDifferencesOfTheDefinition) {
       numeric_k[i] = (up - loss(qs, ks)) / (2 * h);
       ks[i] = keep;
     }
-    EXPECT_LE(relative_l2(values(gq.view), numeric_q), 1e-6) << "normalize " << normalize;
-    EXPECT_LE(relative_l2(values(gk.view), numeric_k), 1e-6) << "normalize " << normalize;
+    EXPECT_LE(relative_l2(values(grad.q.view), numeric_q), 1e-6) << "normalize " << normalize;
+    EXPECT_LE(relative_l2(values(grad.k.view), numeric_k), 1e-6) << "normalize " << normalize;
     // dv[m] = sum_t s[t, m] / n_t G_t: the definition with v replaced by unit vectors, summed against G.
     std::vector<double> expected_v(static_cast<std::size_t>(d.tk * d.dv), 0.0);
     for (int64_t m = 0; m < d.tk; ++m) {
@@ -255,7 +250,7 @@ TEST(RetentionDecayMatrix, GradientsMatchCentralDifferencesOfTheDefinition) {
         for (int64_t i = 0; i < saved.numel(); ++i) set(d.v.view, i, get(saved.view, i));
       }
     }
-    EXPECT_LE(relative_l2(values(gv.view), expected_v), 1e-12) << "normalize " << normalize;
+    EXPECT_LE(relative_l2(values(grad.v.view), expected_v), 1e-12) << "normalize " << normalize;
   }
 }
 

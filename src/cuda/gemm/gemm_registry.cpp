@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "attnkit/error.hpp"
 #include "attnkit/generated/gemm_kernel_list.hpp"
@@ -40,12 +41,61 @@ std::string names_of_entries() {
   return names;
 }
 
-int64_t output_tiles(const GemmKernel& kernel, const GemmShape& shape) {
-  const int64_t tile_m = std::max(kernel.tile_m, 1), tile_n = std::max(kernel.tile_n, 1);
-  return (shape.m + tile_m - 1) / tile_m * ((shape.n + tile_n - 1) / tile_n) * shape.batch;
+int64_t output_tiles(int64_t m, int64_t n, int64_t batch, int tile_m, int tile_n) {
+  const int64_t tm = std::max(tile_m, 1), tn = std::max(tile_n, 1);
+  return (m + tm - 1) / tm * ((n + tn - 1) / tn) * std::max<int64_t>(batch, 1);
 }
 
 }  // namespace
+
+// The per-tile efficiency factors of the waves cost model, all in one place: the fraction of the tensor cores'
+// peak a tile of this output area sustains, relative to the 128 x 256 cooperative tile (the large-shape rows:
+// >= 0.98 of cuBLAS on an H200). Smaller tiles load more operand bytes from shared memory per multiply-add
+// (wgmma with a 64- or 128-wide N), issue more TMA loads per flop, and spend a larger share of their time in the
+// prologue and epilogue. Estimates, to refine from bench measurements; what matters is their order and the
+// large-shape crossover: with 0.8 for 64 x 128, 4096^3 and 8192^3 keep 128 x 256 (equal or nearly equal
+// waves x work, so the factor decides), 1024^3 (one wave of 128 tiles against a quarter-full wave) and
+// decode-like grids take 64 x 128.
+double gemm_tile_efficiency(int tile_m, int tile_n) {
+  const int64_t area = static_cast<int64_t>(tile_m) * tile_n;
+  if (area >= 128 * 256) return 1.0;
+  if (area >= 128 * 128) return 0.9;
+  if (area >= 64 * 128) return 0.8;  // 64 x 128 ping-pong, 128 x 64 cooperative
+  return 0.65;
+}
+
+double gemm_tile_cost(int64_t m, int64_t n, int64_t k, int64_t batch, int tile_m, int tile_n, int multiprocessors) {
+  const int64_t tiles = output_tiles(m, n, batch, tile_m, tile_n);
+  const int64_t slots = std::max(multiprocessors, 1);
+  const auto waves = static_cast<double>((tiles + slots - 1) / slots);
+  const double tile_work = static_cast<double>(tile_m) * tile_n * static_cast<double>(std::max<int64_t>(k, 1));
+  return waves * tile_work / gemm_tile_efficiency(tile_m, tile_n);
+}
+
+int choose_gemm_candidate(int64_t m, int64_t n, int64_t k, int64_t batch, const std::vector<GemmCandidate>& accepted,
+                          int multiprocessors) {
+  int split_k = -1, stream_k = -1, data_parallel = -1;
+  double best = 0.0;
+  for (int i = 0; i < static_cast<int>(accepted.size()); ++i) {
+    const GemmCandidate& c = accepted[static_cast<size_t>(i)];
+    if (c.split_k) {
+      if (split_k < 0) split_k = i;
+    } else if (c.stream_k) {
+      if (stream_k < 0) stream_k = i;
+    } else {
+      const double cost = gemm_tile_cost(m, n, k, batch, c.tile_m, c.tile_n, multiprocessors);
+      if (data_parallel < 0 || cost < best) data_parallel = i, best = cost;
+    }
+  }
+  // Split-K's own rule (its refusal, gemm_split_k.hpp) admits only small grids with a long K: it runs them.
+  if (split_k >= 0) return split_k;
+  if (data_parallel < 0) return stream_k;
+  // Fewer output tiles than half the SMs, even on the chosen tile: stream-K spreads the K loops over the device.
+  const GemmCandidate& chosen = accepted[static_cast<size_t>(data_parallel)];
+  const bool small_grid = 2 * output_tiles(m, n, batch, chosen.tile_m, chosen.tile_n) < multiprocessors;
+  if (small_grid && stream_k >= 0) return stream_k;
+  return data_parallel;
+}
 
 #define ATTNKIT_GEMM_ENTRY(function, id) &function(),
 const std::vector<const GemmKernel*>& gemm_kernels() {
@@ -125,25 +175,23 @@ GemmChoice select_gemm_kernel(const GemmShape& shape, const GemmDevice& device, 
                                          ": no such kernel in this build; allowed: " + names_of_entries());
   }
   if (shape.product_zero) return {&simt_gemm_kernel(shape.dtype), {}};
-  GemmChoice data_parallel, stream_k, split_k;
+  // The accepting rows of the first accepting row's tier and math, in table order.
+  std::vector<GemmChoice> accepted;
+  std::vector<GemmCandidate> candidates;
   for (const GemmKernel* kernel : gemm_kernels()) {
     if (kernel->tier == GemmTier::simt || !gemm_kernel_matches(*kernel, shape, allow_tf32)) continue;
     if (!gemm_architecture_runs_on(kernel->architecture, device.capability)) continue;
-    GemmChoice& slot = kernel->split_k ? split_k : kernel->stream_k ? stream_k : data_parallel;
-    GemmStaging staging;
-    if (slot.kernel == nullptr && gemm_kernel_refusal(*kernel, shape, device, &staging).empty()) {
-      slot = {kernel, staging};
+    if (!accepted.empty() &&
+        (kernel->tier != accepted.front().kernel->tier || kernel->math != accepted.front().kernel->math)) {
+      continue;
     }
+    GemmStaging staging;
+    if (!gemm_kernel_refusal(*kernel, shape, device, &staging).empty()) continue;
+    accepted.push_back({kernel, staging});
+    candidates.push_back({kernel->tile_m, kernel->tile_n, kernel->split_k, kernel->stream_k});
   }
-  // Fewer output tiles than half the SMs leave most of the device idle: split K instead. Split-K slices when
-  // its rule holds (its refusal: at least three slices a tile, so CUTLASS's stream-K would chain as many
-  // in-place reductions a tile), else stream-K.
-  const bool small_grid =
-      data_parallel.kernel != nullptr && 2 * output_tiles(*data_parallel.kernel, shape) < device.multiprocessors;
-  if (small_grid && split_k.kernel != nullptr) return split_k;
-  if (small_grid && stream_k.kernel != nullptr) return stream_k;
-  if (data_parallel.kernel != nullptr) return data_parallel;
-  if (stream_k.kernel != nullptr) return stream_k;
+  const int chosen = choose_gemm_candidate(shape.m, shape.n, shape.k, shape.batch, candidates, device.multiprocessors);
+  if (chosen >= 0) return accepted[static_cast<size_t>(chosen)];
   return {&simt_gemm_kernel(shape.dtype), {}};
 }
 

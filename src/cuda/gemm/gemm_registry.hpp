@@ -1,12 +1,15 @@
 // The GEMM kernels of this build, in selection order: the Hopper rows of cmake/attnkit_gemm_kernels.cmake,
-// then its SM80 rows, then the SIMT fallbacks (gemm_simt.hpp). A problem runs on the first entry of its
-// dtype and math whose A / B majorness match and that accepts the shape on the device, directly or with
-// its misaligned operands (or an N that is not a multiple of 8) staged (gemm_staging.hpp). When that
-// entry's output tiles would occupy fewer than half the SMs, the first split-K entry that accepts the
-// problem runs it instead (gemm_split_k.hpp: batch 1, a K that divides into slices, at least three slices
-// a tile), else the first such stream-K entry; the SIMT entry accepts everything.
+// then its SM80 rows, then the SIMT fallbacks (gemm_simt.hpp). A problem runs on a row of its dtype and math
+// whose A / B majorness match and that accepts the shape on the device, directly or with its misaligned
+// operands (or an N that is not a multiple of 8) staged (gemm_staging.hpp). The first such row fixes the tier
+// and math (Hopper before SM80, TF32 before 3xTF32); among the accepting rows of that tier and math
+// (choose_gemm_candidate): the first split-K row (gemm_split_k.hpp: batch 1, small grids, a K that divides into
+// slices, at least three slices a tile), else the data-parallel row of the smallest waves estimate
+// (gemm_tile_cost: small tiles for small grids, 128 x 256 for large ones), replaced by the first stream-K row
+// when its output tiles would occupy fewer than half the SMs; the SIMT entry accepts everything.
 // ATTNKIT_GEMM_CONFIG=<name> forces an entry (tests, benchmarks).
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -28,6 +31,30 @@ bool gemm_architecture_runs_on(int architecture, int capability);
 // Whether `kernel` computes problems of `shape`'s dtype with this math choice and majorness (not the
 // alignment or device checks: GemmKernel::refusal).
 bool gemm_kernel_matches(const GemmKernel& kernel, const GemmShape& shape, bool allow_tf32);
+
+// The waves cost model. A data-parallel row runs ceil(M / tile_m) * ceil(N / tile_n) * batch output tiles,
+// `multiprocessors` at a time: its time is about waves * (the work of one tile, tile_m * tile_n * K) / the
+// fraction of peak its tile sustains (gemm_tile_efficiency). Small problems leave most SMs idle on large tiles
+// (1024^3: 32 tiles of 128 x 256 on 132 SMs), large ones pay the small tiles' lower efficiency.
+// The fraction of the tensor cores' peak a tile of tile_m x tile_n sustains, relative to 128 x 256.
+double gemm_tile_efficiency(int tile_m, int tile_n);
+// The estimate above (arbitrary units; only comparisons mean anything).
+double gemm_tile_cost(int64_t m, int64_t n, int64_t k, int64_t batch, int tile_m, int tile_n, int multiprocessors);
+
+// A row that accepts the problem, as the rule sees it.
+struct GemmCandidate {
+  int tile_m = 0;
+  int tile_n = 0;
+  bool split_k = false;
+  bool stream_k = false;
+};
+
+// The index in `accepted` (rows of one tier and math that accept the problem, in table order) of the row the
+// problem runs on, -1 when empty: the first split-K row; else the data-parallel row of the smallest
+// gemm_tile_cost (the first of equal ones), unless its tiles (times the batch) would occupy fewer than half the
+// SMs and a stream-K row accepts (the first); else the first stream-K row. Pure: tests call it on the CPU.
+int choose_gemm_candidate(int64_t m, int64_t n, int64_t k, int64_t batch, const std::vector<GemmCandidate>& accepted,
+                          int multiprocessors);
 
 // A kernel and the operands it needs staged (none when it addresses the problem directly).
 struct GemmChoice {

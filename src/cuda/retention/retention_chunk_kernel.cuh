@@ -295,17 +295,9 @@ __global__ void __launch_bounds__(ChunkTraits<Element, HeadDim, ValueBlock>::kTh
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
         if (ks <= warp) {
-          const uint32_t a[4] = {pack_pair<Element>(scores[2 * ks][0], scores[2 * ks][1]),
-                                 pack_pair<Element>(scores[2 * ks][2], scores[2 * ks][3]),
-                                 pack_pair<Element>(scores[2 * ks + 1][0], scores[2 * ks + 1][1]),
-                                 pack_pair<Element>(scores[2 * ks + 1][2], scores[2 * ks + 1][3])};
-#pragma unroll
-          for (int np = 0; np < kNT / 2; ++np) {
-            uint32_t bv[4];
-            ldmatrix_x4_trans(bv, b_rows_kn(v_tile, kVPitch, ks * 16, np * 16, lane));
-            mma_16816<Element>(out[2 * np], a, bv[0], bv[1]);
-            mma_16816<Element>(out[2 * np + 1], a, bv[2], bv[3]);
-          }
+          uint32_t a[4];
+          score_a_fragment<Element>(a, scores, ks);
+          mma_kn_tile<Element>(out, a, v_tile, kVPitch, ks * 16, lane);
         }
       }
       // Output rows past the sequence's end are not written.

@@ -53,6 +53,61 @@ __device__ __forceinline__ float decay_entry(const char* rows, const DecayMatrix
   return static_cast<float>(reinterpret_cast<const Element*>(rows)[index]);
 }
 
+// The head's rows of the decay matrix (the base advanced to head h), or null without a matrix.
+template <class Element>
+__device__ __forceinline__ const char* head_decay_rows(const ChunkParams& p, bool decay_matrix, int h) {
+  const char* rows = decay_matrix ? static_cast<const char*>(p.decay.data) : nullptr;
+  if (decay_matrix) rows += h * p.decay.head * (p.decay.f32 ? 4 : static_cast<int64_t>(sizeof(Element)));
+  return rows;
+}
+
+// D_tm before the query row's factor, for query t and key m: the matrix entry (0 for t or m past the
+// sequences), or with gamma gamma^(t-m) for m <= t and 0 above the diagonal.
+template <class Element>
+__device__ __forceinline__ float decay_weight(bool decay_matrix, const char* decay_rows, const DecayMatrixOperand& d,
+                                              float log2_gamma, int64_t t, int64_t m, int64_t tokens, int64_t keys) {
+  if (decay_matrix) return t < tokens && m < keys ? decay_entry<Element>(decay_rows, d, t, m) : 0.0f;
+  return m <= t ? decay_power(log2_gamma, static_cast<float>(t - m)) : 0.0f;
+}
+
+// log2(gamma_h): from the params, or the default 1 - 2^(-5-h) computed here.
+__device__ __forceinline__ float head_log2_gamma(const ChunkParams& p, int h) {
+  if (p.default_gamma) return static_cast<float>(log1p(-exp2(-5.0 - h)) / 0.69314718055994530942);
+  return p.log2_gamma[h];
+}
+
+// The factor every score of query row t is multiplied by besides the decay power: scale / sqrt(sum_{j<=t}
+// gamma^j) with gamma (the closed form of the normalised form), scale with a decay matrix (used as given).
+__device__ __forceinline__ float query_row_factor(bool decay_matrix, float scale, float ln_gamma, int64_t t) {
+  if (decay_matrix) return scale;
+  const float rows = static_cast<float>(t + 1);
+  const float decay_sum = ln_gamma == 0.0f ? rows : expm1f(rows * ln_gamma) / expm1f(ln_gamma);
+  return scale * rsqrtf(decay_sum);
+}
+
+// The (batch b, head h) sequence of an operand.
+template <class Element>
+__device__ __forceinline__ const Element* head_rows(const SequenceOperand& operand, int64_t b, int h) {
+  return static_cast<const Element*>(operand.data) + b * operand.batch + h * operand.head;
+}
+// The same for the written output.
+template <class Element>
+__device__ __forceinline__ Element* head_output_rows(const SequenceOperand& operand, int64_t b, int h) {
+  return static_cast<Element*>(const_cast<void*>(operand.data)) + b * operand.batch + h * operand.head;
+}
+
+// One row pair's stored 16-bit values at columns (col, col + 1) of `row`, paired or element-wise.
+template <class Element>
+__device__ __forceinline__ void store_pair(Element* row, int col, uint32_t pair, bool vector_access) {
+  if (vector_access) {
+    *reinterpret_cast<uint32_t*>(row + col) = pair;
+  } else {
+    const Element* elements = reinterpret_cast<const Element*>(&pair);
+    row[col] = elements[0];
+    row[col + 1] = elements[1];
+  }
+}
+
 template <class Element, int HeadDim>
 __global__ void __launch_bounds__(NormalizedTraits<Element, HeadDim>::kThreads)
     retention_normalized_kernel(const __grid_constant__ ChunkParams p) {
@@ -82,12 +137,7 @@ __global__ void __launch_bounds__(NormalizedTraits<Element, HeadDim>::kThreads)
   const int h = static_cast<int>(head_index % p.heads);
   const int64_t b = head_index / p.heads;
 
-  float log2_gamma;
-  if (p.default_gamma) {
-    log2_gamma = static_cast<float>(log1p(-exp2(-5.0 - h)) / 0.69314718055994530942);
-  } else {
-    log2_gamma = p.log2_gamma[h];
-  }
+  const float log2_gamma = head_log2_gamma(p, h);
   const float ln_gamma = log2_gamma * 0.69314718055994530942f;
   const float scale = p.scale;
   const int64_t tokens = p.tokens;
@@ -96,12 +146,10 @@ __global__ void __launch_bounds__(NormalizedTraits<Element, HeadDim>::kThreads)
   const int64_t last_key_block = decay_matrix ? (keys + kBlock - 1) / kBlock - 1 : query_block;
   const bool vector_access = p.vector_access != 0;
 
-  const auto* q_base = static_cast<const Element*>(p.q.data) + b * p.q.batch + h * p.q.head;
-  const auto* k_base = static_cast<const Element*>(p.k.data) + b * p.k.batch + h * p.k.head;
-  const auto* v_base = static_cast<const Element*>(p.v.data) + b * p.v.batch + h * p.v.head +
-                       static_cast<int64_t>(slice) * Traits::kValueBlock;
-  auto* out_base = static_cast<Element*>(const_cast<void*>(p.out.data)) + b * p.out.batch + h * p.out.head +
-                   static_cast<int64_t>(slice) * Traits::kValueBlock;
+  const Element* q_base = head_rows<Element>(p.q, b, h);
+  const Element* k_base = head_rows<Element>(p.k, b, h);
+  const Element* v_base = head_rows<Element>(p.v, b, h) + static_cast<int64_t>(slice) * Traits::kValueBlock;
+  Element* out_base = head_output_rows<Element>(p.out, b, h) + static_cast<int64_t>(slice) * Traits::kValueBlock;
 
   const int64_t q0 = query_block * kBlock;
   load_rows<Element, HeadDim, kQkPitch, Traits::kThreads>(q_tile, q_base, p.q.token, q0, tokens, vector_access);
@@ -119,22 +167,12 @@ __global__ void __launch_bounds__(NormalizedTraits<Element, HeadDim>::kThreads)
   const int64_t row_lo = q0 + warp * 16 + g;
   float row_factor[2];
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const float rows = static_cast<float>(row_lo + 8 * half + 1);
-    const float decay_sum = ln_gamma == 0.0f ? rows : expm1f(rows * ln_gamma) / expm1f(ln_gamma);
-    row_factor[half] = decay_matrix ? scale : scale * rsqrtf(decay_sum);
-  }
-  const char* decay_rows = decay_matrix ? static_cast<const char*>(p.decay.data) : nullptr;
-  if (decay_matrix) {
-    const int64_t element_bytes = p.decay.f32 ? 4 : static_cast<int64_t>(sizeof(Element));
-    decay_rows += h * p.decay.head * element_bytes;
-  }
+  for (int half = 0; half < 2; ++half)
+    row_factor[half] = query_row_factor(decay_matrix, scale, ln_gamma, row_lo + 8 * half);
+  const char* decay_rows = head_decay_rows<Element>(p, decay_matrix, h);
 
   float out[kNT][4];
-#pragma unroll
-  for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) out[nt][e] = 0.0f;
+  zero_tiles(out);
   float abs_sum[2] = {0.0f, 0.0f};
 
   for (int64_t key_block = 0; key_block <= last_key_block; ++key_block) {
@@ -148,24 +186,13 @@ __global__ void __launch_bounds__(NormalizedTraits<Element, HeadDim>::kThreads)
     const bool diagonal = !decay_matrix && key_block == query_block;
     const int64_t k0 = key_block * kBlock;
 
+    // Key tiles above the warp's rows on the diagonal block are skipped.
+    const auto visit = [&](int np) { return !diagonal || np <= warp; };
     float scores[8][4];
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) scores[nt][e] = 0.0f;
+    zero_tiles(scores);
 #pragma unroll
     for (int ks = 0; ks < HeadDim / 16; ++ks) {
-      uint32_t a[4];
-      ldmatrix_x4(a, a_rows(q_tile, kQkPitch, warp * 16, ks * 16, lane));
-#pragma unroll
-      for (int np = 0; np < 4; ++np) {
-        if (!diagonal || np <= warp) {
-          uint32_t bk[4];
-          ldmatrix_x4(bk, b_rows_nk(k_tile, kQkPitch, np * 16, ks * 16, lane));
-          mma_16816<Element>(scores[2 * np], a, bk[0], bk[1]);
-          mma_16816<Element>(scores[2 * np + 1], a, bk[2], bk[3]);
-        }
-      }
+      mma_rows_k_step<Element>(scores, q_tile, kQkPitch, k_tile, kQkPitch, ks, warp, lane, visit);
     }
     // Decay, normaliser and causal mask; keys past the sequence are zero rows of K, so their scores are 0.
 #pragma unroll
@@ -174,30 +201,17 @@ __global__ void __launch_bounds__(NormalizedTraits<Element, HeadDim>::kThreads)
       for (int e = 0; e < 4; ++e) {
         const int64_t i = row_lo + 8 * (e / 2);
         const int64_t j = k0 + nt * 8 + 2 * quad + e % 2;
-        float weight;
-        if (decay_matrix) {
-          weight = i < tokens && j < keys ? decay_entry<Element>(decay_rows, p.decay, i, j) : 0.0f;
-        } else {
-          weight = j <= i ? decay_power(log2_gamma, static_cast<float>(i - j)) : 0.0f;
-        }
+        const float weight = decay_weight<Element>(decay_matrix, decay_rows, p.decay, log2_gamma, i, j, tokens, keys);
         const float s = weight != 0.0f ? scores[nt][e] * row_factor[e / 2] * weight : 0.0f;
         scores[nt][e] = s;
         abs_sum[e / 2] += fabsf(s);
       }
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
-      if (!diagonal || ks <= warp) {
-        const uint32_t a[4] = {pack_pair<Element>(scores[2 * ks][0], scores[2 * ks][1]),
-                               pack_pair<Element>(scores[2 * ks][2], scores[2 * ks][3]),
-                               pack_pair<Element>(scores[2 * ks + 1][0], scores[2 * ks + 1][1]),
-                               pack_pair<Element>(scores[2 * ks + 1][2], scores[2 * ks + 1][3])};
-#pragma unroll
-        for (int np = 0; np < kNT / 2; ++np) {
-          uint32_t bv[4];
-          ldmatrix_x4_trans(bv, b_rows_kn(v_tile, kVPitch, ks * 16, np * 16, lane));
-          mma_16816<Element>(out[2 * np], a, bv[0], bv[1]);
-          mma_16816<Element>(out[2 * np + 1], a, bv[2], bv[3]);
-        }
+      if (visit(ks)) {
+        uint32_t a[4];
+        score_a_fragment<Element>(a, scores, ks);
+        mma_kn_tile<Element>(out, a, v_tile, kVPitch, ks * 16, lane);
       }
     }
   }
@@ -217,15 +231,8 @@ __global__ void __launch_bounds__(NormalizedTraits<Element, HeadDim>::kThreads)
     Element* row = out_base + i * p.out.token;
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) {
-      const int col = nt * 8 + 2 * quad;
-      const uint32_t pair = pack_pair<Element>(out[nt][2 * half] * inverse, out[nt][2 * half + 1] * inverse);
-      if (vector_access) {
-        *reinterpret_cast<uint32_t*>(row + col) = pair;
-      } else {
-        const Element* elements = reinterpret_cast<const Element*>(&pair);
-        row[col] = elements[0];
-        row[col + 1] = elements[1];
-      }
+      store_pair(row, nt * 8 + 2 * quad,
+                 pack_pair<Element>(out[nt][2 * half] * inverse, out[nt][2 * half + 1] * inverse), vector_access);
     }
   }
 }

@@ -22,6 +22,11 @@
 // the pairs on and below the diagonal. Bytes: per block pair each launch reads the other side's tiles
 // (Q, dO or K, V) from L2, and writes its gradient once; a decay matrix is read once per pair by each
 // launch (4 or 2 bytes per entry); the row terms are 8 bytes per query row.
+//
+// Both kernels share this file's setup: the shared-memory layout (ParallelBackwardTiles), the thread's
+// place in the warp tiles (WarpLane) and the (batch, head) setup (ParallelBackwardHead); the decay
+// weights, row factors and tile products are those of the forward (retention_normalized_kernel.cuh,
+// retention_mma.cuh).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -29,6 +34,10 @@
 #include <cstdint>
 
 #include "cuda/common/async_copy.cuh"
+#include "cuda/retention/retention_chunk_kernel.cuh"
+#include "cuda/retention/retention_fragments.cuh"
+#include "cuda/retention/retention_mma.cuh"
+#include "cuda/retention/retention_normalized_kernel.cuh"
 #include "cuda/retention/retention_params.hpp"
 
 namespace attnkit::cuda::retention {
@@ -40,7 +49,8 @@ struct ParallelBackwardTraits {
   static constexpr int kMaxValueDim = kParallelBackwardMaxValueDim;
   static constexpr int kQkPitch = HeadDim + 8;
   static constexpr int kQkTile = kBlock * kQkPitch;
-  static constexpr int kRowTermFloats = 4;  // per query row in shared memory: 1/n_t, c_t, its score factor, padding
+  static constexpr int kDkTiles = HeadDim / 8;  // 8-wide n-tiles of a Dk-wide accumulator
+  static constexpr int kRowTermFloats = 4;      // per query row in shared memory: 1/n_t, c_t, its score factor, padding
   static_assert(HeadDim % 16 == 0, "Dk comes in 16-wide MMA k-steps and pairs of 8-wide n-tiles");
 
   // Rows of the value-side tiles are padded by 8 like the others, so ldmatrix rows fall in distinct banks.
@@ -77,33 +87,69 @@ __device__ __forceinline__ void load_rows_of_width(Element* tile, int pitch, con
   }
 }
 
-// log2(gamma_h): from the params, or the default 1 - 2^(-5-h) computed here.
-__device__ __forceinline__ float head_log2_gamma(const ChunkParams& p, int h) {
-  if (p.default_gamma) return static_cast<float>(log1p(-exp2(-5.0 - h)) / 0.69314718055994530942);
-  return p.log2_gamma[h];
-}
-
-// The factor every score of query row t is multiplied by besides the decay power: scale / sqrt(sum_{j<=t}
-// gamma^j) with gamma (the closed form the forward uses), scale with a decay matrix (used as given).
-__device__ __forceinline__ float query_row_factor(bool decay_matrix, float scale, float ln_gamma, int64_t t) {
-  if (decay_matrix) return scale;
-  const float rows = static_cast<float>(t + 1);
-  const float decay_sum = ln_gamma == 0.0f ? rows : expm1f(rows * ln_gamma) / expm1f(ln_gamma);
-  return scale * rsqrtf(decay_sum);
-}
-
 __device__ __forceinline__ float sign_of(float x) { return static_cast<float>((x > 0.0f) - (x < 0.0f)); }
 
-// One row pair's stored 16-bit values at columns (col, col + 1) of `row`, paired or element-wise.
+// Shared memory of both kernels: the CTA's fixed block (Q for dQ, K for dK and dV) as a Dk-wide tile, two
+// pipeline stages of the walked side's Dk-wide tiles (K or Q), then the same for the Dv-wide tiles (dO
+// fixed and V walked, or V fixed and dO walked), then two stages of row terms (the key side only).
 template <class Element>
-__device__ __forceinline__ void store_pair(Element* row, int col, uint32_t pair, bool vector_access) {
-  if (vector_access) {
-    *reinterpret_cast<uint32_t*>(row + col) = pair;
-  } else {
-    const Element* elements = reinterpret_cast<const Element*>(&pair);
-    row[col] = elements[0];
-    row[col + 1] = elements[1];
-  }
+struct ParallelBackwardTiles {
+  Element* fixed_qk;
+  Element* staged_qk;  // [2][kQkTile]
+  Element* fixed_v;
+  Element* staged_v;  // [2][v_tile_elements]
+  float* row_terms;   // [2][64][kRowTermFloats]
+  int v_tile_elements;
+};
+
+template <class Traits, class Element>
+__device__ __forceinline__ ParallelBackwardTiles<Element> parallel_backward_tiles(unsigned char* shared, int v_pitch) {
+  ParallelBackwardTiles<Element> tiles;
+  tiles.v_tile_elements = Traits::kBlock * v_pitch;
+  tiles.fixed_qk = reinterpret_cast<Element*>(shared);
+  tiles.staged_qk = tiles.fixed_qk + Traits::kQkTile;
+  tiles.fixed_v = tiles.staged_qk + 2 * Traits::kQkTile;
+  tiles.staged_v = tiles.fixed_v + tiles.v_tile_elements;
+  tiles.row_terms = reinterpret_cast<float*>(tiles.staged_v + 2 * tiles.v_tile_elements);
+  return tiles;
+}
+
+// The thread's place in the warp tiles: warp w holds rows 16w..16w+15 of the fixed block; g = lane / 4 and
+// quad = lane % 4 as in the MMA fragments (retention_mma.cuh).
+struct WarpLane {
+  int warp, lane, g, quad;
+};
+
+__device__ __forceinline__ WarpLane warp_lane() {
+  WarpLane w;
+  w.warp = static_cast<int>(threadIdx.x) / 32;
+  w.lane = static_cast<int>(threadIdx.x) % 32;
+  w.g = w.lane / 4;
+  w.quad = w.lane % 4;
+  return w;
+}
+
+// What both kernels know of their (batch b, head h): the decay (log2 and ln of gamma, or the head's rows of
+// the matrix) and the head's sequences.
+template <class Element>
+struct ParallelBackwardHead {
+  float log2_gamma, ln_gamma;
+  const char* decay_rows;
+  const Element *q, *k, *v, *grad_out;
+};
+
+template <class Element>
+__device__ __forceinline__ ParallelBackwardHead<Element> parallel_backward_head(const ChunkParams& p, bool decay_matrix,
+                                                                                int64_t b, int h) {
+  ParallelBackwardHead<Element> head;
+  head.log2_gamma = head_log2_gamma(p, h);
+  head.ln_gamma = head.log2_gamma * 0.69314718055994530942f;
+  head.decay_rows = head_decay_rows<Element>(p, decay_matrix, h);
+  head.q = head_rows<Element>(p.q, b, h);
+  head.k = head_rows<Element>(p.k, b, h);
+  head.v = head_rows<Element>(p.v, b, h);
+  head.grad_out = head_rows<Element>(p.grad_out, b, h);
+  return head;
 }
 
 }  // namespace attnkit::cuda::retention

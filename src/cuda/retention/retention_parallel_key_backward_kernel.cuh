@@ -22,10 +22,6 @@
 #include <cstdint>
 
 #include "cuda/common/async_copy.cuh"
-#include "cuda/retention/retention_chunk_kernel.cuh"
-#include "cuda/retention/retention_fragments.cuh"
-#include "cuda/retention/retention_mma.cuh"
-#include "cuda/retention/retention_normalized_kernel.cuh"
 #include "cuda/retention/retention_parallel_backward_common.cuh"
 #include "cuda/retention/retention_params.hpp"
 
@@ -37,24 +33,23 @@ __global__ void __launch_bounds__(ParallelBackwardTraits<Element, HeadDim>::kThr
   using Traits = ParallelBackwardTraits<Element, HeadDim>;
   constexpr int kBlock = Traits::kBlock;
   constexpr int kQkPitch = Traits::kQkPitch;
-  constexpr int kDkTiles = HeadDim / 8;
+  constexpr int kDkTiles = Traits::kDkTiles;
   constexpr int kTermFloats = Traits::kRowTermFloats;
   const int dv = p.value_columns;
   const int v_pitch = Traits::value_pitch(dv);
   const bool grad_v_role = p.backward_role == kGradVRole;
 
   extern __shared__ __align__(16) unsigned char shared_bytes[];
-  Element* k_tile = reinterpret_cast<Element*>(shared_bytes);
-  Element* q_tiles = k_tile + Traits::kQkTile;
-  Element* v_tile = q_tiles + 2 * Traits::kQkTile;
-  Element* do_tiles = v_tile + kBlock * v_pitch;
-  float* row_terms = reinterpret_cast<float*>(do_tiles + 2 * kBlock * v_pitch);
-  const int do_tile_elements = kBlock * v_pitch;
+  const auto tiles = parallel_backward_tiles<Traits, Element>(shared_bytes, v_pitch);
+  Element* k_tile = tiles.fixed_qk;
+  Element* q_tiles = tiles.staged_qk;
+  Element* v_tile = tiles.fixed_v;
+  Element* do_tiles = tiles.staged_v;
+  float* row_terms = tiles.row_terms;
+  const int do_tile_elements = tiles.v_tile_elements;
 
-  const int warp = static_cast<int>(threadIdx.x) / 32;
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int g = lane / 4;
-  const int quad = lane % 4;
+  const WarpLane thread = warp_lane();
+  const int warp = thread.warp, lane = thread.lane, g = thread.g, quad = thread.quad;
 
   // CTA order: value slice fastest, then key blocks from the first (heaviest with gamma) up, then (batch, head).
   const int64_t tokens = p.tokens;
@@ -70,8 +65,8 @@ __global__ void __launch_bounds__(ParallelBackwardTraits<Element, HeadDim>::kThr
   const int h = static_cast<int>(head_index % p.heads);
   const int64_t b = head_index / p.heads;
 
-  const float log2_gamma = head_log2_gamma(p, h);
-  const float ln_gamma = log2_gamma * 0.69314718055994530942f;
+  const auto head = parallel_backward_head<Element>(p, decay_matrix, b, h);
+  const float log2_gamma = head.log2_gamma;
   const int64_t first_query_block = decay_matrix ? 0 : key_block;
   const bool vector_access = p.vector_access != 0;
   // dK reads all Dv columns of V and dO; dV reads its slice of dO only (64 columns, or Dk when Dv is a multiple
@@ -79,11 +74,10 @@ __global__ void __launch_bounds__(ParallelBackwardTraits<Element, HeadDim>::kThr
   const int value_columns = grad_v_role ? dv / p.dv_slices : dv;
   const int64_t value_offset = grad_v_role ? static_cast<int64_t>(slice) * value_columns : 0;
 
-  const auto* q_base = static_cast<const Element*>(p.q.data) + b * p.q.batch + h * p.q.head;
-  const auto* k_base = static_cast<const Element*>(p.k.data) + b * p.k.batch + h * p.k.head;
-  const auto* v_base = static_cast<const Element*>(p.v.data) + b * p.v.batch + h * p.v.head;
-  const auto* do_base =
-      static_cast<const Element*>(p.grad_out.data) + b * p.grad_out.batch + h * p.grad_out.head + value_offset;
+  const Element* q_base = head.q;
+  const Element* k_base = head.k;
+  const Element* v_base = head.v;
+  const Element* do_base = head.grad_out + value_offset;
 
   const int64_t k0 = key_block * kBlock;
   load_rows<Element, HeadDim, kQkPitch, Traits::kThreads>(k_tile, k_base, p.k.token, k0, keys, vector_access);
@@ -107,21 +101,17 @@ __global__ void __launch_bounds__(ParallelBackwardTraits<Element, HeadDim>::kThr
       }
       terms[0] = norm_terms.x;
       terms[1] = norm_terms.y;
-      terms[2] = t < tokens ? query_row_factor(decay_matrix, p.scale, ln_gamma, t) : 0.0f;
+      terms[2] = t < tokens ? query_row_factor(decay_matrix, p.scale, head.ln_gamma, t) : 0.0f;
     }
   };
   if (first_query_block < query_blocks) load_queries(first_query_block, 0);
   commit_async_copies();
 
-  const char* decay_rows = decay_matrix ? static_cast<const char*>(p.decay.data) : nullptr;
-  if (decay_matrix) decay_rows += h * p.decay.head * (p.decay.f32 ? 4 : static_cast<int64_t>(sizeof(Element)));
+  const char* decay_rows = head.decay_rows;
   const int64_t key_lo = k0 + warp * 16 + g;  // the thread's two keys: key_lo and key_lo + 8
 
   float grad[kDkTiles][4];
-#pragma unroll
-  for (int nt = 0; nt < kDkTiles; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) grad[nt][e] = 0.0f;
+  zero_tiles(grad);
 
   for (int64_t query_block = first_query_block; query_block < query_blocks; ++query_block) {
     const int stage = static_cast<int>((query_block - first_query_block) & 1);
@@ -135,38 +125,18 @@ __global__ void __launch_bounds__(ParallelBackwardTraits<Element, HeadDim>::kThr
     const bool diagonal = !decay_matrix && query_block == key_block;
     const int64_t q0 = query_block * kBlock;
 
+    // Query tiles left of the warp's keys on the diagonal block are skipped.
+    const auto visit = [&](int np) { return !diagonal || np >= warp; };
     float scores[8][4], score_grads[8][4];
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) scores[nt][e] = score_grads[nt][e] = 0.0f;
+    zero_tiles(scores);
+    zero_tiles(score_grads);
 #pragma unroll
     for (int ks = 0; ks < HeadDim / 16; ++ks) {
-      uint32_t a[4];
-      ldmatrix_x4(a, a_rows(k_tile, kQkPitch, warp * 16, ks * 16, lane));
-#pragma unroll
-      for (int np = 0; np < 4; ++np) {
-        if (!diagonal || np >= warp) {
-          uint32_t bq[4];
-          ldmatrix_x4(bq, b_rows_nk(q_tile, kQkPitch, np * 16, ks * 16, lane));
-          mma_16816<Element>(scores[2 * np], a, bq[0], bq[1]);
-          mma_16816<Element>(scores[2 * np + 1], a, bq[2], bq[3]);
-        }
-      }
+      mma_rows_k_step<Element>(scores, k_tile, kQkPitch, q_tile, kQkPitch, ks, warp, lane, visit);
     }
     if (!grad_v_role) {
       for (int ks = 0; ks < dv / 16; ++ks) {
-        uint32_t a[4];
-        ldmatrix_x4(a, a_rows(v_tile, v_pitch, warp * 16, ks * 16, lane));
-#pragma unroll
-        for (int np = 0; np < 4; ++np) {
-          if (!diagonal || np >= warp) {
-            uint32_t bo[4];
-            ldmatrix_x4(bo, b_rows_nk(do_tile, v_pitch, np * 16, ks * 16, lane));
-            mma_16816<Element>(score_grads[2 * np], a, bo[0], bo[1]);
-            mma_16816<Element>(score_grads[2 * np + 1], a, bo[2], bo[3]);
-          }
-        }
+        mma_rows_k_step<Element>(score_grads, v_tile, v_pitch, do_tile, v_pitch, ks, warp, lane, visit);
       }
     }
     // Element (nt, e): key key_lo + 8*(e/2), query column nt*8 + 2*quad + e%2 of the block. Queries past the
@@ -179,12 +149,7 @@ __global__ void __launch_bounds__(ParallelBackwardTraits<Element, HeadDim>::kThr
         const int column = nt * 8 + 2 * quad + e % 2;
         const int64_t t = q0 + column;
         const float* query_terms = terms + column * kTermFloats;
-        float weight;
-        if (decay_matrix) {
-          weight = t < tokens && m < keys ? decay_entry<Element>(decay_rows, p.decay, t, m) : 0.0f;
-        } else {
-          weight = m <= t ? decay_power(log2_gamma, static_cast<float>(t - m)) : 0.0f;
-        }
+        float weight = decay_weight<Element>(decay_matrix, decay_rows, p.decay, log2_gamma, t, m, tokens, keys);
         weight *= query_terms[2];
         const float s = weight != 0.0f ? scores[nt][e] * weight : 0.0f;
         if (grad_v_role) {
@@ -195,37 +160,20 @@ __global__ void __launch_bounds__(ParallelBackwardTraits<Element, HeadDim>::kThr
       }
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
-      if (!diagonal || ks >= warp) {
-        const uint32_t a[4] = {pack_pair<Element>(scores[2 * ks][0], scores[2 * ks][1]),
-                               pack_pair<Element>(scores[2 * ks][2], scores[2 * ks][3]),
-                               pack_pair<Element>(scores[2 * ks + 1][0], scores[2 * ks + 1][1]),
-                               pack_pair<Element>(scores[2 * ks + 1][2], scores[2 * ks + 1][3])};
+      if (visit(ks)) {
+        uint32_t a[4];
+        score_a_fragment<Element>(a, scores, ks);
         if (grad_v_role) {
-#pragma unroll
-          for (int np = 0; np < kDkTiles / 2; ++np) {
-            if (np < value_columns / 16) {
-              uint32_t bo[4];
-              ldmatrix_x4_trans(bo, b_rows_kn(do_tile, v_pitch, ks * 16, np * 16, lane));
-              mma_16816<Element>(grad[2 * np], a, bo[0], bo[1]);
-              mma_16816<Element>(grad[2 * np + 1], a, bo[2], bo[3]);
-            }
-          }
+          mma_kn_tile<Element>(grad, a, do_tile, v_pitch, ks * 16, lane, value_columns / 16);
         } else {
-#pragma unroll
-          for (int np = 0; np < kDkTiles / 2; ++np) {
-            uint32_t bq[4];
-            ldmatrix_x4_trans(bq, b_rows_kn(q_tile, kQkPitch, ks * 16, np * 16, lane));
-            mma_16816<Element>(grad[2 * np], a, bq[0], bq[1]);
-            mma_16816<Element>(grad[2 * np + 1], a, bq[2], bq[3]);
-          }
+          mma_kn_tile<Element>(grad, a, q_tile, kQkPitch, ks * 16, lane);
         }
       }
     }
   }
 
   // dK: Dk columns; dV: the slice's columns.
-  auto* out_base =
-      static_cast<Element*>(const_cast<void*>(p.out.data)) + b * p.out.batch + h * p.out.head + value_offset;
+  Element* out_base = head_output_rows<Element>(p.out, b, h) + value_offset;
   const int out_tiles = grad_v_role ? value_columns / 8 : kDkTiles;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {

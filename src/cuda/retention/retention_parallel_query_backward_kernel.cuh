@@ -20,10 +20,6 @@
 #include <cstdint>
 
 #include "cuda/common/async_copy.cuh"
-#include "cuda/retention/retention_chunk_kernel.cuh"
-#include "cuda/retention/retention_fragments.cuh"
-#include "cuda/retention/retention_mma.cuh"
-#include "cuda/retention/retention_normalized_kernel.cuh"
 #include "cuda/retention/retention_parallel_backward_common.cuh"
 #include "cuda/retention/retention_params.hpp"
 
@@ -35,21 +31,20 @@ __global__ void __launch_bounds__(ParallelBackwardTraits<Element, HeadDim>::kThr
   using Traits = ParallelBackwardTraits<Element, HeadDim>;
   constexpr int kBlock = Traits::kBlock;
   constexpr int kQkPitch = Traits::kQkPitch;
-  constexpr int kDkTiles = HeadDim / 8;
+  constexpr int kDkTiles = Traits::kDkTiles;
   const int dv = p.value_columns;
   const int v_pitch = Traits::value_pitch(dv);
 
   extern __shared__ __align__(16) unsigned char shared_bytes[];
-  Element* q_tile = reinterpret_cast<Element*>(shared_bytes);
-  Element* k_tiles = q_tile + Traits::kQkTile;
-  Element* do_tile = k_tiles + 2 * Traits::kQkTile;
-  Element* v_tiles = do_tile + kBlock * v_pitch;
-  const int v_tile_elements = kBlock * v_pitch;
+  const auto tiles = parallel_backward_tiles<Traits, Element>(shared_bytes, v_pitch);
+  Element* q_tile = tiles.fixed_qk;
+  Element* k_tiles = tiles.staged_qk;
+  Element* do_tile = tiles.fixed_v;
+  Element* v_tiles = tiles.staged_v;
+  const int v_tile_elements = tiles.v_tile_elements;
 
-  const int warp = static_cast<int>(threadIdx.x) / 32;
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int g = lane / 4;
-  const int quad = lane % 4;
+  const WarpLane thread = warp_lane();
+  const int warp = thread.warp, lane = thread.lane, g = thread.g, quad = thread.quad;
   const bool row_terms_role = p.backward_role == kRowTermsRole;
 
   // CTA order: query blocks from the last (heaviest with gamma) down, then (batch, head).
@@ -61,17 +56,17 @@ __global__ void __launch_bounds__(ParallelBackwardTraits<Element, HeadDim>::kThr
   const int h = static_cast<int>(head_index % p.heads);
   const int64_t b = head_index / p.heads;
 
-  const float log2_gamma = head_log2_gamma(p, h);
-  const float ln_gamma = log2_gamma * 0.69314718055994530942f;
   const bool decay_matrix = p.decay.data != nullptr;
   const int64_t keys = decay_matrix ? p.tokens_k : tokens;
+  const auto head = parallel_backward_head<Element>(p, decay_matrix, b, h);
+  const float log2_gamma = head.log2_gamma;
   const int64_t last_key_block = decay_matrix ? (keys + kBlock - 1) / kBlock - 1 : query_block;
   const bool vector_access = p.vector_access != 0;
 
-  const auto* q_base = static_cast<const Element*>(p.q.data) + b * p.q.batch + h * p.q.head;
-  const auto* k_base = static_cast<const Element*>(p.k.data) + b * p.k.batch + h * p.k.head;
-  const auto* v_base = static_cast<const Element*>(p.v.data) + b * p.v.batch + h * p.v.head;
-  const auto* do_base = static_cast<const Element*>(p.grad_out.data) + b * p.grad_out.batch + h * p.grad_out.head;
+  const Element* q_base = head.q;
+  const Element* k_base = head.k;
+  const Element* v_base = head.v;
+  const Element* do_base = head.grad_out;
 
   const int64_t q0 = query_block * kBlock;
   load_rows<Element, HeadDim, kQkPitch, Traits::kThreads>(q_tile, q_base, p.q.token, q0, tokens, vector_access);
@@ -93,21 +88,17 @@ __global__ void __launch_bounds__(ParallelBackwardTraits<Element, HeadDim>::kThr
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int64_t i = row_lo + 8 * half;
-    row_factor[half] = query_row_factor(decay_matrix, p.scale, ln_gamma, i);
+    row_factor[half] = query_row_factor(decay_matrix, p.scale, head.ln_gamma, i);
     if (!row_terms_role && p.row_terms != nullptr && i < tokens) {
       const float2 terms = reinterpret_cast<const float2*>(p.row_terms)[head_index * tokens + i];
       inverse_norm[half] = terms.x;
       pull_factor[half] = terms.y;
     }
   }
-  const char* decay_rows = decay_matrix ? static_cast<const char*>(p.decay.data) : nullptr;
-  if (decay_matrix) decay_rows += h * p.decay.head * (p.decay.f32 ? 4 : static_cast<int64_t>(sizeof(Element)));
+  const char* decay_rows = head.decay_rows;
 
   float grad_q[kDkTiles][4];
-#pragma unroll
-  for (int nt = 0; nt < kDkTiles; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) grad_q[nt][e] = 0.0f;
+  zero_tiles(grad_q);
   float abs_sum[2] = {0.0f, 0.0f}, pull[2] = {0.0f, 0.0f};
 
   for (int64_t key_block = 0; key_block <= last_key_block; ++key_block) {
@@ -121,37 +112,17 @@ __global__ void __launch_bounds__(ParallelBackwardTraits<Element, HeadDim>::kThr
     const bool diagonal = !decay_matrix && key_block == query_block;
     const int64_t k0 = key_block * kBlock;
 
+    // Key tiles above the warp's rows on the diagonal block are skipped.
+    const auto visit = [&](int np) { return !diagonal || np <= warp; };
     float scores[8][4], score_grads[8][4];
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) scores[nt][e] = score_grads[nt][e] = 0.0f;
+    zero_tiles(scores);
+    zero_tiles(score_grads);
 #pragma unroll
     for (int ks = 0; ks < HeadDim / 16; ++ks) {
-      uint32_t a[4];
-      ldmatrix_x4(a, a_rows(q_tile, kQkPitch, warp * 16, ks * 16, lane));
-#pragma unroll
-      for (int np = 0; np < 4; ++np) {
-        if (!diagonal || np <= warp) {
-          uint32_t bk[4];
-          ldmatrix_x4(bk, b_rows_nk(k_tile, kQkPitch, np * 16, ks * 16, lane));
-          mma_16816<Element>(scores[2 * np], a, bk[0], bk[1]);
-          mma_16816<Element>(scores[2 * np + 1], a, bk[2], bk[3]);
-        }
-      }
+      mma_rows_k_step<Element>(scores, q_tile, kQkPitch, k_tile, kQkPitch, ks, warp, lane, visit);
     }
     for (int ks = 0; ks < dv / 16; ++ks) {
-      uint32_t a[4];
-      ldmatrix_x4(a, a_rows(do_tile, v_pitch, warp * 16, ks * 16, lane));
-#pragma unroll
-      for (int np = 0; np < 4; ++np) {
-        if (!diagonal || np <= warp) {
-          uint32_t bv[4];
-          ldmatrix_x4(bv, b_rows_nk(v_tile, v_pitch, np * 16, ks * 16, lane));
-          mma_16816<Element>(score_grads[2 * np], a, bv[0], bv[1]);
-          mma_16816<Element>(score_grads[2 * np + 1], a, bv[2], bv[3]);
-        }
-      }
+      mma_rows_k_step<Element>(score_grads, do_tile, v_pitch, v_tile, v_pitch, ks, warp, lane, visit);
     }
     // Decay weights and causal mask; keys past the sequence are zero rows of K and V.
 #pragma unroll
@@ -161,12 +132,7 @@ __global__ void __launch_bounds__(ParallelBackwardTraits<Element, HeadDim>::kThr
         const int half = e / 2;
         const int64_t i = row_lo + 8 * half;
         const int64_t j = k0 + nt * 8 + 2 * quad + e % 2;
-        float weight;
-        if (decay_matrix) {
-          weight = i < tokens && j < keys ? decay_entry<Element>(decay_rows, p.decay, i, j) : 0.0f;
-        } else {
-          weight = j <= i ? decay_power(log2_gamma, static_cast<float>(i - j)) : 0.0f;
-        }
+        float weight = decay_weight<Element>(decay_matrix, decay_rows, p.decay, log2_gamma, i, j, tokens, keys);
         weight *= row_factor[half];
         const float s = weight != 0.0f ? scores[nt][e] * weight : 0.0f;
         if (row_terms_role) {
@@ -179,18 +145,10 @@ __global__ void __launch_bounds__(ParallelBackwardTraits<Element, HeadDim>::kThr
     if (row_terms_role) continue;
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
-      if (!diagonal || ks <= warp) {
-        const uint32_t a[4] = {pack_pair<Element>(scores[2 * ks][0], scores[2 * ks][1]),
-                               pack_pair<Element>(scores[2 * ks][2], scores[2 * ks][3]),
-                               pack_pair<Element>(scores[2 * ks + 1][0], scores[2 * ks + 1][1]),
-                               pack_pair<Element>(scores[2 * ks + 1][2], scores[2 * ks + 1][3])};
-#pragma unroll
-        for (int np = 0; np < kDkTiles / 2; ++np) {
-          uint32_t bk[4];
-          ldmatrix_x4_trans(bk, b_rows_kn(k_tile, kQkPitch, ks * 16, np * 16, lane));
-          mma_16816<Element>(grad_q[2 * np], a, bk[0], bk[1]);
-          mma_16816<Element>(grad_q[2 * np + 1], a, bk[2], bk[3]);
-        }
+      if (visit(ks)) {
+        uint32_t a[4];
+        score_a_fragment<Element>(a, scores, ks);
+        mma_kn_tile<Element>(grad_q, a, k_tile, kQkPitch, ks * 16, lane);
       }
     }
   }
@@ -211,7 +169,7 @@ __global__ void __launch_bounds__(ParallelBackwardTraits<Element, HeadDim>::kThr
     }
     return;
   }
-  auto* out_base = static_cast<Element*>(const_cast<void*>(p.out.data)) + b * p.out.batch + h * p.out.head;
+  Element* out_base = head_output_rows<Element>(p.out, b, h);
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int64_t i = row_lo + 8 * half;

@@ -186,6 +186,16 @@ int64_t words_bytes(const TensorView& m, int64_t rows, int64_t columns) {
 
 int32_t row_pitch(const detail::AttentionShape& shape) { return static_cast<int32_t>((shape.seq_q + 3) / 4 * 4); }
 
+void set_sizes(ScatteredSizes& sizes, const detail::AttentionShape& shape) {
+  sizes.seq_q = static_cast<int32_t>(shape.seq_q);
+  sizes.seq_k = static_cast<int32_t>(shape.seq_k);
+  sizes.heads_q = static_cast<int32_t>(shape.heads_q);
+  sizes.heads_per_kv = static_cast<int32_t>(shape.heads_q / shape.heads_kv);
+  sizes.head_dim = static_cast<int32_t>(shape.head_dim);
+  sizes.head_dim_v = static_cast<int32_t>(shape.head_dim_v);
+  sizes.scale_log2 = static_cast<float>(shape.scale * 1.4426950408889634);
+}
+
 // Stream-ordered scratch when the caller passes none.
 class Scratch {
  public:
@@ -265,13 +275,7 @@ void run_scattered_forward(const AttentionForward& problem, const detail::Attent
   p.k = sequence_tensor(problem.k, shape.token_dims_kv);
   p.v = sequence_tensor(problem.v, shape.token_dims_kv);
   p.mask = packed_mask(bytes, words);
-  p.seq_q = static_cast<int32_t>(shape.seq_q);
-  p.seq_k = static_cast<int32_t>(shape.seq_k);
-  p.heads_q = static_cast<int32_t>(shape.heads_q);
-  p.heads_per_kv = static_cast<int32_t>(shape.heads_q / shape.heads_kv);
-  p.head_dim = static_cast<int32_t>(shape.head_dim);
-  p.head_dim_v = static_cast<int32_t>(shape.head_dim_v);
-  p.scale_log2 = static_cast<float>(shape.scale * 1.4426950408889634);
+  set_sizes(p, shape);
   const int width = scattered_width(shape.head_dim, shape.head_dim_v);
   const auto batch = static_cast<int32_t>(shape.batch);
   if (problem.q.dtype == DType::f16) {
@@ -320,14 +324,8 @@ void run_scattered_backward(const AttentionBackward& problem, const detail::Atte
   p.delta = delta;
   p.row_pitch = row_pitch(shape);
   p.batch = static_cast<int32_t>(shape.batch);
-  p.seq_q = static_cast<int32_t>(shape.seq_q);
-  p.seq_k = static_cast<int32_t>(shape.seq_k);
-  p.heads_q = static_cast<int32_t>(shape.heads_q);
-  p.heads_per_kv = static_cast<int32_t>(shape.heads_q / shape.heads_kv);
-  p.head_dim = static_cast<int32_t>(shape.head_dim);
-  p.head_dim_v = static_cast<int32_t>(shape.head_dim_v);
+  set_sizes(p, shape);
   p.scale = static_cast<float>(shape.scale);
-  p.scale_log2 = static_cast<float>(shape.scale * 1.4426950408889634);
 
   launch_pack_mask(bytes, words, cuda_stream);
   launch_pack_mask_transposed(bytes, words_transposed, cuda_stream);

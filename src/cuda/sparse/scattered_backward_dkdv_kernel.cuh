@@ -25,15 +25,11 @@
 namespace attnkit::cuda::sparse {
 
 template <class Element, int Width, int Warps>
-struct ScatteredKeyTraits {
-  static constexpr int kTile = kScatteredTile<Width>;
-  static constexpr int kThreads = Warps * 32;
-  static constexpr int kRows = Warps * 16;
-  static constexpr int kListEntries = kTile + 16;
-  static constexpr int kTileElements = kTile * Width;
+struct ScatteredKeyTraits : ScatteredTileShape<Width, Warps> {
+  using Shape = ScatteredTileShape<Width, Warps>;
   // Per stage: Q tile, dO tile, lse2[kTile], delta[kTile].
-  static constexpr int kStageBytes = 2 * kTileElements * int(sizeof(Element)) + 2 * kTile * 4;
-  static constexpr int kSharedBytes = 2 * kStageBytes + Warps * kListEntries * 4;
+  static constexpr int kStageBytes = 2 * Shape::kTileElements * int(sizeof(Element)) + 2 * Shape::kTile * 4;
+  static constexpr int kSharedBytes = 2 * kStageBytes + Warps * Shape::kListEntries * 4;
 };
 
 template <class Element, int Width, int Warps>
@@ -54,8 +50,6 @@ __global__ void __launch_bounds__(Warps * 32, 1) scattered_backward_dkdv_kernel(
   const int32_t kv_head = static_cast<int32_t>(blockIdx.y);
   const int32_t first_key = static_cast<int32_t>(blockIdx.x) * Traits::kRows + warp * 16;
   const int keys = min(max(p.seq_k - first_key, 0), 16);
-  const int g = lane / 4;
-  const int t = lane % 4;
 
   uint32_t k[Width / 16][4];
   uint32_t v[Width / 16][4];
@@ -63,11 +57,8 @@ __global__ void __launch_bounds__(Warps * 32, 1) scattered_backward_dkdv_kernel(
   load_a_fragments<Element, Width>(v, p.v, batch, kv_head, first_key, p.seq_k, p.head_dim_v, lane);
   float grad_k[Width / 8][4];
   float grad_v[Width / 8][4];
-#pragma unroll
-  for (int i = 0; i < Width / 8; ++i) {
-    grad_k[i][0] = grad_k[i][1] = grad_k[i][2] = grad_k[i][3] = 0.0f;
-    grad_v[i][0] = grad_v[i][1] = grad_v[i][2] = grad_v[i][3] = 0.0f;
-  }
+  zero_c_fragments<Width>(grad_k);
+  zero_c_fragments<Width>(grad_v);
 
   // Work items: (query head of the group, query tile), the tile fastest.
   const int tiles_q = (p.seq_q + kTile - 1) / kTile;
@@ -89,8 +80,7 @@ __global__ void __launch_bounds__(Warps * 32, 1) scattered_backward_dkdv_kernel(
     const int32_t head = kv_head * p.heads_per_kv + item / tiles_q;
     const int tile = item % tiles_q;
     const uint32_t* key_words = p.mask_transposed.row_words(batch, head, min(first_key, p.seq_k - 1));
-    builder.load(key_words + tile * (kTile / 32), p.mask_transposed.words_per_row, keys,
-                 p.mask_transposed.words_per_row - tile * (kTile / 32), lane);
+    builder.load_tile(key_words, p.mask_transposed.words_per_row, keys, tile, lane);
   };
   auto walk = [&](int item, int length) {
     const uint32_t q_address = shared_address(q_tile(item & 1));
@@ -103,23 +93,16 @@ __global__ void __launch_bounds__(Warps * 32, 1) scattered_backward_dkdv_kernel(
       float dp[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
       gathered_scores<Element, Width>(s, k, q_address, step_list, lane);
       gathered_scores<Element, Width>(dp, v, grad_out_address, step_list, lane);
-#pragma unroll
-      for (int block = 0; block < 2; ++block) {
-        const uint2 entries = *reinterpret_cast<const uint2*>(step_list + block * 8 + 2 * t);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const uint32_t entry = (i & 1) ? entries.y : entries.x;
-          const int query = static_cast<int>(entry & 0xffffu);
-          const bool attended = (entry >> (16 + g + (i >> 1) * 8)) & 1u;
-          const float probability = attended ? fast_exp2(s[block][i] * p.scale_log2 - lse2[query]) : 0.0f;
-          s[block][i] = probability;
-          dp[block][i] = probability * (dp[block][i] - delta[query]);
-        }
-      }
-      const uint32_t probabilities[4] = {pack_pair<Element>(s[0][0], s[0][1]), pack_pair<Element>(s[0][2], s[0][3]),
-                                         pack_pair<Element>(s[1][0], s[1][1]), pack_pair<Element>(s[1][2], s[1][3])};
-      const uint32_t grad_scores[4] = {pack_pair<Element>(dp[0][0], dp[0][1]), pack_pair<Element>(dp[0][2], dp[0][3]),
-                                       pack_pair<Element>(dp[1][0], dp[1][1]), pack_pair<Element>(dp[1][2], dp[1][3])};
+      for_each_step_entry(step_list, lane, [&](int block, int i, uint32_t entry, bool attended) {
+        const int query = static_cast<int>(entry & 0xffffu);
+        const float probability = attended ? fast_exp2(s[block][i] * p.scale_log2 - lse2[query]) : 0.0f;
+        s[block][i] = probability;
+        dp[block][i] = probability * (dp[block][i] - delta[query]);
+      });
+      uint32_t probabilities[4];
+      uint32_t grad_scores[4];
+      pack_a_fragment<Element>(probabilities, s);
+      pack_a_fragment<Element>(grad_scores, dp);
       gathered_accumulate<Element, Width>(grad_v, probabilities, grad_out_address, step_list, lane);
       gathered_accumulate<Element, Width>(grad_k, grad_scores, q_address, step_list, lane);
     }

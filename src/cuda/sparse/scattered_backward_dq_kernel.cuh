@@ -40,7 +40,6 @@ __global__ void __launch_bounds__(Warps * 32, 1) scattered_backward_dq_kernel(co
   const int rows = min(max(p.seq_q - first_row, 0), 16);
   const uint32_t* row_words = p.mask.row_words(batch, head, min(first_row, p.seq_q - 1));
   const int g = lane / 4;
-  const int t = lane % 4;
 
   uint32_t q[Width / 16][4];
   uint32_t grad_out[Width / 16][4];
@@ -58,48 +57,23 @@ __global__ void __launch_bounds__(Warps * 32, 1) scattered_backward_dq_kernel(co
     }
   }
   float grad_q[Width / 8][4];
-#pragma unroll
-  for (int i = 0; i < Width / 8; ++i) grad_q[i][0] = grad_q[i][1] = grad_q[i][2] = grad_q[i][3] = 0.0f;
+  zero_c_fragments<Width>(grad_q);
 
-  auto stage = [&](int tile) {
-    Element* k_tile = tiles + (tile & 1) * 2 * Traits::kTileElements;
-    stage_tile_async<Element, Width, kTile, Traits::kThreads>(k_tile, p.k, batch, kv_head, tile * kTile, p.seq_k,
-                                                              p.head_dim, thread);
-    stage_tile_async<Element, Width, kTile, Traits::kThreads>(k_tile + Traits::kTileElements, p.v, batch, kv_head,
-                                                              tile * kTile, p.seq_k, p.head_dim_v, thread);
+  auto step = [&](uint32_t k_address, uint32_t v_address, const uint32_t* step_list) {
+    float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+    float dp[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+    gathered_scores<Element, Width>(s, q, k_address, step_list, lane);
+    gathered_scores<Element, Width>(dp, grad_out, v_address, step_list, lane);
+    for_each_step_entry(step_list, lane, [&](int block, int i, uint32_t, bool attended) {
+      const float probability = attended ? fast_exp2(s[block][i] * p.scale_log2 - lse2[i >> 1]) : 0.0f;
+      s[block][i] = probability * (dp[block][i] - delta[i >> 1]);
+    });
+    uint32_t grad_scores[4];
+    pack_a_fragment<Element>(grad_scores, s);
+    gathered_accumulate<Element, Width>(grad_q, grad_scores, k_address, step_list, lane);
   };
-
-  const int tiles_k = (p.seq_k + kTile - 1) / kTile;
-  auto load_words = [&](GatherListBuilder<kTile>& builder, int tile) {
-    builder.load(row_words + tile * (kTile / 32), p.mask.words_per_row, rows,
-                 p.mask.words_per_row - tile * (kTile / 32), lane);
-  };
-  auto walk = [&](int tile, int length) {
-    const uint32_t k_address = shared_address(tiles + (tile & 1) * 2 * Traits::kTileElements);
-    const uint32_t v_address = k_address + Traits::kTileElements * int(sizeof(Element));
-    for (int step = 0; step < length; step += 16) {
-      const uint32_t* step_list = list + step;
-      float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-      float dp[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-      gathered_scores<Element, Width>(s, q, k_address, step_list, lane);
-      gathered_scores<Element, Width>(dp, grad_out, v_address, step_list, lane);
-#pragma unroll
-      for (int block = 0; block < 2; ++block) {
-        const uint2 entries = *reinterpret_cast<const uint2*>(step_list + block * 8 + 2 * t);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const uint32_t entry = (i & 1) ? entries.y : entries.x;
-          const bool attended = (entry >> (16 + g + (i >> 1) * 8)) & 1u;
-          const float probability = attended ? fast_exp2(s[block][i] * p.scale_log2 - lse2[i >> 1]) : 0.0f;
-          s[block][i] = probability * (dp[block][i] - delta[i >> 1]);
-        }
-      }
-      const uint32_t grad_scores[4] = {pack_pair<Element>(s[0][0], s[0][1]), pack_pair<Element>(s[0][2], s[0][3]),
-                                       pack_pair<Element>(s[1][0], s[1][1]), pack_pair<Element>(s[1][2], s[1][3])};
-      gathered_accumulate<Element, Width>(grad_q, grad_scores, k_address, step_list, lane);
-    }
-  };
-  stream_tiles<kTile>(tiles_k, list, lane, stage, load_words, walk);
+  stream_key_value_steps<Element, Width, kTile, Traits::kThreads>(tiles, list, p, batch, kv_head, row_words, rows,
+                                                                  thread, lane, step);
   store_c_fragments<Element, Width>(grad_q, p.grad_q, batch, head, first_row, p.seq_q, p.head_dim, p.scale, p.scale,
                                     lane);
 }

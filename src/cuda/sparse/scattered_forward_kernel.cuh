@@ -30,14 +30,22 @@ namespace attnkit::cuda::sparse {
 template <int Width>
 inline constexpr int kScatteredTile = Width <= 64 ? 256 : 128;
 
-template <class Element, int Width, int Warps>
-struct ScatteredForwardTraits {
+// The shape every scattered kernel shares: Warps warps of 16 rows, tiles of kTile columns staged as
+// [kTile][Width] elements, and a gather list of kListEntries entries per warp.
+template <int Width, int Warps>
+struct ScatteredTileShape {
   static constexpr int kTile = kScatteredTile<Width>;
   static constexpr int kThreads = Warps * 32;
   static constexpr int kRows = Warps * 16;
   static constexpr int kListEntries = kTile + 16;
   static constexpr int kTileElements = kTile * Width;
-  static constexpr int kSharedBytes = 2 * 2 * kTileElements * int(sizeof(Element)) + Warps * kListEntries * 4;
+};
+
+template <class Element, int Width, int Warps>
+struct ScatteredForwardTraits : ScatteredTileShape<Width, Warps> {
+  using Shape = ScatteredTileShape<Width, Warps>;
+  static constexpr int kSharedBytes =
+      2 * 2 * Shape::kTileElements * int(sizeof(Element)) + Warps * Shape::kListEntries * 4;
 };
 
 template <class Element, int Width, int Warps>
@@ -61,80 +69,55 @@ __global__ void __launch_bounds__(Warps * 32, 1) scattered_forward_kernel(const 
   uint32_t q[Width / 16][4];
   load_a_fragments<Element, Width>(q, p.q, batch, head, first_row, p.seq_q, p.head_dim, lane);
   float acc[Width / 8][4];
-#pragma unroll
-  for (int i = 0; i < Width / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+  zero_c_fragments<Width>(acc);
   float row_max[2] = {-INFINITY, -INFINITY};
   float row_sum[2] = {0.0f, 0.0f};
   const int g = lane / 4;
   const int t = lane % 4;
 
-  auto stage = [&](int tile) {
-    Element* k_tile = tiles + (tile & 1) * 2 * Traits::kTileElements;
-    stage_tile_async<Element, Width, kTile, Traits::kThreads>(k_tile, p.k, batch, kv_head, tile * kTile, p.seq_k,
-                                                              p.head_dim, thread);
-    stage_tile_async<Element, Width, kTile, Traits::kThreads>(k_tile + Traits::kTileElements, p.v, batch, kv_head,
-                                                              tile * kTile, p.seq_k, p.head_dim_v, thread);
-  };
-
-  const int tiles_k = (p.seq_k + kTile - 1) / kTile;
-  auto load_words = [&](GatherListBuilder<kTile>& builder, int tile) {
-    builder.load(row_words + tile * (kTile / 32), p.mask.words_per_row, rows,
-                 p.mask.words_per_row - tile * (kTile / 32), lane);
-  };
-  auto walk = [&](int tile, int length) {
-    const uint32_t k_address = shared_address(tiles + (tile & 1) * 2 * Traits::kTileElements);
-    const uint32_t v_address = k_address + Traits::kTileElements * int(sizeof(Element));
-    for (int step = 0; step < length; step += 16) {
-      const uint32_t* step_list = list + step;
-      float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-      gathered_scores<Element, Width>(s, q, k_address, step_list, lane);
-      float block_max[2] = {-INFINITY, -INFINITY};
+  auto step = [&](uint32_t k_address, uint32_t v_address, const uint32_t* step_list) {
+    float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+    gathered_scores<Element, Width>(s, q, k_address, step_list, lane);
+    float block_max[2] = {-INFINITY, -INFINITY};
+    for_each_step_entry(step_list, lane, [&](int block, int i, uint32_t, bool attended) {
+      s[block][i] = attended ? s[block][i] * p.scale_log2 : -INFINITY;
+      block_max[i >> 1] = fmaxf(block_max[i >> 1], s[block][i]);
+    });
 #pragma unroll
-      for (int block = 0; block < 2; ++block) {
-        const uint2 entries = *reinterpret_cast<const uint2*>(step_list + block * 8 + 2 * t);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const uint32_t entry = (i & 1) ? entries.y : entries.x;
-          const bool attended = (entry >> (16 + g + (i >> 1) * 8)) & 1u;
-          s[block][i] = attended ? s[block][i] * p.scale_log2 : -INFINITY;
-          block_max[i >> 1] = fmaxf(block_max[i >> 1], s[block][i]);
-        }
-      }
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        block_max[half] = fmaxf(block_max[half], __shfl_xor_sync(kFullWarp, block_max[half], 1));
-        block_max[half] = fmaxf(block_max[half], __shfl_xor_sync(kFullWarp, block_max[half], 2));
-      }
-      float base[2];
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const float new_max = fmaxf(row_max[half], block_max[half]);
-        base[half] = new_max == -INFINITY ? 0.0f : new_max;
-        if (new_max > row_max[half]) {
-          const float rescale = fast_exp2(row_max[half] - new_max);
-          row_sum[half] *= rescale;
-#pragma unroll
-          for (int i = 0; i < Width / 8; ++i) {
-            acc[i][2 * half] *= rescale;
-            acc[i][2 * half + 1] *= rescale;
-          }
-          row_max[half] = new_max;
-        }
-      }
-#pragma unroll
-      for (int block = 0; block < 2; ++block) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          s[block][i] = fast_exp2(s[block][i] - base[i >> 1]);
-          row_sum[i >> 1] += s[block][i];
-        }
-      }
-      const uint32_t probabilities[4] = {pack_pair<Element>(s[0][0], s[0][1]), pack_pair<Element>(s[0][2], s[0][3]),
-                                         pack_pair<Element>(s[1][0], s[1][1]), pack_pair<Element>(s[1][2], s[1][3])};
-      gathered_accumulate<Element, Width>(acc, probabilities, v_address, step_list, lane);
+    for (int half = 0; half < 2; ++half) {
+      block_max[half] = fmaxf(block_max[half], __shfl_xor_sync(kFullWarp, block_max[half], 1));
+      block_max[half] = fmaxf(block_max[half], __shfl_xor_sync(kFullWarp, block_max[half], 2));
     }
+    float base[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float new_max = fmaxf(row_max[half], block_max[half]);
+      base[half] = new_max == -INFINITY ? 0.0f : new_max;
+      if (new_max > row_max[half]) {
+        const float rescale = fast_exp2(row_max[half] - new_max);
+        row_sum[half] *= rescale;
+#pragma unroll
+        for (int i = 0; i < Width / 8; ++i) {
+          acc[i][2 * half] *= rescale;
+          acc[i][2 * half + 1] *= rescale;
+        }
+        row_max[half] = new_max;
+      }
+    }
+#pragma unroll
+    for (int block = 0; block < 2; ++block) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        s[block][i] = fast_exp2(s[block][i] - base[i >> 1]);
+        row_sum[i >> 1] += s[block][i];
+      }
+    }
+    uint32_t probabilities[4];
+    pack_a_fragment<Element>(probabilities, s);
+    gathered_accumulate<Element, Width>(acc, probabilities, v_address, step_list, lane);
   };
-  stream_tiles<kTile>(tiles_k, list, lane, stage, load_words, walk);
+  stream_key_value_steps<Element, Width, kTile, Traits::kThreads>(tiles, list, p, batch, kv_head, row_words, rows,
+                                                                  thread, lane, step);
 
 #pragma unroll
   for (int half = 0; half < 2; ++half) {

@@ -61,6 +61,23 @@ __device__ __forceinline__ void store_pair(Element* destination, float lo, float
   *reinterpret_cast<uint32_t*>(destination) = pack_pair<Element>(lo, hi);
 }
 
+// Packs a 16 x 16 block of fp32 results (two C fragments of 8 columns) into the A fragment of the next
+// mma: the C layout of the two n-blocks is the A layout of one k-step.
+template <class Element>
+__device__ __forceinline__ void pack_a_fragment(uint32_t (&a)[4], const float (&c)[2][4]) {
+  a[0] = pack_pair<Element>(c[0][0], c[0][1]);
+  a[1] = pack_pair<Element>(c[0][2], c[0][3]);
+  a[2] = pack_pair<Element>(c[1][0], c[1][1]);
+  a[3] = pack_pair<Element>(c[1][2], c[1][3]);
+}
+
+// Zeroes an fp32 accumulator of C fragments (n-blocks of 8 columns, Width columns).
+template <int Width>
+__device__ __forceinline__ void zero_c_fragments(float (&c)[Width / 8][4]) {
+#pragma unroll
+  for (int i = 0; i < Width / 8; ++i) c[i][0] = c[i][1] = c[i][2] = c[i][3] = 0.0f;
+}
+
 // 2^x with the MUFU unit's approximation (2 ulp; -inf -> 0), without exp2f's denormal scaling: the
 // arguments are scores minus a row maximum or an lse, whose results below 2^-126 do not matter.
 __device__ __forceinline__ float fast_exp2(float x) {

@@ -69,6 +69,16 @@ __device__ __forceinline__ void stage_tile_async(Element* tile, const SequenceTe
   }
 }
 
+// Stages K and V rows first .. first + Tile - 1 of KV head `kv_head` (the forward's and the dQ kernel's
+// tiles): K at `k_tile`, V right after it.
+template <class Element, int Width, int Tile, int Threads, class Params>
+__device__ __forceinline__ void stage_key_value_async(Element* k_tile, const Params& p, int32_t batch, int32_t kv_head,
+                                                      int32_t first, int thread) {
+  stage_tile_async<Element, Width, Tile, Threads>(k_tile, p.k, batch, kv_head, first, p.seq_k, p.head_dim, thread);
+  stage_tile_async<Element, Width, Tile, Threads>(k_tile + Tile * Width, p.v, batch, kv_head, first, p.seq_k,
+                                                  p.head_dim_v, thread);
+}
+
 // Copies `Tile` floats of a workspace row (zero past `count`) into shared memory.
 template <int Tile, int Threads>
 __device__ __forceinline__ void stage_floats_async(float* tile, const float* row, int32_t first, int32_t count,
@@ -102,6 +112,13 @@ struct GatherListBuilder {
       const int row = group_lane * kRowsPerLane + i;
       row_words[i] = row < rows && word < valid_words ? words[int64_t{row} * words_per_row + word] : 0u;
     }
+  }
+
+  // load() of tile `tile` of a mask whose rows hold `words_per_row` words; `words` points at the first
+  // word of the warp's first row.
+  __device__ __forceinline__ void load_tile(const uint32_t* words, int32_t words_per_row, int rows, int tile,
+                                            int lane) {
+    load(words + tile * kWords, words_per_row, rows, words_per_row - tile * kWords, lane);
   }
 
   // Whether this lane's rows attend any column of the tile.
@@ -180,6 +197,31 @@ __device__ __forceinline__ void stream_tiles(int items, uint32_t* list, int lane
   }
 }
 
+// The pipeline of the forward and dQ kernels: streams the K and V tiles of KV head `kv_head` through
+// two stages at `tiles` ([stage][K, V][Tile][Width], stream_tiles) and calls
+// step(k_address, v_address, step_list) for every 16 entries of the warp's list of each walked tile.
+// `row_words` points at the mask words of the warp's first query row, `rows` of them valid.
+template <class Element, int Width, int Tile, int Threads, class Params, class Step>
+__device__ __forceinline__ void stream_key_value_steps(Element* tiles, uint32_t* list, const Params& p, int32_t batch,
+                                                       int32_t kv_head, const uint32_t* row_words, int rows, int thread,
+                                                       int lane, const Step& step) {
+  constexpr int kTileElements = Tile * Width;
+  auto stage = [&](int tile) {
+    stage_key_value_async<Element, Width, Tile, Threads>(tiles + (tile & 1) * 2 * kTileElements, p, batch, kv_head,
+                                                         tile * Tile, thread);
+  };
+  const int tiles_k = (p.seq_k + Tile - 1) / Tile;
+  auto load_words = [&](GatherListBuilder<Tile>& builder, int tile) {
+    builder.load_tile(row_words, p.mask.words_per_row, rows, tile, lane);
+  };
+  auto walk = [&](int tile, int length) {
+    const uint32_t k_address = shared_address(tiles + (tile & 1) * 2 * kTileElements);
+    const uint32_t v_address = k_address + kTileElements * int(sizeof(Element));
+    for (int offset = 0; offset < length; offset += 16) step(k_address, v_address, list + offset);
+  };
+  stream_tiles<Tile>(tiles_k, list, lane, stage, load_words, walk);
+}
+
 // Shared byte address of chunk `chunk` of the gathered row named by list entry `entry`.
 template <class Element, int Width>
 __device__ __forceinline__ uint32_t gathered_row_address(uint32_t tile_address, uint32_t entry, int chunk) {
@@ -201,6 +243,25 @@ __device__ __forceinline__ void gathered_scores(float (&s)[2][4], const uint32_t
       load_matrix_x4(b, gathered_row_address<Element, Width>(tile_address, entry, pass * 4 + (lane >> 3)));
       mma_16816<Element>(s[block], a[2 * pass], b[0], b[1]);
       mma_16816<Element>(s[block], a[2 * pass + 1], b[2], b[3]);
+    }
+  }
+}
+
+// Calls f(block, i, entry, attended) for each of the lane's 8 values of a step's 16 x 16 S (n-block
+// `block`, C register i): `entry` is the list entry of the value's column, `attended` whether the value's
+// row is in that entry's row set.
+template <class F>
+__device__ __forceinline__ void for_each_step_entry(const uint32_t* step_list, int lane, const F& f) {
+  const int g = lane / 4;
+  const int t = lane % 4;
+#pragma unroll
+  for (int block = 0; block < 2; ++block) {
+    const uint2 entries = *reinterpret_cast<const uint2*>(step_list + block * 8 + 2 * t);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t entry = (i & 1) ? entries.y : entries.x;
+      const bool attended = (entry >> (16 + g + (i >> 1) * 8)) & 1u;
+      f(block, i, entry, attended);
     }
   }
 }

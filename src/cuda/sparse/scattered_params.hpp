@@ -52,9 +52,8 @@ struct PackedMask {
   }
 };
 
-struct ScatteredForwardParams {
-  SequenceTensor q, k, v, out, lse;  // lse.data nullptr: not written
-  PackedMask mask;                   // rows = queries, columns = keys
+// The sizes both directions' parameter blocks carry.
+struct ScatteredSizes {
   int32_t seq_q = 0;
   int32_t seq_k = 0;
   int32_t heads_q = 0;
@@ -64,7 +63,12 @@ struct ScatteredForwardParams {
   float scale_log2 = 0.0f;  // softmax scale * log2(e)
 };
 
-struct ScatteredBackwardParams {
+struct ScatteredForwardParams : ScatteredSizes {
+  SequenceTensor q, k, v, out, lse;  // lse.data nullptr: not written
+  PackedMask mask;                   // rows = queries, columns = keys
+};
+
+struct ScatteredBackwardParams : ScatteredSizes {
   SequenceTensor q, k, v, out, grad_out, lse, grad_q, grad_k, grad_v;
   PackedMask mask;             // rows = queries, columns = keys
   PackedMask mask_transposed;  // rows = keys, columns = queries
@@ -73,14 +77,7 @@ struct ScatteredBackwardParams {
   float* delta = nullptr;
   int32_t row_pitch = 0;
   int32_t batch = 0;
-  int32_t seq_q = 0;
-  int32_t seq_k = 0;
-  int32_t heads_q = 0;
-  int32_t heads_per_kv = 1;
-  int32_t head_dim = 0;
-  int32_t head_dim_v = 0;
   float scale = 0.0f;
-  float scale_log2 = 0.0f;
 };
 
 }  // namespace attnkit::cuda::sparse

@@ -18,8 +18,8 @@
 // per 128 keys). The smaller estimate wins; a tie goes to tiles. No fixed density threshold (DESIGN §3):
 // for a uniformly scattered broadcast mask at S 8192, H 16, D = Dv = 64 the default rates put the crossover
 // near 2 % true entries at D 64 and 0.1 % at D 128 (forward; measured: between 1 and 3 %, and between 0.1
-// and 1 %); the backward takes the scattered path over partial tiles; masks whose entries cluster into
-// fewer tiles move the crossover lower.
+// and 1 %); the backward's crossover lies between 1 and 3 % at D 64 as well; masks whose entries cluster
+// into fewer tiles move the crossover lower.
 // The rates are estimates for an H100-class GPU, in one place (ElementPathRates) so that measured figures
 // (bench/bench_sparse_mask.py) can replace them.
 #pragma once
@@ -62,10 +62,9 @@ struct ElementPathRates {
   double tile_flops_per_second = 330e12;       // D, Dv <= 64
   double tile_flops_per_second_wide = 520e12;  // wider heads (unmasked D 128: 1.05 ms on an H200)
   double partial_tile_factor = 1.3;
-  // The backward's partial tiles test each (key, query) pair against the byte mask: 5.3-6.7x a full tile on
-  // an H200 (S 8192, H 16, D 64 / 128: 13.8 / 15.2 ms against unmasked backwards of 2.6 / 3.9 ms); 7 makes
-  // the choice match every measured backward row (the scattered estimate runs high at D 128).
-  double partial_tile_factor_backward = 7.0;
+  // The backward's partial tiles read a key-major bit matrix packed once per call: 1.4x a full tile on an H200
+  // (S 8192, H 16, D 64: 3.66 ms against an unmasked backward of 2.63 ms).
+  double partial_tile_factor_backward = 1.4;
   double gathered_flops_per_second = 100e12;
   double l2_bytes_per_second = 3.5e12;
   double memory_bytes_per_second = 3.0e12;

@@ -73,7 +73,7 @@ using cuda::fmha::TokenSpace;
 #define ATTNKIT_FMHA_LAUNCH_FIELDS(X) X(params) X(tile_list)
 #define ATTNKIT_BACKWARD_TILE_LISTS_FIELDS(X)                                                            \
   X(q_entries) X(q_counts) X(kv_entries) X(kv_counts) X(q_tiles) X(kv_tiles) X(mask_batch) X(mask_heads) \
-  X(kind) X(mask) X(mask_stride) X(block_q) X(block_k)
+  X(kind) X(mask) X(key_bits) X(key_words) X(mask_stride) X(block_q) X(block_k)
 #define ATTNKIT_KV_TILE_ORDER_FIELDS(X) X(positions) X(groups) X(first_head) X(position) X(descending)
 #define ATTNKIT_FMHA_BACKWARD_PARAMS_FIELDS(X)                                                                      \
   X(q) X(k) X(v) X(o) X(d_o) X(lse) X(d_q) X(d_k) X(d_v) X(q_space) X(kv_space) X(dims) X(dilation) X(rule)       \
@@ -83,7 +83,7 @@ using cuda::fmha::TokenSpace;
   X(rpb) X(grad_rpb) X(rpb_partial) X(rpb_entries) X(kv_splits) X(partial_width) X(dk_partial) X(dv_partial) X(kv_order)
 #define ATTNKIT_BACKWARD_LIST_BUILD_FIELDS(X)                                                                   \
   X(kind) X(mask) X(mask_stride) X(block_q) X(block_k) X(seq_q) X(seq_k) X(q_tiles) X(kv_tiles) X(mask_batch) \
-  X(mask_heads) X(classes) X(q_entries) X(q_counts) X(kv_entries) X(kv_counts) X(turn_table)
+  X(mask_heads) X(classes) X(q_entries) X(q_counts) X(kv_entries) X(kv_counts) X(turn_table) X(key_bits)
 #define ATTNKIT_FMHA_BACKWARD_LAUNCH_FIELDS(X) X(params) X(lists) X(deterministic)
 // clang-format on
 

@@ -37,7 +37,7 @@ struct BackwardTileLists {
   int32_t kv_tiles = 0;
   int32_t mask_batch = 1;  // 1: broadcast over the batch
   int32_t mask_heads = 1;  // 1: broadcast over the heads
-  // The mask itself, read for the element predicate of partial tiles (block masks).
+  // The mask itself, read for the element predicate of partial tiles (block masks; element masks read key_bits).
   TileMaskKind kind = TileMaskKind::block;
   const uint8_t* mask = nullptr;
   // Element masks: the mask packed key-major, [mask_bh][seq_k][key_words] 32-bit words, bit q % 32 of word

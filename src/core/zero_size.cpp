@@ -36,8 +36,10 @@ class ZeroSizeAttentionPlan final : public OpPlan<Problem> {
   TunedConfig config() const override { return {"none_zero_size", "default"}; }
 };
 
-bool retention_has_no_terms(const TensorView& q, const TensorView& v) {
-  return q.extents[0] == 0 || q.extents[2] == 0 || q.extents[3] == 0 || v.extents[3] == 0;
+// B, H, Dk or Dv is 0; or, with a decay matrix [H|1, Tq, Tk], Tq or Tk is 0 (and no state exists).
+bool retention_has_no_terms(const TensorView& q, const TensorView& v, const TensorView& decay) {
+  return q.extents[0] == 0 || q.extents[2] == 0 || q.extents[3] == 0 || v.extents[3] == 0 ||
+         (is_given(decay) && has_no_elements(decay));
 }
 
 }  // namespace
@@ -62,13 +64,10 @@ bool attention_backward_needs_no_kernel(const AttentionBackward& p) {
   return no_query_rows(shape) || shape.seq_k == 0 || shape.head_dim_v == 0;
 }
 
-// With a decay matrix [H|1, Tq, Tk], Tq or Tk = 0 leaves no (query, key) term either (and no state exists).
-bool retention_forward_needs_no_kernel(const RetentionForward& p) {
-  return retention_has_no_terms(p.q, p.v) || (is_given(p.decay) && has_no_elements(p.decay));
-}
+bool retention_forward_needs_no_kernel(const RetentionForward& p) { return retention_has_no_terms(p.q, p.v, p.decay); }
 
 bool retention_backward_needs_no_kernel(const RetentionBackward& p) {
-  return retention_has_no_terms(p.q, p.v) || (is_given(p.decay) && has_no_elements(p.decay));
+  return retention_has_no_terms(p.q, p.v, p.decay);
 }
 
 bool gemm_needs_no_kernel(const GemmProblem& p) { return has_no_elements(p.c); }

@@ -218,25 +218,23 @@ TEST(RetentionDecayMatrix, GradientsMatchCentralDifferencesOfTheDefinition) {
       for (std::size_t i = 0; i < out.size(); ++i) sum += out[i] * g[i];
       return sum;
     };
-    const double h = 1e-6;
     std::vector<double> qs = values(d.q.view), ks = values(d.k.view);
-    std::vector<double> numeric_q(qs.size()), numeric_k(ks.size());
-    for (std::size_t i = 0; i < qs.size(); ++i) {
-      const double keep = qs[i];
-      qs[i] = keep + h;
-      const double up = loss(qs, ks);
-      qs[i] = keep - h;
-      numeric_q[i] = (up - loss(qs, ks)) / (2 * h);
-      qs[i] = keep;
-    }
-    for (std::size_t i = 0; i < ks.size(); ++i) {
-      const double keep = ks[i];
-      ks[i] = keep + h;
-      const double up = loss(qs, ks);
-      ks[i] = keep - h;
-      numeric_k[i] = (up - loss(qs, ks)) / (2 * h);
-      ks[i] = keep;
-    }
+    // dL/dx by central differences, x being qs or ks (perturbed in place, then restored).
+    auto central_differences = [&](std::vector<double>& x) {
+      const double h = 1e-6;
+      std::vector<double> numeric(x.size());
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        const double keep = x[i];
+        x[i] = keep + h;
+        const double up = loss(qs, ks);
+        x[i] = keep - h;
+        numeric[i] = (up - loss(qs, ks)) / (2 * h);
+        x[i] = keep;
+      }
+      return numeric;
+    };
+    const std::vector<double> numeric_q = central_differences(qs);
+    const std::vector<double> numeric_k = central_differences(ks);
     EXPECT_LE(relative_l2(values(grad.q.view), numeric_q), 1e-6) << "normalize " << normalize;
     EXPECT_LE(relative_l2(values(grad.k.view), numeric_k), 1e-6) << "normalize " << normalize;
     // dv[m] = sum_t s[t, m] / n_t G_t: the definition with v replaced by unit vectors, summed against G.

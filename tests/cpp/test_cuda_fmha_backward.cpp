@@ -494,6 +494,29 @@ TEST_F(CudaFmhaBackward, SmallDenseMatchesOracleAtOddExtents) {
   run_both_dtypes(c, 1000);
 }
 
+// Fast mode converts dQ inside the dK/dV kernel (its last CTA) while the accumulator holds at most
+// kFusedDqConvertElements elements (B * Hq * Q tiles * 64 rows * D), and in a kernel of its own above: both
+// sides of the line, with several KV tiles (several CTAs add into every Q tile before the last converts).
+TEST_F(CudaFmhaBackward, DqConvertedByTheLastDkDvCtaOrItsOwnKernelEitherSideOfTheLine) {
+  Case c;
+  c.batch = 1;
+  c.heads_q = c.heads_kv = 2;
+  c.head_dim = c.head_dim_v = 64;
+  for (const int64_t tokens : {int64_t{512}, int64_t{520}}) {
+    c.tokens_q = c.tokens_kv = {tokens};
+    const int64_t elements = c.batch * c.heads_q * ((tokens + 63) / 64) * 64 * c.head_dim;
+    SCOPED_TRACE((elements <= cuda::fmha::kFusedDqConvertElements ? "fused convert, " : "convert kernel, ") +
+                 std::to_string(tokens) + " tokens");
+    run_both_dtypes(c, 1005 + tokens);
+  }
+  c.tokens_q = c.tokens_kv = {130};  // three Q tiles; on 2 x 8 heads the accumulator is past the line
+  c.batch = 2;
+  c.heads_q = c.heads_kv = 8;
+  c.mask = causal_mask();
+  SCOPED_TRACE("causal, convert kernel");
+  run_both_dtypes(c, 1011);
+}
+
 TEST_F(CudaFmhaBackward, DenseHeadDim128MatchesOracle) {
   Case c;
   c.head_dim = c.head_dim_v = 128;
@@ -1205,10 +1228,13 @@ TEST(FmhaBackwardWorkspace, PortableFastModeAddsExactlyTheFp32DqAccumulatorForEv
     std::vector<int64_t> mask_extents;
     const AttentionMask mask = with_mask_tensor(s, mask_extents);
     const int64_t exact = registry_workspace_bytes(s.batch, s.tokens, s.heads, s.dim, mask, true, 80);
-    const int64_t fast = registry_workspace_bytes(s.batch, s.tokens, s.heads, s.dim, mask, false, 80);
+    cuda::fmha::FmhaBackwardParams params;
+    const int64_t fast = registry_workspace_bytes(s.batch, s.tokens, s.heads, s.dim, mask, false, 80, &params);
     ASSERT_GT(exact, 0) << "no portable registry entry for bf16 d" << s.dim;
     const int64_t accumulator = 4 * s.batch * product(s.tokens) * s.heads * s.dim;
-    EXPECT_EQ(fast - exact, round_up_256(accumulator)) << "fast " << fast << " deterministic " << exact;
+    // Small problems also count the finished dK/dV CTAs (the fused dQ convert): one word.
+    const int64_t counter = cuda::fmha::fuses_dq_convert(params, 64, static_cast<int>(s.dim)) ? 256 : 0;
+    EXPECT_EQ(fast - exact, round_up_256(accumulator) + counter) << "fast " << fast << " deterministic " << exact;
   }
 }
 

@@ -80,6 +80,7 @@ using cuda::fmha::TokenSpace;
   X(q_tiles) X(kv_tiles) X(total_q_tiles) X(total_kv_tiles) X(batch) X(heads_q) X(heads_kv) X(heads_per_kv)     \
   X(head_dim) X(head_dim_v) X(scale) X(scale_log2) X(lse_log2) X(delta) X(use_lists) X(list) X(accumulate_dq)   \
   X(ordered_dq) X(dq_turns) X(dq_turn_table) X(visitor_bounds) X(dq_accum) X(zero_fill) X(zero_fill_chunks)     \
+  X(dq_done)                                                                                                    \
   X(rpb) X(grad_rpb) X(rpb_partial) X(rpb_entries) X(kv_splits) X(partial_width) X(dk_partial) X(dv_partial) X(kv_order)
 #define ATTNKIT_BACKWARD_LIST_BUILD_FIELDS(X)                                                                   \
   X(kind) X(mask) X(mask_stride) X(block_q) X(block_k) X(seq_q) X(seq_k) X(q_tiles) X(kv_tiles) X(mask_batch) \

@@ -19,7 +19,8 @@
 // Deterministic mode: no atomics, the result does not depend on scheduling (dQ is computed by
 // fmha_backward_dq.cuh). Fast mode (p.accumulate_dq, a uniform runtime branch, so both modes share one
 // instantiation): dS also goes through a shared tile (one more, after the double buffers) into
-// dQ += dS K, added to the workspace's fp32 accumulator with atomics (fmha_backward_dq_accumulate.cuh).
+// dQ += dS K, added to the workspace's fp32 accumulator with atomics (fmha_backward_dq_accumulate.cuh; small
+// problems: the CTA that finishes last converts it, fmha_backward_dq_convert.cuh).
 // A neighborhood's positional bias (p.rpb, a uniform runtime branch) is added to S^T before the
 // exponent, and with its gradient asked (p.grad_rpb) each visit's fp32 dS^T also goes through a shared
 // tile (after the fast-mode region) into the CTA's partial sums per bias entry
@@ -31,6 +32,7 @@
 
 #include "cuda/common/async_copy.cuh"
 #include "cuda/fmha/fmha_backward_dq_accumulate.cuh"
+#include "cuda/fmha/fmha_backward_dq_convert.cuh"
 #include "cuda/fmha/fmha_backward_gemm.cuh"
 #include "cuda/fmha/fmha_backward_params.hpp"
 #include "cuda/fmha/fmha_backward_positional_bias.cuh"
@@ -82,7 +84,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 2)
   const int tid = static_cast<int>(threadIdx.x);
   const KvSplitCta cta = kv_split_cta(p);
   const DecodedTile kv = decode_tile(p, cta.tile, p.kv_tiles, p.kv_space, p.q_space, false);
-  if (!kv.valid) return;
+  const auto sync_cta = [] { __syncthreads(); };
+  if (!kv.valid) {  // uniform over the CTA
+    if (p.dq_done != nullptr) convert_dq_if_last_cta<Traits>(p, tid, Traits::kThreads, sync_cta);
+    return;
+  }
   const int32_t head_kv = static_cast<int32_t>(blockIdx.y);
   const int32_t batch = static_cast<int32_t>(blockIdx.z);
   issue_kv_tile_loads<Traits, kBlockN, typename Traits::SmemLayoutKV>(p, kv, batch, head_kv, smem_k, smem_v, tid);
@@ -208,6 +214,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 2)
     auto thread_mma = TiledMma{}.get_thread_slice(tid);
     store_partial_tile<kBlockN, Traits::kHeadDim>(thread_mma, acc_dk, p.dk_partial + slab);
     store_partial_tile<kBlockN, Traits::kHeadDim>(thread_mma, acc_dv, p.dv_partial + slab);
+    if (p.dq_done != nullptr) convert_dq_if_last_cta<Traits>(p, tid, Traits::kThreads, sync_cta);
     return;
   }
 #pragma unroll
@@ -222,6 +229,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 2)
       acc_dv, smem_v, typename Traits::SmemLayoutKV{},
       [&](int row) { return tile_row_output<Element>(p.d_v, dv_head, p.kv_space, p.dilation, kv.origin, row); },
       p.head_dim_v, tid);
+  if (p.dq_done != nullptr) convert_dq_if_last_cta<Traits>(p, tid, Traits::kThreads, sync_cta);
 }
 
 }  // namespace attnkit::cuda::fmha

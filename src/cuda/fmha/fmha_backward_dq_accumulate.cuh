@@ -1,9 +1,9 @@
 // Fast-mode dQ of the portable fused-attention backward (AttentionBackward::deterministic == false):
 // the dK/dV kernel adds each (Q tile, KV tile) pair's partial dQ into an fp32 accumulator with atomics,
-// and a small convert kernel turns the accumulator into the caller's dQ. This replaces the dQ kernel
-// (fmha_backward_dq.cuh), which recomputes S and dP per pair: 5 instead of 7 tile products, at the price
-// of run-to-run rounding differences (the order of the fp32 additions depends on scheduling) and a
-// 4 * B * Sq * Hq * D-byte accumulator in the workspace.
+// and a convert step (fmha_backward_dq_convert.cuh) turns the accumulator into the caller's dQ. This replaces the dQ
+// kernel (fmha_backward_dq.cuh), which recomputes S and dP per pair: 5 instead of 7 tile products, at the price of
+// run-to-run rounding differences (the order of the fp32 additions depends on scheduling) and a 4 * B * Sq * Hq *
+// D-byte accumulator in the workspace.
 //
 // Inside the dK/dV kernel (keys as rows, warps owning key rows), the product needs dS with queries as
 // rows and the reduction over all BlockN keys, i.e. over every warp's rows: store_ds_transposed() writes
@@ -11,7 +11,7 @@
 // (the swizzle keeps the 2-byte stores of a warp on distinct banks), and after a barrier accumulate_dq_partial()
 // computes dS K in 32-column slices of the head dim (16 fp32 accumulators per thread alive at a time, not 64 for D =
 // 128: the kernel already runs at the register limit) and adds each slice with red.global.add.v2.f32 on sm_90 (two
-// scalar reductions elsewhere). The softmax scale is applied once, by the convert kernel, as the deterministic path
+// scalar reductions elsewhere). The softmax scale is applied once, by the convert step, as the deterministic path
 // applies it to the finished sum.
 #pragma once
 #include <cute/tensor.hpp>
@@ -139,39 +139,6 @@ __device__ __forceinline__ void accumulate_dq_partial(const FmhaBackwardParams& 
         if (col < p.head_dim) reduce_add_pair(accum + row_base[i] + col, d(i, j), d(i, j + 1));
       }
     }
-  }
-}
-
-// d_q = scale * dq_accum, one CTA per (Q tile, query head, batch) as the preprocess kernel: each thread
-// converts 8-column chunks (two 16-byte loads, one 16-byte store) of the tile's rows.
-template <class Traits>
-__global__ void __launch_bounds__(128) fmha_backward_dq_convert_kernel(const __grid_constant__ FmhaBackwardParams p) {
-  using Element = typename Traits::Element;
-  static_assert(sizeof(Element) == 2, "8 elements per 16-byte chunk");
-  constexpr int kChunksPerRow = Traits::kHeadDim / 8;
-  constexpr int kRowsPerPass = 128 / kChunksPerRow;
-  const int32_t q_linear = static_cast<int32_t>(blockIdx.x);
-  const int32_t head = static_cast<int32_t>(blockIdx.y);
-  const int32_t batch = static_cast<int32_t>(blockIdx.z);
-  const DecodedTile tile = decode_tile(p, q_linear, p.q_tiles, p.q_space, p.kv_space, true);
-  if (!tile.valid) return;
-  const int col = (static_cast<int>(threadIdx.x) % kChunksPerRow) * 8;
-  if (col >= p.head_dim) return;
-  const int64_t accum_head = batch * p.dq_accum.batch_stride + head * p.dq_accum.head_stride;
-  const int64_t dq_head = batch * p.d_q.batch_stride + head * p.d_q.head_stride;
-  const float* accum = static_cast<const float*>(p.dq_accum.data);
-  for (int row = static_cast<int>(threadIdx.x) / kChunksPerRow; row < Traits::kBlockM; row += kRowsPerPass) {
-    const RowToken t = row_token(p.q_space, p.dilation, tile.origin, row);
-    if (!t.valid) continue;
-    const float4* from = reinterpret_cast<const float4*>(accum + accum_head + token_offset(p.dq_accum, t) + col);
-    const float4 lo = from[0];
-    const float4 hi = from[1];
-    const float values[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-    alignas(16) Element out[8];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) out[e] = static_cast<Element>(values[e] * p.scale);
-    Element* to = static_cast<Element*>(p.d_q.data) + dq_head + token_offset(p.d_q, t) + col;
-    *reinterpret_cast<uint4*>(to) = *reinterpret_cast<const uint4*>(out);
   }
 }
 

@@ -5,17 +5,18 @@
 // for ordered dQ) -> preprocess (lse_log2, delta) -> dK/dV kernel -> dQ kernel (the portable tier's
 // deterministic mode), or (p.accumulate_dq: fast mode, and the Hopper tier's deterministic mode with
 // ordered additions) zero the fp32 dQ accumulator (and the turn counters) -> preprocess -> dK/dV kernel
-// adding dQ partials -> convert kernel (dQ = scale * accumulator). Scratch comes from RunOptions::workspace
-// when the caller passes it (an error names the size needed when it is too small), else from one
+// adding dQ partials -> convert kernel (dQ = scale * accumulator), which small problems fold into the dK/dV
+// kernel's last CTA (fmha_backward_dq_convert.cuh): two launches in all for a small dense backward. Scratch comes from
+// RunOptions::workspace when the caller passes it (an error names the size needed when it is too small), else from one
 // stream-ordered cudaMallocAsync freed with cudaFreeAsync after the last kernel: nothing synchronises
 // with the host, so the call can be captured into a CUDA graph. Scratch layout (each part 256-byte
 // aligned): lse_log2 and delta (4 bytes per (batch, query head, tile row) each), then for tile-list
 // masks the classes (1 byte per tile), row and column entries (4 bytes per tile each) and counts (and
 // for ordered dQ the rank table, 4 bytes per tile; box policies: the visitor bounds, 8 bytes per Q tile
 // position and dilation group of each dimension), then with p.accumulate_dq the dQ accumulator (4 * B *
-// Sq * Hq * D bytes) and for ordered dQ its turn counters (4 bytes per (batch, query head, Q tile)),
-// then with KV-parallel splitting the fp32 dK and dV partials (fmha_backward_split.hpp), summed by the
-// reduce kernel after the dK/dV kernel.
+// Sq * Hq * D bytes) and for ordered dQ its turn counters (4 bytes per (batch, query head, Q tile)) and
+// for the fused convert the count of finished dK/dV CTAs (4 bytes), then with KV-parallel splitting the fp32 dK and dV
+// partials (fmha_backward_split.hpp), summed by the reduce kernel after the dK/dV kernel.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -29,6 +30,7 @@
 #include "cuda/fmha/fmha_backward_dkdv.cuh"
 #include "cuda/fmha/fmha_backward_dq.cuh"
 #include "cuda/fmha/fmha_backward_dq_accumulate.cuh"
+#include "cuda/fmha/fmha_backward_dq_convert.cuh"
 #include "cuda/fmha/fmha_backward_dq_order.cuh"
 #include "cuda/fmha/fmha_backward_lists.cuh"
 #include "cuda/fmha/fmha_backward_preprocess.cuh"
@@ -46,15 +48,16 @@ struct BackwardWorkspaceLayout {
   int64_t key_bits = 0;      // element masks: the mask packed key-major
   int64_t dq_accum = 0;      // p.accumulate_dq only
   int64_t dq_turns = 0;      // ordered dQ only; zeroed with dq_accum
+  int64_t dq_done = 0;       // the fused dQ convert only; zeroed with dq_accum
   int64_t rpb_partials = 0;  // the positional bias's gradient only; zeroed with dq_accum
   int64_t kv_partials = 0;   // kv_splits > 1 only: dK partials, then dV partials
   int64_t total() const {
     return lse_log2 + delta + classes + q_entries + q_counts + kv_entries + kv_counts + turn_table + key_bits +
-           dq_accum + dq_turns + rpb_partials + kv_partials;
+           dq_accum + dq_turns + dq_done + rpb_partials + kv_partials;
   }
-  // The zeroed region: dq_accum, dq_turns, rpb_partials.
-  int64_t dq_accum_offset() const { return total() - kv_partials - rpb_partials - dq_turns - dq_accum; }
-  int64_t zeroed_bytes() const { return dq_accum + dq_turns + rpb_partials; }
+  // The zeroed region: dq_accum, dq_turns, dq_done, rpb_partials.
+  int64_t zeroed_bytes() const { return dq_accum + dq_turns + dq_done + rpb_partials; }
+  int64_t dq_accum_offset() const { return total() - kv_partials - zeroed_bytes(); }
   int64_t kv_partials_offset() const { return total() - kv_partials; }
 };
 
@@ -84,6 +87,7 @@ BackwardWorkspaceLayout backward_workspace_layout(const FmhaBackwardLaunch& laun
   if (p.accumulate_dq) layout.dq_accum = backward_round_up(p.dq_accum.batch_stride * p.batch * 4);
   if (p.ordered_dq)
     layout.dq_turns = backward_round_up(static_cast<int64_t>(p.batch) * p.heads_q * p.total_q_tiles * 4);
+  if (fuses_dq_convert(p, Traits::kBlockM, Traits::kHeadDim)) layout.dq_done = backward_round_up(4);
   if (p.grad_rpb.data != nullptr) {
     layout.rpb_partials = backward_round_up(static_cast<int64_t>(p.kv_splits) * p.batch * p.heads_q * p.total_kv_tiles *
                                             p.rpb_entries * 4);
@@ -208,8 +212,11 @@ cudaError_t launch_backward_kernels(FmhaBackwardLaunch& launch, char* base, cons
   if (p.accumulate_dq) {
     p.dq_accum.data = zeroed;
     if (p.ordered_dq) p.dq_turns = reinterpret_cast<uint32_t*>(zeroed + layout.dq_accum);
+    if (layout.dq_done > 0) p.dq_done = reinterpret_cast<uint32_t*>(zeroed + layout.dq_accum + layout.dq_turns);
   }
-  if (layout.rpb_partials > 0) p.rpb_partial = reinterpret_cast<float*>(zeroed + layout.dq_accum + layout.dq_turns);
+  if (layout.rpb_partials > 0) {
+    p.rpb_partial = reinterpret_cast<float*>(zeroed + layout.dq_accum + layout.dq_turns + layout.dq_done);
+  }
   if (const int64_t zero_bytes = layout.zeroed_bytes(); zero_bytes > 0) {  // multiples of 256 bytes
     if (reinterpret_cast<uintptr_t>(zeroed) % 16 == 0) {
       p.zero_fill = zeroed;
@@ -243,6 +250,7 @@ cudaError_t launch_backward_kernels(FmhaBackwardLaunch& launch, char* base, cons
   }
 
   if (p.accumulate_dq) {
+    if (p.dq_done != nullptr) return cudaSuccess;  // converted by the dK/dV kernel's last CTA
     fmha_backward_dq_convert_kernel<Traits><<<q_grid, 128, 0, stream>>>(p);
     return cudaGetLastError();
   }

@@ -13,7 +13,8 @@
 //
 // accumulate_dq (fast mode on both tiers, AttentionBackward::deterministic == false, and the Hopper tier's
 // deterministic mode): the dK/dV kernel also adds each pair's dS K into dq_accum, an fp32 [B, Sq, Hq, D]
-// tensor in the workspace (zeroed before, unscaled), and a convert kernel writes d_q = scale * dq_accum;
+// tensor in the workspace (zeroed before, unscaled), and a convert step writes d_q = scale * dq_accum (a
+// kernel of its own, or the dK/dV kernel's last CTA for small problems: fmha_backward_dq_convert.cuh);
 // the dQ kernel does not run. With ordered_dq (the Hopper tier's deterministic mode) the additions into
 // each Q tile's rows follow one fixed order (fmha_backward_dq_order.hpp): the KV tiles that meet the Q
 // tile take turns, counted in dq_turns.
@@ -114,6 +115,10 @@ struct FmhaBackwardParams {
   // before the dK/dV kernel adds into them: one launch fewer than a memset. Set by the launcher.
   void* zero_fill = nullptr;  // 16-byte aligned
   int64_t zero_fill_chunks = 0;
+  // Small fast-mode problems (fmha_backward_dq_convert.cuh: fuses_dq_convert): the dK/dV CTAs count
+  // themselves here (workspace, zeroed with zero_fill) and the last one converts dQ; null: the convert
+  // kernel runs after the dK/dV kernel. Set by the launcher.
+  uint32_t* dq_done = nullptr;
   // Neighborhood masks: the relative positional bias (addressed as the forward's, fmha_params.hpp; the
   // portable kernels add it to the recomputed scores) and, when its gradient is asked (grad_rpb.data set,
   // same addressing), the dK/dV kernel's partial sums of dS per entry (fmha_backward_positional_bias.cuh):
@@ -134,6 +139,16 @@ struct FmhaBackwardParams {
   float* dv_partial = nullptr;
   KvTileOrder kv_order{};
 };
+
+// Fast mode's dQ convert runs inside the dK/dV kernel (its last CTA, fmha_backward_dq_convert.cuh) when the
+// accumulator of the Q tiles (block_m rows, the compiled head_dim columns) holds at most this many elements:
+// one CTA converts them in about the time of the launch it saves.
+inline constexpr int64_t kFusedDqConvertElements = int64_t{1} << 16;
+
+inline bool fuses_dq_convert(const FmhaBackwardParams& p, int block_m, int head_dim) {
+  return p.accumulate_dq &&
+         static_cast<int64_t>(p.batch) * p.heads_q * p.total_q_tiles * block_m * head_dim <= kFusedDqConvertElements;
+}
 
 // Start of the fp32 partial slab of (split, batch, KV head, KV tile) in dk_partial / dv_partial.
 ATTNKIT_HOST_DEVICE int64_t kv_partial_offset(const FmhaBackwardParams& p, int32_t split, int32_t batch,

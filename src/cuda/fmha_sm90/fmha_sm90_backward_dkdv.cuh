@@ -19,8 +19,9 @@
 // and one thread adds each box with a TMA reduction (cp.reduce.async.bulk.tensor .add; the buffer is
 // rewritten once those reads have completed, which the thread checks before the warpgroup's next dS
 // barrier); without one (dilation, flat decomposed tokens, odd D) every thread adds its accumulator
-// pairs with red.global. The two MMA warpgroups never wait for each other (only the producer's stages
-// couple them), so one's tensor-core work can run while the other computes probabilities. The
+// pairs with red.global; in small problems the CTA that finishes last then converts the whole accumulator
+// into dQ (p.dq_done, fmha_backward_dq_convert.cuh). The two MMA warpgroups never wait for each other (only the
+// producer's stages couple them), so one's tensor-core work can run while the other computes probabilities. The
 // deterministic mode (p.ordered_dq) adds the same partials in a fixed order: the thread that adds a
 // warpgroup's partial first waits for the warpgroup's turn on the Q tile (fmha_sm90_dq_turns.cuh; the
 // visit's rank read from tables while the score products run), and passes the turn on once the reductions have
@@ -36,6 +37,7 @@
 #include <cstdint>
 
 #include "cuda/common/async_copy.cuh"
+#include "cuda/fmha/fmha_backward_dq_convert.cuh"
 #include "cuda/fmha/fmha_backward_dq_order.cuh"
 #include "cuda/fmha/fmha_backward_params.hpp"
 #include "cuda/fmha/fmha_backward_split.cuh"
@@ -54,6 +56,14 @@ namespace attnkit::cuda::fmha_sm90 {
 // Named barriers of the MMA warpgroups (0 is __syncthreads).
 inline constexpr int kBarrierMma = 1;        // both MMA warpgroups
 inline constexpr int kBarrierMmaGroup0 = 2;  // + warpgroup: one MMA warpgroup
+
+// The fused dQ convert's end of the MMA warpgroups (fmha_backward_dq_convert.cuh): every dQ addition
+// of theirs has completed (the issuing threads waited for their bulk groups).
+template <class Traits>
+__device__ __forceinline__ void convert_dq_when_last(const fmha::FmhaBackwardParams& p, int mtid) {
+  fmha::convert_dq_if_last_cta<typename Traits::Portable>(p, mtid, Traits::kMmaThreads,
+                                                          [] { named_barrier_sync(kBarrierMma, Traits::kMmaThreads); });
+}
 
 // The two MMA warpgroups' part of fmha_sm90_backward_dkdv_kernel: every visit's products, fast mode's dQ
 // reductions, and the dK / dV stores. `group` is the MMA warpgroup (0, 1), `mtid` the thread among
@@ -351,6 +361,7 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
     const int64_t slab = kv_partial_offset(p, cta.split, batch, head_kv, cta.tile, kBlockN) + group * kKeys * kHeadDim;
     store_partial_tile<kKeys, kHeadDim>(thread_g, acc_dk, p.dk_partial + slab);
     store_partial_tile<kKeys, kHeadDim>(thread_g, acc_dv, p.dv_partial + slab);
+    if (p.dq_done != nullptr) convert_dq_when_last<Traits>(p, mtid);
     return;
   }
   // Every product has read K and V, and every dQ box has left its buffer: K and V take the outputs, the
@@ -395,6 +406,7 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
       *reinterpret_cast<uint4*>(dv_row + col) = *reinterpret_cast<const uint4*>(&sV(row, col));
     }
   }
+  if (p.dq_done != nullptr) convert_dq_when_last<Traits>(p, mtid);
 }
 
 template <class Traits, template <int> class ScheduleTemplate, bool kLists>
@@ -420,7 +432,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const fmha::KvSplitCta cta = fmha::kv_split_cta(p);
   {
     const fmha::DecodedTile kv = fmha::decode_tile(p, cta.tile, p.kv_tiles, p.kv_space, p.q_space, false);
-    if (!kv.valid) return;
+    if (!kv.valid) {  // uniform over the CTA
+      if (p.dq_done != nullptr) {
+        fmha::convert_dq_if_last_cta<typename Traits::Portable>(p, tid, Traits::kThreads, [] { __syncthreads(); });
+      }
+      return;
+    }
     if (tid == 0) kv_shared = kv;
   }
   const int32_t head_kv = static_cast<int32_t>(blockIdx.y);

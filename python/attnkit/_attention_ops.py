@@ -136,6 +136,13 @@ def run_forward(q, k, v, block_mask, element_mask, params: tuple, scale: Optiona
                 rpb=None):
     """out [B, *tokens, Hq, Dv] and lse [B, *tokens, Hq] (None unless need_lse). `params` as _params_key; rpb the
     neighborhood's relative positional bias [Hq, 2K-1, ...] or None."""
+    return run_forward_keyed(q, k, v, block_mask, element_mask, params, scale, need_lse, rpb)[:2]
+
+
+def run_forward_keyed(q, k, v, block_mask, element_mask, params: tuple, scale: Optional[float], need_lse: bool,
+                      rpb=None):
+    """run_forward's (out, lse) and the plan key of the call, which also fixes the layout of out and lse (fresh
+    contiguous allocations): the backward of the same tensors keys its plan on it (_backward_call)."""
     # Inline form of _launch.contiguous_last and _plans.tensor_key: this runs on every call.
     try:
         if q.stride(-1) != 1:
@@ -165,7 +172,7 @@ def run_forward(q, k, v, block_mask, element_mask, params: tuple, scale: Optiona
         out, lse = _outputs(entry, q, need_lse)
     _plans.run(entry.plan, (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), _pointer(lse),
                             _pointer(block_mask), _pointer(element_mask), _pointer(rpb)), q.device)
-    return out, lse
+    return out, lse, key
 
 
 def _backward_plan(lib, tensors, block_mask, element_mask, params, scale, deterministic, no_tuning, rpb, grad_rpb):
@@ -185,8 +192,9 @@ def _backward_plan(lib, tensors, block_mask, element_mask, params, scale, determ
 
 
 def _backward_call(q, k, v, out, lse, grad_out, block_mask, element_mask, params, scale, deterministic, rpb=None,
-                   rpb_grad=False):
-    """(grad_q, grad_k, grad_v, grad_rpb); grad_rpb is None unless rpb_grad."""
+                   rpb_grad=False, forward_key=None):
+    """(grad_q, grad_k, grad_v, grad_rpb); grad_rpb is None unless rpb_grad. forward_key: the key of the
+    run_forward_keyed call that made out and lse from these q, k, v and masks (None: key on every tensor)."""
     # The gradients are contiguous and shaped like q, k, v, so the key needs only the inputs' entries.
     contiguous = torch.contiguous_format
     grad_q = torch.empty_like(q, memory_format=contiguous)
@@ -195,15 +203,21 @@ def _backward_call(q, k, v, out, lse, grad_out, block_mask, element_mask, params
     grad_rpb = torch.empty_like(rpb, memory_format=contiguous) if rpb_grad else None
     tensors = (q, k, v, out, lse, grad_out, grad_q, grad_k, grad_v)
     no_tuning = torch.are_deterministic_algorithms_enabled()
-    key = (q.shape, q.stride(), q.dtype, q.device, q.data_ptr() & 15,
-           k.shape, k.stride(), k.dtype, k.device, k.data_ptr() & 15,
-           v.shape, v.stride(), v.dtype, v.device, v.data_ptr() & 15,
-           out.shape, out.stride(), out.dtype, out.device, out.data_ptr() & 15,
-           lse.shape, lse.stride(), lse.dtype, lse.device, lse.data_ptr() & 15,
-           grad_out.shape, grad_out.stride(), grad_out.dtype, grad_out.device, grad_out.data_ptr() & 15,
-           params, scale, deterministic, no_tuning)
-    if block_mask is not None or element_mask is not None or rpb is not None:
-        key += (_plans.tensor_key(block_mask), _plans.tensor_key(element_mask), _plans.tensor_key(rpb), rpb_grad)
+    if forward_key is not None:
+        # The forward key holds q, k, v, the masks, params and scale; out and lse are its fresh contiguous
+        # outputs (fresh allocations: 16-byte aligned); autograd hands grad_out on out's device.
+        key = (forward_key, grad_out.shape, grad_out.stride(), grad_out.dtype, grad_out.data_ptr() & 15,
+               deterministic, no_tuning, rpb_grad)
+    else:
+        key = (q.shape, q.stride(), q.dtype, q.device, q.data_ptr() & 15,
+               k.shape, k.stride(), k.dtype, k.device, k.data_ptr() & 15,
+               v.shape, v.stride(), v.dtype, v.device, v.data_ptr() & 15,
+               out.shape, out.stride(), out.dtype, out.device, out.data_ptr() & 15,
+               lse.shape, lse.stride(), lse.dtype, lse.device, lse.data_ptr() & 15,
+               grad_out.shape, grad_out.stride(), grad_out.dtype, grad_out.device, grad_out.data_ptr() & 15,
+               params, scale, deterministic, no_tuning)
+        if block_mask is not None or element_mask is not None or rpb is not None:
+            key += (_plans.tensor_key(block_mask), _plans.tensor_key(element_mask), _plans.tensor_key(rpb), rpb_grad)
     plan = _backward_plans.get(key)
     if plan is None:
         plan = _backward_plan(_launch.library(), tensors, block_mask, element_mask, params, scale, deterministic,
@@ -216,9 +230,9 @@ def _backward_call(q, k, v, out, lse, grad_out, block_mask, element_mask, params
 
 
 def run_backward(grad_out, grad_lse, q, k, v, out, lse, block_mask, element_mask, params: tuple,
-                 scale: Optional[float], deterministic: bool, rpb=None, rpb_grad: bool = False):
+                 scale: Optional[float], deterministic: bool, rpb=None, rpb_grad: bool = False, forward_key=None):
     """(grad_q, grad_k, grad_v, grad_rpb) from the incoming gradients of out and lse (either may be None);
-    grad_rpb is None unless rpb_grad."""
+    grad_rpb is None unless rpb_grad. forward_key: see _backward_call."""
     device = q.device
     if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1 or out.stride(-1) != 1 or lse.stride(-1) != 1:
         q, k, v, out, lse = (_launch.contiguous_last(t) for t in (q, k, v, out, lse))
@@ -231,7 +245,7 @@ def run_backward(grad_out, grad_lse, q, k, v, out, lse, block_mask, element_mask
             grad_out = grad_out.to(q.dtype)
         grad_out = _launch.contiguous_last(grad_out)
         grads = _backward_call(q, k, v, out, lse, grad_out, block_mask, element_mask, params, scale, deterministic,
-                               rpb, rpb_grad)
+                               rpb, rpb_grad, forward_key)
     if grad_lse is not None:
         # e_0 needs a value dim: with Dv = 0 the call below runs on one value dim (v = 0 there anyway).
         shape = out.shape if out.shape[-1] else out.shape[:-1] + (1,)
@@ -259,7 +273,7 @@ class AttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, block_mask, element_mask, params, scale, rpb=None):
-        out, lse = run_forward(q, k, v, block_mask, element_mask, params, scale, True, rpb)
+        out, lse, ctx.forward_key = run_forward_keyed(q, k, v, block_mask, element_mask, params, scale, True, rpb)
         ctx.save_for_backward(q, k, v, out, lse, block_mask, element_mask, rpb)
         # An unused output's gradient stays None instead of zeros: an unused lse then costs no second
         # backward call.
@@ -274,7 +288,7 @@ class AttentionFunction(torch.autograd.Function):
         with_rpb = len(ctx.needs_input_grad) > 7  # apply() was given the rpb argument
         grad_q, grad_k, grad_v, grad_rpb = run_backward(
             grad_out, grad_lse, q, k, v, out, lse, block_mask, element_mask, ctx.params, ctx.scale,
-            deterministic_backward(), rpb, with_rpb and ctx.needs_input_grad[7])
+            deterministic_backward(), rpb, with_rpb and ctx.needs_input_grad[7], ctx.forward_key)
         return (grad_q, grad_k, grad_v, None, None, None, None) + ((grad_rpb,) if with_rpb else ())
 
 

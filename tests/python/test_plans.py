@@ -118,6 +118,19 @@ def test_a_repeated_backward_shape_reuses_its_plan():
     assert len(_attention_ops._backward_plans) == plans
 
 
+def test_a_backward_gradient_of_other_strides_makes_a_new_plan_and_is_still_right():
+    # The eager backward keys its plan on the forward's key and the incoming gradient's layout.
+    q, k, v = (randn(1, 21, 3, 8, requires_grad=True) for _ in range(3))
+    expected_out, _ = reference.attention(q, k, v)
+    plans = len(_attention_ops._backward_plans)
+    for grad in (randn(1, 21, 3, 8), randn(1, 3, 21, 8).transpose(1, 2), randn(1, 3, 21, 8).transpose(1, 2)):
+        got = torch.autograd.grad(attnkit.attention(q, k, v), (q, k, v), grad)
+        expected = torch.autograd.grad(expected_out, (q, k, v), grad.double(), retain_graph=True)
+        for g, e in zip(got, expected):
+            assert reference.relative_l2(g, e) <= 1e-5
+    assert len(_attention_ops._backward_plans) == plans + 2
+
+
 def test_a_new_shape_makes_a_new_plan():
     q, k, v = (randn(1, 23, 3, 8) for _ in range(3))
     attnkit.attention(q, k, v)

@@ -10,6 +10,7 @@
 #include "tune_options.hpp"
 
 #if defined(ATTNKIT_WITH_CUDA)
+#include "cuda/tune/cuda_tuning_runner.hpp"
 #include "cuda/tune/fmha_attention_runner.hpp"
 #include "cuda/tune/fmha_forward_selection.hpp"
 #endif
@@ -112,7 +113,7 @@ OfflineDevice offline_device(const TuneOptions& o) {
     device.options.limits = description.second;
     const int64_t l2 = cuda::fmha::device_l2_bytes(kDevice);
     device.make_runner = [l2](const ProblemSpec& bucketed) -> std::unique_ptr<Runner> {
-      return std::make_unique<cuda::fmha::FmhaAttentionRunner>(bucketed, kDevice, l2);
+      return cuda::make_cuda_tuning_runner(bucketed, kDevice, l2);
     };
     device.processors = std::to_string(description.first.processors) + " SMs";
     return device;

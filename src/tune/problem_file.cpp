@@ -49,6 +49,39 @@ std::string string_field(const json& j, const char* name, const std::string& fal
   return j.at(name).get<std::string>();
 }
 
+bool flag_field(const json& j, const char* name) {
+  if (!j.contains(name)) return false;
+  const json& v = j.at(name);
+  if (v.is_boolean()) return v.get<bool>();
+  if (v.is_number_integer() && (v.get<int64_t>() == 0 || v.get<int64_t>() == 1)) return v.get<int64_t>() == 1;
+  reject(std::string(name) + ": " + v.dump() + "; allowed: true, false, 1 or 0");
+}
+
+// A gemm's own spellings: "m", "n", "k" for tokens / tokens_kv / head_dim, and the flags "transpose_a",
+// "transpose_b", "allow_tf32" for the variant bits. Either spelling, not both.
+void read_gemm_fields(const json& j, ProblemSpec& s) {
+  const bool named = j.contains("m") || j.contains("n") || j.contains("k");
+  const bool generic = j.contains("tokens") || j.contains("tokens_kv") || j.contains("head_dim");
+  if (named && generic) reject("m/n/k: given with tokens/tokens_kv/head_dim; allowed: one of the two spellings");
+  if (named) {
+    for (const char* name : {"m", "n", "k"}) {
+      if (!j.contains(name)) reject(std::string(name) + ": missing; a gemm given by m, n, k needs all three");
+    }
+    s.tokens = {integer_field(j, "m", 0), 1, 1};
+    s.tokens_kv = {integer_field(j, "n", 0), 1, 1};
+    s.head_dim = s.head_dim_v = integer_field(j, "k", 0);
+  }
+  const bool flags = j.contains("transpose_a") || j.contains("transpose_b") || j.contains("allow_tf32");
+  if (flags && j.contains("variant")) {
+    reject("variant: given with transpose_a/transpose_b/allow_tf32; allowed: one of the two spellings");
+  }
+  if (flags) {
+    s.variant = (flag_field(j, "transpose_a") ? kGemmATransposed : 0) |
+                (flag_field(j, "transpose_b") ? kGemmBTransposed : 0) |
+                (flag_field(j, "allow_tf32") && s.dtype == DType::f32 ? kGemmAllowTf32 : 0);
+  }
+}
+
 }  // namespace
 
 ProblemSpec problem_spec_from_json(std::string_view json_text) {
@@ -69,7 +102,9 @@ ProblemSpec problem_spec_from_json(std::string_view json_text) {
   s.head_dim = integer_field(j, "head_dim", 64);
   s.head_dim_v = integer_field(j, "head_dim_v", s.head_dim);
 
-  const auto tokens = per_dim_field<int64_t>(j, "tokens");
+  const bool gemm_by_name = s.op == TuneOp::gemm && (j.contains("m") || j.contains("n") || j.contains("k"));
+  auto tokens = per_dim_field<int64_t>(j, "tokens");
+  if (gemm_by_name && tokens.empty()) tokens = {1};  // replaced by "m" (read_gemm_fields)
   if (tokens.empty()) reject("tokens: missing; allowed: 1 to 3 extents, e.g. [56, 56]");
   auto tokens_kv = per_dim_field<int64_t>(j, "tokens_kv");
   if (tokens_kv.empty()) tokens_kv = tokens;
@@ -117,6 +152,7 @@ ProblemSpec problem_spec_from_json(std::string_view json_text) {
   }
   s.variant = static_cast<int32_t>(integer_field(j, "variant", 0));
   s.positional_bias = integer_field(j, "rpb", 0) != 0;
+  if (s.op == TuneOp::gemm) read_gemm_fields(j, s);
   validate_problem_spec(s);
   return s;
 }
@@ -125,6 +161,16 @@ std::string problem_spec_to_json(const ProblemSpec& s) {
   nlohmann::ordered_json j;
   j["op"] = op_name(s.op);
   j["dtype"] = dtype_name(s.dtype);
+  if (s.op == TuneOp::gemm) {
+    j["batch"] = s.batch;
+    j["m"] = s.tokens[0];
+    j["n"] = s.tokens_kv[0];
+    j["k"] = s.head_dim;
+    j["transpose_a"] = (s.variant & kGemmATransposed) != 0;
+    j["transpose_b"] = (s.variant & kGemmBTransposed) != 0;
+    if ((s.variant & kGemmAllowTf32) != 0) j["allow_tf32"] = true;
+    return j.dump();
+  }
   j["batch"] = s.batch;
   j["heads"] = s.heads_q;
   j["heads_kv"] = s.heads_kv;

@@ -8,6 +8,11 @@
 // Defaults: dtype float16, batch 1, heads 1, heads_kv = heads, head_dim 64, head_dim_v = head_dim,
 // tokens_kv = tokens, mask none; per-dimension lists may be a single number (applied to every dim);
 // "rpb": 1 marks a neighborhood problem with a relative positional bias.
+// Retention (retention_fwd, retention_bwd): "tokens" is T, "heads" H, "head_dim" Dk, "head_dim_v" Dv.
+// gemm, in problem_spec.hpp's canonical form (C row-major):
+//   {"op": "gemm", "dtype": "bf16", "batch": 1, "m": 1024, "n": 4096, "k": 4096, "transpose_a": false,
+//    "transpose_b": true, "allow_tf32": false}
+// where "m", "n", "k" may also be written "tokens", "tokens_kv", "head_dim" and the flags as "variant" bits.
 #pragma once
 #include <filesystem>
 #include <string>

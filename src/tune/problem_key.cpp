@@ -34,6 +34,28 @@ void put_field(std::string& out, const char* label, int64_t value) {
   put_int(out, value);
 }
 
+// gemm and retention lines name their own dimensions (see the header).
+void put_gemm_fields(std::string& out, const ProblemSpec& s) {
+  put_field(out, "b", s.batch);
+  put_field(out, "m", s.tokens[0]);
+  put_field(out, "n", s.tokens_kv[0]);
+  put_field(out, "k", s.head_dim);
+  out += " op=";
+  out += (s.variant & kGemmATransposed) != 0 ? 't' : 'n';
+  out += (s.variant & kGemmBTransposed) != 0 ? 't' : 'n';
+  if ((s.variant & kGemmAllowTf32) != 0) out += " tf32";
+}
+
+void put_retention_fields(std::string& out, const ProblemSpec& s) {
+  put_field(out, "b", s.batch);
+  put_field(out, "h", s.heads_q);
+  put_field(out, "t", s.tokens[0]);
+  put_field(out, "dk", s.head_dim);
+  put_field(out, "dv", s.head_dim_v);
+  if (s.block_q != 0) put_field(out, "chunk", s.block_q);
+  if (s.variant != 0) put_field(out, "variant", s.variant);
+}
+
 }  // namespace
 
 std::string canonical_problem_text(const ProblemSpec& s) {
@@ -42,6 +64,14 @@ std::string canonical_problem_text(const ProblemSpec& s) {
   out += op_name(s.op);
   out += ' ';
   out += dtype_name(s.dtype);
+  if (s.op == TuneOp::gemm) {
+    put_gemm_fields(out, s);
+    return out;
+  }
+  if (s.op == TuneOp::retention_forward || s.op == TuneOp::retention_backward) {
+    put_retention_fields(out, s);
+    return out;
+  }
   put_field(out, "b", s.batch);
   put_field(out, "hq", s.heads_q);
   put_field(out, "hkv", s.heads_kv);
@@ -88,7 +118,9 @@ ProblemKey make_problem_key(const ProblemSpec& exact) {
     // Unused dims stay 1 so that seq_q() is the product of the used extents.
     const auto i = static_cast<size_t>(d);
     s.tokens[i] = d < s.token_dims ? bucket_extent(s.tokens[i]) : 1;
-    s.tokens_kv[i] = d < s.token_dims ? bucket_extent(s.tokens_kv[i]) : 1;
+    // A gemm's N (tokens_kv) stays exact: see the header.
+    const bool exact_kv = s.op == TuneOp::gemm;
+    s.tokens_kv[i] = d < s.token_dims ? (exact_kv ? s.tokens_kv[i] : bucket_extent(s.tokens_kv[i])) : 1;
     if (s.mask != MaskKind::neighborhood || d >= s.token_dims) s.neighborhood[i] = NeighborhoodDim{};
   }
   const bool sparse = s.mask == MaskKind::block || s.mask == MaskKind::element;

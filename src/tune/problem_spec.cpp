@@ -105,6 +105,16 @@ void validate_problem_spec(const ProblemSpec& spec) {
   if (!(spec.density > 0.0 && spec.density <= 1.0)) {
     reject("density: " + std::to_string(spec.density) + "; allowed: 0 < density <= 1");
   }
+  const bool flat =
+      spec.op == TuneOp::gemm || spec.op == TuneOp::retention_forward || spec.op == TuneOp::retention_backward;
+  if (flat && spec.token_dims != 1) {
+    reject("tokens: " + std::to_string(spec.token_dims) + " extents for " + std::string(op_name(spec.op)) +
+           "; allowed: 1 (" + (spec.op == TuneOp::gemm ? "M" : "T") + ")");
+  }
+  if (spec.op == TuneOp::gemm && (spec.variant < 0 || spec.variant > kGemmVariantBits)) {
+    reject("variant: " + std::to_string(spec.variant) +
+           " for gemm; allowed: 0 to 7 (bits: 1 A transposed, 2 B transposed, 4 TF32 allowed)");
+  }
 }
 
 ProblemSpec attention_problem_spec(TuneOp op, DType dtype, const detail::AttentionShape& shape,
@@ -132,6 +142,33 @@ ProblemSpec attention_problem_spec(TuneOp op, DType dtype, const detail::Attenti
   spec.block_k = mask.kind == MaskKind::block ? mask.block_k : 0;
   spec.density = (mask.kind == MaskKind::block || mask.kind == MaskKind::element) ? density : 1.0;
   spec.positional_bias = mask.rpb.defined();
+  return spec;
+}
+
+ProblemSpec gemm_problem_spec(DType dtype, int64_t m, int64_t n, int64_t k, int64_t batch, bool a_transposed,
+                              bool b_transposed, bool allow_tf32) {
+  ProblemSpec spec;
+  spec.op = TuneOp::gemm;
+  spec.dtype = dtype;
+  spec.batch = batch;
+  spec.head_dim = spec.head_dim_v = k;
+  spec.tokens = {m, 1, 1};
+  spec.tokens_kv = {n, 1, 1};
+  spec.variant = (a_transposed ? kGemmATransposed : 0) | (b_transposed ? kGemmBTransposed : 0) |
+                 (allow_tf32 && dtype == DType::f32 ? kGemmAllowTf32 : 0);
+  return spec;
+}
+
+ProblemSpec retention_problem_spec(TuneOp op, DType dtype, int64_t batch, int64_t heads, int64_t tokens,
+                                   int64_t head_dim, int64_t head_dim_v) {
+  ProblemSpec spec;
+  spec.op = op;
+  spec.dtype = dtype;
+  spec.batch = batch;
+  spec.heads_q = spec.heads_kv = heads;
+  spec.head_dim = head_dim;
+  spec.head_dim_v = head_dim_v;
+  spec.tokens = spec.tokens_kv = {tokens, 1, 1};
   return spec;
 }
 

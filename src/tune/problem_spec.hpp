@@ -3,9 +3,13 @@
 //
 // Field meanings per op (one struct serves every op so that keys, files and the CLI stay uniform):
 //   attention_*: tokens / tokens_kv = Q and KV token extents, head_dim = D, head_dim_v = Dv.
-//   retention_*: tokens[0] = T, head_dim = Dk, head_dim_v = Dv, block_q = chunk, variant = form.
-//   gemm:        tokens[0] = M, tokens_kv[0] = N, head_dim = K, batch = batch count,
-//                variant = layout bits (bit 0: A transposed, bit 1: B transposed).
+//   retention_*: batch = B, heads_q = heads_kv = H, tokens[0] = tokens_kv[0] = T, head_dim = Dk,
+//                head_dim_v = Dv, block_q = chunk, variant = form (both 0 for the CUDA chunkwise kernel,
+//                whose chunk is fixed and which runs every form: retention_problem_spec).
+//   gemm:        C[M, N] = op(A)[M, K] op(B)[K, N] with a row-major C (the CUDA backend's canonical form):
+//                tokens[0] = M, tokens_kv[0] = N, head_dim = head_dim_v = K, batch = batch count,
+//                heads 1, variant = kGemm* bits (A transposed: op(A) MN-major; B transposed: op(B)
+//                K-major, i.e. x @ W^T; TF32 allowed, fp32 only): gemm_problem_spec.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -64,6 +68,12 @@ struct ProblemSpec {
   int64_t gqa_ratio() const { return heads_kv > 0 ? heads_q / heads_kv : 0; }
 };
 
+// ProblemSpec::variant bits of a gemm problem.
+inline constexpr int32_t kGemmATransposed = 1;  // op(A) is MN-major (A stored [K, M] row-major)
+inline constexpr int32_t kGemmBTransposed = 2;  // op(B) is K-major (B stored [N, K] row-major)
+inline constexpr int32_t kGemmAllowTf32 = 4;    // fp32 inputs may run on TF32 tensor cores
+inline constexpr int32_t kGemmVariantBits = 7;
+
 // Throws Error(invalid_argument) naming the first field that is out of range.
 void validate_problem_spec(const ProblemSpec& spec);
 
@@ -71,5 +81,15 @@ void validate_problem_spec(const ProblemSpec& spec);
 // blocks (block mask) or elements (element mask); the caller counts it, since only it reads the mask.
 ProblemSpec attention_problem_spec(TuneOp op, DType dtype, const detail::AttentionShape& shape,
                                    const AttentionMask& mask, double density = 1.0);
+
+// The spec of a gemm in canonical form (see above): what a problem file line with "m", "n", "k" (or
+// "tokens", "tokens_kv", "head_dim") and the transpose flags gives. allow_tf32 counts for fp32 only.
+ProblemSpec gemm_problem_spec(DType dtype, int64_t m, int64_t n, int64_t k, int64_t batch, bool a_transposed,
+                              bool b_transposed, bool allow_tf32);
+
+// The spec of a retention call of op retention_forward or retention_backward: q [B, T, H, Dk], v [.., Dv];
+// chunk and form left 0 (what a problem file line without "block_q" and "variant" gives).
+ProblemSpec retention_problem_spec(TuneOp op, DType dtype, int64_t batch, int64_t heads, int64_t tokens,
+                                   int64_t head_dim, int64_t head_dim_v);
 
 }  // namespace attnkit::tune

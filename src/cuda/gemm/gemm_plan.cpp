@@ -7,10 +7,12 @@
 #include <utility>
 
 #include "attnkit/error.hpp"
+#include "core/tuned_config.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/gemm/gemm_registry.hpp"
 #include "cuda/gemm/gemm_shape.hpp"
 #include "cuda/gemm/gemm_staging.hpp"
+#include "cuda/tune/gemm_selection.hpp"
 
 namespace attnkit::cuda::gemm {
 namespace {
@@ -24,8 +26,8 @@ void make_primary_context_current(int device) { check_cuda(cudaSetDevice(device)
 
 class CudaGemmPlan final : public detail::OpPlan<GemmProblem> {
  public:
-  CudaGemmPlan(std::string name, std::unique_ptr<GemmRunner> runner, GemmShape shape, int device)
-      : name_(std::move(name)), runner_(std::move(runner)), shape_(shape), device_(device) {}
+  CudaGemmPlan(TunedConfig choice, std::unique_ptr<GemmRunner> runner, GemmShape shape, int device)
+      : choice_(std::move(choice)), runner_(std::move(runner)), shape_(shape), device_(device) {}
 
   int64_t workspace_bytes() const override { return runner_->workspace_bytes(); }
 
@@ -52,10 +54,10 @@ class CudaGemmPlan final : public detail::OpPlan<GemmProblem> {
     check_cuda(cudaFreeAsync(memory, stream), "cudaFreeAsync (gemm workspace)");
   }
 
-  TunedConfig config() const override { return {name_, "default"}; }
+  TunedConfig config() const override { return choice_; }
 
  private:
-  std::string name_;
+  TunedConfig choice_;
   std::unique_ptr<GemmRunner> runner_;
   GemmShape shape_;
   int device_ = 0;
@@ -63,17 +65,22 @@ class CudaGemmPlan final : public detail::OpPlan<GemmProblem> {
 
 }  // namespace
 
-detail::MadePlan<GemmProblem> make_gemm_plan(const GemmProblem& problem, const RunOptions&) {
+detail::MadePlan<GemmProblem> make_gemm_plan(const GemmProblem& problem, const RunOptions& options) {
   const int index = problem.a.device.index;
   const DeviceGuard guard(index);
   make_primary_context_current(index);
   const GemmDevice& device = gemm_device(index);
   const GemmShape shape = describe_gemm(problem);
-  const GemmChoice choice = select_gemm_kernel(shape, device, problem.allow_tf32);
+  const GemmSelection selection = select_gemm_config(shape, problem.allow_tf32, options, index);
+  const GemmChoice& choice = selection.choice;
   std::unique_ptr<GemmRunner> runner =
       choice.kernel->make_runner(choice.staging.any() ? staged_shape(shape, choice.staging) : shape, device);
   runner = make_staged_runner(shape, choice.staging, std::move(runner), device);
-  return {std::make_unique<CudaGemmPlan>(choice.name(), std::move(runner), shape, index)};
+  detail::MadePlan<GemmProblem> made;
+  made.plan = std::make_unique<CudaGemmPlan>(detail::tuned_config(choice.name(), selection.source), std::move(runner),
+                                             shape, index);
+  made.reusable = !selection.provisional;
+  return made;
 }
 
 }  // namespace attnkit::cuda::gemm

@@ -2,6 +2,7 @@
 
 #include <set>
 #include <string>
+#include <vector>
 
 namespace attnkit::cuda::retention {
 
@@ -17,6 +18,16 @@ const ChunkKernel* find_chunk_kernel(DType dtype, int head_dim, int value_block)
     if (table[i].head_dim == head_dim && table[i].value_block == value_block) return &table[i];
   }
   return nullptr;
+}
+
+std::vector<const ChunkKernel*> chunk_kernels() {
+  std::vector<const ChunkKernel*> kernels;
+  for (const auto table_of : {&chunk_kernels_f16, &chunk_kernels_bf16}) {
+    int count = 0;
+    const ChunkKernel* table = table_of(&count);
+    for (int i = 0; i < count; ++i) kernels.push_back(&table[i]);
+  }
+  return kernels;
 }
 
 namespace {

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "attnkit/tensor.hpp"
 #include "cuda/retention/retention_params.hpp"
@@ -28,6 +29,9 @@ struct ChunkKernel {
 
 // The instance for (dtype, Dk, value block), or null when none is compiled.
 const ChunkKernel* find_chunk_kernel(DType dtype, int head_dim, int value_block);
+// Every compiled instance of the chunkwise kernel, both element types (the tuner's retention spaces
+// enumerate their value blocks from it).
+std::vector<const ChunkKernel*> chunk_kernels();
 // The recurrent decode kernel (retention_decode_kernel.cuh) for (dtype, Dk): value block 64, or null.
 const ChunkKernel* find_decode_kernel(DType dtype, int head_dim);
 // The normalised parallel forward (retention_normalized_kernel.cuh) for (dtype, Dk): value block 64, or null.

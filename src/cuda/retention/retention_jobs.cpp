@@ -92,18 +92,9 @@ void require_gamma_fits(const std::vector<double>& gamma, int64_t heads) {
               " heads with an explicit gamma, or the default gamma for any head count");
 }
 
-// ATTNKIT_RETENTION_CONFIG (read when a plan is made): "block=32", "segments=8", "decode=0", comma-separated;
-// each forces that choice where it is valid for the problem. For sweeping shapes on a GPU.
-struct ForcedConfig {
-  int value_block = 0;  // 0: chosen
-  int64_t segments = 0;
-  bool decode = true;
-};
-
-ForcedConfig forced_config() {
-  ForcedConfig config;
-  const char* text = std::getenv("ATTNKIT_RETENTION_CONFIG");
-  if (text == nullptr) return config;
+// ATTNKIT_RETENTION_CONFIG's items: "block=32", "segments=8", "decode=0", comma-separated.
+ChunkShapeChoice parse_forced_choice(const std::string& text) {
+  ChunkShapeChoice choice;
   std::string rest = text;
   while (!rest.empty()) {
     const std::size_t comma = rest.find(',');
@@ -113,24 +104,24 @@ ForcedConfig forced_config() {
     const std::string key = item.substr(0, equals);
     const long long value = equals == std::string::npos ? -1 : std::atoll(item.c_str() + equals + 1);
     if (key == "block" && (value == 32 || value == 64)) {
-      config.value_block = static_cast<int>(value);
+      choice.value_block = static_cast<int>(value);
     } else if (key == "segments" && value >= 1) {
-      config.segments = value;
+      choice.segments = value;
     } else if (key == "decode" && (value == 0 || value == 1)) {
-      config.decode = value == 1;
+      choice.decode = value == 1;
     } else {
       throw Error(Status::invalid_argument, "ATTNKIT_RETENTION_CONFIG: item '" + item +
                                                 "'; allowed: comma-separated block=32|64, segments=N (N >= 1), "
                                                 "decode=0|1");
     }
   }
-  return config;
+  return choice;
 }
 
 // The value block a CTA owns: 64 columns, or 32 when Dv is no multiple of 64; 0 when Dv is no
 // multiple of 32. Too few CTAs are made up for by segments (shape_job), which do not repeat Q K^T.
-int value_block_for(int64_t dv, const ForcedConfig& forced) {
-  if (forced.value_block != 0 && dv % forced.value_block == 0) return forced.value_block;
+int value_block_for(int64_t dv, const ChunkShapeChoice& choice) {
+  if (choice.value_block != 0 && dv % choice.value_block == 0) return choice.value_block;
   if (dv % 64 == 0) return 64;
   if (dv % 32 == 0) return 32;
   return 0;
@@ -139,12 +130,11 @@ int value_block_for(int64_t dv, const ForcedConfig& forced) {
 // Segments when B * H * slices CTAs leave multiprocessors idle: as many as fit in one wave of two CTAs
 // per multiprocessor, each segment at least 4 chunks long.
 JobShape shape_job(const ChunkKernel* kernel, int64_t batch_heads, int64_t dk, int64_t dv, int64_t tokens,
-                   int multiprocessors, const ForcedConfig& forced) {
-  constexpr int64_t kChunk = 64;
+                   int multiprocessors, const ChunkShapeChoice& choice) {
   constexpr int64_t kMinChunksPerSegment = 4;
   JobShape shape;
   shape.kernel = kernel;
-  const int64_t chunks = (tokens + kChunk - 1) / kChunk;
+  const int64_t chunks = (tokens + kRetentionChunk - 1) / kRetentionChunk;
   const int64_t ctas = batch_heads * (dv / kernel->value_block);
   int64_t segments = 1;
   if (ctas < multiprocessors) {
@@ -153,9 +143,9 @@ JobShape shape_job(const ChunkKernel* kernel, int64_t batch_heads, int64_t dk, i
     const int64_t wanted = 2 * static_cast<int64_t>(multiprocessors) / ctas;
     segments = std::max<int64_t>(1, std::min(wanted, chunks / kMinChunksPerSegment));
   }
-  if (forced.segments != 0) segments = std::max<int64_t>(1, std::min(forced.segments, chunks));
+  if (choice.segments != 0) segments = std::max<int64_t>(1, std::min(choice.segments, chunks));
   const int64_t chunks_per_segment = segments > 1 ? (chunks + segments - 1) / segments : chunks;
-  shape.segment_tokens = chunks_per_segment * kChunk;
+  shape.segment_tokens = chunks_per_segment * kRetentionChunk;
   shape.segments = segments > 1 ? static_cast<int32_t>((chunks + chunks_per_segment - 1) / chunks_per_segment) : 1;
   if (shape.segments > 1) {
     shape.workspace_bytes = batch_heads * (shape.segments - 1) * dk * dv * static_cast<int64_t>(sizeof(float));
@@ -164,20 +154,17 @@ JobShape shape_job(const ChunkKernel* kernel, int64_t batch_heads, int64_t dk, i
 }
 
 JobShape select_job(DType dtype, int64_t dk, int64_t dv, int64_t batch_heads, int64_t tokens, int multiprocessors,
-                    const char* dk_name, const char* dv_name, const char* dv_allowed) {
+                    const ChunkShapeChoice& choice, const char* dk_name, const char* dv_name, const char* dv_allowed) {
   if (dk > 1024 || find_chunk_kernel(dtype, static_cast<int>(dk), 32) == nullptr) {
     unsupported(std::string(dk_name) + " = " + std::to_string(dk) + " on the CUDA backend's retention; allowed: " +
                 chunk_head_dims_text() + " (other head dims run on the CPU backend)");
   }
-  const ForcedConfig forced = forced_config();
-  const int block = value_block_for(dv, forced);
-  const ChunkKernel* kernel = block == 0 ? nullptr : find_chunk_kernel(dtype, static_cast<int>(dk), block);
-  if (kernel == nullptr) {
+  const JobShape shape = chunk_job_shape(dtype, dk, dv, batch_heads, tokens, multiprocessors, choice);
+  if (shape.kernel == nullptr) {
     unsupported(std::string(dv_name) + " = " + std::to_string(dv) + " on the CUDA backend's retention; allowed: " +
                 dv_allowed + " (other head dims run on the CPU backend)");
   }
-  const JobShape shape = shape_job(kernel, batch_heads, dk, dv, tokens, multiprocessors, forced);
-  if (batch_heads * (dv / kernel->value_block) * shape.segments > std::numeric_limits<int32_t>::max()) {
+  if (batch_heads * (dv / shape.kernel->value_block) * shape.segments > std::numeric_limits<int32_t>::max()) {
     unsupported("B * H = " + std::to_string(batch_heads) +
                 " (batch times heads) on the CUDA backend's retention; allowed: B * H * Dv / 32 below 2^31");
   }
@@ -251,36 +238,70 @@ ChunkJob make_job(const JobShape& shape, const TensorView& q, const TensorView& 
 
 }  // namespace
 
+std::optional<ChunkShapeChoice> forced_chunk_shape() {
+  const char* text = std::getenv(kForcedRetentionConfigVariable);
+  if (text == nullptr || text[0] == '\0') return std::nullopt;
+  return parse_forced_choice(text);
+}
+
+bool runs_chunk_jobs(const RetentionForward& problem) { return !problem.normalize && !detail::is_given(problem.decay); }
+bool runs_chunk_jobs(const RetentionBackward& problem) {
+  return !problem.normalize && !detail::is_given(problem.decay);
+}
+
+JobShape chunk_job_shape(DType dtype, int64_t dk, int64_t dv, int64_t batch_heads, int64_t tokens, int multiprocessors,
+                         const ChunkShapeChoice& choice) {
+  if (dk > 1024 || batch_heads < 1) return {};
+  const int block = value_block_for(dv, choice);
+  const ChunkKernel* kernel = block == 0 ? nullptr : find_chunk_kernel(dtype, static_cast<int>(dk), block);
+  if (kernel == nullptr) return {};
+  return shape_job(kernel, batch_heads, dk, dv, tokens, multiprocessors, choice);
+}
+
+const ChunkKernel* decode_kernel_for(DType dtype, int64_t batch_heads, int64_t tokens, int64_t dk, int64_t dv,
+                                     const ChunkShapeChoice& choice) {
+  // A few tokens against the state: the recurrent kernel reads and writes the state once, on CUDA cores.
+  if (!choice.decode || tokens > kDecodeMaxTokens || dv % 64 != 0 || dk > 1024) return nullptr;
+  const ChunkKernel* decode = find_decode_kernel(dtype, static_cast<int>(dk));
+  if (decode == nullptr || batch_heads * (dv / 64) > std::numeric_limits<int32_t>::max()) return nullptr;
+  return decode;
+}
+
 ForwardSelection select_forward(const RetentionForward& problem, int multiprocessors) {
+  return select_forward(problem, multiprocessors, forced_chunk_shape().value_or(ChunkShapeChoice{}));
+}
+
+ForwardSelection select_forward(const RetentionForward& problem, int multiprocessors, const ChunkShapeChoice& choice) {
   require_half_precision(problem.q);
   require_gamma_fits(problem.gamma, problem.q.extents[2]);
   ForwardSelection selection;
-  if (problem.normalize || detail::is_given(problem.decay)) {
+  if (!runs_chunk_jobs(problem)) {
     selection.job = select_normalized(problem);
     return selection;
   }
+  const int64_t batch_heads = problem.q.extents[0] * problem.q.extents[2];
+  const int64_t tokens = problem.q.extents[1];
   const int64_t dk = problem.q.extents[3], dv = problem.v.extents[3];
-  if (problem.q.extents[1] <= kDecodeMaxTokens && dv % 64 == 0 && dk <= 1024 && forced_config().decode) {
-    // A few tokens against the state: the recurrent kernel reads and writes the state once, on CUDA cores.
-    if (const ChunkKernel* decode = find_decode_kernel(problem.q.dtype, static_cast<int>(dk))) {
-      selection.job.kernel = decode;
-      selection.job.segment_tokens = problem.q.extents[1];
-      if (problem.q.extents[0] * problem.q.extents[2] * (dv / 64) <= std::numeric_limits<int32_t>::max()) {
-        return selection;
-      }
-    }
+  if (const ChunkKernel* decode = decode_kernel_for(problem.q.dtype, batch_heads, tokens, dk, dv, choice)) {
+    selection.job.kernel = decode;
+    selection.job.segment_tokens = tokens;
+    return selection;
   }
-  selection.job = select_job(problem.q.dtype, problem.q.extents[3], problem.v.extents[3],
-                             problem.q.extents[0] * problem.q.extents[2], problem.q.extents[1], multiprocessors,
-                             "q: head dim Dk", "v: head dim Dv", "a multiple of 32");
+  selection.job = select_job(problem.q.dtype, dk, dv, batch_heads, tokens, multiprocessors, choice, "q: head dim Dk",
+                             "v: head dim Dv", "a multiple of 32");
   selection.workspace_bytes = selection.job.workspace_bytes;
   return selection;
 }
 
 BackwardSelection select_backward(const RetentionBackward& problem, int multiprocessors) {
+  return select_backward(problem, multiprocessors, forced_chunk_shape().value_or(ChunkShapeChoice{}));
+}
+
+BackwardSelection select_backward(const RetentionBackward& problem, int multiprocessors,
+                                  const ChunkShapeChoice& choice) {
   require_half_precision(problem.q);
   require_gamma_fits(problem.gamma, problem.q.extents[2]);
-  if (problem.normalize || detail::is_given(problem.decay)) return select_parallel_backward(problem);
+  if (!runs_chunk_jobs(problem)) return select_parallel_backward(problem);
   const DType dtype = problem.q.dtype;
   const int64_t dk = problem.q.extents[3], dv = problem.v.extents[3];
   const int64_t batch_heads = problem.q.extents[0] * problem.q.extents[2];
@@ -288,10 +309,10 @@ BackwardSelection select_backward(const RetentionBackward& problem, int multipro
   // The dQ and dK jobs carry the state transposed: Dv is their key dim, Dk their value dim.
   const std::string both = chunk_head_dims_text() + " (the backward needs both Dk and Dv among them)";
   BackwardSelection selection;
-  selection.dv =
-      select_job(dtype, dk, dv, batch_heads, tokens, multiprocessors, "q: head dim Dk", "v: head dim Dv", both.c_str());
-  selection.dq =
-      select_job(dtype, dv, dk, batch_heads, tokens, multiprocessors, "v: head dim Dv", "q: head dim Dk", both.c_str());
+  selection.dv = select_job(dtype, dk, dv, batch_heads, tokens, multiprocessors, choice, "q: head dim Dk",
+                            "v: head dim Dv", both.c_str());
+  selection.dq = select_job(dtype, dv, dk, batch_heads, tokens, multiprocessors, choice, "v: head dim Dv",
+                            "q: head dim Dk", both.c_str());
   selection.dk = selection.dq;
   selection.workspace_bytes = std::max(selection.dv.workspace_bytes, selection.dq.workspace_bytes);
   return selection;

@@ -23,11 +23,15 @@
 // and the parallel backward (retention_parallel_backward_common.cuh: four launches of two kernels).
 // Forward calls of at most kDecodeMaxTokens tokens with Dv a multiple of 64 run the recurrent decode
 // kernel instead (retention_decode_kernel.cuh: fp32 on CUDA cores, the state read and written once).
-// ATTNKIT_RETENTION_CONFIG="block=32|64,segments=N,decode=0|1" (any subset) forces these choices where
-// they are valid, read when a plan is made (detail::clear_retention_plans() after changing it).
+// These choices (value block, segments, decode) are a ChunkShapeChoice: ChunkShapeChoice{} is the rule
+// above, the tuner's retention configs are others (src/cuda/tune/retention_config_space.hpp), and
+// ATTNKIT_RETENTION_CONFIG="block=32|64,segments=N,decode=0|1" (any subset) forces one where it is valid,
+// read when a plan is made (detail::clear_retention_plans() after changing it); a forced choice keeps
+// priority over the tuner's.
 #pragma once
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "attnkit/retention.hpp"
@@ -67,9 +71,49 @@ struct BackwardSelection {
   bool parallel_form = false;
 };
 
-// Throw Status::unsupported, naming what is allowed, when no compiled kernel runs the problem.
+inline constexpr const char* kForcedRetentionConfigVariable = "ATTNKIT_RETENTION_CONFIG";
+inline constexpr int64_t kRetentionChunk = 64;  // tokens per chunk of the chunkwise kernel (all instances)
+
+// How the chunkwise jobs of a call are shaped. Each field left at its zero value follows the rule above.
+struct ChunkShapeChoice {
+  // Value columns per CTA: this block for every job whose value dim is a multiple of it, the rule's (64,
+  // or 32 when the value dim is no multiple of 64) for the others. 0: the rule everywhere.
+  int value_block = 0;
+  // Sequence segments per (batch, head, value block): this many, at most one per chunk. 0: the rule's
+  // (fill about two CTAs per multiprocessor with segments of at least 4 chunks).
+  int64_t segments = 0;
+  // Forward calls of at most kDecodeMaxTokens tokens with Dv a multiple of 64 run the decode kernel.
+  bool decode = true;
+
+  friend bool operator==(const ChunkShapeChoice&, const ChunkShapeChoice&) = default;
+};
+
+// ATTNKIT_RETENTION_CONFIG's choice; nullopt when it is unset or empty. Throws Status::invalid_argument
+// naming a malformed item.
+std::optional<ChunkShapeChoice> forced_chunk_shape();
+
+// Whether a call runs the chunkwise jobs (no normalisation, no decay matrix), the only retention path with
+// a shape to choose; the others run the parallel form's kernels.
+bool runs_chunk_jobs(const RetentionForward& problem);
+bool runs_chunk_jobs(const RetentionBackward& problem);
+
+// The kernel and sequence split of one chunkwise job (key dim dk, value dim dv, `tokens` tokens of
+// batch_heads sequences) under `choice`, without the checks select_* make: kernel null when no instance
+// has this dtype, dk and value block. Pure (the tuner's config spaces compute shapes with it).
+JobShape chunk_job_shape(DType dtype, int64_t dk, int64_t dv, int64_t batch_heads, int64_t tokens, int multiprocessors,
+                         const ChunkShapeChoice& choice);
+
+// The decode kernel a forward of these sizes runs under `choice`, or null when the chunkwise job runs it.
+const ChunkKernel* decode_kernel_for(DType dtype, int64_t batch_heads, int64_t tokens, int64_t dk, int64_t dv,
+                                     const ChunkShapeChoice& choice);
+
+// Throw Status::unsupported, naming what is allowed, when no compiled kernel runs the problem. Without a
+// choice: ATTNKIT_RETENTION_CONFIG's when it is set, else the rule.
 ForwardSelection select_forward(const RetentionForward& problem, int multiprocessors);
 BackwardSelection select_backward(const RetentionBackward& problem, int multiprocessors);
+ForwardSelection select_forward(const RetentionForward& problem, int multiprocessors, const ChunkShapeChoice& choice);
+BackwardSelection select_backward(const RetentionBackward& problem, int multiprocessors,
+                                  const ChunkShapeChoice& choice);
 
 // log2(gamma_h) of every head, or empty for the on-device default (more heads than the params hold).
 std::vector<float> log2_decay(const std::vector<double>& gamma, int64_t heads);

@@ -9,9 +9,11 @@
 #include <vector>
 
 #include "attnkit/error.hpp"
+#include "core/tuned_config.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/kernel_attributes.hpp"
 #include "cuda/retention/retention_jobs.hpp"
+#include "cuda/tune/retention_selection.hpp"
 
 namespace attnkit::cuda::retention {
 namespace {
@@ -121,8 +123,8 @@ class Decay {
 
 class ForwardPlan final : public detail::OpPlan<RetentionForward> {
  public:
-  ForwardPlan(const RetentionForward& problem, ForwardSelection selection, int device)
-      : selection_(selection), device_(device), decay_(problem.gamma, problem.q.extents[2]) {}
+  ForwardPlan(const RetentionForward& problem, ForwardSelection selection, int device, tune::ChoiceSource source)
+      : selection_(selection), device_(device), source_(source), decay_(problem.gamma, problem.q.extents[2]) {}
 
   int64_t workspace_bytes() const override { return selection_.workspace_bytes; }
 
@@ -135,18 +137,19 @@ class ForwardPlan final : public detail::OpPlan<RetentionForward> {
     });
   }
 
-  TunedConfig config() const override { return {kernel_name(selection_.job), "default"}; }
+  TunedConfig config() const override { return detail::tuned_config(kernel_name(selection_.job), source_); }
 
  private:
   ForwardSelection selection_;
   int device_ = 0;
+  tune::ChoiceSource source_;
   Decay decay_;
 };
 
 class BackwardPlan final : public detail::OpPlan<RetentionBackward> {
  public:
-  BackwardPlan(const RetentionBackward& problem, BackwardSelection selection, int device)
-      : selection_(selection), device_(device), decay_(problem.gamma, problem.q.extents[2]) {}
+  BackwardPlan(const RetentionBackward& problem, BackwardSelection selection, int device, tune::ChoiceSource source)
+      : selection_(selection), device_(device), source_(source), decay_(problem.gamma, problem.q.extents[2]) {}
 
   int64_t workspace_bytes() const override { return selection_.workspace_bytes; }
 
@@ -167,38 +170,57 @@ class BackwardPlan final : public detail::OpPlan<RetentionBackward> {
   }
 
   TunedConfig config() const override {
-    return {kernel_name(selection_.dq) + "+" + kernel_name(selection_.dv), "default"};
+    return detail::tuned_config(kernel_name(selection_.dq) + "+" + kernel_name(selection_.dv), source_);
   }
 
  private:
   BackwardSelection selection_;
   int device_ = 0;
+  tune::ChoiceSource source_;
   Decay decay_;
 };
 
 }  // namespace
 
-detail::MadePlan<RetentionForward> make_forward_plan(const RetentionForward& problem, const RunOptions&) {
-  const int device = problem.q.device.index;
+std::unique_ptr<detail::OpPlan<RetentionForward>> plan_of_selection(const RetentionForward& problem,
+                                                                    const ForwardSelection& selection, int device,
+                                                                    tune::ChoiceSource source) {
   const DeviceGuard guard(device);
-  const int multiprocessors = prepare_device(device);
-  const ForwardSelection selection = select_forward(problem, multiprocessors);
   raise_shared_memory(selection.job.kernel);
-  detail::MadePlan<RetentionForward> made;
-  made.plan = std::make_unique<ForwardPlan>(problem, selection, device);
-  return made;
+  return std::make_unique<ForwardPlan>(problem, selection, device, source);
 }
 
-detail::MadePlan<RetentionBackward> make_backward_plan(const RetentionBackward& problem, const RunOptions&) {
-  const int device = problem.q.device.index;
+std::unique_ptr<detail::OpPlan<RetentionBackward>> plan_of_selection(const RetentionBackward& problem,
+                                                                     const BackwardSelection& selection, int device,
+                                                                     tune::ChoiceSource source) {
   const DeviceGuard guard(device);
-  const int multiprocessors = prepare_device(device);
-  const BackwardSelection selection = select_backward(problem, multiprocessors);
   for (const JobShape* job : {&selection.dq, &selection.dk, &selection.dv}) {
     raise_shared_memory(job->kernel, job->shared_bytes);
   }
+  return std::make_unique<BackwardPlan>(problem, selection, device, source);
+}
+
+int multiprocessors_of(int device) { return prepare_device(device); }
+
+detail::MadePlan<RetentionForward> make_forward_plan(const RetentionForward& problem, const RunOptions& options) {
+  const int device = problem.q.device.index;
+  const DeviceGuard guard(device);
+  const int multiprocessors = prepare_device(device);
+  const TunedSelection<ForwardSelection> tuned = tuned_forward_selection(problem, options, device, multiprocessors);
+  detail::MadePlan<RetentionForward> made;
+  made.plan = plan_of_selection(problem, tuned.selection, device, tuned.source);
+  made.reusable = !tuned.provisional;
+  return made;
+}
+
+detail::MadePlan<RetentionBackward> make_backward_plan(const RetentionBackward& problem, const RunOptions& options) {
+  const int device = problem.q.device.index;
+  const DeviceGuard guard(device);
+  const int multiprocessors = prepare_device(device);
+  const TunedSelection<BackwardSelection> tuned = tuned_backward_selection(problem, options, device, multiprocessors);
   detail::MadePlan<RetentionBackward> made;
-  made.plan = std::make_unique<BackwardPlan>(problem, selection, device);
+  made.plan = plan_of_selection(problem, tuned.selection, device, tuned.source);
+  made.reusable = !tuned.provisional;
   return made;
 }
 

@@ -1,6 +1,9 @@
 // The CUDA backend's retention plans (core/op_plan.hpp): made once per call shape (capability checks,
 // kernel choice, the opt-in shared memory raised once per device), then each run fills the kernel
-// params from the call's tensors (retention_jobs.hpp) and launches on the caller's stream.
+// params from the call's tensors (retention_jobs.hpp) and launches on the caller's stream. The chunkwise
+// jobs' shapes come from the device's tuner (src/cuda/tune/retention_selection.hpp: a cached or tuned
+// winner, else the rule of retention_jobs.hpp; ATTNKIT_RETENTION_CONFIG keeps priority); a default taken
+// only because the stream was capturing is not kept in the plan cache.
 //
 // Kernels (selected in retention_jobs.cpp): every form without normalisation runs through the chunkwise
 // kernel (retention_chunk_kernel.cuh) -- parallel, chunkwise and recurrent retention are the same sums
@@ -10,12 +13,29 @@
 // three chunkwise jobs (retention_jobs.hpp), or for normalize=true and the decay matrix the parallel
 // form's four launches (retention_parallel_backward_common.cuh).
 #pragma once
+#include <memory>
+
 #include "attnkit/retention.hpp"
 #include "core/op_plan.hpp"
+#include "cuda/retention/retention_jobs.hpp"
+#include "tune/local_tuning.hpp"
 
 namespace attnkit::cuda::retention {
 
 detail::MadePlan<RetentionForward> make_forward_plan(const RetentionForward& problem, const RunOptions& options);
 detail::MadePlan<RetentionBackward> make_backward_plan(const RetentionBackward& problem, const RunOptions& options);
+
+// The plan of a given selection, its shared memory raised (the tuning runner, retention_tuning_runner.hpp,
+// times each config through the plan a call with it would run). `source` is what config() reports.
+std::unique_ptr<detail::OpPlan<RetentionForward>> plan_of_selection(const RetentionForward& problem,
+                                                                    const ForwardSelection& selection, int device,
+                                                                    tune::ChoiceSource source);
+std::unique_ptr<detail::OpPlan<RetentionBackward>> plan_of_selection(const RetentionBackward& problem,
+                                                                     const BackwardSelection& selection, int device,
+                                                                     tune::ChoiceSource source);
+
+// The multiprocessors of `device`, after throwing Status::unsupported unless it has compute capability 8.0 or
+// newer (the retention kernels use mma.sync bf16 and cp.async).
+int multiprocessors_of(int device);
 
 }  // namespace attnkit::cuda::retention

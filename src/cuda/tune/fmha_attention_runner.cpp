@@ -1,10 +1,8 @@
 #include "cuda/tune/fmha_attention_runner.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <optional>
 #include <random>
-#include <thread>
 
 #include "attnkit/error.hpp"
 #include "core/float_convert.hpp"
@@ -17,9 +15,7 @@
 namespace attnkit::cuda::fmha {
 namespace {
 
-constexpr int64_t kPatternElements = int64_t{1} << 20;
 constexpr int64_t kAlignment = 256;
-constexpr int kMaxBufferSets = 64;
 
 // Tensors of a set, in layout order.
 enum Slot : size_t { kQ, kK, kV, kOut, kLse, kGradOut, kGradQ, kGradK, kGradV, kMask, kSlots };
@@ -41,53 +37,7 @@ std::vector<int64_t> tensor_extents(const tune::ProblemSpec& s, const std::array
   return extents;
 }
 
-// Fills `bytes` of device memory at `dst` with repeats of the pattern.
-void tile_pattern(void* dst, int64_t bytes, const void* pattern, int64_t pattern_bytes, cudaStream_t stream) {
-  for (int64_t offset = 0; offset < bytes; offset += pattern_bytes) {
-    check_cuda(
-        cudaMemcpyAsync(static_cast<char*>(dst) + offset, pattern,
-                        static_cast<size_t>(std::min(pattern_bytes, bytes - offset)), cudaMemcpyDeviceToDevice, stream),
-        "cudaMemcpyAsync (tuning inputs)");
-  }
-}
-
-// The longest a stream is held (see the header); far longer than queuing one run takes.
-constexpr double kMaxHoldSeconds = 0.5;
-
-void CUDART_CB hold_until_released(void* flag) {
-  const auto* released = static_cast<const std::atomic<bool>*>(flag);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(kMaxHoldSeconds);
-  while (!released->load(std::memory_order_acquire) && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::yield();
-  }
-}
-
-// Holds `stream` from construction (a host function that waits for `released`) until release() or
-// destruction, so an exception between cannot leave the stream waiting.
-class StreamHold {
- public:
-  StreamHold(cudaStream_t stream, std::atomic<bool>& released) : released_(released) {
-    released_.store(false, std::memory_order_release);
-    const cudaError_t status = cudaLaunchHostFunc(stream, hold_until_released, &released_);
-    if (status != cudaSuccess) released_.store(true, std::memory_order_release);
-    check_cuda(status, "cudaLaunchHostFunc (hold the tuning stream)");
-  }
-  ~StreamHold() { release(); }
-  StreamHold(const StreamHold&) = delete;
-  StreamHold& operator=(const StreamHold&) = delete;
-  void release() { released_.store(true, std::memory_order_release); }
-
- private:
-  std::atomic<bool>& released_;
-};
-
 }  // namespace
-
-int64_t device_l2_bytes(int device) {
-  int bytes = 0;
-  check_cuda(cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, device), "cudaDeviceGetAttribute(L2)");
-  return bytes;
-}
 
 FmhaAttentionRunner::FmhaAttentionRunner(const tune::ProblemSpec& spec, int device, int64_t l2_bytes, uint64_t seed,
                                          const AttentionMask* call_mask)
@@ -112,9 +62,8 @@ void FmhaAttentionRunner::build(int64_t l2_bytes, uint64_t seed) {
   const tune::ProblemSpec& spec = spec_;
   const bool backward = spec.op == tune::TuneOp::attention_backward;
   const DeviceGuard guard(device_);
-  check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-  check_cuda(cudaEventCreate(&start_), "cudaEventCreate");
-  check_cuda(cudaEventCreate(&stop_), "cudaEventCreate");
+  timer_ = std::make_unique<GpuRunTimer>(device_);
+  const cudaStream_t stream = timer_->stream();
 
   const int64_t element = static_cast<int64_t>(dtype_size(spec.dtype));
   const bool block = spec.mask == MaskKind::block;
@@ -138,23 +87,17 @@ void FmhaAttentionRunner::build(int64_t l2_bytes, uint64_t seed) {
     const int64_t size = i == kLse ? 4 : i == kMask ? 1 : element;
     set_bytes += align_up(product(extents_[i]) * size);
   }
-  // Enough sets that one pass over them exceeds twice the L2, and never fewer than two.
-  const int64_t wanted = (2 * l2_bytes + set_bytes - 1) / std::max<int64_t>(set_bytes, 1);
-  const int count = static_cast<int>(std::clamp<int64_t>(wanted, 2, kMaxBufferSets));
+  const int count = tuning_buffer_sets(set_bytes, l2_bytes);
 
-  // The random pattern (inputs in [-1, 1]) and the mask, on the host once.
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> uniform(-1.0, 1.0);
-  std::vector<unsigned char> pattern(static_cast<size_t>(kPatternElements * element));
-  for (int64_t i = 0; i < kPatternElements; ++i) detail::store_from_double(pattern.data(), spec.dtype, i, uniform(rng));
+  // The random inputs (in [-1, 1]) and the mask, on the host once.
+  const RandomPattern pattern(spec.dtype, seed);
+  std::mt19937_64 rng(seed + 1);
   std::vector<unsigned char> mask_host;
   if (synthetic_mask) {
     std::bernoulli_distribution attend(spec.density);
     mask_host.resize(static_cast<size_t>(mask_rows * mask_cols));
     for (auto& m : mask_host) m = attend(rng) ? 1 : 0;
   }
-  check_cuda(cudaMalloc(&pattern_, pattern.size()), "cudaMalloc (tuning pattern)");
-  check_cuda(cudaMemcpy(pattern_, pattern.data(), pattern.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
 
   sets_.resize(static_cast<size_t>(count));
   for (BufferSet& set : sets_) {
@@ -173,8 +116,7 @@ void FmhaAttentionRunner::build(int64_t l2_bytes, uint64_t seed) {
     const size_t random_slots = backward ? kGradOut + 1 : kV + 1;
     for (size_t i = 0; i < random_slots; ++i) {
       if (i == kOut || i == kLse) continue;  // written by the forward
-      tile_pattern(base + offsets[i], product(extents_[i]) * element, pattern_, static_cast<int64_t>(pattern.size()),
-                   stream_);
+      pattern.fill(base + offsets[i], product(extents_[i]) * element, stream);
     }
     f.mask.kind = spec.mask;
     f.mask.causal_alignment = spec.causal_alignment;
@@ -188,7 +130,7 @@ void FmhaAttentionRunner::build(int64_t l2_bytes, uint64_t seed) {
       TensorView mask;
       if (synthetic_mask) {
         mask = view(kMask, DType::boolean);
-        check_cuda(cudaMemcpyAsync(mask.data, mask_host.data(), mask_host.size(), cudaMemcpyHostToDevice, stream_),
+        check_cuda(cudaMemcpyAsync(mask.data, mask_host.data(), mask_host.size(), cudaMemcpyHostToDevice, stream),
                    "cudaMemcpyAsync (tuning mask)");
       } else {
         mask = block ? call_mask_->block_mask : call_mask_->element_mask;
@@ -222,9 +164,8 @@ void FmhaAttentionRunner::build(int64_t l2_bytes, uint64_t seed) {
   } else {
     check_forward_supported(sets_[0].forward, shape_);
   }
-  check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (tuning inputs)");
-  cudaFree(pattern_);
-  pattern_ = nullptr;
+  // The pattern is freed on return: the copies from it must be done.
+  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (tuning inputs)");
 }
 
 void FmhaAttentionRunner::compute_forward_outputs() {
@@ -234,22 +175,22 @@ void FmhaAttentionRunner::compute_forward_outputs() {
     if (kernel == nullptr) {
       // No forward for this width: zeros for out and lse (only the timing matters here).
       check_cuda(cudaMemsetAsync(set.forward.out.data, 0,
-                                 static_cast<size_t>(set.forward.out.numel()) * dtype_size(spec_.dtype), stream_),
+                                 static_cast<size_t>(set.forward.out.numel()) * dtype_size(spec_.dtype), stream()),
                  "cudaMemsetAsync");
-      check_cuda(cudaMemsetAsync(set.forward.lse.data, 0, static_cast<size_t>(set.forward.lse.numel()) * 4, stream_),
+      check_cuda(cudaMemsetAsync(set.forward.lse.data, 0, static_cast<size_t>(set.forward.lse.numel()) * 4, stream()),
                  "cudaMemsetAsync");
       continue;
     }
     const FmhaLaunch launch = make_forward_launch(set.forward, shape_, kernel->config);
     reserve_workspace(kernel->workspace_bytes(launch));
-    kernel->launch(launch, FmhaWorkspace{workspace_, workspace_bytes_}, stream_);
+    kernel->launch(launch, FmhaWorkspace{workspace_, workspace_bytes_}, stream());
     check_cuda(cudaGetLastError(), "forward kernel (tuning inputs)");
   }
 }
 
 void FmhaAttentionRunner::reserve_workspace(int64_t bytes) {
   if (bytes <= workspace_bytes_) return;
-  check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (tuning workspace)");
+  check_cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize (tuning workspace)");
   if (workspace_ != nullptr) cudaFree(workspace_);
   workspace_ = nullptr;
   workspace_bytes_ = 0;
@@ -263,19 +204,14 @@ void FmhaAttentionRunner::release() noexcept {
   int previous = 0;
   const bool switched =
       cudaGetDevice(&previous) == cudaSuccess && previous != device_ && cudaSetDevice(device_) == cudaSuccess;
-  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  if (timer_ != nullptr) timer_->synchronize();
   for (BufferSet& set : sets_) {
     if (set.memory != nullptr) cudaFree(set.memory);
   }
   sets_.clear();
-  if (pattern_ != nullptr) cudaFree(pattern_);
   if (workspace_ != nullptr) cudaFree(workspace_);
-  if (start_ != nullptr) cudaEventDestroy(start_);
-  if (stop_ != nullptr) cudaEventDestroy(stop_);
-  if (stream_ != nullptr) cudaStreamDestroy(stream_);
-  pattern_ = workspace_ = nullptr;
-  start_ = stop_ = nullptr;
-  stream_ = nullptr;
+  workspace_ = nullptr;
+  timer_.reset();
   if (switched) cudaSetDevice(previous);
 }
 
@@ -284,7 +220,7 @@ double FmhaAttentionRunner::measure_seconds(const tune::Config& config, int iter
   // `iteration` counts every run of the measurement, whichever config: consecutive runs use
   // consecutive sets, so each run's inputs were last touched sets_.size() runs ago.
   const BufferSet& set = sets_[static_cast<size_t>(iteration) % sets_.size()];
-  std::optional<StreamHold> hold;  // taken after any workspace growth (which synchronises the stream)
+  // Workspace growth synchronises the stream: it happens before the timed run.
   if (spec_.op == tune::TuneOp::attention_backward) {
     const FmhaBackwardKernel* kernel = backward_kernel_of(config);
     if (kernel == nullptr)
@@ -292,26 +228,22 @@ double FmhaAttentionRunner::measure_seconds(const tune::Config& config, int iter
     const FmhaBackwardLaunch launch =
         make_backward_launch(set.backward, shape_, kernel->config, fmha_device(device_).multiprocessors);
     reserve_workspace(kernel->workspace_bytes(launch));
-    hold.emplace(stream_, stream_released_);
-    check_cuda(cudaEventRecord(start_, stream_), "cudaEventRecord");
-    kernel->launch(launch, FmhaBackwardWorkspace{workspace_, workspace_bytes_}, stream_);
-  } else {
-    const FmhaKernel* kernel = forward_kernel_of(config);
-    if (kernel == nullptr)
-      throw Error(Status::internal, "CUDA tuning runner: config " + config.id + " has no forward kernel entry");
-    const FmhaLaunch launch = make_forward_launch(set.forward, shape_, kernel->config);
-    reserve_workspace(kernel->workspace_bytes(launch));
-    hold.emplace(stream_, stream_released_);
-    check_cuda(cudaEventRecord(start_, stream_), "cudaEventRecord");
-    kernel->launch(launch, FmhaWorkspace{workspace_, workspace_bytes_}, stream_);
+    return timer_->time(
+        [&](cudaStream_t stream) {
+          kernel->launch(launch, FmhaBackwardWorkspace{workspace_, workspace_bytes_}, stream);
+        },
+        config.id);
   }
-  check_cuda(cudaGetLastError(), config.id.c_str());
-  check_cuda(cudaEventRecord(stop_, stream_), "cudaEventRecord");
-  hold.reset();  // everything is queued: let the GPU run it back to back
-  check_cuda(cudaEventSynchronize(stop_), "cudaEventSynchronize");
-  float ms = 0.0f;
-  check_cuda(cudaEventElapsedTime(&ms, start_, stop_), "cudaEventElapsedTime");
-  return static_cast<double>(ms) * 1e-3;
+  const FmhaKernel* kernel = forward_kernel_of(config);
+  if (kernel == nullptr)
+    throw Error(Status::internal, "CUDA tuning runner: config " + config.id + " has no forward kernel entry");
+  const FmhaLaunch launch = make_forward_launch(set.forward, shape_, kernel->config);
+  reserve_workspace(kernel->workspace_bytes(launch));
+  return timer_->time(
+      [&](cudaStream_t stream) {
+        kernel->launch(launch, FmhaWorkspace{workspace_, workspace_bytes_}, stream);
+      },
+      config.id);
 }
 
 }  // namespace attnkit::cuda::fmha

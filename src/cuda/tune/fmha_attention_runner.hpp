@@ -1,20 +1,14 @@
 // A tune::Runner that times the portable fused-attention forward or backward on a GPU (DESIGN §5
-// speed method, §6.4): inputs of the problem's bucket representative, in several copies ("buffer
-// sets") used in turn so the working set of consecutive runs exceeds the L2 cache (cold-L2 timings);
-// each run is bracketed by CUDA events on the runner's own stream and synchronised, so the time is the
-// kernels' (with the tile-list preprocessing of sparse masks, and the backward's preprocess and dQ
-// kernels, which every call pays too).
+// speed method, §6.4), the way every CUDA tuning runner does (gpu_run_timer.hpp): inputs of the problem
+// in several buffer sets used in turn (cold-L2 timings), each run bracketed by CUDA events on the
+// runner's own held stream and synchronised, so the time is the kernels' (with the tile-list
+// preprocessing of sparse masks, and the backward's preprocess and dQ kernels, which every call pays too).
 //
 // Every config, the default included, runs in the same conditions: the same buffer sets (picked by
 // the tuner's run counter, which counts every candidate's runs, so no run finds its inputs in L2 from
-// the run before), the same stream, the same workspace. The stream is held by a host function until
-// the start event, the launch and the stop event are all queued, so the start event fires right
-// before the kernels and the time is the GPU's, as for back-to-back calls, not this thread's launch
-// latency (which an idle GPU would otherwise add to every run, more for configs whose launch does
-// more host work). The hold gives up after kMaxHoldSeconds, so nothing can wait on it forever.
+// the run before), the same stream, the same workspace.
 //
-// Inputs are random, built from a 1 M-element random pattern tiled over each tensor (generating every
-// element on the host would take longer than the tuning it serves); block and element masks are
+// Inputs are random (gpu_run_timer.hpp's pattern); block and element masks are
 // random with the spec's density, unless the runner is given the call's own mask (`call_mask`): then
 // every set reads that mask, since which tiles are full, partial or empty decides the sparse kernels'
 // speed, and a synthetic mask of another pattern can rank the configs differently. The call's mask is
@@ -24,13 +18,14 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
-#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
 #include "attnkit/attention.hpp"
 #include "core/attention_shape.hpp"
+#include "cuda/tune/gpu_run_timer.hpp"
 #include "tune/runner.hpp"
 
 namespace attnkit::cuda::fmha {
@@ -57,6 +52,7 @@ class FmhaAttentionRunner : public tune::Runner {
   };
 
   void build(int64_t l2_bytes, uint64_t seed);
+  cudaStream_t stream() const { return timer_->stream(); }
   void compute_forward_outputs();
   void reserve_workspace(int64_t bytes);
   void release() noexcept;
@@ -64,19 +60,15 @@ class FmhaAttentionRunner : public tune::Runner {
   tune::ProblemSpec spec_;
   std::optional<AttentionMask> call_mask_;
   int device_ = 0;
-  cudaStream_t stream_ = nullptr;
-  cudaEvent_t start_ = nullptr;
-  cudaEvent_t stop_ = nullptr;
+  std::unique_ptr<GpuRunTimer> timer_;
   std::vector<BufferSet> sets_;
   detail::AttentionShape shape_;
-  void* pattern_ = nullptr;
   void* workspace_ = nullptr;
   int64_t workspace_bytes_ = 0;
   std::vector<std::vector<int64_t>> extents_;  // of every tensor, kept alive for the views
-  std::atomic<bool> stream_released_{true};    // the host function holding stream_ returns once set
 };
 
-// The L2 size of `device` (cudaDevAttrL2CacheSize), e.g. 50 MB on an H100.
-int64_t device_l2_bytes(int device);
+// gpu_run_timer.hpp's, under the name the tools and tests know.
+using cuda::device_l2_bytes;
 
 }  // namespace attnkit::cuda::fmha

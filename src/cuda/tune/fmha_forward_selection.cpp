@@ -13,9 +13,9 @@
 #include "core/log.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/fmha/fmha_arguments.hpp"
+#include "cuda/tune/cuda_config_choice.hpp"
 #include "cuda/tune/fmha_attention_runner.hpp"
 #include "cuda/tune/fmha_config_space.hpp"
-#include "tune/lazy_runner.hpp"
 
 namespace attnkit::cuda::fmha {
 namespace {
@@ -122,23 +122,11 @@ FmhaDevice require_sm80_device(int device) {
 AttentionConfigChoice choose_attention_config(tune::TuneOp op, DType dtype, const detail::AttentionShape& shape,
                                               const AttentionMask& mask, const RunOptions& options, int device) {
   const tune::ProblemSpec exact = tune::attention_problem_spec(op, dtype, shape, mask, 1.0);
-  const tune::ProblemKey key = tune::make_problem_key(exact);
-  const auto tuner = tune::cuda_process_tuner(device, [device] { return describe_cuda_device(device); });
-  void* const stream = options.stream;
-  // The runner times the call's own sizes: a choice must hold on the problem that asked for it.
-  // A sparse mask is the call's own (the synchronisation makes it ready to read on the runner's stream).
-  tune::LazyRunner runner([&exact, &mask, device, stream] {
-    check_cuda(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "cudaStreamSynchronize (before tuning)");
+  // A sparse mask is the call's own (the synchronisation before the runner is built makes it ready to read
+  // on the runner's stream).
+  return choose_cuda_config(exact, options, device, [&exact, &mask, device]() -> std::unique_ptr<tune::Runner> {
     return std::make_unique<FmhaAttentionRunner>(exact, device, device_l2_bytes(device), 1, &mask);
   });
-  const bool capturing = stream_is_capturing(stream);
-  AttentionConfigChoice result;
-  result.choice = tuner->choose(key, options.no_tuning ? nullptr : &runner, capturing);
-  if (capturing && !options.no_tuning && result.choice.source == tune::ChoiceSource::default_config) {
-    const tune::TunerSettings settings = tuner->settings();
-    result.provisional = settings.mode == tune::TuneMode::on && !settings.deterministic && settings.enabled(op);
-  }
-  return result;
 }
 
 ForwardSelection select_forward_kernel(const AttentionForward& problem, const detail::AttentionShape& shape,

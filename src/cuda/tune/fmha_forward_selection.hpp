@@ -21,6 +21,7 @@
 #include "attnkit/attention.hpp"
 #include "core/attention_shape.hpp"
 #include "cuda/fmha/fmha_configs.hpp"
+#include "cuda/tune/cuda_config_choice.hpp"
 #include "cuda/tune/fmha_kernel_selection.hpp"
 #include "tune/local_tuning.hpp"
 #include "tune/process_tuners.hpp"
@@ -48,10 +49,7 @@ FmhaDevice require_sm80_device(int device);
 // The device tuner's answer for an attention call of `op` (a cached winner, the default, or — mode on,
 // options.no_tuning unset, stream not capturing — a tuning now on the call's sizes, after waiting for the
 // caller's stream). Throws when the tuner cannot answer.
-struct AttentionConfigChoice {
-  tune::TuneChoice choice;
-  bool provisional = false;  // the default only because the stream was capturing while tuning is on
-};
+using AttentionConfigChoice = CudaConfigChoice;
 AttentionConfigChoice choose_attention_config(tune::TuneOp op, DType dtype, const detail::AttentionShape& shape,
                                               const AttentionMask& mask, const RunOptions& options, int device);
 

@@ -1,0 +1,804 @@
+// The tuner over gemm and retention (issues #21, #22). Everywhere: their problem specs and keys (M and the
+// batch bucketed, N and K exact; T and the batch bucketed; each op its own line), problem-file lines, and the
+// tuner's rules on these ops with scripted spaces and timings (a non-default replaces the default only when
+// it beats it by margin and noise, a cached winner whose records show it losing is dropped, offline tuning of
+// a problem list persists them). CUDA builds: the CUDA gemm space (one config per registry entry, the default
+// is select_gemm_kernel's choice, validity and estimates) and the retention spaces (stable ids, the default is
+// the rule, no two valid configs make the same launches, the estimate prefers segments for few long
+// sequences) -- host code, no GPU needed; with a GPU: the runners time every valid config, and a small gemm
+// and a small retention forward and backward tuned on the GPU compute what the CPU oracle computes, while a
+// forced configuration keeps priority over the tuner.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "test_tune_support.hpp"
+#include "tune/cache_file.hpp"
+#include "tune/offline_tuning.hpp"
+#include "tune/problem_file.hpp"
+#include "tune/problem_key.hpp"
+
+#if defined(ATTNKIT_WITH_CUDA)
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <random>
+
+#include "attnkit/gemm.hpp"
+#include "attnkit/retention.hpp"
+#include "attnkit/tuner.hpp"
+#include "core/gemm_plan.hpp"
+#include "core/retention_plan.hpp"
+#include "cuda/gemm/gemm_registry.hpp"
+#include "cuda/gemm/gemm_shape.hpp"
+#include "cuda/retention/retention_chunk_registry.hpp"
+#include "cuda/retention/retention_jobs.hpp"
+#include "cuda/tune/fmha_forward_selection.hpp"
+#include "cuda/tune/gemm_config_space.hpp"
+#include "cuda/tune/gemm_tuning_runner.hpp"
+#include "cuda/tune/gpu_run_timer.hpp"
+#include "cuda/tune/retention_config_space.hpp"
+#include "cuda/tune/retention_tuning_runner.hpp"
+#include "cuda_test_support.hpp"
+#include "test_support.hpp"
+#include "tune/candidate_ranking.hpp"
+#include "tune/process_tuners.hpp"
+#endif
+
+namespace attnkit::tune {
+namespace {
+
+using testing::ScriptedRunner;
+using testing::TempDir;
+
+// --- problem specs, keys and problem files (every build) ---------------------------------------------
+
+TEST(TuneGemmProblem, TheKeyNamesMNKTheLayoutAndTf32) {
+  const ProblemSpec nt = gemm_problem_spec(DType::f16, 1024, 4096, 4096, 1, false, true, true);
+  EXPECT_EQ(nt.op, TuneOp::gemm);
+  EXPECT_EQ(nt.tokens[0], 1024);
+  EXPECT_EQ(nt.tokens_kv[0], 4096);
+  EXPECT_EQ(nt.head_dim, 4096);
+  EXPECT_EQ(nt.variant, kGemmBTransposed) << "TF32 counts for fp32 only";
+  EXPECT_EQ(make_problem_key(nt).text, "gemm float16 b=1 m=1024 n=4096 k=4096 op=nt");
+  const ProblemSpec tn_tf32 = gemm_problem_spec(DType::f32, 64, 128, 256, 3, true, false, true);
+  EXPECT_EQ(tn_tf32.variant, kGemmATransposed | kGemmAllowTf32);
+  EXPECT_EQ(make_problem_key(tn_tf32).text, "gemm float32 b=3 m=64 n=128 k=256 op=tn tf32");
+}
+
+TEST(TuneGemmProblem, MAndTheBatchAreBucketedNAndKStayExact) {
+  const ProblemKey key = make_problem_key(gemm_problem_spec(DType::bf16, 1000, 4100, 4099, 9, false, false, false));
+  EXPECT_EQ(key.spec.tokens[0], 1024) << "M follows the tokens of the activations";
+  EXPECT_EQ(key.spec.batch, 10);
+  EXPECT_EQ(key.spec.tokens_kv[0], 4100) << "N decides alignment and staging";
+  EXPECT_EQ(key.spec.head_dim, 4099);
+  EXPECT_EQ(make_problem_key(gemm_problem_spec(DType::bf16, 999, 4100, 4099, 9, false, false, false)), key);
+  EXPECT_FALSE(make_problem_key(gemm_problem_spec(DType::bf16, 1000, 4104, 4099, 9, false, false, false)) == key);
+}
+
+TEST(TuneRetentionProblem, TheKeyNamesBatchHeadsTokensAndHeadDimsWithTokensBucketed) {
+  const ProblemSpec forward = retention_problem_spec(TuneOp::retention_forward, DType::bf16, 3, 8, 4000, 128, 64);
+  const ProblemKey key = make_problem_key(forward);
+  EXPECT_EQ(key.text, "retention_fwd bfloat16 b=3 h=8 t=4096 dk=128 dv=64");
+  EXPECT_EQ(make_problem_key(retention_problem_spec(TuneOp::retention_forward, DType::bf16, 3, 8, 3900, 128, 64)), key);
+  const ProblemSpec backward = retention_problem_spec(TuneOp::retention_backward, DType::bf16, 3, 8, 4000, 128, 64);
+  EXPECT_EQ(make_problem_key(backward).text, "retention_bwd bfloat16 b=3 h=8 t=4096 dk=128 dv=64");
+}
+
+TEST(TuneProblemKeys, TheSameNumbersOfDifferentOpsHaveDifferentKeys) {
+  std::set<std::string> texts;
+  std::set<uint64_t> hashes;
+  std::vector<ProblemSpec> specs{retention_problem_spec(TuneOp::retention_forward, DType::f16, 1, 1, 64, 64, 64),
+                                 retention_problem_spec(TuneOp::retention_backward, DType::f16, 1, 1, 64, 64, 64),
+                                 gemm_problem_spec(DType::f16, 64, 64, 64, 1, false, false, false)};
+  ProblemSpec attention = specs[0];
+  attention.op = TuneOp::attention_forward;
+  specs.push_back(attention);
+  for (const ProblemSpec& spec : specs) {
+    const ProblemKey key = make_problem_key(spec);
+    texts.insert(key.text);
+    hashes.insert(key.hash);
+  }
+  EXPECT_EQ(texts.size(), 4u);
+  EXPECT_EQ(hashes.size(), 4u);
+}
+
+TEST(TuneGemmProblem, AProblemFileLineGivesTheSpecOfTheCall) {
+  const ProblemSpec named = problem_spec_from_json(
+      R"({"op": "gemm", "dtype": "bf16", "batch": 2, "m": 100, "n": 4096, "k": 1024, "transpose_b": true})");
+  const ProblemSpec call = gemm_problem_spec(DType::bf16, 100, 4096, 1024, 2, false, true, false);
+  EXPECT_EQ(make_problem_key(named), make_problem_key(call));
+  const ProblemSpec generic = problem_spec_from_json(
+      R"({"op": "gemm", "dtype": "bf16", "batch": 2, "tokens": 100, "tokens_kv": 4096, "head_dim": 1024, "variant": 2})");
+  EXPECT_EQ(make_problem_key(generic), make_problem_key(call));
+  // The line written for a spec reads back as the same problem.
+  const ProblemSpec tf32 = gemm_problem_spec(DType::f32, 8, 24, 40, 1, true, false, true);
+  EXPECT_EQ(make_problem_key(problem_spec_from_json(problem_spec_to_json(tf32))), make_problem_key(tf32));
+}
+
+TEST(TuneGemmProblem, AProblemFileLineMixingSpellingsOrOutOfRangeIsRejected) {
+  EXPECT_THROW(problem_spec_from_json(R"({"op": "gemm", "m": 8, "n": 8, "k": 8, "tokens": 8})"), Error);
+  EXPECT_THROW(problem_spec_from_json(R"({"op": "gemm", "m": 8, "n": 8})"), Error);
+  EXPECT_THROW(problem_spec_from_json(R"({"op": "gemm", "m": 8, "n": 8, "k": 8, "variant": 1, "transpose_a": 1})"),
+               Error);
+  EXPECT_THROW(problem_spec_from_json(R"({"op": "gemm", "tokens": 8, "variant": 8})"), Error);
+  EXPECT_THROW(problem_spec_from_json(R"({"op": "gemm", "tokens": [8, 8]})"), Error);
+  EXPECT_THROW(problem_spec_from_json(R"({"op": "retention_fwd", "tokens": [8, 8]})"), Error);
+}
+
+TEST(TuneRetentionProblem, AProblemFileLineGivesTheSpecOfTheCall) {
+  const ProblemSpec line = problem_spec_from_json(
+      R"({"op": "retention_bwd", "dtype": "float16", "batch": 2, "heads": 4, "tokens": 777, "head_dim": 128, "head_dim_v": 64})");
+  const ProblemSpec call = retention_problem_spec(TuneOp::retention_backward, DType::f16, 2, 4, 777, 128, 64);
+  EXPECT_EQ(make_problem_key(line), make_problem_key(call));
+}
+
+// --- the tuner's rules on gemm and retention problems, scripted (every build) ------------------------
+
+ConfigSpaceRegistry gemm_and_retention_registry(const std::vector<double>& predicted_us) {
+  ConfigSpaceRegistry registry;
+  registry.add(testing::scripted_space(predicted_us, TuneOp::gemm));
+  registry.add(testing::scripted_space(predicted_us, TuneOp::retention_forward));
+  registry.add(testing::scripted_space(predicted_us, TuneOp::retention_backward));
+  return registry;
+}
+
+std::vector<ProblemSpec> gemm_and_retention_problems() {
+  return {gemm_problem_spec(DType::bf16, 333, 512, 256, 1, false, true, false),
+          retention_problem_spec(TuneOp::retention_forward, DType::bf16, 2, 4, 1500, 64, 64),
+          retention_problem_spec(TuneOp::retention_backward, DType::bf16, 2, 4, 1500, 64, 64)};
+}
+
+TEST(TuneGemmRetentionNeverLoses, AClearlyFasterConfigReplacesTheDefault) {
+  const auto registry = gemm_and_retention_registry({10, 20, 30});
+  Tuner tuner(testing::test_options(registry, testing::fast_settings(TuneMode::on)));
+  for (const ProblemSpec& spec : gemm_and_retention_problems()) {
+    ScriptedRunner runner({{"c0", 100.0}, {"c1", 60.0}, {"c2", 120.0}});
+    const TuneChoice choice = tuner.choose(make_problem_key(spec), &runner);
+    EXPECT_EQ(choice.config->id, "c1") << op_name(spec.op);
+    EXPECT_EQ(choice.source, ChoiceSource::tuned);
+    EXPECT_GT(runner.calls("c0"), 0) << "the default is timed with the candidates";
+  }
+}
+
+TEST(TuneGemmRetentionNeverLoses, AGainWithinTheMarginKeepsTheDefault) {
+  const auto registry = gemm_and_retention_registry({10, 20, 30});
+  Tuner tuner(testing::test_options(registry, testing::fast_settings(TuneMode::on)));
+  for (const ProblemSpec& spec : gemm_and_retention_problems()) {
+    ScriptedRunner runner({{"c0", 100.0}, {"c1", 98.0}, {"c2", 99.0}});
+    EXPECT_EQ(tuner.choose(make_problem_key(spec), &runner).config->id, "c0") << op_name(spec.op);
+  }
+}
+
+TEST(TuneGemmRetentionNeverLoses, LoadOnlyAndDeterministicModesNeverTime) {
+  const auto registry = gemm_and_retention_registry({10, 20, 30});
+  auto deterministic = testing::fast_settings(TuneMode::on);
+  deterministic.deterministic = true;
+  for (const TunerSettings& settings : {testing::fast_settings(TuneMode::load_only), deterministic}) {
+    Tuner tuner(testing::test_options(registry, settings));
+    for (const ProblemSpec& spec : gemm_and_retention_problems()) {
+      ScriptedRunner runner({{"c1", 1.0}});
+      const TuneChoice choice = tuner.choose(make_problem_key(spec), &runner);
+      EXPECT_EQ(choice.config->id, "c0");
+      EXPECT_EQ(choice.source, ChoiceSource::default_config);
+      EXPECT_EQ(runner.total_calls(), 0);
+    }
+  }
+}
+
+TEST(TuneGemmRetentionNeverLoses, TheBackwardToggleCoversRetentionBackwardNotGemm) {
+  const auto registry = gemm_and_retention_registry({10, 20, 30});
+  auto settings = testing::fast_settings(TuneMode::on);
+  settings.backward_pass = false;
+  Tuner tuner(testing::test_options(registry, settings));
+  const auto problems = gemm_and_retention_problems();
+  for (const ProblemSpec& spec : problems) {
+    ScriptedRunner runner({{"c0", 100.0}, {"c1", 50.0}});
+    const TuneChoice choice = tuner.choose(make_problem_key(spec), &runner);
+    const bool backward = spec.op == TuneOp::retention_backward;
+    EXPECT_EQ(choice.source, backward ? ChoiceSource::default_config : ChoiceSource::tuned) << op_name(spec.op);
+  }
+}
+
+TEST(TuneGemmRetentionCache, WinnersPersistPerOpAndACacheWinnerThatLosesIsDropped) {
+  TempDir dir;
+  const auto registry = gemm_and_retention_registry({10, 20, 30});
+  const auto problems = gemm_and_retention_problems();
+  {
+    Tuner tuner(testing::test_options(registry, testing::fast_settings(TuneMode::on, dir.str())));
+    for (const ProblemSpec& spec : problems) {
+      ScriptedRunner runner({{"c0", 100.0}, {"c1", 60.0}});
+      ASSERT_EQ(tuner.choose(make_problem_key(spec), &runner).config->id, "c1");
+    }
+  }
+  Tuner reloaded(testing::test_options(registry, testing::fast_settings(TuneMode::load_only, dir.str())));
+  EXPECT_EQ(reloaded.known_winners(), problems.size());
+  EXPECT_TRUE(reloaded.cache_problems().empty());
+  for (const ProblemSpec& spec : problems) {
+    const TuneChoice choice = reloaded.choose(make_problem_key(spec), nullptr);
+    EXPECT_EQ(choice.config->id, "c1") << op_name(spec.op);
+    EXPECT_EQ(choice.source, ChoiceSource::cached);
+  }
+
+  // A gemm winner whose own records show it slower than its default is never used.
+  TempDir planted;
+  const ProblemKey key = make_problem_key(problems[0]);
+  CacheContents contents;
+  contents.device = testing::test_device(registry);
+  contents.winners.push_back({key.text, "c2", "c0", 1000});
+  TimingRecord fast{key.text, "c0", true, "", 100.0, 99.0, 101.0, 10, 1000};
+  TimingRecord slow{key.text, "c2", true, "", 110.0, 109.0, 111.0, 10, 1000};
+  contents.timings = {fast, slow};
+  ASSERT_EQ(merge_into_cache_file(cache_file_path(planted.path(), contents.device), contents), "");
+  Tuner loading(testing::test_options(registry, testing::fast_settings(TuneMode::load_only, planted.str())));
+  ASSERT_EQ(loading.cache_problems().size(), 1u);
+  EXPECT_NE(loading.cache_problems()[0].find("does not beat its default 'c0'"), std::string::npos)
+      << loading.cache_problems()[0];
+  const TuneChoice choice = loading.choose(key, nullptr);
+  EXPECT_EQ(choice.config->id, "c0");
+  EXPECT_EQ(choice.source, ChoiceSource::default_config);
+}
+
+TEST(TuneGemmRetentionOffline, AProblemListOfGemmAndRetentionLinesIsTunedIntoTheCache) {
+  TempDir dir;
+  const auto file = dir.path() / "problems.jsonl";
+  std::ofstream(file) << "# gemm and retention\n"
+                         R"({"op": "gemm", "dtype": "bf16", "m": 333, "n": 512, "k": 256, "transpose_b": true})"
+                         "\n"
+                         R"({"op": "retention_fwd", "dtype": "bf16", "batch": 2, "heads": 4, "tokens": 1500})"
+                         "\n"
+                         R"({"op": "retention_bwd", "dtype": "bf16", "batch": 2, "heads": 4, "tokens": 1500})"
+                         "\n";
+  const std::vector<ProblemSpec> problems = read_problem_list(file);
+  ASSERT_EQ(problems.size(), 3u);
+  const auto registry = gemm_and_retention_registry({10, 20, 30});
+  Tuner tuner(testing::test_options(registry, testing::fast_settings(TuneMode::on, dir.str())));
+  std::vector<TuneOp> timed;
+  const OfflineTuneSummary summary = tune_problem_list(
+      tuner, problems,
+      [&](const ProblemSpec& bucketed) {
+        timed.push_back(bucketed.op);
+        return std::make_unique<ScriptedRunner>(std::map<std::string, double>{{"c0", 100.0}, {"c2", 50.0}});
+      },
+      nullptr);
+  EXPECT_EQ(summary.tuned, 3u);
+  EXPECT_EQ(summary.failed, 0u);
+  EXPECT_EQ(timed, (std::vector<TuneOp>{TuneOp::gemm, TuneOp::retention_forward, TuneOp::retention_backward}));
+  // The calls of those shapes find the winners (the same keys as the lines).
+  Tuner reloaded(testing::test_options(registry, testing::fast_settings(TuneMode::load_only, dir.str())));
+  for (const ProblemSpec& call : gemm_and_retention_problems()) {
+    EXPECT_EQ(reloaded.choose(make_problem_key(call), nullptr).config->id, "c2") << op_name(call.op);
+  }
+}
+
+}  // namespace
+}  // namespace attnkit::tune
+
+#if defined(ATTNKIT_WITH_CUDA)
+
+namespace attnkit {
+namespace {
+
+// --- the CUDA spaces (a CUDA build; no GPU needed) ---------------------------------------------------
+
+using cuda::gemm::gemm_kernels;
+using cuda::gemm::GemmKernel;
+
+tune::DeviceLimits hopper() { return tune::cuda_device_limits(90, 132); }
+tune::DeviceLimits ampere() { return tune::cuda_device_limits(80, 108); }
+
+std::string default_id(const tune::ConfigSpace& space, const tune::ProblemSpec& spec,
+                       const tune::DeviceLimits& limits) {
+  const tune::CandidateRanking ranking = tune::rank_candidates(space, spec, limits);
+  const tune::Config* chosen = tune::default_config(space, ranking, spec, limits);
+  return chosen == nullptr ? std::string() : chosen->id;
+}
+
+bool gemm_forced() {
+  const char* forced = std::getenv(cuda::gemm::kForcedGemmConfigVariable);
+  return forced != nullptr && forced[0] != '\0';
+}
+
+TEST(TunerCudaGemmSpace, HasOneConfigPerRegistryEntryNamedByIt) {
+  const tune::ConfigSpace space = cuda::gemm::gemm_space();
+  std::set<std::string> names;
+  for (const GemmKernel* kernel : gemm_kernels()) names.insert(kernel->name);
+  ASSERT_EQ(space.configs.size(), names.size());
+  for (const tune::Config& config : space.configs) {
+    const GemmKernel* kernel = cuda::gemm::gemm_kernel_of(config);
+    ASSERT_NE(kernel, nullptr) << config.id;
+    EXPECT_EQ(config.id, kernel->name);
+    EXPECT_EQ(config.param("tile_m"), kernel->tile_m);
+  }
+  EXPECT_NE(tune::builtin_config_spaces().find(tune::TuneOp::gemm, Backend::cuda), nullptr);
+}
+
+std::vector<tune::ProblemSpec> gemm_problems() {
+  std::vector<tune::ProblemSpec> specs;
+  for (const DType dtype : {DType::bf16, DType::f16, DType::f32}) {
+    for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3>>{{1, 4096, 4096},
+                                                                     {16, 4096, 4096},
+                                                                     {1024, 1024, 1024},
+                                                                     {4096, 4096, 4096},
+                                                                     {333, 517, 129},
+                                                                     {64, 256, 65536}}) {
+      for (const int layout : {0, 1, 2, 3}) {
+        const bool tf32 = dtype == DType::f32 && layout == 1;
+        specs.push_back(tune::gemm_problem_spec(dtype, m, n, k, 1, (layout & 1) != 0, (layout & 2) != 0, tf32));
+      }
+    }
+  }
+  specs.push_back(tune::gemm_problem_spec(DType::bf16, 256, 512, 128, 12, false, true, false));
+  return specs;
+}
+
+TEST(TunerCudaGemmSpace, TheDefaultIsTheRegistrysChoice) {
+  if (gemm_forced()) GTEST_SKIP() << "ATTNKIT_GEMM_CONFIG is set: the registry's choice is the forced entry";
+  const tune::ConfigSpace space = cuda::gemm::gemm_space();
+  for (const tune::DeviceLimits& limits : {hopper(), ampere()}) {
+    for (const tune::ProblemSpec& spec : gemm_problems()) {
+      const cuda::gemm::GemmChoice expected =
+          cuda::gemm::select_gemm_kernel(cuda::gemm::gemm_tuning_shape(spec), cuda::gemm::gemm_device_of(limits),
+                                         cuda::gemm::gemm_spec_allows_tf32(spec));
+      ASSERT_NE(expected.kernel, nullptr);
+      const std::string text = tune::make_problem_key(spec).text;
+      EXPECT_EQ(default_id(space, spec, limits), expected.kernel->name) << text << " cc " << limits.compute_capability;
+      // A pure function of the problem.
+      EXPECT_EQ(default_id(space, spec, limits), default_id(space, spec, limits)) << text;
+    }
+  }
+}
+
+TEST(TunerCudaGemmSpace, ValidConfigsComputeTheProblemAndHaveFiniteEstimates) {
+  const tune::ConfigSpace space = cuda::gemm::gemm_space();
+  for (const tune::DeviceLimits& limits : {hopper(), ampere()}) {
+    for (const tune::ProblemSpec& spec : gemm_problems()) {
+      const tune::CandidateRanking ranking = tune::rank_candidates(space, spec, limits);
+      ASSERT_FALSE(ranking.valid.empty()) << tune::make_problem_key(spec).text;
+      EXPECT_EQ(ranking.valid.size() + ranking.rejected.size(), space.configs.size());
+      const cuda::gemm::GemmShape shape = cuda::gemm::gemm_tuning_shape(spec);
+      for (const auto& ranked : ranking.valid) {
+        const GemmKernel& kernel = *cuda::gemm::gemm_kernel_of(*ranked.config);
+        EXPECT_EQ(kernel.dtype, spec.dtype);
+        EXPECT_TRUE(cuda::gemm::gemm_architecture_runs_on(kernel.architecture, limits.compute_capability));
+        EXPECT_TRUE(cuda::gemm::gemm_kernel_matches(kernel, shape, cuda::gemm::gemm_spec_allows_tf32(spec)));
+        EXPECT_GT(ranked.cost.seconds, 0.0) << ranked.config->id;
+        EXPECT_TRUE(std::isfinite(ranked.cost.seconds)) << ranked.config->id;
+      }
+      for (const auto& rejected : ranking.rejected) EXPECT_FALSE(rejected.reason.empty()) << rejected.config->id;
+    }
+  }
+}
+
+TEST(TunerCudaGemmSpace, Tf32RowsRunOnlyProblemsThatAllowTf32) {
+  const tune::ConfigSpace space = cuda::gemm::gemm_space();
+  for (const bool allow : {false, true}) {
+    const tune::ProblemSpec spec = tune::gemm_problem_spec(DType::f32, 512, 512, 512, 1, false, false, allow);
+    int tf32_rows = 0;
+    for (const auto& ranked : tune::rank_candidates(space, spec, hopper()).valid) {
+      if (cuda::gemm::gemm_kernel_of(*ranked.config)->math == cuda::gemm::GemmMath::tf32) ++tf32_rows;
+    }
+    if (!allow) {
+      EXPECT_EQ(tf32_rows, 0) << "TF32 is opt-in";
+    }
+  }
+}
+
+TEST(TunerCudaGemmSpace, TheSpecOfACallIsItsCanonicalForm) {
+  // x [M, K] @ W^T with W [N, K]: op(B) K-major; a column-major C is computed transposed.
+  std::vector<unsigned char> memory(1 << 16);
+  const int64_t m = 5, n = 24, k = 16;
+  const int64_t a_extents[] = {m, k}, w_extents[] = {n, k}, c_extents[] = {m, n};
+  GemmProblem p;
+  p.a = make_view(memory.data(), DType::bf16, 2, a_extents, Device{});
+  p.b = make_view(memory.data(), DType::bf16, 2, w_extents, Device{});
+  p.c = make_view(memory.data(), DType::bf16, 2, c_extents, Device{});
+  p.transpose_b = true;
+  const tune::ProblemSpec spec = cuda::gemm::gemm_spec_of(cuda::gemm::describe_gemm(p), false);
+  EXPECT_EQ(tune::make_problem_key(spec).text, "gemm bfloat16 b=1 m=5 n=24 k=16 op=nt");
+  const cuda::gemm::GemmShape packed = cuda::gemm::gemm_tuning_shape(spec);
+  EXPECT_TRUE(packed.a_k_major());
+  EXPECT_TRUE(packed.b_k_major());
+  EXPECT_EQ(packed.c_row, n);
+}
+
+// Retention: the rule's launches, from retention_jobs.hpp's own functions.
+struct Launch {
+  const cuda::retention::ChunkKernel* kernel;
+  int32_t segments;
+  int64_t segment_tokens;
+  bool operator==(const Launch&) const = default;
+};
+
+std::vector<Launch> launches_of(const cuda::retention::ChunkShapeChoice& choice, const tune::ProblemSpec& s,
+                                int multiprocessors) {
+  using cuda::retention::chunk_job_shape;
+  const int64_t bh = s.batch * s.heads_q, t = s.tokens[0];
+  if (s.op == tune::TuneOp::retention_forward) {
+    if (const auto* decode = cuda::retention::decode_kernel_for(s.dtype, bh, t, s.head_dim, s.head_dim_v, choice)) {
+      return {{decode, 1, t}};
+    }
+    const auto job = chunk_job_shape(s.dtype, s.head_dim, s.head_dim_v, bh, t, multiprocessors, choice);
+    return {{job.kernel, job.segments, job.segment_tokens}};
+  }
+  const auto dq = chunk_job_shape(s.dtype, s.head_dim_v, s.head_dim, bh, t, multiprocessors, choice);
+  const auto dv = chunk_job_shape(s.dtype, s.head_dim, s.head_dim_v, bh, t, multiprocessors, choice);
+  return {{dq.kernel, dq.segments, dq.segment_tokens}, {dv.kernel, dv.segments, dv.segment_tokens}};
+}
+
+// Whether the rule finds an instance for every job (a backward with Dv = 96 needs a Dk' = 96 instance).
+bool rule_runs(const tune::ProblemSpec& spec, int multiprocessors) {
+  for (const Launch& l : launches_of(cuda::retention::ChunkShapeChoice{}, spec, multiprocessors)) {
+    if (l.kernel == nullptr) return false;
+  }
+  return true;
+}
+
+std::vector<tune::ProblemSpec> retention_problems() {
+  std::vector<tune::ProblemSpec> specs;
+  for (const tune::TuneOp op : {tune::TuneOp::retention_forward, tune::TuneOp::retention_backward}) {
+    for (const auto& [b, h, t] : std::vector<std::array<int64_t, 3>>{
+             {1, 1, 16384}, {1, 2, 8}, {2, 8, 4096}, {8, 32, 2048}, {1, 4, 700}, {4, 16, 16}}) {
+      for (const auto& [dk, dv] : std::vector<std::array<int64_t, 2>>{{64, 64}, {128, 128}, {64, 128}, {128, 96}}) {
+        specs.push_back(tune::retention_problem_spec(op, DType::bf16, b, h, t, dk, dv));
+      }
+    }
+  }
+  return specs;
+}
+
+TEST(TunerCudaRetentionSpace, ConfigIdsAreStableNames) {
+  const tune::ConfigSpace forward = cuda::retention::retention_forward_space();
+  const tune::ConfigSpace backward = cuda::retention::retention_backward_space();
+  ASSERT_NE(forward.find("decode"), nullptr);
+  EXPECT_EQ(backward.find("decode"), nullptr) << "the backward has no decode kernel";
+  std::set<int> blocks;
+  for (const auto* kernel : cuda::retention::chunk_kernels()) blocks.insert(kernel->value_block);
+  for (const int block : blocks) {
+    const std::string prefix = "chunk64_block" + std::to_string(block) + "_seg";
+    for (const tune::ConfigSpace* space : {&forward, &backward}) {
+      EXPECT_NE(space->find(prefix + "fill"), nullptr) << prefix;
+      for (const int64_t segments : cuda::retention::kRetentionSegmentCounts) {
+        const tune::Config* config = space->find(prefix + std::to_string(segments));
+        ASSERT_NE(config, nullptr) << prefix << segments;
+        EXPECT_EQ(cuda::retention::chunk_shape_of(*config).segments, segments);
+        EXPECT_EQ(cuda::retention::chunk_shape_of(*config).value_block, block);
+      }
+    }
+  }
+  EXPECT_NE(tune::builtin_config_spaces().find(tune::TuneOp::retention_forward, Backend::cuda), nullptr);
+  EXPECT_NE(tune::builtin_config_spaces().find(tune::TuneOp::retention_backward, Backend::cuda), nullptr);
+}
+
+TEST(TunerCudaRetentionSpace, TheDefaultMakesTheRulesLaunches) {
+  for (const tune::DeviceLimits& limits : {hopper(), ampere()}) {
+    for (const tune::ProblemSpec& spec : retention_problems()) {
+      const tune::ConfigSpace space = spec.op == tune::TuneOp::retention_forward
+                                          ? cuda::retention::retention_forward_space()
+                                          : cuda::retention::retention_backward_space();
+      const std::string id = default_id(space, spec, limits);
+      const std::string text = tune::make_problem_key(spec).text;
+      if (!rule_runs(spec, limits.processors)) {
+        EXPECT_TRUE(id.empty()) << text << ": no kernel runs it, no config either";
+        continue;
+      }
+      ASSERT_FALSE(id.empty()) << text;
+      const auto rule = launches_of(cuda::retention::ChunkShapeChoice{}, spec, limits.processors);
+      EXPECT_EQ(launches_of(cuda::retention::chunk_shape_of(*space.find(id)), spec, limits.processors), rule)
+          << text << " default " << id;
+      const bool decode =
+          spec.op == tune::TuneOp::retention_forward && spec.tokens[0] <= 16 && spec.head_dim_v % 64 == 0;
+      EXPECT_EQ(id == "decode", decode) << text;
+      EXPECT_EQ(default_id(space, spec, limits), id) << "a pure function of the problem";
+    }
+  }
+}
+
+TEST(TunerCudaRetentionSpace, NoTwoValidConfigsMakeTheSameLaunches) {
+  const tune::DeviceLimits limits = hopper();
+  for (const tune::ProblemSpec& spec : retention_problems()) {
+    const tune::ConfigSpace space = spec.op == tune::TuneOp::retention_forward
+                                        ? cuda::retention::retention_forward_space()
+                                        : cuda::retention::retention_backward_space();
+    const tune::CandidateRanking ranking = tune::rank_candidates(space, spec, limits);
+    if (!rule_runs(spec, limits.processors)) continue;
+    ASSERT_FALSE(ranking.valid.empty());
+    std::set<std::string> seen;
+    for (const auto& ranked : ranking.valid) {
+      std::string launches;
+      for (const Launch& l : launches_of(cuda::retention::chunk_shape_of(*ranked.config), spec, limits.processors)) {
+        ASSERT_NE(l.kernel, nullptr) << ranked.config->id;
+        launches += std::to_string(l.kernel->value_block) + l.kernel->family + "/" + std::to_string(l.segments) + ";";
+      }
+      EXPECT_TRUE(seen.insert(launches).second) << tune::make_problem_key(spec).text << ": " << ranked.config->id;
+    }
+    for (const auto& rejected : ranking.rejected) EXPECT_FALSE(rejected.reason.empty()) << rejected.config->id;
+  }
+}
+
+TEST(TunerCudaRetentionSpace, ProblemsNoKernelRunsHaveNoValidConfig) {
+  const tune::ConfigSpace forward = cuda::retention::retention_forward_space();
+  const tune::ProblemSpec f32 =
+      tune::retention_problem_spec(tune::TuneOp::retention_forward, DType::f32, 1, 1, 64, 64, 64);
+  EXPECT_TRUE(tune::rank_candidates(forward, f32, hopper()).valid.empty());
+  const tune::ProblemSpec odd =
+      tune::retention_problem_spec(tune::TuneOp::retention_forward, DType::bf16, 1, 1, 64, 48, 64);
+  EXPECT_TRUE(tune::rank_candidates(forward, odd, hopper()).valid.empty());
+}
+
+TEST(TunerCudaRetentionSpace, TheEstimatePrefersSegmentsForFewLongSequences) {
+  const tune::ConfigSpace space = cuda::retention::retention_forward_space();
+  const tune::ProblemSpec few =
+      tune::retention_problem_spec(tune::TuneOp::retention_forward, DType::bf16, 1, 1, 16384, 128, 128);
+  const tune::CandidateRanking ranking = tune::rank_candidates(space, few, hopper());
+  ASSERT_FALSE(ranking.valid.empty());
+  EXPECT_GT(launches_of(cuda::retention::chunk_shape_of(*ranking.valid.front().config), few, 132).front().segments, 1)
+      << ranking.valid.front().config->id;
+  const tune::Config* one = space.find("chunk64_block64_seg1");
+  ASSERT_NE(one, nullptr);
+  double seg1 = 0, best = ranking.valid.front().cost.seconds;
+  for (const auto& ranked : ranking.valid) {
+    if (ranked.config == one) seg1 = ranked.cost.seconds;
+  }
+  EXPECT_LT(best * 4, seg1) << "one CTA per value block leaves most SMs idle";
+}
+
+// --- on a GPU ---------------------------------------------------------------------------------------
+
+class TunerGemmRetentionGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+    tune::reset_process_tuners();
+    TunerSettings s;
+    s.mode = TuneMode::on;
+    s.warmup_steps_forward = s.warmup_steps_backward = 1;
+    s.steps_forward = s.steps_backward = 3;
+    s.cache_dir = "";
+    configure_tuner(s);
+  }
+  void TearDown() override {
+    tune::reset_process_tuners();
+    detail::clear_gemm_plans();
+    detail::clear_retention_plans();
+  }
+};
+
+// A device copy of a host tensor (contiguous, same extents).
+struct DeviceCopy {
+  test::DeviceBuffer memory;
+  TensorView view;
+  size_t bytes = 0;
+  explicit DeviceCopy(const TensorView& host) {
+    bytes = static_cast<size_t>(host.numel()) * dtype_size(host.dtype);
+    memory = test::DeviceBuffer(bytes);
+    view = host;
+    view.data = memory.data();
+    view.device = Device{DeviceType::cuda, 0};
+    test::expect_cuda(cudaMemcpy(memory.data(), host.data, bytes, cudaMemcpyHostToDevice), "H2D");
+  }
+  void download(const TensorView& host) const {
+    test::expect_cuda(cudaMemcpy(host.data, memory.data(), bytes, cudaMemcpyDeviceToHost), "D2H");
+  }
+};
+
+// An fp32 copy of a host tensor (the CPU oracle's input).
+test::HostTensor widened(const TensorView& view) {
+  std::vector<int64_t> extents(view.extents.begin(), view.extents.begin() + view.rank);
+  test::HostTensor wide = test::HostTensor::contiguous(DType::f32, extents);
+  const std::vector<double> values = test::to_doubles(view);
+  for (size_t i = 0; i < values.size(); ++i) static_cast<float*>(wide.view.data)[i] = static_cast<float>(values[i]);
+  return wide;
+}
+
+TEST_F(TunerGemmRetentionGpu, ATunedGemmRunsItsChoiceAndMatchesTheCpuOracle) {
+  std::mt19937_64 rng(3);
+  const int64_t m = 200, n = 264, k = 136;
+  test::HostTensor a = test::HostTensor::contiguous(DType::bf16, {m, k});
+  test::HostTensor w = test::HostTensor::contiguous(DType::bf16, {n, k});
+  test::HostTensor c = test::poisoned_tensor(DType::bf16, {m, n});
+  test::fill_random(a.view, rng);
+  test::fill_random(w.view, rng);
+  DeviceCopy da(a.view), dw(w.view), dc(c.view);
+  GemmProblem p;
+  p.a = da.view;
+  p.b = dw.view;
+  p.c = dc.view;
+  p.transpose_b = true;
+  RunOptions options;
+  options.backend = Backend::cuda;
+  const TunedConfig config = detail::gemm_plan(p, options)->config();
+  EXPECT_EQ(config.source, "tuned") << config.name;
+  const auto* space = tune::builtin_config_spaces().find(tune::TuneOp::gemm, Backend::cuda);
+  ASSERT_NE(space, nullptr);
+  const std::string kernel = config.name.substr(0, config.name.find('+'));
+  EXPECT_NE(space->find(kernel), nullptr) << config.name << " is a config of the gemm space";
+  gemm(p, options);
+  test::expect_cuda(cudaDeviceSynchronize(), "gemm");
+  dc.download(c.view);
+
+  test::HostTensor a32 = widened(a.view), w32 = widened(w.view);
+  test::HostTensor reference = test::HostTensor::contiguous(DType::f32, {m, n});
+  GemmProblem oracle = p;
+  oracle.a = a32.view;
+  oracle.b = w32.view;
+  oracle.c = reference.view;
+  RunOptions cpu;
+  cpu.backend = Backend::cpu;
+  gemm(oracle, cpu);
+  EXPECT_FALSE(test::any_nan(c.view)) << "C fully written";
+  EXPECT_LE(test::relative_l2(c.view, reference.view), 1.5e-2) << config.name;
+  // Known now: the next plan of the shape is a cache hit on the same choice.
+  detail::clear_gemm_plans();
+  const TunedConfig again = detail::gemm_plan(p, options)->config();
+  EXPECT_EQ(again.name, config.name);
+  EXPECT_EQ(again.source, "cache");
+}
+
+struct RetentionCall {
+  test::HostTensor q, k, v, out, grad_out, grad_q, grad_k, grad_v;
+};
+
+RetentionCall make_retention_call(DType dtype, int64_t b, int64_t t, int64_t h, int64_t dk, int64_t dv, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  RetentionCall call;
+  call.q = test::HostTensor::contiguous(dtype, {b, t, h, dk});
+  call.k = test::HostTensor::contiguous(dtype, {b, t, h, dk});
+  call.v = test::HostTensor::contiguous(dtype, {b, t, h, dv});
+  call.grad_out = test::HostTensor::contiguous(dtype, {b, t, h, dv});
+  for (auto* tensor : {&call.q, &call.k, &call.v, &call.grad_out}) test::fill_random(tensor->view, rng);
+  call.out = test::poisoned_tensor(dtype, {b, t, h, dv});
+  call.grad_q = test::poisoned_tensor(dtype, {b, t, h, dk});
+  call.grad_k = test::poisoned_tensor(dtype, {b, t, h, dk});
+  call.grad_v = test::poisoned_tensor(dtype, {b, t, h, dv});
+  return call;
+}
+
+TEST_F(TunerGemmRetentionGpu, ATunedRetentionForwardAndBackwardMatchTheCpuOracle) {
+  // Few sequences, many chunks: the shapes differ in their segments, so there is something to time.
+  RetentionCall call = make_retention_call(DType::bf16, 1, 700, 2, 64, 64, 5);
+  DeviceCopy q(call.q.view), k(call.k.view), v(call.v.view), out(call.out.view), grad_out(call.grad_out.view),
+      grad_q(call.grad_q.view), grad_k(call.grad_k.view), grad_v(call.grad_v.view);
+  RunOptions options;
+  options.backend = Backend::cuda;
+  RetentionForward f;
+  f.q = q.view;
+  f.k = k.view;
+  f.v = v.view;
+  f.out = out.view;
+  const TunedConfig forward_config = detail::retention_forward_plan(f, options)->config();
+  EXPECT_EQ(forward_config.source, "tuned") << forward_config.name;
+  retention_forward(f, options);
+  RetentionBackward bw;
+  bw.q = q.view;
+  bw.k = k.view;
+  bw.v = v.view;
+  bw.grad_out = grad_out.view;
+  bw.grad_q = grad_q.view;
+  bw.grad_k = grad_k.view;
+  bw.grad_v = grad_v.view;
+  const TunedConfig backward_config = detail::retention_backward_plan(bw, options)->config();
+  EXPECT_EQ(backward_config.source, "tuned") << backward_config.name;
+  retention_backward(bw, options);
+  test::expect_cuda(cudaDeviceSynchronize(), "retention");
+  out.download(call.out.view);
+  grad_q.download(call.grad_q.view);
+  grad_k.download(call.grad_k.view);
+  grad_v.download(call.grad_v.view);
+
+  test::HostTensor q32 = widened(call.q.view), k32 = widened(call.k.view), v32 = widened(call.v.view),
+                   g32 = widened(call.grad_out.view);
+  test::HostTensor out_ref = test::HostTensor::contiguous(DType::f32, {1, 700, 2, 64});
+  test::HostTensor dq_ref = test::HostTensor::contiguous(DType::f32, {1, 700, 2, 64});
+  test::HostTensor dk_ref = test::HostTensor::contiguous(DType::f32, {1, 700, 2, 64});
+  test::HostTensor dv_ref = test::HostTensor::contiguous(DType::f32, {1, 700, 2, 64});
+  RunOptions cpu;
+  cpu.backend = Backend::cpu;
+  RetentionForward rf;
+  rf.q = q32.view;
+  rf.k = k32.view;
+  rf.v = v32.view;
+  rf.out = out_ref.view;
+  retention_forward(rf, cpu);
+  RetentionBackward rb;
+  rb.q = q32.view;
+  rb.k = k32.view;
+  rb.v = v32.view;
+  rb.grad_out = g32.view;
+  rb.grad_q = dq_ref.view;
+  rb.grad_k = dk_ref.view;
+  rb.grad_v = dv_ref.view;
+  retention_backward(rb, cpu);
+  const std::pair<const TensorView*, const TensorView*> checks[] = {{&call.out.view, &out_ref.view},
+                                                                    {&call.grad_q.view, &dq_ref.view},
+                                                                    {&call.grad_k.view, &dk_ref.view},
+                                                                    {&call.grad_v.view, &dv_ref.view}};
+  for (const auto& [got, want] : checks) {
+    EXPECT_FALSE(test::any_nan(*got)) << "fully written";
+    EXPECT_LE(test::relative_l2(*got, *want), 1.5e-2) << forward_config.name << " / " << backward_config.name;
+  }
+}
+
+TEST_F(TunerGemmRetentionGpu, AForcedRetentionConfigKeepsPriorityOverTheTuner) {
+  RetentionCall call = make_retention_call(DType::bf16, 1, 700, 2, 64, 64, 6);
+  DeviceCopy q(call.q.view), k(call.k.view), v(call.v.view), out(call.out.view);
+  RetentionForward f;
+  f.q = q.view;
+  f.k = k.view;
+  f.v = v.view;
+  f.out = out.view;
+  RunOptions options;
+  options.backend = Backend::cuda;
+  setenv(cuda::retention::kForcedRetentionConfigVariable, "block=32,segments=2", 1);
+  detail::clear_retention_plans();
+  const TunedConfig config = detail::retention_forward_plan(f, options)->config();
+  unsetenv(cuda::retention::kForcedRetentionConfigVariable);
+  detail::clear_retention_plans();
+  EXPECT_EQ(config.source, "default");
+  EXPECT_NE(config.name.find("_dv32_seg2"), std::string::npos) << config.name;
+}
+
+TEST_F(TunerGemmRetentionGpu, AForcedGemmEntryKeepsPriorityOverTheTuner) {
+  const GemmKernel* simt = nullptr;
+  for (const GemmKernel* kernel : gemm_kernels()) {
+    if (kernel->tier == cuda::gemm::GemmTier::simt && kernel->dtype == DType::bf16) simt = kernel;
+  }
+  ASSERT_NE(simt, nullptr);
+  test::HostTensor a = test::HostTensor::contiguous(DType::bf16, {64, 64});
+  test::HostTensor c = test::HostTensor::contiguous(DType::bf16, {64, 64});
+  std::mt19937_64 rng(4);
+  test::fill_random(a.view, rng);
+  DeviceCopy da(a.view), dc(c.view);
+  GemmProblem p;
+  p.a = da.view;
+  p.b = da.view;
+  p.c = dc.view;
+  RunOptions options;
+  options.backend = Backend::cuda;
+  setenv(cuda::gemm::kForcedGemmConfigVariable, simt->name, 1);
+  detail::clear_gemm_plans();
+  const TunedConfig config = detail::gemm_plan(p, options)->config();
+  unsetenv(cuda::gemm::kForcedGemmConfigVariable);
+  detail::clear_gemm_plans();
+  EXPECT_EQ(config.name, simt->name);
+  EXPECT_EQ(config.source, "default");
+}
+
+TEST_F(TunerGemmRetentionGpu, TheGemmRunnerTimesEveryValidConfig) {
+  const tune::ProblemSpec spec = tune::gemm_problem_spec(DType::bf16, 300, 512, 256, 1, false, true, false);
+  cuda::gemm::GemmTuningRunner runner(spec, 0, cuda::device_l2_bytes(0));
+  EXPECT_GE(runner.buffer_sets(), 2);
+  const tune::ConfigSpace space = cuda::gemm::gemm_space();
+  const tune::DeviceLimits limits = cuda::fmha::describe_cuda_device(0).second;
+  const tune::CandidateRanking ranking = tune::rank_candidates(space, spec, limits);
+  ASSERT_FALSE(ranking.valid.empty());
+  for (const auto& ranked : ranking.valid) {
+    for (int i = 0; i < 3; ++i) EXPECT_GT(runner.measure_seconds(*ranked.config, i), 0.0) << ranked.config->id;
+  }
+}
+
+TEST_F(TunerGemmRetentionGpu, TheRetentionRunnerTimesEveryValidConfigBothDirections) {
+  const tune::DeviceLimits limits = cuda::fmha::describe_cuda_device(0).second;
+  for (const tune::TuneOp op : {tune::TuneOp::retention_forward, tune::TuneOp::retention_backward}) {
+    const tune::ProblemSpec spec = tune::retention_problem_spec(op, DType::f16, 1, 2, 1000, 64, 128);
+    cuda::retention::RetentionTuningRunner runner(spec, 0, cuda::device_l2_bytes(0));
+    const tune::ConfigSpace space = op == tune::TuneOp::retention_forward ? cuda::retention::retention_forward_space()
+                                                                          : cuda::retention::retention_backward_space();
+    const tune::CandidateRanking ranking = tune::rank_candidates(space, spec, limits);
+    ASSERT_GT(ranking.valid.size(), 1u);
+    for (const auto& ranked : ranking.valid) {
+      for (int i = 0; i < 3; ++i) EXPECT_GT(runner.measure_seconds(*ranked.config, i), 0.0) << ranked.config->id;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace attnkit
+
+#endif

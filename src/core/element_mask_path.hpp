@@ -17,7 +17,7 @@
 // FLOPs, K/V streamed per 128 query rows) plus the dK/dV kernel (2 Sq Sk u (2D + 2Dv) FLOPs, Q/dO streamed
 // per 128 keys). The smaller estimate wins; a tie goes to tiles. No fixed density threshold (DESIGN §3):
 // for a uniformly scattered broadcast mask at S 8192, H 16, D = Dv = 64 the default rates put the crossover
-// near 2 % true entries at D 64 and 0.1 % at D 128 (forward; measured: between 1 and 3 %, and between 0.1
+// near 1.5 % true entries at D 64 and 0.15 % at D 128 (forward; measured: between 1 and 3 %, and between 0.1
 // and 1 %); the backward's crossover lies between 1 and 3 % at D 64 as well; masks whose entries cluster
 // into fewer tiles move the crossover lower.
 // The rates are estimates for an H100-class GPU, in one place (ElementPathRates) so that measured figures
@@ -53,20 +53,21 @@ struct ElementPathProblem {
 
 // Device rates behind the estimates (only their ratios decide) and the scattered kernels' shape. The tile
 // rate is what the tile kernels reach on a dense bf16 D64 problem (S 8192, H 16: 0.81 ms on an H100 and on
-// an H200); the partial-tile factor is the measured cost of an all-partial scattered mask over that (1.06 /
-// 0.81 ms). The gathered rate and the L2 streaming rate are fitted to the scattered kernels' times on an
-// H200 (2026-11-26, bf16, B1 H16 S8192, uniformly scattered masks, docs/perf.md): forward D 64 0.35 / 0.78 /
-// 1.39 / 2.21 ms and D 128 0.97 / 1.94 / 3.36 / 5.25 ms at 0.1 / 1 / 3 / 10 % true entries; these rates put
-// every measured row on the right side of the tile path's time (estimates within about 25 %).
+// an H200); the partial-tile factor is the measured cost of an all-partial scattered mask over that (D 64:
+// 0.851 / 0.804 ms, D 128: 1.073 / 1.072 ms on an H200, the mask classified with 16-byte loads). The gathered rate and
+// the L2 streaming rate are fitted to the scattered kernels' times on an H200 (2026-11-26, bf16, B1 H16 S8192,
+// uniformly scattered masks, docs/perf.md): forward D 64 0.35 / 0.78 / 1.39 / 2.21 ms and D 128 0.97 / 1.94 / 3.36
+// / 5.25 ms at 0.1 / 1 / 3 / 10 % true entries; these rates put every measured row on the right side of the tile path's
+// time (estimates within about 15 %).
 struct ElementPathRates {
   double tile_flops_per_second = 330e12;       // D, Dv <= 64
   double tile_flops_per_second_wide = 520e12;  // wider heads (unmasked D 128: 1.05 ms on an H200)
-  double partial_tile_factor = 1.3;
+  double partial_tile_factor = 1.05;
   // The backward's partial tiles read a key-major bit matrix packed once per call: 1.4x a full tile on an H200
   // (S 8192, H 16, D 64: 3.66 ms against an unmasked backward of 2.63 ms).
   double partial_tile_factor_backward = 1.4;
   double gathered_flops_per_second = 100e12;
-  double l2_bytes_per_second = 3.5e12;
+  double l2_bytes_per_second = 4.5e12;
   double memory_bytes_per_second = 3.0e12;
   int union_rows = 16;                // query rows (keys in dK/dV) sharing one union list: a warp's
   int forward_cta_rows_narrow = 256;  // query rows per forward CTA for D, Dv <= 64

@@ -787,6 +787,23 @@ TEST_F(CudaFmhaBackward, SmallElementMaskWithEmptyRowsGivesZeroGradientsForThem)
   run_both_dtypes(c, 1320);
 }
 
+// Key extents that are a multiple of 16 with a contiguous mask: the tile classification reads whole
+// 16-byte rows (the other tests' odd extents take the byte loads); partial and full tiles. (A mask sparse
+// enough for empty tiles leaves most rows one key, whose dQ and dK are zero up to rounding: no relative
+// error to compare; the forward test covers empty tiles.)
+TEST_F(CudaFmhaBackward, ElementMaskWithWholeSixteenByteRows) {
+  Case c;
+  c.tokens_q = {200};
+  c.tokens_kv = {256};
+  c.mask = element_sparse_mask(TensorView{});
+  c.mask_batch = 2;  // one mask per batch: the second slice starts 200 x 256 bytes in
+  for (const double density : {0.02, 0.5, 1.0}) {
+    SCOPED_TRACE("density " + std::to_string(density));
+    c.mask_density = density;
+    run_both_dtypes(c, 1330 + static_cast<int>(density * 100));
+  }
+}
+
 TEST_F(CudaFmhaBackward, ElementMaskHeadDim128WithEmptyRowsAndValueDim64) {
   Case c;
   c.tokens_q = {141};

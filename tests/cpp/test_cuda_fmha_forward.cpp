@@ -602,6 +602,22 @@ TEST_F(CudaFmhaForward, ElementMaskSparseAndDense) {
   run_both_dtypes(c, 535);
 }
 
+// Key extents that are a multiple of 16 with a contiguous mask: the tile lists stage whole 16-byte rows
+// (the other tests' odd extents take the byte loads). Empty tiles (almost no true entry), partial and
+// full ones, and a last Q tile past the end of the queries.
+TEST_F(CudaFmhaForward, ElementMaskWithWholeSixteenByteRows) {
+  Case c;
+  c.tokens_q = {200};
+  c.tokens_kv = {256};
+  c.mask = element_sparse_mask(TensorView{});
+  c.mask_batch = 2;  // one mask per batch: the second slice starts 200 x 256 bytes in
+  for (const double density : {0.0001, 0.02, 0.5, 1.0}) {
+    SCOPED_TRACE("density " + std::to_string(density));
+    c.mask_density = density;
+    run_both_dtypes(c, 540 + static_cast<int>(density * 100));
+  }
+}
+
 // --- what the CUDA kernels refuse --------------------------------------------------------------
 
 Status status_of_run(const Case& c, std::string* message) {

@@ -4,20 +4,19 @@
 // visits, in Q order; the transpose of the forward's lists).
 //
 // classify_backward_tiles_kernel: one CTA per tile. Block masks read the block entries covering the
-// tile (block sizes need not match the tiles), element masks every element of the tile, with
-// coalesced byte loads. A tile is full when every element inside the sequences is attended and the
-// tile's keys do not run past the end of the keys (rows past the end of the queries carry no weight
-// in the backward); the main kernels mask partial tiles of block masks from the mask itself and those
-// of element masks from the key-major bits below. classify_large_block_tiles_kernel: the same classes for block masks
-// whose blocks are at least a tile in each dimension (a tile meets at most 2 x 2 blocks), one thread per tile: a CTA
-// per tile would be mostly launch cost there, multiplied by every mask slice of a per-head or per-batch mask.
-// compact_backward_rows_kernel / compact_backward_columns_kernel: one warp per list, ballot +
-// popc, entries tile | kEntryPartial, then the count. rank_backward_rows_kernel (ordered dQ only,
-// fmha_backward_dq_order.hpp): each row's KV tiles get their rank in descending order, written where
-// the tile's class is indexed. pack_mask_by_key_kernel (element masks): the mask packed key-major into
-// 32-bit words, one thread per (slice, key, word of 32 queries), a warp reading 32 consecutive keys of each
-// query row (coalesced); the main kernels then test a partial tile's pairs with a few word loads per row
-// instead of one byte load per pair.
+// tile (block sizes need not match the tiles), element masks every element of the tile, with 16-byte
+// loads when the tile's rows are whole, contiguous and 16-byte aligned, else coalesced byte loads. A tile is full when
+// every element inside the sequences is attended and the tile's keys do not run past the end of the keys (rows past the
+// end of the queries carry no weight in the backward); the main kernels mask partial tiles of block masks from the mask
+// itself and those of element masks from the key-major bits below. classify_large_block_tiles_kernel: the same classes
+// for block masks whose blocks are at least a tile in each dimension (a tile meets at most 2 x 2 blocks), one thread
+// per tile: a CTA per tile would be mostly launch cost there, multiplied by every mask slice of a per-head or per-batch
+// mask. compact_backward_rows_kernel / compact_backward_columns_kernel: one warp per list, ballot + popc, entries tile
+// | kEntryPartial, then the count. rank_backward_rows_kernel (ordered dQ only, fmha_backward_dq_order.hpp): each row's
+// KV tiles get their rank in descending order, written where the tile's class is indexed. pack_mask_by_key_kernel
+// (element masks): the mask packed key-major into 32-bit words, one thread per (slice, key, word of 32 queries), a warp
+// reading 32 consecutive keys of each query row (coalesced); the main kernels then test a partial tile's pairs with a
+// few word loads per row instead of one byte load per pair.
 #pragma once
 #include <cstdint>
 
@@ -29,6 +28,11 @@ namespace attnkit::cuda::fmha {
 constexpr uint8_t kBackwardTileEmpty = 0;
 constexpr uint8_t kBackwardTileFull = 1;
 constexpr uint8_t kBackwardTilePartial = 2;
+
+// Whether one of the four bytes of `word` is zero.
+__device__ __forceinline__ bool has_zero_byte(uint32_t word) {
+  return ((word - 0x01010101u) & ~word & 0x80808080u) != 0u;
+}
 
 template <int BlockM, int BlockN>
 __global__ void __launch_bounds__(128) classify_backward_tiles_kernel(const BackwardListBuildParams p) {
@@ -54,12 +58,27 @@ __global__ void __launch_bounds__(128) classify_backward_tiles_kernel(const Back
       all &= v;
     }
   } else {
-    for (int e = tid; e < rows * cols; e += 128) {
-      const int r = e / cols;
-      const int c = e % cols;
-      const bool v = p.mask[base + (m0 + r) * p.mask_stride[2] + (n0 + c) * p.mask_stride[3]] != 0;
-      any |= v;
-      all &= v;
+    const uint8_t* tile_rows = p.mask + base + int64_t{m0} * p.mask_stride[2] + n0 * p.mask_stride[3];
+    if (cols == BlockN && p.mask_stride[3] == 1 && p.mask_stride[2] % 16 == 0 &&
+        reinterpret_cast<uintptr_t>(tile_rows) % 16 == 0) {
+      static_assert(BlockN % 16 == 0, "whole 16-byte chunks per tile row");
+      constexpr int kChunks = BlockN / 16;
+      for (int e = tid; e < rows * kChunks; e += 128) {
+        const uint4 v =
+            *reinterpret_cast<const uint4*>(tile_rows + int64_t{e / kChunks} * p.mask_stride[2] + (e % kChunks) * 16);
+        for (const uint32_t word : {v.x, v.y, v.z, v.w}) {
+          any |= word != 0u;
+          all &= !has_zero_byte(word);
+        }
+      }
+    } else {
+      for (int e = tid; e < rows * cols; e += 128) {
+        const int r = e / cols;
+        const int c = e % cols;
+        const bool v = tile_rows[int64_t{r} * p.mask_stride[2] + int64_t{c} * p.mask_stride[3]] != 0;
+        any |= v;
+        all &= v;
+      }
     }
   }
   any = __syncthreads_or(any);

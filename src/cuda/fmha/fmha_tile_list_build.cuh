@@ -6,7 +6,10 @@
 // the main kernel. Block masks are classified from the block entries that cover the tile (user block
 // sizes need not match the tiles); when every block boundary is a tile boundary no tile needs element
 // bits, and only the tile that crosses the end of the sequence is partial. Element masks are staged
-// tile by tile into shared memory with coalesced byte loads. Class: 0 empty, 1 full, 2 partial with
+// tile by tile into shared memory: 16-byte loads and stores when the tile's rows are whole, contiguous and
+// 16-byte aligned (the common case: a contiguous mask whose key extent is a multiple of 16), else
+// coalesced byte loads; the staged rows are padded by 16 bytes so that the threads of one MMA column,
+// whose rows are 8 apart, read different banks. Class: 0 empty, 1 full, 2 partial with
 // only the sequence end masked, 3 partial with element bits (written as kBitWords words per thread,
 // word-major so that the main kernel's loads are coalesced).
 // classify_aligned_block_tiles_kernel: the same classes for block masks whose block boundaries are all tile
@@ -51,12 +54,43 @@ __global__ void __launch_bounds__(kAlignedClassifyThreads)
   p.classes[tile] = !attended ? kTileEmpty : (keys_complete ? kTileFull : kTilePartialSequenceEnd);
 }
 
+// Stages the element mask's bytes of rows [m0, m0 + rows_valid) x columns [n0, n0 + cols_valid) at
+// staged[r * Stride + c] (0 elsewhere in the tile).
+template <int BlockM, int BlockN, int Stride, int Threads>
+__device__ __forceinline__ void stage_element_mask_tile(const TileListBuildParams& p, int64_t mask_base, int32_t m0,
+                                                        int32_t n0, int32_t rows_valid, int32_t cols_valid,
+                                                        uint8_t* staged, int tid) {
+  const uint8_t* rows = p.mask + mask_base + int64_t{m0} * p.mask_stride[2];
+  const bool whole_rows = cols_valid == BlockN && p.mask_stride[3] == 1 && p.mask_stride[2] % 16 == 0 &&
+                          reinterpret_cast<uintptr_t>(rows + n0) % 16 == 0;
+  if (whole_rows) {
+    constexpr int kChunks = BlockN / 16;
+    for (int e = tid; e < BlockM * kChunks; e += Threads) {
+      const int r = e / kChunks;
+      const int c = (e % kChunks) * 16;
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);
+      if (r < rows_valid) v = *reinterpret_cast<const uint4*>(rows + int64_t{r} * p.mask_stride[2] + n0 + c);
+      *reinterpret_cast<uint4*>(staged + r * Stride + c) = v;
+    }
+    return;
+  }
+  for (int e = tid; e < BlockM * BlockN; e += Threads) {
+    const int r = e / BlockN;
+    const int c = e % BlockN;
+    uint8_t v = 0;
+    if (r < rows_valid && c < cols_valid) v = rows[int64_t{r} * p.mask_stride[2] + (n0 + c) * p.mask_stride[3]];
+    staged[r * Stride + c] = v;
+  }
+}
+
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kThreads) classify_tiles_kernel(const TileListBuildParams p) {
   using namespace cute;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
-  __shared__ uint8_t staged[kBlockM * kBlockN];
+  static_assert(kBlockN % 16 == 0, "whole 16-byte chunks per staged row");
+  constexpr int kStride = kBlockN + 16;  // bytes per staged row (see the file comment)
+  __shared__ alignas(16) uint8_t staged[kBlockM * kStride];
   const int tid = static_cast<int>(threadIdx.x);
   const int32_t kv_tile = static_cast<int32_t>(blockIdx.x);
   const int32_t q_tile = static_cast<int32_t>(blockIdx.y);
@@ -102,20 +136,13 @@ __global__ void __launch_bounds__(Traits::kThreads) classify_tiles_kernel(const 
           v = p.mask[mask_base + ((m0 + r) / p.block_q) * p.mask_stride[2] +
                      ((n0 + c) / p.block_k) * p.mask_stride[3]] != 0;
         }
-        staged[e] = v;
+        staged[r * kStride + c] = v;
       }
       __syncthreads();
     }
   } else {
-    for (int e = tid; e < kBlockM * kBlockN; e += Traits::kThreads) {
-      const int r = e / kBlockN;
-      const int c = e % kBlockN;
-      bool v = false;
-      if (r < rows_valid && c < cols_valid) {
-        v = p.mask[mask_base + (m0 + r) * p.mask_stride[2] + (n0 + c) * p.mask_stride[3]] != 0;
-      }
-      staged[e] = v;
-    }
+    stage_element_mask_tile<kBlockM, kBlockN, kStride, Traits::kThreads>(p, mask_base, m0, n0, rows_valid, cols_valid,
+                                                                         staged, tid);
     __syncthreads();
     int any = 0;
     int all = 1;
@@ -125,7 +152,7 @@ __global__ void __launch_bounds__(Traits::kThreads) classify_tiles_kernel(const 
       if (r >= rows_valid) continue;
 #pragma unroll
       for (int j = 0; j < Traits::kCols; ++j) {
-        const bool v = staged[r * kBlockN + get<1>(coords(0, j))] != 0;
+        const bool v = staged[r * kStride + get<1>(coords(0, j))] != 0;
         any |= v;
         all &= v;
       }
@@ -147,7 +174,7 @@ __global__ void __launch_bounds__(Traits::kThreads) classify_tiles_kernel(const 
 #pragma unroll
     for (int j = 0; j < Traits::kCols; ++j) {
       const int bit = i * Traits::kCols + j;
-      const bool v = staged[r * kBlockN + get<1>(coords(0, j))] != 0;
+      const bool v = staged[r * kStride + get<1>(coords(0, j))] != 0;
       words[bit / 32] |= static_cast<uint32_t>(v) << (bit % 32);
     }
   }

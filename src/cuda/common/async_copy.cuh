@@ -1,4 +1,4 @@
-// Asynchronous global->shared copies (cp.async, SM80+) of 16-byte chunks with zero fill, and the
+// Asynchronous global->shared copies (cp.async, SM80+) of 16-byte chunks (and 4-byte words) with zero fill, and the
 // group commit/wait that forms the kernels' load pipelines. A predicated-off chunk is written as zeros
 // (source size 0) so shared tiles never hold stale data past the tensor's edge.
 #pragma once
@@ -15,6 +15,12 @@ __device__ __forceinline__ uint32_t shared_address(const void* pointer) {
 __device__ __forceinline__ void copy_16_bytes_async(uint32_t destination, const void* source, bool valid) {
   const int source_bytes = valid ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(destination), "l"(source), "r"(source_bytes));
+}
+
+// The same for 4 bytes (4-byte aligned addresses).
+__device__ __forceinline__ void copy_4_bytes_async(uint32_t destination, const void* source, bool valid) {
+  const int source_bytes = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(destination), "l"(source), "r"(source_bytes));
 }
 
 __device__ __forceinline__ void commit_async_copies() { asm volatile("cp.async.commit_group;\n" ::); }

@@ -101,7 +101,8 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
 #pragma unroll
   for (int j = 0; j < kCols; ++j) col_of[j] = col0 + 8 * (j / 2) + j % 2;
   // Partial visits' mask bits: box policies from the CTA's mask tables (fmha_sm90_backward_mask.cuh) for
-  // key rows row0 (+ 8); tile lists test the mask tensor at the flat keys.
+  // key rows row0 (+ 8); tile lists: element masks from the stage's key-major words (the producer's copies),
+  // block masks from the mask tensor at the flat keys.
   int key_row[kRows];
   int32_t key_index[kRows][kMaxDims];
 #pragma unroll
@@ -176,7 +177,7 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
       // A partial visit whose Q tile sees none of this warpgroup's keys: nothing to add (dS = 0). The
       // stage is handed back at once; the other warpgroup may still be using it.
       const fmha::QVisit& v = ss.visits[b];
-      if (!v.full && !half_meets_visit(p, v, ss.mask_tables, group * kKeys, kKeys)) {
+      if (!v.full && !half_meets_visit(p, v, ss.masks.box, group * kKeys, kKeys)) {
         if (takes_turns) {  // nothing to add, but the turn is this warpgroup's
           const DqTurn turn = visit_dq_turn(p, batch, v, fmha::visit_dq_rank<kLists>(p, kv, batch, v), group);
           barrier_arrive(&ss.empty[b]);
@@ -221,9 +222,17 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
     }
     uint32_t allowed[kRows];  // bit j: column j of row i is attended
     if constexpr (kLists) {
-      visit_allowed_bits<kLists, kBlockM>(p, batch, ss.visits[b], key_index, col_of, nullptr, allowed);
+      if (Traits::kStagedKeyWords && p.list.key_bits != nullptr) {  // the stage's words (none for full visits)
+#pragma unroll
+        for (int i = 0; i < kRows; ++i) allowed[i] = ~0u;
+        if (visit_has_key_words(p, ss.visits[b])) {
+          key_words_allowed_bits(ss.masks.key_words[b], key_index, kv.origin.index[0], col_of, allowed);
+        }
+      } else {
+        visit_allowed_bits<kLists, kBlockM>(p, batch, ss.visits[b], key_index, col_of, nullptr, allowed);
+      }
     } else {
-      box_allowed_bits(p, ss.visits[b], ss.mask_tables, col0 / 2, key_row, allowed);
+      box_allowed_bits(p, ss.visits[b], ss.masks.box, col0 / 2, key_row, allowed);
     }
     warpgroup_wait<1>();  // S^T done; dP^T may still run
     warpgroup_fence_operand(acc_s);
@@ -451,7 +460,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // The mask tables on the MMA warps that do not search the schedule (the first MMA warp does).
   constexpr int kTableThreadsStart = Traits::kProducerThreads + 32;
   if (!kLists && tid >= kTableThreadsStart) {
-    build_box_mask_tables(p, kv, ss.mask_tables, tid - kTableThreadsStart, Traits::kThreads - kTableThreadsStart);
+    build_box_mask_tables(p, kv, ss.masks.box, tid - kTableThreadsStart, Traits::kThreads - kTableThreadsStart);
   }
   if (tid == 0) {
     barrier_init(&ss.kv_full, Traits::kProducerThreads);

@@ -1,6 +1,7 @@
-// Element masks of partial box visits in the Hopper dK/dV kernel (no / causal / neighborhood masks),
-// from two tables the MMA warpgroups build once per CTA instead of testing each (key, query) pair
-// against the query's window per visit.
+// Element masks of partial visits in the Hopper dK/dV kernel.
+//
+// Box visits (no / causal / neighborhood masks): from two tables the MMA warpgroups build once per CTA
+// instead of testing each (key, query) pair against the query's window per visit.
 //
 // Per dimension, a query i sees keys [begin(i), end(i)) with begin and end non-decreasing in i, so the
 // queries that see key k are one range [first i with end(i) > k, first i with begin(i) > k) — two
@@ -18,6 +19,7 @@
 #pragma once
 #include <cstdint>
 
+#include "cuda/common/async_copy.cuh"
 #include "cuda/common/tile_range_inverse.hpp"
 #include "cuda/fmha/fmha_backward_params.hpp"
 #include "cuda/fmha/fmha_backward_tiles.cuh"
@@ -116,6 +118,56 @@ __device__ __forceinline__ bool half_meets_visit(const fmha::FmhaBackwardParams&
     }
   }
   return meets;
+}
+
+// Tile lists with an element mask (p.list.key_bits: the mask packed key-major once per call): a partial
+// visit's words, the visit's kBlockM queries of each of the tile's keys, travel through the visit's stage
+// (where Sm90BackwardTraits::kStagedKeyWords; else the MMA warpgroups load them, visit_allowed_bits).
+// The producer copies them (cp.async, in the visit's copy group) so that the MMA warpgroups read shared
+// memory where a global load per key row would sit between the score products and the probabilities.
+// (A list visit's Q tile starts at a multiple of the tile height, 64: whole words.)
+__device__ __forceinline__ bool visit_has_key_words(const fmha::FmhaBackwardParams& p, const fmha::QVisit& v) {
+  return p.list.key_bits != nullptr && !v.full;
+}
+
+// The producer thread of tile row `row` (flat key `key`): its words of visit `v` into `words[row]`, zero past
+// the keys and past the packed queries.
+template <int kBlockN, int kWords>
+__device__ __forceinline__ void copy_visit_key_words(const fmha::FmhaBackwardParams& p, int32_t batch,
+                                                     const fmha::QVisit& v, int32_t key,
+                                                     uint32_t (&words)[kBlockN][kWords], int row) {
+  const fmha::BackwardTileLists& l = p.list;
+  const int32_t seq_k = p.kv_space.flat_extent;
+  const int64_t b = l.mask_batch > 1 ? batch : 0;
+  const int64_t h = l.mask_heads > 1 ? v.head : 0;
+  const int64_t first = v.origin.index[0] / 32;
+  const uint32_t* source = l.key_bits + ((b * l.mask_heads + h) * seq_k + key) * l.key_words + first;
+#pragma unroll
+  for (int n = 0; n < kWords; ++n) {
+    const bool valid = key < seq_k && first + n < l.key_words;
+    copy_4_bytes_async(shared_address(&words[row][n]), valid ? source + n : l.key_bits, valid);
+  }
+}
+
+// Bit j of allowed[i]: flat key key_index[i][0] (tile row key_index[i][0] - first_key) and query column
+// col_of[j] of the visit are attended, from the stage's words. (The rows come from the flat keys, which the
+// kernel keeps for other masks anyway, so that no more values stay alive across its visit loop.)
+template <int kBlockN, int kWords, int kRows, int kCols>
+__device__ __forceinline__ void key_words_allowed_bits(const uint32_t (&words)[kBlockN][kWords],
+                                                       const int32_t (&key_index)[kRows][fmha::kMaxDims],
+                                                       int32_t first_key, const int (&col_of)[kCols],
+                                                       uint32_t (&allowed)[kRows]) {
+  static_assert(kCols <= 32, "one bit per column");
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    const int row = key_index[i][0] - first_key;
+    uint32_t row_words[kWords];
+#pragma unroll
+    for (int n = 0; n < kWords; ++n) row_words[n] = words[row][n];
+    allowed[i] = 0u;
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) allowed[i] |= static_cast<uint32_t>(fmha::key_bit(row_words, col_of[j])) << j;
+  }
 }
 
 }  // namespace attnkit::cuda::fmha_sm90

@@ -1,7 +1,8 @@
 // The producer warpgroup of the Hopper backward dK/dV kernel (fmha_sm90_backward_dkdv.cuh): gathers the
 // CTA's K and V tiles once and then, for every visit of its split's part of the schedule (all of it
 // unless the KV tile is split, fmha_backward_split.hpp), the visit's Q and dO tiles, row
-// statistics and dQ row offsets into the visit's stage, with the visit itself for the MMA
+// statistics, dQ row offsets and (tile lists with an element mask, partial visits) key-major mask words
+// into the visit's stage, with the visit itself for the MMA
 // warpgroups. The K and V copies are the warpgroup's first cp.async group, issued by the kernel before it
 // computes the visit schedule.
 //
@@ -23,6 +24,7 @@
 #include "cuda/fmha/fmha_backward_params.hpp"
 #include "cuda/fmha/fmha_backward_tiles.cuh"
 #include "cuda/fmha/fmha_backward_visit.cuh"
+#include "cuda/fmha_sm90/fmha_sm90_backward_mask.cuh"
 #include "cuda/fmha_sm90/fmha_sm90_sync.cuh"
 #include "cuda/fmha_sm90/fmha_sm90_tma.hpp"
 
@@ -140,6 +142,13 @@ __device__ __forceinline__ void produce_backward_visits(const fmha::FmhaBackward
     if (ptid == 0) ss.visits[stage] = ss.visits_ahead[stage];
     fmha::copy_visit_stats<kBlockM>(prepared.stats_source, ss.stats[stage], ptid);
     if (ptid < kBlockM && p.accumulate_dq && !dq_map.enabled) ss.dq_rows[stage][ptid] = prepared.dq_row;
+    if constexpr (kLists && Traits::kStagedKeyWords) {  // in the same cp.async group as the tiles
+      const fmha::QVisit& v = ss.visits_ahead[stage];
+      if (visit_has_key_words(p, v)) {
+        copy_visit_key_words(p, batch, v, kv.origin.index[0] + fmha::in_box(p.kv_space, 0, ptid),
+                             ss.masks.key_words[stage], ptid);
+      }
+    }
     copy_tile_pair_from_rows<Traits, kBlockM>(ss.row_table[stage], first_row, col,
                                               first_destination + stage * kStageBytes, do_offset,
                                               {p.head_dim, p.head_dim_v}, p.q.data);

@@ -51,6 +51,11 @@ struct Sm90BackwardTraits {
   static constexpr int kWarps = kThreads / 32;
   static constexpr int kProducerRegisters = 24;
   static constexpr int kMmaRegisters = 240;
+  // Tile lists with an element mask: partial visits' key-major mask words go through the stage (the producer's
+  // copies) at D 64, where the MMA warpgroups' global loads of them delayed the probabilities (H200, S 8192,
+  // 50 % mask: dK/dV kernel 3.41 -> 2.98 ms, unmasked 2.56); at D 128 the consumers are at their register
+  // limit, the staged path's extra live values spilled and cost 1 % there, so D 128 loads the words itself.
+  static constexpr bool kStagedKeyWords = kHeadDim == 64;
   // The portable kernels that run around this one (preprocess, tile lists, dQ kernel of the
   // deterministic mode, dQ convert) see the same tiles through this view.
   using Portable = fmha::FmhaBackwardTraits<Element, kHeadDim, kBlockM, kBlockN, 4>;
@@ -123,7 +128,14 @@ struct Sm90BackwardTraits {
     alignas(1024) Element ds[kMmaGroups][kBlockM * kKeysPerGroup];
     alignas(1024) float dq[kMmaGroups][kBlockM * kDqColumns];
     alignas(16) float stats[kStages][2 * kBlockM];
-    alignas(16) BoxMaskTables<kBlockN, kBlockM> mask_tables;  // box policies: partial visits' element masks
+    // Partial visits' element masks: box policies' tables (built once per CTA), or, for tile lists with an
+    // element mask, each stage's key-major mask words (the visit's kBlockM queries of each of the tile's keys,
+    // copied by the producer with the visit).
+    union VisitMasks {
+      BoxMaskTables<kBlockN, kBlockM> box;
+      uint32_t key_words[kStages][kBlockN][kBlockM / 32];
+    };
+    alignas(16) VisitMasks masks;
     alignas(16) int64_t dq_rows[kStages][kBlockM];
     fmha::QVisit visits[kStages];
     fmha::QVisit visits_ahead[kStages];              // producer: a visit prepared before its stage is free

@@ -78,9 +78,6 @@ void GemmTuningRunner::release() noexcept {
     if (set != nullptr) cudaFree(set);
   }
   sets_.clear();
-  if (workspace_ != nullptr) cudaFree(workspace_);
-  workspace_ = nullptr;
-  workspace_bytes_ = 0;
   timer_.reset();
   if (switched) cudaSetDevice(previous);
 }
@@ -108,30 +105,20 @@ const GemmRunner& GemmTuningRunner::runner_for(const tune::Config& config) {
   return *runners_.emplace(config.id, std::move(runner)).first->second;
 }
 
-void GemmTuningRunner::reserve_workspace(int64_t bytes) {
-  if (bytes <= workspace_bytes_) return;
-  timer_->synchronize();
-  if (workspace_ != nullptr) cudaFree(workspace_);
-  workspace_ = nullptr;
-  workspace_bytes_ = 0;
-  check_cuda(cudaMalloc(&workspace_, static_cast<size_t>(bytes)), "cudaMalloc (gemm tuning workspace)");
-  workspace_bytes_ = bytes;
-}
-
 double GemmTuningRunner::measure_seconds(const tune::Config& config, int iteration) {
   const DeviceGuard guard(device_);
   // The driver calls of the Hopper rows (TMA descriptors) need the primary context current, which a thread
   // that never used the runtime lacks; cudaSetDevice makes it current (as the gemm plan does).
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
   const GemmRunner& runner = runner_for(config);
-  reserve_workspace(runner.workspace_bytes());  // synchronises: before the timed run
+  void* workspace = timer_->workspace(runner.workspace_bytes());  // may synchronise: before the timed run
   // `iteration` counts every run of the measurement, whichever config: consecutive runs use consecutive sets.
   char* base = static_cast<char*>(sets_[static_cast<size_t>(iteration) % sets_.size()]);
   GemmShape shape = shape_;
   shape.a = base;
   shape.b = base + b_offset_;
   shape.c = base + c_offset_;
-  return timer_->time([&](cudaStream_t stream) { runner.run(shape, 1.0f, 0.0f, workspace_, stream); }, config.id);
+  return timer_->time([&](cudaStream_t stream) { runner.run(shape, 1.0f, 0.0f, workspace, stream); }, config.id);
 }
 
 }  // namespace attnkit::cuda::gemm

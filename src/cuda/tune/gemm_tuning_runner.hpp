@@ -3,8 +3,8 @@
 // spec's M, N, K, batch and majorness) in several buffer sets used in turn (cold L2), each run bracketed by
 // CUDA events on the runner's own held stream. A run is what a plan's run is: the entry's GemmRunner (made
 // once per config, with the operands staged when the entry needs it, gemm_staging.hpp) on one set's
-// pointers, alpha 1, beta 0, with the runner's workspace. Every config, the default included, runs on the
-// same sets, stream and workspace; an entry that refuses the problem, or whose launch fails, throws, which
+// pointers, alpha 1, beta 0, with the timer's workspace (GpuRunTimer::workspace). Every config, the default included,
+// runs on the same sets, stream and workspace; an entry that refuses the problem, or whose launch fails, throws, which
 // excludes it. The runner never runs while a caller's stream is capturing (the plan checks first).
 #pragma once
 #include <cstdint>
@@ -34,7 +34,6 @@ class GemmTuningRunner : public tune::Runner {
  private:
   void build(int64_t l2_bytes, uint64_t seed);
   const GemmRunner& runner_for(const tune::Config& config);
-  void reserve_workspace(int64_t bytes);
   void release() noexcept;
 
   tune::ProblemSpec spec_;
@@ -45,8 +44,6 @@ class GemmTuningRunner : public tune::Runner {
   std::vector<void*> sets_;  // one allocation per set: A, B, C
   int64_t b_offset_ = 0, c_offset_ = 0;
   std::map<std::string, std::unique_ptr<GemmRunner>> runners_;  // by config id
-  void* workspace_ = nullptr;
-  int64_t workspace_bytes_ = 0;
 };
 
 }  // namespace attnkit::cuda::gemm

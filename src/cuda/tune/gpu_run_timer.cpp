@@ -103,11 +103,26 @@ void GpuRunTimer::synchronize() noexcept {
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
 }
 
+void* GpuRunTimer::workspace(int64_t bytes) {
+  if (bytes > workspace_bytes_) {
+    synchronize();
+    if (workspace_ != nullptr) cudaFree(workspace_);
+    workspace_ = nullptr;
+    workspace_bytes_ = 0;
+    check_cuda(cudaMalloc(&workspace_, static_cast<size_t>(bytes)), "cudaMalloc (tuning workspace)");
+    workspace_bytes_ = bytes;
+  }
+  return workspace_;
+}
+
 void GpuRunTimer::release() noexcept {
   int previous = 0;
   const bool switched =
       cudaGetDevice(&previous) == cudaSuccess && previous != device_ && cudaSetDevice(device_) == cudaSuccess;
   synchronize();
+  if (workspace_ != nullptr) cudaFree(workspace_);
+  workspace_ = nullptr;
+  workspace_bytes_ = 0;
   if (start_ != nullptr) cudaEventDestroy(start_);
   if (stop_ != nullptr) cudaEventDestroy(stop_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);

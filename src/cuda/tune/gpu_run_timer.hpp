@@ -63,6 +63,10 @@ class GpuRunTimer {
   double time(const std::function<void(cudaStream_t)>& enqueue, const std::string& what);
   // Waits for everything queued on the stream (errors ignored: for destructors).
   void synchronize() noexcept;
+  // Device scratch of at least `bytes` for the timed runs (one buffer, grown after synchronising the stream:
+  // call it before time()); null for 0 bytes. Freed with the timer.
+  void* workspace(int64_t bytes);
+  int64_t workspace_bytes() const { return workspace_bytes_; }
 
  private:
   void release() noexcept;
@@ -71,6 +75,8 @@ class GpuRunTimer {
   cudaStream_t stream_ = nullptr;
   cudaEvent_t start_ = nullptr;
   cudaEvent_t stop_ = nullptr;
+  void* workspace_ = nullptr;
+  int64_t workspace_bytes_ = 0;
   std::atomic<bool> stream_released_{true};  // the host function holding stream_ returns once set
 };
 

@@ -102,9 +102,6 @@ void RetentionTuningRunner::release() noexcept {
     if (set.memory != nullptr) cudaFree(set.memory);
   }
   sets_.clear();
-  if (workspace_ != nullptr) cudaFree(workspace_);
-  workspace_ = nullptr;
-  workspace_bytes_ = 0;
   timer_.reset();
   if (switched) cudaSetDevice(previous);
 }
@@ -127,21 +124,11 @@ const RetentionTuningRunner::ConfigPlans& RetentionTuningRunner::plans_for(const
   return plans_.emplace(config.id, std::move(plans)).first->second;
 }
 
-void RetentionTuningRunner::reserve_workspace(int64_t bytes) {
-  if (bytes <= workspace_bytes_) return;
-  timer_->synchronize();
-  if (workspace_ != nullptr) cudaFree(workspace_);
-  workspace_ = nullptr;
-  workspace_bytes_ = 0;
-  check_cuda(cudaMalloc(&workspace_, static_cast<size_t>(bytes)), "cudaMalloc (retention tuning workspace)");
-  workspace_bytes_ = bytes;
-}
-
 double RetentionTuningRunner::measure_seconds(const tune::Config& config, int iteration) {
   const DeviceGuard guard(device_);
   const ConfigPlans& plans = plans_for(config);
   const int64_t needed = plans.forward ? plans.forward->workspace_bytes() : plans.backward->workspace_bytes();
-  reserve_workspace(needed);  // synchronises: before the timed run
+  void* workspace = timer_->workspace(needed);  // may synchronise: before the timed run
   // `iteration` counts every run of the measurement, whichever config: consecutive runs use consecutive sets.
   const BufferSet& set = sets_[static_cast<size_t>(iteration) % sets_.size()];
   return timer_->time(
@@ -149,8 +136,8 @@ double RetentionTuningRunner::measure_seconds(const tune::Config& config, int it
         RunOptions options;
         options.backend = Backend::cuda;
         options.stream = stream;
-        options.workspace = workspace_;
-        options.workspace_bytes = workspace_bytes_;
+        options.workspace = workspace;
+        options.workspace_bytes = timer_->workspace_bytes();
         if (plans.forward) {
           plans.forward->run(set.forward, options);
         } else {

@@ -4,9 +4,9 @@
 // (cold L2), each run bracketed by CUDA events on the runner's own held stream. A run is what a call's run
 // is: the plan a call with that config would hold (retention_plan.hpp's plan_of_selection, made once per
 // config from select_forward / select_backward with the config's ChunkShapeChoice), run on one set's tensors
-// with the runner's workspace (the segment states). Every config, the default included, runs on the same
-// sets, stream and workspace; one that cannot shape the problem, or whose launch fails, throws, which
-// excludes it. The runner never runs while a caller's stream is capturing (the plan checks first).
+// with the timer's workspace (GpuRunTimer::workspace) (the segment states). Every config, the default included, runs on
+// the same sets, stream and workspace; one that cannot shape the problem, or whose launch fails, throws, which excludes
+// it. The runner never runs while a caller's stream is capturing (the plan checks first).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -45,7 +45,6 @@ class RetentionTuningRunner : public tune::Runner {
 
   void build(int64_t l2_bytes, uint64_t seed);
   const ConfigPlans& plans_for(const tune::Config& config);
-  void reserve_workspace(int64_t bytes);
   void release() noexcept;
 
   tune::ProblemSpec spec_;
@@ -54,8 +53,6 @@ class RetentionTuningRunner : public tune::Runner {
   std::unique_ptr<GpuRunTimer> timer_;
   std::vector<BufferSet> sets_;
   std::map<std::string, ConfigPlans> plans_;  // by config id
-  void* workspace_ = nullptr;
-  int64_t workspace_bytes_ = 0;
 };
 
 }  // namespace attnkit::cuda::retention

@@ -59,9 +59,7 @@ __global__ void __launch_bounds__(128) classify_backward_tiles_kernel(const Back
     }
   } else {
     const uint8_t* tile_rows = p.mask + base + int64_t{m0} * p.mask_stride[2] + n0 * p.mask_stride[3];
-    if (cols == BlockN && p.mask_stride[3] == 1 && p.mask_stride[2] % 16 == 0 &&
-        reinterpret_cast<uintptr_t>(tile_rows) % 16 == 0) {
-      static_assert(BlockN % 16 == 0, "whole 16-byte chunks per tile row");
+    if (mask_rows_are_vectors<BlockN>(p, tile_rows, cols)) {
       constexpr int kChunks = BlockN / 16;
       for (int e = tid; e < rows * kChunks; e += 128) {
         const uint4 v =

@@ -24,4 +24,14 @@ __device__ __forceinline__ MaskTile mask_tile(const List& p, int64_t tile) {
   return t;
 }
 
+// Whether an element mask tile's rows can be read as whole 16-byte vectors: `cols` (the tile's keys inside
+// the sequence) fill the tile's `BlockN` columns, each row is contiguous, rows start 16 bytes apart and the
+// tile's first byte `tile_start` is 16-byte aligned. `List` as for mask_tile.
+template <int BlockN, class List>
+__device__ __forceinline__ bool mask_rows_are_vectors(const List& p, const uint8_t* tile_start, int32_t cols) {
+  static_assert(BlockN % 16 == 0, "whole 16-byte chunks per tile row");
+  return cols == BlockN && p.mask_stride[3] == 1 && p.mask_stride[2] % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(tile_start) % 16 == 0;
+}
+
 }  // namespace attnkit::cuda::fmha

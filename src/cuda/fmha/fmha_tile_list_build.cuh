@@ -61,9 +61,7 @@ __device__ __forceinline__ void stage_element_mask_tile(const TileListBuildParam
                                                         int32_t n0, int32_t rows_valid, int32_t cols_valid,
                                                         uint8_t* staged, int tid) {
   const uint8_t* rows = p.mask + mask_base + int64_t{m0} * p.mask_stride[2];
-  const bool whole_rows = cols_valid == BlockN && p.mask_stride[3] == 1 && p.mask_stride[2] % 16 == 0 &&
-                          reinterpret_cast<uintptr_t>(rows + n0) % 16 == 0;
-  if (whole_rows) {
+  if (mask_rows_are_vectors<BlockN>(p, rows + n0, cols_valid)) {
     constexpr int kChunks = BlockN / 16;
     for (int e = tid; e < BlockM * kChunks; e += Threads) {
       const int r = e / kChunks;

@@ -57,6 +57,8 @@ def rows(quick: bool) -> list[Row]:
     out = [Row("square", 0, s, s, s) for s in (1024, 2048, 4096, 8192)]
     out += [Row("decode", 0, m, n, k) for m in (1, 16, 64, 256) for (n, k) in ((4096, 4096), (16384, 4096),
                                                                               (4096, 16384))]
+    # LLM decode: a few tokens against a 4096 x 4096 projection, a batch of 32 against a 14336-wide MLP.
+    out += [Row("decode", 0, 8, 4096, 4096), Row("decode", 0, 32, 14336, 4096)]
     out += [Row("training", 0, m, n, k) for m in (4096, 16384) for (n, k) in ((4096, 4096), (14336, 4096),
                                                                               (4096, 14336))]
     out += [Row("k-heavy", 0, m, n, k) for (m, n, k) in ((1024, 1024, 16384), (2048, 2048, 32768),

@@ -7,8 +7,10 @@
 #   tier      sm90: Hopper (CUTLASS 3.x CollectiveBuilder: TMA + wgmma, warp-specialised persistent;
 #                   compute capability 9.0 only) — built only when ATTNKIT_CUDA_ARCHS holds 90a
 #             sm80: CUTLASS 2.x GemmUniversal (cp.async + mma.sync; any SM80+ device)
-#   type      f16 | bf16 (fp32 accumulation, C in the input type); sm80 only: tf32 (fp32 in and out on
-#             TF32 tensor cores, used only with allow_tf32) | 3xtf32 (fp32 in and out, fp32-level error)
+#   type      f16 | bf16 (fp32 accumulation, C in the input type) | tf32 (fp32 in and out on TF32 tensor
+#             cores, used only with allow_tf32) | 3xtf32 (fp32 in and out, fp32-level error: each operand split
+#             into a TF32 big part and a TF32 remainder, three TF32 products; sm90: the mainloop of
+#             src/cuda/gemm/gemm_sm90_3xtf32_mainloop.cuh, coop only)
 #   a, b      majorness in the canonical form (src/cuda/gemm/gemm_shape.hpp: C row-major): k (the
 #             reduction dimension is contiguous) | mn. Row-major A @ row-major B is a=k b=mn; x @ W^T
 #             with a row-major weight W is a=k b=k.
@@ -35,11 +37,18 @@
 # first (enforced), and tf32 rows before 3xtf32 rows (with allow_tf32 the faster TF32 is preferred; without it
 # tf32 rows never match). Tile M: a multiple of 128 for coop, streamk and splitk (two consumer warp groups
 # split it), of 64 for pingpong (enforced).
+# fp32 on Hopper: TF32 rows from CUTLASS's builder in every layout (TF32 wgmma reads K-major shared memory only:
+# an MN-major A goes through registers, an MN-major B beside an MN-major A is transposed in shared memory, one
+# beside a K-major A is handled by computing C^T = B^T A^T, src/cuda/gemm/gemm_sm90.cuh), K tile 32 (128 bytes of
+# fp32, the swizzle's width), 128 x 256 but for a=mn b=mn (128 x 128: with the transposition of B, 128 x 256
+# spills registers); 3xTF32 rows in every layout (their mainloop writes both operands K-major as it splits them),
+# 128 x 128 x 16 in clusters of one: three buffers of split parts (96 KB) sit beside the loaded stages and the
+# epilogue in shared memory.
 # The dev set holds every layout of bf16 and f16 on Hopper (about 35-45 s of one core each to compile), the
 # 64 x 128 ping-pong rows of the two common layouts (small grids: 1024^3, decode-like M against a wide N), the
 # stream-K and split-K rows of the two common layouts (a=k b=mn, a=k b=k; the full set adds the A MN-major
-# ones, which weight gradients of small grids use), and fp32 on sm80 for those two layouts (12-20 s each); fp32 in the
-# other layouts runs on the SIMT fallback in a dev build.
+# ones, which weight gradients of small grids use), and fp32 (tf32 and 3xtf32) on Hopper and on sm80 for those two
+# layouts (sm80: 12-20 s each); fp32 in the other layouts runs on the SIMT fallback in a dev build.
 # Misaligned problems run on these rows too, with the operands that miss a row's rule copied into aligned
 # workspace first (src/cuda/gemm/gemm_staging.hpp): no extra instances.
 set(ATTNKIT_GEMM_KERNEL_TABLE
@@ -72,6 +81,14 @@ set(ATTNKIT_GEMM_KERNEL_TABLE
   "sm90  bf16    mn  k   128x128x64  1x1  auto   splitk   full"
   "sm90  f16     mn  mn  128x128x64  1x1  auto   splitk   full"
   "sm90  f16     mn  k   128x128x64  1x1  auto   splitk   full"
+  "sm90  tf32    k   mn  128x256x32  2x1  auto   coop     dev"
+  "sm90  tf32    k   k   128x256x32  2x1  auto   coop     dev"
+  "sm90  tf32    mn  mn  128x128x32  2x1  auto   coop     full"
+  "sm90  tf32    mn  k   128x256x32  2x1  auto   coop     full"
+  "sm90  3xtf32  k   mn  128x128x16  1x1  auto   coop     dev"
+  "sm90  3xtf32  k   k   128x128x16  1x1  auto   coop     dev"
+  "sm90  3xtf32  mn  mn  128x128x16  1x1  auto   coop     full"
+  "sm90  3xtf32  mn  k   128x128x16  1x1  auto   coop     full"
   "sm80  tf32    k   mn  128x128x32  2x2  3      -        dev"
   "sm80  tf32    k   k   128x128x32  2x2  3      -        dev"
   "sm80  tf32    mn  mn  128x128x32  2x2  3      -        full"

@@ -993,7 +993,8 @@ TEST_F(CudaGemmKernelChoice, ForcedHopperRowsMatchTheOracle) {
   const cuda::gemm::GemmDevice& device = cuda::gemm::gemm_device(0);
   int rows = 0;
   for (const cuda::gemm::GemmKernel* kernel : cuda::gemm::gemm_kernels()) {
-    if (kernel->tier != cuda::gemm::GemmTier::sm90 || kernel->split_k) continue;
+    // fp32 rows: ForcedHopperFp32RowsMatchTheOracle.
+    if (kernel->tier != cuda::gemm::GemmTier::sm90 || kernel->split_k || kernel->dtype == DType::f32) continue;
     const Precision& precision = kernel->dtype == DType::f16 ? kF16 : kBF16;
     const test::ScopedEnvironment forced(cuda::gemm::kForcedGemmConfigVariable, kernel->name);
     detail::clear_gemm_plans();
@@ -1098,8 +1099,9 @@ TEST_F(CudaGemmKernelChoice, Fp32RunsTf32OnlyWhenAllowed) {
   if (device_capability() < 80) GTEST_SKIP() << "the tensor-core fp32 kernels need compute capability 8.0";
   GemmSpec s;
   s.m = 256, s.n = 256, s.k = 64;
-  EXPECT_EQ(plan_kernel(s, kTF32).rfind("sm80_tf32_", 0), 0u);
-  EXPECT_EQ(plan_kernel(s, kF32).rfind("sm80_3xtf32_", 0), 0u);
+  const bool hopper = device_capability() == 90;
+  EXPECT_EQ(plan_kernel(s, kTF32).rfind(hopper ? "sm90_tf32_" : "sm80_tf32_", 0), 0u);
+  EXPECT_EQ(plan_kernel(s, kF32).rfind(hopper ? "sm90_3xtf32_" : "sm80_3xtf32_", 0), 0u);
 }
 
 // A run from a thread where no CUDA context is current (PyTorch's autograd device thread, a fresh
@@ -1151,6 +1153,96 @@ TEST_F(CudaGemmKernelChoice, ProductZeroRunsTheSimtKernel) {
   GemmSpec s;
   s.m = 256, s.n = 256, s.k = 0;
   EXPECT_EQ(plan_kernel(s, kBF16), "simt_bf16");
+}
+
+// fp32 on a 9.0 device, host-side: the Hopper TF32 row with allow_tf32 and the Hopper 3xTF32 row without it, on
+// aligned problems (directly), odd N (N padded) and misaligned views (staged), in every layout whose canonical A
+// is K-major (the dev set's fp32 rows: a=k with b=k or b=mn; a C column-major is computed as C^T = B^T A^T, whose
+// A is op(B)^T).
+TEST(CudaGemmSelection, Fp32OnA90DeviceSelectsTheHopperTf32RowWhenAllowedAndThe3xTf32RowOtherwise) {
+  int layouts = 0;
+  for (int layout = 0; layout < 8; ++layout) {
+    const bool transpose_a = layout & 1, transpose_b = layout & 2, c_col_major = layout & 4;
+    if (!(c_col_major ? transpose_b : !transpose_a)) continue;  // canonical A MN-major: full set only
+    ++layouts;
+    for (const auto& [m, n, k] :
+         std::vector<std::array<int64_t, 3> >{{256, 256, 64}, {136, 264, 72}, {1000, 1160, 40}, {8, 1024, 512}}) {
+      const std::string tf32 = selected_on(90, DType::f32, true, m, n, k, transpose_a, transpose_b, c_col_major);
+      EXPECT_TRUE(starts_with(tf32, "sm90_tf32_") && !ends_with(tf32, "+staged")) << tf32 << " layout " << layout;
+      const std::string f32 = selected_on(90, DType::f32, false, m, n, k, transpose_a, transpose_b, c_col_major);
+      EXPECT_TRUE(starts_with(f32, "sm90_3xtf32_") && !ends_with(f32, "+staged")) << f32 << " layout " << layout;
+    }
+    // Odd extents (N, or M when C is column-major, not a multiple of 4 elements) and a view one element in.
+    for (const int64_t offset : {0, 1}) {
+      const std::string tf32 =
+          selected_on(90, DType::f32, true, 67, 131, 96, transpose_a, transpose_b, c_col_major, offset);
+      EXPECT_TRUE(starts_with(tf32, "sm90_tf32_") && ends_with(tf32, "+staged")) << tf32 << " layout " << layout;
+      const std::string f32 =
+          selected_on(90, DType::f32, false, 67, 131, 96, transpose_a, transpose_b, c_col_major, offset);
+      EXPECT_TRUE(starts_with(f32, "sm90_3xtf32_") && ends_with(f32, "+staged")) << f32 << " layout " << layout;
+    }
+  }
+  EXPECT_EQ(layouts, 4);
+}
+
+// Every Hopper fp32 row (tf32, 3xtf32) forced with ATTNKIT_GEMM_CONFIG against the oracle, on the layouts whose
+// canonical form has the row's majorness (C row-major and column-major): single elements, M = 1, N = 1, K = 1,
+// extents that are no multiple of the tiles (nor of the K tiles, 16 and 32), N not a multiple of 4 (staged, N
+// padded), unaligned views (staged), alpha and beta, batches with broadcast operands (directly and staged), and
+// grids of more output tiles than SMs (the persistent CTAs run several tiles: the 3xTF32 mainloop's split
+// buffers are reused across tiles). Every output is NaN before the call and its padding must stay NaN. Bounds:
+// DESIGN §5's, as for every fp32 call (expect_matches_oracle): 3xTF32 1e-5 on general inputs, which a plain TF32
+// product (about 2.6e-4) misses; TF32 1e-5 on TF32-exact inputs and 3e-4 on general inputs where the problem has
+// at least 2^20 products (kTf32StatisticalProducts). The canonical layouts with an MN-major A are in the full set only.
+TEST_F(CudaGemmKernelChoice, ForcedHopperFp32RowsMatchTheOracle) {
+  if (device_capability() != 90) GTEST_SKIP() << "the Hopper GEMM runs on compute capability 9.0 only";
+  const std::vector<std::array<int64_t, 3> > sizes = {
+      {1, 1, 1},      {1, 64, 64},     {64, 1, 64},    {64, 64, 1},      {37, 53, 71},    {129, 257, 200},
+      {136, 264, 33}, {256, 512, 128}, {300, 72, 520}, {1000, 1160, 40}, {2100, 2100, 24}};
+  const cuda::gemm::GemmDevice& device = cuda::gemm::gemm_device(0);
+  int rows = 0;
+  for (const cuda::gemm::GemmKernel* kernel : cuda::gemm::gemm_kernels()) {
+    if (kernel->tier != cuda::gemm::GemmTier::sm90 || kernel->dtype != DType::f32) continue;
+    const Precision& precision = kernel->math == cuda::gemm::GemmMath::tf32 ? kTF32 : kF32;
+    const test::ScopedEnvironment forced(cuda::gemm::kForcedGemmConfigVariable, kernel->name);
+    detail::clear_gemm_plans();
+    int runs = 0;
+    for (size_t i = 0; i < sizes.size() + 3; ++i) {
+      for (int layout = 0; layout < 8; ++layout) {
+        GemmSpec s;
+        if (i < sizes.size()) {
+          s.m = sizes[i][0], s.n = sizes[i][1], s.k = sizes[i][2];
+        } else if (i < sizes.size() + 2) {
+          s.m = 67, s.n = 131, s.k = 96;  // odd M and N (staged), then batched with unaligned views
+          s.aligned = i == sizes.size();
+          if (!s.aligned) s.batch_a = 3, s.batch_b = layout % 3 == 0 ? 1 : 3, s.batch_c = 3;
+        } else {
+          s.m = 130, s.n = 136, s.k = 40;  // batched, aligned: TMA addresses the batches directly
+          s.batch_a = layout % 2 == 0 ? 2 : -1, s.batch_b = 2, s.batch_c = 2;
+        }
+        s.transpose_a = layout & 1, s.transpose_b = layout & 2, s.c_col_major = layout & 4;
+        s.beta = (layout + i) % 3 == 0 ? 0.5 : 0.0;
+        s.alpha = layout & 1 ? 1.25 : 1.0;
+        const uint64_t seed = 251 + i * 8 + static_cast<uint64_t>(layout);
+        const GemmRun probe = prepare(s, precision, seed, false, false);
+        const cuda::gemm::GemmShape shape = cuda::gemm::describe_gemm(probe.problem);
+        cuda::gemm::GemmStaging staging;
+        if (!cuda::gemm::gemm_kernel_matches(*kernel, shape, precision.allow_tf32) ||
+            !cuda::gemm::gemm_kernel_refusal(*kernel, shape, device, &staging).empty()) {
+          continue;
+        }
+        SCOPED_TRACE(kernel->name);
+        EXPECT_EQ(detail::gemm_plan(probe.problem, RunOptions{})->config().name.rfind(kernel->name, 0), 0u)
+            << s.describe();
+        expect_matches_oracle(s, precision, seed);
+        ++runs;
+      }
+    }
+    EXPECT_GE(runs, 2 * static_cast<int>(sizes.size())) << kernel->name;
+    ++rows;
+  }
+  detail::clear_gemm_plans();
+  EXPECT_GT(rows, 0);
 }
 
 #endif

@@ -5,6 +5,11 @@
 // issuing wgmma: cooperative splits one tile between two, ping-pong alternates two tiles) over the
 // persistent tile scheduler, batched through the L mode (batch stride 0 broadcasts: TMA drops the mode).
 // Operands are the canonical form of gemm_shape.hpp: C row-major, A and B K- or MN-major by template.
+// Types: f16 / bf16 in and out with fp32 accumulation; fp32 on TF32 wgmma (TMA rounds each operand to TF32
+// on its way to shared memory; an MN-major A goes through registers, CUTLASS's register-sourced collective,
+// and an MN-major B beside an MN-major A is transposed in shared memory; an MN-major B beside a K-major A is
+// computed as C^T = B^T A^T with C column-major, see Sm90Gemm); fp32 as 3xTF32 (fp32-level error) with the
+// mainloop of gemm_sm90_3xtf32_mainloop.cuh in place of the builder's.
 // Split-K rows (gemm_split_k.hpp) run the same mainloop on the K slices of a batch-1 problem as the L mode
 // (slice l's A and B start l slices along K) with an epilogue that reads no C and writes fp32 partial sums
 // into the workspace, one M x N buffer per slice; the ordered sum of gemm_split_k.hpp then writes C.
@@ -12,12 +17,12 @@
 // What TMA needs is 16-byte aligned base addresses, leading dimensions and batch strides; M and K are free
 // (the loads of A and B are bounded by the tensors' extents, zero fill beyond them, and the epilogue bounds
 // C's rows). N, C's contiguous extent, is not: the epilogue writes past the end of C's rows when N is not a
-// multiple of 8 elements (an H200 run found such writes), so the refusal asks for it, and the registry
-// stages such problems with N rounded up (gemm_staging.hpp: pad_n). CUTLASS's can_implement also asks for
-// the contiguous extents of A and B to be multiples of 8 elements (it assumes packed tensors, where the
-// extent is the leading dimension): the refusal checks the strides itself and asks can_implement about M
-// and K rounded up. An operand that misses the stride rule is staged too; the 32-bit problem shape is the
-// only hard limit.
+// multiple of 16 bytes (an H200 run found such writes with 16-bit types), so the refusal asks for it, and the
+// registry stages such problems with N rounded up (gemm_staging.hpp: pad_n). CUTLASS's can_implement also
+// asks for the contiguous extents of A and B to be multiples of 16 bytes (it assumes packed tensors, where
+// the extent is the leading dimension): the refusal checks the strides itself and asks can_implement about
+// M and K rounded up (swapped rows: CUTLASS's A is B^T, whose contiguous extent is N). An operand that
+// misses the stride rule is staged too; the 32-bit problem shape is the only hard limit.
 //
 // A plan makes the runner once: can_implement, the workspace size (0 but for stream-K and split-K) and the
 // dynamic shared memory attribute (once per kernel and device). The kernel Params (TMA descriptors, which embed the
@@ -42,6 +47,7 @@
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/kernel_attributes.hpp"
 #include "cuda/gemm/gemm_kernel.hpp"
+#include "cuda/gemm/gemm_sm90_3xtf32_mainloop.cuh"
 #include "cuda/gemm/gemm_split_k.hpp"
 #include "cuda/gemm/gemm_staging.hpp"
 #include "cute/tensor.hpp"
@@ -87,17 +93,53 @@ struct CooperativeSplitK {
   static constexpr bool kSplitK = true;
 };
 
-template <class Element_, bool AKMajor, bool BKMajor, int TileM, int TileN, int TileK, int ClusterM, int ClusterN,
+// The operand tag of the 3xTF32 rows: fp32 in and out with fp32-level error, computed by the mainloop of
+// gemm_sm90_3xtf32_mainloop.cuh (CUTLASS 4.2 has no Hopper 3xTF32 collective).
+struct Fast32 {};
+
+// The mainloop collective of a row: CUTLASS's CollectiveBuilder, or the 3xTF32 mainloop for Fast32 rows.
+template <bool IsFast32, class Element, class LayoutA, class LayoutB, int Alignment, bool AKMajor, bool BKMajor,
+          class TileShape, class ClusterShape, int EpilogueBytes, class Schedule>
+struct Sm90Mainloop {
+  using type = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA, Alignment, Element, LayoutB, Alignment,
+      float, TileShape, ClusterShape, cutlass::gemm::collective::StageCountAutoCarveout<EpilogueBytes>,
+      typename Schedule::Mainloop>::CollectiveOp;
+};
+template <class Element, class LayoutA, class LayoutB, int Alignment, bool AKMajor, bool BKMajor, class TileShape,
+          class ClusterShape, int EpilogueBytes, class Schedule>
+struct Sm90Mainloop<true, Element, LayoutA, LayoutB, Alignment, AKMajor, BKMajor, TileShape, ClusterShape,
+                    EpilogueBytes, Schedule> {
+  static_assert(std::is_same_v<Schedule, Cooperative>,
+                "3xTF32 rows: the cooperative data-parallel schedule only (its two consumer warp groups split the "
+                "operands together, gemm_sm90_3xtf32_mainloop.cuh)");
+  using type = Fast32Mainloop<TileShape, ClusterShape, AKMajor, BKMajor, EpilogueBytes>;
+};
+
+// Operand: the element type (cutlass::half_t, cutlass::bfloat16_t; float: TF32, each operand rounded to TF32
+// by TMA on its way to shared memory) or Fast32.
+template <class Operand, bool AKMajor, bool BKMajor, int TileM, int TileN, int TileK, int ClusterM, int ClusterN,
           class Schedule>
 struct Sm90Gemm {
-  using Element = Element_;
+  static constexpr bool kFast32 = std::is_same_v<Operand, Fast32>;
+  using Element = std::conditional_t<kFast32, float, Operand>;
   static constexpr bool kAKMajor = AKMajor;
   static constexpr bool kBKMajor = BKMajor;
-  using LayoutA = std::conditional_t<AKMajor, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
-  using LayoutB = std::conditional_t<BKMajor, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
-  using LayoutC = cutlass::layout::RowMajor;
+  // TF32 wgmma reads K-major shared memory only. CUTLASS's builder keeps K-major operands there, loads an MN-major
+  // A into registers (its register-sourced collective) and transposes an MN-major B in shared memory when A is
+  // MN-major too; an MN-major B beside a K-major A it exchanges with A, which its TMA epilogue does not follow (it
+  // would store C^T's tiles into C). Such rows exchange the operands here instead: C^T = B^T A^T, C column-major,
+  // B^T the MN-major A of CUTLASS's problem (registers) and A^T its K-major B.
+  static constexpr bool kSwapped = !kFast32 && sizeof(Element) == 4 && AKMajor && !BKMajor;
+  // CUTLASS's A and B: ours, or B^T and A^T when swapped (B^T is K-major where B is, A^T where A is).
+  static constexpr bool kCutlassAKMajor = kSwapped ? BKMajor : AKMajor;
+  static constexpr bool kCutlassBKMajor = kSwapped ? AKMajor : BKMajor;
+  using LayoutA = std::conditional_t<kCutlassAKMajor, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
+  using LayoutB = std::conditional_t<kCutlassBKMajor, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
+  using LayoutC = std::conditional_t<kSwapped, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
   static constexpr int kAlignment = 16 / static_cast<int>(sizeof(Element));
   static constexpr bool kSplitK = Schedule::kSplitK;
+  static_assert(!(kSwapped && kSplitK), "split-K rows address the partial sums row-major: not swapped");
   // Split-K: fp32 partial sums out, no C read (the ordered sum applies alpha and beta).
   using ElementD = std::conditional_t<kSplitK, float, Element>;
   using ElementC = std::conditional_t<kSplitK, void, Element>;
@@ -109,14 +151,14 @@ struct Sm90Gemm {
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, ElementC, LayoutC, kAlignmentD, ElementD, LayoutC,
       kAlignmentD, typename Schedule::Epilogue>::CollectiveOp;
-  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA, kAlignment, Element, LayoutB, kAlignment,
-      float, TileShape, ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
-          sizeof(typename CollectiveEpilogue::SharedStorage))>,
-      typename Schedule::Mainloop>::CollectiveOp;
+  using CollectiveMainloop =
+      typename Sm90Mainloop<kFast32, Element, LayoutA, LayoutB, kAlignment, AKMajor, BKMajor, TileShape, ClusterShape,
+                            static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage)), Schedule>::type;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
                                                       CollectiveEpilogue, typename Schedule::Scheduler>;
+  // The 3xTF32 mainloop sizes its stages itself (the builder's rows are sized by CUTLASS).
+  static_assert(!kFast32 || Kernel::SharedStorageSize <= cutlass::gemm::collective::detail::sm90_smem_capacity_bytes,
+                "3xTF32 row: its shared memory exceeds the Hopper opt-in limit");
   static constexpr int kTileM = TileM;
   static constexpr int kTileN = TileN;
   static constexpr int kTileK = TileK;
@@ -124,8 +166,20 @@ struct Sm90Gemm {
   using Adapter = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 };
 
+// Strides of a CUTLASS operand in its (MN, K, L) modes: `mn` the stride along M (or N), `k` along K.
+template <class Stride, bool KMajor>
+Stride operand_stride(int64_t mn, int64_t k, int64_t batch) {
+  Stride stride{};
+  if constexpr (KMajor) {
+    stride = cute::make_stride(mn, cute::Int<1>{}, batch);
+  } else {
+    stride = cute::make_stride(cute::Int<1>{}, k, batch);
+  }
+  return stride;
+}
+
 // The kernel's arguments for `s`. Split-K rows: `slices` K slices as the L mode, partial sums to `partials`
-// (alpha and beta are the ordered sum's).
+// (alpha and beta are the ordered sum's). Swapped rows: the problem C^T = B^T A^T (see Sm90Gemm).
 template <class Gemm>
 typename Gemm::Kernel::Arguments arguments_of(const GemmShape& s, float alpha, float beta, const GemmDevice& device,
                                               int slices = 1, float* partials = nullptr) {
@@ -134,23 +188,22 @@ typename Gemm::Kernel::Arguments arguments_of(const GemmShape& s, float alpha, f
   using StrideA = typename Kernel::StrideA;
   using StrideB = typename Kernel::StrideB;
   using StrideC = typename Kernel::StrideC;
-  StrideA stride_a{};
-  if constexpr (Gemm::kAKMajor) {
-    stride_a = cute::make_stride(s.a_row, cute::Int<1>{}, s.a_batch);
-  } else {
-    stride_a = cute::make_stride(cute::Int<1>{}, s.a_col, s.a_batch);
-  }
   // B's modes are (N, K, L).
+  StrideA stride_a{};
   StrideB stride_b{};
-  if constexpr (Gemm::kBKMajor) {
-    stride_b = cute::make_stride(s.b_col, cute::Int<1>{}, s.b_batch);
-  } else {
-    stride_b = cute::make_stride(cute::Int<1>{}, s.b_row, s.b_batch);
-  }
   typename Kernel::Arguments args{};
   args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
-  args.mainloop.ptr_A = static_cast<const Element*>(s.a);
-  args.mainloop.ptr_B = static_cast<const Element*>(s.b);
+  if constexpr (Gemm::kSwapped) {
+    stride_a = operand_stride<StrideA, Gemm::kBKMajor>(s.b_col, s.b_row, s.b_batch);
+    stride_b = operand_stride<StrideB, Gemm::kAKMajor>(s.a_row, s.a_col, s.a_batch);
+    args.mainloop.ptr_A = static_cast<const Element*>(s.b);
+    args.mainloop.ptr_B = static_cast<const Element*>(s.a);
+  } else {
+    stride_a = operand_stride<StrideA, Gemm::kAKMajor>(s.a_row, s.a_col, s.a_batch);
+    stride_b = operand_stride<StrideB, Gemm::kBKMajor>(s.b_col, s.b_row, s.b_batch);
+    args.mainloop.ptr_A = static_cast<const Element*>(s.a);
+    args.mainloop.ptr_B = static_cast<const Element*>(s.b);
+  }
   if constexpr (Gemm::kSplitK) {
     // Slice l of A and B starts l * slice along K (the batch mode's stride); slice l's partial sums are the
     // l-th packed M x N fp32 matrix.
@@ -167,9 +220,16 @@ typename Gemm::Kernel::Arguments arguments_of(const GemmShape& s, float alpha, f
     args.epilogue.dD = stride_d;
     (void)alpha, (void)beta;
   } else {
-    const StrideC stride_c = cute::make_stride(s.c_row, cute::Int<1>{}, s.c_batch);
-    args.problem_shape = {static_cast<int>(s.m), static_cast<int>(s.n), static_cast<int>(s.k),
-                          static_cast<int>(s.batch)};
+    StrideC stride_c{};
+    if constexpr (Gemm::kSwapped) {
+      stride_c = cute::make_stride(cute::Int<1>{}, s.c_row, s.c_batch);  // C^T [N x M], column-major
+      args.problem_shape = {static_cast<int>(s.n), static_cast<int>(s.m), static_cast<int>(s.k),
+                            static_cast<int>(s.batch)};
+    } else {
+      stride_c = cute::make_stride(s.c_row, cute::Int<1>{}, s.c_batch);
+      args.problem_shape = {static_cast<int>(s.m), static_cast<int>(s.n), static_cast<int>(s.k),
+                            static_cast<int>(s.batch)};
+    }
     args.epilogue.thread.alpha = alpha;
     args.epilogue.thread.beta = beta;
     args.epilogue.ptr_C = static_cast<const Element*>(s.c);
@@ -191,8 +251,8 @@ std::string refusal(const GemmShape& s, const GemmDevice& device) {
     return "an extent beyond 2^31 - 1 (its problem shape is 32-bit)";
   }
   if (!gemm_n_aligned(s)) {
-    return "N (the length of C's rows) must be a multiple of 8 elements: the epilogue writes whole 16-byte "
-           "vectors of C's rows";
+    return "N (the length of C's rows) must be a multiple of 16 bytes (8 16-bit or 4 fp32 elements): the epilogue "
+           "writes whole 16-byte vectors of C's rows";
   }
   if (!tma_addressable(s)) {
     return "TMA needs 16-byte aligned base addresses, leading dimensions and batch strides";
@@ -346,13 +406,13 @@ std::unique_ptr<GemmRunner> make_runner(const GemmShape& shape, const GemmDevice
 }
 
 template <class Gemm>
-const GemmKernel& kernel_entry(const char* name, DType dtype) {
+const GemmKernel& kernel_entry(const char* name, DType dtype, GemmMath math) {
   static const GemmKernel kernel = [&] {
     GemmKernel k;
     k.name = name;
     k.tier = GemmTier::sm90;
     k.dtype = dtype;
-    k.math = GemmMath::tensor;
+    k.math = math;
     k.a_k_major = Gemm::kAKMajor ? 1 : 0;
     k.b_k_major = Gemm::kBKMajor ? 1 : 0;
     k.architecture = 90;

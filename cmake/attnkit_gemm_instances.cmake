@@ -67,10 +67,10 @@ function(attnkit_generate_gemm_kernels sources_var)
         math(EXPR sm90_tile_m_rest "${sm90_tile_m} % 64")
       endif()
       # The 3xTF32 mainloop (src/cuda/gemm/gemm_sm90_3xtf32_mainloop.cuh) has both consumer warp groups split the
-      # operands of a stage together (the cooperative data-parallel schedule) and loads without TMA multicast.
-      if(type STREQUAL "3xtf32" AND NOT (schedule STREQUAL "coop" AND grid STREQUAL "1x1"))
+      # operands of a stage together (the cooperative schedule, on whole K or K slices) and loads without TMA multicast.
+      if(type STREQUAL "3xtf32" AND NOT (schedule MATCHES "^(coop|splitk)$" AND grid STREQUAL "1x1"))
         message(FATAL_ERROR "cmake/attnkit_gemm_kernels.cmake: row \"${row}\": schedule ${schedule}, grid ${grid} "
-                            "for 3xtf32; allowed: coop with grid 1x1")
+                            "for 3xtf32; allowed: coop or splitk with grid 1x1")
       endif()
       if(NOT sm90_tile_m_rest EQUAL 0)
         message(FATAL_ERROR "cmake/attnkit_gemm_kernels.cmake: row \"${row}\": tile M ${sm90_tile_m} with schedule "

@@ -10,7 +10,7 @@
 #   type      f16 | bf16 (fp32 accumulation, C in the input type) | tf32 (fp32 in and out on TF32 tensor
 #             cores, used only with allow_tf32) | 3xtf32 (fp32 in and out, fp32-level error: each operand split
 #             into a TF32 big part and a TF32 remainder, three TF32 products; sm90: the mainloop of
-#             src/cuda/gemm/gemm_sm90_3xtf32_mainloop.cuh, coop only)
+#             src/cuda/gemm/gemm_sm90_3xtf32_mainloop.cuh, coop and splitk)
 #   a, b      majorness in the canonical form (src/cuda/gemm/gemm_shape.hpp: C row-major): k (the
 #             reduction dimension is contiguous) | mn. Row-major A @ row-major B is a=k b=mn; x @ W^T
 #             with a row-major weight W is a=k b=k.
@@ -43,7 +43,8 @@
 # fp32, the swizzle's width), 128 x 256 but for a=mn b=mn (128 x 128: with the transposition of B, 128 x 256
 # spills registers); 3xTF32 rows in every layout (their mainloop writes both operands K-major as it splits them),
 # 128 x 128 x 16 in clusters of one: three buffers of split parts (96 KB) sit beside the loaded stages and the
-# epilogue in shared memory.
+# epilogue in shared memory. Split-K rows of both fp32 maths (A K-major, dev set) take the small grids with a long K
+# (decode-like M, 256 x 256 x 65536), as the 16-bit ones do.
 # The dev set holds every layout of bf16 and f16 on Hopper (about 35-45 s of one core each to compile), the
 # 64 x 128 ping-pong rows of the two common layouts (small grids: 1024^3, decode-like M against a wide N), the
 # stream-K and split-K rows of the two common layouts (a=k b=mn, a=k b=k; the full set adds the A MN-major
@@ -85,10 +86,14 @@ set(ATTNKIT_GEMM_KERNEL_TABLE
   "sm90  tf32    k   k   128x256x32  2x1  auto   coop     dev"
   "sm90  tf32    mn  mn  128x128x32  2x1  auto   coop     full"
   "sm90  tf32    mn  k   128x256x32  2x1  auto   coop     full"
+  "sm90  tf32    k   mn  128x128x32  1x1  auto   splitk   dev"
+  "sm90  tf32    k   k   128x128x32  1x1  auto   splitk   dev"
   "sm90  3xtf32  k   mn  128x128x16  1x1  auto   coop     dev"
   "sm90  3xtf32  k   k   128x128x16  1x1  auto   coop     dev"
   "sm90  3xtf32  mn  mn  128x128x16  1x1  auto   coop     full"
   "sm90  3xtf32  mn  k   128x128x16  1x1  auto   coop     full"
+  "sm90  3xtf32  k   mn  128x128x16  1x1  auto   splitk   dev"
+  "sm90  3xtf32  k   k   128x128x16  1x1  auto   splitk   dev"
   "sm80  tf32    k   mn  128x128x32  2x2  3      -        dev"
   "sm80  tf32    k   k   128x128x32  2x2  3      -        dev"
   "sm80  tf32    mn  mn  128x128x32  2x2  3      -        full"

@@ -585,9 +585,9 @@ TEST(CudaGemmSelection, MisalignedProblemsRunStagedOnTensorCores) {
     // are staged with N rounded up.
     const std::string odd_n = selected_on(90, DType::f16, false, 256, 250, 64, false, false, false, offset);
     EXPECT_TRUE(starts_with(odd_n, "sm90_f16_") && ends_with(odd_n, "+staged")) << odd_n;
-    // fp32 on the SM80 rows, extents padded with zeros.
+    // fp32 on the Hopper 3xTF32 rows, A's leading dimension (66 elements) staged.
     const std::string f32 = selected_on(90, DType::f32, false, 256, 256, 66, false, false, false, offset);
-    EXPECT_TRUE(starts_with(f32, "sm80_3xtf32_") && ends_with(f32, "+staged")) << f32;
+    EXPECT_TRUE(starts_with(f32, "sm90_3xtf32_") && ends_with(f32, "+staged")) << f32;
     const std::string bf16_80 = selected_on(80, DType::bf16, false, 256, 256, 63, false, false, false, offset);
     EXPECT_TRUE(starts_with(bf16_80, "sm80_bf16_") || bf16_80 == "simt_bf16") << bf16_80;  // sm80 bf16: full set
   }
@@ -711,10 +711,11 @@ TEST(CudaGemmSelection, StagedShapesAreAlignedAndStageOnlyWhatNeedsIt) {
 
 TEST(CudaGemmSelection, Fp32SelectsTf32OnlyWhenAllowedAnd3xTf32Otherwise) {
   for (const int capability : {80, 90}) {
-    EXPECT_TRUE(
-        starts_with(selected_on(capability, DType::f32, true, 256, 256, 64, false, false, false), "sm80_tf32_"));
-    EXPECT_TRUE(
-        starts_with(selected_on(capability, DType::f32, false, 256, 256, 64, false, true, false), "sm80_3xtf32_"));
+    const bool hopper = capability == 90;
+    EXPECT_TRUE(starts_with(selected_on(capability, DType::f32, true, 256, 256, 64, false, false, false),
+                            hopper ? "sm90_tf32_" : "sm80_tf32_"));
+    EXPECT_TRUE(starts_with(selected_on(capability, DType::f32, false, 256, 256, 64, false, true, false),
+                            hopper ? "sm90_3xtf32_" : "sm80_3xtf32_"));
   }
 }
 
@@ -917,7 +918,7 @@ TEST_F(CudaGemmKernelChoice, MisalignedProblemsRunStagedOnTensorCores) {
     EXPECT_TRUE(name.rfind("sm90_", 0) == 0 && name.find("+staged") != std::string::npos) << name;
   }
   const std::string f32 = plan_kernel(s, kF32);
-  EXPECT_TRUE(f32.rfind("sm80_3xtf32_", 0) == 0 && f32.find("+staged") != std::string::npos) << f32;
+  EXPECT_TRUE(f32.rfind("sm90_3xtf32_", 0) == 0 && f32.find("+staged") != std::string::npos) << f32;
 }
 
 // Staged runs against the oracle, every layout, with beta (C copied in and out) and batches.
@@ -939,11 +940,12 @@ TEST_F(CudaGemmKernelChoice, StagedRunsMatchTheOracle) {
 // staged, N rounded up: every transpose and C layout, leading dimensions padded to 8 elements (only N is
 // odd: nothing else is staged, and C's padding columns must stay NaN) and unaligned views, beta != 0 (C
 // copied in), batched and broadcast batches, N < 8, decode-like grids (stream-K).
-// Split-K (small grids, long K): every slice count path against the oracle, with beta (applied by the ordered
-// sum), both B majorness, a column-major C (swapped), an odd N (staged with N padded) and unaligned views.
+// Split-K (small grids, long K), 16-bit and fp32 (TF32 and 3xTF32): every slice count path against the oracle,
+// with beta (applied by the ordered sum), both B majorness, a column-major C (swapped), an odd N (staged with N
+// padded) and unaligned views.
 TEST_F(CudaGemmKernelChoice, SplitKMatchesTheOracle) {
   const bool hopper = device_capability() == 90;
-  for (const Precision& precision : {kF16, kBF16}) {
+  for (const Precision& precision : {kF16, kBF16, kF32, kTF32}) {
     const std::vector<std::array<int64_t, 3> > sizes = {
         {16, 512, 4096}, {100, 200, 3072}, {1, 1024, 2048}, {16, 1001, 2048}, {256, 128, 8192}};
     for (const auto& [m, n, k] : sizes) {
@@ -1185,7 +1187,7 @@ TEST(CudaGemmSelection, Fp32OnA90DeviceSelectsTheHopperTf32RowWhenAllowedAndThe3
   EXPECT_EQ(layouts, 4);
 }
 
-// Every Hopper fp32 row (tf32, 3xtf32) forced with ATTNKIT_GEMM_CONFIG against the oracle, on the layouts whose
+// Every Hopper fp32 row but split-K (tf32, 3xtf32) forced with ATTNKIT_GEMM_CONFIG against the oracle, on the layouts whose
 // canonical form has the row's majorness (C row-major and column-major): single elements, M = 1, N = 1, K = 1,
 // extents that are no multiple of the tiles (nor of the K tiles, 16 and 32), N not a multiple of 4 (staged, N
 // padded), unaligned views (staged), alpha and beta, batches with broadcast operands (directly and staged), and
@@ -1202,7 +1204,8 @@ TEST_F(CudaGemmKernelChoice, ForcedHopperFp32RowsMatchTheOracle) {
   const cuda::gemm::GemmDevice& device = cuda::gemm::gemm_device(0);
   int rows = 0;
   for (const cuda::gemm::GemmKernel* kernel : cuda::gemm::gemm_kernels()) {
-    if (kernel->tier != cuda::gemm::GemmTier::sm90 || kernel->dtype != DType::f32) continue;
+    // Split-K rows: SplitKMatchesTheOracle (their rule admits few shapes).
+    if (kernel->tier != cuda::gemm::GemmTier::sm90 || kernel->dtype != DType::f32 || kernel->split_k) continue;
     const Precision& precision = kernel->math == cuda::gemm::GemmMath::tf32 ? kTF32 : kF32;
     const test::ScopedEnvironment forced(cuda::gemm::kForcedGemmConfigVariable, kernel->name);
     detail::clear_gemm_plans();

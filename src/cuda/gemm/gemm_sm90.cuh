@@ -110,9 +110,9 @@ template <class Element, class LayoutA, class LayoutB, int Alignment, bool AKMaj
           class ClusterShape, int EpilogueBytes, class Schedule>
 struct Sm90Mainloop<true, Element, LayoutA, LayoutB, Alignment, AKMajor, BKMajor, TileShape, ClusterShape,
                     EpilogueBytes, Schedule> {
-  static_assert(std::is_same_v<Schedule, Cooperative>,
-                "3xTF32 rows: the cooperative data-parallel schedule only (its two consumer warp groups split the "
-                "operands together, gemm_sm90_3xtf32_mainloop.cuh)");
+  static_assert(std::is_same_v<Schedule, Cooperative> || std::is_same_v<Schedule, CooperativeSplitK>,
+                "3xTF32 rows: the cooperative schedule only, data-parallel or on K slices (its two consumer warp "
+                "groups split the operands together, gemm_sm90_3xtf32_mainloop.cuh)");
   using type = Fast32Mainloop<TileShape, ClusterShape, AKMajor, BKMajor, EpilogueBytes>;
 };
 
@@ -139,7 +139,6 @@ struct Sm90Gemm {
   using LayoutC = std::conditional_t<kSwapped, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
   static constexpr int kAlignment = 16 / static_cast<int>(sizeof(Element));
   static constexpr bool kSplitK = Schedule::kSplitK;
-  static_assert(!(kSwapped && kSplitK), "split-K rows address the partial sums row-major: not swapped");
   // Split-K: fp32 partial sums out, no C read (the ordered sum applies alpha and beta).
   using ElementD = std::conditional_t<kSplitK, float, Element>;
   using ElementC = std::conditional_t<kSplitK, void, Element>;
@@ -207,11 +206,19 @@ typename Gemm::Kernel::Arguments arguments_of(const GemmShape& s, float alpha, f
   if constexpr (Gemm::kSplitK) {
     // Slice l of A and B starts l * slice along K (the batch mode's stride); slice l's partial sums are the
     // l-th packed M x N fp32 matrix.
+    // Swapped rows compute the column-major C^T [N x M], whose storage is the same row-major M x N matrix.
     const int64_t slice = s.k / slices;
-    cute::get<2>(stride_a) = slice * (Gemm::kAKMajor ? 1 : s.a_col);
-    cute::get<2>(stride_b) = slice * (Gemm::kBKMajor ? 1 : s.b_row);
-    const StrideC stride_d = cute::make_stride(s.n, cute::Int<1>{}, s.m * s.n);
-    args.problem_shape = {static_cast<int>(s.m), static_cast<int>(s.n), static_cast<int>(slice), slices};
+    const int64_t a_slice = slice * (Gemm::kAKMajor ? 1 : s.a_col), b_slice = slice * (Gemm::kBKMajor ? 1 : s.b_row);
+    cute::get<2>(stride_a) = Gemm::kSwapped ? b_slice : a_slice;
+    cute::get<2>(stride_b) = Gemm::kSwapped ? a_slice : b_slice;
+    StrideC stride_d{};
+    if constexpr (Gemm::kSwapped) {
+      stride_d = cute::make_stride(cute::Int<1>{}, s.n, s.m * s.n);
+      args.problem_shape = {static_cast<int>(s.n), static_cast<int>(s.m), static_cast<int>(slice), slices};
+    } else {
+      stride_d = cute::make_stride(s.n, cute::Int<1>{}, s.m * s.n);
+      args.problem_shape = {static_cast<int>(s.m), static_cast<int>(s.n), static_cast<int>(slice), slices};
+    }
     args.epilogue.thread.alpha = 1.0f;
     args.epilogue.thread.beta = 0.0f;
     args.epilogue.ptr_C = nullptr;

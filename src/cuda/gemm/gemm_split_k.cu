@@ -1,6 +1,6 @@
 // The slice rule of split-K and the ordered sum of its slices (gemm_split_k.hpp). The sum: one thread per
 // 4 consecutive elements of a row of C (16-byte loads of each slice's partial sums, added in slice order,
-// one 8-byte store of the 4 results in C's type), a grid-stride loop over M x N / 4.
+// one store of the 4 results in C's type: 8 or 16 bytes), a grid-stride loop over M x N / 4.
 #include "cuda/gemm/gemm_split_k.hpp"
 
 #include <cuda_bf16.h>
@@ -20,6 +20,7 @@ constexpr int64_t kPartialAlignment = 256;
 
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_float(float x) { return x; }
 template <class T>
 __device__ __forceinline__ T from_float(float x);
 template <>
@@ -30,9 +31,13 @@ template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
   return __float2bfloat16_rn(x);
 }
+template <>
+__device__ __forceinline__ float from_float<float>(float x) {
+  return x;
+}
 
 template <class T>
-struct alignas(8) Quad {
+struct alignas(4 * sizeof(T)) Quad {
   T value[4];
 };
 
@@ -97,8 +102,11 @@ void sum_split_k_slices(const GemmShape& s, const float* partials, int slices, f
   } else if (s.dtype == DType::f16) {
     sum_slices<__half><<<blocks, kSumThreads, 0, stream>>>(quads, slice_quads, slices, row_quads,
                                                            static_cast<__half*>(s.c), s.c_row, alpha, beta);
+  } else if (s.dtype == DType::f32) {
+    sum_slices<float><<<blocks, kSumThreads, 0, stream>>>(quads, slice_quads, slices, row_quads,
+                                                          static_cast<float*>(s.c), s.c_row, alpha, beta);
   } else {
-    throw Error(Status::internal, "split-K sum: C must be f16 or bf16");
+    throw Error(Status::internal, "split-K sum: C must be f16, bf16 or f32");
   }
   check_launch("gemm split-K sum");
 }

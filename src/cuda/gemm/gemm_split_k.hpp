@@ -36,8 +36,8 @@ int gemm_split_k_slices(const GemmShape& shape, int tile_m, int tile_n, int tile
 int64_t gemm_split_k_partial_bytes(const GemmShape& shape, int slices);
 
 // C = alpha * sum over l < slices of partials[l * m * n + i * n + j] + beta * C, in slice order, C of
-// shape's dtype (f16 or bf16) at shape.c with row stride shape.c_row. Needs N a multiple of 4, C and its row
-// stride 8-byte aligned (the Hopper rows' rule gives 16).
+// shape's dtype (f16, bf16 or f32) at shape.c with row stride shape.c_row. Needs N a multiple of 4, C and its row
+// stride aligned to 4 elements (the Hopper rows' 16-byte rule gives it).
 void sum_split_k_slices(const GemmShape& shape, const float* partials, int slices, float alpha, float beta,
                         int multiprocessors, cudaStream_t stream);
 

@@ -26,6 +26,7 @@
 #include "attnkit/error.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/kernel_attributes.hpp"
+#include "cuda/common/mask_bits_by_key.hpp"
 #include "cuda/fmha/fmha_backward_configs.hpp"
 #include "cuda/fmha/fmha_backward_dkdv.cuh"
 #include "cuda/fmha/fmha_backward_dq.cuh"
@@ -172,12 +173,18 @@ cudaError_t launch_backward_kernels(FmhaBackwardLaunch& launch, char* base, cons
     b.key_bits = b.kind == TileMaskKind::element ? reinterpret_cast<uint32_t*>(at) : nullptr;
     const unsigned mask_bh = static_cast<unsigned>(b.mask_batch * b.mask_heads);
     if (b.key_bits != nullptr) {
-      const int64_t words = backward_key_words(b.seq_q);
-      pack_mask_by_key_kernel<><<<dim3(static_cast<unsigned>((b.seq_k + kPackByKeyThreads - 1) / kPackByKeyThreads),
-                                       static_cast<unsigned>(words < 65535 ? words : 65535), mask_bh),
-                                  kPackByKeyThreads, 0, stream>>>(b);
+      MaskBytes mask;
+      mask.data = b.mask;
+      for (int d = 0; d < 4; ++d) mask.stride[d] = b.mask_stride[d];
+      mask.batches = b.mask_batch;
+      mask.heads = b.mask_heads;
+      mask.rows = b.seq_q;
+      mask.columns = b.seq_k;
+      if (const cudaError_t status = launch_mask_bits_by_key(mask, b.key_bits, stream); status != cudaSuccess) {
+        return status;
+      }
       p.list.key_bits = b.key_bits;
-      p.list.key_words = words;
+      p.list.key_words = backward_key_words(b.seq_q);
     }
     if (b.kind == TileMaskKind::block && b.block_q >= Traits::kBlockM && b.block_k >= Traits::kBlockN) {
       const int64_t tiles = int64_t{mask_bh} * b.q_tiles * b.kv_tiles;

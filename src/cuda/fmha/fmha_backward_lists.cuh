@@ -13,10 +13,9 @@
 // per tile: a CTA per tile would be mostly launch cost there, multiplied by every mask slice of a per-head or per-batch
 // mask. compact_backward_rows_kernel / compact_backward_columns_kernel: one warp per list, ballot + popc, entries tile
 // | kEntryPartial, then the count. rank_backward_rows_kernel (ordered dQ only, fmha_backward_dq_order.hpp): each row's
-// KV tiles get their rank in descending order, written where the tile's class is indexed. pack_mask_by_key_kernel
-// (element masks): the mask packed key-major into 32-bit words, one thread per (slice, key, word of 32 queries), a warp
-// reading 32 consecutive keys of each query row (coalesced); the main kernels then test a partial tile's pairs with a
-// few word loads per row instead of one byte load per pair.
+// KV tiles get their rank in descending order, written where the tile's class is indexed. Element masks are also packed
+// key-major into 32-bit words (launch_mask_bits_by_key, cuda/common/mask_bits_by_key.cu): the main kernels then test a
+// partial tile's pairs with a few word loads per row instead of one byte load per pair.
 #pragma once
 #include <cstdint>
 
@@ -158,29 +157,6 @@ __global__ void __launch_bounds__(32) compact_backward_columns_kernel(const Back
   const int64_t column = mask_bh * p.kv_tiles + blockIdx.x;  // (mask_bh, kv_tile)
   compact_classes(p.classes + mask_bh * p.q_tiles * p.kv_tiles + blockIdx.x, p.kv_tiles, p.q_tiles,
                   p.kv_entries + column * p.q_tiles, p.kv_counts + column);
-}
-
-inline constexpr int kPackByKeyThreads = 128;
-
-// grid (ceil(seq_k / kPackByKeyThreads), min(key_words, 65535), mask_bh); y strides over the words.
-// A template (one definition per instantiation across the kernel files that include this header).
-template <int kThreads = kPackByKeyThreads>
-__global__ void __launch_bounds__(kThreads) pack_mask_by_key_kernel(const BackwardListBuildParams p) {
-  const int32_t k = static_cast<int32_t>(blockIdx.x) * kThreads + static_cast<int32_t>(threadIdx.x);
-  if (k >= p.seq_k) return;
-  const int32_t slice = static_cast<int32_t>(blockIdx.z);
-  const int32_t mb = slice / p.mask_heads, mh = slice % p.mask_heads;
-  const uint8_t* column = p.mask + mb * p.mask_stride[0] + mh * p.mask_stride[1] + k * p.mask_stride[3];
-  const int64_t words = backward_key_words(p.seq_q);
-  uint32_t* row = p.key_bits + (static_cast<int64_t>(slice) * p.seq_k + k) * words;
-  for (int64_t word = blockIdx.y; word < words; word += gridDim.y) {
-    uint32_t bits = 0;
-    for (int b = 0; b < 32; ++b) {
-      const int64_t q = word * 32 + b;
-      if (q < p.seq_q && column[q * p.mask_stride[2]] != 0) bits |= 1u << b;
-    }
-    row[word] = bits;
-  }
 }
 
 }  // namespace attnkit::cuda::fmha

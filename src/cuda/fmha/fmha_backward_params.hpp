@@ -42,7 +42,7 @@ struct BackwardTileLists {
   TileMaskKind kind = TileMaskKind::block;
   const uint8_t* mask = nullptr;
   // Element masks: the mask packed key-major, [mask_bh][seq_k][key_words] 32-bit words, bit q % 32 of word
-  // q / 32 of key row k set when query q attends key k (zero past the queries; pack_mask_by_key_kernel).
+  // q / 32 of key row k set when query q attends key k (zero past the queries; launch_mask_bits_by_key).
   const uint32_t* key_bits = nullptr;
   int64_t key_words = 0;
   int64_t mask_stride[4] = {0, 0, 0, 0};

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "attnkit/dtype.hpp"
+#include "cuda/common/mask_bits_by_key.hpp"  // MaskBytes
 #include "cuda/sparse/scattered_params.hpp"
 
 namespace attnkit::cuda::sparse {
@@ -22,21 +23,11 @@ inline int scattered_width(int64_t head_dim, int64_t head_dim_v) {
   return 0;
 }
 
-// A bool [batches, heads, rows, columns] mask as stored (a broadcast dimension has extent 1 here).
-struct MaskBytes {
-  const uint8_t* data = nullptr;
-  int64_t stride[4] = {0, 0, 0, 1};
-  int32_t batches = 1;
-  int32_t heads = 1;
-  int32_t rows = 0;
-  int32_t columns = 0;
-};
-
 ATTNKIT_SPARSE_HOST_DEVICE int32_t words_for(int32_t bits) { return (bits + 31) / 32; }
 
 // words[slice][row][words_for(columns)] (see PackedMask).
 void launch_pack_mask(const MaskBytes& mask, uint32_t* words, cudaStream_t stream);
-// words[slice][column][words_for(rows)]: the transpose.
+// words[slice][column][words_for(rows)]: the transpose (launch_mask_bits_by_key).
 void launch_pack_mask_transposed(const MaskBytes& mask, uint32_t* words, cudaStream_t stream);
 // p.lse_log2 and p.delta for every (batch, query head, query); rows past seq_q up to row_pitch get 0.
 void launch_scattered_backward_preprocess(const ScatteredBackwardParams& p, DType dtype, cudaStream_t stream);

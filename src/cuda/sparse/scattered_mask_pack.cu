@@ -5,21 +5,20 @@
 // and the whole mask is read once: Sq * Sk bytes in, Sq * Sk / 8 bytes out per mask slice. A byte counts
 // as true when it is nonzero.
 //
-// Transposed words (the dK/dV kernel's): a CTA stages a 32-row x 256-column block of mask bytes in shared
-// memory (row-major, coalesced reads), then thread c builds the word of column c from the 32 rows. Same
-// byte and word counts; the word stores of a warp are Sq / 8 bytes apart.
+// Transposed words (the dK/dV kernel's): the key-major packer shared with the fused backward,
+// launch_mask_bits_by_key (cuda/common/mask_bits_by_key.cu).
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/mask_bits_by_key.hpp"
 #include "cuda/sparse/scattered_launch.hpp"
 
 namespace attnkit::cuda::sparse {
 namespace {
 
 constexpr int kPackThreads = 256;
-constexpr int kTransposeColumns = 256;
 
 // Four mask bytes -> four bits (byte i -> bit i).
 __device__ __forceinline__ uint32_t bits_of_bytes(uint32_t bytes) {
@@ -55,26 +54,6 @@ __global__ void __launch_bounds__(kPackThreads) pack_mask_kernel(const MaskBytes
   }
 }
 
-__global__ void __launch_bounds__(kTransposeColumns)
-    pack_mask_transposed_kernel(const MaskBytes m, uint32_t* words, int32_t column_blocks) {
-  __shared__ uint8_t block[32][kTransposeColumns];
-  const int32_t row_block = static_cast<int32_t>(blockIdx.x) / column_blocks;
-  const int32_t first_column = (static_cast<int32_t>(blockIdx.x) % column_blocks) * kTransposeColumns;
-  const int64_t slice = blockIdx.y;
-  const int column = static_cast<int>(threadIdx.x);
-  const bool column_valid = first_column + column < m.columns;
-  for (int r = 0; r < 32; ++r) {
-    const int32_t row = row_block * 32 + r;
-    block[r][column] = row < m.rows && column_valid ? mask_row(m, slice, row)[first_column + column] : uint8_t{0};
-  }
-  __syncthreads();
-  if (!column_valid) return;
-  uint32_t bits = 0;
-  for (int r = 0; r < 32; ++r) bits |= (block[r][column] != 0 ? 1u : 0u) << r;
-  const int32_t words_per_column = words_for(m.rows);
-  words[(slice * m.columns + first_column + column) * words_per_column + row_block] = bits;
-}
-
 }  // namespace
 
 void launch_pack_mask(const MaskBytes& mask, uint32_t* words, cudaStream_t stream) {
@@ -87,13 +66,7 @@ void launch_pack_mask(const MaskBytes& mask, uint32_t* words, cudaStream_t strea
 }
 
 void launch_pack_mask_transposed(const MaskBytes& mask, uint32_t* words, cudaStream_t stream) {
-  const int32_t column_blocks = (mask.columns + kTransposeColumns - 1) / kTransposeColumns;
-  const int64_t blocks = int64_t{column_blocks} * words_for(mask.rows);
-  const int64_t slices = int64_t{mask.batches} * mask.heads;
-  if (blocks == 0 || slices == 0) return;
-  pack_mask_transposed_kernel<<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(slices)), kTransposeColumns,
-                                0, stream>>>(mask, words, column_blocks);
-  check_launch("pack_mask_transposed_kernel");
+  check_cuda(launch_mask_bits_by_key(mask, words, stream), "mask_bits_by_key_kernel");
 }
 
 }  // namespace attnkit::cuda::sparse

@@ -35,6 +35,7 @@ from . import _capi
 from . import _launch
 from . import _natten_queries
 from . import _plans
+from . import tuner as _tuner
 
 _FORWARD_TENSORS = 8  # q, k, v, out, lse, block_mask, element_mask, rpb (attnkit_plan_run's order)
 # q, k, v, out, lse, grad_out, grad_q, grad_k, grad_v, block_mask, element_mask, rpb, grad_rpb
@@ -75,8 +76,9 @@ def _set_scale(args, scale: Optional[float]) -> None:
         args.scale = float(scale)
 
 
-def _pointer(t) -> Optional[int]:
-    return None if t is None else t.data_ptr()
+def _pointer(t) -> int:
+    """t's data pointer for _plans.run; 0 (NULL) for an absent tensor."""
+    return 0 if t is None else t.data_ptr()
 
 
 def _params_key(params) -> tuple:
@@ -87,16 +89,8 @@ def _params_key(params) -> tuple:
             element_path)
 
 
-_tuner_module = None
-
-
 def deterministic_backward() -> bool:
-    global _tuner_module
-    if _tuner_module is None:
-        from . import tuner
-
-        _tuner_module = tuner
-    return _tuner_module.deterministic_backward() or torch.are_deterministic_algorithms_enabled()
+    return _tuner.deterministic_backward() or torch.are_deterministic_algorithms_enabled()
 
 
 def _forward_plan(lib, q, k, v, out, lse, block_mask, element_mask, params, scale, no_tuning, rpb):
@@ -112,24 +106,41 @@ def _forward_plan(lib, q, k, v, out, lse, block_mask, element_mask, params, scal
 
 
 class _ForwardEntry:
-    """A forward plan with the output shapes its calls allocate."""
+    """A forward plan with the layouts (shape and strides, plain tuples) of the contiguous out and lse its
+    calls allocate; lse_layout None for calls without lse; the calls' params and scale (parts of its key). The
+    backward of a call keys its plan on the entry itself (_backward_call): hashed and compared by identity, it
+    stands for the forward key at no cost."""
 
-    __slots__ = ("plan", "out_like_q", "out_shape", "lse_shape")
+    __slots__ = ("plan", "params", "scale", "out_like_q", "out_layout", "lse_layout")
 
-    def __init__(self, plan, q, v):
+    def __init__(self, plan, params, scale, q, out, lse):
         self.plan = plan
-        self.out_like_q = v.shape[-1:] == q.shape[-1:]
-        self.out_shape = q.shape[:-1] + v.shape[-1:]
-        self.lse_shape = q.shape[:-1]
+        self.params = params
+        self.scale = scale
+        self.out_like_q = out.shape == q.shape
+        self.out_layout = (tuple(out.shape), out.stride())
+        self.lse_layout = None if lse is None else (tuple(lse.shape), lse.stride())
 
 
-def _outputs(entry: _ForwardEntry, q, need_lse: bool):
-    """Contiguous out (q's dtype) and, when needed, lse (float32); the cheapest torch allocation for each."""
+def _new_outputs(q, v, need_lse: bool):
+    """Contiguous out (q's dtype) and, when needed, lse (float32) for a call without a plan yet."""
+    out = q.new_empty(q.shape[:-1] + v.shape[-1:])
+    return out, (q.new_empty(q.shape[:-1], dtype=torch.float32) if need_lse else None)
+
+
+def _outputs(entry: _ForwardEntry, q):
+    """_new_outputs for a planned call, by the cheapest torch allocation for each: empty_like for an out shaped
+    like q, else empty_strided of the entry's plain tuples (new_empty of a torch.Size shape with a dtype costs
+    about twice as much: torch parses a torch.Size argument slowly)."""
     if entry.out_like_q:
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
     else:
-        out = q.new_empty(entry.out_shape)
-    return out, (q.new_empty(entry.lse_shape, dtype=torch.float32) if need_lse else None)
+        shape, stride = entry.out_layout
+        out = torch.empty_strided(shape, stride, dtype=q.dtype, device=q.device)
+    if entry.lse_layout is None:
+        return out, None
+    shape, stride = entry.lse_layout
+    return out, torch.empty_strided(shape, stride, dtype=torch.float32, device=q.device)
 
 
 def run_forward(q, k, v, block_mask, element_mask, params: tuple, scale: Optional[float], need_lse: bool,
@@ -141,38 +152,47 @@ def run_forward(q, k, v, block_mask, element_mask, params: tuple, scale: Optiona
 
 def run_forward_keyed(q, k, v, block_mask, element_mask, params: tuple, scale: Optional[float], need_lse: bool,
                       rpb=None):
-    """run_forward's (out, lse) and the plan key of the call, which also fixes the layout of out and lse (fresh
-    contiguous allocations): the backward of the same tensors keys its plan on it (_backward_call)."""
-    # Inline form of _launch.contiguous_last and _plans.tensor_key: this runs on every call.
+    """run_forward's (out, lse) and the plan entry of the call (_ForwardEntry), which stands for its key and fixes
+    the layout of out and lse (fresh contiguous allocations): the backward of the same tensors keys its plan on it
+    (_backward_call)."""
+    # Inline form of _launch.contiguous_last and _plans.tensor_key: this runs on every call (stride() once per
+    # tensor: cheaper than stride(-1)).
+    q_stride, k_stride, v_stride = q.stride(), k.stride(), v.stride()
     try:
-        if q.stride(-1) != 1:
+        if q_stride[-1] != 1:
             q = _launch.contiguous_last(q)
-        if k.stride(-1) != 1:
+            q_stride = q.stride()
+        if k_stride[-1] != 1:
             k = _launch.contiguous_last(k)
-        if v.stride(-1) != 1:
+            k_stride = k.stride()
+        if v_stride[-1] != 1:
             v = _launch.contiguous_last(v)
+            v_stride = v.stride()
     except IndexError:
         pass  # a 0-d tensor: making the plan below refuses it with the library's message
     no_tuning = torch.are_deterministic_algorithms_enabled()
-    key = (q.shape, q.stride(), q.dtype, q.device, q.data_ptr() & 15,
-           k.shape, k.stride(), k.dtype, k.device, k.data_ptr() & 15,
-           v.shape, v.stride(), v.dtype, v.device, v.data_ptr() & 15,
+    q_pointer, k_pointer, v_pointer = q.data_ptr(), k.data_ptr(), v.data_ptr()
+    key = (q.shape, q_stride, q.dtype, q.device, q_pointer & 15,
+           k.shape, k_stride, k.dtype, k.device, k_pointer & 15,
+           v.shape, v_stride, v.dtype, v.device, v_pointer & 15,
            params, scale, need_lse, no_tuning)
-    if block_mask is not None or element_mask is not None or rpb is not None:
+    if block_mask is None and element_mask is None and rpb is None:
+        masks = (0, 0, 0)  # the usual call: no mask tensors, no bias
+    else:
         block_mask, element_mask = _launch.contiguous_last(block_mask), _launch.contiguous_last(element_mask)
         key += (_plans.tensor_key(block_mask), _plans.tensor_key(element_mask), _plans.tensor_key(rpb))
+        masks = (_pointer(block_mask), _pointer(element_mask), _pointer(rpb))
     entry = _forward_plans.get(key)
     if entry is None:
-        entry = _ForwardEntry(None, q, v)
-        out, lse = _outputs(entry, q, need_lse)
-        entry.plan = _forward_plan(_launch.library(), q, k, v, out, lse, block_mask, element_mask, params, scale,
-                                   no_tuning, rpb)
+        out, lse = _new_outputs(q, v, need_lse)
+        plan = _forward_plan(_launch.library(), q, k, v, out, lse, block_mask, element_mask, params, scale,
+                             no_tuning, rpb)
+        entry = _ForwardEntry(plan, params, scale, q, out, lse)
         _forward_plans.put(key, entry)
     else:
-        out, lse = _outputs(entry, q, need_lse)
-    _plans.run(entry.plan, (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), _pointer(lse),
-                            _pointer(block_mask), _pointer(element_mask), _pointer(rpb)), q.device)
-    return out, lse, key
+        out, lse = _outputs(entry, q)
+    _plans.run(entry.plan, (q_pointer, k_pointer, v_pointer, out.data_ptr(), _pointer(lse)) + masks, q.device)
+    return out, lse, entry
 
 
 def _backward_plan(lib, tensors, block_mask, element_mask, params, scale, deterministic, no_tuning, rpb, grad_rpb):
@@ -192,8 +212,8 @@ def _backward_plan(lib, tensors, block_mask, element_mask, params, scale, determ
 
 
 def _backward_call(q, k, v, out, lse, grad_out, block_mask, element_mask, params, scale, deterministic, rpb=None,
-                   rpb_grad=False, forward_key=None):
-    """(grad_q, grad_k, grad_v, grad_rpb); grad_rpb is None unless rpb_grad. forward_key: the key of the
+                   rpb_grad=False, forward_entry=None):
+    """(grad_q, grad_k, grad_v, grad_rpb); grad_rpb is None unless rpb_grad. forward_entry: the plan entry of the
     run_forward_keyed call that made out and lse from these q, k, v and masks (None: key on every tensor)."""
     # The gradients are contiguous and shaped like q, k, v, so the key needs only the inputs' entries.
     contiguous = torch.contiguous_format
@@ -201,12 +221,12 @@ def _backward_call(q, k, v, out, lse, grad_out, block_mask, element_mask, params
     grad_k = torch.empty_like(k, memory_format=contiguous)
     grad_v = torch.empty_like(v, memory_format=contiguous)
     grad_rpb = torch.empty_like(rpb, memory_format=contiguous) if rpb_grad else None
-    tensors = (q, k, v, out, lse, grad_out, grad_q, grad_k, grad_v)
     no_tuning = torch.are_deterministic_algorithms_enabled()
-    if forward_key is not None:
-        # The forward key holds q, k, v, the masks, params and scale; out and lse are its fresh contiguous
-        # outputs (fresh allocations: 16-byte aligned); autograd hands grad_out on out's device.
-        key = (forward_key, grad_out.shape, grad_out.stride(), grad_out.dtype, grad_out.data_ptr() & 15,
+    if forward_entry is not None:
+        # The forward entry stands for its key, which holds q, k, v, the masks, params and scale; out and lse are
+        # its fresh contiguous outputs (fresh allocations: 16-byte aligned); autograd hands grad_out on out's
+        # device. A backward key keeps its entry alive, so the entry's identity is never reused while it is here.
+        key = (forward_entry, grad_out.shape, grad_out.stride(), grad_out.dtype, grad_out.data_ptr() & 15,
                deterministic, no_tuning, rpb_grad)
     else:
         key = (q.shape, q.stride(), q.dtype, q.device, q.data_ptr() & 15,
@@ -220,21 +240,26 @@ def _backward_call(q, k, v, out, lse, grad_out, block_mask, element_mask, params
             key += (_plans.tensor_key(block_mask), _plans.tensor_key(element_mask), _plans.tensor_key(rpb), rpb_grad)
     plan = _backward_plans.get(key)
     if plan is None:
-        plan = _backward_plan(_launch.library(), tensors, block_mask, element_mask, params, scale, deterministic,
-                              no_tuning, rpb, grad_rpb)
+        plan = _backward_plan(_launch.library(), (q, k, v, out, lse, grad_out, grad_q, grad_k, grad_v), block_mask,
+                              element_mask, params, scale, deterministic, no_tuning, rpb, grad_rpb)
         _backward_plans.put(key, plan)
+    if block_mask is None and element_mask is None and rpb is None:
+        masks = (0, 0, 0, 0)  # the usual call: no mask tensors, no bias
+    else:
+        masks = (_pointer(block_mask), _pointer(element_mask), _pointer(rpb), _pointer(grad_rpb))
     _plans.run(plan, (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(), grad_out.data_ptr(),
-                      grad_q.data_ptr(), grad_k.data_ptr(), grad_v.data_ptr(), _pointer(block_mask),
-                      _pointer(element_mask), _pointer(rpb), _pointer(grad_rpb)), q.device)
+                      grad_q.data_ptr(), grad_k.data_ptr(), grad_v.data_ptr()) + masks, q.device)
     return grad_q, grad_k, grad_v, grad_rpb
 
 
 def run_backward(grad_out, grad_lse, q, k, v, out, lse, block_mask, element_mask, params: tuple,
-                 scale: Optional[float], deterministic: bool, rpb=None, rpb_grad: bool = False, forward_key=None):
+                 scale: Optional[float], deterministic: bool, rpb=None, rpb_grad: bool = False, forward_entry=None):
     """(grad_q, grad_k, grad_v, grad_rpb) from the incoming gradients of out and lse (either may be None);
-    grad_rpb is None unless rpb_grad. forward_key: see _backward_call."""
+    grad_rpb is None unless rpb_grad. forward_entry: see _backward_call."""
     device = q.device
-    if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1 or out.stride(-1) != 1 or lse.stride(-1) != 1:
+    # stride()[-1]: cheaper than stride(-1). With a forward entry, out and lse are its fresh contiguous outputs.
+    if (q.stride()[-1] != 1 or k.stride()[-1] != 1 or v.stride()[-1] != 1
+            or (forward_entry is None and (out.stride()[-1] != 1 or lse.stride()[-1] != 1))):
         q, k, v, out, lse = (_launch.contiguous_last(t) for t in (q, k, v, out, lse))
     if block_mask is not None or element_mask is not None:
         block_mask, element_mask = _launch.contiguous_last(block_mask), _launch.contiguous_last(element_mask)
@@ -243,9 +268,11 @@ def run_backward(grad_out, grad_lse, q, k, v, out, lse, block_mask, element_mask
     if grad_out is not None:
         if grad_out.dtype != q.dtype:
             grad_out = grad_out.to(q.dtype)
-        grad_out = _launch.contiguous_last(grad_out)
+        grad_out_stride = grad_out.stride()
+        if grad_out_stride and grad_out_stride[-1] != 1:  # e.g. out.sum()'s expanded gradient (stride 0)
+            grad_out = _launch.contiguous_last(grad_out)
         grads = _backward_call(q, k, v, out, lse, grad_out, block_mask, element_mask, params, scale, deterministic,
-                               rpb, rpb_grad, forward_key)
+                               rpb, rpb_grad, forward_entry)
     if grad_lse is not None:
         # e_0 needs a value dim: with Dv = 0 the call below runs on one value dim (v = 0 there anyway).
         shape = out.shape if out.shape[-1] else out.shape[:-1] + (1,)
@@ -273,22 +300,30 @@ class AttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, block_mask, element_mask, params, scale, rpb=None):
-        out, lse, ctx.forward_key = run_forward_keyed(q, k, v, block_mask, element_mask, params, scale, True, rpb)
-        ctx.save_for_backward(q, k, v, out, lse, block_mask, element_mask, rpb)
+        # The entry also carries params and scale to the backward.
+        out, lse, ctx.forward_entry = run_forward_keyed(q, k, v, block_mask, element_mask, params, scale, True, rpb)
+        if block_mask is None and element_mask is None and rpb is None:
+            ctx.save_for_backward(q, k, v, out, lse)  # the usual call: no None slots to save and unpack
+        else:
+            ctx.save_for_backward(q, k, v, out, lse, block_mask, element_mask, rpb)
         # An unused output's gradient stays None instead of zeros: an unused lse then costs no second
         # backward call.
         ctx.set_materialize_grads(False)
-        ctx.params = params
-        ctx.scale = scale
         return out, lse
 
     @staticmethod
     def backward(ctx, grad_out, grad_lse):
-        q, k, v, out, lse, block_mask, element_mask, rpb = ctx.saved_tensors
-        with_rpb = len(ctx.needs_input_grad) > 7  # apply() was given the rpb argument
+        saved = ctx.saved_tensors
+        if len(saved) == 5:
+            (q, k, v, out, lse), block_mask, element_mask, rpb = saved, None, None, None
+        else:
+            q, k, v, out, lse, block_mask, element_mask, rpb = saved
+        entry = ctx.forward_entry
+        needs_input_grad = ctx.needs_input_grad
+        with_rpb = len(needs_input_grad) > 7  # apply() was given the rpb argument
         grad_q, grad_k, grad_v, grad_rpb = run_backward(
-            grad_out, grad_lse, q, k, v, out, lse, block_mask, element_mask, ctx.params, ctx.scale,
-            deterministic_backward(), rpb, with_rpb and ctx.needs_input_grad[7], ctx.forward_key)
+            grad_out, grad_lse, q, k, v, out, lse, block_mask, element_mask, entry.params, entry.scale,
+            deterministic_backward(), rpb, with_rpb and needs_input_grad[7], entry)
         return (grad_q, grad_k, grad_v, None, None, None, None) + ((grad_rpb,) if with_rpb else ())
 
 

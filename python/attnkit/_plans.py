@@ -14,6 +14,7 @@ The library refreshes a plan itself when the tuner's settings change, so the dic
 from __future__ import annotations
 
 import ctypes
+import struct
 
 import torch
 
@@ -23,22 +24,32 @@ from . import _launch
 _MAX_PLANS = 2048
 _VoidPtr = ctypes.c_void_p
 
+# attnkit_plan_run as run() calls it (_run_function), made on the first run: without argtypes, which cost a
+# conversion call per argument, so run() passes each argument as the C type it is (ctypes objects, None for
+# NULL, a Python int for the int32_t count).
 _run_fn = None
+_current_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
 class Plan:
     """A library plan handle with its workspace size; destroyed with the object."""
 
-    __slots__ = ("handle", "workspace_bytes", "count", "pointer_array", "_destroy")
+    __slots__ = ("handle", "workspace_bytes", "workspace_size", "count", "pointer_array", "pack", "cuda", "_destroy")
 
-    def __init__(self, lib, handle: ctypes.c_void_p, count: int):
+    def __init__(self, lib, handle: ctypes.c_void_p, count: int, device: torch.device | None = None):
         self.handle = handle
         self.count = count
         self.pointer_array = _VoidPtr * count
+        # The pointer array as native pointers in a bytes object: a few times cheaper to build than a
+        # ctypes array (the library only reads it); run() falls back to pointer_array for None entries.
+        self.pack = struct.Struct(f"@{count}P").pack
+        # Whether runs need the device's current stream (a CUDA plan: its key holds the device).
+        self.cuda = device is not None and device.type == "cuda"
         self._destroy = lib.attnkit_plan_destroy
         size = ctypes.c_int64(0)
         _capi.check(lib.attnkit_plan_workspace_size(handle, ctypes.byref(size)), lib)
         self.workspace_bytes = size.value
+        self.workspace_size = size  # the int64_t argument of attnkit_plan_run (never changed)
 
     def __del__(self):
         if self.handle:
@@ -69,21 +80,40 @@ def make(lib, create, args, device: torch.device, no_tuning: bool, count: int) -
     flags = _capi.ATTNKIT_PLAN_NO_TUNING if no_tuning else 0
     with _launch.device_guard(device):
         _capi.check(create(ctypes.byref(args), ctypes.byref(options), flags, ctypes.byref(handle)), lib)
-    return Plan(lib, handle, count)
+    return Plan(lib, handle, count, device)
+
+
+def _run_function():
+    """attnkit_plan_run without argtypes (a function object of its own: the library's prototype stays as _capi
+    declares it)."""
+    global _run_fn
+    lib = _launch.library()
+    fn = lib["attnkit_plan_run"]
+    fn.restype = lib.attnkit_plan_run.restype
+    _run_fn = fn
+    return fn
 
 
 def run(plan: Plan, pointers, device: torch.device) -> None:
-    """Runs `plan` on tensors given by their data pointers (None for absent ones), on the device's current
+    """Runs `plan` on tensors given by their data pointers (0 or None for absent ones), on the device's current
     stream, with a workspace from PyTorch's allocator when the plan needs one."""
-    global _run_fn
-    if _run_fn is None:
-        _run_fn = _launch.library().attnkit_plan_run
-    data = plan.pointer_array(*pointers)
-    workspace = None
+    run_fn = _run_fn
+    if run_fn is None:
+        run_fn = _run_function()
+    try:
+        data = plan.pack(*pointers)
+    except struct.error:  # a None entry, or fewer pointers than the plan takes (the rest are NULL)
+        data = plan.pointer_array(*pointers)
+    if plan.cuda:
+        stream = _VoidPtr(_current_raw_stream(device.index) if _current_raw_stream is not None
+                          else _launch.stream_of(device))
+    else:
+        stream = None
+    workspace = workspace_pointer = None
     if plan.workspace_bytes:
         # The caching allocator keeps stream order: freed after the enqueue, reused only after it ran.
         workspace = torch.empty(plan.workspace_bytes, dtype=torch.uint8, device=device)
-    status = _run_fn(plan.handle, data, plan.count, _launch.stream_of(device),
-                     workspace.data_ptr() if workspace is not None else None, plan.workspace_bytes)
+        workspace_pointer = _VoidPtr(workspace.data_ptr())
+    status = run_fn(plan.handle, data, plan.count, stream, workspace_pointer, plan.workspace_size)
     if status:
         _capi.check(status, _launch.library())

@@ -11,7 +11,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import attnkit
 import reference
-from attnkit import _attention_ops, functional, tuner
+from attnkit import _attention_ops, _mask_spec, _plans, functional, tuner
 from conftest import randn
 from gpu_support import require_cuda, skip_if_unsupported
 
@@ -151,6 +151,75 @@ def test_a_view_of_another_alignment_makes_a_new_plan_and_is_still_right():
     assert len(_attention_ops._forward_plans) == plans + 1
     expected, _ = reference.attention(shifted, k, v)
     assert reference.relative_l2(out, expected) <= 1e-5
+
+
+def test_expanded_gradients_of_separate_leaves_accumulate_right_over_two_backwards():
+    # out.sum() hands back a stride-0 (expanded) gradient; each gradient is a standalone tensor, so the second
+    # backward's accumulation into .grad touches only its own leaf.
+    q, k, v = randn(1, 21, 3, 8, requires_grad=True), randn(1, 17, 3, 8, requires_grad=True), randn(
+        1, 17, 3, 6, requires_grad=True)
+    for _ in range(2):
+        attnkit.attention(q, k, v).sum().backward()
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    expected, _ = reference.attention(q64, k64, v64)
+    expected.sum().backward()
+    for actual, wanted in ((q.grad, q64.grad), (k.grad, k64.grad), (v.grad, v64.grad)):
+        assert actual.data_ptr() not in (t.grad.data_ptr() for t in (q, k, v) if t.grad is not actual)
+        assert reference.relative_l2(actual, 2 * wanted) <= 1e-5
+
+
+def test_a_planned_call_allocates_outputs_of_the_first_calls_layout():
+    # Dv != D: out is not shaped like q (the planned call allocates it from the entry's recorded layout).
+    q, k, v = randn(2, 9, 4, 8), randn(2, 11, 2, 8), randn(2, 11, 2, 5)
+    first = attnkit.attention(q, k, v, return_lse=True)
+    plans = len(_attention_ops._forward_plans)
+    second = attnkit.attention(q, k, v, return_lse=True)
+    assert len(_attention_ops._forward_plans) == plans
+    for a, b in zip(first, second):
+        assert a.shape == b.shape and a.stride() == b.stride() and a.dtype == b.dtype and b.is_contiguous()
+        assert torch.equal(a, b)
+    assert second[0].dtype == q.dtype and second[1].dtype == torch.float32
+
+
+def test_gradients_of_non_contiguous_inputs_with_a_mask_are_right():
+    # Last dimension not contiguous (the forward and the backward copy it), and a mask tensor saved for the
+    # backward.
+    leaves = [randn(1, 8, 13, 3, requires_grad=True) for _ in range(3)]
+    q, k, v = (t.permute(0, 2, 3, 1) for t in leaves)  # [1, 13, 3, 8], last stride 39
+    assert all(t.stride(-1) != 1 for t in (q, k, v))
+    mask = torch.rand(13, 13) < 0.6
+    mask.fill_diagonal_(True)
+    grad = randn(1, 13, 3, 8)
+    got = torch.autograd.grad(attnkit.attention(q, k, v, mask=mask), leaves, grad)
+    expected_out, _ = reference.attention(q.double(), k.double(), v.double(), mask=mask)
+    expected = torch.autograd.grad(expected_out, leaves, grad.double())
+    for g, e in zip(got, expected):
+        assert reference.relative_l2(g, e) <= 1e-5
+
+
+def test_a_backward_after_the_forward_plans_were_dropped_makes_its_plan_again_and_is_right():
+    # The backward keys its plan on the forward's plan entry: a new entry for the same call shape gets its own.
+    q, k, v = (randn(1, 15, 2, 8, requires_grad=True) for _ in range(3))
+    grad = randn(1, 15, 2, 8)
+    first = torch.autograd.grad(attnkit.attention(q, k, v, is_causal=True), (q, k, v), grad)
+    _attention_ops._forward_plans.clear()
+    plans = len(_attention_ops._backward_plans)
+    second = torch.autograd.grad(attnkit.attention(q, k, v, is_causal=True), (q, k, v), grad)
+    assert len(_attention_ops._backward_plans) == plans + 1
+    for a, b in zip(first, second):
+        assert torch.equal(a, b)
+
+
+def test_a_plan_runs_with_none_for_absent_tensors_and_fewer_pointers():
+    # _plans.run packs the pointers as bytes; None entries or a short tuple take the ctypes array instead.
+    q, k, v = (randn(1, 12, 2, 8) for _ in range(3))
+    params = _mask_spec.dense().params()
+    expected, _ = _attention_ops.run_forward(q, k, v, None, None, params, None, False)
+    entry = _attention_ops._forward_plans[next(reversed(_attention_ops._forward_plans))]
+    for tail in ((0, 0, 0, 0), (None, None, None, None), (None,), ()):
+        out = torch.full_like(q, float("nan"))
+        _plans.run(entry.plan, (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr()) + tail, q.device)
+        assert torch.equal(out, expected)
 
 
 @pytest.mark.parametrize("path", ["eager", "custom_op"])

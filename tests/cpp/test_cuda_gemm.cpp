@@ -1187,8 +1187,8 @@ TEST(CudaGemmSelection, Fp32OnA90DeviceSelectsTheHopperTf32RowWhenAllowedAndThe3
   EXPECT_EQ(layouts, 4);
 }
 
-// Every Hopper fp32 row but split-K (tf32, 3xtf32) forced with ATTNKIT_GEMM_CONFIG against the oracle, on the layouts whose
-// canonical form has the row's majorness (C row-major and column-major): single elements, M = 1, N = 1, K = 1,
+// Every Hopper fp32 row but split-K (tf32, 3xtf32) forced with ATTNKIT_GEMM_CONFIG against the oracle, on the layouts
+// whose canonical form has the row's majorness (C row-major and column-major): single elements, M = 1, N = 1, K = 1,
 // extents that are no multiple of the tiles (nor of the K tiles, 16 and 32), N not a multiple of 4 (staged, N
 // padded), unaligned views (staged), alpha and beta, batches with broadcast operands (directly and staged), and
 // grids of more output tiles than SMs (the persistent CTAs run several tiles: the 3xTF32 mainloop's split

@@ -518,10 +518,7 @@ def section_layers():
         from attnkit import _mask_spec, _plans
 
         params = _mask_spec.dense().params()
-        ops.run_forward(q, k, v, None, None, params, None, False)  # makes the plan
-        key = (_plans.tensor_key(q), _plans.tensor_key(k), _plans.tensor_key(v), None, None, params, None, False,
-               False)
-        plan = ops._forward_plans[key]
+        plan = ops.run_forward_keyed(q, k, v, None, None, params, None, False)[2].plan  # makes the plan
         out = torch.empty(q.shape[:-1] + v.shape[-1:], dtype=q.dtype, device=device)
         return _plans, params, plan, out
 

@@ -893,6 +893,23 @@ class CudaGemmKernelChoice : public ::testing::Test {
   void SetUp() override {
     if (!cuda_device_present()) GTEST_SKIP() << "no CUDA device: cudaGetDeviceCount found none";
   }
+
+  // With `kernel` forced (ATTNKIT_GEMM_CONFIG): when it accepts problem `s` on device 0, checks that the plan runs
+  // it and that the result matches the oracle, and returns true; false when the kernel refuses the problem.
+  static bool forced_run_matches_oracle(const cuda::gemm::GemmKernel& kernel, const GemmSpec& s,
+                                        const Precision& precision, uint64_t seed) {
+    const GemmRun probe = prepare(s, precision, seed, false, false);
+    const cuda::gemm::GemmShape shape = cuda::gemm::describe_gemm(probe.problem);
+    cuda::gemm::GemmStaging staging;
+    if (!cuda::gemm::gemm_kernel_matches(kernel, shape, precision.allow_tf32) ||
+        !cuda::gemm::gemm_kernel_refusal(kernel, shape, cuda::gemm::gemm_device(0), &staging).empty()) {
+      return false;
+    }
+    SCOPED_TRACE(kernel.name);
+    EXPECT_EQ(detail::gemm_plan(probe.problem, RunOptions{})->config().name.rfind(kernel.name, 0), 0u) << s.describe();
+    expect_matches_oracle(s, precision, seed);
+    return true;
+  }
 };
 
 TEST_F(CudaGemmKernelChoice, AlignedHalfPrecisionRunsTheHopperKernelOnA90Device) {
@@ -992,7 +1009,6 @@ TEST_F(CudaGemmKernelChoice, ForcedHopperRowsMatchTheOracle) {
   const std::vector<std::array<int64_t, 3> > sizes = {{64, 128, 64},    {1, 64, 64},     {37, 53, 71},
                                                       {129, 257, 200},  {256, 512, 128}, {300, 72, 520},
                                                       {1000, 1160, 40}, {1100, 2056, 24}};
-  const cuda::gemm::GemmDevice& device = cuda::gemm::gemm_device(0);
   int rows = 0;
   for (const cuda::gemm::GemmKernel* kernel : cuda::gemm::gemm_kernels()) {
     // fp32 rows: ForcedHopperFp32RowsMatchTheOracle.
@@ -1014,19 +1030,7 @@ TEST_F(CudaGemmKernelChoice, ForcedHopperRowsMatchTheOracle) {
         s.transpose_a = layout & 1, s.transpose_b = layout & 2, s.c_col_major = layout & 4;
         s.beta = (layout + i) % 3 == 0 ? 0.5 : 0.0;
         s.alpha = layout & 1 ? 1.25 : 1.0;
-        const uint64_t seed = 151 + i * 8 + static_cast<uint64_t>(layout);
-        const GemmRun probe = prepare(s, precision, seed, false, false);
-        const cuda::gemm::GemmShape shape = cuda::gemm::describe_gemm(probe.problem);
-        cuda::gemm::GemmStaging staging;
-        if (!cuda::gemm::gemm_kernel_matches(*kernel, shape, false) ||
-            !cuda::gemm::gemm_kernel_refusal(*kernel, shape, device, &staging).empty()) {
-          continue;
-        }
-        SCOPED_TRACE(kernel->name);
-        EXPECT_EQ(detail::gemm_plan(probe.problem, RunOptions{})->config().name.rfind(kernel->name, 0), 0u)
-            << s.describe();
-        expect_matches_oracle(s, precision, seed);
-        ++runs;
+        if (forced_run_matches_oracle(*kernel, s, precision, 151 + i * 8 + static_cast<uint64_t>(layout))) ++runs;
       }
     }
     EXPECT_GE(runs, 2 * static_cast<int>(sizes.size())) << kernel->name;
@@ -1201,7 +1205,6 @@ TEST_F(CudaGemmKernelChoice, ForcedHopperFp32RowsMatchTheOracle) {
   const std::vector<std::array<int64_t, 3> > sizes = {
       {1, 1, 1},      {1, 64, 64},     {64, 1, 64},    {64, 64, 1},      {37, 53, 71},    {129, 257, 200},
       {136, 264, 33}, {256, 512, 128}, {300, 72, 520}, {1000, 1160, 40}, {2100, 2100, 24}};
-  const cuda::gemm::GemmDevice& device = cuda::gemm::gemm_device(0);
   int rows = 0;
   for (const cuda::gemm::GemmKernel* kernel : cuda::gemm::gemm_kernels()) {
     // Split-K rows: SplitKMatchesTheOracle (their rule admits few shapes).
@@ -1226,19 +1229,7 @@ TEST_F(CudaGemmKernelChoice, ForcedHopperFp32RowsMatchTheOracle) {
         s.transpose_a = layout & 1, s.transpose_b = layout & 2, s.c_col_major = layout & 4;
         s.beta = (layout + i) % 3 == 0 ? 0.5 : 0.0;
         s.alpha = layout & 1 ? 1.25 : 1.0;
-        const uint64_t seed = 251 + i * 8 + static_cast<uint64_t>(layout);
-        const GemmRun probe = prepare(s, precision, seed, false, false);
-        const cuda::gemm::GemmShape shape = cuda::gemm::describe_gemm(probe.problem);
-        cuda::gemm::GemmStaging staging;
-        if (!cuda::gemm::gemm_kernel_matches(*kernel, shape, precision.allow_tf32) ||
-            !cuda::gemm::gemm_kernel_refusal(*kernel, shape, device, &staging).empty()) {
-          continue;
-        }
-        SCOPED_TRACE(kernel->name);
-        EXPECT_EQ(detail::gemm_plan(probe.problem, RunOptions{})->config().name.rfind(kernel->name, 0), 0u)
-            << s.describe();
-        expect_matches_oracle(s, precision, seed);
-        ++runs;
+        if (forced_run_matches_oracle(*kernel, s, precision, 251 + i * 8 + static_cast<uint64_t>(layout))) ++runs;
       }
     }
     EXPECT_GE(runs, 2 * static_cast<int>(sizes.size())) << kernel->name;

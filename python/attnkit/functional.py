@@ -489,9 +489,10 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, allow_tf32: bool = False) -> torch
     x.mT) pass without a copy."""
     _check_tensor(a, "a")
     _check_tensor(b, "b")
-    if a.dim() == 2 and b.dim() == 3:
+    a_dim, b_dim = a.dim(), b.dim()
+    if a_dim == 2 and b_dim == 3:
         a = a.unsqueeze(0)
-    elif a.dim() == 3 and b.dim() == 2:
+    elif a_dim == 3 and b_dim == 2:
         b = b.unsqueeze(0)
     if _eager_fast_path(a, b, b):
         return _gemm_ops.eager_gemm(a, b, bool(allow_tf32))

@@ -6,7 +6,9 @@ retention ops take):
 
   chunk     B8 T4096 H16 D128, B2 T16384 H16 D128 and the same at D64: forward, and backward
             (attnkit.retention(mode="chunk") against fla.ops.retention.chunk_retention)
-  parallel  B8 T4096 H16 D128 forward (attnkit mode="parallel" against fla parallel_retention)
+  parallel  B8 T4096 H16 D128 and D64: forward and backward (attnkit mode="parallel" against fla
+            parallel_retention); the D128 row again with the same decay given as an explicit decay matrix
+            [H, T, T] (attnkit decay=..., fp32, no gradient for the matrix; fla: its gamma form)
   decode    B64 H16 D128, one token against an fp32 state, state out (attnkit mode="recurrent" against
             fla fused_recurrent_retention)
 
@@ -101,6 +103,8 @@ ROWS = [
     ("chunk_b8_t4096_h16_d64", "chunk", 8, 4096, 16, 64),
     ("chunk_b2_t16384_h16_d64", "chunk", 2, 16384, 16, 64),
     ("parallel_b8_t4096_h16_d128", "parallel", 8, 4096, 16, 128),
+    ("parallel_b8_t4096_h16_d64", "parallel", 8, 4096, 16, 64),
+    ("parallel_decay_b8_t4096_h16_d128", "parallel_decay", 8, 4096, 16, 128),
     ("decode_b64_h16_d128", "decode", 64, 1, 16, 128),
 ]
 
@@ -112,8 +116,18 @@ def run_chunk_like(name, kind, b, t, h, d, args):
     mode = "chunk" if kind == "chunk" else "parallel"
     fla_fn = chunk_retention if kind == "chunk" else parallel_retention
     results = []
+    decay = None
+    if kind == "parallel_decay":
+        # The default gammas' powers, gamma_h^(t - m) for m <= t, as the [H, T, T] matrix (fp32).
+        gamma = 1.0 - torch.exp2(-5.0 - torch.arange(h, device="cuda", dtype=torch.float64))
+        steps = torch.arange(t, device="cuda", dtype=torch.float64)
+        distance = steps[:, None] - steps[None, :]
+        decay = torch.where(distance >= 0, gamma[:, None, None] ** distance.clamp(min=0), 0.0).float()
+        del steps, distance
 
     def attnkit_forward():
+        if decay is not None:
+            return attnkit.retention(q, k, v, decay=decay)[0]
         return attnkit.retention(q, k, v, mode=mode)[0]
 
     candidates = [("attnkit", attnkit_forward)]
@@ -135,7 +149,7 @@ def run_chunk_like(name, kind, b, t, h, d, args):
             if candidate == "fla":
                 reference_out = out.detach()
             row["_out"] = out.detach()
-            if kind == "chunk" and not args.no_backward:
+            if not args.no_backward:
                 graph_out = forward()
 
                 def backward():

@@ -15,12 +15,8 @@
 namespace attnkit::cuda::fmha {
 namespace {
 
-constexpr int64_t kAlignment = 256;
-
 // Tensors of a set, in layout order.
 enum Slot : size_t { kQ, kK, kV, kOut, kLse, kGradOut, kGradQ, kGradK, kGradV, kMask, kSlots };
-
-int64_t align_up(int64_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
 
 int64_t product(const std::vector<int64_t>& extents) {
   int64_t n = 1;
@@ -85,7 +81,7 @@ void FmhaAttentionRunner::build(int64_t l2_bytes, uint64_t seed) {
     if (!used) continue;
     offsets[i] = set_bytes;
     const int64_t size = i == kLse ? 4 : i == kMask ? 1 : element;
-    set_bytes += align_up(product(extents_[i]) * size);
+    set_bytes += tuning_tensor_bytes(product(extents_[i]) * size);
   }
   const int count = tuning_buffer_sets(set_bytes, l2_bytes);
 

@@ -13,10 +13,6 @@
 namespace attnkit::cuda::gemm {
 namespace {
 
-constexpr int64_t kAlignment = 256;
-
-int64_t align_up(int64_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
-
 // Elements of one matrix of `outer` rows of `leading` elements, times the batch.
 int64_t matrix_elements(int64_t outer, int64_t leading, int64_t batch) {
   return std::max<int64_t>(outer, 1) * std::max<int64_t>(leading, 1) * std::max<int64_t>(batch, 1);
@@ -53,9 +49,9 @@ void GemmTuningRunner::build(int64_t l2_bytes, uint64_t seed) {
   const int64_t b_bytes =
       element * matrix_elements(s.b_k_major() ? s.n : s.k, s.b_k_major() ? s.b_col : s.b_row, s.batch);
   const int64_t c_bytes = element * matrix_elements(s.m, s.c_row, s.batch);
-  b_offset_ = align_up(a_bytes);
-  c_offset_ = b_offset_ + align_up(b_bytes);
-  const int64_t set_bytes = c_offset_ + align_up(c_bytes);
+  b_offset_ = tuning_tensor_bytes(a_bytes);
+  c_offset_ = b_offset_ + tuning_tensor_bytes(b_bytes);
+  const int64_t set_bytes = c_offset_ + tuning_tensor_bytes(c_bytes);
   const RandomPattern pattern(spec_.dtype, seed);
   sets_.assign(static_cast<size_t>(tuning_buffer_sets(set_bytes, l2_bytes)), nullptr);
   for (void*& set : sets_) {

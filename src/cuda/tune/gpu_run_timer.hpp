@@ -32,6 +32,10 @@ inline constexpr int kMaxTuningBufferSets = 64;
 // at most kMaxTuningBufferSets.
 int tuning_buffer_sets(int64_t set_bytes, int64_t l2_bytes);
 
+// `bytes` rounded up to a multiple of 256: a buffer set lays its tensors out at offsets of such sizes, so that every
+// tensor starts as aligned as a kernel's vector loads and TMA need.
+inline int64_t tuning_tensor_bytes(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+
 // The random pattern on the device, uploaded once; fill() tiles it over device memory on a stream.
 class RandomPattern {
  public:

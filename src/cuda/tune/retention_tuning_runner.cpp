@@ -13,12 +13,8 @@
 namespace attnkit::cuda::retention {
 namespace {
 
-constexpr int64_t kAlignment = 256;
-
 // Tensors of a set, in layout order; the backward's only after kOut.
 enum Slot : size_t { kQ, kK, kV, kOut, kGradOut, kGradQ, kGradK, kGradV, kSlots };
-
-int64_t align_up(int64_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
 
 }  // namespace
 
@@ -58,7 +54,7 @@ void RetentionTuningRunner::build(int64_t l2_bytes, uint64_t seed) {
     if (backward ? i == kOut : i > kOut) continue;  // the backward reads dO, not out
     offsets[i] = set_bytes;
     const auto& e = *extents[i];
-    set_bytes += align_up(e[0] * e[1] * e[2] * e[3] * element);
+    set_bytes += tuning_tensor_bytes(e[0] * e[1] * e[2] * e[3] * element);
   }
   const RandomPattern pattern(s.dtype, seed);
   sets_.resize(static_cast<size_t>(tuning_buffer_sets(set_bytes, l2_bytes)));

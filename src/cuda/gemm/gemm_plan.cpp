@@ -17,12 +17,37 @@
 namespace attnkit::cuda::gemm {
 namespace {
 
-// The runtime calls of a run make the device's primary context current by themselves, but the driver calls
-// (cuTensorMapEncodeTiled, for the Hopper kernels' TMA descriptors) need it current already, and a thread
-// that never used the runtime (PyTorch's autograd device thread, a fresh std::thread) has none: the
-// DeviceGuard calls cudaSetDevice only when another device is current. cudaSetDevice makes the primary
-// context current and is allowed during stream capture.
-void make_primary_context_current(int device) { check_cuda(cudaSetDevice(device), "cudaSetDevice"); }
+// The device whose primary context this thread last made current here with cudaSetDevice (-1: none yet).
+thread_local int primary_context_device = -1;
+
+// Makes `device` current for a run or a plan's making and restores the caller's device after, when it differed.
+// The runtime calls of a run make the device's primary context current by themselves, but its driver calls
+// (cuTensorMapEncodeTiled and cuTensorMapReplaceAddress, for the Hopper kernels' TMA descriptors) need it current
+// already, and a thread that never used the runtime (PyTorch's autograd device thread, a fresh std::thread) has
+// none: cudaSetDevice makes it current (and is allowed during stream capture). It is called once per thread and
+// device: while the device stays current, the context this thread made current stays too (cudaSetDevice, here or
+// elsewhere, makes a primary context current), so the common run, its device current on a thread that ran here
+// before, costs one cudaGetDevice. A caller that makes another context of the device current with the driver API
+// (cuCtxSetCurrent) keeps it for the run: the descriptors are encoded there.
+class RunDevice {
+ public:
+  explicit RunDevice(int device) {
+    check_cuda(cudaGetDevice(&previous_), "cudaGetDevice");
+    if (previous_ == device && primary_context_device == device) return;
+    check_cuda(cudaSetDevice(device), "cudaSetDevice");
+    primary_context_device = device;
+    restore_ = previous_ != device;
+  }
+  ~RunDevice() {
+    if (restore_ && cudaSetDevice(previous_) == cudaSuccess) primary_context_device = previous_;
+  }
+  RunDevice(const RunDevice&) = delete;
+  RunDevice& operator=(const RunDevice&) = delete;
+
+ private:
+  int previous_ = 0;
+  bool restore_ = false;
+};
 
 class CudaGemmPlan final : public detail::OpPlan<GemmProblem> {
  public:
@@ -32,8 +57,7 @@ class CudaGemmPlan final : public detail::OpPlan<GemmProblem> {
   int64_t workspace_bytes() const override { return runner_->workspace_bytes(); }
 
   void run(const GemmProblem& problem, const RunOptions& options) const override {
-    const DeviceGuard guard(device_);
-    make_primary_context_current(device_);
+    const RunDevice device(device_);
     const GemmShape shape = bind_gemm(shape_, problem);
     const auto stream = static_cast<cudaStream_t>(options.stream);
     const int64_t needed = runner_->workspace_bytes();
@@ -67,8 +91,7 @@ class CudaGemmPlan final : public detail::OpPlan<GemmProblem> {
 
 detail::MadePlan<GemmProblem> make_gemm_plan(const GemmProblem& problem, const RunOptions& options) {
   const int index = problem.a.device.index;
-  const DeviceGuard guard(index);
-  make_primary_context_current(index);
+  const RunDevice run_device(index);
   const GemmDevice& device = gemm_device(index);
   const GemmShape shape = describe_gemm(problem);
   const GemmSelection selection = select_gemm_config(shape, problem.allow_tf32, options, index);

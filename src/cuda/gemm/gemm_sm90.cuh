@@ -24,37 +24,37 @@
 // M and K rounded up (swapped rows: CUTLASS's A is B^T, whose contiguous extent is N). An operand that
 // misses the stride rule is staged too; the 32-bit problem shape is the only hard limit.
 //
-// A plan makes the runner once: can_implement, the workspace size (0 but for stream-K and split-K) and the
-// dynamic shared memory attribute (once per kernel and device). The kernel Params (TMA descriptors, which embed the
-// global addresses, and the scheduler's) are built on the host for each distinct set of pointers, alpha,
-// beta and workspace, and the last few are kept: a run with the pointers of a recent run (the same
-// buffers: benchmarks, static inference buffers, the caching allocator's reuse) only launches. A
-// descriptor the driver could not encode (CUTLASS prints the error and carries on with a zero descriptor)
-// stops the run with an error instead of launching on it.
+// A plan makes the runner once: can_implement, the workspace size (0 but for stream-K and split-K), the dynamic
+// shared memory attribute (once per kernel and device) and, for stream-K rows, where the barriers that must be
+// cleared before each launch lie in the workspace. The kernel Params (TMA descriptors, which embed the operand
+// addresses, and the scheduler's) are kept per workspace, alpha and beta (gemm_params_cache.hpp): a run with
+// other A, B or C addresses points the kept descriptors at them (cuTensorMapReplaceAddress) instead of encoding
+// four new ones, and launches the kernel itself (launch_sm90_gemm: no per-launch attribute calls). A descriptor
+// the driver could not encode (CUTLASS prints the error and carries on with a zero descriptor) stops the run with
+// an error instead of launching on it.
 #pragma once
 #include <cuda_runtime_api.h>
 
-#include <array>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <type_traits>
 
 #include "attnkit/error.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/kernel_attributes.hpp"
+#include "cuda/common/tensor_map_address.hpp"
 #include "cuda/gemm/gemm_kernel.hpp"
+#include "cuda/gemm/gemm_params_cache.hpp"
 #include "cuda/gemm/gemm_sm90_3xtf32_mainloop.cuh"
 #include "cuda/gemm/gemm_split_k.hpp"
 #include "cuda/gemm/gemm_staging.hpp"
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
+#include "cutlass/device_kernel.h"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
 #include "cutlass/gemm/collective/collective_builder.hpp"
-#include "cutlass/gemm/device/gemm_universal_adapter.h"
 #include "cutlass/gemm/dispatch_policy.hpp"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 
@@ -162,7 +162,6 @@ struct Sm90Gemm {
   static constexpr int kTileN = TileN;
   static constexpr int kTileK = TileK;
   static constexpr bool kStreamK = Schedule::kStreamK;
-  using Adapter = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 };
 
 // Strides of a CUTLASS operand in its (MN, K, L) modes: `mn` the stride along M (or N), `k` along K.
@@ -300,20 +299,98 @@ inline bool descriptor_encoded(const void* descriptor, size_t bytes) {
   return false;
 }
 
+// The region of a stream-K kernel's workspace that must be zero before each launch: its tile barriers (peers
+// of a split tile count up in them and wait on the count; the kernel does not reset them, so every launch
+// starts from zeros). CUTLASS's initialize_workspace computes the region's place on every call and clears it;
+// here it is computed once per runner, with the calls and arguments of the kernel's and the stream-K
+// scheduler's initialize_workspace (CUTLASS 4.2: the epilogue's workspace first, then the scheduler's, whose
+// reduction buffers precede its barriers), and a run only clears it. `exact` is false where that layout does
+// not hold (an epilogue with a workspace of its own): runs then call initialize_workspace as CUTLASS does.
+struct BarrierRegion {
+  size_t offset = 0;
+  size_t bytes = 0;
+  bool exact = false;
+};
+
+template <class Gemm>
+BarrierRegion stream_k_barrier_region(const typename Gemm::Kernel::Arguments& args, size_t kernel_workspace_bytes) {
+  using Kernel = typename Gemm::Kernel;
+  using Scheduler = typename Kernel::TileScheduler;
+  using SchedulerParams = typename Scheduler::Params;
+  BarrierRegion region;
+  if (Kernel::CollectiveEpilogue::get_workspace_size(args.problem_shape, args.epilogue) != 0) return region;
+  const auto problem_mnkl = cute::append<4>(args.problem_shape, 1);
+  const typename Gemm::TileShape tile_shape{};
+  const typename Gemm::ClusterShape cluster_shape{};
+  const dim3 problem_blocks = Scheduler::get_tiled_cta_shape_mnl(problem_mnkl, tile_shape, cluster_shape);
+  const auto k_tiles = static_cast<uint32_t>(
+      cute::size(cute::ceil_div(cute::shape<2>(problem_mnkl), cute::shape<2>(typename Gemm::TileShape{}))));
+  size_t barrier_bytes = 0, reduction_bytes = 0;
+  SchedulerParams::get_workspace_component_sizes(
+      problem_blocks, k_tiles, cutlass::gemm::to_gemm_coord(tile_shape), cutlass::gemm::to_gemm_coord(cluster_shape),
+      barrier_bytes, reduction_bytes, args.hw_info, args.scheduler.splits, args.scheduler.max_swizzle_size,
+      args.scheduler.raster_order, args.scheduler.decomposition_mode, args.scheduler.reduction_mode,
+      Kernel::NumMmaWarpGroups, cutlass::sizeof_bits<typename Scheduler::BarrierType>::value,
+      cutlass::sizeof_bits<typename Kernel::ElementAccumulator>::value,
+      Kernel::CollectiveEpilogue::get_store_pipe_increment(typename Gemm::TileShape{}), 1);
+  if (reduction_bytes + barrier_bytes > kernel_workspace_bytes) return region;  // not the layout above
+  region.offset = reduction_bytes;
+  region.bytes = barrier_bytes;
+  region.exact = true;
+  return region;
+}
+
+// Launches `params` on the kernel's grid: through the runtime's extended launch with the cluster as a launch
+// attribute (what CUTLASS's device adapter does, without its per-launch cudaFuncSetAttribute: clusters of up
+// to 8 CTAs are portable, so NonPortableClusterSizeAllowed is never needed, and the dynamic shared memory limit
+// is raised once when the runner is made).
+template <class Gemm>
+cudaError_t launch_sm90_gemm(typename Gemm::Kernel::Params& params, dim3 grid, cudaStream_t stream) {
+  using Kernel = typename Gemm::Kernel;
+  static constexpr unsigned kClusterM = cute::size<0>(typename Gemm::ClusterShape{});
+  static constexpr unsigned kClusterN = cute::size<1>(typename Gemm::ClusterShape{});
+  static_assert(kClusterM * kClusterN <= 8, "a cluster beyond the portable 8 CTAs needs NonPortableClusterSizeAllowed");
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = Kernel::get_block_shape();
+  config.dynamicSmemBytes = Kernel::SharedStorageSize;
+  config.stream = stream;
+  cudaLaunchAttribute cluster{};
+  if constexpr (kClusterM * kClusterN > 1) {
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = kClusterM;
+    cluster.val.clusterDim.y = kClusterN;
+    cluster.val.clusterDim.z = 1;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+  }
+  void* arguments[] = {&params};
+  return cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(cutlass::device_kernel<Kernel>), arguments);
+}
+
 template <class Gemm>
 class Sm90Runner final : public GemmRunner {
   using Params = typename Gemm::Kernel::Params;
 
  public:
+  // The kernel's Params with the grid they launch on (a function of the problem and the device only).
+  struct Launch {
+    Params params{};
+    dim3 grid{};
+  };
+
   Sm90Runner(const GemmShape& shape, const GemmDevice& device) : device_(device) {
     if constexpr (Gemm::kSplitK) {
       slices_ = gemm_split_k_slices(shape, Gemm::kTileM, Gemm::kTileN, Gemm::kTileK, device.multiprocessors);
       if (slices_ == 0) throw Error(Status::internal, "sm90 split-K gemm: made for a shape it refuses");
       partial_bytes_ = gemm_split_k_partial_bytes(shape, slices_);
     }
-    kernel_workspace_bytes_ =
-        static_cast<int64_t>(Gemm::Kernel::get_workspace_size(arguments_of<Gemm>(shape, 1.0f, 0.0f, device, slices_)));
+    const auto args = arguments_of<Gemm>(shape, 1.0f, 0.0f, device, slices_);
+    kernel_workspace_bytes_ = static_cast<int64_t>(Gemm::Kernel::get_workspace_size(args));
     workspace_bytes_ = partial_bytes_ + kernel_workspace_bytes_;
+    if constexpr (Gemm::kStreamK) {
+      barriers_ = stream_k_barrier_region<Gemm>(args, static_cast<size_t>(kernel_workspace_bytes_));
+    }
     check_cuda(raise_dynamic_shared_memory_once(cutlass::device_kernel<typename Gemm::Kernel>,
                                                 static_cast<int>(Gemm::Kernel::SharedStorageSize)),
                "cudaFuncSetAttribute (sm90 gemm)");
@@ -323,64 +400,85 @@ class Sm90Runner final : public GemmRunner {
 
   // Workspace: the split-K partial sums (partial_bytes_, 0 for other rows), then CUTLASS's own.
   void run(const GemmShape& shape, float alpha, float beta, void* workspace, cudaStream_t stream) const override {
+    // A row without workspace ignores the caller's (any address): its Params do not depend on it.
+    if (workspace_bytes_ == 0) workspace = nullptr;
     auto* partials = static_cast<float*>(workspace);
-    void* kernel_workspace = static_cast<unsigned char*>(workspace) + partial_bytes_;
+    void* kernel_workspace =
+        kernel_workspace_bytes_ > 0 ? static_cast<unsigned char*>(workspace) + partial_bytes_ : nullptr;
     // Split-K kernels compute alpha = 1, beta = 0 into the partials; the sum applies the call's.
-    const Key key = Gemm::kSplitK ? Key{shape.a, shape.b, partials, kernel_workspace, 1.0f, 0.0f}
-                                  : Key{shape.a, shape.b, shape.c, kernel_workspace, alpha, beta};
-    const auto args = arguments_of<Gemm>(shape, alpha, beta, device_, slices_, partials);
-    if (kernel_workspace_bytes_ > 0 &&
-        Gemm::Kernel::initialize_workspace(args, kernel_workspace, stream, nullptr) != cutlass::Status::kSuccess) {
-      throw Error(Status::cuda_error, "sm90 gemm: initializing the workspace failed");
-    }
-    Params params = cached_params(key, args, kernel_workspace);
-    const cutlass::Status status = Gemm::Adapter::run(params, stream);
-    check_launch("sm90 gemm");
-    if (status != cutlass::Status::kSuccess) {
-      throw Error(Status::cuda_error, std::string("sm90 gemm: launch failed: ") + cutlassGetStatusString(status));
-    }
+    const GemmParamsKey key =
+        Gemm::kSplitK ? GemmParamsKey{workspace, 1.0f, 0.0f} : GemmParamsKey{workspace, alpha, beta};
+    const GemmOperandAddresses operands = operand_addresses(shape);
+    if constexpr (Gemm::kStreamK) clear_barriers(shape, alpha, beta, partials, kernel_workspace, stream);
+    Launch launch = cache_.get(
+        key, operands,
+        [&] { return build(arguments_of<Gemm>(shape, alpha, beta, device_, slices_, partials), kernel_workspace); },
+        [](Launch& l, const GemmOperandAddresses& from, const GemmOperandAddresses& to) { patch(l.params, from, to); });
+    check_cuda(launch_sm90_gemm<Gemm>(launch.params, launch.grid, stream), "sm90 gemm launch");
     if constexpr (Gemm::kSplitK) {
       sum_split_k_slices(shape, partials, slices_, alpha, beta, device_.multiprocessors, stream);
     }
   }
 
- private:
-  struct Key {
-    const void* a = nullptr;
-    const void* b = nullptr;
-    const void* c = nullptr;
-    const void* workspace = nullptr;
-    float alpha = 0.0f, beta = 0.0f;
-    bool operator==(const Key& o) const {
-      return a == o.a && b == o.b && c == o.c && workspace == o.workspace &&
-             std::memcmp(&alpha, &o.alpha, sizeof(float)) == 0 && std::memcmp(&beta, &o.beta, sizeof(float)) == 0;
-    }
-  };
-  struct Entry {
-    Key key;
-    Params params;
-    bool used = false;
-  };
-  static constexpr int kEntries = 8;
+  // How many Params were built and patched (tests).
+  int64_t params_builds() const { return cache_.builds(); }
+  int64_t params_patches() const { return cache_.patches(); }
 
-  // The Params of `key`: kept from a recent run, else built (the TMA descriptors are encoded by the driver
-  // here) and checked.
-  Params cached_params(const Key& key, const typename Gemm::Kernel::Arguments& args, void* workspace) const {
-    {
-      const std::lock_guard<std::mutex> lock(mutex_);
-      for (const Entry& e : entries_) {
-        if (e.used && e.key == key) return e.params;
+ private:
+  // The addresses the kernel's TMA descriptors point at: CUTLASS's A and B (B^T and A^T on swapped rows), and C,
+  // which both the C load and the D store address (split-K rows store to the partial sums, part of the key).
+  static GemmOperandAddresses operand_addresses(const GemmShape& s) {
+    GemmOperandAddresses o;
+    o.a = Gemm::kSwapped ? s.b : s.a;
+    o.b = Gemm::kSwapped ? s.a : s.b;
+    o.c = Gemm::kSplitK ? nullptr : s.c;
+    return o;
+  }
+
+  // Params built by CUTLASS (the driver encodes the TMA descriptors here), checked.
+  static Launch build(const typename Gemm::Kernel::Arguments& args, void* kernel_workspace) {
+    Launch launch;
+    launch.params = Gemm::Kernel::to_underlying_arguments(args, kernel_workspace);
+    check_descriptors(launch.params);
+    launch.grid = Gemm::Kernel::get_grid_shape(launch.params);
+    return launch;
+  }
+
+  // Points the descriptors of Params built for `from` at `to`. Nothing else in the Params depends on A, B or C:
+  // the mainloops' Params are their TMA descriptors and transaction sizes, the epilogue's its descriptors and
+  // alpha / beta, the scheduler's the problem's tiling and the workspace.
+  static void patch(Params& params, const GemmOperandAddresses& from, const GemmOperandAddresses& to) {
+    if (from.a != to.a) replace_tensor_map_address(descriptor(params.mainloop.tma_load_a), to.a, "sm90 gemm A");
+    if (from.b != to.b) replace_tensor_map_address(descriptor(params.mainloop.tma_load_b), to.b, "sm90 gemm B");
+    if constexpr (!Gemm::kSplitK) {
+      if (from.c != to.c) {
+        replace_tensor_map_address(descriptor(params.epilogue.tma_load_c), to.c, "sm90 gemm C");
+        replace_tensor_map_address(descriptor(params.epilogue.tma_store_d), to.c, "sm90 gemm D");
       }
     }
-    Params params = Gemm::Kernel::to_underlying_arguments(args, workspace);
-    check_descriptors(params);
-    const std::lock_guard<std::mutex> lock(mutex_);
-    Entry& slot = entries_[next_];
-    next_ = (next_ + 1) % kEntries;
-    slot.key = key;
-    slot.params = params;
-    slot.used = true;
-    return params;
+  }
+
+  // The descriptor inside a TMA copy of our own copy of the Params (CUTLASS hands it out const).
+  template <class TmaCopy>
+  static void* descriptor(TmaCopy& copy) {
+    return const_cast<cute::TmaDescriptor*>(copy.get_tma_descriptor());
+  }
+
+  // Stream-K: the barriers start every launch at zero (see BarrierRegion).
+  void clear_barriers(const GemmShape& shape, float alpha, float beta, float* partials, void* kernel_workspace,
+                      cudaStream_t stream) const {
+    if (kernel_workspace_bytes_ == 0) return;
+    if (barriers_.exact) {
+      if (barriers_.bytes == 0) return;
+      check_cuda(
+          cudaMemsetAsync(static_cast<unsigned char*>(kernel_workspace) + barriers_.offset, 0, barriers_.bytes, stream),
+          "cudaMemsetAsync (sm90 stream-K gemm barriers)");
+      return;
+    }
+    const auto args = arguments_of<Gemm>(shape, alpha, beta, device_, slices_, partials);
+    if (Gemm::Kernel::initialize_workspace(args, kernel_workspace, stream, nullptr) != cutlass::Status::kSuccess) {
+      throw Error(Status::cuda_error, "sm90 gemm: initializing the workspace failed");
+    }
   }
 
   static void check_descriptors(const Params& params) {
@@ -402,9 +500,8 @@ class Sm90Runner final : public GemmRunner {
   int64_t partial_bytes_ = 0;
   int64_t kernel_workspace_bytes_ = 0;
   int64_t workspace_bytes_ = 0;
-  mutable std::mutex mutex_;
-  mutable std::array<Entry, kEntries> entries_{};
-  mutable int next_ = 0;
+  BarrierRegion barriers_;  // stream-K rows
+  GemmParamsCache<Launch> cache_;
 };
 
 template <class Gemm>

@@ -8,7 +8,8 @@
 // padding). Also: which kernel a plan runs (Hopper for bf16 / fp16 on a 9.0 device, split-K or stream-K
 // for small grids, misaligned operands and N not a multiple of 8 staged into aligned copies, the SIMT
 // fallback only for what no tensor-core row takes), the caller's workspace, a run replayed from a CUDA
-// graph, and runs from a thread with no CUDA context current. Without CUDA (or a GPU) every test skips,
+// graph, runs from a thread with no CUDA context current, one plan run on many buffer sets, and a plan of device 1
+// run while device 0 is current. Without CUDA (or a GPU) every test skips,
 // except CudaGemmCanonicalForm and CudaGemmSelection, which need a CUDA build but no GPU (host memory, a
 // described device).
 #include <gtest/gtest.h>
@@ -1152,6 +1153,111 @@ TEST_F(CudaGemmKernelChoice, RunsFromAThreadWithNoCudaContextCurrent) {
     EXPECT_EQ(error, "") << precision.name;
     fresh.c.download();
     EXPECT_LE(test::relative_l2(fresh.c.host, fresh.expected_view), precision.tolerance) << precision.name;
+  }
+}
+
+// Checks C of `run` against its oracle after the plan wrote it: finite, within `tolerance`, padding untouched.
+void expect_run_matches(GemmRun& run, double tolerance, const std::string& what) {
+  run.c.download();
+  EXPECT_TRUE(run.c.padding_untouched()) << what << ": an element outside C's view was written";
+  ASSERT_FALSE(test::any_nan(run.c.host)) << what << ": C holds NaN after the run";
+  EXPECT_LE(test::relative_l2(run.c.host, run.expected_view), tolerance) << what;
+}
+
+// One plan run on more buffer sets than a Hopper runner keeps Params for (gemm_params_cache.hpp: 8 workspace /
+// alpha / beta keys, each patched to new operand addresses): fresh A, B and C per set, then every set again in
+// reverse order (C poisoned again: an address seen before, patched back), with two caller workspaces in turn and
+// the stream-ordered one (a workspace address the runner has not seen). Each Hopper schedule is forced on a shape
+// it accepts: the 2x1-cluster cooperative rows, ping-pong, stream-K (barriers cleared per launch), split-K (A and B
+// patched, the partial sums in the workspace), a TF32 row of MN-major B (swapped: CUTLASS's A is B^T), 3xTF32, and
+// a C column-major problem (canonical form C^T = B^T A^T).
+TEST_F(CudaGemmKernelChoice, OnePlanRunOnManyBufferSetsMatchesTheOracleOnEach) {
+  if (device_capability() != 90) GTEST_SKIP() << "the Hopper GEMM runs on compute capability 9.0 only";
+  struct Case {
+    const char* row;
+    Precision precision;
+    GemmSpec spec;
+  };
+  GemmSpec data_parallel;
+  data_parallel.m = 136, data_parallel.n = 264, data_parallel.k = 520, data_parallel.beta = 0.5;
+  GemmSpec small_grid;  // split-K's rule: batch 1, few output tiles, a long K
+  small_grid.m = 16, small_grid.n = 512, small_grid.k = 4096, small_grid.transpose_b = true, small_grid.beta = -0.5;
+  GemmSpec column_major_c = data_parallel;  // canonical form: C^T = B^T A^T, both K-major
+  column_major_c.c_col_major = true, column_major_c.transpose_b = true;
+  const std::vector<Case> cases = {
+      {"sm90_bf16_ak_bmn_128x256x64_c2x1_coop", kBF16, data_parallel},
+      {"sm90_f16_ak_bk_64x128x64_c1x1_pingpong", kF16, column_major_c},
+      {"sm90_bf16_ak_bmn_128x128x64_c1x1_streamk", kBF16, data_parallel},
+      {"sm90_bf16_ak_bk_128x128x64_c1x1_splitk", kBF16, small_grid},
+      {"sm90_tf32_ak_bmn_128x256x32_c2x1_coop", kTF32, data_parallel},
+      {"sm90_3xtf32_ak_bmn_128x128x16_c1x1_coop", kF32, data_parallel},
+  };
+  int rows = 0;
+  for (const Case& c : cases) {
+    const auto& kernels = cuda::gemm::gemm_kernels();
+    const auto found = std::find_if(kernels.begin(), kernels.end(),
+                                    [&](const cuda::gemm::GemmKernel* k) { return std::string(k->name) == c.row; });
+    if (found == kernels.end()) continue;  // not in this build's kernel set
+    SCOPED_TRACE(std::string(c.row) + " " + c.spec.describe());
+    const test::ScopedEnvironment forced(cuda::gemm::kForcedGemmConfigVariable, c.row);
+    detail::clear_gemm_plans();
+    constexpr int kSets = 12;
+    std::vector<GemmRun> runs;
+    for (int i = 0; i < kSets; ++i) runs.push_back(prepare(c.spec, c.precision, 300 + static_cast<uint64_t>(i), true));
+    const auto plan = detail::gemm_plan(runs[0].problem, RunOptions{});
+    ASSERT_EQ(plan->config().name, c.row);
+    const int64_t bytes = plan->workspace_bytes();
+    DeviceBuffer workspaces[2] = {DeviceBuffer(static_cast<size_t>(bytes)), DeviceBuffer(static_cast<size_t>(bytes))};
+    auto options_for = [&](int i) {
+      RunOptions options;
+      if (bytes > 0 && i % 3 != 2) {
+        options.workspace = workspaces[i % 3].data();
+        options.workspace_bytes = bytes;
+      }
+      return options;
+    };
+    const double tolerance = c.precision.allow_tf32 ? kTf32ExactInputTolerance : c.precision.tolerance;
+    for (int pass = 0; pass < 2; ++pass) {
+      for (int j = 0; j < kSets; ++j) {
+        const int i = pass == 0 ? j : kSets - 1 - j;
+        runs[i].c.upload();  // C as the oracle started from (NaN where beta is 0)
+        ASSERT_NO_THROW(plan->run(runs[i].problem, options_for(i + pass)));
+        expect_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+        expect_run_matches(runs[i], tolerance, "set " + std::to_string(i) + " pass " + std::to_string(pass));
+      }
+    }
+    ++rows;
+  }
+  detail::clear_gemm_plans();
+  EXPECT_GT(rows, 0) << "none of the forced rows is in this build";
+}
+
+// A plan made for device 1 runs there while device 0 is current, and leaves device 0 current.
+TEST_F(CudaGemmKernelChoice, APlanOfDevice1RunsThereWhileDevice0IsCurrent) {
+  int count = 0;
+  expect_cuda(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+  if (count < 2) GTEST_SKIP() << "needs two CUDA devices (found " << count << ")";
+  for (const Precision& precision : {kBF16, kF32}) {
+    GemmSpec s;
+    s.m = 136, s.n = 264, s.k = 72;
+    expect_cuda(cudaSetDevice(1), "cudaSetDevice(1)");
+    GemmRun first = prepare(s, precision, 401, true);
+    GemmRun second = prepare(s, precision, 402, true);
+    for (GemmRun* run : {&first, &second}) {
+      for (TensorView* view : {&run->problem.a, &run->problem.b, &run->problem.c}) view->device.index = 1;
+    }
+    expect_cuda(cudaSetDevice(0), "cudaSetDevice(0)");
+    const double tolerance = precision.allow_tf32 ? kTf32ExactInputTolerance : precision.tolerance;
+    for (GemmRun* run : {&first, &second}) {
+      ASSERT_NO_THROW(gemm(run->problem));
+      int current = -1;
+      expect_cuda(cudaGetDevice(&current), "cudaGetDevice");
+      EXPECT_EQ(current, 0) << "the run left another device current";
+      expect_cuda(cudaSetDevice(1), "cudaSetDevice(1)");
+      expect_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize (device 1)");
+      expect_cuda(cudaSetDevice(0), "cudaSetDevice(0)");
+      expect_run_matches(*run, tolerance, precision.name);
+    }
   }
 }
 

@@ -7,8 +7,8 @@ views, summed over the batch where the forward broadcast.
 
 Two front doors share the formula, as for attention (_attention_ops.py):
 - eager calls go through eager_gemm: library plans (attnkit_gemm_plan) cached by call shape, run with
-  only the data pointers, the stream and a workspace from PyTorch's allocator (the stream-K and staged
-  kernels need one), and GemmFunction for autograd — no custom-op dispatch, no per-call argument
+  only the data pointers, the stream and a workspace (the split-K, stream-K and staged kernels need one) kept
+  per stream and reused by every gemm run there (_plans._stream_workspace), and GemmFunction for autograd — no custom-op dispatch, no per-call argument
   structs (the custom op costs some 40 us of host time per call, more than a 1024^3 GEMM's kernel);
 - under torch.compile / export, or with a dispatch mode or tensor subclass active, the custom op below.
 """
@@ -121,7 +121,9 @@ def run_gemm(a: torch.Tensor, b: torch.Tensor, allow_tf32: bool) -> torch.Tensor
         c = torch.empty(_result_shape(a, b), dtype=a.dtype, device=device)
         args = _gemm_args(lib, a, b, c, allow_tf32)
         create = _capi.optional_function(lib, "attnkit_gemm_plan")
-        entry = _GemmEntry(_plans.make(lib, create, args, device, False, _GEMM_TENSORS), c.shape)
+        plan = _plans.make(lib, create, args, device, False, _GEMM_TENSORS)
+        plan.reuse_workspace = True  # the stream's kept workspace (_plans._stream_workspace)
+        entry = _GemmEntry(plan, c.shape)
         _gemm_plans.put(key, entry)
     else:
         c = a.new_empty(entry.c_shape)

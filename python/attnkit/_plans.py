@@ -34,7 +34,8 @@ _current_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 class Plan:
     """A library plan handle with its workspace size; destroyed with the object."""
 
-    __slots__ = ("handle", "workspace_bytes", "workspace_size", "count", "pointer_array", "pack", "cuda", "_destroy")
+    __slots__ = ("handle", "workspace_bytes", "workspace_size", "count", "pointer_array", "pack", "cuda",
+                 "reuse_workspace", "_destroy")
 
     def __init__(self, lib, handle: ctypes.c_void_p, count: int, device: torch.device | None = None):
         self.handle = handle
@@ -45,6 +46,8 @@ class Plan:
         self.pack = struct.Struct(f"@{count}P").pack
         # Whether runs need the device's current stream (a CUDA plan: its key holds the device).
         self.cuda = device is not None and device.type == "cuda"
+        # Whether runs take the stream's kept workspace (_stream_workspace) instead of a new one per call.
+        self.reuse_workspace = False
         self._destroy = lib.attnkit_plan_destroy
         size = ctypes.c_int64(0)
         _capi.check(lib.attnkit_plan_workspace_size(handle, ctypes.byref(size)), lib)
@@ -83,6 +86,39 @@ def make(lib, create, args, device: torch.device, no_tuning: bool, count: int) -
     return Plan(lib, handle, count, device)
 
 
+# Workspaces kept per (device index, stream) for plans with reuse_workspace (gemm's split-K partial sums, stream-K
+# barriers, staged operands): runs enqueued on one stream execute in order, so one buffer serves every such run
+# there, and an allocation per call (some microseconds of host time, a GEMM's kernel time at small sizes) is saved.
+# The library also keeps its launch parameters per workspace address, so a steady address lets it skip even the
+# patching of its TMA descriptors. Not under CUDA graph capture: a graph would keep the address of a buffer that a
+# larger workspace later replaces (then freed and handed out again), so capture takes a new workspace from the
+# graph's pool per call, as before. Each buffer is as large as the largest workspace asked for on its stream, at
+# most _MAX_KEPT_WORKSPACE (larger ones are allocated per call); clear_workspaces() lets them go.
+_MAX_KEPT_WORKSPACE = 64 << 20
+_kept_workspaces = {}
+_stream_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None)
+_current_device = getattr(torch._C, "_cuda_getDevice", None)
+
+
+def clear_workspaces() -> None:
+    """Drops the workspaces kept for reuse (the caching allocator frees them in stream order)."""
+    _kept_workspaces.clear()
+
+
+def _stream_workspace(bytes_needed: int, device: torch.device, stream: int):
+    """A workspace of at least bytes_needed bytes for runs on `stream`, or None where it may not be kept (capture,
+    a device other than the current one, whose capture state torch does not tell, or a size beyond the limit)."""
+    if (bytes_needed > _MAX_KEPT_WORKSPACE or _stream_capturing is None or _current_device is None
+            or _current_device() != device.index or _stream_capturing()):
+        return None
+    key = (device.index, stream)
+    kept = _kept_workspaces.get(key)
+    if kept is None or kept.numel() < bytes_needed:
+        kept = torch.empty(bytes_needed, dtype=torch.uint8, device=device)
+        _kept_workspaces[key] = kept
+    return kept
+
+
 def _run_function():
     """attnkit_plan_run without argtypes (a function object of its own: the library's prototype stays as _capi
     declares it)."""
@@ -111,8 +147,11 @@ def run(plan: Plan, pointers, device: torch.device) -> None:
         stream = None
     workspace = workspace_pointer = None
     if plan.workspace_bytes:
-        # The caching allocator keeps stream order: freed after the enqueue, reused only after it ran.
-        workspace = torch.empty(plan.workspace_bytes, dtype=torch.uint8, device=device)
+        if plan.reuse_workspace and plan.cuda:
+            workspace = _stream_workspace(plan.workspace_bytes, device, stream.value or 0)
+        if workspace is None:
+            # The caching allocator keeps stream order: freed after the enqueue, reused only after it ran.
+            workspace = torch.empty(plan.workspace_bytes, dtype=torch.uint8, device=device)
         workspace_pointer = _VoidPtr(workspace.data_ptr())
     status = run_fn(plan.handle, data, plan.count, stream, workspace_pointer, plan.workspace_size)
     if status:

@@ -1,12 +1,14 @@
 """attnkit.gemm on the CPU: plain, batched, broadcast batch, transposed (column-major) views,
 float64 gradients. On CUDA (skipped without a device): an N that is not a multiple of 8 and the split-K
 problems (small grids with a long K), plain, with transposed views, replayed from a CUDA graph, and
-bitwise repeatable."""
+bitwise repeatable; the workspace kept per stream (shared by the runs of one stream, its own per stream, never
+the one a CUDA graph captures)."""
 
 import pytest
 import torch
 
 import attnkit
+from attnkit import _gemm_ops, _plans
 import reference
 from conftest import randn
 from gpu_support import poison_allocator, require_cuda, skip_if_unsupported
@@ -139,6 +141,68 @@ def test_cuda_gemm_split_k_and_odd_n_are_repeatable_and_replay_from_a_cuda_graph
     with torch.cuda.graph(graph):
         c = attnkit.gemm(a, b)
     a.copy_(torch.randn(m, k, dtype=torch.bfloat16, device="cuda"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert reference.relative_l2(c, a.double() @ b.double()) <= reference.TOLERANCE[torch.bfloat16]
+
+
+# --- CUDA: the workspace kept per stream (_plans._stream_workspace) -------------------------------------------
+
+
+def _split_k_operands():
+    """A decode-like problem whose plan needs a workspace on Hopper (split-K partial sums)."""
+    a = torch.randn(16, 4096, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(512, 4096, dtype=torch.bfloat16, device="cuda").mT
+    return a, b
+
+
+def _workspace_plan_or_skip(a, b):
+    with skip_if_unsupported("gemm bf16"):
+        c = attnkit.gemm(a, b)
+    (entry,) = [e for e in _gemm_ops._gemm_plans.values() if e.c_shape == tuple(c.shape)]
+    if entry.plan.workspace_bytes == 0:
+        pytest.skip("this device's kernel for the problem needs no workspace (no split-K: not a Hopper GPU)")
+    return c
+
+
+def test_cuda_runs_on_one_stream_share_its_kept_workspace_and_other_streams_get_their_own():
+    require_cuda()
+    _gemm_ops._gemm_plans.clear()
+    _plans.clear_workspaces()
+    a, b = _split_k_operands()
+    first = _workspace_plan_or_skip(a, b)
+    assert len(_plans._kept_workspaces) == 1
+    (kept,) = _plans._kept_workspaces.values()
+    for _ in range(3):
+        c = attnkit.gemm(a, b)
+        assert torch.equal(c, first), "runs on the kept workspace differ"
+        assert next(iter(_plans._kept_workspaces.values())).data_ptr() == kept.data_ptr()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        on_side = attnkit.gemm(a, b)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    assert len(_plans._kept_workspaces) == 2
+    assert torch.equal(on_side, first)
+    assert reference.relative_l2(first, a.double() @ b.double()) <= reference.TOLERANCE[torch.bfloat16]
+    _plans.clear_workspaces()
+
+
+def test_cuda_graph_capture_takes_its_own_workspace_not_the_kept_one():
+    require_cuda()
+    _gemm_ops._gemm_plans.clear()
+    _plans.clear_workspaces()
+    a, b = _split_k_operands()
+    _workspace_plan_or_skip(a, b)
+    before = {key: kept.data_ptr() for key, kept in _plans._kept_workspaces.items()}
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        c = attnkit.gemm(a, b)
+    assert {key: kept.data_ptr() for key, kept in _plans._kept_workspaces.items()} == before
+    _plans.clear_workspaces()  # the graph does not depend on the kept buffers
+    attnkit.gemm(a, b)  # eager runs on a new kept workspace meanwhile
+    a.copy_(torch.randn_like(a))
     graph.replay()
     torch.cuda.synchronize()
     assert reference.relative_l2(c, a.double() @ b.double()) <= reference.TOLERANCE[torch.bfloat16]

@@ -1203,6 +1203,7 @@ TEST_F(CudaGemmKernelChoice, OnePlanRunOnManyBufferSetsMatchesTheOracleOnEach) {
     detail::clear_gemm_plans();
     constexpr int kSets = 12;
     std::vector<GemmRun> runs;
+    runs.reserve(kSets);
     for (int i = 0; i < kSets; ++i) runs.push_back(prepare(c.spec, c.precision, 300 + static_cast<uint64_t>(i), true));
     const auto plan = detail::gemm_plan(runs[0].problem, RunOptions{});
     ASSERT_EQ(plan->config().name, c.row);

@@ -23,8 +23,8 @@ __global__ void __launch_bounds__(128)
     if (d < p.dims && x >= 0 && x < entries) {
       const int32_t group = static_cast<int32_t>(x / p.q_tiles[d]);
       *out = visitor_bounds_of(p, d, (x % p.q_tiles[d]) << p.q_space.box_log2[d],
-                               group_indices(p.q_space, d, p.dilation[d], group),
-                               group_indices(p.kv_space, d, p.dilation[d], group));
+                               indices_in_group(p.q_space, d, p.dilation[d], group),
+                               indices_in_group(p.kv_space, d, p.dilation[d], group));
     }
     x -= entries;
   }

@@ -80,7 +80,7 @@ BackwardWorkspaceLayout backward_workspace_layout(const FmhaBackwardLaunch& laun
     layout.kv_counts = backward_round_up(mask_bh * b.kv_tiles * 4);
     if (p.ordered_dq) layout.turn_table = backward_round_up(tiles * 4);
     if (b.kind == TileMaskKind::element) {
-      layout.key_bits = backward_round_up(mask_bh * b.seq_k * backward_key_words(b.seq_q) * 4);
+      layout.key_bits = backward_round_up(mask_bh * b.seq_k * query_bit_words(b.seq_q) * 4);
     }
   } else if (p.ordered_dq) {
     layout.turn_table = backward_round_up(visitor_bounds_count(p) * int64_t{sizeof(VisitorBounds)});
@@ -184,7 +184,7 @@ cudaError_t launch_backward_kernels(FmhaBackwardLaunch& launch, char* base, cons
         return status;
       }
       p.list.key_bits = b.key_bits;
-      p.list.key_words = backward_key_words(b.seq_q);
+      p.list.key_words = query_bit_words(b.seq_q);
     }
     if (b.kind == TileMaskKind::block && b.block_q >= Traits::kBlockM && b.block_k >= Traits::kBlockN) {
       const int64_t tiles = int64_t{mask_bh} * b.q_tiles * b.kv_tiles;

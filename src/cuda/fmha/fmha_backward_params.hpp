@@ -41,8 +41,9 @@ struct BackwardTileLists {
   // The mask itself, read for the element predicate of partial tiles (block masks; element masks read key_bits).
   TileMaskKind kind = TileMaskKind::block;
   const uint8_t* mask = nullptr;
-  // Element masks: the mask packed key-major, [mask_bh][seq_k][key_words] 32-bit words, bit q % 32 of word
-  // q / 32 of key row k set when query q attends key k (zero past the queries; launch_mask_bits_by_key).
+  // Element masks: the mask packed key-major, [mask_bh][seq_k][key_words] 32-bit words (key_words =
+  // query_bit_words(seq_q)), bit q % 32 of word q / 32 of key row k set when query q attends key k (zero past
+  // the queries; launch_mask_bits_by_key).
   const uint32_t* key_bits = nullptr;
   int64_t key_words = 0;
   int64_t mask_stride[4] = {0, 0, 0, 0};
@@ -179,8 +180,5 @@ struct BackwardListBuildParams {
   uint32_t* turn_table = nullptr;  // ordered dQ only: [mask_bh][q_tiles][kv_tiles], rank_backward_rows_kernel
   uint32_t* key_bits = nullptr;    // element masks only: BackwardTileLists::key_bits
 };
-
-// Words per key row of BackwardTileLists::key_bits: ceil(seq_q / 32).
-ATTNKIT_HOST_DEVICE int64_t backward_key_words(int64_t seq_q) { return (seq_q + 31) / 32; }
 
 }  // namespace attnkit::cuda::fmha

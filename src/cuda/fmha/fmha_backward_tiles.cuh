@@ -39,11 +39,6 @@ struct DecodedTile {
   bool valid;                  // false: past the end of a smaller dilation group
 };
 
-__device__ __forceinline__ int32_t group_indices(const TokenSpace& space, int d, int32_t dilation, int32_t group) {
-  if (space.decompose) return d == 0 ? space.flat_extent : 1;
-  return static_cast<int32_t>(detail::dilation_group_size(space.extent[d], dilation, group));
-}
-
 // `linear` over (dilation groups, tiles per dimension); `space` gives the box sizes of this side.
 __device__ __forceinline__ DecodedTile decode_tile(const FmhaBackwardParams& p, int32_t linear,
                                                    const int32_t (&tiles)[kMaxDims], const TokenSpace& space,
@@ -68,8 +63,8 @@ __device__ __forceinline__ DecodedTile decode_tile(const FmhaBackwardParams& p, 
     t.position[d] = position[d];
     t.origin.index[d] = position[d] << space.box_log2[d];
     t.origin.group[d] = group[d];
-    const int32_t own = group_indices(space, d, p.dilation[d], group[d]);
-    const int32_t other = group_indices(other_space, d, p.dilation[d], group[d]);
+    const int32_t own = indices_in_group(space, d, p.dilation[d], group[d]);
+    const int32_t other = indices_in_group(other_space, d, p.dilation[d], group[d]);
     t.n_q[d] = is_query ? own : other;
     t.n_kv[d] = is_query ? other : own;
     t.valid = t.valid && t.origin.index[d] < own;

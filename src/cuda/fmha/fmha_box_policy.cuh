@@ -53,6 +53,7 @@ class BoxPolicy {
     State s;
     s.dims = p.dims;
     count_ = 1;
+    any_partial_ = false;
 #pragma unroll
     for (int d = 0; d < kMaxDims; ++d) {
       DimTileRange r;
@@ -75,6 +76,7 @@ class BoxPolicy {
       s.step[d] = 1 << log2;
       s.group[d] = cta.q.group[d];
       count_ *= static_cast<int32_t>(r.end - r.first);
+      any_partial_ = any_partial_ || r.full_first != r.first || r.full_end != r.end;
     }
     state_ = static_cast<State*>(state_smem);
     if (tid == 0) *state_ = s;
@@ -126,9 +128,10 @@ class BoxPolicy {
     return o;
   }
 
-  // Row windows and column prefix masks for partial tiles.
+  // Row windows and column prefix masks for partial tiles; nothing when every tile of the CTA is full.
   __device__ __forceinline__ void prepare_shared(const FmhaParams& p, const CtaTile& cta, const int (&col_of)[kCols],
                                                  int tid) const {
+    if (!any_partial_) return;
     for (int r = tid; r < Traits::kBlockM; r += Traits::kThreads) {
 #pragma unroll
       for (int d = 0; d < kMaxDims; ++d) {
@@ -175,6 +178,7 @@ class BoxPolicy {
  private:
   int32_t count_;
   State* state_;
+  bool any_partial_;  // some KV tile of this CTA needs row masks
   int2* windows_;
   ColumnPrefixTable<Traits> prefix_;
 };

@@ -52,20 +52,34 @@ struct OnlineSoftmax {
   template <class Scores>
   __device__ __forceinline__ void update_scores(Scores& s, float scale_log2, float (&correction)[Rows]) {
     using namespace cute;
+    // Maxima and sums run in kChains independent chains per row (a lone warp's dependent chain of
+    // 32 FMNMX or FADD is latency, not throughput).
+    constexpr int kColumns = decltype(size<1>(s))::value;
+    constexpr int kChains = kColumns % 4 == 0 ? 4 : 1;
 #pragma unroll
     for (int i = 0; i < Rows; ++i) {
-      float m = row_max[i];
+      float chain_max[kChains];
 #pragma unroll
-      for (int j = 0; j < size<1>(s); ++j) m = fmaxf(m, s(i, j));
+      for (int c = 0; c < kChains; ++c) chain_max[c] = row_max[i];
+#pragma unroll
+      for (int j = 0; j < kColumns; ++j) chain_max[j % kChains] = fmaxf(chain_max[j % kChains], s(i, j));
+      float m = chain_max[0];
+#pragma unroll
+      for (int c = 1; c < kChains; ++c) m = fmaxf(m, chain_max[c]);
       m = quad_max(m);
       const float reference = m == -INFINITY ? 0.f : m * scale_log2;
-      float sum = 0.f;
+      float chain_sum[kChains];
 #pragma unroll
-      for (int j = 0; j < size<1>(s); ++j) {
+      for (int c = 0; c < kChains; ++c) chain_sum[c] = 0.f;
+#pragma unroll
+      for (int j = 0; j < kColumns; ++j) {
         const float e = fast_exp2(fmaf(s(i, j), scale_log2, -reference));
         s(i, j) = e;
-        sum += e;
+        chain_sum[j % kChains] += e;
       }
+      float sum = 0.f;
+#pragma unroll
+      for (int c = 0; c < kChains; ++c) sum += chain_sum[c];
       correction[i] = fast_exp2(row_max[i] * scale_log2 - reference);
       row_sum[i] = row_sum[i] * correction[i] + sum;
       row_max[i] = m;

@@ -41,6 +41,7 @@ __device__ __forceinline__ int32_t in_box(const TokenSpace& space, int d, int r)
 
 __device__ __forceinline__ int32_t indices_in_group(const TokenSpace& space, int d, int32_t dilation, int32_t group) {
   if (space.decompose) return d == 0 ? space.flat_extent : 1;
+  if (dilation == 1) return space.extent[d];
   return static_cast<int32_t>(detail::dilation_group_size(space.extent[d], dilation, group));
 }
 
@@ -50,14 +51,20 @@ __device__ __forceinline__ CtaTile resolve_cta(const FmhaParams& p) {
   int32_t tile[kMaxDims];
   int32_t group[kMaxDims];
 #pragma unroll
-  for (int d = kMaxDims - 1; d >= 0; --d) {
-    tile[d] = x % p.q_tiles[d];
-    x /= p.q_tiles[d];
+  for (int d = kMaxDims - 1; d >= 0; --d) {  // divisions by 1 (unused dimensions, no dilation) skipped
+    tile[d] = 0;
+    if (p.q_tiles[d] != 1) {
+      tile[d] = x % p.q_tiles[d];
+      x /= p.q_tiles[d];
+    }
   }
 #pragma unroll
   for (int d = kMaxDims - 1; d >= 0; --d) {
-    group[d] = x % p.dilation[d];
-    x /= p.dilation[d];
+    group[d] = 0;
+    if (p.dilation[d] != 1) {
+      group[d] = x % p.dilation[d];
+      x /= p.dilation[d];
+    }
   }
   cta.valid = true;
 #pragma unroll

@@ -1,15 +1,15 @@
 // A consumer warpgroup of the Hopper forward kernel: 64 query rows, FlashAttention-2 online softmax.
 //
 // Per KV tile i, on this warpgroup's turn: issue S = Q*K(i)^T (m64nBlockNk16 wgmmas, both operands in
-// shared memory, fp32 accumulators) and O += P(i-1)*V(i-1) (register-A wgmmas) as one batch, hand the
-// turn to the other warpgroup, wait, release K(i) and V(i-1); then mask a partial tile through the
-// portable policy's row masks, update the online softmax, rescale O and convert P(i) to fp16/bf16 in
-// place of the A-operand registers (the m64nN accumulator and the m64k16 A fragment share their thread
-// -> element map). The two warpgroups alternate (ping-pong), so one's softmax overlaps the other's
-// products. The first turn issues S(0) alone and the last P*V(last) alone: peeled, because a wgmma
-// under a loop-variant condition is serialised by ptxas. The epilogue normalises O, writes the LSE,
-// stages O through this warpgroup's 64 rows of the Q buffer and stores whole 16-byte chunks of token
-// rows.
+// shared memory, fp32 accumulators) and O += P(i-1)*V(i-1) (register-A wgmmas) as two commit groups,
+// hand the turn to the other warpgroup, wait for S(i) alone and release K(i); mask a partial tile
+// through the portable policy's row masks and exponentiate (the online softmax's maxima, exponentials
+// and sums) while P(i-1)*V(i-1) still runs; then wait for that product, release V(i-1), rescale O and
+// convert P(i) to fp16/bf16 in place of the A-operand registers (the m64nN accumulator and the m64k16 A
+// fragment share their thread -> element map). The two warpgroups alternate (ping-pong), so one's softmax overlaps the
+// other's products. The first turn issues S(0) alone and the last P*V(last) alone: peeled, because a wgmma under a
+// loop-variant condition is serialised by ptxas. The epilogue normalises O, writes the LSE, stages O through this
+// warpgroup's 64 rows of the Q buffer and stores whole 16-byte chunks of token rows.
 #pragma once
 #include <cute/tensor.hpp>
 
@@ -75,14 +75,18 @@ struct Sm90Consumer {
     const int other = 1 - group;
     if (group == 1) named_barrier_arrive(kTurnBarrier + 0, 256);  // group 0 goes first
     float correction[kRows];
-    // Tile i's softmax (masking, exponentials, O rescale, P conversion): between two turns.
-    auto softmax_step = [&](int i, const typename Policy::TileBits& bits) {
+    // Tile i's softmax between two turns, in two steps: masking and exponentials (needs S(i) only, so it
+    // runs while P(i-1) * V(i-1) is still in the tensor cores), then the O rescale and the conversion of
+    // P(i) into the A-operand registers (after that product has completed).
+    auto scores_step = [&](const typename Policy::TileBits& bits) {
       if (!walk.tile.full) {
         uint32_t masks[kRows];
         policy.row_masks(walk.tile, bits, row_of, lane_class, masks);
         fmha::apply_row_masks<kRows, kCols>(s, masks);
       }
       softmax.update_scores(s, p.scale_log2, correction);
+    };
+    auto output_step = [&](int i) {
       fmha::OnlineSoftmax<kRows>::rescale(o, correction);
       pack_accumulator<Element>(acc_s, tOrP);
       walk.advance(policy, i);
@@ -100,7 +104,8 @@ struct Sm90Consumer {
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_s);
       barrier_arrive(&ss.k_empty[0]);
-      softmax_step(0, bits);
+      scores_step(bits);
+      output_step(0);
     }
     for (int i = 1; i < count; ++i) {
       // Turn i: S(i) and O += P(i-1) * V(i-1) as one batch.
@@ -115,16 +120,19 @@ struct Sm90Consumer {
       warpgroup_fence_operand(tOrP);
       warpgroup_arrive();
       issue_gemm<false>(mma_s, tSrQ, tSrK(_, _, _, stage), acc_s);
+      warpgroup_commit_batch();
       issue_gemm<true>(mma_o, tOrP, tOrV(_, _, _, previous), acc_o);
       warpgroup_commit_batch();
       named_barrier_arrive(kTurnBarrier + other, 256);
-      warpgroup_wait<0>();
+      warpgroup_wait<1>();  // S(i) is complete; P(i-1) * V(i-1) may still run during the exponentials
       warpgroup_fence_operand(acc_s);
+      barrier_arrive(&ss.k_empty[stage]);
+      scores_step(bits);
+      warpgroup_wait<0>();
       warpgroup_fence_operand(acc_o);
       warpgroup_fence_operand(tOrP);  // the registers stay P(i-1)'s until the product has read them
-      barrier_arrive(&ss.k_empty[stage]);
       barrier_arrive(&ss.v_empty[previous]);
-      softmax_step(i, bits);
+      output_step(i);
     }
     if (count > 0) {
       // Last turn: O += P(last) * V(last).

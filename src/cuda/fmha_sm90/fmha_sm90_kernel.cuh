@@ -38,6 +38,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
   const fmha::CtaTile cta = fmha::resolve_cta(p);
   if (!cta.valid) return;
+  if (warp_group == 0) Sm90Producer<Traits, Policy>::issue_q(p, cta, ss, tid);  // lands during the setup
   Policy policy;
   policy.init(p, cta, ss.policy, ss.policy_state, ctid < 0 ? -1 : ctid);
   int row_of[PolicyTraits::kRows];

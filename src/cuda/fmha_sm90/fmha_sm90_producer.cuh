@@ -1,7 +1,8 @@
-// The producer warpgroup of the Hopper forward kernel: gathers the Q tile once and then, for every KV
-// tile the mask policy lists, the K and V tiles into their stage buffers — as TMA boxes issued by one
-// thread when the tensors allow it (fmha_sm90_tma.hpp: box mode without dilation, strides TMA can
-// express), else gathered row by row with cp.async by the whole warpgroup:
+// The producer warpgroup of the Hopper forward kernel: gathers the Q tile once (issued before the CTA's
+// setup, see issue_q) and then, for every KV tile the mask policy lists, the K and V tiles into their
+// stage buffers — as TMA boxes issued by one thread when the tensors allow it (fmha_sm90_tma.hpp: box
+// mode without dilation, strides TMA can express), else gathered row by row with cp.async by the whole
+// warpgroup:
 //
 // Tiles are boxes of tokens (fmha_tokens.cuh), so each row is gathered from its own address: per tile
 // every producer thread computes the start of one K row and one V row (dilation, strides and box shape
@@ -86,8 +87,10 @@ struct Sm90Producer {
     }
   }
 
-  __device__ __forceinline__ void operator()(const fmha::FmhaParams& p, const fmha::CtaTile& cta, const Policy& policy,
-                                             Storage& ss, const Sm90KvMaps& maps, int ptid) const {
+  // Issues the Q tile's copies as the first cp.async group; called before the CTA's setup so that
+  // the load overlaps it. operator() waits for the group and announces q_full.
+  __device__ __forceinline__ static void issue_q(const fmha::FmhaParams& p, const fmha::CtaTile& cta, Storage& ss,
+                                                 int ptid) {
     using namespace cute;
     const int64_t q_offset = cta.batch * p.q.batch_stride + cta.head * p.q.head_stride;
     Tensor sQ = make_tensor(make_smem_ptr(ss.q), typename Traits::SmemLayoutQ{});
@@ -96,7 +99,12 @@ struct Sm90Producer {
         [&](int row) { return fmha::tile_row_start<Element>(p.q, q_offset, p.q_space, p.dilation, cta.q, row); },
         p.head_dim, ptid);
     commit_async_copies();
+  }
 
+  // Runs after issue_q().
+  __device__ __forceinline__ void operator()(const fmha::FmhaParams& p, const fmha::CtaTile& cta, const Policy& policy,
+                                             Storage& ss, const Sm90KvMaps& maps, int ptid) const {
+    using namespace cute;
     const int64_t head_kv = cta.head / p.heads_per_kv;
     if (maps.enabled) {
       wait_async_copies<0>();

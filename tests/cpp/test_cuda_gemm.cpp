@@ -101,9 +101,14 @@ struct DeviceMatrix {
   TensorView device;
   DeviceBuffer memory;
   int64_t offset = 0;
+  std::vector<std::byte> initial;  // the buffer as made (download() overwrites `buffer` with the device's)
 
   void upload() const {
     expect_cuda(cudaMemcpy(memory.data(), buffer.view.data, buffer.storage.size(), cudaMemcpyHostToDevice), "H2D");
+  }
+  // The device buffer back to the values it was made with, whatever was downloaded since.
+  void restore() const {
+    expect_cuda(cudaMemcpy(memory.data(), initial.data(), initial.size(), cudaMemcpyHostToDevice), "H2D");
   }
   void download() {
     expect_cuda(cudaMemcpy(buffer.view.data, memory.data(), buffer.storage.size(), cudaMemcpyDeviceToHost), "D2H");
@@ -164,6 +169,7 @@ DeviceMatrix make_matrix(DType dtype, const MatrixSpec& s, bool fill, std::mt199
   }
   if (fill) test::fill_random(m.host, rng, -1.0, 1.0);
   if (fill && tf32_exact && dtype == DType::f32) round_to_tf32(m.host);
+  m.initial = m.buffer.storage;
   m.memory = DeviceBuffer(m.buffer.storage.size());
   m.device = m.host;
   m.device.data = static_cast<std::byte*>(m.memory.data()) + m.offset * static_cast<int64_t>(dtype_size(dtype));
@@ -1164,73 +1170,96 @@ void expect_run_matches(GemmRun& run, double tolerance, const std::string& what)
   EXPECT_LE(test::relative_l2(run.c.host, run.expected_view), tolerance) << what;
 }
 
-// One plan run on more buffer sets than a Hopper runner keeps Params for (gemm_params_cache.hpp: 8 workspace /
-// alpha / beta keys, each patched to new operand addresses): fresh A, B and C per set, then every set again in
-// reverse order (C poisoned again: an address seen before, patched back), with two caller workspaces in turn and
-// the stream-ordered one (a workspace address the runner has not seen). Each Hopper schedule is forced on a shape
-// it accepts: the 2x1-cluster cooperative rows, ping-pong, stream-K (barriers cleared per launch), split-K (A and B
-// patched, the partial sums in the workspace), a TF32 row of MN-major B (swapped: CUTLASS's A is B^T), 3xTF32, and
-// a C column-major problem (canonical form C^T = B^T A^T).
+// The precision a Hopper row computes: its dtype, and for fp32 rows whether TF32 is allowed (its math).
+const Precision& precision_of(const cuda::gemm::GemmKernel& kernel) {
+  if (kernel.dtype == DType::f16) return kF16;
+  if (kernel.dtype == DType::bf16) return kBF16;
+  return kernel.math == cuda::gemm::GemmMath::tf32 ? kTF32 : kF32;
+}
+
+// Whether `kernel` computes problem `s` without staging an operand (a staged operand is a copy in the workspace,
+// whose address does not change between runs).
+bool accepts_unstaged(const cuda::gemm::GemmKernel& kernel, const GemmSpec& s, const Precision& precision) {
+  const GemmRun probe = prepare(s, precision, 1, false, false);
+  const cuda::gemm::GemmShape shape = cuda::gemm::describe_gemm(probe.problem);
+  cuda::gemm::GemmStaging staging;
+  return cuda::gemm::gemm_kernel_matches(kernel, shape, precision.allow_tf32) &&
+         cuda::gemm::gemm_kernel_refusal(kernel, shape, cuda::gemm::gemm_device(0), &staging).empty() && !staging.any();
+}
+
+// One plan of `row` (forced) run on 12 fresh buffer sets of problem `s` and then on each again in reverse order,
+// every run checked against the oracle: more sets than a Hopper runner keeps Params for (gemm_params_cache.hpp:
+// 8 workspace / alpha / beta keys, each patched to new operand addresses), with two caller workspaces in turn and
+// the stream-ordered one (a workspace address the runner has not seen).
+void expect_many_buffer_sets_match_oracle(const char* row, const GemmSpec& s, const Precision& precision) {
+  SCOPED_TRACE(std::string(row) + " " + s.describe());
+  const test::ScopedEnvironment forced(cuda::gemm::kForcedGemmConfigVariable, row);
+  detail::clear_gemm_plans();
+  constexpr int kSets = 12;
+  std::vector<GemmRun> runs;
+  runs.reserve(kSets);
+  for (int i = 0; i < kSets; ++i) runs.push_back(prepare(s, precision, 300 + static_cast<uint64_t>(i), true));
+  const auto plan = detail::gemm_plan(runs[0].problem, RunOptions{});
+  ASSERT_EQ(plan->config().name, row);
+  const int64_t bytes = plan->workspace_bytes();
+  DeviceBuffer workspaces[2] = {DeviceBuffer(static_cast<size_t>(bytes)), DeviceBuffer(static_cast<size_t>(bytes))};
+  auto options_for = [&](int i) {
+    RunOptions options;
+    if (bytes > 0 && i % 3 != 2) {
+      options.workspace = workspaces[i % 3].data();
+      options.workspace_bytes = bytes;
+    }
+    return options;
+  };
+  const double tolerance = precision.allow_tf32 ? kTf32ExactInputTolerance : precision.tolerance;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int j = 0; j < kSets; ++j) {
+      const int i = pass == 0 ? j : kSets - 1 - j;
+      // C as the oracle started from (NaN where beta is 0), not the host copy, which holds the first pass's result
+      // since expect_run_matches downloaded it: a second pass started from that computes alpha*A*B + beta*(the
+      // first pass's C), about 0.5 relative L2 error against the oracle with beta = 0.5.
+      runs[i].c.restore();
+      ASSERT_NO_THROW(plan->run(runs[i].problem, options_for(i + pass)));
+      expect_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+      expect_run_matches(runs[i], tolerance, "set " + std::to_string(i) + " pass " + std::to_string(pass));
+    }
+  }
+  detail::clear_gemm_plans();
+}
+
+// Every Hopper row of the build, forced, runs one plan on many buffer sets (expect_many_buffer_sets_match_oracle)
+// with alpha and beta != 0 (C's descriptors are read and written), on the layout of each C majorness whose
+// canonical form is the row's without staging (C column-major: the canonical C^T = B^T A^T, A and B exchanged):
+// a data-parallel shape of a few tiles with tails, or for split-K rows a small grid with a long K. So every
+// schedule, cluster shape and operand type is covered: the 2x1-cluster cooperative rows, ping-pong, stream-K
+// (barriers cleared per launch), split-K (A and B patched, the partial sums in the workspace), TF32 rows of
+// MN-major B beside K-major A (swapped inside the runner: CUTLASS's A is B^T) and 3xTF32.
 TEST_F(CudaGemmKernelChoice, OnePlanRunOnManyBufferSetsMatchesTheOracleOnEach) {
   if (device_capability() != 90) GTEST_SKIP() << "the Hopper GEMM runs on compute capability 9.0 only";
-  struct Case {
-    const char* row;
-    Precision precision;
-    GemmSpec spec;
-  };
   GemmSpec data_parallel;
-  data_parallel.m = 136, data_parallel.n = 264, data_parallel.k = 520, data_parallel.beta = 0.5;
+  data_parallel.m = 136, data_parallel.n = 264, data_parallel.k = 520, data_parallel.alpha = 0.75;
+  data_parallel.beta = 0.5;
   GemmSpec small_grid;  // split-K's rule: batch 1, few output tiles, a long K
-  small_grid.m = 16, small_grid.n = 512, small_grid.k = 4096, small_grid.transpose_b = true, small_grid.beta = -0.5;
-  GemmSpec column_major_c = data_parallel;  // canonical form: C^T = B^T A^T, both K-major
-  column_major_c.c_col_major = true, column_major_c.transpose_b = true;
-  const std::vector<Case> cases = {
-      {"sm90_bf16_ak_bmn_128x256x64_c2x1_coop", kBF16, data_parallel},
-      {"sm90_f16_ak_bk_64x128x64_c1x1_pingpong", kF16, column_major_c},
-      {"sm90_bf16_ak_bmn_128x128x64_c1x1_streamk", kBF16, data_parallel},
-      {"sm90_bf16_ak_bk_128x128x64_c1x1_splitk", kBF16, small_grid},
-      {"sm90_tf32_ak_bmn_128x256x32_c2x1_coop", kTF32, data_parallel},
-      {"sm90_3xtf32_ak_bmn_128x128x16_c1x1_coop", kF32, data_parallel},
-  };
+  small_grid.m = 16, small_grid.n = 512, small_grid.k = 4096, small_grid.beta = -0.5;
   int rows = 0;
-  for (const Case& c : cases) {
-    const auto& kernels = cuda::gemm::gemm_kernels();
-    const auto found = std::find_if(kernels.begin(), kernels.end(),
-                                    [&](const cuda::gemm::GemmKernel* k) { return std::string(k->name) == c.row; });
-    if (found == kernels.end()) continue;  // not in this build's kernel set
-    SCOPED_TRACE(std::string(c.row) + " " + c.spec.describe());
-    const test::ScopedEnvironment forced(cuda::gemm::kForcedGemmConfigVariable, c.row);
-    detail::clear_gemm_plans();
-    constexpr int kSets = 12;
-    std::vector<GemmRun> runs;
-    runs.reserve(kSets);
-    for (int i = 0; i < kSets; ++i) runs.push_back(prepare(c.spec, c.precision, 300 + static_cast<uint64_t>(i), true));
-    const auto plan = detail::gemm_plan(runs[0].problem, RunOptions{});
-    ASSERT_EQ(plan->config().name, c.row);
-    const int64_t bytes = plan->workspace_bytes();
-    DeviceBuffer workspaces[2] = {DeviceBuffer(static_cast<size_t>(bytes)), DeviceBuffer(static_cast<size_t>(bytes))};
-    auto options_for = [&](int i) {
-      RunOptions options;
-      if (bytes > 0 && i % 3 != 2) {
-        options.workspace = workspaces[i % 3].data();
-        options.workspace_bytes = bytes;
+  for (const cuda::gemm::GemmKernel* kernel : cuda::gemm::gemm_kernels()) {
+    if (kernel->tier != cuda::gemm::GemmTier::sm90) continue;
+    const Precision& precision = precision_of(*kernel);
+    for (const bool c_col_major : {false, true}) {
+      GemmSpec s = kernel->split_k ? small_grid : data_parallel;
+      s.c_col_major = c_col_major;
+      bool found = false;
+      for (int layout = 0; layout < 4 && !found; ++layout) {
+        s.transpose_a = layout & 1, s.transpose_b = layout & 2;
+        found = accepts_unstaged(*kernel, s, precision);
       }
-      return options;
-    };
-    const double tolerance = c.precision.allow_tf32 ? kTf32ExactInputTolerance : c.precision.tolerance;
-    for (int pass = 0; pass < 2; ++pass) {
-      for (int j = 0; j < kSets; ++j) {
-        const int i = pass == 0 ? j : kSets - 1 - j;
-        runs[i].c.upload();  // C as the oracle started from (NaN where beta is 0)
-        ASSERT_NO_THROW(plan->run(runs[i].problem, options_for(i + pass)));
-        expect_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-        expect_run_matches(runs[i], tolerance, "set " + std::to_string(i) + " pass " + std::to_string(pass));
-      }
+      EXPECT_TRUE(found) << kernel->name << ": no layout with C " << (c_col_major ? "column" : "row")
+                         << "-major runs on it unstaged";
+      if (found) expect_many_buffer_sets_match_oracle(kernel->name, s, precision);
     }
     ++rows;
   }
-  detail::clear_gemm_plans();
-  EXPECT_GT(rows, 0) << "none of the forced rows is in this build";
+  EXPECT_GT(rows, 0) << "no Hopper row in this build";
 }
 
 // A plan made for device 1 runs there while device 0 is current, and leaves device 0 current.

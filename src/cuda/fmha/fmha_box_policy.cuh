@@ -75,6 +75,8 @@ class BoxPolicy {
       s.full_end[d] = static_cast<int32_t>(r.full_end) << log2;
       s.step[d] = 1 << log2;
       s.group[d] = cta.q.group[d];
+      first_origin_.index[d] = s.first[d];
+      first_origin_.group[d] = s.group[d];
       count_ *= static_cast<int32_t>(r.end - r.first);
       any_partial_ = any_partial_ || r.full_first != r.first || r.full_end != r.end;
     }
@@ -85,6 +87,10 @@ class BoxPolicy {
   }
 
   __device__ __forceinline__ int count() const { return count_; }
+
+  // The first KV tile's origin from this thread's own registers: usable before the shared state is
+  // published (the Hopper producer issues that tile's loads before the CTA's setup barrier).
+  __device__ __forceinline__ TileOrigin first_origin() const { return first_origin_; }
 
   struct Lookahead {};  // tile ranges are in shared memory: nothing to read ahead
   __device__ __forceinline__ Lookahead lookahead(int) const { return {}; }
@@ -177,6 +183,7 @@ class BoxPolicy {
 
  private:
   int32_t count_;
+  TileOrigin first_origin_;
   State* state_;
   bool any_partial_;  // some KV tile of this CTA needs row masks
   int2* windows_;

@@ -45,6 +45,9 @@ class TileListPolicy {
 
   __device__ __forceinline__ int count() const { return count_; }
 
+  // The first listed KV tile's origin (count() > 0), read from the list directly.
+  __device__ __forceinline__ TileOrigin first_origin() const { return origin(first_tile(entries_[0])); }
+
   // The list entry of tile i, read one iteration before it is needed so its latency stays hidden.
   using Lookahead = uint32_t;
   __device__ __forceinline__ Lookahead lookahead(int i) const { return i < count_ ? entries_[i] : 0u; }

@@ -6,8 +6,9 @@
 // enabled, else cp.async row gathers — announced through mbarriers),
 // warpgroups 1 and 2 consume 64 query rows each (Sm90Consumer: wgmma Q*K^T, masks, online softmax,
 // wgmma P*V, epilogue). The producer gives up registers (setmaxnreg) so the consumers can keep O, S and
-// P of 64 rows x 128 columns in registers. Setup (policy state, mask tables, barriers) is done by all
-// threads before the split. On other architectures the kernel body is empty: the registry never
+// P of 64 rows x 128 columns in registers. Thread 0 initialises the mbarriers first, so that the Q tile
+// (one TMA box per 64 columns where the maps allow, else cp.async) and, with TMA, the first K/V tile
+// are in flight during the setup every thread then does (policy state, mask tables) before the split. On other architectures the kernel body is empty: the registry never
 // selects it there (fmha_sm90_launch.cuh checks the device).
 #pragma once
 #include <cute/tensor.hpp>
@@ -24,7 +25,7 @@ namespace attnkit::cuda::fmha_sm90 {
 
 template <class Traits, class Policy>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
-    fmha_sm90_forward_kernel(const __grid_constant__ fmha::FmhaParams p, const __grid_constant__ Sm90KvMaps maps) {
+    fmha_sm90_forward_kernel(const __grid_constant__ fmha::FmhaParams p, const __grid_constant__ Sm90TileMaps maps) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using PolicyTraits = typename Traits::PolicyTraits;
   using Storage = typename Traits::SharedStorage;
@@ -36,22 +37,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // warp-uniform (wgmma in a branch it thinks divergent is serialised).
   const int warp_group = __shfl_sync(0xffffffffu, tid / 128, 0);
 
-  const fmha::CtaTile cta = fmha::resolve_cta(p);
-  if (!cta.valid) return;
-  if (warp_group == 0) Sm90Producer<Traits, Policy>::issue_q(p, cta, ss, tid);  // lands during the setup
-  Policy policy;
-  policy.init(p, cta, ss.policy, ss.policy_state, ctid < 0 ? -1 : ctid);
-  int row_of[PolicyTraits::kRows];
-  if (ctid >= 0) {
-    int col_of[PolicyTraits::kCols];
-#pragma unroll
-    for (int i = 0; i < PolicyTraits::kRows; ++i) row_of[i] = fmha::score_row<PolicyTraits>(ctid, i);
-#pragma unroll
-    for (int j = 0; j < PolicyTraits::kCols; ++j) col_of[j] = fmha::score_col<PolicyTraits>(ctid, j);
-    policy.prepare_shared(p, cta, col_of, ctid);
-  }
   if (tid == 0) {
-    barrier_init(&ss.q_full, Traits::kProducerThreads);
+    // Q with TMA: one arrival (thread 0's, with the tile's byte count); with cp.async every producer thread's.
+    barrier_init(&ss.q_full, maps.q_enabled ? 1 : Traits::kProducerThreads);
     // TMA: one arrival (with the stage's byte count) per fill; cp.async: every producer thread arrives.
     const uint32_t fill_arrivals = maps.enabled ? 1 : Traits::kProducerThreads;
 #pragma unroll
@@ -62,6 +50,22 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       barrier_init(&ss.v_empty[s], Traits::kConsumerThreads);
     }
     barrier_init_fence();
+  }
+  const fmha::CtaTile cta = fmha::resolve_cta(p);
+  if (!cta.valid) return;
+  if (warp_group == 0) Sm90Producer<Traits, Policy>::issue_q(p, cta, ss, maps, tid);  // lands during the setup
+  Policy policy;
+  policy.init(p, cta, ss.policy, ss.policy_state, ctid < 0 ? -1 : ctid);
+  // Thread 0 initialised the barriers itself: the first K/V tile goes out before the setup barrier too.
+  if (tid == 0 && maps.enabled) Sm90Producer<Traits, Policy>::issue_first_kv(p, cta, policy, ss, maps);
+  int row_of[PolicyTraits::kRows];
+  if (ctid >= 0) {
+    int col_of[PolicyTraits::kCols];
+#pragma unroll
+    for (int i = 0; i < PolicyTraits::kRows; ++i) row_of[i] = fmha::score_row<PolicyTraits>(ctid, i);
+#pragma unroll
+    for (int j = 0; j < PolicyTraits::kCols; ++j) col_of[j] = fmha::score_col<PolicyTraits>(ctid, j);
+    policy.prepare_shared(p, cta, col_of, ctid);
   }
   __syncthreads();  // barriers, policy state and mask tables published
 

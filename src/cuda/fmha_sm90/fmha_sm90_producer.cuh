@@ -54,44 +54,74 @@ struct Sm90Producer {
   using Storage = typename Traits::SharedStorage;
   static constexpr int kBlockN = Traits::kBlockN;
 
-  // One thread issues every K and V tile as TMA boxes (Sm90KvMaps), announcing each stage's bytes.
-  __device__ __forceinline__ void load_with_tma(const fmha::FmhaParams& p, const fmha::CtaTile& cta,
-                                                const Policy& policy, Storage& ss, const Sm90KvMaps& maps,
-                                                int32_t head_kv) const {
+  // K and V of KV tile i (at `origin`) into stage i % Stages as TMA boxes, one thread, announcing each
+  // buffer's bytes; waits for the consumers' release of the stage's previous tile first.
+  __device__ __forceinline__ static void load_tile_with_tma(const fmha::FmhaParams& p, const fmha::CtaTile& cta,
+                                                            const fmha::TileOrigin& origin, Storage& ss,
+                                                            const Sm90TileMaps& maps, int i) {
     using namespace cute;
     Tensor sK = make_tensor(make_smem_ptr(ss.k), typename Traits::SmemLayoutK{});
     Tensor sVt = make_tensor(make_smem_ptr(ss.v), typename Traits::SmemLayoutVt{});
-    const int count = policy.count();
-    if (count == 0) return;
-    TileWalk<Policy> walk(policy);
-    for (int i = 0; i < count; ++i) {
-      const int stage = i % Traits::kStages;
-      const uint32_t empty_parity = ((i / Traits::kStages) + 1) & 1;
-      int32_t c[5];
-      tile_coordinates(maps, p, policy.origin(walk.tile), head_kv, cta.batch, c);
-      if (i >= Traits::kStages) barrier_wait(&ss.k_empty[stage], empty_parity);
-      barrier_arrive_expect_bytes(&ss.k_full[stage], Traits::kTileBytes);
+    const int stage = i % Traits::kStages;
+    const uint32_t empty_parity = ((i / Traits::kStages) + 1) & 1;
+    int32_t c[5];
+    tile_coordinates(maps, p, origin, cta.head / p.heads_per_kv, cta.batch, c);
+    if (i >= Traits::kStages) barrier_wait(&ss.k_empty[stage], empty_parity);
+    barrier_arrive_expect_bytes(&ss.k_full[stage], Traits::kTileBytes);
 #pragma unroll
-      for (int chunk = 0; chunk < Traits::kHeadDim / Traits::kChunkColumns; ++chunk) {
-        c[0] = chunk * Traits::kChunkColumns;
-        tma_load_box(&maps.k, raw_pointer_cast(&sK(0, c[0], stage)), &ss.k_full[stage], maps.rank, c);
-      }
-      if (i >= Traits::kStages) barrier_wait(&ss.v_empty[stage], empty_parity);
-      barrier_arrive_expect_bytes(&ss.v_full[stage], Traits::kTileBytes);
+    for (int chunk = 0; chunk < Traits::kHeadDim / Traits::kChunkColumns; ++chunk) {
+      c[0] = chunk * Traits::kChunkColumns;
+      tma_load_box(&maps.k, raw_pointer_cast(&sK(0, c[0], stage)), &ss.k_full[stage], maps.rank, c);
+    }
+    if (i >= Traits::kStages) barrier_wait(&ss.v_empty[stage], empty_parity);
+    barrier_arrive_expect_bytes(&ss.v_full[stage], Traits::kTileBytes);
 #pragma unroll
-      for (int chunk = 0; chunk < Traits::kHeadDim / Traits::kChunkColumns; ++chunk) {
-        c[0] = chunk * Traits::kChunkColumns;
-        tma_load_box(&maps.v, raw_pointer_cast(&sVt(c[0], 0, stage)), &ss.v_full[stage], maps.rank, c);
-      }
-      walk.advance(policy, i);
+    for (int chunk = 0; chunk < Traits::kHeadDim / Traits::kChunkColumns; ++chunk) {
+      c[0] = chunk * Traits::kChunkColumns;
+      tma_load_box(&maps.v, raw_pointer_cast(&sVt(c[0], 0, stage)), &ss.v_full[stage], maps.rank, c);
     }
   }
 
-  // Issues the Q tile's copies as the first cp.async group; called before the CTA's setup so that
-  // the load overlaps it. operator() waits for the group and announces q_full.
+  // The first KV tile by TMA (maps.enabled, thread 0), issued before the CTA's setup barrier from the
+  // policy's registers so that its latency overlaps the setup; load_with_tma goes on from tile 1.
+  __device__ __forceinline__ static void issue_first_kv(const fmha::FmhaParams& p, const fmha::CtaTile& cta,
+                                                        const Policy& policy, Storage& ss, const Sm90TileMaps& maps) {
+    if (policy.count() > 0) load_tile_with_tma(p, cta, policy.first_origin(), ss, maps, 0);
+  }
+
+  // One thread issues K and V tiles 1.. as TMA boxes (tile 0 went out in issue_first_kv).
+  __device__ __forceinline__ void load_with_tma(const fmha::FmhaParams& p, const fmha::CtaTile& cta,
+                                                const Policy& policy, Storage& ss, const Sm90TileMaps& maps) const {
+    const int count = policy.count();
+    if (count <= 1) return;
+    TileWalk<Policy> walk(policy);
+    for (int i = 1; i < count; ++i) {
+      walk.advance(policy, i - 1);
+      load_tile_with_tma(p, cta, policy.origin(walk.tile), ss, maps, i);
+    }
+  }
+
+  // Issues the Q tile: one TMA box per 64 columns from thread 0 when maps.q_enabled (with K/V by TMA:
+  // q_full then expects one arrival and the bytes), else the producer's first cp.async group, which
+  // operator() waits for before announcing q_full. Called before the CTA's setup so that the load
+  // overlaps it; the barriers must be initialised (and fenced) before.
   __device__ __forceinline__ static void issue_q(const fmha::FmhaParams& p, const fmha::CtaTile& cta, Storage& ss,
-                                                 int ptid) {
+                                                 const Sm90TileMaps& maps, int ptid) {
     using namespace cute;
+    if (maps.q_enabled) {
+      if (ptid != 0) return;
+      Tensor sQ = make_tensor(make_smem_ptr(ss.q), typename Traits::SmemLayoutQ{});
+      int32_t c[5];
+      box_coordinates(p.dims, p.q_space.extent[0], maps.q_fold_batch != 0, maps.q_has_batch != 0, cta.q, cta.head,
+                      cta.batch, c);
+      barrier_arrive_expect_bytes(&ss.q_full, Traits::kQTileBytes);
+#pragma unroll
+      for (int chunk = 0; chunk < Traits::kHeadDim / Traits::kChunkColumns; ++chunk) {
+        c[0] = chunk * Traits::kChunkColumns;
+        tma_load_box(&maps.q, raw_pointer_cast(&sQ(0, c[0])), &ss.q_full, maps.q_rank, c);
+      }
+      return;
+    }
     const int64_t q_offset = cta.batch * p.q.batch_stride + cta.head * p.q.head_stride;
     Tensor sQ = make_tensor(make_smem_ptr(ss.q), typename Traits::SmemLayoutQ{});
     copy_tile_async<Traits, Traits::kBlockM>(
@@ -103,14 +133,16 @@ struct Sm90Producer {
 
   // Runs after issue_q().
   __device__ __forceinline__ void operator()(const fmha::FmhaParams& p, const fmha::CtaTile& cta, const Policy& policy,
-                                             Storage& ss, const Sm90KvMaps& maps, int ptid) const {
+                                             Storage& ss, const Sm90TileMaps& maps, int ptid) const {
     using namespace cute;
     const int64_t head_kv = cta.head / p.heads_per_kv;
     if (maps.enabled) {
-      wait_async_copies<0>();
-      fence_generic_to_async_shared();
-      barrier_arrive(&ss.q_full);
-      if (ptid == 0) load_with_tma(p, cta, policy, ss, maps, static_cast<int32_t>(head_kv));
+      if (!maps.q_enabled) {
+        wait_async_copies<0>();
+        fence_generic_to_async_shared();
+        barrier_arrive(&ss.q_full);
+      }
+      if (ptid == 0) load_with_tma(p, cta, policy, ss, maps);
       return;
     }
     const int64_t k_offset = cta.batch * p.k.batch_stride + head_kv * p.k.head_stride;

@@ -116,9 +116,13 @@ void encode(CUtensorMap& map, const MapShape& s, const void* data, CUtensorMapDa
 
 }  // namespace
 
-void make_sm90_kv_maps(const fmha::FmhaParams& p, DType dtype, int head_dim_compiled, int block_n, Sm90KvMaps& maps) {
+void make_sm90_tile_maps(const fmha::FmhaParams& p, DType dtype, int head_dim_compiled, int block_m, int block_n,
+                         Sm90TileMaps& maps) {
   maps.enabled = 0;
+  maps.q_enabled = 0;
   if (head_dim_compiled % kChunkColumns != 0) return;
+  const CUtensorMapDataType type =
+      dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   TileGrid g;
   g.space = &p.kv_space;
   g.dims = p.dims;
@@ -134,14 +138,26 @@ void make_sm90_kv_maps(const fmha::FmhaParams& p, DType dtype, int head_dim_comp
   g.columns = p.head_dim_v;
   const MapShape v = shape_of(p.v, g, fold_v, batch_v);
   if (k.rank == 0 || v.rank == 0 || k.rank != v.rank || fold_k != fold_v || batch_k != batch_v) return;
-  const CUtensorMapDataType type =
-      dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   encode(maps.k, k, p.k.data, type, "attention K tiles");
   encode(maps.v, v, p.v.data, type, "attention V tiles");
   maps.rank = k.rank;
   maps.fold_batch = fold_k ? 1 : 0;
   maps.has_batch = batch_k ? 1 : 0;
   maps.enabled = 1;
+  // Q by TMA only together with K and V (the producer's TMA path).
+  g.space = &p.q_space;
+  g.heads = p.heads_q;
+  g.columns = p.head_dim;
+  g.block_rows = block_m;
+  bool fold_q = false, batch_q = false;
+  const MapShape q = shape_of(p.q, g, fold_q, batch_q);
+  if (q.rank != 0) {
+    encode(maps.q, q, p.q.data, type, "attention Q tiles");
+    maps.q_rank = q.rank;
+    maps.q_fold_batch = fold_q ? 1 : 0;
+    maps.q_has_batch = batch_q ? 1 : 0;
+    maps.q_enabled = 1;
+  }
 }
 
 void make_sm90_dq_map(const fmha::FmhaBackwardParams& p, int block_m, Sm90DqMap& map) {

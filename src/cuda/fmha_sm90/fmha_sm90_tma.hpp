@@ -1,4 +1,4 @@
-// TMA tensor maps of the Hopper kernels: the forward's K and V tiles, the backward's dQ accumulator tiles.
+// TMA tensor maps of the Hopper kernels: the forward's Q, K and V tiles, the backward's dQ accumulator tiles.
 //
 // A KV tile is a box of tokens (fmha_params.hpp, box mode): BlockN rows, the last token dimension
 // fastest. Seen as a tensor of (head dim, KV head, token dims innermost first, batch), such a tile is
@@ -6,8 +6,10 @@
 // the kernel's shared layouts expect it. TMA takes at most 5 dimensions: 3-D token grids fold the
 // batch into the outermost token dimension when its stride allows (batch stride = extent x stride),
 // and coordinates past an extent read zeros — columns past D / Dv and keys past the grid edge.
-// make_sm90_kv_maps() says when this applies (box mode, no dilation, strides that TMA can express);
-// otherwise the kernel gathers rows with cp.async as before.
+// make_sm90_tile_maps() says when this applies (box mode, no dilation, strides that TMA can express);
+// otherwise the kernel gathers rows with cp.async as before. A Q tile (BlockM tokens of the query grid) is
+// mapped the same way, with its own flags, when the K/V maps apply (the producer's TMA path) and TMA can
+// express the Q tile too.
 #pragma once
 #include <cuda.h>
 
@@ -19,19 +21,25 @@
 
 namespace attnkit::cuda::fmha_sm90 {
 
-struct Sm90KvMaps {  // CUtensorMap members impose their own alignment
+struct Sm90TileMaps {  // CUtensorMap members impose their own alignment
   CUtensorMap k;
   CUtensorMap v;
+  CUtensorMap q;
   int32_t enabled = 0;     // 0: gather K and V with cp.async
-  int32_t rank = 0;        // tensor-map dimensions (3..5)
+  int32_t rank = 0;        // K/V tensor-map dimensions (3..5)
   int32_t fold_batch = 0;  // batch folded into the outermost token coordinate
   int32_t has_batch = 0;   // the last coordinate is the batch
+  int32_t q_enabled = 0;   // 0: gather Q with cp.async
+  int32_t q_rank = 0;      // the same three for the Q map
+  int32_t q_fold_batch = 0;
+  int32_t q_has_batch = 0;
 };
 
-// Fills `maps` for tiles of `block_n` keys of a kernel compiled for `head_dim_compiled` columns; leaves
-// maps.enabled = 0 when TMA cannot express the tiles. Throws Status::cuda_error when the driver refuses
-// a map it should accept.
-void make_sm90_kv_maps(const fmha::FmhaParams& p, DType dtype, int head_dim_compiled, int block_n, Sm90KvMaps& maps);
+// Fills `maps` for Q tiles of `block_m` queries and K/V tiles of `block_n` keys of a kernel compiled for
+// `head_dim_compiled` columns; leaves maps.enabled = 0 (K/V) or maps.q_enabled = 0 (Q) when TMA cannot
+// express those tiles. Throws Status::cuda_error when the driver refuses a map it should accept.
+void make_sm90_tile_maps(const fmha::FmhaParams& p, DType dtype, int head_dim_compiled, int block_m, int block_n,
+                         Sm90TileMaps& maps);
 
 // The backward's fast-mode dQ accumulator (fp32 [B, Sq, Hq, D], fmha_backward_params.hpp) seen the same
 // way: (D, query head, token dims innermost first, batch), one box per 32-column slice (128 bytes,

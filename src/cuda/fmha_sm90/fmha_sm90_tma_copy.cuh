@@ -121,7 +121,7 @@ __device__ __forceinline__ void box_coordinates(int dims, int32_t outer_extent, 
 }
 
 // A KV tile's first chunk in the forward's K / V maps.
-__device__ __forceinline__ void tile_coordinates(const Sm90KvMaps& maps, const fmha::FmhaParams& p,
+__device__ __forceinline__ void tile_coordinates(const Sm90TileMaps& maps, const fmha::FmhaParams& p,
                                                  const fmha::TileOrigin& origin, int32_t head_kv, int32_t batch,
                                                  int32_t (&c)[5]) {
   box_coordinates(p.dims, p.kv_space.extent[0], maps.fold_batch != 0, maps.has_batch != 0, origin, head_kv, batch, c);

@@ -69,6 +69,7 @@ struct Sm90FmhaTraits {
                                    cute::Step<cute::_2, cute::_1, cute::_3>{}));
   static constexpr int kChunkColumns = 64;  // one 128-byte swizzle row of 16-bit elements
   static constexpr int kTileBytes = kBlockN * kHeadDim * int(sizeof(Element));
+  static constexpr int kQTileBytes = kBlockM * kHeadDim * int(sizeof(Element));
 
   // Global -> shared: 16-byte chunks, kChunksPerRow per row.
   static constexpr int kChunksPerRow = kHeadDim * int(sizeof(Element)) / 16;

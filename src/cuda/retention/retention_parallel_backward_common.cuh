@@ -26,7 +26,7 @@
 // Both kernels share this file's setup: the shared-memory layout (ParallelBackwardTiles), the thread's
 // place in the warp tiles (WarpLane) and the (batch, head) setup (ParallelBackwardHead); the decay
 // weights, row factors and tile products are those of the forward (retention_normalized_kernel.cuh,
-// retention_mma.cuh).
+// retention_decay_tile.cuh, retention_mma.cuh).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -56,10 +56,14 @@ struct ParallelBackwardTraits {
   // Rows of the value-side tiles are padded by 8 like the others, so ldmatrix rows fall in distinct banks.
   __host__ __device__ static constexpr int value_pitch(int dv) { return dv + 8; }
   // Three tiles of Dk columns and three of Dv columns (one fixed block, two pipeline stages of the other
-  // side), then two stages of row terms.
+  // side), then two stages of row terms; with a decay matrix, two stages of its tile after them
+  // (decay_tiles_shared_bytes).
   __host__ __device__ static constexpr int shared_bytes(int dv) {
     return parallel_backward_shared_bytes(HeadDim, dv, static_cast<int>(sizeof(Element)));
   }
+  static_assert(parallel_backward_shared_bytes(HeadDim, kMaxValueDim, 2) + kDecayTilesMaxSharedBytes <=
+                    kMaxSharedBytesPerBlock,
+                "a launch fits shared memory");
 };
 
 // Rows [t0, t0 + 64) x `cols` columns (a multiple of 8) of one (batch, head) sequence operand into a shared
@@ -97,8 +101,9 @@ struct ParallelBackwardTiles {
   Element* fixed_qk;
   Element* staged_qk;  // [2][kQkTile]
   Element* fixed_v;
-  Element* staged_v;  // [2][v_tile_elements]
-  float* row_terms;   // [2][64][kRowTermFloats]
+  Element* staged_v;     // [2][v_tile_elements]
+  float* row_terms;      // [2][64][kRowTermFloats]
+  unsigned char* decay;  // two stages of the decay matrix's tile (retention_decay_tile.cuh), with a matrix
   int v_tile_elements;
 };
 
@@ -111,6 +116,7 @@ __device__ __forceinline__ ParallelBackwardTiles<Element> parallel_backward_tile
   tiles.fixed_v = tiles.staged_qk + 2 * Traits::kQkTile;
   tiles.staged_v = tiles.fixed_v + tiles.v_tile_elements;
   tiles.row_terms = reinterpret_cast<float*>(tiles.staged_v + 2 * tiles.v_tile_elements);
+  tiles.decay = reinterpret_cast<unsigned char*>(tiles.row_terms + 2 * Traits::kBlock * Traits::kRowTermFloats);
   return tiles;
 }
 
@@ -129,22 +135,20 @@ __device__ __forceinline__ WarpLane warp_lane() {
   return w;
 }
 
-// What both kernels know of their (batch b, head h): the decay (log2 and ln of gamma, or the head's rows of
-// the matrix) and the head's sequences.
+// What both kernels know of their (batch b, head h): the decay (log2 and ln of gamma; a matrix's tiles are staged
+// by the kernels) and the head's sequences.
 template <class Element>
 struct ParallelBackwardHead {
   float log2_gamma, ln_gamma;
-  const char* decay_rows;
   const Element *q, *k, *v, *grad_out;
 };
 
 template <class Element>
-__device__ __forceinline__ ParallelBackwardHead<Element> parallel_backward_head(const ChunkParams& p, bool decay_matrix,
-                                                                                int64_t b, int h) {
+__device__ __forceinline__ ParallelBackwardHead<Element> parallel_backward_head(const ChunkParams& p, int64_t b,
+                                                                                int h) {
   ParallelBackwardHead<Element> head;
   head.log2_gamma = head_log2_gamma(p, h);
   head.ln_gamma = head.log2_gamma * 0.69314718055994530942f;
-  head.decay_rows = head_decay_rows<Element>(p, decay_matrix, h);
   head.q = head_rows<Element>(p.q, b, h);
   head.k = head_rows<Element>(p.k, b, h);
   head.v = head_rows<Element>(p.v, b, h);

@@ -59,10 +59,15 @@ struct NormalizedTraits {
   // (decay_tiles_shared_bytes).
   static constexpr int kSharedBytes = (3 * kQkTile + 2 * kVTile) * static_cast<int>(sizeof(Element));
   static_assert(kSharedBytes + kDecayTilesMaxSharedBytes <= kMaxSharedBytesPerBlock, "a launch fits shared memory");
-  // Registers per thread, held to what the gamma form alone needs (ptxas 13, SM90: 126 and 135 before the matrix
-  // path existed): the matrix path, a uniform branch of the same kernel, must not lower the gamma form's
-  // occupancy (4 CTAs per multiprocessor at Dk = 64, 3 at 128, which its shared memory allows) nor spill.
+  // Registers per thread, held to what the gamma form alone needs, so that the matrix path (a uniform branch of
+  // the same kernel) neither lowers the gamma form's occupancy nor adds spills. SM90 (ptxas 13: 126 and 135
+  // before the matrix path existed): 4 CTAs per multiprocessor at Dk = 64, 3 at 128, as its shared memory
+  // allows. SM80 (160 and 168 before): 3 CTAs at Dk = 64 and 2 at 128 (shared memory) allow 168.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  static constexpr int kMaxRegisters = 168;
+#else
   static constexpr int kMaxRegisters = HeadDim == 64 ? 128 : 136;
+#endif
 };
 
 // D_tm before the query row's factor with gamma, for query t and key m: gamma^(t-m) for m <= t, 0 above the

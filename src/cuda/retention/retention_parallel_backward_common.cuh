@@ -13,7 +13,8 @@
 //   value slice of Dk or 64 columns) walks the query blocks.
 // Every gradient element is owned by one CTA and summed in a fixed order: deterministic, no atomics.
 // With gamma, blocks above the diagonal are skipped (no launch visits them) and the diagonal block is
-// masked; with a matrix every block is visited and the matrix decides which pairs count.
+// masked; with a matrix every block is visited, its tile of the matrix staged in shared memory with the walked
+// side's tiles (retention_decay_tile.cuh), and a warp skips the pairs where its 16 rows (keys) of the tile are zero.
 //
 // Work per (query block, key block) pair in units of 2*64*64 FLOPs: row terms Dk + Dv (S and dP), dQ
 // 2 Dk + Dv, dK 2 Dk + Dv, dV Dk per value slice + Dv: 5 Dk + 4 Dv + Dk * slices in all when normalising
@@ -21,7 +22,11 @@
 // need atomics or a second reduction for dQ): 2.0x (1.6x) at Dk = Dv = 128 (one slice); with gamma only
 // the pairs on and below the diagonal. Bytes: per block pair each launch reads the other side's tiles
 // (Q, dO or K, V) from L2, and writes its gradient once; a decay matrix is read once per pair by each
-// launch (4 or 2 bytes per entry); the row terms are 8 bytes per query row.
+// launch's CTA (4 or 2 bytes per entry): B (times the dV slices) times the matrix from L2 per launch, about
+// once from DRAM (the CTAs sharing a tile run together): at B8 T4096 H16 D128 with an fp32 matrix, 8 GiB from
+// L2 and 1 GiB from DRAM per launch. The row terms are 8 bytes per query row. With a matrix, shared memory
+// grows by its two tile stages (36 KiB fp32, 18 KiB 16-bit): at Dk = Dv = 128 one CTA per multiprocessor
+// instead of two (140 KiB; 122 KiB with a 16-bit matrix).
 //
 // Both kernels share this file's setup: the shared-memory layout (ParallelBackwardTiles), the thread's
 // place in the warp tiles (WarpLane) and the (batch, head) setup (ParallelBackwardHead); the decay

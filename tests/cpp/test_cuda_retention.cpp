@@ -3,7 +3,8 @@
 // is poisoned with NaN first and must be fully written; the padding around each view must stay NaN.
 // Covers odd lengths, both head dims, Dv != Dk, every mode, initial and final states, per-head gamma,
 // custom scales, padded and misaligned views, CUDA-graph replay, the backward's four gradients, the
-// parallel form's backward (normalised, and over a decay matrix with Tq != Tk), and the messages of what
+// parallel form's backward (normalised, and over a decay matrix with Tq != Tk: causal and zero-tiled matrices
+// whose zero tiles the kernels skip, row strides that are no multiple of 4 elements), and the messages of what
 // the CUDA backend does not run. Without CUDA (or a GPU) every test skips.
 #include <gtest/gtest.h>
 

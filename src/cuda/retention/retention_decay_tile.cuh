@@ -17,7 +17,11 @@
 // Zero tiles: a warp's 16x64 strip of the tile (its 16 rows of the score tile) that is all zero contributes nothing
 // (every score there is 0 and adds 0 to every sum), so the warp skips that block pair's MMAs; it decides with one
 // vote after reading the strip in 16-byte chunks. A tile that is zero for every warp (the upper triangle of a
-// causal matrix) is skipped by the whole CTA: only its read remains.
+// causal matrix) is skipped by the whole CTA. The backward kernels also learn it at the pipeline's barrier (each
+// thread checks what it staged, __syncthreads_or) and, since zero tiles come in runs, fetch the next block's other
+// operands (K, V or Q, dO) only after a nonzero tile, loading them late, uniformly over the CTA, when a tile after
+// a zero one is nonzero: a run of zero tiles costs only the matrix's read. (The forward fetches them always: the
+// bookkeeping's registers would spill under the forward's register cap.)
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -162,6 +166,37 @@ __device__ __forceinline__ bool decay_strip_nonzero(const Entry* tile, int warp,
   return __any_sync(0xffffffffu, (bits & DecayEntries<Entry>::kMagnitude) != 0u);
 }
 
+// Whether an entry that this thread staged into `tile` (its chunks or elements of stage_decay_tile) is nonzero. Called
+// after its copies completed (cp.async.wait_group) and before the barrier that shows them to the other threads:
+// OR-ed over the CTA by that barrier (__syncthreads_or), it says whether the tile holds a nonzero entry.
+template <class Entry, int kPitch, int Threads>
+__device__ __forceinline__ bool staged_decay_nonzero(const Entry* tile, bool vector_rows) {
+  uint32_t bits = 0;
+  if (vector_rows) {
+    constexpr int kChunkEntries = 16 / DecayEntries<Entry>::kBytes;
+    constexpr int kChunksPerRow = 64 / kChunkEntries;
+    constexpr int kRowsPerPass = Threads / kChunksPerRow;
+    const int c = static_cast<int>(threadIdx.x) % kChunksPerRow * kChunkEntries;
+#pragma unroll 1
+    for (int r = static_cast<int>(threadIdx.x) / kChunksPerRow; r < 64; r += kRowsPerPass) {
+      const uint4 v = *reinterpret_cast<const uint4*>(tile + r * kPitch + c);
+      bits |= v.x | v.y | v.z | v.w;
+    }
+  } else {
+    constexpr int kRowsPerPass = Threads / 64;
+    const int c = static_cast<int>(threadIdx.x) % 64;
+#pragma unroll 1
+    for (int r = static_cast<int>(threadIdx.x) / 64; r < 64; r += kRowsPerPass) {
+      if constexpr (DecayEntries<Entry>::kF32) {
+        bits |= reinterpret_cast<const uint32_t*>(tile)[r * kPitch + c];
+      } else {
+        bits |= reinterpret_cast<const uint16_t*>(tile)[r * kPitch + c];
+      }
+    }
+  }
+  return (bits & DecayEntries<Entry>::kMagnitude) != 0u;
+}
+
 // The stage's tile of `tiles` (two stages after the kernels' other tiles) as entries.
 template <class Entry>
 __device__ __forceinline__ Entry* decay_tile_stage(unsigned char* tiles, int stage) {
@@ -196,6 +231,18 @@ __device__ __forceinline__ bool decay_strip_nonzero_of(const unsigned char* tile
   }
   return decay_strip_nonzero<Element, decay_tile_pitch<Element, kColumnReads>(), kColumnReads>(
       decay_tile_stage<Element>(tiles, stage), warp, lane);
+}
+
+// staged_decay_nonzero on stage `stage` of `tiles` for the matrix's entry type (a uniform branch).
+template <class Element, bool kColumnReads, int Threads>
+__device__ __forceinline__ bool staged_decay_nonzero_of(const unsigned char* tiles, int stage,
+                                                        const DecayMatrixOperand& d) {
+  if (d.f32) {
+    return staged_decay_nonzero<float, decay_tile_pitch<float, kColumnReads>(), Threads>(
+        decay_tile_stage<float>(tiles, stage), d.vector_rows != 0);
+  }
+  return staged_decay_nonzero<Element, decay_tile_pitch<Element, kColumnReads>(), Threads>(
+      decay_tile_stage<Element>(tiles, stage), d.vector_rows != 0);
 }
 
 }  // namespace attnkit::cuda::retention

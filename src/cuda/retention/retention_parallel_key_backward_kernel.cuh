@@ -12,9 +12,10 @@
 // blocks launch first) and the warps skip the query tiles left of their keys on the diagonal block. With a
 // decay matrix every query block is visited: its 64x64 tile of the matrix (queries x the CTA's keys) is staged in
 // shared memory with Q and dO (retention_decay_tile.cuh) and read transposed, and a warp whose 16 keys' column
-// of it is all zero skips the block pair (for a causal matrix, the query blocks before the key block); the CTA
-// order puts the value slice and then the batch fastest, so the CTAs that read the same columns of a head's
-// matrix run together.
+// of it is all zero skips the block pair (for a causal matrix, the query blocks before the key block); after an
+// all-zero tile the next block's Q, dO and terms are fetched only if its tile turns out nonzero
+// (retention_decay_tile.cuh). The CTA order puts the value slice and then the batch fastest, so the CTAs that
+// read the same columns of a head's matrix run together.
 //
 // Work per (key block, query block): 2*64*64*Dk for S^T, plus 2*64*64*(Dv + Dk) for dK or 2*64*64*(slice
 // width) for a dV slice; with a matrix, the pairs whose warp strips are nonzero. Bytes with a matrix: each CTA
@@ -103,13 +104,13 @@ __global__ void __launch_bounds__(ParallelBackwardTraits<Element, HeadDim>::kThr
     load_rows_of_width<Element, Traits::kThreads>(v_tile, v_pitch, v_base, p.v.token, k0, keys, dv, vector_access);
   }
   // Q, dO and the row terms of one query block; the terms with plain stores, visible after the next barrier. With
-  // a matrix also its tile (query rows q0.., keys k0..).
-  auto load_queries = [&](int64_t query_block, int stage) {
+  // a matrix its tile (query rows q0.., keys k0..) separately.
+  auto load_decay_tile = [&](int64_t query_block, int stage) {
+    stage_decay_tile_of<Element, true, Traits::kThreads>(decay_tiles, stage, p.decay, h, static_cast<int>(query_block),
+                                                         static_cast<int>(key_block), tokens, keys);
+  };
+  auto load_query_operands = [&](int64_t query_block, int stage) {
     const int64_t q0 = query_block * kBlock;
-    if (decay_matrix) {
-      stage_decay_tile_of<Element, true, Traits::kThreads>(
-          decay_tiles, stage, p.decay, h, static_cast<int>(query_block), static_cast<int>(key_block), tokens, keys);
-    }
     load_rows<Element, HeadDim, kQkPitch, Traits::kThreads>(q_tiles + stage * Traits::kQkTile, q_base, p.q.token, q0,
                                                             tokens, vector_access);
     load_rows_of_width<Element, Traits::kThreads>(do_tiles + stage * do_tile_elements, v_pitch, do_base,
@@ -127,7 +128,10 @@ __global__ void __launch_bounds__(ParallelBackwardTraits<Element, HeadDim>::kThr
       terms[2] = t < tokens ? query_row_factor(decay_matrix, p.scale, head.ln_gamma, t) : 0.0f;
     }
   };
-  if (first_query_block < query_blocks) load_queries(first_query_block, 0);
+  if (first_query_block < query_blocks) {
+    load_query_operands(first_query_block, 0);
+    if (decay_matrix) load_decay_tile(first_query_block, 0);
+  }
   commit_async_copies();
 
   const int64_t key_lo = k0 + warp * 16 + g;  // the thread's two keys: key_lo and key_lo + 8
@@ -135,14 +139,39 @@ __global__ void __launch_bounds__(ParallelBackwardTraits<Element, HeadDim>::kThr
   float grad[kDkTiles][4];
   zero_tiles(grad);
 
+  bool operands_fetched = true;  // this block's Q, dO and terms were fetched with its tile (always with gamma)
   for (int64_t query_block = first_query_block; query_block < query_blocks; ++query_block) {
     const int stage = static_cast<int>((query_block - first_query_block) & 1);
     wait_async_copies<0>();
-    __syncthreads();  // this block's Q, dO, terms (and K, V) visible; the other stage is free
-    if (query_block + 1 < query_blocks) load_queries(query_block + 1, stage ^ 1);
+    // This block's Q, dO, terms (and K, V, and the matrix's tile) visible; the other stage is free. With a matrix
+    // the barrier also tells whether the tile holds a nonzero entry (retention_decay_tile.cuh).
+    bool nonzero_tile = true;
+    if (decay_matrix) {
+      nonzero_tile =
+          __syncthreads_or(staged_decay_nonzero_of<Element, true, Traits::kThreads>(decay_tiles, stage, p.decay)) != 0;
+    } else {
+      __syncthreads();
+    }
+    // A nonzero tile after a zero one (for a causal matrix: the diagonal block, after the zero blocks before it):
+    // its Q, dO and terms were not fetched, so they are loaded now.
+    const bool late_operands = nonzero_tile && !operands_fetched;
+    if (late_operands) {
+      load_query_operands(query_block, stage);
+      commit_async_copies();
+    }
+    // The next block's tile, and its Q, dO and terms unless this tile is zero (zero tiles come in runs).
+    if (query_block + 1 < query_blocks) {
+      if (decay_matrix) load_decay_tile(query_block + 1, stage ^ 1);
+      if (nonzero_tile) load_query_operands(query_block + 1, stage ^ 1);
+    }
+    operands_fetched = nonzero_tile;
     commit_async_copies();
-    // A warp whose 16 keys' column of the matrix tile is all zero skips the block pair: its scores would all be 0
-    // and add 0 to its gradients.
+    if (late_operands) {
+      wait_async_copies<1>();
+      __syncthreads();
+    }
+    // A zero tile adds nothing to the gradients; nor does a warp's all-zero 16 keys of a nonzero tile.
+    if (!nonzero_tile) continue;
     if (decay_matrix && !decay_strip_nonzero_of<Element, true>(decay_tiles, stage, p.decay.f32 != 0, warp, lane)) {
       continue;
     }

@@ -10,8 +10,9 @@
 // With gamma only key blocks up to the query block are visited (heavy query blocks launch first) and the
 // warps skip the key tiles above their rows on the diagonal block. With a decay matrix every key block is
 // visited: its 64x64 tile of the matrix is staged in shared memory with K and V (retention_decay_tile.cuh), and a
-// warp whose 16 rows of it are all zero skips the block pair (the upper triangle of a causal matrix); the CTA
-// order puts the batch fastest, so the B CTAs that read the same rows of a head's matrix run together.
+// warp whose 16 rows of it are all zero skips the block pair (the upper triangle of a causal matrix); after an
+// all-zero tile the next block's K and V are fetched only if its tile turns out nonzero (retention_decay_tile.cuh).
+// The CTA order puts the batch fastest, so the B CTAs that read the same rows of a head's matrix run together.
 //
 // Work per (query block, key block): 2*64*64*(Dk + Dv) for S and dP, plus 2*64*64*Dk for dQ; with a matrix,
 // the pairs whose warp strips are nonzero (for a causal matrix the pairs on and below the diagonal, as with
@@ -89,19 +90,22 @@ __global__ void __launch_bounds__(ParallelBackwardTraits<Element, HeadDim>::kThr
   load_rows<Element, HeadDim, kQkPitch, Traits::kThreads>(q_tile, q_base, p.q.token, q0, tokens, vector_access);
   load_rows_of_width<Element, Traits::kThreads>(do_tile, v_pitch, do_base, p.grad_out.token, q0, tokens, dv,
                                                 vector_access);
-  // K and V of a key block, and with a matrix its tile (query rows q0.., keys k0..).
-  auto load_keys = [&](int64_t key_block, int stage) {
+  // K and V of a key block; with a matrix its tile (query rows q0.., keys k0..) separately.
+  auto load_key_operands = [&](int64_t key_block, int stage) {
     const int64_t k0 = key_block * kBlock;
     load_rows<Element, HeadDim, kQkPitch, Traits::kThreads>(k_tiles + stage * Traits::kQkTile, k_base, p.k.token, k0,
                                                             keys, vector_access);
     load_rows_of_width<Element, Traits::kThreads>(v_tiles + stage * v_tile_elements, v_pitch, v_base, p.v.token, k0,
                                                   keys, dv, vector_access);
-    if (decay_matrix) {
-      stage_decay_tile_of<Element, false, Traits::kThreads>(
-          decay_tiles, stage, p.decay, h, static_cast<int>(query_block), static_cast<int>(key_block), tokens, keys);
-    }
   };
-  if (last_key_block >= 0) load_keys(0, 0);
+  auto load_decay_tile = [&](int64_t key_block, int stage) {
+    stage_decay_tile_of<Element, false, Traits::kThreads>(decay_tiles, stage, p.decay, h, static_cast<int>(query_block),
+                                                          static_cast<int>(key_block), tokens, keys);
+  };
+  if (last_key_block >= 0) {
+    load_key_operands(0, 0);
+    if (decay_matrix) load_decay_tile(0, 0);
+  }
   commit_async_copies();
 
   // The thread's two query rows, their score factors and (dQ) their row terms 1/n_t and c_t.
@@ -122,14 +126,38 @@ __global__ void __launch_bounds__(ParallelBackwardTraits<Element, HeadDim>::kThr
   zero_tiles(grad_q);
   float abs_sum[2] = {0.0f, 0.0f}, pull[2] = {0.0f, 0.0f};
 
+  bool operands_fetched = true;  // this block's K and V were fetched with its tile (always with gamma)
   for (int64_t key_block = 0; key_block <= last_key_block; ++key_block) {
     const int stage = static_cast<int>(key_block & 1);
     wait_async_copies<0>();
-    __syncthreads();  // this block's K, V (and Q, dO) visible; the other stage is free
-    if (key_block + 1 <= last_key_block) load_keys(key_block + 1, stage ^ 1);
+    // This block's K, V (and Q, dO, and the matrix's tile) visible; the other stage is free. With a matrix the
+    // barrier also tells whether the tile holds a nonzero entry (retention_decay_tile.cuh).
+    bool nonzero_tile = true;
+    if (decay_matrix) {
+      nonzero_tile =
+          __syncthreads_or(staged_decay_nonzero_of<Element, false, Traits::kThreads>(decay_tiles, stage, p.decay)) != 0;
+    } else {
+      __syncthreads();
+    }
+    // A nonzero tile after a zero one: its K and V were not fetched, so they are loaded now.
+    const bool late_operands = nonzero_tile && !operands_fetched;
+    if (late_operands) {
+      load_key_operands(key_block, stage);
+      commit_async_copies();
+    }
+    // The next block's tile, and its K and V unless this tile is zero (zero tiles come in runs).
+    if (key_block + 1 <= last_key_block) {
+      if (decay_matrix) load_decay_tile(key_block + 1, stage ^ 1);
+      if (nonzero_tile) load_key_operands(key_block + 1, stage ^ 1);
+    }
+    operands_fetched = nonzero_tile;
     commit_async_copies();
-    // A warp whose 16 rows of the matrix tile are all zero skips the block pair: its scores would all be 0 and add
-    // 0 to every sum and gradient.
+    if (late_operands) {
+      wait_async_copies<1>();
+      __syncthreads();
+    }
+    // A zero tile adds nothing to any sum or gradient; nor does a warp's all-zero 16 rows of a nonzero tile.
+    if (!nonzero_tile) continue;
     if (decay_matrix && !decay_strip_nonzero_of<Element, false>(decay_tiles, stage, p.decay.f32 != 0, warp, lane)) {
       continue;
     }

@@ -3,7 +3,8 @@
 // is poisoned with NaN first and must be fully written; the padding around each view must stay NaN.
 // Covers odd lengths, both head dims, Dv != Dk, every mode, initial and final states, per-head gamma,
 // custom scales, padded and misaligned views, CUDA-graph replay, the backward's four gradients, the
-// parallel form's backward (normalised, and over a decay matrix with Tq != Tk), and the messages of what
+// parallel form's backward (normalised, and over a decay matrix with Tq != Tk: causal and zero-tiled matrices
+// whose zero tiles the kernels skip, row strides that are no multiple of 4 elements), and the messages of what
 // the CUDA backend does not run. Without CUDA (or a GPU) every test skips.
 #include <gtest/gtest.h>
 
@@ -20,6 +21,7 @@
 
 #include "attnkit/error.hpp"
 #include "attnkit/retention.hpp"
+#include "core/float_convert.hpp"
 #include "core/retention_plan.hpp"
 #include "cuda_test_support.hpp"
 #include "retention_test_support.hpp"
@@ -705,35 +707,71 @@ TEST_F(CudaRetention, Float32InputsAreRefusedNamingTheAllowedDtypes) {
 }
 
 // The parallel form over an explicit decay matrix [H|1, Tq, Tk] (RetentionForward::decay), Tq != Tk.
+// Which entries of a decay matrix are zero: none (random in [0, 1)); those above the diagonal (key > query, RetNet's
+// causal decay: the kernels skip the 64x64 tiles above it); or whole 64x64 tiles, 16-query strips and 16-key
+// strips in a fixed pattern (the kernels skip a warp's 16 rows or 16 keys when all are zero, and whole tiles).
+enum class DecayPattern { dense, causal, zero_tiles };
+
 struct DecayCase {
   int64_t tq = 65, tk = 130, dk = 64, dv = 64;
+  int64_t batch = 2, heads = 3;
   DType dtype = DType::bf16;
   DType decay_dtype = DType::f32;
   bool shared = false;
   bool normalize = false;
   Layout layout = Layout::padded;
+  DecayPattern pattern = DecayPattern::dense;
+  // Unused entries after each row of the matrix: 0 keeps rows 16-byte aligned where Tk allows; 3 with Tk = 130
+  // makes the row stride no multiple of 4 elements (the kernels' element-wise staging).
+  int64_t row_padding = 0;
 };
 
 std::string describe(const DecayCase& c) {
-  return "Tq" + std::to_string(c.tq) + " Tk" + std::to_string(c.tk) + " Dk" + std::to_string(c.dk) + " Dv" +
-         std::to_string(c.dv) + " " + std::string(dtype_name(c.dtype)) + " decay " +
-         std::string(dtype_name(c.decay_dtype)) + (c.shared ? " shared" : " per-head") +
-         (c.normalize ? " normalize" : "");
+  const char* patterns[] = {"dense", "causal", "zero tiles"};
+  std::ostringstream text;
+  text << "B" << c.batch << " H" << c.heads << " Tq" << c.tq << " Tk" << c.tk << " Dk" << c.dk << " Dv" << c.dv << " "
+       << dtype_name(c.dtype) << " decay " << dtype_name(c.decay_dtype) << (c.shared ? " shared " : " per-head ")
+       << patterns[static_cast<int>(c.pattern)] << " row stride " << c.tk + c.row_padding
+       << (c.normalize ? " normalize" : "");
+  return text.str();
 }
 
-// The case's decay matrix [H|1, Tq, Tk] (a padded middle dimension, poisoned) with entries uniform in [0, 1).
+// Whether entry (query i, key j) of a DecayPattern::zero_tiles matrix is zero: a third of the 64x64 tiles, and in
+// the others alternately a 16-query strip or a 16-key strip.
+bool in_zero_tile_pattern(int64_t i, int64_t j) {
+  const int64_t tile_i = i / 64, tile_j = j / 64;
+  if ((tile_i + 2 * tile_j) % 3 == 0) return true;
+  if ((tile_i + tile_j) % 2 == 0) return (i % 64) / 16 == 1;
+  return (j % 64) / 16 == 2;
+}
+
+// The case's decay matrix [H|1, Tq, Tk] (a padded middle dimension and c.row_padding after each row, poisoned)
+// with entries uniform in [0, 1), and zeros where c.pattern puts them.
 TestTensor random_decay(const DecayCase& c, int64_t heads, uint64_t seed) {
-  TestTensor decay = TestTensor::make(c.decay_dtype, {c.shared ? 1 : heads, c.tq, c.tk}, {0, 1, 0});
+  const int64_t matrices = c.shared ? 1 : heads;
+  TestTensor decay = TestTensor::make(c.decay_dtype, {matrices, c.tq, c.tk}, {0, 1, c.row_padding});
   test::poison_nan(decay.buffer.view);
   std::mt19937_64 rng(seed);
   test::fill_random(decay.host, rng, 0.0, 1.0);
+  const TensorView& view = decay.host;
+  for (int64_t h = 0; h < matrices; ++h) {
+    for (int64_t i = 0; i < c.tq; ++i) {
+      for (int64_t j = 0; j < c.tk; ++j) {
+        const bool zero = (c.pattern == DecayPattern::causal && j > i) ||
+                          (c.pattern == DecayPattern::zero_tiles && in_zero_tile_pattern(i, j));
+        if (zero) {
+          detail::store_from_double(view.data, view.dtype, h * view.strides[0] + i * view.strides[1] + j, 0.0);
+        }
+      }
+    }
+  }
   decay.upload();
   return decay;
 }
 
 void expect_decay_matrix_forward_matches_cpu(const DecayCase& c) {
   SCOPED_TRACE(describe(c));
-  const int64_t batch = 2, heads = 3;
+  const int64_t batch = c.batch, heads = c.heads;
   const std::vector<int64_t> pad = padding_for(c.layout);
   TestTensor q = input({batch, c.tq, heads, c.dk}, c.dtype, pad, 5);
   TestTensor k = input({batch, c.tk, heads, c.dk}, c.dtype, pad, 6);
@@ -797,7 +835,7 @@ TEST_F(CudaRetention, DecayMatrixForwardMatchesCpu) {
 // (for comparing runs).
 std::vector<std::vector<double> > expect_decay_matrix_backward_matches_cpu(const DecayCase& c) {
   SCOPED_TRACE("backward " + describe(c));
-  const int64_t batch = 2, heads = 3;
+  const int64_t batch = c.batch, heads = c.heads;
   const std::vector<int64_t> pad = padding_for(c.layout);
   TestTensor q = input({batch, c.tq, heads, c.dk}, c.dtype, pad, 15);
   TestTensor k = input({batch, c.tk, heads, c.dk}, c.dtype, pad, 16);
@@ -884,6 +922,129 @@ TEST_F(CudaRetention, DecayMatrixBackwardGivesTheSameBitsOnEveryRun) {
   const auto first = expect_decay_matrix_backward_matches_cpu(c);
   const auto second = expect_decay_matrix_backward_matches_cpu(c);
   EXPECT_EQ(first, second) << "the backward sums in a fixed order (no atomics)";
+}
+
+// Causal matrices (zero above the diagonal: whole tiles skipped, the diagonal tiles' upper halves are zeros inside
+// computed tiles) and dense ones with zero tiles and zero 16-row and 16-key strips, against the CPU: odd Tq != Tk,
+// both matrix dtypes, shared and per-head, each head dim pair, normalised or not, several batches.
+std::vector<DecayCase> zero_skipping_cases() {
+  std::vector<DecayCase> cases;
+  const std::vector<std::pair<int64_t, int64_t> > head_dims{{64, 64}, {128, 128}, {64, 128}};
+  const std::vector<std::pair<int64_t, int64_t> > lengths{{77, 130}, {130, 77}, {200, 200}};
+  int index = 0;
+  for (const DecayPattern pattern : {DecayPattern::causal, DecayPattern::zero_tiles}) {
+    for (const auto& [tq, tk] : lengths) {
+      for (const auto& [dk, dv] : head_dims) {
+        DecayCase c;
+        c.pattern = pattern;
+        c.tq = tq;
+        c.tk = tk;
+        c.dk = dk;
+        c.dv = dv;
+        c.batch = 1 + index % 3;
+        c.heads = 2 + index % 2;
+        c.dtype = index % 2 == 0 ? DType::bf16 : DType::f16;
+        c.decay_dtype = index % 3 == 0 ? c.dtype : DType::f32;
+        c.shared = index % 2 == 1;
+        c.normalize = index % 4 < 2;
+        cases.push_back(c);
+        ++index;
+      }
+    }
+  }
+  return cases;
+}
+
+TEST_F(CudaRetention, DecayMatrixForwardSkipsZeroTilesOfCausalAndDenseMatricesWithTheCpuResult) {
+  for (const DecayCase& c : zero_skipping_cases()) expect_decay_matrix_forward_matches_cpu(c);
+}
+
+TEST_F(CudaRetention, DecayMatrixBackwardSkipsZeroTilesOfCausalAndDenseMatricesWithTheCpuResult) {
+  for (const DecayCase& c : zero_skipping_cases()) expect_decay_matrix_backward_matches_cpu(c);
+}
+
+// Row strides the kernels stage with 16-byte copies (Tk = 77 in rows of 80: the last chunk of a row is partly past
+// Tk) and element by element (rows of 133 float32 or 16-bit entries: no multiple of 4 elements, so rows are not
+// 16-byte aligned), in both matrix dtypes, causal and dense.
+std::vector<DecayCase> strided_matrix_cases() {
+  std::vector<DecayCase> cases;
+  int index = 0;
+  for (const auto& [tk, padding] : std::vector<std::pair<int64_t, int64_t> >{{77, 3}, {130, 3}}) {
+    for (const bool f32 : {true, false}) {
+      for (const DecayPattern pattern : {DecayPattern::dense, DecayPattern::causal}) {
+        DecayCase c;
+        c.tq = 130;
+        c.tk = tk;
+        c.row_padding = padding;
+        c.decay_dtype = f32 ? DType::f32 : c.dtype;
+        c.pattern = pattern;
+        c.batch = 3;
+        c.dk = index % 2 == 0 ? 64 : 128;
+        c.dv = 128;
+        c.normalize = index % 3 == 0;
+        cases.push_back(c);
+        ++index;
+      }
+    }
+  }
+  return cases;
+}
+
+TEST_F(CudaRetention, DecayMatrixForwardReadsRowStridesThatAreNoMultipleOfFourElements) {
+  for (const DecayCase& c : strided_matrix_cases()) expect_decay_matrix_forward_matches_cpu(c);
+}
+
+TEST_F(CudaRetention, DecayMatrixBackwardReadsRowStridesThatAreNoMultipleOfFourElements) {
+  for (const DecayCase& c : strided_matrix_cases()) expect_decay_matrix_backward_matches_cpu(c);
+}
+
+// A matrix of zeros: every tile is skipped, and every output and gradient is still written, as exact zeros.
+TEST_F(CudaRetention, DecayMatrixOfZerosWritesZeroOutputsAndGradients) {
+  for (const bool normalize : {false, true}) {
+    DecayCase c;
+    c.tq = 77;
+    c.tk = 130;
+    c.batch = 2;
+    c.normalize = normalize;
+    SCOPED_TRACE(describe(c));
+    const std::vector<int64_t> pad = padding_for(c.layout);
+    TestTensor q = input({c.batch, c.tq, c.heads, c.dk}, c.dtype, pad, 31);
+    TestTensor k = input({c.batch, c.tk, c.heads, c.dk}, c.dtype, pad, 32);
+    TestTensor v = input({c.batch, c.tk, c.heads, c.dv}, c.dtype, pad, 33);
+    TestTensor dout = input({c.batch, c.tq, c.heads, c.dv}, c.dtype, pad, 34);
+    TestTensor decay = TestTensor::make(DType::f32, {c.heads, c.tq, c.tk}, {0, 0, 0});
+    test::poison_nan(decay.buffer.view);
+    for (int64_t i = 0; i < c.heads * c.tq * c.tk; ++i) detail::store_from_double(decay.host.data, DType::f32, i, 0.0);
+    decay.upload();
+    TestTensor out = output({c.batch, c.tq, c.heads, c.dv}, c.dtype, pad);
+    TestTensor dq = output({c.batch, c.tq, c.heads, c.dk}, c.dtype, pad);
+    TestTensor dk = output({c.batch, c.tk, c.heads, c.dk}, c.dtype, pad);
+    TestTensor dv = output({c.batch, c.tk, c.heads, c.dv}, c.dtype, pad);
+
+    RetentionForward forward;
+    forward.q = q.device;
+    forward.k = k.device;
+    forward.v = v.device;
+    forward.out = out.device;
+    forward.decay = decay.device;
+    forward.mode = RetentionMode::parallel;
+    forward.normalize = normalize;
+    retention_forward(forward, on_cuda());
+    RetentionBackward backward;
+    set_backward_tensors(backward, q.device, k.device, v.device, dout.device, dq.device, dk.device, dv.device);
+    backward.decay = decay.device;
+    backward.mode = RetentionMode::parallel;
+    backward.normalize = normalize;
+    retention_backward(backward, on_cuda());
+    expect_cuda(cudaDeviceSynchronize(), "retention (a decay matrix of zeros)");
+    for (TestTensor* t : {&out, &dq, &dk, &dv}) {
+      t->download();
+      for (const double value : test::to_doubles(t->host)) {
+        ASSERT_EQ(value, 0.0);
+      }
+      EXPECT_TRUE(t->padding_untouched());
+    }
+  }
 }
 
 // Dv = 320 runs the parallel forward (any multiple of 64) but not its backward (dO and V tiles in shared memory).

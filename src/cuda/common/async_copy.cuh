@@ -17,6 +17,12 @@ __device__ __forceinline__ void copy_16_bytes_async(uint32_t destination, const 
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(destination), "l"(source), "r"(source_bytes));
 }
 
+// Copies the first `source_bytes` (0 to 16) bytes of a 16-byte chunk and zero-fills the rest: a chunk that ends past
+// a tensor's last element reads only the bytes inside it.
+__device__ __forceinline__ void copy_16_bytes_async_prefix(uint32_t destination, const void* source, int source_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(destination), "l"(source), "r"(source_bytes));
+}
+
 // The same for 4 bytes (4-byte aligned addresses).
 __device__ __forceinline__ void copy_4_bytes_async(uint32_t destination, const void* source, bool valid) {
   const int source_bytes = valid ? 4 : 0;

@@ -73,8 +73,10 @@ const ChunkKernel* decode_kernel_table(DType dtype, int* count) {
 template <class Element, int HeadDim>
 void launch_normalized_kernel(const ChunkParams& params, int64_t ctas, cudaStream_t stream) {
   using Traits = NormalizedTraits<Element, HeadDim>;
+  const int shared_bytes =
+      Traits::kSharedBytes + decay_tiles_shared_bytes(params.decay, static_cast<int>(sizeof(Element)));
   retention_normalized_kernel<Element, HeadDim>
-      <<<static_cast<unsigned>(ctas), Traits::kThreads, Traits::kSharedBytes, stream>>>(params);
+      <<<static_cast<unsigned>(ctas), Traits::kThreads, shared_bytes, stream>>>(params);
 }
 
 template <class Element, int HeadDim>
@@ -85,7 +87,7 @@ ChunkKernel normalized_kernel_entry(DType dtype) {
                      HeadDim,
                      Traits::kValueBlock,
                      Traits::kThreads,
-                     Traits::kSharedBytes,
+                     Traits::kSharedBytes + kDecayTilesMaxSharedBytes,  // the most a launch asks for
                      reinterpret_cast<const void*>(&retention_normalized_kernel<Element, HeadDim>),
                      &launch_normalized_kernel<Element, HeadDim>};
 }

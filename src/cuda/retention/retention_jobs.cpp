@@ -78,7 +78,10 @@ BackwardSelection select_parallel_backward(const RetentionBackward& problem) {
   selection.dq.kernel = query_side;
   selection.dk.kernel = key_side;
   selection.dv.kernel = key_side;
-  const int shared_bytes = parallel_backward_shared_bytes(static_cast<int>(dk), static_cast<int>(dv), 2);
+  // With a matrix, two stages of its 64x64 tile as well (float32 entries, or 2-byte ones).
+  const bool decay_f32 = problem.decay.dtype == DType::f32;
+  const int shared_bytes = parallel_backward_shared_bytes(static_cast<int>(dk), static_cast<int>(dv), 2) +
+                           decay_tiles_shared_bytes(detail::is_given(problem.decay), decay_f32, 2);
   for (JobShape* shape : {&selection.dq, &selection.dk, &selection.dv}) shape->shared_bytes = shared_bytes;
   const bool normalizing = problem.normalize;
   if (normalizing) selection.workspace_bytes = batch * heads * query_tokens * 2 * static_cast<int64_t>(sizeof(float));
@@ -209,6 +212,23 @@ StateOperand state(const TensorView& view, bool transposed) {
   return s;
 }
 
+// The explicit decay matrix [H|1, Tq, Tk] of the parallel form: head stride 0 when shared; 16-byte row copies when
+// its start and its head and row strides are 16-byte aligned.
+DecayMatrixOperand decay_operand(const TensorView& d, bool normalize) {
+  DecayMatrixOperand operand;
+  operand.data = d.data;
+  operand.head = d.extents[0] == 1 ? 0 : d.strides[0];
+  operand.row = d.strides[1];
+  operand.f32 = d.dtype == DType::f32 ? 1 : 0;
+  operand.normalize = normalize ? 1 : 0;
+  const auto element = static_cast<int64_t>(dtype_size(d.dtype));
+  operand.vector_rows = reinterpret_cast<std::uintptr_t>(d.data) % 16 == 0 && (operand.head * element) % 16 == 0 &&
+                                (operand.row * element) % 16 == 0
+                            ? 1
+                            : 0;
+  return operand;
+}
+
 double scale_of(const std::optional<double>& scale, int64_t dk) {
   return scale.value_or(1.0 / std::sqrt(static_cast<double>(dk)));
 }
@@ -333,13 +353,9 @@ ChunkJob fill_forward(const RetentionForward& problem, const ForwardSelection& s
   job.params.initial_state = state(problem.initial_state, false);
   job.params.final_state = state(problem.final_state, false);
   if (detail::is_given(problem.decay)) {
-    const TensorView& d = problem.decay;
-    job.params.decay.data = d.data;
-    job.params.decay.head = d.extents[0] == 1 ? 0 : d.strides[0];
-    job.params.decay.row = d.strides[1];
-    job.params.decay.f32 = d.dtype == DType::f32 ? 1 : 0;
-    job.params.decay.normalize = problem.normalize ? 1 : 0;
+    job.params.decay = decay_operand(problem.decay, problem.normalize);
     job.params.tokens_k = problem.k.extents[1];
+    job.params.batches = static_cast<int32_t>(problem.q.extents[0]);
   }
   if (problem.normalize || detail::is_given(problem.decay)) {
     // One CTA per (batch, head, value block, 64-row query block); no states (validation's rule).
@@ -373,14 +389,8 @@ std::array<ChunkJob, 4> fill_parallel_backward(const RetentionBackward& problem,
   base.vector_access = aligned ? 1 : 0;
   base.default_gamma = log2_gamma.empty() ? 1 : 0;
   if (!log2_gamma.empty()) std::memcpy(base.log2_gamma, log2_gamma.data(), log2_gamma.size() * sizeof(float));
-  if (detail::is_given(problem.decay)) {
-    const TensorView& d = problem.decay;
-    base.decay.data = d.data;
-    base.decay.head = d.extents[0] == 1 ? 0 : d.strides[0];
-    base.decay.row = d.strides[1];
-    base.decay.f32 = d.dtype == DType::f32 ? 1 : 0;
-    base.decay.normalize = problem.normalize ? 1 : 0;
-  }
+  if (detail::is_given(problem.decay)) base.decay = decay_operand(problem.decay, problem.normalize);
+  base.batches = static_cast<int32_t>(problem.q.extents[0]);
   base.row_terms = problem.normalize ? row_terms : nullptr;
 
   auto job = [&](const JobShape& shape, ParallelBackwardRole role, const TensorView& out, int64_t ctas) {

@@ -12,20 +12,34 @@
 // rows. Within a head, heavy query blocks (late ones, with the most key blocks) are launched first.
 //
 // Explicit decay matrix (p.decay.data set; the parallel form of RetentionForward::decay): D_tm is read from
-// the matrix [H|1, Tq, Tk] instead, every key block 0..ceil(Tk/64)-1 is visited (the matrix decides which
-// keys count), the rows are not rescaled, and the final division by max(sum |s|, 1) happens only with
-// p.decay.normalize. The matrix costs one 4-byte (or 2-byte) read per score, from L2 when shared by the heads.
+// the matrix [H|1, Tq, Tk] instead, the rows are not rescaled, and the final division by max(sum |s|, 1)
+// happens only with p.decay.normalize. Every key block 0..ceil(Tk/64)-1 is visited: its 64x64 tile of the
+// matrix is staged in shared memory in the same cp.async group as its K and V (retention_decay_tile.cuh), and a
+// warp whose 16 rows of the tile are all zero skips the block pair's MMAs (for a causal matrix: every tile above
+// the diagonal, for all four warps). CTA order: value slice fastest, then batch, then query block (heavy first),
+// then head, so the B * Dv/64 CTAs that read the same rows of a head's matrix run together and all but the first
+// read them from L2.
 //
 // Work: per (query block, key block) pair 2*64*64*Dk (Q K^T) + 2*64*64*64 per value block (P V), so
-// about T^2/2 * (2*Dk + 2*Dv) FLOPs per head when Dv = 64, plus Q K^T again per extra value block.
+// about T^2/2 * (2*Dk + 2*Dv) FLOPs per head when Dv = 64, plus Q K^T again per extra value block. With a
+// matrix, the pairs of the (warp strip, key block)s with a nonzero entry: Tq*Tk for a dense matrix, about T^2/2
+// for a causal one (the diagonal tiles are computed whole). Bytes with a matrix: every CTA reads its (query block,
+// all keys) rows of the head's matrix, 64 * Tk * 4 (or 2) bytes, but DRAM sees each head's matrix about once (the
+// CTAs sharing it run together). At B8 T4096 H16 D128 with a causal fp32 matrix [16, 4096, 4096]: 1 GiB from
+// DRAM (0.2 ms at 4.8 TB/s) and 16 GiB from L2 (16384 CTAs of 1 MiB), against 0.55 TFLOP useful (0.82 executed:
+// Q K^T once per value slice), so the matrix read stays under the math. Shared memory: two stages of the tile,
+// 64 x 72 entries, 36 KiB (fp32) or 18 KiB (16-bit) on top of kSharedBytes: at Dk = 128 two CTAs per
+// multiprocessor instead of the gamma form's three.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/async_copy.cuh"
 #include "cuda/retention/retention_chunk_kernel.cuh"
+#include "cuda/retention/retention_decay_tile.cuh"
 #include "cuda/retention/retention_fragments.cuh"
 #include "cuda/retention/retention_mma.cuh"
 #include "cuda/retention/retention_params.hpp"
@@ -41,32 +55,24 @@ struct NormalizedTraits {
   static constexpr int kVPitch = kValueBlock + 8;
   static constexpr int kQkTile = kBlock * kQkPitch;
   static constexpr int kVTile = kBlock * kVPitch;
-  // Q, K [2 stages], V [2 stages].
+  // Q, K [2 stages], V [2 stages]; with a decay matrix, two stages of its tile after them
+  // (decay_tiles_shared_bytes).
   static constexpr int kSharedBytes = (3 * kQkTile + 2 * kVTile) * static_cast<int>(sizeof(Element));
+  static_assert(kSharedBytes + kDecayTilesMaxSharedBytes <= kMaxSharedBytesPerBlock, "a launch fits shared memory");
+  // Registers per thread, held to what the gamma form alone needs, so that the matrix path (a uniform branch of
+  // the same kernel) neither lowers the gamma form's occupancy nor adds spills. SM90 (ptxas 13: 126 and 135
+  // before the matrix path existed): 4 CTAs per multiprocessor at Dk = 64, 3 at 128, as its shared memory
+  // allows. SM80 (160 and 168 before): 3 CTAs at Dk = 64 and 2 at 128 (shared memory) allow 168.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  static constexpr int kMaxRegisters = 168;
+#else
+  static constexpr int kMaxRegisters = HeadDim == 64 ? 128 : 136;
+#endif
 };
 
-// Entry (i, j) of the head's decay matrix rows (`rows`: the matrix base advanced to the head), as float.
-template <class Element>
-__device__ __forceinline__ float decay_entry(const char* rows, const DecayMatrixOperand& d, int64_t i, int64_t j) {
-  const int64_t index = i * d.row + j;
-  if (d.f32) return reinterpret_cast<const float*>(rows)[index];
-  return static_cast<float>(reinterpret_cast<const Element*>(rows)[index]);
-}
-
-// The head's rows of the decay matrix (the base advanced to head h), or null without a matrix.
-template <class Element>
-__device__ __forceinline__ const char* head_decay_rows(const ChunkParams& p, bool decay_matrix, int h) {
-  const char* rows = decay_matrix ? static_cast<const char*>(p.decay.data) : nullptr;
-  if (decay_matrix) rows += h * p.decay.head * (p.decay.f32 ? 4 : static_cast<int64_t>(sizeof(Element)));
-  return rows;
-}
-
-// D_tm before the query row's factor, for query t and key m: the matrix entry (0 for t or m past the
-// sequences), or with gamma gamma^(t-m) for m <= t and 0 above the diagonal.
-template <class Element>
-__device__ __forceinline__ float decay_weight(bool decay_matrix, const char* decay_rows, const DecayMatrixOperand& d,
-                                              float log2_gamma, int64_t t, int64_t m, int64_t tokens, int64_t keys) {
-  if (decay_matrix) return t < tokens && m < keys ? decay_entry<Element>(decay_rows, d, t, m) : 0.0f;
+// D_tm before the query row's factor with gamma, for query t and key m: gamma^(t-m) for m <= t, 0 above the
+// diagonal. (A decay matrix's entries come from its staged tiles: retention_decay_tile.cuh.)
+__device__ __forceinline__ float gamma_decay_weight(float log2_gamma, int64_t t, int64_t m) {
   return m <= t ? decay_power(log2_gamma, static_cast<float>(t - m)) : 0.0f;
 }
 
@@ -110,7 +116,8 @@ __device__ __forceinline__ void store_pair(Element* row, int col, uint32_t pair,
 
 template <class Element, int HeadDim>
 __global__ void __launch_bounds__(NormalizedTraits<Element, HeadDim>::kThreads)
-    retention_normalized_kernel(const __grid_constant__ ChunkParams p) {
+    __maxnreg__((NormalizedTraits<Element, HeadDim>::kMaxRegisters))
+        retention_normalized_kernel(const __grid_constant__ ChunkParams p) {
   using Traits = NormalizedTraits<Element, HeadDim>;
   constexpr int kBlock = Traits::kBlock;
   constexpr int kQkPitch = Traits::kQkPitch;
@@ -127,21 +134,27 @@ __global__ void __launch_bounds__(NormalizedTraits<Element, HeadDim>::kThreads)
   const int g = lane / 4;
   const int quad = lane % 4;
 
-  // CTA order: value slice fastest, then query blocks from the last (heaviest) one down, then (batch, head).
+  // CTA order: value slice fastest, then query blocks from the last (heaviest) one down, then (batch, head);
+  // with a decay matrix the batch comes right after the slice (the CTAs reading the same matrix rows together).
+  const bool decay_matrix = p.decay.data != nullptr;
   const int64_t query_blocks = (p.tokens + kBlock - 1) / kBlock;
   const int64_t cta = blockIdx.x;
   const int slice = static_cast<int>(cta % p.dv_slices);
-  const int64_t rest = cta / p.dv_slices;
+  int64_t rest = cta / p.dv_slices;
+  int64_t b = 0;
+  if (decay_matrix) {
+    b = rest % p.batches;
+    rest /= p.batches;
+  }
   const int64_t query_block = query_blocks - 1 - rest % query_blocks;
   const int64_t head_index = rest / query_blocks;
   const int h = static_cast<int>(head_index % p.heads);
-  const int64_t b = head_index / p.heads;
+  if (!decay_matrix) b = head_index / p.heads;
 
   const float log2_gamma = head_log2_gamma(p, h);
   const float ln_gamma = log2_gamma * 0.69314718055994530942f;
   const float scale = p.scale;
   const int64_t tokens = p.tokens;
-  const bool decay_matrix = p.decay.data != nullptr;
   const int64_t keys = decay_matrix ? p.tokens_k : tokens;
   const int64_t last_key_block = decay_matrix ? (keys + kBlock - 1) / kBlock - 1 : query_block;
   const bool vector_access = p.vector_access != 0;
@@ -151,14 +164,22 @@ __global__ void __launch_bounds__(NormalizedTraits<Element, HeadDim>::kThreads)
   const Element* v_base = head_rows<Element>(p.v, b, h) + static_cast<int64_t>(slice) * Traits::kValueBlock;
   Element* out_base = head_output_rows<Element>(p.out, b, h) + static_cast<int64_t>(slice) * Traits::kValueBlock;
 
+  // The matrix's tiles (two stages) after V.
+  unsigned char* decay_tiles = shared_bytes + Traits::kSharedBytes;
+
   const int64_t q0 = query_block * kBlock;
   load_rows<Element, HeadDim, kQkPitch, Traits::kThreads>(q_tile, q_base, p.q.token, q0, tokens, vector_access);
+  // K and V of a key block, and with a matrix its tile (query rows q0.., keys k0..).
   auto load_keys = [&](int64_t key_block, int stage) {
     const int64_t k0 = key_block * kBlock;
     load_rows<Element, HeadDim, kQkPitch, Traits::kThreads>(k_tiles + stage * Traits::kQkTile, k_base, p.k.token, k0,
                                                             keys, vector_access);
     load_rows<Element, Traits::kValueBlock, kVPitch, Traits::kThreads>(v_tiles + stage * Traits::kVTile, v_base,
                                                                        p.v.token, k0, keys, vector_access);
+    if (decay_matrix) {
+      stage_decay_tile_of<Element, false, Traits::kThreads>(
+          decay_tiles, stage, p.decay, h, static_cast<int>(query_block), static_cast<int>(key_block), tokens, keys);
+    }
   };
   if (last_key_block >= 0) load_keys(0, 0);
   commit_async_copies();
@@ -169,7 +190,6 @@ __global__ void __launch_bounds__(NormalizedTraits<Element, HeadDim>::kThreads)
 #pragma unroll
   for (int half = 0; half < 2; ++half)
     row_factor[half] = query_row_factor(decay_matrix, scale, ln_gamma, row_lo + 8 * half);
-  const char* decay_rows = head_decay_rows<Element>(p, decay_matrix, h);
 
   float out[kNT][4];
   zero_tiles(out);
@@ -178,9 +198,14 @@ __global__ void __launch_bounds__(NormalizedTraits<Element, HeadDim>::kThreads)
   for (int64_t key_block = 0; key_block <= last_key_block; ++key_block) {
     const int stage = static_cast<int>(key_block & 1);
     wait_async_copies<0>();
-    __syncthreads();  // this block's K, V (and Q) visible; the other stage is free
+    __syncthreads();  // this block's K, V (and Q, and the matrix's tile) visible; the other stage is free
     if (key_block + 1 <= last_key_block) load_keys(key_block + 1, stage ^ 1);
     commit_async_copies();
+    // A warp whose 16 rows of the matrix tile are all zero skips the block pair: its scores would all be 0 and add
+    // 0 to every sum.
+    if (decay_matrix && !decay_strip_nonzero_of<Element, false>(decay_tiles, stage, p.decay.f32 != 0, warp, lane)) {
+      continue;
+    }
     const Element* k_tile = k_tiles + stage * Traits::kQkTile;
     const Element* v_tile = v_tiles + stage * Traits::kVTile;
     const bool diagonal = !decay_matrix && key_block == query_block;
@@ -195,17 +220,41 @@ __global__ void __launch_bounds__(NormalizedTraits<Element, HeadDim>::kThreads)
       mma_rows_k_step<Element>(scores, q_tile, kQkPitch, k_tile, kQkPitch, ks, warp, lane, visit);
     }
     // Decay, normaliser and causal mask; keys past the sequence are zero rows of K, so their scores are 0.
+    const auto weigh = [&](int nt, int e, float weight) {
+      const float s = weight != 0.0f ? scores[nt][e] * row_factor[e / 2] * weight : 0.0f;
+      scores[nt][e] = s;
+      abs_sum[e / 2] += fabsf(s);
+    };
+    if (decay_matrix) {
+      // Entries (row, 2 quad + 8 nt ..+1) of the staged tile, the rows the thread's.
+      const auto weigh_from_tile = [&](auto entry) {
+        using Entry = typename decltype(entry)::type;
+        const Entry* tile = decay_tile_stage<Entry>(decay_tiles, stage);
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
+        for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t i = row_lo + 8 * (e / 2);
-        const int64_t j = k0 + nt * 8 + 2 * quad + e % 2;
-        const float weight = decay_weight<Element>(decay_matrix, decay_rows, p.decay, log2_gamma, i, j, tokens, keys);
-        const float s = weight != 0.0f ? scores[nt][e] * row_factor[e / 2] * weight : 0.0f;
-        scores[nt][e] = s;
-        abs_sum[e / 2] += fabsf(s);
+          for (int half = 0; half < 2; ++half) {
+            const float2 weight = decay_tile_pair<Element, Entry, decay_tile_pitch<Entry, false>()>(
+                tile, warp * 16 + g + 8 * half, nt * 8 + 2 * quad);
+            weigh(nt, 2 * half, weight.x);
+            weigh(nt, 2 * half + 1, weight.y);
+          }
+      };
+      if (p.decay.f32) {
+        weigh_from_tile(std::type_identity<float>{});
+      } else {
+        weigh_from_tile(std::type_identity<Element>{});
       }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int64_t i = row_lo + 8 * (e / 2);
+          const int64_t j = k0 + nt * 8 + 2 * quad + e % 2;
+          weigh(nt, e, gamma_decay_weight(log2_gamma, i, j));
+        }
+    }
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
       if (visit(ks)) {

@@ -13,7 +13,8 @@
 //   value slice of Dk or 64 columns) walks the query blocks.
 // Every gradient element is owned by one CTA and summed in a fixed order: deterministic, no atomics.
 // With gamma, blocks above the diagonal are skipped (no launch visits them) and the diagonal block is
-// masked; with a matrix every block is visited and the matrix decides which pairs count.
+// masked; with a matrix every block is visited, its tile of the matrix staged in shared memory with the walked
+// side's tiles (retention_decay_tile.cuh), and a warp skips the pairs where its 16 rows (keys) of the tile are zero.
 //
 // Work per (query block, key block) pair in units of 2*64*64 FLOPs: row terms Dk + Dv (S and dP), dQ
 // 2 Dk + Dv, dK 2 Dk + Dv, dV Dk per value slice + Dv: 5 Dk + 4 Dv + Dk * slices in all when normalising
@@ -21,12 +22,16 @@
 // need atomics or a second reduction for dQ): 2.0x (1.6x) at Dk = Dv = 128 (one slice); with gamma only
 // the pairs on and below the diagonal. Bytes: per block pair each launch reads the other side's tiles
 // (Q, dO or K, V) from L2, and writes its gradient once; a decay matrix is read once per pair by each
-// launch (4 or 2 bytes per entry); the row terms are 8 bytes per query row.
+// launch's CTA (4 or 2 bytes per entry): B (times the dV slices) times the matrix from L2 per launch, about
+// once from DRAM (the CTAs sharing a tile run together): at B8 T4096 H16 D128 with an fp32 matrix, 8 GiB from
+// L2 and 1 GiB from DRAM per launch. The row terms are 8 bytes per query row. With a matrix, shared memory
+// grows by its two tile stages (36 KiB fp32, 18 KiB 16-bit): at Dk = Dv = 128 one CTA per multiprocessor
+// instead of two (140 KiB; 122 KiB with a 16-bit matrix).
 //
 // Both kernels share this file's setup: the shared-memory layout (ParallelBackwardTiles), the thread's
 // place in the warp tiles (WarpLane) and the (batch, head) setup (ParallelBackwardHead); the decay
 // weights, row factors and tile products are those of the forward (retention_normalized_kernel.cuh,
-// retention_mma.cuh).
+// retention_decay_tile.cuh, retention_mma.cuh).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -56,10 +61,14 @@ struct ParallelBackwardTraits {
   // Rows of the value-side tiles are padded by 8 like the others, so ldmatrix rows fall in distinct banks.
   __host__ __device__ static constexpr int value_pitch(int dv) { return dv + 8; }
   // Three tiles of Dk columns and three of Dv columns (one fixed block, two pipeline stages of the other
-  // side), then two stages of row terms.
+  // side), then two stages of row terms; with a decay matrix, two stages of its tile after them
+  // (decay_tiles_shared_bytes).
   __host__ __device__ static constexpr int shared_bytes(int dv) {
     return parallel_backward_shared_bytes(HeadDim, dv, static_cast<int>(sizeof(Element)));
   }
+  static_assert(parallel_backward_shared_bytes(HeadDim, kMaxValueDim, 2) + kDecayTilesMaxSharedBytes <=
+                    kMaxSharedBytesPerBlock,
+                "a launch fits shared memory");
 };
 
 // Rows [t0, t0 + 64) x `cols` columns (a multiple of 8) of one (batch, head) sequence operand into a shared
@@ -97,8 +106,9 @@ struct ParallelBackwardTiles {
   Element* fixed_qk;
   Element* staged_qk;  // [2][kQkTile]
   Element* fixed_v;
-  Element* staged_v;  // [2][v_tile_elements]
-  float* row_terms;   // [2][64][kRowTermFloats]
+  Element* staged_v;     // [2][v_tile_elements]
+  float* row_terms;      // [2][64][kRowTermFloats]
+  unsigned char* decay;  // two stages of the decay matrix's tile (retention_decay_tile.cuh), with a matrix
   int v_tile_elements;
 };
 
@@ -111,6 +121,7 @@ __device__ __forceinline__ ParallelBackwardTiles<Element> parallel_backward_tile
   tiles.fixed_v = tiles.staged_qk + 2 * Traits::kQkTile;
   tiles.staged_v = tiles.fixed_v + tiles.v_tile_elements;
   tiles.row_terms = reinterpret_cast<float*>(tiles.staged_v + 2 * tiles.v_tile_elements);
+  tiles.decay = reinterpret_cast<unsigned char*>(tiles.row_terms + 2 * Traits::kBlock * Traits::kRowTermFloats);
   return tiles;
 }
 
@@ -129,22 +140,20 @@ __device__ __forceinline__ WarpLane warp_lane() {
   return w;
 }
 
-// What both kernels know of their (batch b, head h): the decay (log2 and ln of gamma, or the head's rows of
-// the matrix) and the head's sequences.
+// What both kernels know of their (batch b, head h): the decay (log2 and ln of gamma; a matrix's tiles are staged
+// by the kernels) and the head's sequences.
 template <class Element>
 struct ParallelBackwardHead {
   float log2_gamma, ln_gamma;
-  const char* decay_rows;
   const Element *q, *k, *v, *grad_out;
 };
 
 template <class Element>
-__device__ __forceinline__ ParallelBackwardHead<Element> parallel_backward_head(const ChunkParams& p, bool decay_matrix,
-                                                                                int64_t b, int h) {
+__device__ __forceinline__ ParallelBackwardHead<Element> parallel_backward_head(const ChunkParams& p, int64_t b,
+                                                                                int h) {
   ParallelBackwardHead<Element> head;
   head.log2_gamma = head_log2_gamma(p, h);
   head.ln_gamma = head.log2_gamma * 0.69314718055994530942f;
-  head.decay_rows = head_decay_rows<Element>(p, decay_matrix, h);
   head.q = head_rows<Element>(p.q, b, h);
   head.k = head_rows<Element>(p.k, b, h);
   head.v = head_rows<Element>(p.v, b, h);

@@ -12,7 +12,8 @@ namespace attnkit::cuda::retention {
 template <class Element, int HeadDim, bool KeySide>
 void launch_parallel_backward_kernel(const ChunkParams& params, int64_t ctas, cudaStream_t stream) {
   using Traits = ParallelBackwardTraits<Element, HeadDim>;
-  const int shared_bytes = Traits::shared_bytes(params.value_columns);
+  const int shared_bytes = Traits::shared_bytes(params.value_columns) +
+                           decay_tiles_shared_bytes(params.decay, static_cast<int>(sizeof(Element)));
   if constexpr (KeySide) {
     retention_parallel_key_backward_kernel<Element, HeadDim>
         <<<static_cast<unsigned>(ctas), Traits::kThreads, shared_bytes, stream>>>(params);
@@ -28,14 +29,15 @@ ChunkKernel parallel_backward_kernel_entry(DType dtype) {
   const void* function =
       KeySide ? reinterpret_cast<const void*>(&retention_parallel_key_backward_kernel<Element, HeadDim>)
               : reinterpret_cast<const void*>(&retention_parallel_query_backward_kernel<Element, HeadDim>);
-  return ChunkKernel{KeySide ? "parallel_bwd_key" : "parallel_bwd_query",
-                     dtype,
-                     HeadDim,
-                     64,
-                     Traits::kThreads,
-                     Traits::shared_bytes(Traits::kMaxValueDim),  // the most a launch asks for
-                     function,
-                     &launch_parallel_backward_kernel<Element, HeadDim, KeySide>};
+  return ChunkKernel{
+      KeySide ? "parallel_bwd_key" : "parallel_bwd_query",
+      dtype,
+      HeadDim,
+      64,
+      Traits::kThreads,
+      Traits::shared_bytes(Traits::kMaxValueDim) + kDecayTilesMaxSharedBytes,  // the most a launch asks for
+      function,
+      &launch_parallel_backward_kernel<Element, HeadDim, KeySide>};
 }
 
 template <class Element>

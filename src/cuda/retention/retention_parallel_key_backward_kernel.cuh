@@ -9,19 +9,30 @@
 //   dV:  P^T = S^T / n_t,  dV += P^T dO (the slice's columns of dO);
 // the left operands go from accumulators to 16-bit A fragments in registers, Q and dO are read
 // transposed with ldmatrix.trans. With gamma only query blocks from the key block on are visited (heavy key
-// blocks launch first) and the warps skip the query tiles left of their keys on the diagonal block.
+// blocks launch first) and the warps skip the query tiles left of their keys on the diagonal block. With a
+// decay matrix every query block is visited: its 64x64 tile of the matrix (queries x the CTA's keys) is staged in
+// shared memory with Q and dO (retention_decay_tile.cuh) and read transposed, and a warp whose 16 keys' column
+// of it is all zero skips the block pair (for a causal matrix, the query blocks before the key block); after an
+// all-zero tile the next block's Q, dO and terms are fetched only if its tile turns out nonzero
+// (retention_decay_tile.cuh). The CTA order puts the value slice and then the batch fastest, so the CTAs that
+// read the same columns of a head's matrix run together.
 //
 // Work per (key block, query block): 2*64*64*Dk for S^T, plus 2*64*64*(Dv + Dk) for dK or 2*64*64*(slice
-// width) for a dV slice. Shared memory: K [64][Dk+8], Q [2][64][Dk+8], V [64][Dv+8], dO [2][64][Dv+8]
-// (16-bit; dV fills the slice's columns of the dO tiles and no V), row terms [2][64][4] fp32: 106 KiB at
-// Dk = Dv = 128. Registers: S^T, dP^T (32 fp32 each) and the accumulators (Dk/2 fp32).
+// width) for a dV slice; with a matrix, the pairs whose warp strips are nonzero. Bytes with a matrix: each CTA
+// reads the head's matrix columns of its keys (Tq * 64 * 4 or 2 bytes), DRAM about once per head.
+// Shared memory: K [64][Dk+8], Q [2][64][Dk+8], V [64][Dv+8], dO [2][64][Dv+8] (16-bit; dV fills the slice's
+// columns of the dO tiles and no V), row terms [2][64][4] fp32: 106 KiB at Dk = Dv = 128, plus two stages of the
+// matrix's tile with a matrix (36 KiB fp32, 18 KiB 16-bit). Registers: S^T, dP^T (32 fp32 each) and the
+// accumulators (Dk/2 fp32).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/async_copy.cuh"
+#include "cuda/retention/retention_decay_tile.cuh"
 #include "cuda/retention/retention_parallel_backward_common.cuh"
 #include "cuda/retention/retention_params.hpp"
 
@@ -41,6 +52,7 @@ __global__ void __launch_bounds__(ParallelBackwardTraits<Element, HeadDim>::kThr
 
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   const auto tiles = parallel_backward_tiles<Traits, Element>(shared_bytes, v_pitch);
+  unsigned char* decay_tiles = tiles.decay;
   Element* k_tile = tiles.fixed_qk;
   Element* q_tiles = tiles.staged_qk;
   Element* v_tile = tiles.fixed_v;
@@ -51,7 +63,8 @@ __global__ void __launch_bounds__(ParallelBackwardTraits<Element, HeadDim>::kThr
   const WarpLane thread = warp_lane();
   const int warp = thread.warp, lane = thread.lane, g = thread.g, quad = thread.quad;
 
-  // CTA order: value slice fastest, then key blocks from the first (heaviest with gamma) up, then (batch, head).
+  // CTA order: value slice fastest, then key blocks from the first (heaviest with gamma) up, then (batch, head);
+  // with a decay matrix the batch right after the slice (the CTAs reading the same matrix columns together).
   const int64_t tokens = p.tokens;
   const bool decay_matrix = p.decay.data != nullptr;
   const int64_t keys = decay_matrix ? p.tokens_k : tokens;
@@ -59,13 +72,19 @@ __global__ void __launch_bounds__(ParallelBackwardTraits<Element, HeadDim>::kThr
   const int64_t query_blocks = (tokens + kBlock - 1) / kBlock;
   const int64_t cta = blockIdx.x;
   const int slice = static_cast<int>(cta % p.dv_slices);
-  const int64_t rest = cta / p.dv_slices;
+  int64_t rest = cta / p.dv_slices;
+  int64_t b = 0;
+  if (decay_matrix) {
+    b = rest % p.batches;
+    rest /= p.batches;
+  }
   const int64_t key_block = rest % key_blocks;
-  const int64_t head_index = rest / key_blocks;
-  const int h = static_cast<int>(head_index % p.heads);
-  const int64_t b = head_index / p.heads;
+  rest /= key_blocks;
+  const int h = static_cast<int>(rest % p.heads);
+  if (!decay_matrix) b = rest / p.heads;
+  const int64_t head_index = b * p.heads + h;  // of the row terms [B, H, Tq, 2]
 
-  const auto head = parallel_backward_head<Element>(p, decay_matrix, b, h);
+  const auto head = parallel_backward_head<Element>(p, b, h);
   const float log2_gamma = head.log2_gamma;
   const int64_t first_query_block = decay_matrix ? 0 : key_block;
   const bool vector_access = p.vector_access != 0;
@@ -84,8 +103,13 @@ __global__ void __launch_bounds__(ParallelBackwardTraits<Element, HeadDim>::kThr
   if (!grad_v_role) {
     load_rows_of_width<Element, Traits::kThreads>(v_tile, v_pitch, v_base, p.v.token, k0, keys, dv, vector_access);
   }
-  // Q, dO and the row terms of one query block; the terms with plain stores, visible after the next barrier.
-  auto load_queries = [&](int64_t query_block, int stage) {
+  // Q, dO and the row terms of one query block; the terms with plain stores, visible after the next barrier. With
+  // a matrix its tile (query rows q0.., keys k0..) separately.
+  auto load_decay_tile = [&](int64_t query_block, int stage) {
+    stage_decay_tile_of<Element, true, Traits::kThreads>(decay_tiles, stage, p.decay, h, static_cast<int>(query_block),
+                                                         static_cast<int>(key_block), tokens, keys);
+  };
+  auto load_query_operands = [&](int64_t query_block, int stage) {
     const int64_t q0 = query_block * kBlock;
     load_rows<Element, HeadDim, kQkPitch, Traits::kThreads>(q_tiles + stage * Traits::kQkTile, q_base, p.q.token, q0,
                                                             tokens, vector_access);
@@ -104,21 +128,53 @@ __global__ void __launch_bounds__(ParallelBackwardTraits<Element, HeadDim>::kThr
       terms[2] = t < tokens ? query_row_factor(decay_matrix, p.scale, head.ln_gamma, t) : 0.0f;
     }
   };
-  if (first_query_block < query_blocks) load_queries(first_query_block, 0);
+  if (first_query_block < query_blocks) {
+    load_query_operands(first_query_block, 0);
+    if (decay_matrix) load_decay_tile(first_query_block, 0);
+  }
   commit_async_copies();
 
-  const char* decay_rows = head.decay_rows;
   const int64_t key_lo = k0 + warp * 16 + g;  // the thread's two keys: key_lo and key_lo + 8
 
   float grad[kDkTiles][4];
   zero_tiles(grad);
 
+  bool operands_fetched = true;  // this block's Q, dO and terms were fetched with its tile (always with gamma)
   for (int64_t query_block = first_query_block; query_block < query_blocks; ++query_block) {
     const int stage = static_cast<int>((query_block - first_query_block) & 1);
     wait_async_copies<0>();
-    __syncthreads();  // this block's Q, dO, terms (and K, V) visible; the other stage is free
-    if (query_block + 1 < query_blocks) load_queries(query_block + 1, stage ^ 1);
+    // This block's Q, dO, terms (and K, V, and the matrix's tile) visible; the other stage is free. With a matrix
+    // the barrier also tells whether the tile holds a nonzero entry (retention_decay_tile.cuh).
+    bool nonzero_tile = true;
+    if (decay_matrix) {
+      nonzero_tile =
+          __syncthreads_or(staged_decay_nonzero_of<Element, true, Traits::kThreads>(decay_tiles, stage, p.decay)) != 0;
+    } else {
+      __syncthreads();
+    }
+    // A nonzero tile after a zero one (for a causal matrix: the diagonal block, after the zero blocks before it):
+    // its Q, dO and terms were not fetched, so they are loaded now.
+    const bool late_operands = nonzero_tile && !operands_fetched;
+    if (late_operands) {
+      load_query_operands(query_block, stage);
+      commit_async_copies();
+    }
+    // The next block's tile, and its Q, dO and terms unless this tile is zero (zero tiles come in runs).
+    if (query_block + 1 < query_blocks) {
+      if (decay_matrix) load_decay_tile(query_block + 1, stage ^ 1);
+      if (nonzero_tile) load_query_operands(query_block + 1, stage ^ 1);
+    }
+    operands_fetched = nonzero_tile;
     commit_async_copies();
+    if (late_operands) {
+      wait_async_copies<1>();
+      __syncthreads();
+    }
+    // A zero tile adds nothing to the gradients; nor does a warp's all-zero 16 keys of a nonzero tile.
+    if (!nonzero_tile) continue;
+    if (decay_matrix && !decay_strip_nonzero_of<Element, true>(decay_tiles, stage, p.decay.f32 != 0, warp, lane)) {
+      continue;
+    }
     const Element* q_tile = q_tiles + stage * Traits::kQkTile;
     const Element* do_tile = do_tiles + stage * do_tile_elements;
     const float* terms = row_terms + stage * kBlock * kTermFloats;
@@ -141,23 +197,46 @@ __global__ void __launch_bounds__(ParallelBackwardTraits<Element, HeadDim>::kThr
     }
     // Element (nt, e): key key_lo + 8*(e/2), query column nt*8 + 2*quad + e%2 of the block. Queries past the
     // sequence have a zero score factor; keys past it are zero rows of K and V.
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t m = key_lo + 8 * (e / 2);
-        const int column = nt * 8 + 2 * quad + e % 2;
-        const int64_t t = q0 + column;
-        const float* query_terms = terms + column * kTermFloats;
-        float weight = decay_weight<Element>(decay_matrix, decay_rows, p.decay, log2_gamma, t, m, tokens, keys);
-        weight *= query_terms[2];
-        const float s = weight != 0.0f ? scores[nt][e] * weight : 0.0f;
-        if (grad_v_role) {
-          scores[nt][e] = s * query_terms[0];
-        } else {
-          scores[nt][e] = (score_grads[nt][e] * query_terms[0] - sign_of(s) * query_terms[1]) * weight;
-        }
+    const auto weigh = [&](int nt, int e, float decay) {
+      const int column = nt * 8 + 2 * quad + e % 2;
+      const float* query_terms = terms + column * kTermFloats;
+      const float weight = decay * query_terms[2];
+      const float s = weight != 0.0f ? scores[nt][e] * weight : 0.0f;
+      if (grad_v_role) {
+        scores[nt][e] = s * query_terms[0];
+      } else {
+        scores[nt][e] = (score_grads[nt][e] * query_terms[0] - sign_of(s) * query_terms[1]) * weight;
       }
+    };
+    if (decay_matrix) {
+      // Entry (query column, the thread's key) of the staged tile, read down its columns.
+      const auto weigh_from_tile = [&](auto entry) {
+        using Entry = typename decltype(entry)::type;
+        const Entry* tile = decay_tile_stage<Entry>(decay_tiles, stage);
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            weigh(nt, e,
+                  decay_tile_entry<Entry, decay_tile_pitch<Entry, true>()>(tile, nt * 8 + 2 * quad + e % 2,
+                                                                           warp * 16 + g + 8 * (e / 2)));
+          }
+      };
+      if (p.decay.f32) {
+        weigh_from_tile(std::type_identity<float>{});
+      } else {
+        weigh_from_tile(std::type_identity<Element>{});
+      }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int64_t m = key_lo + 8 * (e / 2);
+          const int64_t t = q0 + nt * 8 + 2 * quad + e % 2;
+          weigh(nt, e, gamma_decay_weight(log2_gamma, t, m));
+        }
+    }
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
       if (visit(ks)) {

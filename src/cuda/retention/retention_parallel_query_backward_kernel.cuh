@@ -8,18 +8,28 @@
 //   dQ:        ds'_tm = (dp_tm / n_t - sign(s_tm) c_t) scale D_tm, packed to 16 bits in registers as
 //              the A operand of dQ += ds' K (K read transposed with ldmatrix.trans).
 // With gamma only key blocks up to the query block are visited (heavy query blocks launch first) and the
-// warps skip the key tiles above their rows on the diagonal block.
+// warps skip the key tiles above their rows on the diagonal block. With a decay matrix every key block is
+// visited: its 64x64 tile of the matrix is staged in shared memory with K and V (retention_decay_tile.cuh), and a
+// warp whose 16 rows of it are all zero skips the block pair (the upper triangle of a causal matrix); after an
+// all-zero tile the next block's K and V are fetched only if its tile turns out nonzero (retention_decay_tile.cuh).
+// The CTA order puts the batch fastest, so the B CTAs that read the same rows of a head's matrix run together.
 //
-// Work per (query block, key block): 2*64*64*(Dk + Dv) for S and dP, plus 2*64*64*Dk for dQ.
+// Work per (query block, key block): 2*64*64*(Dk + Dv) for S and dP, plus 2*64*64*Dk for dQ; with a matrix,
+// the pairs whose warp strips are nonzero (for a causal matrix the pairs on and below the diagonal, as with
+// gamma). Bytes with a matrix: each CTA reads its 64 rows of the head's matrix (64 * Tk * 4 or 2 bytes), DRAM
+// about once per head (the B CTAs sharing them run together), the others from L2.
 // Shared memory: Q [64][Dk+8], K [2][64][Dk+8], dO [64][Dv+8], V [2][64][Dv+8] (16-bit): 104 KiB at
-// Dk = Dv = 128. Registers: S, dP (32 fp32 each) and the dQ accumulators (Dk/2 fp32).
+// Dk = Dv = 128, plus two stages of the matrix's tile [64][72] with a matrix (36 KiB fp32, 18 KiB 16-bit).
+// Registers: S, dP (32 fp32 each) and the dQ accumulators (Dk/2 fp32).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/async_copy.cuh"
+#include "cuda/retention/retention_decay_tile.cuh"
 #include "cuda/retention/retention_parallel_backward_common.cuh"
 #include "cuda/retention/retention_params.hpp"
 
@@ -37,6 +47,7 @@ __global__ void __launch_bounds__(ParallelBackwardTraits<Element, HeadDim>::kThr
 
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   const auto tiles = parallel_backward_tiles<Traits, Element>(shared_bytes, v_pitch);
+  unsigned char* decay_tiles = tiles.decay;
   Element* q_tile = tiles.fixed_qk;
   Element* k_tiles = tiles.staged_qk;
   Element* do_tile = tiles.fixed_v;
@@ -47,18 +58,25 @@ __global__ void __launch_bounds__(ParallelBackwardTraits<Element, HeadDim>::kThr
   const int warp = thread.warp, lane = thread.lane, g = thread.g, quad = thread.quad;
   const bool row_terms_role = p.backward_role == kRowTermsRole;
 
-  // CTA order: query blocks from the last (heaviest with gamma) down, then (batch, head).
+  // CTA order: query blocks from the last (heaviest with gamma) down, then (batch, head); with a decay matrix
+  // the batch first (the CTAs reading the same matrix rows together), then query blocks, then heads.
+  const bool decay_matrix = p.decay.data != nullptr;
   const int64_t tokens = p.tokens;
   const int64_t query_blocks = (tokens + kBlock - 1) / kBlock;
-  const int64_t cta = blockIdx.x;
-  const int64_t query_block = query_blocks - 1 - cta % query_blocks;
-  const int64_t head_index = cta / query_blocks;
-  const int h = static_cast<int>(head_index % p.heads);
-  const int64_t b = head_index / p.heads;
+  int64_t rest = blockIdx.x;
+  int64_t b = 0;
+  if (decay_matrix) {
+    b = rest % p.batches;
+    rest /= p.batches;
+  }
+  const int64_t query_block = query_blocks - 1 - rest % query_blocks;
+  rest /= query_blocks;
+  const int h = static_cast<int>(rest % p.heads);
+  if (!decay_matrix) b = rest / p.heads;
+  const int64_t head_index = b * p.heads + h;  // of the row terms [B, H, Tq, 2]
 
-  const bool decay_matrix = p.decay.data != nullptr;
   const int64_t keys = decay_matrix ? p.tokens_k : tokens;
-  const auto head = parallel_backward_head<Element>(p, decay_matrix, b, h);
+  const auto head = parallel_backward_head<Element>(p, b, h);
   const float log2_gamma = head.log2_gamma;
   const int64_t last_key_block = decay_matrix ? (keys + kBlock - 1) / kBlock - 1 : query_block;
   const bool vector_access = p.vector_access != 0;
@@ -72,14 +90,22 @@ __global__ void __launch_bounds__(ParallelBackwardTraits<Element, HeadDim>::kThr
   load_rows<Element, HeadDim, kQkPitch, Traits::kThreads>(q_tile, q_base, p.q.token, q0, tokens, vector_access);
   load_rows_of_width<Element, Traits::kThreads>(do_tile, v_pitch, do_base, p.grad_out.token, q0, tokens, dv,
                                                 vector_access);
-  auto load_keys = [&](int64_t key_block, int stage) {
+  // K and V of a key block; with a matrix its tile (query rows q0.., keys k0..) separately.
+  auto load_key_operands = [&](int64_t key_block, int stage) {
     const int64_t k0 = key_block * kBlock;
     load_rows<Element, HeadDim, kQkPitch, Traits::kThreads>(k_tiles + stage * Traits::kQkTile, k_base, p.k.token, k0,
                                                             keys, vector_access);
     load_rows_of_width<Element, Traits::kThreads>(v_tiles + stage * v_tile_elements, v_pitch, v_base, p.v.token, k0,
                                                   keys, dv, vector_access);
   };
-  if (last_key_block >= 0) load_keys(0, 0);
+  auto load_decay_tile = [&](int64_t key_block, int stage) {
+    stage_decay_tile_of<Element, false, Traits::kThreads>(decay_tiles, stage, p.decay, h, static_cast<int>(query_block),
+                                                          static_cast<int>(key_block), tokens, keys);
+  };
+  if (last_key_block >= 0) {
+    load_key_operands(0, 0);
+    if (decay_matrix) load_decay_tile(0, 0);
+  }
   commit_async_copies();
 
   // The thread's two query rows, their score factors and (dQ) their row terms 1/n_t and c_t.
@@ -95,18 +121,46 @@ __global__ void __launch_bounds__(ParallelBackwardTraits<Element, HeadDim>::kThr
       pull_factor[half] = terms.y;
     }
   }
-  const char* decay_rows = head.decay_rows;
 
   float grad_q[kDkTiles][4];
   zero_tiles(grad_q);
   float abs_sum[2] = {0.0f, 0.0f}, pull[2] = {0.0f, 0.0f};
 
+  bool operands_fetched = true;  // this block's K and V were fetched with its tile (always with gamma)
   for (int64_t key_block = 0; key_block <= last_key_block; ++key_block) {
     const int stage = static_cast<int>(key_block & 1);
     wait_async_copies<0>();
-    __syncthreads();  // this block's K, V (and Q, dO) visible; the other stage is free
-    if (key_block + 1 <= last_key_block) load_keys(key_block + 1, stage ^ 1);
+    // This block's K, V (and Q, dO, and the matrix's tile) visible; the other stage is free. With a matrix the
+    // barrier also tells whether the tile holds a nonzero entry (retention_decay_tile.cuh).
+    bool nonzero_tile = true;
+    if (decay_matrix) {
+      nonzero_tile =
+          __syncthreads_or(staged_decay_nonzero_of<Element, false, Traits::kThreads>(decay_tiles, stage, p.decay)) != 0;
+    } else {
+      __syncthreads();
+    }
+    // A nonzero tile after a zero one: its K and V were not fetched, so they are loaded now.
+    const bool late_operands = nonzero_tile && !operands_fetched;
+    if (late_operands) {
+      load_key_operands(key_block, stage);
+      commit_async_copies();
+    }
+    // The next block's tile, and its K and V unless this tile is zero (zero tiles come in runs).
+    if (key_block + 1 <= last_key_block) {
+      if (decay_matrix) load_decay_tile(key_block + 1, stage ^ 1);
+      if (nonzero_tile) load_key_operands(key_block + 1, stage ^ 1);
+    }
+    operands_fetched = nonzero_tile;
     commit_async_copies();
+    if (late_operands) {
+      wait_async_copies<1>();
+      __syncthreads();
+    }
+    // A zero tile adds nothing to any sum or gradient; nor does a warp's all-zero 16 rows of a nonzero tile.
+    if (!nonzero_tile) continue;
+    if (decay_matrix && !decay_strip_nonzero_of<Element, false>(decay_tiles, stage, p.decay.f32 != 0, warp, lane)) {
+      continue;
+    }
     const Element* k_tile = k_tiles + stage * Traits::kQkTile;
     const Element* v_tile = v_tiles + stage * v_tile_elements;
     const bool diagonal = !decay_matrix && key_block == query_block;
@@ -125,23 +179,47 @@ __global__ void __launch_bounds__(ParallelBackwardTraits<Element, HeadDim>::kThr
       mma_rows_k_step<Element>(score_grads, do_tile, v_pitch, v_tile, v_pitch, ks, warp, lane, visit);
     }
     // Decay weights and causal mask; keys past the sequence are zero rows of K and V.
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int half = e / 2;
-        const int64_t i = row_lo + 8 * half;
-        const int64_t j = k0 + nt * 8 + 2 * quad + e % 2;
-        float weight = decay_weight<Element>(decay_matrix, decay_rows, p.decay, log2_gamma, i, j, tokens, keys);
-        weight *= row_factor[half];
-        const float s = weight != 0.0f ? scores[nt][e] * weight : 0.0f;
-        if (row_terms_role) {
-          abs_sum[half] += fabsf(s);
-          pull[half] += score_grads[nt][e] * s;
-        } else {
-          scores[nt][e] = (score_grads[nt][e] * inverse_norm[half] - sign_of(s) * pull_factor[half]) * weight;
-        }
+    const auto weigh = [&](int nt, int e, float decay) {
+      const int half = e / 2;
+      const float weight = decay * row_factor[half];
+      const float s = weight != 0.0f ? scores[nt][e] * weight : 0.0f;
+      if (row_terms_role) {
+        abs_sum[half] += fabsf(s);
+        pull[half] += score_grads[nt][e] * s;
+      } else {
+        scores[nt][e] = (score_grads[nt][e] * inverse_norm[half] - sign_of(s) * pull_factor[half]) * weight;
       }
+    };
+    if (decay_matrix) {
+      // Entries (the thread's rows, 8 nt + 2 quad ..+1) of the staged tile.
+      const auto weigh_from_tile = [&](auto entry) {
+        using Entry = typename decltype(entry)::type;
+        const Entry* tile = decay_tile_stage<Entry>(decay_tiles, stage);
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const float2 decay = decay_tile_pair<Element, Entry, decay_tile_pitch<Entry, false>()>(
+                tile, warp * 16 + g + 8 * half, nt * 8 + 2 * quad);
+            weigh(nt, 2 * half, decay.x);
+            weigh(nt, 2 * half + 1, decay.y);
+          }
+      };
+      if (p.decay.f32) {
+        weigh_from_tile(std::type_identity<float>{});
+      } else {
+        weigh_from_tile(std::type_identity<Element>{});
+      }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int64_t i = row_lo + 8 * (e / 2);
+          const int64_t j = k0 + nt * 8 + 2 * quad + e % 2;
+          weigh(nt, e, gamma_decay_weight(log2_gamma, i, j));
+        }
+    }
     if (row_terms_role) continue;
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {

@@ -38,9 +38,25 @@ struct StateOperand {
 struct DecayMatrixOperand {
   const void* data = nullptr;
   int64_t head = 0, row = 0;
-  int32_t f32 = 0;        // 1: float32 entries; 0: the inputs' dtype
-  int32_t normalize = 0;  // 1: scores divided by max(|row sum|, 1) (RetNet's score normalisation)
+  int32_t f32 = 0;          // 1: float32 entries; 0: the inputs' dtype
+  int32_t normalize = 0;    // 1: scores divided by max(|row sum|, 1) (RetNet's score normalisation)
+  int32_t vector_rows = 0;  // 1: data and the head and row strides are 16-byte aligned (16-byte cp.async)
 };
+
+// Shared memory of the matrix's tiles in the parallel form's kernels (retention_decay_tile.cuh): two pipeline
+// stages of a 64x64 tile of entries as stored, rows padded to kDecayTilePitch entries; 0 without a matrix.
+inline constexpr int kDecayTilePitch = 72;
+constexpr int decay_tiles_shared_bytes(bool present, bool f32, int element_bytes) {
+  return present ? 2 * 64 * kDecayTilePitch * (f32 ? 4 : element_bytes) : 0;
+}
+constexpr int decay_tiles_shared_bytes(const DecayMatrixOperand& d, int element_bytes) {
+  return decay_tiles_shared_bytes(d.data != nullptr, d.f32 != 0, element_bytes);
+}
+// The most of them (a float32 matrix): what the kernels' opt-in shared memory is raised to.
+inline constexpr int kDecayTilesMaxSharedBytes = decay_tiles_shared_bytes(true, true, 4);
+// Opt-in shared memory per block on SM90 (227 KiB): every instance's largest launch fits it. SM80 allows 163 KiB,
+// which the parallel backward's largest launches (Dv = 256 with a decay matrix) exceed; the plan refuses those there.
+inline constexpr int kMaxSharedBytesPerBlock = 227 * 1024;
 
 // What one launch of the parallel form's backward computes (retention_parallel_backward_common.cuh).
 enum ParallelBackwardRole : int32_t { kRowTermsRole = 0, kGradQRole = 1, kGradKRole = 2, kGradVRole = 3 };
@@ -73,6 +89,7 @@ struct ChunkParams {
   int32_t value_columns = 0;        // the job's Dv
   DecayMatrixOperand decay;         // the parallel form over an explicit matrix (normalised-form kernel only)
   int64_t tokens_k = 0;             // keys of that form (Tk); the other forms use `tokens`
+  int32_t batches = 0;              // B, for the parallel form's CTA order over a decay matrix
   // The parallel form's backward (retention_parallel_backward_common.cuh): dO, which gradient a launch
   // computes (ParallelBackwardRole; `out` is that gradient), and the per-query-row terms [B, H, Tq, 2] fp32
   // (1/n_t, c_t) written by the row-terms launch; null: 1 and 0 (no normalisation).

@@ -36,6 +36,19 @@ int prepare_device(int device) {
   return device_attribute(cudaDevAttrMultiProcessorCount, device);
 }
 
+// The parallel backward's largest launches (Dv = 256 with a float32 decay matrix) need more shared memory per block
+// than SM80 allows (163 KiB against SM90's 227 KiB): refused there, naming what fits.
+void require_shared_memory(const JobShape& job, int device) {
+  const int limit = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  if (job.kernel == nullptr || job.shared_bytes <= limit) return;
+  throw Error(Status::unsupported,
+              "retention backward on device " + std::to_string(device) + ": its " + job.kernel->family +
+                  " kernel needs " + std::to_string(job.shared_bytes) +
+                  " bytes of shared memory per block, the device allows " + std::to_string(limit) +
+                  "; allowed: a smaller Dv, a decay matrix in the inputs' dtype (half the bytes of float32), or CPU "
+                  "tensors");
+}
+
 void raise_shared_memory(const ChunkKernel* kernel, int shared_bytes = 0) {
   check_cuda(
       raise_dynamic_shared_memory_once(kernel->function, shared_bytes != 0 ? shared_bytes : kernel->shared_bytes),
@@ -194,6 +207,7 @@ std::unique_ptr<detail::OpPlan<RetentionBackward>> plan_of_selection(const Reten
                                                                      const BackwardSelection& selection, int device,
                                                                      tune::ChoiceSource source) {
   const DeviceGuard guard(device);
+  for (const JobShape* job : {&selection.dq, &selection.dk, &selection.dv}) require_shared_memory(*job, device);
   for (const JobShape* job : {&selection.dq, &selection.dk, &selection.dv}) {
     raise_shared_memory(job->kernel, job->shared_bytes);
   }

@@ -8,8 +8,8 @@
 // wgmma P*V, epilogue). The producer gives up registers (setmaxnreg) so the consumers can keep O, S and
 // P of 64 rows x 128 columns in registers. Thread 0 initialises the mbarriers first, so that the Q tile
 // (one TMA box per 64 columns where the maps allow, else cp.async) and, with TMA, the first K/V tile
-// are in flight during the setup every thread then does (policy state, mask tables) before the split. On other architectures the kernel body is empty: the registry never
-// selects it there (fmha_sm90_launch.cuh checks the device).
+// are in flight during the setup every thread then does (policy state, mask tables) before the split. On other
+// architectures the kernel body is empty: the registry never selects it there (fmha_sm90_launch.cuh checks the device).
 #pragma once
 #include <cute/tensor.hpp>
 

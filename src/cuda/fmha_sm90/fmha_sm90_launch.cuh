@@ -29,8 +29,8 @@ void launch_fmha_sm90_forward(const fmha::FmhaLaunch& request, fmha::FmhaWorkspa
   }
   Sm90TileMaps maps{};
   make_sm90_tile_maps(launch.params,
-                    std::is_same_v<typename Traits::Element, cutlass::bfloat16_t> ? DType::bf16 : DType::f16,
-                    Traits::kHeadDim, Traits::kBlockM, Traits::kBlockN, maps);
+                      std::is_same_v<typename Traits::Element, cutlass::bfloat16_t> ? DType::bf16 : DType::f16,
+                      Traits::kHeadDim, Traits::kBlockM, Traits::kBlockN, maps);
   auto* kernel = &fmha_sm90_forward_kernel<Traits, Policy>;
   cudaError_t status = raise_dynamic_shared_memory_once(kernel, Traits::kSmemBytes);
   if (status == cudaSuccess) {

@@ -76,6 +76,76 @@ __device__ __forceinline__ float gamma_decay_weight(float log2_gamma, int64_t t,
   return m <= t ? decay_power(log2_gamma, static_cast<float>(t - m)) : 0.0f;
 }
 
+// Calls weigh(nt, e, D_tm) for every entry (nt, e) of a thread's score fragments of a warp's 16 query rows
+// (row_lo = its first row of g, + 8) by 64 keys from k0: D_tm from the stage's staged tile of a decay matrix
+// (the forward and dQ read it by rows), or the gamma power.
+template <class Element, class Weigh>
+__device__ __forceinline__ void weigh_query_rows(const ChunkParams& p, bool decay_matrix,
+                                                 const unsigned char* decay_tiles, int stage, float log2_gamma,
+                                                 int warp, int g, int quad, int64_t row_lo, int64_t k0, Weigh&& weigh) {
+  if (decay_matrix) {
+    const auto weigh_from_tile = [&](auto entry) {
+      using Entry = typename decltype(entry)::type;
+      const Entry* tile = decay_tile_stage<Entry>(decay_tiles, stage);
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const float2 weight = decay_tile_pair<Element, Entry, decay_tile_pitch<Entry, false>()>(
+              tile, warp * 16 + g + 8 * half, nt * 8 + 2 * quad);
+          weigh(nt, 2 * half, weight.x);
+          weigh(nt, 2 * half + 1, weight.y);
+        }
+    };
+    if (p.decay.f32) {
+      weigh_from_tile(std::type_identity<float>{});
+    } else {
+      weigh_from_tile(std::type_identity<Element>{});
+    }
+    return;
+  }
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      weigh(nt, e, gamma_decay_weight(log2_gamma, row_lo + 8 * (e / 2), k0 + nt * 8 + 2 * quad + e % 2));
+    }
+}
+
+// The same for dK and dV, whose score fragments are a warp's 16 keys (key_lo, + 8) by 64 query columns from q0:
+// the staged tile read down its columns.
+template <class Element, class Weigh>
+__device__ __forceinline__ void weigh_key_rows(const ChunkParams& p, bool decay_matrix,
+                                               const unsigned char* decay_tiles, int stage, float log2_gamma, int warp,
+                                               int g, int quad, int64_t key_lo, int64_t q0, Weigh&& weigh) {
+  if (decay_matrix) {
+    const auto weigh_from_tile = [&](auto entry) {
+      using Entry = typename decltype(entry)::type;
+      const Entry* tile = decay_tile_stage<Entry>(decay_tiles, stage);
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          weigh(nt, e,
+                decay_tile_entry<Entry, decay_tile_pitch<Entry, true>()>(tile, nt * 8 + 2 * quad + e % 2,
+                                                                         warp * 16 + g + 8 * (e / 2)));
+        }
+    };
+    if (p.decay.f32) {
+      weigh_from_tile(std::type_identity<float>{});
+    } else {
+      weigh_from_tile(std::type_identity<Element>{});
+    }
+    return;
+  }
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      weigh(nt, e, gamma_decay_weight(log2_gamma, q0 + nt * 8 + 2 * quad + e % 2, key_lo + 8 * (e / 2)));
+    }
+}
+
 // log2(gamma_h): from the params, or the default 1 - 2^(-5-h) computed here.
 __device__ __forceinline__ float head_log2_gamma(const ChunkParams& p, int h) {
   if (p.default_gamma) return static_cast<float>(log1p(-exp2(-5.0 - h)) / 0.69314718055994530942);
@@ -225,36 +295,7 @@ __global__ void __launch_bounds__(NormalizedTraits<Element, HeadDim>::kThreads)
       scores[nt][e] = s;
       abs_sum[e / 2] += fabsf(s);
     };
-    if (decay_matrix) {
-      // Entries (row, 2 quad + 8 nt ..+1) of the staged tile, the rows the thread's.
-      const auto weigh_from_tile = [&](auto entry) {
-        using Entry = typename decltype(entry)::type;
-        const Entry* tile = decay_tile_stage<Entry>(decay_tiles, stage);
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            const float2 weight = decay_tile_pair<Element, Entry, decay_tile_pitch<Entry, false>()>(
-                tile, warp * 16 + g + 8 * half, nt * 8 + 2 * quad);
-            weigh(nt, 2 * half, weight.x);
-            weigh(nt, 2 * half + 1, weight.y);
-          }
-      };
-      if (p.decay.f32) {
-        weigh_from_tile(std::type_identity<float>{});
-      } else {
-        weigh_from_tile(std::type_identity<Element>{});
-      }
-    } else {
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int64_t i = row_lo + 8 * (e / 2);
-          const int64_t j = k0 + nt * 8 + 2 * quad + e % 2;
-          weigh(nt, e, gamma_decay_weight(log2_gamma, i, j));
-        }
-    }
+    weigh_query_rows<Element>(p, decay_matrix, decay_tiles, stage, log2_gamma, warp, g, quad, row_lo, k0, weigh);
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
       if (visit(ks)) {

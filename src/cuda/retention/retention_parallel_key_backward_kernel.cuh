@@ -208,35 +208,7 @@ __global__ void __launch_bounds__(ParallelBackwardTraits<Element, HeadDim>::kThr
         scores[nt][e] = (score_grads[nt][e] * query_terms[0] - sign_of(s) * query_terms[1]) * weight;
       }
     };
-    if (decay_matrix) {
-      // Entry (query column, the thread's key) of the staged tile, read down its columns.
-      const auto weigh_from_tile = [&](auto entry) {
-        using Entry = typename decltype(entry)::type;
-        const Entry* tile = decay_tile_stage<Entry>(decay_tiles, stage);
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            weigh(nt, e,
-                  decay_tile_entry<Entry, decay_tile_pitch<Entry, true>()>(tile, nt * 8 + 2 * quad + e % 2,
-                                                                           warp * 16 + g + 8 * (e / 2)));
-          }
-      };
-      if (p.decay.f32) {
-        weigh_from_tile(std::type_identity<float>{});
-      } else {
-        weigh_from_tile(std::type_identity<Element>{});
-      }
-    } else {
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int64_t m = key_lo + 8 * (e / 2);
-          const int64_t t = q0 + nt * 8 + 2 * quad + e % 2;
-          weigh(nt, e, gamma_decay_weight(log2_gamma, t, m));
-        }
-    }
+    weigh_key_rows<Element>(p, decay_matrix, decay_tiles, stage, log2_gamma, warp, g, quad, key_lo, q0, weigh);
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
       if (visit(ks)) {

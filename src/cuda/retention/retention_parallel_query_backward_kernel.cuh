@@ -190,36 +190,7 @@ __global__ void __launch_bounds__(ParallelBackwardTraits<Element, HeadDim>::kThr
         scores[nt][e] = (score_grads[nt][e] * inverse_norm[half] - sign_of(s) * pull_factor[half]) * weight;
       }
     };
-    if (decay_matrix) {
-      // Entries (the thread's rows, 8 nt + 2 quad ..+1) of the staged tile.
-      const auto weigh_from_tile = [&](auto entry) {
-        using Entry = typename decltype(entry)::type;
-        const Entry* tile = decay_tile_stage<Entry>(decay_tiles, stage);
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            const float2 decay = decay_tile_pair<Element, Entry, decay_tile_pitch<Entry, false>()>(
-                tile, warp * 16 + g + 8 * half, nt * 8 + 2 * quad);
-            weigh(nt, 2 * half, decay.x);
-            weigh(nt, 2 * half + 1, decay.y);
-          }
-      };
-      if (p.decay.f32) {
-        weigh_from_tile(std::type_identity<float>{});
-      } else {
-        weigh_from_tile(std::type_identity<Element>{});
-      }
-    } else {
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int64_t i = row_lo + 8 * (e / 2);
-          const int64_t j = k0 + nt * 8 + 2 * quad + e % 2;
-          weigh(nt, e, gamma_decay_weight(log2_gamma, i, j));
-        }
-    }
+    weigh_query_rows<Element>(p, decay_matrix, decay_tiles, stage, log2_gamma, warp, g, quad, row_lo, k0, weigh);
     if (row_terms_role) continue;
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {

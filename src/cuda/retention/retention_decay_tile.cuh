@@ -27,6 +27,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/async_copy.cuh"
 #include "cuda/retention/retention_mma.cuh"
@@ -205,6 +206,16 @@ __device__ __forceinline__ Entry* decay_tile_stage(unsigned char* tiles, int sta
 template <class Entry>
 __device__ __forceinline__ const Entry* decay_tile_stage(const unsigned char* tiles, int stage) {
   return reinterpret_cast<const Entry*>(tiles + stage * decay_tile_stage_bytes<Entry>());
+}
+
+// Calls f(std::type_identity<Entry>{}) with the matrix's entry type: float, or the inputs' Element (a uniform branch).
+template <class Element, class F>
+__device__ __forceinline__ void with_decay_entry_type(bool f32, F&& f) {
+  if (f32) {
+    f(std::type_identity<float>{});
+  } else {
+    f(std::type_identity<Element>{});
+  }
 }
 
 // stage_decay_tile into stage `stage` of `tiles` for the matrix's entry type (a uniform branch).

@@ -97,11 +97,7 @@ __device__ __forceinline__ void weigh_query_rows(const ChunkParams& p, bool deca
           weigh(nt, 2 * half + 1, weight.y);
         }
     };
-    if (p.decay.f32) {
-      weigh_from_tile(std::type_identity<float>{});
-    } else {
-      weigh_from_tile(std::type_identity<Element>{});
-    }
+    with_decay_entry_type<Element>(p.decay.f32 != 0, weigh_from_tile);
     return;
   }
 #pragma unroll
@@ -131,11 +127,7 @@ __device__ __forceinline__ void weigh_key_rows(const ChunkParams& p, bool decay_
                                                                          warp * 16 + g + 8 * (e / 2)));
         }
     };
-    if (p.decay.f32) {
-      weigh_from_tile(std::type_identity<float>{});
-    } else {
-      weigh_from_tile(std::type_identity<Element>{});
-    }
+    with_decay_entry_type<Element>(p.decay.f32 != 0, weigh_from_tile);
     return;
   }
 #pragma unroll

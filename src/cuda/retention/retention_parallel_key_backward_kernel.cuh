@@ -142,34 +142,9 @@ __global__ void __launch_bounds__(ParallelBackwardTraits<Element, HeadDim>::kThr
   bool operands_fetched = true;  // this block's Q, dO and terms were fetched with its tile (always with gamma)
   for (int64_t query_block = first_query_block; query_block < query_blocks; ++query_block) {
     const int stage = static_cast<int>((query_block - first_query_block) & 1);
-    wait_async_copies<0>();
-    // This block's Q, dO, terms (and K, V, and the matrix's tile) visible; the other stage is free. With a matrix
-    // the barrier also tells whether the tile holds a nonzero entry (retention_decay_tile.cuh).
-    bool nonzero_tile = true;
-    if (decay_matrix) {
-      nonzero_tile =
-          __syncthreads_or(staged_decay_nonzero_of<Element, true, Traits::kThreads>(decay_tiles, stage, p.decay)) != 0;
-    } else {
-      __syncthreads();
-    }
-    // A nonzero tile after a zero one (for a causal matrix: the diagonal block, after the zero blocks before it):
-    // its Q, dO and terms were not fetched, so they are loaded now.
-    const bool late_operands = nonzero_tile && !operands_fetched;
-    if (late_operands) {
-      load_query_operands(query_block, stage);
-      commit_async_copies();
-    }
-    // The next block's tile, and its Q, dO and terms unless this tile is zero (zero tiles come in runs).
-    if (query_block + 1 < query_blocks) {
-      if (decay_matrix) load_decay_tile(query_block + 1, stage ^ 1);
-      if (nonzero_tile) load_query_operands(query_block + 1, stage ^ 1);
-    }
-    operands_fetched = nonzero_tile;
-    commit_async_copies();
-    if (late_operands) {
-      wait_async_copies<1>();
-      __syncthreads();
-    }
+    const bool nonzero_tile = begin_backward_block<Element, true, Traits::kThreads>(
+        decay_matrix, decay_tiles, p.decay, query_block, stage, query_block + 1 < query_blocks, operands_fetched,
+        load_query_operands, load_decay_tile);
     // A zero tile adds nothing to the gradients; nor does a warp's all-zero 16 keys of a nonzero tile.
     if (!nonzero_tile) continue;
     if (decay_matrix && !decay_strip_nonzero_of<Element, true>(decay_tiles, stage, p.decay.f32 != 0, warp, lane)) {

@@ -129,33 +129,9 @@ __global__ void __launch_bounds__(ParallelBackwardTraits<Element, HeadDim>::kThr
   bool operands_fetched = true;  // this block's K and V were fetched with its tile (always with gamma)
   for (int64_t key_block = 0; key_block <= last_key_block; ++key_block) {
     const int stage = static_cast<int>(key_block & 1);
-    wait_async_copies<0>();
-    // This block's K, V (and Q, dO, and the matrix's tile) visible; the other stage is free. With a matrix the
-    // barrier also tells whether the tile holds a nonzero entry (retention_decay_tile.cuh).
-    bool nonzero_tile = true;
-    if (decay_matrix) {
-      nonzero_tile =
-          __syncthreads_or(staged_decay_nonzero_of<Element, false, Traits::kThreads>(decay_tiles, stage, p.decay)) != 0;
-    } else {
-      __syncthreads();
-    }
-    // A nonzero tile after a zero one: its K and V were not fetched, so they are loaded now.
-    const bool late_operands = nonzero_tile && !operands_fetched;
-    if (late_operands) {
-      load_key_operands(key_block, stage);
-      commit_async_copies();
-    }
-    // The next block's tile, and its K and V unless this tile is zero (zero tiles come in runs).
-    if (key_block + 1 <= last_key_block) {
-      if (decay_matrix) load_decay_tile(key_block + 1, stage ^ 1);
-      if (nonzero_tile) load_key_operands(key_block + 1, stage ^ 1);
-    }
-    operands_fetched = nonzero_tile;
-    commit_async_copies();
-    if (late_operands) {
-      wait_async_copies<1>();
-      __syncthreads();
-    }
+    const bool nonzero_tile = begin_backward_block<Element, false, Traits::kThreads>(
+        decay_matrix, decay_tiles, p.decay, key_block, stage, key_block + 1 <= last_key_block, operands_fetched,
+        load_key_operands, load_decay_tile);
     // A zero tile adds nothing to any sum or gradient; nor does a warp's all-zero 16 rows of a nonzero tile.
     if (!nonzero_tile) continue;
     if (decay_matrix && !decay_strip_nonzero_of<Element, false>(decay_tiles, stage, p.decay.f32 != 0, warp, lane)) {

@@ -1,12 +1,12 @@
 #include "cuda/fmha_sm90/fmha_sm90_tma.hpp"
 
 #include <cudaTypedefs.h>
-#include <cuda_runtime_api.h>
 
 #include <array>
 #include <string>
 
 #include "attnkit/error.hpp"
+#include "cuda/common/driver_entry_point.hpp"
 
 namespace attnkit::cuda::fmha_sm90 {
 namespace {
@@ -85,17 +85,9 @@ MapShape shape_of(const fmha::TensorAddress& a, const TileGrid& g, bool& fold_ba
   return ok ? s : MapShape{};
 }
 
-// The driver's cuTensorMapEncodeTiled, looked up through the runtime: the library does not link
-// libcuda itself, so it still loads (and runs on the CPU) on machines without a GPU driver.
+// The driver's cuTensorMapEncodeTiled.
 PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 function = [] {
-    void* pointer = nullptr;
-    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-    const cudaError_t status =
-        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &pointer, 12000, cudaEnableDefault, &found);
-    if (status != cudaSuccess || found != cudaDriverEntryPointSuccess) pointer = nullptr;
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(pointer);
-  }();
+  static const auto function = driver_entry_point<PFN_cuTensorMapEncodeTiled_v12000>("cuTensorMapEncodeTiled");
   if (function == nullptr) {
     throw Error(Status::cuda_error, "cuTensorMapEncodeTiled: not found in the CUDA driver (needs a CUDA 12+ driver)");
   }

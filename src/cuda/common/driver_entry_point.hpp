@@ -1,0 +1,19 @@
+// A CUDA driver function looked up through the runtime (its CUDA 12.0 version), so that the library links no
+// libcuda and still loads, and runs on the CPU, on machines without a GPU driver.
+#pragma once
+#include <cuda_runtime_api.h>
+
+namespace attnkit::cuda {
+
+// The driver's function `name` as a `Function` pointer, or nullptr when the driver lacks it or cannot be asked;
+// callers keep the result and say what is missing.
+template <class Function>
+Function driver_entry_point(const char* name) {
+  void* pointer = nullptr;
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  const cudaError_t status = cudaGetDriverEntryPointByVersion(name, &pointer, 12000, cudaEnableDefault, &found);
+  if (status != cudaSuccess || found != cudaDriverEntryPointSuccess) return nullptr;
+  return reinterpret_cast<Function>(pointer);
+}
+
+}  // namespace attnkit::cuda

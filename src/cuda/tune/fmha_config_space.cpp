@@ -75,8 +75,9 @@ std::string invalid_reason(const tune::Config& config, const tune::ProblemSpec& 
 tune::TileWork fmha_forward_tile_work(const FmhaConfig& config, const tune::ProblemSpec& spec) {
   if (spec.mask != MaskKind::neighborhood) return tune::attention_tile_work(spec, config.block_m, config.block_n);
   const BoxGeometry geometry = neighborhood_geometry(spec.token_dims, spec.neighborhood, spec.tokens);
-  const BoxShapes shapes = choose_box_shapes(geometry, log2_of(config.block_m), log2_of(config.block_n));
-  const BoxVisitCounts visits = count_box_visits(geometry, shapes);
+  const BoxShapes shapes =
+      choose_box_shapes(geometry, log2_of(config.block_m), log2_of(config.block_n), false, KvTileOrigin::aligned);
+  const BoxVisitCounts visits = count_box_visits(geometry, shapes, KvTileOrigin::aligned);
   int64_t q_tiles = 1;
   for (int d = 0; d < spec.token_dims; ++d) {
     const int64_t group = ceil_div(spec.tokens[static_cast<size_t>(d)], geometry.dilation[static_cast<size_t>(d)]);

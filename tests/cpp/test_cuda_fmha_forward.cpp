@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -31,7 +32,9 @@
 #if defined(ATTNKIT_WITH_CUDA)
 #include <cuda_runtime_api.h>
 
+#include "cuda/common/tile_range.hpp"
 #include "cuda/fmha/fmha_arguments.hpp"
+#include "cuda/fmha/fmha_box_shape.hpp"
 #include "cuda/fmha/fmha_configs.hpp"
 #include "cuda/tune/fmha_forward_selection.hpp"
 #endif
@@ -464,6 +467,110 @@ TEST_F(CudaFmhaForward, Neighborhood3DMixedPerDimensionSettings) {
   c.tokens_q = c.tokens_kv = {6, 9, 10};
   c.mask = neighborhood({nd(3, 1, 1, true), nd(5, 1, 2, false), nd(3, 3, 1, false)});
   run_both_dtypes(c, 430);
+}
+
+// --- neighborhood: KV tiles at window origins ---------------------------------------------------
+// The forward's BoxPolicy starts a CTA's KV tiles at its windows' first key (dim_key_tiles) when that
+// needs fewer tiles than the aligned ones: loads from any key (TMA boxes, cp.async rows, dilation
+// groups), tiles moved back to end at the extent, row masks and bias relative to such origins. Each
+// case asserts that some of its CTAs get such origins with the Hopper (128 x 128) or the portable
+// (128 x 64) tiles, so that it keeps covering them.
+
+// CTAs of one batch and head whose KV tiles start off the KV box grid in some dimension, for Q tiles of
+// 2^block_m_log2 and KV tiles of 2^block_n_log2 tokens with the forward launch's box shapes.
+int64_t ctas_with_window_origins(const Case& c, int block_m_log2, int block_n_log2) {
+  std::array<int64_t, kMaxTokenDims> extents{1, 1, 1};
+  const int dims = static_cast<int>(c.tokens_q.size());
+  for (int d = 0; d < dims; ++d) extents[static_cast<size_t>(d)] = c.tokens_q[static_cast<size_t>(d)];
+  const cuda::fmha::BoxGeometry g = cuda::fmha::neighborhood_geometry(dims, c.mask.neighborhood, extents);
+  const cuda::fmha::BoxShapes s =
+      cuda::fmha::choose_box_shapes(g, block_m_log2, block_n_log2, false, cuda::KvTileOrigin::window);
+  int64_t all = 1;
+  int64_t aligned = 1;  // the CTAs form a product over dimensions of (dilation group, Q tile)
+  for (size_t d = 0; d < static_cast<size_t>(dims); ++d) {
+    int64_t all_d = 0;
+    int64_t aligned_d = 0;
+    const int64_t q_box = int64_t{1} << s.q_log2[d];
+    for (int64_t group = 0; group < g.dilation[d]; ++group) {
+      const int64_t n = detail::dilation_group_size(g.extent[d], g.dilation[d], group);
+      for (int64_t q = 0; q < n; q += q_box) {
+        const cuda::DimKeyTiles t =
+            cuda::dim_key_tiles(g.rule[d], q, std::min(q + q_box, n) - 1, n, s.kv_log2[d], cuda::KvTileOrigin::window);
+        ++all_d;
+        if (t.count == 0 || t.origin % (int64_t{1} << s.kv_log2[d]) == 0) ++aligned_d;
+      }
+    }
+    all *= all_d;
+    aligned *= aligned_d;
+  }
+  return all - aligned;
+}
+
+void expect_window_origins(const Case& c) {
+  EXPECT_GT(ctas_with_window_origins(c, 7, 7) + ctas_with_window_origins(c, 7, 6), 0)
+      << "no CTA of this case starts its KV tiles off the box grid: it no longer tests window origins";
+}
+
+TEST_F(CudaFmhaForward, Neighborhood1DKvTilesStartAtTheWindow) {
+  Case c;
+  c.tokens_q = c.tokens_kv = {1000};  // the last Q tiles' KV tiles move back to end at key 1000
+  c.heads_q = 2;
+  c.heads_kv = 1;
+  uint64_t seed = 600;
+  for (const NeighborhoodDim& d : {nd(64), nd(64, 3), nd(45, 2, 3)}) {
+    c.mask = neighborhood({d});
+    expect_window_origins(c);
+    run_both_dtypes(c, seed++);
+  }
+}
+
+TEST_F(CudaFmhaForward, Neighborhood2DKvTilesStartAtTheWindow) {
+  Case c;
+  c.heads_q = 2;
+  c.heads_kv = 1;
+  c.tokens_q = c.tokens_kv = {56, 56};
+  c.mask = neighborhood({nd(7), nd(7)});
+  expect_window_origins(c);
+  run_both_dtypes(c, 610);
+  c.tokens_q = c.tokens_kv = {57, 61};
+  c.mask = neighborhood({nd(7, 3), nd(7, 3)});
+  expect_window_origins(c);
+  run_both_dtypes(c, 611);
+  c.tokens_q = c.tokens_kv = {45, 53};
+  c.mask = neighborhood({nd(9, 1, 2), nd(5, 1, 1, true)});
+  expect_window_origins(c);
+  run_both_dtypes(c, 612);
+  c.layout = Layout::noncollapsible_tokens;
+  c.mask = neighborhood({nd(7, 1, 1, true), nd(7)});
+  expect_window_origins(c);
+  run_both_dtypes(c, 613);
+}
+
+TEST_F(CudaFmhaForward, Neighborhood3DKvTilesStartAtTheWindow) {
+  Case c;
+  c.batch = 3;  // on Hopper, 3-D TMA boxes fold the batch into the outermost token coordinate
+  c.tokens_q = c.tokens_kv = {7, 30, 29};
+  c.mask = neighborhood({nd(3), nd(7), nd(7)});
+  expect_window_origins(c);
+  run_both_dtypes(c, 620);
+  c.tokens_q = c.tokens_kv = {9, 30, 29};
+  c.mask = neighborhood({nd(3, 1, 1, true), nd(7), nd(5, 2)});
+  expect_window_origins(c);
+  run_both_dtypes(c, 621);
+}
+
+TEST_F(CudaFmhaForward, PositionalBiasWithKvTilesAtTheWindow) {
+  Case c;
+  c.rpb = DType::f32;
+  c.tokens_q = c.tokens_kv = {1000};
+  c.mask = neighborhood({nd(63)});
+  expect_window_origins(c);
+  run_both_dtypes(c, 630);
+  c.tokens_q = c.tokens_kv = {60, 50};
+  c.mask = neighborhood({nd(9), nd(9, 2)});
+  c.rpb_padded = true;
+  expect_window_origins(c);
+  run_both_dtypes(c, 631);
 }
 
 // Relative positional bias (NATTEN <= 0.17 rpb): the portable tier adds it; fp32 and the inputs' dtype,

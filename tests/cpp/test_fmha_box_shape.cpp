@@ -1,6 +1,8 @@
 // The box shapes of the CUDA backends' neighborhood tiles (src/cuda/fmha/fmha_box_shape.hpp): the choice
 // minimises the modelled visits over every split of the tile sizes, of whole KV tiles or, for the Hopper
-// backward's two MMA warpgroups, of KV half tiles. Host-only (no GPU needed), in CUDA builds.
+// backward's two MMA warpgroups, of KV half tiles, with the KV tile origins of the kernels that will
+// walk them (aligned for the backward, window origins for the forward). Host-only (no GPU needed), in
+// CUDA builds.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -23,6 +25,7 @@ TEST(FmhaBoxShape, SkipsWithoutCuda) {
 
 #else
 
+using cuda::KvTileOrigin;
 using cuda::fmha::BoxGeometry;
 using cuda::fmha::BoxShapes;
 
@@ -36,8 +39,8 @@ BoxGeometry square_window(int64_t extent, int64_t kernel) {
 }
 
 // The modelled cost the chooser minimises: visits plus a quarter per partial visit.
-double cost(const BoxGeometry& g, const BoxShapes& s) {
-  const auto c = cuda::fmha::count_box_visits(g, s);
+double cost(const BoxGeometry& g, const BoxShapes& s, KvTileOrigin origins = KvTileOrigin::aligned) {
+  const auto c = cuda::fmha::count_box_visits(g, s, origins);
   return c.visited + 0.25 * (c.visited - c.full);
 }
 
@@ -55,7 +58,7 @@ BoxShapes halved(BoxShapes s) {
 TEST(FmhaBoxShape, ShapesSplitTheTileSizesOverTheDimensions) {
   const BoxGeometry g = square_window(128, 31);
   for (const bool halves : {false, true}) {
-    const BoxShapes s = cuda::fmha::choose_box_shapes(g, kQueriesLog2, kKeysLog2, halves);
+    const BoxShapes s = cuda::fmha::choose_box_shapes(g, kQueriesLog2, kKeysLog2, halves, KvTileOrigin::aligned);
     EXPECT_EQ(s.q_log2[0] + s.q_log2[1] + s.q_log2[2], kQueriesLog2);
     EXPECT_EQ(s.kv_log2[0] + s.kv_log2[1] + s.kv_log2[2], kKeysLog2);
     EXPECT_EQ(s.q_log2[2], 0) << "a 2-D problem has no third box dimension";
@@ -65,8 +68,8 @@ TEST(FmhaBoxShape, ShapesSplitTheTileSizesOverTheDimensions) {
 // Every other split costs at least as much as the chosen one, by whole tiles or by half tiles.
 TEST(FmhaBoxShape, TheChoiceIsTheCheapestSplitOfWholeOrHalfTiles) {
   const BoxGeometry g = square_window(128, 31);
-  const BoxShapes whole = cuda::fmha::choose_box_shapes(g, kQueriesLog2, kKeysLog2, false);
-  const BoxShapes half = cuda::fmha::choose_box_shapes(g, kQueriesLog2, kKeysLog2, true);
+  const BoxShapes whole = cuda::fmha::choose_box_shapes(g, kQueriesLog2, kKeysLog2, false, KvTileOrigin::aligned);
+  const BoxShapes half = cuda::fmha::choose_box_shapes(g, kQueriesLog2, kKeysLog2, true, KvTileOrigin::aligned);
   for (int q = 0; q <= kQueriesLog2; ++q) {
     for (int k = 0; k <= kKeysLog2; ++k) {
       BoxShapes other;
@@ -79,6 +82,41 @@ TEST(FmhaBoxShape, TheChoiceIsTheCheapestSplitOfWholeOrHalfTiles) {
   }
   EXPECT_LT(cost(g, halved(half)), cost(g, halved(whole)))
       << "128x128 K31: scoring half tiles picks a KV box whose halves skip more visits";
+}
+
+// The forward's shapes are scored by the tiles its BoxPolicy walks (window origins): the cheapest split
+// under that model, never more visits than the aligned walk of the aligned choice.
+TEST(FmhaBoxShape, ForwardShapesAreTheCheapestSplitAtWindowOrigins) {
+  for (const int64_t kernel : {3, 7, 13, 31}) {
+    const BoxGeometry g = square_window(56, kernel);
+    const BoxShapes forward = cuda::fmha::choose_box_shapes(g, 7, 7, false, KvTileOrigin::window);
+    const BoxShapes aligned = cuda::fmha::choose_box_shapes(g, 7, 7, false, KvTileOrigin::aligned);
+    for (int q = 0; q <= 7; ++q) {
+      for (int k = 0; k <= 7; ++k) {
+        BoxShapes other;
+        other.q_log2 = {q, 7 - q, 0};
+        other.kv_log2 = {k, 7 - k, 0};
+        EXPECT_LE(cost(g, forward, KvTileOrigin::window), cost(g, other, KvTileOrigin::window) * (1 + 1e-9))
+            << "K" << kernel << ": Q 2^" << q << " rows, KV 2^" << k << " rows";
+      }
+    }
+    EXPECT_LE(cuda::fmha::count_box_visits(g, forward, KvTileOrigin::window).visited,
+              cuda::fmha::count_box_visits(g, aligned, KvTileOrigin::aligned).visited)
+        << "K" << kernel;
+  }
+}
+
+// 56x56, K = 7, tiles of 128: window origins let 8x16 Q boxes meet 2.75 KV boxes of 16x8 on average,
+// where the aligned walk's best shapes (2x64) need 4.86 (bench/box_tile_visits.cc).
+TEST(FmhaBoxShape, WindowOriginsCutTheTilesOfSmallTwoDimensionalWindows) {
+  const BoxGeometry g = square_window(56, 7);
+  const BoxShapes forward = cuda::fmha::choose_box_shapes(g, 7, 7, false, KvTileOrigin::window);
+  const BoxShapes aligned = cuda::fmha::choose_box_shapes(g, 7, 7, false, KvTileOrigin::aligned);
+  ASSERT_EQ(forward.q_log2, (std::array<int, 3>{3, 4, 0}));
+  ASSERT_EQ(aligned.q_log2, (std::array<int, 3>{1, 6, 0}));
+  const double q_tiles = 28.0;  // 7 x 4 boxes of 8x16, or 28 x 1 boxes of 2x64
+  EXPECT_NEAR(cuda::fmha::count_box_visits(g, forward, KvTileOrigin::window).visited / q_tiles, 2.75, 1e-9);
+  EXPECT_NEAR(cuda::fmha::count_box_visits(g, aligned, KvTileOrigin::aligned).visited / q_tiles, 4.86, 0.005);
 }
 
 #endif

@@ -8,8 +8,11 @@
 //   2. a tile is FULL exactly when every (valid query, key) pair in it is attended, so full tiles never
 //      need masking and no all-attended tile is masked;
 //   3. every visited tile holds at least one attended pair (no visited tile is empty).
+// The same for dim_key_tiles, whose tiles may start at any key (the forward's window origins), per
+// dimension (KeyTiles tests).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <random>
@@ -259,6 +262,231 @@ TEST(TileRange, WindowOfNeighborhoodAlwaysHasKernelSizeKeys) {
     EXPECT_GE(w.begin, 0);
     EXPECT_LE(w.end, 20);
   }
+}
+
+// --- KV tiles at window origins (dim_key_tiles, the forward's BoxPolicy) --------------------------------
+
+int log2_of(int64_t box) {
+  int l = 0;
+  while ((int64_t{1} << l) < box) ++l;
+  return l;
+}
+
+// Per dimension (the product argument of check_problem carries the result to several dimensions), for
+// every dilation group and Q tile, against the element-wise definition: the tiles cover every attended
+// key, start inside the extent at a non-negative key, never outnumber the aligned tiles, and in window
+// mode are as few as the union allows when that is fewer; every tile holds an attended pair; a tile is
+// full exactly when every (valid query, key) pair in it is attended. Returns the tiles visited.
+int64_t check_key_tiles(const DimProblem& p, KvTileOrigin mode) {
+  int64_t visited_total = 0;
+  const int l = log2_of(p.kv_box);
+  for (int64_t group = 0; group < p.dilation; ++group) {
+    const int64_t n_q = detail::dilation_group_size(p.extent, p.dilation, group);
+    const int64_t n_kv = detail::dilation_group_size(p.extent_kv, p.dilation, group);
+    for (int64_t q_first = 0; q_first < n_q; q_first += p.q_box) {
+      const int64_t q_last = std::min(q_first + p.q_box, n_q) - 1;
+      const DimKeyTiles t = dim_key_tiles(p.rule, q_first, q_last, n_kv, l, mode);
+      const DimTileRange aligned = dim_tile_range(p.rule, q_first, q_last, n_kv, p.kv_box);
+      const std::string where = describe({p}) + " mode=" + std::to_string(static_cast<int>(mode)) +
+                                " group=" + std::to_string(group) + " q=[" + std::to_string(q_first) + "," +
+                                std::to_string(q_last) + "] origin=" + std::to_string(t.origin) +
+                                " count=" + std::to_string(t.count);
+      // attended[qi][k] for the tile's queries and every key of the group.
+      std::vector<std::vector<char>> attended(q_last - q_first + 1, std::vector<char>(n_kv, 0));
+      int64_t union_begin = n_kv;
+      int64_t union_end = 0;
+      for (int64_t qi = q_first; qi <= q_last; ++qi) {
+        for (int64_t k = 0; k < n_kv; ++k) {
+          const bool a = attended_in_dim(p, qi * p.dilation + group, k * p.dilation + group);
+          attended[qi - q_first][k] = a ? 1 : 0;
+          if (a) {
+            union_begin = std::min(union_begin, k);
+            union_end = std::max(union_end, k + 1);
+          }
+        }
+      }
+      EXPECT_LE(t.count, aligned.end - aligned.first) << "more tiles than aligned: " << where;
+      if (union_end <= union_begin) {
+        EXPECT_EQ(t.count, 0) << "tiles visited though no query sees a key: " << where;
+        continue;
+      }
+      EXPECT_GE(t.origin, 0) << where;
+      EXPECT_LT(t.origin, n_kv) << "the first tile starts past the extent: " << where;
+      EXPECT_LE(t.origin, union_begin) << "keys before the first tile: " << where;
+      EXPECT_GE(t.origin + t.count * p.kv_box, union_end) << "keys after the last tile: " << where;
+      if (mode == KvTileOrigin::aligned) {
+        EXPECT_EQ(t.origin, aligned.first * p.kv_box) << where;
+        EXPECT_EQ(t.count, aligned.end - aligned.first) << where;
+        EXPECT_EQ(t.full_first, aligned.full_first - aligned.first) << where;
+        EXPECT_EQ(t.full_end, aligned.full_end - aligned.first) << where;
+      } else {
+        const int64_t fewest = (union_end - union_begin + p.kv_box - 1) / p.kv_box;
+        EXPECT_EQ(t.count, std::min(fewest, aligned.end - aligned.first)) << where;
+        if (t.count == aligned.end - aligned.first) {
+          EXPECT_EQ(t.origin, aligned.first * p.kv_box) << "aligned tiles kept when no worse: " << where;
+        }
+      }
+      for (int64_t j = 0; j < t.count; ++j) {
+        bool any = false;
+        bool all = true;
+        for (std::size_t qi = 0; qi < attended.size(); ++qi) {
+          for (int64_t c = 0; c < p.kv_box; ++c) {
+            const int64_t k = t.origin + j * p.kv_box + c;
+            const bool a = k < n_kv && attended[qi][k];
+            any = any || a;
+            all = all && a;
+          }
+        }
+        EXPECT_TRUE(any) << "tile " << j << " holds no attended pair: " << where;
+        EXPECT_EQ(j >= t.full_first && j < t.full_end, all) << "full flag of tile " << j << ": " << where;
+        ++visited_total;
+      }
+      if (::testing::Test::HasFailure()) return visited_total;
+    }
+  }
+  return visited_total;
+}
+
+TEST(KeyTiles, NeighborhoodTilesAtWindowOriginsMatchDefinition) {
+  std::mt19937_64 rng(21);
+  int64_t visited = 0;
+  for (int trial = 0; trial < 600 && !HasFailure(); ++trial) {
+    DimProblem p = random_neighborhood_dim(rng, 160);
+    p.q_box = int64_t{1} << uniform(rng, 0, 7);
+    p.kv_box = int64_t{1} << uniform(rng, 0, 7);
+    visited += check_key_tiles(p, KvTileOrigin::window);
+  }
+  EXPECT_GT(visited, 0);
+}
+
+TEST(KeyTiles, AlignedOriginsAreTheTilesOfDimTileRange) {
+  std::mt19937_64 rng(22);
+  for (int trial = 0; trial < 300 && !HasFailure(); ++trial) {
+    DimProblem p = random_neighborhood_dim(rng, 160);
+    p.q_box = int64_t{1} << uniform(rng, 0, 7);
+    p.kv_box = int64_t{1} << uniform(rng, 0, 7);
+    check_key_tiles(p, KvTileOrigin::aligned);
+  }
+}
+
+TEST(KeyTiles, FlatCausalAndDenseKeepAlignedTiles) {
+  std::mt19937_64 rng(23);
+  for (int trial = 0; trial < 200 && !HasFailure(); ++trial) {
+    DimProblem p;
+    p.extent = uniform(rng, 1, 300);
+    p.extent_kv = uniform(rng, 1, 300);
+    if (uniform(rng, 0, 2) != 0) {
+      p.rule.kind = WindowKind::prefix;
+      p.rule.prefix_offset = uniform(rng, 0, 1) == 1 ? p.extent_kv - p.extent : 0;
+      p.causal_offset = p.rule.prefix_offset;
+    }
+    p.q_box = int64_t{1} << uniform(rng, 0, 7);
+    p.kv_box = int64_t{1} << uniform(rng, 0, 7);
+    check_key_tiles(p, KvTileOrigin::window);
+    // Windows that start at key 0 give no reason to move: window mode is the aligned walk.
+    for (int64_t q = 0; q < p.extent; q += p.q_box) {
+      const int64_t q_last = std::min(q + p.q_box, p.extent) - 1;
+      const DimKeyTiles w = dim_key_tiles(p.rule, q, q_last, p.extent_kv, log2_of(p.kv_box), KvTileOrigin::window);
+      const DimKeyTiles a = dim_key_tiles(p.rule, q, q_last, p.extent_kv, log2_of(p.kv_box), KvTileOrigin::aligned);
+      EXPECT_EQ(w.origin, a.origin);
+      EXPECT_EQ(w.count, a.count);
+    }
+  }
+}
+
+WindowRule neighborhood_rule(int32_t window, bool causal = false, int32_t stride = 1) {
+  WindowRule rule;
+  rule.kind = WindowKind::neighborhood;
+  rule.window = window;
+  rule.stride = stride;
+  rule.causal = causal;
+  return rule;
+}
+
+TEST(KeyTiles, WindowOf64KeysNeedsTwoTilesOf128FromItsFirstKey) {
+  // Q tile [1024, 1152) of L = 8192, K = 64: keys [992, 1183), which meets 3 aligned tiles of 128.
+  const WindowRule rule = neighborhood_rule(64);
+  const DimKeyTiles a = dim_key_tiles(rule, 1024, 1151, 8192, 7, KvTileOrigin::aligned);
+  EXPECT_EQ(a.origin, 896);
+  EXPECT_EQ(a.count, 3);
+  const DimKeyTiles w = dim_key_tiles(rule, 1024, 1151, 8192, 7, KvTileOrigin::window);
+  EXPECT_EQ(w.origin, 992);
+  EXPECT_EQ(w.count, 2);
+  EXPECT_EQ(w.full_end - w.full_first, 0) << "no key is seen by all 128 queries";
+}
+
+TEST(KeyTiles, TilesNearTheEndOfTheGridEndAtTheExtent) {
+  // L = 1100, K = 64, Q tiles of 128: windows clamp at the end of the grid.
+  const WindowRule rule = neighborhood_rule(64);
+  // Q [768, 896): keys [736, 927), 2 tiles from the window's first key.
+  const DimKeyTiles early = dim_key_tiles(rule, 768, 895, 1100, 7, KvTileOrigin::window);
+  EXPECT_EQ(early.origin, 736);
+  EXPECT_EQ(early.count, 2);
+  // Q [896, 1024): keys [864, 1055), 2 tiles, moved back so that the last one ends at key 1100.
+  const DimKeyTiles late = dim_key_tiles(rule, 896, 1023, 1100, 7, KvTileOrigin::window);
+  EXPECT_EQ(late.origin, 844);
+  EXPECT_EQ(late.count, 2);
+  // Q [1024, 1100): keys [992, 1100), one tile [972, 1100) instead of the aligned [896, 1024), [1024, 1152).
+  const DimKeyTiles last = dim_key_tiles(rule, 1024, 1099, 1100, 7, KvTileOrigin::window);
+  EXPECT_EQ(last.origin, 972);
+  EXPECT_EQ(last.count, 1);
+}
+
+TEST(KeyTiles, FirstTileOfTheGridStartsAtKeyZero) {
+  const DimKeyTiles t = dim_key_tiles(neighborhood_rule(64), 0, 127, 8192, 7, KvTileOrigin::window);
+  EXPECT_EQ(t.origin, 0);
+  EXPECT_EQ(t.count, 2);  // keys [0, 160)
+}
+
+TEST(KeyTiles, CausalWindowKeepsTheTilesItNeeds) {
+  // K = 256 causal, Q tile [1024, 1152): keys [769, 1152), 383 keys: 3 tiles either way (aligned kept).
+  const WindowRule rule = neighborhood_rule(256, true);
+  const DimKeyTiles w = dim_key_tiles(rule, 1024, 1151, 8192, 7, KvTileOrigin::window);
+  EXPECT_EQ(w.origin, 768);
+  EXPECT_EQ(w.count, 3);
+  // A causal union ends at the Q tile's end, aligned when Q boxes are multiples of KV boxes; with Q
+  // boxes of 8 and KV boxes of 16, K = 100, Q tile [1008, 1016): keys [909, 1016), 7 tiles from 909
+  // instead of the 8 aligned ones [896, 1024).
+  const DimKeyTiles u = dim_key_tiles(neighborhood_rule(100, true), 1008, 1015, 4096, 4, KvTileOrigin::window);
+  EXPECT_EQ(u.origin, 909);
+  EXPECT_EQ(u.count, 7);
+}
+
+TEST(KeyTiles, DilationGroupsUseGroupIndices) {
+  // L = 1000, dilation 3: group 1 holds 333 indices; K = 64 over indices, Q tile of indices [128, 256):
+  // keys [96, 287), 2 tiles instead of 3, ending at index 333 (origin 77).
+  const int64_t n = detail::dilation_group_size(1000, 3, 1);
+  ASSERT_EQ(n, 333);
+  const DimKeyTiles t = dim_key_tiles(neighborhood_rule(64), 128, 255, n, 7, KvTileOrigin::window);
+  EXPECT_EQ(t.origin, 77);
+  EXPECT_EQ(t.count, 2);
+  DimProblem p;
+  p.extent = p.extent_kv = 1000;
+  p.dilation = 3;
+  p.rule = neighborhood_rule(64);
+  p.q_box = p.kv_box = 128;
+  EXPECT_GT(check_key_tiles(p, KvTileOrigin::window), 0);
+}
+
+TEST(KeyTiles, QueryTileThatSeesNoKeyVisitsNothing) {
+  WindowRule rule;
+  rule.kind = WindowKind::prefix;
+  rule.prefix_offset = 50 - 200;  // bottom-right, Sq = 200 > Sk = 50
+  for (const KvTileOrigin mode : {KvTileOrigin::aligned, KvTileOrigin::window}) {
+    const DimKeyTiles t = dim_key_tiles(rule, 64, 127, 50, 4, mode);
+    EXPECT_EQ(t.count, 0);
+    EXPECT_EQ(t.full_end - t.full_first, 0);
+  }
+}
+
+TEST(KeyTiles, LargeWindowsKeepTheirFullTiles) {
+  // K = 1024, boxes of 128: Q tile [2048, 2176) needs keys [1536, 2687): 9 tiles either way, and the
+  // tiles inside the intersection [1663, 2560) stay full.
+  const DimKeyTiles t = dim_key_tiles(neighborhood_rule(1024), 2048, 2175, 8192, 7, KvTileOrigin::window);
+  EXPECT_EQ(t.count, 9);
+  EXPECT_EQ(t.origin, 1536);
+  EXPECT_EQ(t.full_first, 1);  // [1664, 1792) is the first tile inside the intersection
+  EXPECT_EQ(t.full_end, 8);
 }
 
 }  // namespace

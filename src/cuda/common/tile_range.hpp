@@ -20,6 +20,8 @@
 // tile is a box (a product of per-dimension index sets), a KV tile that meets the union in every
 // dimension holds at least one (query, key) pair that is attended: no visited tile is empty. A tile
 // whose keys leave the extents is never full, since windows never leave [0, n_kv).
+// dim_key_tiles (below) lists the same walk in key indices and lets the tiles start at any key
+// (KvTileOrigin::window, the forward): the statements above hold for its tiles too.
 #pragma once
 #include <cstdint>
 
@@ -88,6 +90,66 @@ ATTNKIT_HOST_DEVICE DimTileRange dim_tile_range(const WindowRule& rule, int64_t 
 
 ATTNKIT_HOST_DEVICE bool tile_is_full(const DimTileRange& r, int64_t tile) {
   return tile >= r.full_first && tile < r.full_end;
+}
+
+// Where the KV tiles a Q tile visits start, per dimension.
+//   aligned  tiles at multiples of the KV box, as dim_tile_range lists them (the backward's dK/dV tiles
+//            own fixed aligned boxes, and its dQ walk and dQ order follow dim_tile_range);
+//   window   the forward: when the union of the windows fits in fewer boxes than the aligned tiles
+//            that meet it, the tiles start at the union's first key instead (moved back towards 0 so
+//            that the last tile ends at n_kv when the union lies near the end), e.g. a window of 64
+//            keys and boxes of 128: a Q tile [i, i + 128) needs keys [i - 32, i + 160), 2 boxes from
+//            i - 32 instead of the 3 aligned boxes that meet it. Otherwise (no fewer tiles) aligned.
+// Either way every visited tile starts inside the union (so holds an attended pair, see above), the
+// tiles cover the union, and fullness is exact: a tile is full iff it lies inside the intersection.
+enum class KvTileOrigin : int32_t { aligned = 0, window = 1 };
+
+// The KV tiles of one dimension as key indices: tile j < count holds the keys
+// [origin + j * kv_box, origin + (j + 1) * kv_box) (keys past n_kv are outside every window), and
+// tiles full_first <= j < full_end are full. count == 0 when no query of the Q tile sees any key.
+struct DimKeyTiles {
+  int64_t origin = 0;
+  int64_t count = 0;
+  int64_t full_first = 0;
+  int64_t full_end = 0;
+};
+
+// floor(x / 2^log2) and ceil(x / 2^log2) for any sign of x (right shifts of negative values are
+// arithmetic in C++20 and on the device).
+ATTNKIT_HOST_DEVICE int64_t floor_shift(int64_t x, int log2) { return x >> log2; }
+ATTNKIT_HOST_DEVICE int64_t ceil_shift(int64_t x, int log2) { return -((-x) >> log2); }
+
+// The KV tiles of one dimension for a Q tile whose query indices are [q_first, q_last] (q_first <=
+// q_last, all valid), KV boxes of 2^kv_box_log2 keys, origins as `mode` says.
+ATTNKIT_HOST_DEVICE DimKeyTiles dim_key_tiles(const WindowRule& rule, int64_t q_first, int64_t q_last, int64_t n_kv,
+                                              int kv_box_log2, KvTileOrigin mode) {
+  const detail::IndexRange lo = window_of(rule, q_first, n_kv);
+  const detail::IndexRange hi = window_of(rule, q_last, n_kv);
+  DimKeyTiles t;
+  // Union [lo.begin, hi.end): empty only if even the last query sees nothing (a prefix rule).
+  if (hi.end <= lo.begin) return t;
+  const int64_t aligned_first = floor_shift(lo.begin, kv_box_log2);
+  t.count = ceil_shift(hi.end, kv_box_log2) - aligned_first;
+  t.origin = aligned_first << kv_box_log2;
+  if (mode == KvTileOrigin::window) {
+    const int64_t count = ceil_shift(hi.end - lo.begin, kv_box_log2);
+    if (count < t.count) {
+      // The origin whose last tile ends at n_kv; positive, since fewer tiles than the aligned ones
+      // (at most ceil(n_kv / kv_box) of them) hold fewer than n_kv keys.
+      const int64_t last_fit = n_kv - (count << kv_box_log2);
+      t.count = count;
+      t.origin = lo.begin < last_fit ? lo.begin : last_fit;
+    }
+  }
+  // Full tiles: inside the intersection [hi.begin, lo.end) (never past n_kv, since lo.end <= n_kv).
+  if (lo.end > hi.begin) {
+    t.full_first = ceil_shift(hi.begin - t.origin, kv_box_log2);
+    t.full_end = floor_shift(lo.end - t.origin, kv_box_log2);
+  }
+  if (t.full_first < 0) t.full_first = 0;
+  if (t.full_end > t.count) t.full_end = t.count;
+  if (t.full_end < t.full_first) t.full_end = t.full_first;
+  return t;
 }
 
 }  // namespace attnkit::cuda

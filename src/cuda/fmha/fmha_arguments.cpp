@@ -73,7 +73,8 @@ FmhaLaunch make_forward_launch(const AttentionForward& problem, const detail::At
   const AttentionMask& mask = problem.mask;
   if (mask.kind == MaskKind::neighborhood) {
     const BoxGeometry geometry = neighborhood_geometry(shape.token_dims, mask.neighborhood, shape.tokens);
-    const BoxShapes shapes = choose_box_shapes(geometry, block_m_log2, block_n_log2);
+    // BoxPolicy starts KV tiles at the window's first key: shapes scored by the tiles it will visit.
+    const BoxShapes shapes = choose_box_shapes(geometry, block_m_log2, block_n_log2, false, KvTileOrigin::window);
     p.dims = shape.token_dims;
     for (int d = 0; d < kMaxDims; ++d) {
       if (d < shape.token_dims) {

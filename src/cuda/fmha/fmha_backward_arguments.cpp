@@ -79,7 +79,8 @@ FmhaBackwardLaunch make_backward_launch(const AttentionBackward& problem, const 
   if (mask.kind == MaskKind::neighborhood) {
     const BoxGeometry geometry = neighborhood_geometry(tq, mask.neighborhood, shape.tokens);
     // The Hopper dK/dV kernel's two MMA warpgroups each skip the partial visits that miss their half.
-    const BoxShapes shapes = choose_box_shapes(geometry, block_m_log2, block_n_log2, config.architecture == 90);
+    const BoxShapes shapes =
+        choose_box_shapes(geometry, block_m_log2, block_n_log2, config.architecture == 90, KvTileOrigin::aligned);
     p.dims = tq;
     for (int d = 0; d < kMaxDims; ++d) {
       if (d < tq) {

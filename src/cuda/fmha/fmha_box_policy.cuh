@@ -2,9 +2,12 @@
 // neighborhood masks in 1-D, 2-D and 3-D (kernel size, dilation, stride and causality per dimension,
 // all runtime values).
 //
-// Per Q tile it visits the box of KV tiles that meets the union of the windows of the tile's queries in
-// every dimension (dim_tile_range in cuda/common/tile_range.hpp), last dimension fastest; a KV tile
-// inside the intersection of those windows in every dimension is full and skips element masking.
+// Per Q tile it visits a box of KV tiles that covers the union of the windows of the tile's queries in
+// every dimension (dim_key_tiles in cuda/common/tile_range.hpp), last dimension fastest; a KV tile
+// inside the intersection of those windows in every dimension is full and skips element masking. KV
+// tiles start where the window union needs them (KvTileOrigin::window), not necessarily at multiples
+// of the KV box: loads (TMA coordinates, cp.async row starts), row masks and the positional bias all
+// take the tile's first key index as it is.
 // Tiles live in group-index space: the Q tile and all its KV tiles come from one dilation group, so
 // dilation only changes how indices map to coordinates when rows are loaded.
 // For partial tiles, each query row's window per dimension (begin, end) is kept in shared memory and
@@ -33,7 +36,7 @@ class BoxPolicy {
   };
   struct TileBits {};  // box masks need no per-tile data from memory
 
-  // Per-CTA tile ranges in key indices (tile index << kv_log2), kept in shared memory (read once per
+  // Per-CTA tile ranges in key indices (first key of a tile), kept in shared memory (read once per
   // tile) to spare registers. Tiles are walked like an odometer, last dimension fastest.
   struct State {
     int32_t first[kMaxDims];
@@ -56,29 +59,27 @@ class BoxPolicy {
     any_partial_ = false;
 #pragma unroll
     for (int d = 0; d < kMaxDims; ++d) {
-      DimTileRange r;
+      const int log2 = p.kv_space.box_log2[d];
+      DimKeyTiles r;
       if (d < p.dims) {
         const int64_t q_first = cta.q.index[d];
         const int64_t q_end = q_first + (int64_t{1} << p.q_space.box_log2[d]);
         const int64_t q_last = (q_end < cta.n_q[d] ? q_end : cta.n_q[d]) - 1;
-        r = dim_tile_range(p.rule[d], q_first, q_last, cta.n_kv[d], int64_t{1} << p.kv_space.box_log2[d]);
+        r = dim_key_tiles(p.rule[d], q_first, q_last, cta.n_kv[d], log2, KvTileOrigin::window);
       } else {
-        r.first = 0;
-        r.end = 1;
-        r.full_first = 0;
+        r.count = 1;
         r.full_end = 1;
       }
-      const int log2 = p.kv_space.box_log2[d];
-      s.first[d] = static_cast<int32_t>(r.first) << log2;
-      s.end[d] = static_cast<int32_t>(r.end) << log2;
-      s.full_first[d] = static_cast<int32_t>(r.full_first) << log2;
-      s.full_end[d] = static_cast<int32_t>(r.full_end) << log2;
+      s.first[d] = static_cast<int32_t>(r.origin);
+      s.end[d] = static_cast<int32_t>(r.origin + (r.count << log2));
+      s.full_first[d] = static_cast<int32_t>(r.origin + (r.full_first << log2));
+      s.full_end[d] = static_cast<int32_t>(r.origin + (r.full_end << log2));
       s.step[d] = 1 << log2;
       s.group[d] = cta.q.group[d];
       first_origin_.index[d] = s.first[d];
       first_origin_.group[d] = s.group[d];
-      count_ *= static_cast<int32_t>(r.end - r.first);
-      any_partial_ = any_partial_ || r.full_first != r.first || r.full_end != r.end;
+      count_ *= static_cast<int32_t>(r.count);
+      any_partial_ = any_partial_ || r.full_first != 0 || r.full_end != r.count;
     }
     state_ = static_cast<State*>(state_smem);
     if (tid == 0) *state_ = s;

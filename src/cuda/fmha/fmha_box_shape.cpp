@@ -19,26 +19,27 @@ struct DimCost {
 };
 
 // Sum over the Q tiles of one group of n indices.
-DimCost group_cost(int64_t n, const WindowRule& rule, int q_log2, int kv_log2) {
+DimCost group_cost(int64_t n, const WindowRule& rule, int q_log2, int kv_log2, KvTileOrigin origins) {
   DimCost c;
   const int64_t q_box = int64_t{1} << q_log2;
   for (int64_t q0 = 0; q0 < n; q0 += q_box) {
-    const DimTileRange r = dim_tile_range(rule, q0, std::min(q0 + q_box, n) - 1, n, int64_t{1} << kv_log2);
-    c.visited += static_cast<double>(r.end - r.first);
+    const DimKeyTiles r = dim_key_tiles(rule, q0, std::min(q0 + q_box, n) - 1, n, kv_log2, origins);
+    c.visited += static_cast<double>(r.count);
     c.full += static_cast<double>(r.full_end - r.full_first);
   }
   return c;
 }
 
 // Groups hold ceil(L/d) or floor(L/d) indices: two distinct sizes at most.
-DimCost dim_cost(int64_t extent, int64_t dilation, const WindowRule& rule, int q_log2, int kv_log2) {
+DimCost dim_cost(int64_t extent, int64_t dilation, const WindowRule& rule, int q_log2, int kv_log2,
+                 KvTileOrigin origins) {
   const int64_t large = detail::dilation_group_size(extent, dilation, 0);
   const int64_t large_groups = extent % dilation == 0 ? dilation : extent % dilation;
-  DimCost total = group_cost(large, rule, q_log2, kv_log2);
+  DimCost total = group_cost(large, rule, q_log2, kv_log2, origins);
   total.visited *= static_cast<double>(large_groups);
   total.full *= static_cast<double>(large_groups);
   if (large_groups < dilation) {
-    const DimCost small = group_cost(large - 1, rule, q_log2, kv_log2);
+    const DimCost small = group_cost(large - 1, rule, q_log2, kv_log2, origins);
     total.visited += small.visited * static_cast<double>(dilation - large_groups);
     total.full += small.full * static_cast<double>(dilation - large_groups);
   }
@@ -63,6 +64,7 @@ struct CacheEntry {
   int block_m_log2;
   int block_n_log2;
   bool kv_halves;
+  KvTileOrigin origins;
   BoxShapes shapes;
 };
 
@@ -93,12 +95,14 @@ std::vector<std::array<int, 3>> exponent_splits(int dims, int total) {
   return splits;
 }
 
-BoxShapes choose_uncached(const BoxGeometry& g, int block_m_log2, int block_n_log2, bool kv_halves) {
+BoxShapes choose_uncached(const BoxGeometry& g, int block_m_log2, int block_n_log2, bool kv_halves,
+                          KvTileOrigin origins) {
   // cost[d][q][k] for box extents 2^q (queries) and 2^k (keys) along dimension d.
   DimCost cost[3][kMaxLog2 + 1][kMaxLog2 + 1];
   for (int d = 0; d < g.dims; ++d) {
     for (int q = 0; q <= block_m_log2; ++q) {
-      for (int k = 0; k <= block_n_log2; ++k) cost[d][q][k] = dim_cost(g.extent[d], g.dilation[d], g.rule[d], q, k);
+      for (int k = 0; k <= block_n_log2; ++k)
+        cost[d][q][k] = dim_cost(g.extent[d], g.dilation[d], g.rule[d], q, k, origins);
     }
   }
   BoxShapes best;
@@ -150,7 +154,8 @@ BoxGeometry neighborhood_geometry(int dims, const std::array<NeighborhoodDim, kM
   return geometry;
 }
 
-BoxShapes choose_box_shapes(const BoxGeometry& geometry, int block_m_log2, int block_n_log2, bool kv_halves) {
+BoxShapes choose_box_shapes(const BoxGeometry& geometry, int block_m_log2, int block_n_log2, bool kv_halves,
+                            KvTileOrigin origins) {
   static std::mutex mutex;
   static std::vector<CacheEntry> cache;
   constexpr std::size_t kCacheSize = 64;
@@ -158,22 +163,22 @@ BoxShapes choose_box_shapes(const BoxGeometry& geometry, int block_m_log2, int b
     std::lock_guard<std::mutex> lock(mutex);
     for (const auto& e : cache) {
       if (e.block_m_log2 == block_m_log2 && e.block_n_log2 == block_n_log2 && e.kv_halves == kv_halves &&
-          same_geometry(e.geometry, geometry)) {
+          e.origins == origins && same_geometry(e.geometry, geometry)) {
         return e.shapes;
       }
     }
   }
-  const BoxShapes shapes = choose_uncached(geometry, block_m_log2, block_n_log2, kv_halves);
+  const BoxShapes shapes = choose_uncached(geometry, block_m_log2, block_n_log2, kv_halves, origins);
   std::lock_guard<std::mutex> lock(mutex);
   if (cache.size() >= kCacheSize) cache.erase(cache.begin());
-  cache.push_back({geometry, block_m_log2, block_n_log2, kv_halves, shapes});
+  cache.push_back({geometry, block_m_log2, block_n_log2, kv_halves, origins, shapes});
   return shapes;
 }
 
-BoxVisitCounts count_box_visits(const BoxGeometry& g, const BoxShapes& s) {
+BoxVisitCounts count_box_visits(const BoxGeometry& g, const BoxShapes& s, KvTileOrigin origins) {
   BoxVisitCounts counts{1, 1};
   for (int d = 0; d < g.dims; ++d) {
-    const DimCost c = dim_cost(g.extent[d], g.dilation[d], g.rule[d], s.q_log2[d], s.kv_log2[d]);
+    const DimCost c = dim_cost(g.extent[d], g.dilation[d], g.rule[d], s.q_log2[d], s.kv_log2[d], origins);
     counts.visited *= c.visited;
     counts.full *= c.full;
   }

@@ -5,9 +5,9 @@
 // partial tile costs a little more than a full one (element masking). Q tiles enumerate as a product
 // over dimensions (dilation group, tile position) and the KV tiles a Q tile visits form a product of
 // per-dimension ranges, so the total visits are prod_d C_d and the full ones prod_d F_d, with C_d and
-// F_d per-dimension sums over that dimension's Q tiles (dim_tile_range). These are tabulated per
-// dimension for every box extent, then all splits of log2(BlockM) and log2(BlockN) over the
-// dimensions are scored; ties go to the more cubic shape. Results are cached per geometry.
+// F_d per-dimension sums over that dimension's Q tiles (dim_key_tiles, with the kernel's tile origins). These are
+// tabulated per dimension for every box extent, then all splits of log2(BlockM) and log2(BlockN) over the dimensions
+// are scored; ties go to the more cubic shape. Results are cached per geometry.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -37,13 +37,16 @@ BoxGeometry neighborhood_geometry(int dims, const std::array<NeighborhoodDim, kM
 // kv_halves: the KV tile is consumed as two halves that skip the Q tiles they do not meet (the Hopper
 // backward's two MMA warpgroups): shapes are scored by the half tiles' visits, halves taken along the
 // KV box's outermost dimension of more than one key.
-BoxShapes choose_box_shapes(const BoxGeometry& geometry, int block_m_log2, int block_n_log2, bool kv_halves = false);
+// origins: where the visited KV tiles start (dim_key_tiles): KvTileOrigin::window for the forward
+// kernels (BoxPolicy), aligned for the backward's.
+BoxShapes choose_box_shapes(const BoxGeometry& geometry, int block_m_log2, int block_n_log2, bool kv_halves,
+                            KvTileOrigin origins);
 
 // Visits of (Q tile, KV tile) pairs and how many of them are full, for given shapes (tests, tuning).
 struct BoxVisitCounts {
   double visited = 0;
   double full = 0;
 };
-BoxVisitCounts count_box_visits(const BoxGeometry& geometry, const BoxShapes& shapes);
+BoxVisitCounts count_box_visits(const BoxGeometry& geometry, const BoxShapes& shapes, KvTileOrigin origins);
 
 }  // namespace attnkit::cuda::fmha

@@ -75,8 +75,10 @@ std::string invalid_reason(const tune::Config& config, const tune::ProblemSpec& 
 tune::TileWork fmha_forward_tile_work(const FmhaConfig& config, const tune::ProblemSpec& spec) {
   if (spec.mask != MaskKind::neighborhood) return tune::attention_tile_work(spec, config.block_m, config.block_n);
   const BoxGeometry geometry = neighborhood_geometry(spec.token_dims, spec.neighborhood, spec.tokens);
-  const BoxShapes shapes = choose_box_shapes(geometry, log2_of(config.block_m), log2_of(config.block_n));
-  const BoxVisitCounts visits = count_box_visits(geometry, shapes);
+  // The forward kernels start KV tiles at the window's first key (BoxPolicy): the launch's shapes and visits.
+  const BoxShapes shapes =
+      choose_box_shapes(geometry, log2_of(config.block_m), log2_of(config.block_n), false, KvTileOrigin::window);
+  const BoxVisitCounts visits = count_box_visits(geometry, shapes, KvTileOrigin::window);
   int64_t q_tiles = 1;
   for (int d = 0; d < spec.token_dims; ++d) {
     const int64_t group = ceil_div(spec.tokens[static_cast<size_t>(d)], geometry.dilation[static_cast<size_t>(d)]);
@@ -104,9 +106,9 @@ tune::ConfigSpace fmha_forward_space() {
   space.op = tune::TuneOp::attention_forward;
   space.backend = Backend::cuda;
   space.description =
-      "fmha forward v2: block_m x block_n tiles (boxes for neighborhood masks), warps, stages, architecture (80: "
-      "portable mma.sync tier, 90: sm_90a wgmma/TMA tier); policy box (dense, causal, neighborhood) or list "
-      "(block, element masks)";
+      "fmha forward v3: block_m x block_n tiles (boxes for neighborhood masks, KV tiles at window origins), warps, "
+      "stages, architecture (80: portable mma.sync tier, 90: sm_90a wgmma/TMA tier); policy box (dense, causal, "
+      "neighborhood) or list (block, element masks)";
   std::set<std::string> seen;
   for (const auto& kernel : fmha_forward_kernels()) {
     const FmhaConfig& c = kernel.config;

@@ -50,9 +50,25 @@ class BoxPolicy {
   static_assert(16 + sizeof(State) <= Traits::kStateBytes,
                 "KV head offsets and tile ranges overflow their shared memory");
 
-  // `state_smem` must be published by a barrier before the tile and mask functions are called.
+  // `state_smem` must be published by a barrier before the tile and mask functions are called. Every
+  // thread of the CTA calls it (whole warps: lanes 0, 1 and 2 of each warp compute the tile ranges of
+  // dimensions 0, 1 and 2 side by side and the warp shares them by shuffles, so a 3-D mask costs one
+  // dimension's latency).
   __device__ __forceinline__ void init(const FmhaParams& p, const CtaTile& cta, char* policy_smem, void* state_smem,
                                        int tid) {
+    const int lane = static_cast<int>(threadIdx.x) % 32;
+    const int my_dim = lane < kMaxDims ? lane : 0;
+    DimKeyTiles mine;
+    mine.count = 1;
+    mine.full_end = 1;
+    if (my_dim < p.dims) {
+      const int log2 = p.kv_space.box_log2[my_dim];
+      const int64_t q_first = pick(cta.q.index, my_dim);
+      const int64_t q_end = q_first + (int64_t{1} << p.q_space.box_log2[my_dim]);
+      const int64_t n_q = pick(cta.n_q, my_dim);
+      const int64_t q_last = (q_end < n_q ? q_end : n_q) - 1;
+      mine = dim_key_tiles(p.rule[my_dim], q_first, q_last, pick(cta.n_kv, my_dim), log2, KvTileOrigin::window);
+    }
     State s;
     s.dims = p.dims;
     count_ = 1;
@@ -60,26 +76,20 @@ class BoxPolicy {
 #pragma unroll
     for (int d = 0; d < kMaxDims; ++d) {
       const int log2 = p.kv_space.box_log2[d];
-      DimKeyTiles r;
-      if (d < p.dims) {
-        const int64_t q_first = cta.q.index[d];
-        const int64_t q_end = q_first + (int64_t{1} << p.q_space.box_log2[d]);
-        const int64_t q_last = (q_end < cta.n_q[d] ? q_end : cta.n_q[d]) - 1;
-        r = dim_key_tiles(p.rule[d], q_first, q_last, cta.n_kv[d], log2, KvTileOrigin::window);
-      } else {
-        r.count = 1;
-        r.full_end = 1;
-      }
-      s.first[d] = static_cast<int32_t>(r.origin);
-      s.end[d] = static_cast<int32_t>(r.origin + (r.count << log2));
-      s.full_first[d] = static_cast<int32_t>(r.origin + (r.full_first << log2));
-      s.full_end[d] = static_cast<int32_t>(r.origin + (r.full_end << log2));
+      const int32_t origin = __shfl_sync(0xffffffffu, static_cast<int32_t>(mine.origin), d);
+      const int32_t count = __shfl_sync(0xffffffffu, static_cast<int32_t>(mine.count), d);
+      const int32_t full_first = __shfl_sync(0xffffffffu, static_cast<int32_t>(mine.full_first), d);
+      const int32_t full_end = __shfl_sync(0xffffffffu, static_cast<int32_t>(mine.full_end), d);
+      s.first[d] = origin;
+      s.end[d] = origin + (count << log2);
+      s.full_first[d] = origin + (full_first << log2);
+      s.full_end[d] = origin + (full_end << log2);
       s.step[d] = 1 << log2;
       s.group[d] = cta.q.group[d];
       first_origin_.index[d] = s.first[d];
       first_origin_.group[d] = s.group[d];
-      count_ *= static_cast<int32_t>(r.count);
-      any_partial_ = any_partial_ || r.full_first != 0 || r.full_end != r.count;
+      count_ *= count;
+      any_partial_ = any_partial_ || full_first != 0 || full_end != count;
     }
     state_ = static_cast<State*>(state_smem);
     if (tid == 0) *state_ = s;
@@ -136,19 +146,19 @@ class BoxPolicy {
   }
 
   // Row windows and column prefix masks for partial tiles; nothing when every tile of the CTA is full.
+  // The threads split the (dimension, row) windows, then the prefix entries (only in-box coordinates
+  // 0..box of each dimension, the ones row_masks reads).
   __device__ __forceinline__ void prepare_shared(const FmhaParams& p, const CtaTile& cta, const int (&col_of)[kCols],
                                                  int tid) const {
     if (!any_partial_) return;
-    for (int r = tid; r < Traits::kBlockM; r += Traits::kThreads) {
-#pragma unroll
-      for (int d = 0; d < kMaxDims; ++d) {
-        if (d >= p.dims) break;
-        const int32_t in_box = (r >> p.q_space.box_shift[d]) & ((1 << p.q_space.box_log2[d]) - 1);
-        const int32_t i = cta.q.index[d] + in_box;
-        detail::IndexRange w{0, 0};
-        if (i < cta.n_q[d]) w = window_of(p.rule[d], i, cta.n_kv[d]);
-        windows_[d * Traits::kBlockM + r] = make_int2(static_cast<int>(w.begin), static_cast<int>(w.end));
-      }
+    for (int e = tid; e < p.dims * Traits::kBlockM; e += Traits::kThreads) {
+      const int d = e / Traits::kBlockM;
+      const int r = e % Traits::kBlockM;
+      const int32_t in_box = (r >> p.q_space.box_shift[d]) & ((1 << p.q_space.box_log2[d]) - 1);
+      const int32_t i = pick(cta.q.index, d) + in_box;
+      detail::IndexRange w{0, 0};
+      if (i < pick(cta.n_q, d)) w = window_of(p.rule[d], i, pick(cta.n_kv, d));
+      windows_[e] = make_int2(static_cast<int>(w.begin), static_cast<int>(w.end));
     }
     int32_t shift[3];
     int32_t mask[3];
@@ -183,6 +193,11 @@ class BoxPolicy {
   }
 
  private:
+  // a[d] for a runtime d < kMaxDims without indexing a register array (which would go through local memory).
+  static __device__ __forceinline__ int32_t pick(const int32_t (&a)[kMaxDims], int d) {
+    return d == 0 ? a[0] : (d == 1 ? a[1] : a[2]);
+  }
+
   int32_t count_;
   TileOrigin first_origin_;
   State* state_;

@@ -22,19 +22,26 @@ struct ColumnPrefixTable {
     return table[(lane_class * 3 + d) * kEntries + c];
   }
 
-  // Fills the entries of dimensions < dims. col_of[j] is this thread's j-th column; a column's in-box
-  // coordinate along d is (col >> shift[d]) & mask[d]. Threads of one lane class split the entries.
+  // Fills the entries c = 0 .. mask[d] + 1 of dimensions d < dims (a column's in-box coordinate along d
+  // is (col >> shift[d]) & mask[d], so larger c repeat the last entry, and callers clamp c to the box:
+  // the entries past it are never read). col_of[j] is this thread's j-th column; threads of one lane
+  // class split the entries.
   __device__ __forceinline__ void build(const int (&col_of)[Traits::kCols], int dims, const int32_t (&shift)[3],
                                         const int32_t (&mask)[3], int tid) const {
     const int lane_class = tid % 4;
     constexpr int kPerClass = Traits::kThreads / 4;
-    for (int e = tid / 4; e < dims * kEntries; e += kPerClass) {
-      const int d = e / kEntries;
-      const int c = e % kEntries;
+    const int n0 = mask[0] + 2;
+    const int n1 = dims > 1 ? mask[1] + 2 : 0;
+    const int n2 = dims > 2 ? mask[2] + 2 : 0;
+    for (int e = tid / 4; e < n0 + n1 + n2; e += kPerClass) {
+      const int d = e < n0 ? 0 : (e < n0 + n1 ? 1 : 2);
+      const int c = e - (d == 0 ? 0 : (d == 1 ? n0 : n0 + n1));
+      const int32_t sh = d == 0 ? shift[0] : (d == 1 ? shift[1] : shift[2]);
+      const int32_t m = d == 0 ? mask[0] : (d == 1 ? mask[1] : mask[2]);
       uint32_t bits = 0;
 #pragma unroll
       for (int j = 0; j < Traits::kCols; ++j) {
-        const int coordinate = (col_of[j] >> shift[d]) & mask[d];
+        const int coordinate = (col_of[j] >> sh) & m;
         bits |= static_cast<uint32_t>(coordinate < c) << j;
       }
       table[(lane_class * 3 + d) * kEntries + c] = bits;

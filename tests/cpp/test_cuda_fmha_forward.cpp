@@ -36,6 +36,7 @@
 #include "cuda/fmha/fmha_arguments.hpp"
 #include "cuda/fmha/fmha_box_shape.hpp"
 #include "cuda/fmha/fmha_configs.hpp"
+#include "cuda/fmha_sm90/fmha_sm90_heads_per_cta.hpp"
 #include "cuda/tune/fmha_forward_selection.hpp"
 #endif
 
@@ -571,6 +572,66 @@ TEST_F(CudaFmhaForward, PositionalBiasWithKvTilesAtTheWindow) {
   c.rpb_padded = true;
   expect_window_origins(c);
   run_both_dtypes(c, 631);
+}
+
+// The Hopper forward with several query heads per CTA in turn (forced: the automatic choice takes it only
+// for large grids): box masks on the TMA path, 5 heads in groups of 2 (the last CTA of a batch runs one head)
+// and of 3; dense at odd extents, causal rows without keys, 1-D to 3-D windows, MQA, without LSE. Kernels
+// without the TMA path or with tile lists run one head per CTA whatever the setting; the portable tier ignores it.
+struct ForcedHeadsPerCta {
+  explicit ForcedHeadsPerCta(int heads) { cuda::fmha_sm90::set_heads_per_cta_override(heads); }
+  ~ForcedHeadsPerCta() { cuda::fmha_sm90::set_heads_per_cta_override(0); }
+  ForcedHeadsPerCta(const ForcedHeadsPerCta&) = delete;
+  ForcedHeadsPerCta& operator=(const ForcedHeadsPerCta&) = delete;
+};
+
+TEST_F(CudaFmhaForward, SeveralHeadsPerCtaMatchTheOracle) {
+  uint64_t seed = 700;
+  for (int heads_per_cta : {2, 3}) {
+    SCOPED_TRACE("heads per CTA " + std::to_string(heads_per_cta));
+    const ForcedHeadsPerCta forced(heads_per_cta);
+    Case c;
+    c.heads_q = 5;
+    c.heads_kv = 5;
+    run_both_dtypes(c, seed++);  // dense, 77 queries against 131 keys
+    c.heads_kv = 1;
+    c.with_lse = false;
+    c.mask = causal_mask(CausalAlignment::bottom_right);
+    c.tokens_q = {300};
+    c.tokens_kv = {200};  // the first 100 rows see no key
+    run_both_dtypes(c, seed++);
+    c.with_lse = true;
+    c.tokens_q = c.tokens_kv = {1000};
+    c.mask = neighborhood({nd(64)});
+    run_both_dtypes(c, seed++);
+    c.tokens_q = c.tokens_kv = {45, 53};
+    c.mask = neighborhood({nd(7), nd(5, 1, 1, true)});
+    run_both_dtypes(c, seed++);
+    c.batch = 3;
+    c.tokens_q = c.tokens_kv = {7, 30, 29};
+    c.mask = neighborhood({nd(3), nd(7), nd(7)});
+    run_both_dtypes(c, seed++);
+  }
+}
+
+TEST(FmhaSm90HeadsPerCta, PairsHeadsOnlyForLargeHeadIndependentGrids) {
+  cuda::fmha::FmhaParams p;
+  p.heads_q = 16;
+  p.batch = 16;
+  p.total_q_tiles = 8;  // 2048 CTAs with one head each
+  EXPECT_EQ(cuda::fmha_sm90::choose_heads_per_cta(p, true), 2);
+  EXPECT_EQ(cuda::fmha_sm90::choose_heads_per_cta(p, false), 1);  // tile lists, cp.async gathers, D 128
+  p.batch = 1;                                                    // 128 CTAs: pairing would leave SMs idle
+  EXPECT_EQ(cuda::fmha_sm90::choose_heads_per_cta(p, true), 1);
+  p.batch = 16;
+  p.heads_q = 1;
+  EXPECT_EQ(cuda::fmha_sm90::choose_heads_per_cta(p, true), 1);
+  p.heads_q = 2;
+  {
+    const ForcedHeadsPerCta forced(3);
+    EXPECT_EQ(cuda::fmha_sm90::choose_heads_per_cta(p, true), 2);  // never more than the heads
+    EXPECT_EQ(cuda::fmha_sm90::choose_heads_per_cta(p, false), 1);
+  }
 }
 
 // Relative positional bias (NATTEN <= 0.17 rpb): the portable tier adds it; fp32 and the inputs' dtype,

@@ -79,10 +79,11 @@ struct FmhaParams {
   int32_t total_q_tiles = 0;              // grid.x: prod(dilation) * prod(q_tiles)
   int32_t batch = 0;
   int32_t heads_q = 0;
-  int32_t heads_per_kv = 1;  // Hq / Hkv (GQA / MQA)
-  int32_t head_dim = 0;      // D: Q and K columns loaded (the rest of the compiled width is zero)
-  int32_t head_dim_v = 0;    // Dv: V columns loaded and O columns stored
-  float scale_log2 = 0.f;    // softmax scale * log2(e)
+  int32_t heads_per_kv = 1;   // Hq / Hkv (GQA / MQA)
+  int32_t heads_per_cta = 1;  // Hopper forward: query heads blockIdx.y * heads_per_cta + j a CTA runs in turn
+  int32_t head_dim = 0;       // D: Q and K columns loaded (the rest of the compiled width is zero)
+  int32_t head_dim_v = 0;     // Dv: V columns loaded and O columns stored
+  float scale_log2 = 0.f;     // softmax scale * log2(e)
   TileListArgs list{};
   PositionalBias rpb{};  // neighborhood masks only
 };

@@ -9,7 +9,8 @@
 // fragment share their thread -> element map). The two warpgroups alternate (ping-pong), so one's softmax overlaps the
 // other's products. The first turn issues S(0) alone and the last P*V(last) alone: peeled, because a wgmma under a
 // loop-variant condition is serialised by ptxas. The epilogue normalises O, writes the LSE, stages O through this
-// warpgroup's 64 rows of the Q buffer and stores whole 16-byte chunks of token rows.
+// warpgroup's 64 rows of the Q buffer and stores whole 16-byte chunks of token rows. A CTA may run
+// several heads in turn with the same tiles (FmhaParams::heads_per_cta): the loop above, once per head.
 #pragma once
 #include <cute/tensor.hpp>
 
@@ -38,8 +39,12 @@ struct Sm90Consumer {
   static constexpr int kTurnBarrier = 4;  // named barriers 4 and 5: whose turn it is to issue products
 
   // ctid: thread index among the consumers (0..255); group: 0 or 1 (query rows 64*group ...), warp-uniform.
-  __device__ __forceinline__ void operator()(const fmha::FmhaParams& p, const fmha::CtaTile& cta, const Policy& policy,
-                                             Storage& ss, const int (&row_of)[kRows], int ctid, int group) const {
+  // Runs heads cta.head .. cta.head + heads - 1 in turn; their KV tiles share one run of stage/phase
+  // counters (tile i of head j is the CTA's tile j * count + i), and after each head but the last the Q
+  // buffer (which staged that head's O) is handed back to the producer through q_empty.
+  __device__ __forceinline__ void operator()(const fmha::FmhaParams& p, const fmha::CtaTile& cta, int heads,
+                                             const Policy& policy, Storage& ss, const int (&row_of)[kRows], int ctid,
+                                             int group) const {
     using namespace cute;
     const int wg_tid = ctid % 128;
     Tensor sQ = make_tensor(make_smem_ptr(ss.q), typename Traits::SmemLayoutQ{});
@@ -61,98 +66,110 @@ struct Sm90Consumer {
     Tensor s = gmma_rows_cols(acc_s);
     Tensor o = gmma_rows_cols(acc_o);
     static_assert(decltype(size<0>(s))::value == kRows && decltype(size<1>(s))::value == kCols, "policy view");
-    clear(acc_o);
-    fmha::OnlineSoftmax<kRows> softmax;
-    softmax.reset();
     const int lane_class = ctid % 4;
-
-    barrier_wait(&ss.q_full, 0);
     const int count = policy.count();
-    TileWalk<Policy> walk(policy);
-    // Ping-pong between the two consumer warpgroups: a warpgroup issues its products only after the
-    // other one has issued its own (named barriers kTurnBarrier + group), so the tensor cores run one
-    // warpgroup's S(i) = Q*K(i)^T and O += P(i-1)*V(i-1) while the other one's softmax runs.
     const int other = 1 - group;
-    if (group == 1) named_barrier_arrive(kTurnBarrier + 0, 256);  // group 0 goes first
-    float correction[kRows];
-    // Tile i's softmax between two turns, in two steps: masking and exponentials (needs S(i) only, so it
-    // runs while P(i-1) * V(i-1) is still in the tensor cores), then the O rescale and the conversion of
-    // P(i) into the A-operand registers (after that product has completed).
-    auto scores_step = [&](const typename Policy::TileBits& bits) {
-      if (!walk.tile.full) {
-        uint32_t masks[kRows];
-        policy.row_masks(walk.tile, bits, row_of, lane_class, masks);
-        fmha::apply_row_masks<kRows, kCols>(s, masks);
+
+    for (int head = 0; head < heads; ++head) {
+      clear(acc_o);
+      fmha::OnlineSoftmax<kRows> softmax;
+      softmax.reset();
+      barrier_wait(&ss.q_full, head & 1);
+      const int base = head * count;  // the CTA's index of this head's tile 0
+      TileWalk<Policy> walk(policy);
+      // Ping-pong between the two consumer warpgroups: a warpgroup issues its products only after the
+      // other one has issued its own (named barriers kTurnBarrier + group), so the tensor cores run one
+      // warpgroup's S(i) = Q*K(i)^T and O += P(i-1)*V(i-1) while the other one's softmax runs.
+      if (group == 1) named_barrier_arrive(kTurnBarrier + 0, 256);  // group 0 goes first
+      float correction[kRows];
+      // Tile i's softmax between two turns, in two steps: masking and exponentials (needs S(i) only, so it
+      // runs while P(i-1) * V(i-1) is still in the tensor cores), then the O rescale and the conversion of
+      // P(i) into the A-operand registers (after that product has completed).
+      auto scores_step = [&](const typename Policy::TileBits& bits) {
+        if (!walk.tile.full) {
+          uint32_t masks[kRows];
+          policy.row_masks(walk.tile, bits, row_of, lane_class, masks);
+          fmha::apply_row_masks<kRows, kCols>(s, masks);
+        }
+        softmax.update_scores(s, p.scale_log2, correction);
+      };
+      auto output_step = [&](int i) {
+        fmha::OnlineSoftmax<kRows>::rescale(o, correction);
+        pack_accumulator<Element>(acc_s, tOrP);
+        walk.advance(policy, i);
+      };
+      if (count > 0) {
+        // First turn: S(0) only.
+        const int stage = base % Traits::kStages;
+        const typename Policy::TileBits bits = policy.fetch_bits(walk.tile, p, ctid);
+        barrier_wait(&ss.k_full[stage], (base / Traits::kStages) & 1);
+        named_barrier_sync(kTurnBarrier + group, 256);
+        warpgroup_fence_operand(acc_s);
+        warpgroup_arrive();
+        issue_gemm<false>(mma_s, tSrQ, tSrK(_, _, _, stage), acc_s);
+        warpgroup_commit_batch();
+        named_barrier_arrive(kTurnBarrier + other, 256);
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(acc_s);
+        barrier_arrive(&ss.k_empty[stage]);
+        scores_step(bits);
+        output_step(0);
       }
-      softmax.update_scores(s, p.scale_log2, correction);
-    };
-    auto output_step = [&](int i) {
-      fmha::OnlineSoftmax<kRows>::rescale(o, correction);
-      pack_accumulator<Element>(acc_s, tOrP);
-      walk.advance(policy, i);
-    };
-    if (count > 0) {
-      // First turn: S(0) only.
-      const typename Policy::TileBits bits = policy.fetch_bits(walk.tile, p, ctid);
-      barrier_wait(&ss.k_full[0], 0);
-      named_barrier_sync(kTurnBarrier + group, 256);
-      warpgroup_fence_operand(acc_s);
-      warpgroup_arrive();
-      issue_gemm<false>(mma_s, tSrQ, tSrK(_, _, _, 0), acc_s);
-      warpgroup_commit_batch();
-      named_barrier_arrive(kTurnBarrier + other, 256);
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(acc_s);
-      barrier_arrive(&ss.k_empty[0]);
-      scores_step(bits);
-      output_step(0);
+      for (int i = 1; i < count; ++i) {
+        // Turn i: S(i) and O += P(i-1) * V(i-1) as one batch.
+        const int tile = base + i;
+        const int stage = tile % Traits::kStages;
+        const int previous = (tile - 1) % Traits::kStages;
+        const typename Policy::TileBits bits = policy.fetch_bits(walk.tile, p, ctid);
+        barrier_wait(&ss.k_full[stage], (tile / Traits::kStages) & 1);
+        barrier_wait(&ss.v_full[previous], ((tile - 1) / Traits::kStages) & 1);
+        named_barrier_sync(kTurnBarrier + group, 256);
+        warpgroup_fence_operand(acc_s);
+        warpgroup_fence_operand(acc_o);
+        warpgroup_fence_operand(tOrP);
+        warpgroup_arrive();
+        issue_gemm<false>(mma_s, tSrQ, tSrK(_, _, _, stage), acc_s);
+        warpgroup_commit_batch();
+        issue_gemm<true>(mma_o, tOrP, tOrV(_, _, _, previous), acc_o);
+        warpgroup_commit_batch();
+        named_barrier_arrive(kTurnBarrier + other, 256);
+        warpgroup_wait<1>();  // S(i) is complete; P(i-1) * V(i-1) may still run during the exponentials
+        warpgroup_fence_operand(acc_s);
+        barrier_arrive(&ss.k_empty[stage]);
+        scores_step(bits);
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(acc_o);
+        warpgroup_fence_operand(tOrP);  // the registers stay P(i-1)'s until the product has read them
+        barrier_arrive(&ss.v_empty[previous]);
+        output_step(i);
+      }
+      if (count > 0) {
+        // Last turn: O += P(last) * V(last).
+        const int tile = base + count - 1;
+        const int last = tile % Traits::kStages;
+        barrier_wait(&ss.v_full[last], (tile / Traits::kStages) & 1);
+        named_barrier_sync(kTurnBarrier + group, 256);
+        warpgroup_fence_operand(acc_o);
+        warpgroup_fence_operand(tOrP);
+        warpgroup_arrive();
+        issue_gemm<true>(mma_o, tOrP, tOrV(_, _, _, last), acc_o);
+        warpgroup_commit_batch();
+        named_barrier_arrive(kTurnBarrier + other, 256);
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(acc_o);
+        warpgroup_fence_operand(tOrP);
+        barrier_arrive(&ss.v_empty[last]);
+      }
+      // Group 1 arrived once more than group 0 waited (its opening turn): consume it.
+      if (group == 0) named_barrier_sync(kTurnBarrier + 0, 256);
+      fmha::CtaTile head_cta = cta;
+      head_cta.head += head;
+      epilogue(p, head_cta, acc_o, softmax, row_of, sQ, ctid, group);
+      if (head + 1 < heads) {
+        fence_generic_to_async_shared();  // the O staging's shared accesses before the next Q's TMA writes
+        barrier_arrive(&ss.q_empty);
+      }
     }
-    for (int i = 1; i < count; ++i) {
-      // Turn i: S(i) and O += P(i-1) * V(i-1) as one batch.
-      const int stage = i % Traits::kStages;
-      const int previous = (i - 1) % Traits::kStages;
-      const typename Policy::TileBits bits = policy.fetch_bits(walk.tile, p, ctid);
-      barrier_wait(&ss.k_full[stage], (i / Traits::kStages) & 1);
-      barrier_wait(&ss.v_full[previous], ((i - 1) / Traits::kStages) & 1);
-      named_barrier_sync(kTurnBarrier + group, 256);
-      warpgroup_fence_operand(acc_s);
-      warpgroup_fence_operand(acc_o);
-      warpgroup_fence_operand(tOrP);
-      warpgroup_arrive();
-      issue_gemm<false>(mma_s, tSrQ, tSrK(_, _, _, stage), acc_s);
-      warpgroup_commit_batch();
-      issue_gemm<true>(mma_o, tOrP, tOrV(_, _, _, previous), acc_o);
-      warpgroup_commit_batch();
-      named_barrier_arrive(kTurnBarrier + other, 256);
-      warpgroup_wait<1>();  // S(i) is complete; P(i-1) * V(i-1) may still run during the exponentials
-      warpgroup_fence_operand(acc_s);
-      barrier_arrive(&ss.k_empty[stage]);
-      scores_step(bits);
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(acc_o);
-      warpgroup_fence_operand(tOrP);  // the registers stay P(i-1)'s until the product has read them
-      barrier_arrive(&ss.v_empty[previous]);
-      output_step(i);
-    }
-    if (count > 0) {
-      // Last turn: O += P(last) * V(last).
-      const int last = (count - 1) % Traits::kStages;
-      barrier_wait(&ss.v_full[last], ((count - 1) / Traits::kStages) & 1);
-      named_barrier_sync(kTurnBarrier + group, 256);
-      warpgroup_fence_operand(acc_o);
-      warpgroup_fence_operand(tOrP);
-      warpgroup_arrive();
-      issue_gemm<true>(mma_o, tOrP, tOrV(_, _, _, last), acc_o);
-      warpgroup_commit_batch();
-      named_barrier_arrive(kTurnBarrier + other, 256);
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(acc_o);
-      warpgroup_fence_operand(tOrP);
-      barrier_arrive(&ss.v_empty[last]);
-    }
-    // Group 1 arrived once more than group 0 waited (its opening turn): consume it.
-    if (group == 0) named_barrier_sync(kTurnBarrier + 0, 256);
-    epilogue(p, cta, acc_o, softmax, row_of, sQ, ctid, group);
   }
 
   template <class AccO, class SmemQ>

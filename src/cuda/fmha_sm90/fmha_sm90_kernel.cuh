@@ -1,5 +1,6 @@
 // The Hopper fused-attention forward kernel (SM90a: wgmma, mbarriers, warp specialisation), one CTA
-// per (Q tile of 128 queries, query head, batch) — the portable tier's grid, tiles and mask policies.
+// per (Q tile of 128 queries, query head or p.heads_per_cta heads in turn, batch) — the portable tier's
+// grid, tiles and mask policies.
 //
 // Algorithm: FlashAttention-2 with warp specialisation. Warpgroup 0 produces (Sm90Producer: gathers Q
 // once, then K and V of each listed KV tile into two stage buffers each — TMA boxes when `maps` is
@@ -40,6 +41,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   if (tid == 0) {
     // Q with TMA: one arrival (thread 0's, with the tile's byte count); with cp.async every producer thread's.
     barrier_init(&ss.q_full, maps.q_enabled ? 1 : Traits::kProducerThreads);
+    barrier_init(&ss.q_empty, Traits::kConsumerThreads);
     // TMA: one arrival (with the stage's byte count) per fill; cp.async: every producer thread arrives.
     const uint32_t fill_arrivals = maps.enabled ? 1 : Traits::kProducerThreads;
 #pragma unroll
@@ -51,8 +53,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     }
     barrier_init_fence();
   }
-  const fmha::CtaTile cta = fmha::resolve_cta(p);
+  fmha::CtaTile cta = fmha::resolve_cta(p);
   if (!cta.valid) return;
+  // Query heads cta.head .. cta.head + heads - 1 in turn (one but with box masks and TMA, fmha_sm90_heads_per_cta.hpp).
+  cta.head = static_cast<int32_t>(blockIdx.y) * p.heads_per_cta;
+  const int heads = Traits::kSeveralHeadsPerCta ? min(p.heads_per_cta, p.heads_q - cta.head) : 1;
   if (warp_group == 0) Sm90Producer<Traits, Policy>::issue_q(p, cta, ss, maps, tid);  // lands during the setup
   Policy policy;
   policy.init(p, cta, ss.policy, ss.policy_state, ctid < 0 ? -1 : ctid);
@@ -71,10 +76,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
   if (warp_group == 0) {
     warpgroup_registers_shrink<Traits::kProducerRegisters>();
-    Sm90Producer<Traits, Policy>{}(p, cta, policy, ss, maps, tid);
+    Sm90Producer<Traits, Policy>{}(p, cta, heads, policy, ss, maps, tid);
   } else {
     warpgroup_registers_grow<Traits::kConsumerRegisters>();
-    Sm90Consumer<Traits, Policy>{}(p, cta, policy, ss, row_of, ctid, warp_group - 1);
+    Sm90Consumer<Traits, Policy>{}(p, cta, heads, policy, ss, row_of, ctid, warp_group - 1);
   }
 #endif
 }

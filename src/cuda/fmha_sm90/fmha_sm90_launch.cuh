@@ -11,6 +11,7 @@
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/kernel_attributes.hpp"
 #include "cuda/fmha/fmha_launch.cuh"
+#include "cuda/fmha_sm90/fmha_sm90_heads_per_cta.hpp"
 #include "cuda/fmha_sm90/fmha_sm90_kernel.cuh"
 #include "cuda/fmha_sm90/fmha_sm90_tma.hpp"
 #include "cuda/fmha_sm90/fmha_sm90_traits.cuh"
@@ -31,11 +32,16 @@ void launch_fmha_sm90_forward(const fmha::FmhaLaunch& request, fmha::FmhaWorkspa
   make_sm90_tile_maps(launch.params,
                       std::is_same_v<typename Traits::Element, cutlass::bfloat16_t> ? DType::bf16 : DType::f16,
                       Traits::kHeadDim, Traits::kBlockM, Traits::kBlockN, maps);
+  // Box masks are the same for every head: with Q and K/V by TMA a CTA may run several heads in turn.
+  constexpr bool kHeadIndependent =
+      Traits::kSeveralHeadsPerCta && std::is_same_v<Policy, fmha::BoxPolicy<PolicyTraits>>;
+  launch.params.heads_per_cta = choose_heads_per_cta(launch.params, kHeadIndependent && maps.enabled && maps.q_enabled);
   auto* kernel = &fmha_sm90_forward_kernel<Traits, Policy>;
   cudaError_t status = raise_dynamic_shared_memory_once(kernel, Traits::kSmemBytes);
   if (status == cudaSuccess) {
     const fmha::FmhaParams& p = launch.params;
-    kernel<<<dim3(p.total_q_tiles, p.heads_q, p.batch), Traits::kThreads, Traits::kSmemBytes, stream>>>(p, maps);
+    const unsigned head_groups = static_cast<unsigned>((p.heads_q + p.heads_per_cta - 1) / p.heads_per_cta);
+    kernel<<<dim3(p.total_q_tiles, head_groups, p.batch), Traits::kThreads, Traits::kSmemBytes, stream>>>(p, maps);
     status = cudaGetLastError();
   }
   if (workspace != nullptr) {

@@ -89,15 +89,25 @@ struct Sm90Producer {
     if (policy.count() > 0) load_tile_with_tma(p, cta, policy.first_origin(), ss, maps, 0);
   }
 
-  // One thread issues K and V tiles 1.. as TMA boxes (tile 0 went out in issue_first_kv).
-  __device__ __forceinline__ void load_with_tma(const fmha::FmhaParams& p, const fmha::CtaTile& cta,
+  // One thread issues K and V tiles 1.. as TMA boxes (tile 0 went out in issue_first_kv), then, for each
+  // further head of the CTA, its tile 0, its Q tile once the consumers have released the Q buffer
+  // (q_empty), and its tiles 1.. — the KV tiles of all heads share one run of stage/phase counters.
+  __device__ __forceinline__ void load_with_tma(const fmha::FmhaParams& p, const fmha::CtaTile& cta, int heads,
                                                 const Policy& policy, Storage& ss, const Sm90TileMaps& maps) const {
     const int count = policy.count();
-    if (count <= 1) return;
-    TileWalk<Policy> walk(policy);
-    for (int i = 1; i < count; ++i) {
-      walk.advance(policy, i - 1);
-      load_tile_with_tma(p, cta, policy.origin(walk.tile), ss, maps, i);
+    for (int j = 0; j < heads; ++j) {
+      fmha::CtaTile head_cta = cta;
+      head_cta.head += j;
+      TileWalk<Policy> walk(policy);
+      if (j > 0) {
+        if (count > 0) load_tile_with_tma(p, head_cta, policy.origin(walk.tile), ss, maps, j * count);
+        barrier_wait(&ss.q_empty, (j - 1) & 1);
+        issue_q(p, head_cta, ss, maps, 0);
+      }
+      for (int i = 1; i < count; ++i) {
+        walk.advance(policy, i - 1);
+        load_tile_with_tma(p, head_cta, policy.origin(walk.tile), ss, maps, j * count + i);
+      }
     }
   }
 
@@ -131,9 +141,10 @@ struct Sm90Producer {
     commit_async_copies();
   }
 
-  // Runs after issue_q().
-  __device__ __forceinline__ void operator()(const fmha::FmhaParams& p, const fmha::CtaTile& cta, const Policy& policy,
-                                             Storage& ss, const Sm90TileMaps& maps, int ptid) const {
+  // Runs after issue_q(). `heads` > 1 only on the TMA path (choose_heads_per_cta).
+  __device__ __forceinline__ void operator()(const fmha::FmhaParams& p, const fmha::CtaTile& cta, int heads,
+                                             const Policy& policy, Storage& ss, const Sm90TileMaps& maps,
+                                             int ptid) const {
     using namespace cute;
     const int64_t head_kv = cta.head / p.heads_per_kv;
     if (maps.enabled) {
@@ -142,7 +153,7 @@ struct Sm90Producer {
         fence_generic_to_async_shared();
         barrier_arrive(&ss.q_full);
       }
-      if (ptid == 0) load_with_tma(p, cta, policy, ss, maps);
+      if (ptid == 0) load_with_tma(p, cta, heads, policy, ss, maps);
       return;
     }
     const int64_t k_offset = cta.batch * p.k.batch_stride + head_kv * p.k.head_stride;

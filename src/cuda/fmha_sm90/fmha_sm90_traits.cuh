@@ -67,6 +67,9 @@ struct Sm90FmhaTraits {
       decltype(cute::tile_to_shape(cute::GMMA::Layout_MN_SW128_Atom<Element>{},
                                    cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>, cute::Int<kStages>>{},
                                    cute::Step<cute::_2, cute::_1, cute::_3>{}));
+  // Heads one CTA may run in turn (FmhaParams::heads_per_cta): at D 128 the head loop's extra live values
+  // push the consumers past their 200 registers (spills), so those kernels run one head per CTA.
+  static constexpr bool kSeveralHeadsPerCta = kHeadDim == 64;
   static constexpr int kChunkColumns = 64;  // one 128-byte swizzle row of 16-bit elements
   static constexpr int kTileBytes = kBlockN * kHeadDim * int(sizeof(Element));
   static constexpr int kQTileBytes = kBlockM * kHeadDim * int(sizeof(Element));
@@ -83,6 +86,8 @@ struct Sm90FmhaTraits {
     alignas(16) char policy_state[PolicyTraits::kStateBytes];
     const Element* rows[kStages][2][kBlockN];  // K and V row starts of the tile in each stage
     uint64_t q_full;
+    uint64_t
+        q_empty;  // the consumers are done with the Q buffer (their epilogue's O staging): the next head's Q may land
     uint64_t k_full[kStages];
     uint64_t v_full[kStages];
     uint64_t k_empty[kStages];

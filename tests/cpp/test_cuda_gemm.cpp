@@ -508,6 +508,18 @@ TEST(CudaGemmSelection, WavesCostModelPicksSmallTilesForSmallGridsAnd128x256ForL
   // Split-K's rule (its refusal) admits only small grids with a long K: whenever a split-K row accepts, it runs.
   EXPECT_EQ(choose({big, small, stream_k, split_k}, 16, 4096, 4096), 3);
   EXPECT_EQ(choose({big, small, stream_k, split_k}, 256, 256, 65536), 3);
+  // Among split-K rows, the one whose tiles pad the output least: decode's M <= 64 on the swapped rows (64 of M x
+  // 128 of N), M 65-128 (equal padding) on the first, the 128 x 128 row.
+  const GemmCandidate swapped_split_k{64, 128, true, false};
+  const std::vector<GemmCandidate> both_split_k = {big, small, stream_k, split_k, swapped_split_k};
+  for (const int64_t m : {1, 7, 16, 64}) {
+    EXPECT_EQ(choose(both_split_k, m, 4096, 4096), 4) << m;
+    EXPECT_EQ(choose(both_split_k, m, 4160, 16384), 4) << m;
+  }
+  EXPECT_EQ(choose(both_split_k, 100, 4096, 4096), 3);
+  EXPECT_EQ(choose(both_split_k, 128, 1024, 4096), 3);
+  EXPECT_EQ(choose(both_split_k, 256, 256, 65536), 3);
+  EXPECT_EQ(choose({big, small, stream_k, swapped_split_k, split_k}, 128, 1024, 4096), 3) << "equal: the first";
   // Stream-K when even the chosen tile leaves more than half the SMs idle (16 x 4096: 32 tiles of 64 x 128).
   EXPECT_EQ(choose({big, small, stream_k}, 16, 4096, 4099), 2);
   EXPECT_EQ(choose({big, small, stream_k}, 1024, 1024, 1024), 1);  // 128 tiles of 64 x 128
@@ -552,10 +564,11 @@ TEST(CudaGemmSelection, SmallGridsRunThe64x128PingPongRowsAndLargeOnesThe128x256
       for (const int64_t m : {1, 16, 64}) {
         expect(m, 16384, 4096, 1, "64x128x64_c1x1_pingpong");
         expect(m, 16384, 16384, 1, "64x128x64_c1x1_pingpong");
-        // Long K on a small grid: split-K's rule holds (32 tiles of 128 x 128, 4 slices).
-        expect(m, 4096, 4096, 1, "128x128x64_c1x1_splitk");
-        expect(m, 4096, 16384, 1, "128x128x64_c1x1_splitk");
+        // Long K on a small grid: split-K's rule holds (32 tiles of 64 x 128, 4 slices), on the swapped rows.
+        expect(m, 4096, 4096, 1, "128x64x64_c1x1_swapped_splitk");
+        expect(m, 4096, 16384, 1, "128x64x64_c1x1_swapped_splitk");
       }
+      expect(128, 4096, 4096, 1, "128x128x64_c1x1_splitk");
       expect(256, 256, 65536, 1, "128x128x64_c1x1_splitk");
       expect(2048, 2048, 2048, 1, "128x256x64_c2x1_coop");
       expect(4096, 4096, 4096, 1, "128x256x64_c2x1_coop");
@@ -619,9 +632,9 @@ TEST(CudaGemmSelection, OddNSelectsTheStagedHopperKernelInEveryLayout) {
       }
     }
   }
-  // A decode-like grid keeps its small-grid row: split-K on the padded N (33 tiles of 128 x 128: 4 slices).
+  // A decode-like grid keeps its small-grid row: split-K on the padded N (33 tiles of 64 x 128: 4 slices).
   const std::string decode = selected_on(90, DType::bf16, false, 16, 4097, 4096, false, true, false);
-  EXPECT_NE(decode.find("_splitk"), std::string::npos) << decode;
+  EXPECT_NE(decode.find("_swapped_splitk"), std::string::npos) << decode;
 }
 
 TEST(CudaGemmSelection, HopperRowsRefuseAnOddNUnstagedAndAcceptItPadded) {
@@ -1002,6 +1015,73 @@ TEST_F(CudaGemmKernelChoice, SplitKMatchesTheOracle) {
       EXPECT_TRUE(name.find("_splitk") != std::string::npos && ends_with(name, "+staged")) << name;
     }
     expect_matches_oracle(unaligned, precision, 142);
+  }
+}
+
+// The swapped split-K rows (decode: C^T = B^T A^T on tiles of 128 of N x 64 of M, K slices), each forced with
+// ATTNKIT_GEMM_CONFIG against the oracle on decode shapes: M 1, 7, 16 and 64 tokens; N 4096, 4160 (a partial
+// 128-row tile of C^T) and 4097 (B and C staged, N padded); K 4096 (4 slices) and 4104 (3 slices of 1368: a
+// partial K tile in each); alpha and beta != 0; unaligned views (staged); and a column-major C of the transposed
+// problem, whose canonical form is the decode shape.
+TEST_F(CudaGemmKernelChoice, ForcedSwappedSplitKRowsMatchTheOracleOnDecodeShapes) {
+  if (device_capability() != 90) GTEST_SKIP() << "the Hopper GEMM runs on compute capability 9.0 only";
+  struct Decode {
+    int64_t m, n, k;
+    bool aligned;
+    double beta;
+  };
+  const std::vector<Decode> shapes = {{1, 4096, 4096, true, 0.0},   {7, 4160, 4104, true, 0.5},
+                                      {16, 4096, 4104, true, -1.0}, {64, 4160, 4096, true, 0.25},
+                                      {64, 4096, 4096, true, 0.0},  {16, 4097, 4096, true, 0.5},
+                                      {7, 4096, 4096, false, 0.5}};
+  int rows = 0;
+  for (const cuda::gemm::GemmKernel* kernel : cuda::gemm::gemm_kernels()) {
+    if (std::string(kernel->name).find("_swapped_splitk") == std::string::npos) continue;
+    const Precision& precision = kernel->dtype == DType::f16 ? kF16 : kBF16;
+    const test::ScopedEnvironment forced(cuda::gemm::kForcedGemmConfigVariable, kernel->name);
+    detail::clear_gemm_plans();
+    int runs = 0;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      for (const bool transpose_b : {false, true}) {  // x @ W (B MN-major), x @ W^T (B K-major): one is the row's
+        GemmSpec s;
+        s.m = shapes[i].m, s.n = shapes[i].n, s.k = shapes[i].k, s.aligned = shapes[i].aligned;
+        s.transpose_b = transpose_b;
+        s.alpha = 0.75, s.beta = shapes[i].beta;
+        if (forced_run_matches_oracle(*kernel, s, precision, 171 + i * 2 + (transpose_b ? 1 : 0))) ++runs;
+      }
+    }
+    for (const bool transpose_a : {false, true}) {  // C column-major [4096 x 16]: C^T = B^T A^T is 16 x 4096
+      GemmSpec s;
+      s.m = 4096, s.n = 16, s.k = 4096, s.c_col_major = true, s.transpose_b = true, s.transpose_a = transpose_a;
+      s.beta = 0.5;
+      if (forced_run_matches_oracle(*kernel, s, precision, 191 + (transpose_a ? 1 : 0))) ++runs;
+    }
+    EXPECT_EQ(runs, static_cast<int>(shapes.size()) + 1) << kernel->name;
+    ++rows;
+  }
+  detail::clear_gemm_plans();
+  if (rows == 0) GTEST_SKIP() << "this build has no swapped split-K rows (ATTNKIT_CUDA_ARCHS without 90a)";
+}
+
+// What split-K cannot run, the swapped split-K rows refuse and the registry runs elsewhere: a batch of 3 decode
+// problems (split-K takes batch 1 only), a K that does not divide into slices of 16-byte multiples (4100), and a
+// grid with too many tiles for split-K (M 16 against N 16384); each matches the oracle on the row it runs on.
+TEST_F(CudaGemmKernelChoice, DecodeShapesTheSwappedSplitKRowsRefuseRunElsewhere) {
+  const bool hopper = device_capability() == 90;
+  for (const Precision& precision : {kF16, kBF16}) {
+    std::vector<GemmSpec> specs(3);
+    specs[0].m = 16, specs[0].n = 4096, specs[0].k = 4096, specs[0].beta = 0.5;
+    specs[0].batch_a = 3, specs[0].batch_b = 3, specs[0].batch_c = 3;
+    specs[1].m = 7, specs[1].n = 4096, specs[1].k = 4100, specs[1].transpose_b = true;
+    specs[2].m = 16, specs[2].n = 16384, specs[2].k = 4096, specs[2].beta = -0.5;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      if (hopper) {
+        const std::string name = plan_kernel(specs[i], precision);
+        EXPECT_TRUE(starts_with(name, "sm90_") && name.find("_swapped_splitk") == std::string::npos)
+            << name << " " << specs[i].describe();
+      }
+      expect_matches_oracle(specs[i], precision, 201 + i);
+    }
   }
 }
 

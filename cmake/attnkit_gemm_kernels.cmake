@@ -58,7 +58,10 @@
 # layouts (sm80: 12-20 s each); fp32 in the other layouts runs on the SIMT fallback in a dev build.
 # Decode (M 1-64 tokens against a 16-bit weight of N x K, N about 4096): the swapped split-K rows of the two common
 # layouts (dev set; x @ W is a=k b=mn, x @ W^T a=k b=k), tile 128 of N x 64 of M x 64 of K, as many stages as fit
-# (about 8), the K split so that 128 of 132 SMs stream the weight (32 tiles x 4 slices at N = 4096). The weight's
+# (about 8), the K split so that 128 of 132 SMs stream the weight (32 tiles x 4 slices at N = 4096). One 64-wide
+# tile serves every M up to 64: a K tile's wgmma work (128 x 64 x 64, about 0.14 us of an SM) is under a third of
+# the time its 16 KB of weight take to arrive at an SM's share of the bandwidth (about 0.5 us), so 16- or 32-wide
+# tiles would add instantiations without shortening the loads. The weight's
 # bytes bound them: 1 x 4096 x 4096 reads about 33.6 MB, about 7.8 us at an H200's 4.3 TB/s, plus the ordered sum
 # of the fp32 partials (a second launch): about 10 us expected; 64 x 4096 x 4096 about 34.5 MB, 8 us, 10-11 us with
 # the sum (estimates, not yet measured; src/cuda/gemm/gemm_sm90.cuh, CooperativeSplitKSwapped). They refuse batches,

@@ -578,6 +578,50 @@ TEST(CudaGemmSelection, SmallGridsRunThe64x128PingPongRowsAndLargeOnesThe128x256
   }
 }
 
+// x [batch, M, K] @ W [K, N] with W shared by the batch (batch stride 0) and packed x and C: one problem of
+// batch x M rows (fold_broadcast_batch), so batched decode tokens run on the batch-1 swapped split-K rows.
+GemmProblem batched_problem(int64_t batch, int64_t m, int64_t n, int64_t k, int64_t b_batch, int64_t a_batch_stride) {
+  auto view = [](std::array<int64_t, 3> extents, std::array<int64_t, 3> strides, uintptr_t address) {
+    TensorView v;
+    v.data = reinterpret_cast<void*>(address);
+    v.dtype = DType::bf16;
+    v.rank = 3;
+    v.extents = {extents[0], extents[1], extents[2]};
+    v.strides = {strides[0], strides[1], strides[2]};
+    return v;
+  };
+  GemmProblem p;
+  p.a = view({batch, m, k}, {a_batch_stride, k, 1}, uintptr_t{1} << 40);
+  p.b = view({b_batch, k, n}, {k * n, n, 1}, uintptr_t{2} << 40);
+  p.c = view({batch, m, n}, {m * n, n, 1}, uintptr_t{3} << 40);
+  return p;
+}
+
+TEST(CudaGemmSelection, ABatchSharingBFoldsIntoMAndOthersStayBatched) {
+  const cuda::gemm::GemmShape folded = cuda::gemm::describe_gemm(batched_problem(3, 16, 4096, 4096, 1, 16 * 4096));
+  EXPECT_EQ(folded.m, 48);
+  EXPECT_EQ(folded.batch, 1);
+  EXPECT_EQ(folded.a_batch, 0);
+  EXPECT_EQ(folded.c_batch, 0);
+  EXPECT_EQ(folded.a_row, 4096);
+  EXPECT_EQ(folded.c_row, 4096);
+  // B batched, or A's batches apart by more than its rows: a batch of 3 as before.
+  const cuda::gemm::GemmShape b_batched = cuda::gemm::describe_gemm(batched_problem(3, 16, 4096, 4096, 3, 16 * 4096));
+  EXPECT_EQ(b_batched.m, 16);
+  EXPECT_EQ(b_batched.batch, 3);
+  const cuda::gemm::GemmShape a_apart = cuda::gemm::describe_gemm(batched_problem(3, 16, 4096, 4096, 1, 17 * 4096));
+  EXPECT_EQ(a_apart.m, 16);
+  EXPECT_EQ(a_apart.batch, 3);
+  bool swapped_rows = false;
+  for (const cuda::gemm::GemmKernel* kernel : cuda::gemm::gemm_kernels()) {
+    swapped_rows = swapped_rows || std::string(kernel->name).find("_swapped_splitk") != std::string::npos;
+  }
+  if (!swapped_rows) GTEST_SKIP() << "this build has no swapped split-K rows (ATTNKIT_CUDA_ARCHS without 90a)";
+  const cuda::gemm::GemmDevice device{0, 90, 132, 227 * 1024};
+  EXPECT_EQ(cuda::gemm::select_gemm_kernel(folded, device, false).name(),
+            "sm90_bf16_ak_bmn_128x64x64_c1x1_swapped_splitk");
+}
+
 TEST(CudaGemmSelection, HopperKernelsAreNotSelectedBefore90) {
   for (const DType dtype : {DType::f16, DType::bf16}) {
     EXPECT_FALSE(starts_with(selected_on(80, dtype, false, 256, 512, 128, false, false, false), "sm90_"));
@@ -1021,8 +1065,8 @@ TEST_F(CudaGemmKernelChoice, SplitKMatchesTheOracle) {
 // The swapped split-K rows (decode: C^T = B^T A^T on tiles of 128 of N x 64 of M, K slices), each forced with
 // ATTNKIT_GEMM_CONFIG against the oracle on decode shapes: M 1, 7, 16 and 64 tokens; N 4096, 4160 (a partial
 // 128-row tile of C^T) and 4097 (B and C staged, N padded); K 4096 (4 slices) and 4104 (3 slices of 1368: a
-// partial K tile in each); alpha and beta != 0; unaligned views (staged); and a column-major C of the transposed
-// problem, whose canonical form is the decode shape.
+// partial K tile in each); alpha and beta != 0; unaligned views (staged); a column-major C of the transposed
+// problem, whose canonical form is the decode shape; and a batch of tokens sharing B (folded into M).
 TEST_F(CudaGemmKernelChoice, ForcedSwappedSplitKRowsMatchTheOracleOnDecodeShapes) {
   if (device_capability() != 90) GTEST_SKIP() << "the Hopper GEMM runs on compute capability 9.0 only";
   struct Decode {
@@ -1056,7 +1100,13 @@ TEST_F(CudaGemmKernelChoice, ForcedSwappedSplitKRowsMatchTheOracleOnDecodeShapes
       s.beta = 0.5;
       if (forced_run_matches_oracle(*kernel, s, precision, 191 + (transpose_a ? 1 : 0))) ++runs;
     }
-    EXPECT_EQ(runs, static_cast<int>(shapes.size()) + 1) << kernel->name;
+    for (const bool transpose_b : {false, true}) {  // a batch of 3 x 16 tokens sharing B: one problem of 48 rows
+      GemmSpec s;
+      s.m = 16, s.n = 4096, s.k = 4096, s.transpose_b = transpose_b, s.beta = 0.5;
+      s.batch_a = 3, s.batch_b = 1, s.batch_c = 3;
+      if (forced_run_matches_oracle(*kernel, s, precision, 195 + (transpose_b ? 1 : 0))) ++runs;
+    }
+    EXPECT_EQ(runs, static_cast<int>(shapes.size()) + 2) << kernel->name;
     ++rows;
   }
   detail::clear_gemm_plans();

@@ -93,6 +93,7 @@ struct MatrixSpec {
   int64_t rows = 0, cols = 0;
   bool col_major = false;
   bool aligned = true;
+  bool packed_batches = false;  // each batch right after the one before (else a gap of at least 8 elements)
 };
 
 struct DeviceMatrix {
@@ -149,7 +150,7 @@ DeviceMatrix make_matrix(DType dtype, const MatrixSpec& s, bool fill, std::mt199
   const int64_t inner = s.col_major ? s.rows : s.cols;
   const int64_t outer = s.col_major ? s.cols : s.rows;
   const int64_t ld = s.aligned ? round_up(std::max<int64_t>(inner, 1), 8) : inner + 1;
-  const int64_t batch_stride = s.aligned ? round_up(ld * outer + 8, 8) : ld * outer + 3;
+  const int64_t batch_stride = s.packed_batches ? ld * outer : s.aligned ? round_up(ld * outer + 8, 8) : ld * outer + 3;
   m.offset = s.aligned ? 0 : 1;
   const int64_t total = m.offset + std::max<int64_t>(s.batch, 1) * batch_stride + 8;
   m.buffer = test::HostTensor::contiguous(dtype, {total});
@@ -184,6 +185,7 @@ struct GemmSpec {
   bool a_col_major = false, b_col_major = false, c_col_major = false;
   int64_t batch_a = -1, batch_b = -1, batch_c = -1;  // -1: rank 2
   bool aligned = true;
+  bool packed_batches = false;  // batches without gaps (a batch sharing B then folds into M: fold_broadcast_batch)
   double alpha = 1.0, beta = 0.0;
   bool nan_operands = false;  // A and B NaN (alpha == 0 or k == 0 must not read them)
 
@@ -191,7 +193,8 @@ struct GemmSpec {
     std::ostringstream s;
     s << "m=" << m << " n=" << n << " k=" << k << " ta=" << transpose_a << " tb=" << transpose_b
       << " a_col=" << a_col_major << " b_col=" << b_col_major << " c_col=" << c_col_major << " batches=(" << batch_a
-      << "," << batch_b << "," << batch_c << ") aligned=" << aligned << " alpha=" << alpha << " beta=" << beta;
+      << "," << batch_b << "," << batch_c << ") aligned=" << aligned << " packed_batches=" << packed_batches
+      << " alpha=" << alpha << " beta=" << beta;
     return s.str();
   }
 };
@@ -210,13 +213,15 @@ GemmRun prepare(const GemmSpec& s, const Precision& precision, uint64_t seed, bo
   std::mt19937_64 rng(seed);
   GemmRun run;
   const DType dtype = precision.dtype;
-  run.a =
-      make_matrix(dtype, {s.batch_a, s.transpose_a ? s.k : s.m, s.transpose_a ? s.m : s.k, s.a_col_major, s.aligned},
-                  !s.nan_operands, rng, tf32_exact);
-  run.b =
-      make_matrix(dtype, {s.batch_b, s.transpose_b ? s.n : s.k, s.transpose_b ? s.k : s.n, s.b_col_major, s.aligned},
-                  !s.nan_operands, rng, tf32_exact);
-  run.c = make_matrix(dtype, {s.batch_c, s.m, s.n, s.c_col_major, s.aligned}, s.beta != 0.0, rng);
+  run.a = make_matrix(
+      dtype,
+      {s.batch_a, s.transpose_a ? s.k : s.m, s.transpose_a ? s.m : s.k, s.a_col_major, s.aligned, s.packed_batches},
+      !s.nan_operands, rng, tf32_exact);
+  run.b = make_matrix(
+      dtype,
+      {s.batch_b, s.transpose_b ? s.n : s.k, s.transpose_b ? s.k : s.n, s.b_col_major, s.aligned, s.packed_batches},
+      !s.nan_operands, rng, tf32_exact);
+  run.c = make_matrix(dtype, {s.batch_c, s.m, s.n, s.c_col_major, s.aligned, s.packed_batches}, s.beta != 0.0, rng);
   run.problem.a = run.a.device;
   run.problem.b = run.b.device;
   run.problem.c = run.c.device;
@@ -1103,7 +1108,7 @@ TEST_F(CudaGemmKernelChoice, ForcedSwappedSplitKRowsMatchTheOracleOnDecodeShapes
     for (const bool transpose_b : {false, true}) {  // a batch of 3 x 16 tokens sharing B: one problem of 48 rows
       GemmSpec s;
       s.m = 16, s.n = 4096, s.k = 4096, s.transpose_b = transpose_b, s.beta = 0.5;
-      s.batch_a = 3, s.batch_b = 1, s.batch_c = 3;
+      s.batch_a = 3, s.batch_b = 1, s.batch_c = 3, s.packed_batches = true;
       if (forced_run_matches_oracle(*kernel, s, precision, 195 + (transpose_b ? 1 : 0))) ++runs;
     }
     EXPECT_EQ(runs, static_cast<int>(shapes.size()) + 2) << kernel->name;

@@ -315,16 +315,19 @@ void canonical_gemm_on_host(const cuda::gemm::GemmShape& s, double alpha, double
 // Needs no GPU: the problem's views point at host memory, which describe_gemm only reads strides from.
 TEST(CudaGemmCanonicalForm, AddressesTheSameElementsAsTheProblemForEveryLayout) {
   const std::vector<std::array<int64_t, 3> > sizes = {{1, 1, 1}, {1, 9, 5}, {9, 1, 5}, {7, 5, 1}, {13, 11, 6}};
-  const std::vector<std::array<int64_t, 3> > batches = {{-1, -1, -1}, {3, 3, 3}, {1, 3, 3}, {3, -1, 3}};
+  // Batches 3 of A and C with B shared: when packed (no gap between batches), folded into M
+  // (fold_broadcast_batch) where A is K-major.
+  const std::vector<std::array<int64_t, 4> > batches = {{-1, -1, -1, 0}, {3, 3, 3, 0}, {1, 3, 3, 0},
+                                                        {3, -1, 3, 0},   {3, 1, 3, 1}, {3, -1, 3, 1}};
   uint64_t seed = 100;
   for (const auto& [m, n, k] : sizes) {
-    for (const auto& [ba, bb, bc] : batches) {
+    for (const auto& [ba, bb, bc, packed] : batches) {
       for (int layout = 0; layout < 64; ++layout) {
         GemmSpec spec;
         spec.m = m, spec.n = n, spec.k = k;
         spec.transpose_a = layout & 1, spec.transpose_b = layout & 2, spec.c_col_major = layout & 4;
         spec.a_col_major = layout & 8, spec.b_col_major = layout & 16, spec.aligned = layout & 32;
-        spec.batch_a = ba, spec.batch_b = bb, spec.batch_c = bc;
+        spec.batch_a = ba, spec.batch_b = bb, spec.batch_c = bc, spec.packed_batches = packed != 0;
         spec.alpha = 0.75, spec.beta = layout % 3 == 0 ? 0.0 : -0.5;
         SCOPED_TRACE(spec.describe());
         std::mt19937_64 rng(++seed);
@@ -334,7 +337,7 @@ TEST(CudaGemmCanonicalForm, AddressesTheSameElementsAsTheProblemForEveryLayout) 
           const int64_t inner = ms.col_major ? ms.rows : ms.cols;
           const int64_t outer = ms.col_major ? ms.cols : ms.rows;
           const int64_t ld = ms.aligned ? round_up(std::max<int64_t>(inner, 1), 8) : inner + 1;
-          const int64_t batch_stride = ld * outer + 3;
+          const int64_t batch_stride = packed != 0 ? ld * outer : ld * outer + 3;
           test::HostTensor buffer =
               test::HostTensor::contiguous(precision.dtype, {1 + std::max<int64_t>(ms.batch, 1) * batch_stride + 8});
           test::poison_nan(buffer.view);

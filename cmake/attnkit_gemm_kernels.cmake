@@ -39,8 +39,7 @@
 # occupy fewer than half the SMs (choose_gemm_candidate, src/cuda/gemm/gemm_registry.hpp). Among split-K rows the one
 # whose output tiles pad the problem least (tiles x tile area) runs, the first of equal ones: the swapped split-K
 # rows (M in steps of 64) take M <= 64 (and 129-192), the 128-row split-K rows, listed first, keep M 65-128 (equal
-# padding). So sm90 rows come
-# first (enforced), and tf32 rows before 3xtf32 rows (with allow_tf32 the faster TF32 is preferred; without it
+# padding). So sm90 rows come first (enforced), and tf32 rows before 3xtf32 rows (with allow_tf32 the faster TF32 is preferred; without it
 # tf32 rows never match). Tile M: a multiple of 128 for coop, streamk and splitk (two consumer warp groups
 # split it), of 64 for pingpong (enforced).
 # fp32 on Hopper: TF32 rows from CUTLASS's builder in every layout (TF32 wgmma reads K-major shared memory only:
@@ -61,11 +60,12 @@
 # (about 8), the K split so that 128 of 132 SMs stream the weight (32 tiles x 4 slices at N = 4096). One 64-wide
 # tile serves every M up to 64: a K tile's wgmma work (128 x 64 x 64, about 0.14 us of an SM) is under a third of
 # the time its 16 KB of weight take to arrive at an SM's share of the bandwidth (about 0.5 us), so 16- or 32-wide
-# tiles would add instantiations without shortening the loads. The weight's
-# bytes bound them: 1 x 4096 x 4096 reads about 33.6 MB, about 7.8 us at an H200's 4.3 TB/s, plus the ordered sum
+# tiles would add instantiations without shortening the loads. The weight's bytes bound them: 1 x 4096 x 4096
+# reads about 33.6 MB, about 7.8 us at an H200's 4.3 TB/s, plus the ordered sum
 # of the fp32 partials (a second launch): about 10 us expected; 64 x 4096 x 4096 about 34.5 MB, 8 us, 10-11 us with
-# the sum (estimates, not yet measured; src/cuda/gemm/gemm_sm90.cuh, CooperativeSplitKSwapped). They refuse batches,
-# K that does not divide into slices of 16-byte multiples, and grids too large for split-K: the other rows run those.
+# the sum (estimates, not yet measured; src/cuda/gemm/gemm_sm90.cuh, CooperativeSplitKSwapped). They refuse batches
+# (a batch of packed tokens sharing B is folded into M first: fold_broadcast_batch, gemm_shape.hpp), K that does not
+# divide into slices of 16-byte multiples, and grids too large for split-K: the other rows run those.
 # Misaligned problems run on these rows too, with the operands that miss a row's rule copied into aligned
 # workspace first (src/cuda/gemm/gemm_staging.hpp): no extra instances.
 set(ATTNKIT_GEMM_KERNEL_TABLE

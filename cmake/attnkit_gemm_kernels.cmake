@@ -36,12 +36,12 @@
 # on the device fixes the tier (and math); among the accepting rows of that tier, a splitk row runs the problem
 # whenever it accepts it, else the data-parallel row (coop, pingpong) of the smallest waves estimate (equal
 # estimates: the first row), replaced by the first streamk row when its output tiles (times the batch) would
-# occupy fewer than half the SMs (choose_gemm_candidate, src/cuda/gemm/gemm_registry.hpp). Among split-K rows the one
-# whose output tiles pad the problem least (tiles x tile area) runs, the first of equal ones: the swapped split-K
-# rows (M in steps of 64) take M <= 64 (and 129-192), the 128-row split-K rows, listed first, keep M 65-128 (equal
-# padding). So sm90 rows come first (enforced), and tf32 rows before 3xtf32 rows (with allow_tf32 the faster TF32 is preferred; without it
-# tf32 rows never match). Tile M: a multiple of 128 for coop, streamk and splitk (two consumer warp groups
-# split it), of 64 for pingpong (enforced).
+# occupy fewer than half the SMs (choose_gemm_candidate, src/cuda/gemm/gemm_registry.hpp). So sm90 rows come
+# first (enforced), and tf32 rows before 3xtf32 rows (with allow_tf32 the faster TF32 is preferred; without it
+# tf32 rows never match). Of several accepting split-K rows, the one whose output tiles pad the problem least
+# (tiles x tile area) runs, the first of equal ones: the swapped split-K rows (M in steps of 64) take M <= 64 (and
+# 129-192), the 128-row split-K rows, listed first, keep M 65-128 (equal padding). Tile M: a multiple of 128 for
+# coop, streamk, splitk and swapped_splitk (two consumer warp groups split it), of 64 for pingpong (enforced).
 # fp32 on Hopper: TF32 rows from CUTLASS's builder in every layout (TF32 wgmma reads K-major shared memory only:
 # an MN-major A goes through registers, an MN-major B beside an MN-major A is transposed in shared memory, one
 # beside a K-major A is handled by computing C^T = B^T A^T, src/cuda/gemm/gemm_sm90.cuh), K tile 32 (128 bytes of

@@ -80,8 +80,8 @@ function(attnkit_generate_gemm_kernels sources_var)
       endif()
       if(NOT sm90_tile_m_rest EQUAL 0)
         message(FATAL_ERROR "cmake/attnkit_gemm_kernels.cmake: row \"${row}\": tile M ${sm90_tile_m} with schedule "
-                            "${schedule}; allowed: a multiple of 128 for coop, streamk, splitk and swapped_splitk, of 64 "
-                            "for pingpong")
+                            "${schedule}; allowed: a multiple of 128 for coop, streamk, splitk and swapped_splitk, "
+                            "of 64 for pingpong")
       endif()
       if(sm80_seen)
         message(FATAL_ERROR "cmake/attnkit_gemm_kernels.cmake: row \"${row}\" follows an sm80 row; allowed: every "

@@ -19,6 +19,7 @@ above graph time means the host is the limit. A candidate that cannot be capture
     python bench/bench_gemm.py                  # every row, every type
     python bench/bench_gemm.py --quick          # a few rows
     python bench/bench_gemm.py --types bf16 --groups square --json docs/perf/gemm.json
+    python bench/bench_gemm.py --groups decode --b-transposed   # x @ W^T with a row-major [N, K] weight
 """
 
 from __future__ import annotations
@@ -124,15 +125,20 @@ def graph_us_per_call(fn, sets, calls: int, replays: int) -> float:
         return float("nan")
 
 
-def measure(row: Row, dtype: torch.dtype, tf32: bool, warmup: int, iters: int, graph_calls: int) -> dict:
+def measure(row: Row, dtype: torch.dtype, tf32: bool, warmup: int, iters: int, graph_calls: int,
+            b_transposed: bool = False) -> dict:
     shape_a = (row.batch, row.m, row.k) if row.batch else (row.m, row.k)
     shape_b = (row.batch, row.k, row.n) if row.batch else (row.k, row.n)
+    if b_transposed:  # B = W.mT of a row-major [N, K] weight: x @ W^T, nn.Linear's layout (B K-major)
+        shape_b = shape_b[:-2] + (row.n, row.k)
     element = torch.finfo(dtype).bits // 8
     batch = max(row.batch, 1)
     bytes_per_set = element * batch * (row.m * row.k + row.k * row.n + row.m * row.n)
     copies = max(1, min(8, math.ceil(2 * L2_BYTES / max(bytes_per_set, 1))))
     sets = [(torch.randn(shape_a, device="cuda", dtype=dtype), torch.randn(shape_b, device="cuda", dtype=dtype))
             for _ in range(copies)]
+    if b_transposed:
+        sets = [(x, w.mT) for x, w in sets]
     torch.backends.cuda.matmul.allow_tf32 = tf32
     a, b = sets[0]
     ours = attnkit.gemm(a, b, allow_tf32=tf32)
@@ -149,7 +155,7 @@ def measure(row: Row, dtype: torch.dtype, tf32: bool, warmup: int, iters: int, g
         us_graph_ours = graph_us_per_call(lambda x, y: attnkit.gemm(x, y, allow_tf32=tf32), sets, graph_calls, 10)
         us_graph_cublas = graph_us_per_call(torch.matmul, sets, graph_calls, 10)
     flops = 2.0 * batch * row.m * row.n * row.k
-    return {"group": row.group, "shape": row.label(), "batch": row.batch, "m": row.m, "n": row.n, "k": row.k,
+    return {"group": row.group, "shape": row.label(), "b_transposed": b_transposed, "batch": row.batch, "m": row.m, "n": row.n, "k": row.k,
             "ms_attnkit": ms_ours, "ms_cublas": ms_cublas, "tflops_attnkit": flops / ms_ours / 1e9,
             "tflops_cublas": flops / ms_cublas / 1e9, "ratio": ms_cublas / ms_ours, "rel_l2_attnkit": error,
             "rel_l2_cublas": error_cublas, "graph_calls": graph_calls, "us_graph_attnkit": us_graph_ours,
@@ -168,6 +174,9 @@ def main() -> int:
     parser.add_argument("--graph-calls", type=int, default=20,
                         help="calls per CUDA graph for the kernel-only time (0: skip it)")
     parser.add_argument("--json", metavar="PATH", help="write the rows as JSON")
+    parser.add_argument("--b-transposed", action="store_true",
+                        help="B as W.mT of a row-major [N, K] weight (x @ W^T, nn.Linear's layout) instead of a "
+                             "row-major [K, N] B (x @ W)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("bench_gemm: no CUDA device", file=sys.stderr)
@@ -184,7 +193,7 @@ def main() -> int:
         for name in args.types:
             dtype, tf32 = TYPES[name]
             for row in selected:
-                r = measure(row, dtype, tf32, args.warmup, args.iters, args.graph_calls)
+                r = measure(row, dtype, tf32, args.warmup, args.iters, args.graph_calls, args.b_transposed)
                 r["type"] = name
                 results.append(r)
                 calls = f"{r['ms_attnkit'] * 1e3:.1f}/{r['ms_cublas'] * 1e3:.1f}"

@@ -56,11 +56,17 @@ function(attnkit_generate_gemm_kernels sources_var)
     if(tier STREQUAL "sm90")
       _attnkit_check_gemm_field("${row}" type "${type}" "f16|bf16|tf32|3xtf32" "f16, bf16, tf32, 3xtf32 for sm90")
       _attnkit_check_gemm_field("${row}" stages "${stages}" "auto" "auto for sm90")
-      _attnkit_check_gemm_field("${row}" schedule "${schedule}" "coop|pingpong|streamk|splitk"
-                                "coop, pingpong, streamk, splitk for sm90")
-      # CUTLASS's Hopper builder tiles M with 64-row wgmma atoms: cooperative schedules (coop, streamk, splitk)
-      # split a tile's M between two consumer warp groups (a multiple of 128), ping-pong gives each warp group
-      # a whole tile (a multiple of 64).
+      _attnkit_check_gemm_field("${row}" schedule "${schedule}" "coop|pingpong|streamk|splitk|swapped_splitk"
+                                "coop, pingpong, streamk, splitk, swapped_splitk for sm90")
+      # Swapped split-K exchanges A and B in every layout, which only the 16-bit wgmma (either operand K- or
+      # MN-major in shared memory) allows; fp32 rows swap by their layout alone (src/cuda/gemm/gemm_sm90.cuh).
+      if(schedule STREQUAL "swapped_splitk" AND NOT type MATCHES "^(f16|bf16)$")
+        message(FATAL_ERROR "cmake/attnkit_gemm_kernels.cmake: row \"${row}\": schedule swapped_splitk for ${type}; "
+                            "allowed: f16, bf16")
+      endif()
+      # CUTLASS's Hopper builder tiles M with 64-row wgmma atoms: cooperative schedules (coop, streamk, splitk,
+      # swapped_splitk, whose tile is C^T's) split a tile's M between two consumer warp groups (a multiple of 128),
+      # ping-pong gives each warp group a whole tile (a multiple of 64).
       string(REGEX MATCH "^[0-9]+" sm90_tile_m "${tile}")
       math(EXPR sm90_tile_m_rest "${sm90_tile_m} % 128")
       if(schedule STREQUAL "pingpong")
@@ -74,7 +80,8 @@ function(attnkit_generate_gemm_kernels sources_var)
       endif()
       if(NOT sm90_tile_m_rest EQUAL 0)
         message(FATAL_ERROR "cmake/attnkit_gemm_kernels.cmake: row \"${row}\": tile M ${sm90_tile_m} with schedule "
-                            "${schedule}; allowed: a multiple of 128 for coop, streamk and splitk, of 64 for pingpong")
+                            "${schedule}; allowed: a multiple of 128 for coop, streamk, splitk and swapped_splitk, "
+                            "of 64 for pingpong")
       endif()
       if(sm80_seen)
         message(FATAL_ERROR "cmake/attnkit_gemm_kernels.cmake: row \"${row}\" follows an sm80 row; allowed: every "
@@ -131,6 +138,8 @@ function(attnkit_generate_gemm_kernels sources_var)
         set(schedule_type CooperativeStreamK)
       elseif(schedule STREQUAL "splitk")
         set(schedule_type CooperativeSplitK)
+      elseif(schedule STREQUAL "swapped_splitk")
+        set(schedule_type CooperativeSplitKSwapped)
       else()
         set(schedule_type PingPong)
       endif()

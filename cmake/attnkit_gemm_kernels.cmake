@@ -14,14 +14,17 @@
 #   a, b      majorness in the canonical form (src/cuda/gemm/gemm_shape.hpp: C row-major): k (the
 #             reduction dimension is contiguous) | mn. Row-major A @ row-major B is a=k b=mn; x @ W^T
 #             with a row-major weight W is a=k b=k.
-#   tile      M x N x K of the CTA tile
+#   tile      M x N x K of the CTA tile (CUTLASS's: of C^T, i.e. N x M x K of the problem, on rows that compute the
+#             swapped product, swapped_splitk and the TF32 rows of an MN-major B beside a K-major A)
 #   grid      sm90: the cluster, M x N CTAs; sm80: the warps, M x N
 #   stages    sm90: auto (as many as fit beside the epilogue); sm80: the cp.async pipeline depth
 #   schedule  sm90: coop (two consumer warp groups share a tile) | pingpong (they alternate tiles) |
 #             streamk (coop with the stream-K scheduler: the K loops of all tiles are split among the
 #             CTAs, partial sums reduced through a workspace) | splitk (coop on K slices as a batch, fp32
 #             partial sums in the workspace, then an ordered sum into C: src/cuda/gemm/gemm_split_k.hpp;
-#             batch-1 problems with small grids and a K that divides into slices); sm80: -
+#             batch-1 problems with small grids and a K that divides into slices) | swapped_splitk (split-K on
+#             C^T = B^T A^T, f16 / bf16 only: the weight's wide N is wgmma's M, the tile's 128 rows, and decode's
+#             few tokens of M its N, a 64-wide tile; C^T stored column-major is C row-major); sm80: -
 #   set       dev: in every build | full: only with -DATTNKIT_KERNEL_SET=full (the default)
 #
 # The name of a row (its config id, the plan's TunedConfig name and ATTNKIT_GEMM_CONFIG's value) is
@@ -35,8 +38,10 @@
 # estimates: the first row), replaced by the first streamk row when its output tiles (times the batch) would
 # occupy fewer than half the SMs (choose_gemm_candidate, src/cuda/gemm/gemm_registry.hpp). So sm90 rows come
 # first (enforced), and tf32 rows before 3xtf32 rows (with allow_tf32 the faster TF32 is preferred; without it
-# tf32 rows never match). Tile M: a multiple of 128 for coop, streamk and splitk (two consumer warp groups
-# split it), of 64 for pingpong (enforced).
+# tf32 rows never match). Of several accepting split-K rows, the one whose output tiles pad the problem least
+# (tiles x tile area) runs, the first of equal ones: the swapped split-K rows (M in steps of 64) take M <= 64 (and
+# 129-192), the 128-row split-K rows, listed first, keep M 65-128 (equal padding). Tile M: a multiple of 128 for
+# coop, streamk, splitk and swapped_splitk (two consumer warp groups split it), of 64 for pingpong (enforced).
 # fp32 on Hopper: TF32 rows from CUTLASS's builder in every layout (TF32 wgmma reads K-major shared memory only:
 # an MN-major A goes through registers, an MN-major B beside an MN-major A is transposed in shared memory, one
 # beside a K-major A is handled by computing C^T = B^T A^T, src/cuda/gemm/gemm_sm90.cuh), K tile 32 (128 bytes of
@@ -50,6 +55,17 @@
 # stream-K and split-K rows of the two common layouts (a=k b=mn, a=k b=k; the full set adds the A MN-major
 # ones, which weight gradients of small grids use), and fp32 (tf32 and 3xtf32) on Hopper and on sm80 for those two
 # layouts (sm80: 12-20 s each); fp32 in the other layouts runs on the SIMT fallback in a dev build.
+# Decode (M 1-64 tokens against a 16-bit weight of N x K, N about 4096): the swapped split-K rows of the two common
+# layouts (dev set; x @ W is a=k b=mn, x @ W^T a=k b=k), tile 128 of N x 64 of M x 64 of K, as many stages as fit
+# (about 8), the K split so that 128 of 132 SMs stream the weight (32 tiles x 4 slices at N = 4096). One 64-wide
+# tile serves every M up to 64: a K tile's wgmma work (128 x 64 x 64, about 0.14 us of an SM) is under a third of
+# the time its 16 KB of weight take to arrive at an SM's share of the bandwidth (about 0.5 us), so 16- or 32-wide
+# tiles would add instantiations without shortening the loads. The weight's bytes bound them: 1 x 4096 x 4096
+# reads about 33.6 MB, about 7.8 us at an H200's 4.3 TB/s, plus the ordered sum
+# of the fp32 partials (a second launch): about 10 us expected; 64 x 4096 x 4096 about 34.5 MB, 8 us, 10-11 us with
+# the sum (estimates, not yet measured; src/cuda/gemm/gemm_sm90.cuh, CooperativeSplitKSwapped). They refuse batches
+# (a batch of packed tokens sharing B is folded into M first: fold_broadcast_batch, gemm_shape.hpp), K that does not
+# divide into slices of 16-byte multiples, and grids too large for split-K: the other rows run those.
 # Misaligned problems run on these rows too, with the operands that miss a row's rule copied into aligned
 # workspace first (src/cuda/gemm/gemm_staging.hpp): no extra instances.
 set(ATTNKIT_GEMM_KERNEL_TABLE
@@ -82,6 +98,10 @@ set(ATTNKIT_GEMM_KERNEL_TABLE
   "sm90  bf16    mn  k   128x128x64  1x1  auto   splitk   full"
   "sm90  f16     mn  mn  128x128x64  1x1  auto   splitk   full"
   "sm90  f16     mn  k   128x128x64  1x1  auto   splitk   full"
+  "sm90  bf16    k   mn  128x64x64   1x1  auto   swapped_splitk dev"
+  "sm90  bf16    k   k   128x64x64   1x1  auto   swapped_splitk dev"
+  "sm90  f16     k   mn  128x64x64   1x1  auto   swapped_splitk dev"
+  "sm90  f16     k   k   128x64x64   1x1  auto   swapped_splitk dev"
   "sm90  tf32    k   mn  128x256x32  2x1  auto   coop     dev"
   "sm90  tf32    k   k   128x256x32  2x1  auto   coop     dev"
   "sm90  tf32    mn  mn  128x128x32  2x1  auto   coop     full"

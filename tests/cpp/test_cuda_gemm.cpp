@@ -93,6 +93,7 @@ struct MatrixSpec {
   int64_t rows = 0, cols = 0;
   bool col_major = false;
   bool aligned = true;
+  bool packed_batches = false;  // each batch right after the one before (else a gap of at least 8 elements)
 };
 
 struct DeviceMatrix {
@@ -149,7 +150,7 @@ DeviceMatrix make_matrix(DType dtype, const MatrixSpec& s, bool fill, std::mt199
   const int64_t inner = s.col_major ? s.rows : s.cols;
   const int64_t outer = s.col_major ? s.cols : s.rows;
   const int64_t ld = s.aligned ? round_up(std::max<int64_t>(inner, 1), 8) : inner + 1;
-  const int64_t batch_stride = s.aligned ? round_up(ld * outer + 8, 8) : ld * outer + 3;
+  const int64_t batch_stride = s.packed_batches ? ld * outer : s.aligned ? round_up(ld * outer + 8, 8) : ld * outer + 3;
   m.offset = s.aligned ? 0 : 1;
   const int64_t total = m.offset + std::max<int64_t>(s.batch, 1) * batch_stride + 8;
   m.buffer = test::HostTensor::contiguous(dtype, {total});
@@ -184,6 +185,7 @@ struct GemmSpec {
   bool a_col_major = false, b_col_major = false, c_col_major = false;
   int64_t batch_a = -1, batch_b = -1, batch_c = -1;  // -1: rank 2
   bool aligned = true;
+  bool packed_batches = false;  // batches without gaps (a batch sharing B then folds into M: fold_broadcast_batch)
   double alpha = 1.0, beta = 0.0;
   bool nan_operands = false;  // A and B NaN (alpha == 0 or k == 0 must not read them)
 
@@ -191,7 +193,8 @@ struct GemmSpec {
     std::ostringstream s;
     s << "m=" << m << " n=" << n << " k=" << k << " ta=" << transpose_a << " tb=" << transpose_b
       << " a_col=" << a_col_major << " b_col=" << b_col_major << " c_col=" << c_col_major << " batches=(" << batch_a
-      << "," << batch_b << "," << batch_c << ") aligned=" << aligned << " alpha=" << alpha << " beta=" << beta;
+      << "," << batch_b << "," << batch_c << ") aligned=" << aligned << " packed_batches=" << packed_batches
+      << " alpha=" << alpha << " beta=" << beta;
     return s.str();
   }
 };
@@ -210,13 +213,15 @@ GemmRun prepare(const GemmSpec& s, const Precision& precision, uint64_t seed, bo
   std::mt19937_64 rng(seed);
   GemmRun run;
   const DType dtype = precision.dtype;
-  run.a =
-      make_matrix(dtype, {s.batch_a, s.transpose_a ? s.k : s.m, s.transpose_a ? s.m : s.k, s.a_col_major, s.aligned},
-                  !s.nan_operands, rng, tf32_exact);
-  run.b =
-      make_matrix(dtype, {s.batch_b, s.transpose_b ? s.n : s.k, s.transpose_b ? s.k : s.n, s.b_col_major, s.aligned},
-                  !s.nan_operands, rng, tf32_exact);
-  run.c = make_matrix(dtype, {s.batch_c, s.m, s.n, s.c_col_major, s.aligned}, s.beta != 0.0, rng);
+  run.a = make_matrix(
+      dtype,
+      {s.batch_a, s.transpose_a ? s.k : s.m, s.transpose_a ? s.m : s.k, s.a_col_major, s.aligned, s.packed_batches},
+      !s.nan_operands, rng, tf32_exact);
+  run.b = make_matrix(
+      dtype,
+      {s.batch_b, s.transpose_b ? s.n : s.k, s.transpose_b ? s.k : s.n, s.b_col_major, s.aligned, s.packed_batches},
+      !s.nan_operands, rng, tf32_exact);
+  run.c = make_matrix(dtype, {s.batch_c, s.m, s.n, s.c_col_major, s.aligned, s.packed_batches}, s.beta != 0.0, rng);
   run.problem.a = run.a.device;
   run.problem.b = run.b.device;
   run.problem.c = run.c.device;
@@ -310,16 +315,19 @@ void canonical_gemm_on_host(const cuda::gemm::GemmShape& s, double alpha, double
 // Needs no GPU: the problem's views point at host memory, which describe_gemm only reads strides from.
 TEST(CudaGemmCanonicalForm, AddressesTheSameElementsAsTheProblemForEveryLayout) {
   const std::vector<std::array<int64_t, 3> > sizes = {{1, 1, 1}, {1, 9, 5}, {9, 1, 5}, {7, 5, 1}, {13, 11, 6}};
-  const std::vector<std::array<int64_t, 3> > batches = {{-1, -1, -1}, {3, 3, 3}, {1, 3, 3}, {3, -1, 3}};
+  // Batches 3 of A and C with B shared: when packed (no gap between batches), folded into M
+  // (fold_broadcast_batch) where A is K-major.
+  const std::vector<std::array<int64_t, 4> > batches = {{-1, -1, -1, 0}, {3, 3, 3, 0}, {1, 3, 3, 0},
+                                                        {3, -1, 3, 0},   {3, 1, 3, 1}, {3, -1, 3, 1}};
   uint64_t seed = 100;
   for (const auto& [m, n, k] : sizes) {
-    for (const auto& [ba, bb, bc] : batches) {
+    for (const auto& [ba, bb, bc, packed] : batches) {
       for (int layout = 0; layout < 64; ++layout) {
         GemmSpec spec;
         spec.m = m, spec.n = n, spec.k = k;
         spec.transpose_a = layout & 1, spec.transpose_b = layout & 2, spec.c_col_major = layout & 4;
         spec.a_col_major = layout & 8, spec.b_col_major = layout & 16, spec.aligned = layout & 32;
-        spec.batch_a = ba, spec.batch_b = bb, spec.batch_c = bc;
+        spec.batch_a = ba, spec.batch_b = bb, spec.batch_c = bc, spec.packed_batches = packed != 0;
         spec.alpha = 0.75, spec.beta = layout % 3 == 0 ? 0.0 : -0.5;
         SCOPED_TRACE(spec.describe());
         std::mt19937_64 rng(++seed);
@@ -329,7 +337,7 @@ TEST(CudaGemmCanonicalForm, AddressesTheSameElementsAsTheProblemForEveryLayout) 
           const int64_t inner = ms.col_major ? ms.rows : ms.cols;
           const int64_t outer = ms.col_major ? ms.cols : ms.rows;
           const int64_t ld = ms.aligned ? round_up(std::max<int64_t>(inner, 1), 8) : inner + 1;
-          const int64_t batch_stride = ld * outer + 3;
+          const int64_t batch_stride = packed != 0 ? ld * outer : ld * outer + 3;
           test::HostTensor buffer =
               test::HostTensor::contiguous(precision.dtype, {1 + std::max<int64_t>(ms.batch, 1) * batch_stride + 8});
           test::poison_nan(buffer.view);
@@ -508,6 +516,18 @@ TEST(CudaGemmSelection, WavesCostModelPicksSmallTilesForSmallGridsAnd128x256ForL
   // Split-K's rule (its refusal) admits only small grids with a long K: whenever a split-K row accepts, it runs.
   EXPECT_EQ(choose({big, small, stream_k, split_k}, 16, 4096, 4096), 3);
   EXPECT_EQ(choose({big, small, stream_k, split_k}, 256, 256, 65536), 3);
+  // Among split-K rows, the one whose tiles pad the output least: decode's M <= 64 on the swapped rows (64 of M x
+  // 128 of N), M 65-128 (equal padding) on the first, the 128 x 128 row.
+  const GemmCandidate swapped_split_k{64, 128, true, false};
+  const std::vector<GemmCandidate> both_split_k = {big, small, stream_k, split_k, swapped_split_k};
+  for (const int64_t m : {1, 7, 16, 64}) {
+    EXPECT_EQ(choose(both_split_k, m, 4096, 4096), 4) << m;
+    EXPECT_EQ(choose(both_split_k, m, 4160, 16384), 4) << m;
+  }
+  EXPECT_EQ(choose(both_split_k, 100, 4096, 4096), 3);
+  EXPECT_EQ(choose(both_split_k, 128, 1024, 4096), 3);
+  EXPECT_EQ(choose(both_split_k, 256, 256, 65536), 3);
+  EXPECT_EQ(choose({big, small, stream_k, swapped_split_k, split_k}, 128, 1024, 4096), 3) << "equal: the first";
   // Stream-K when even the chosen tile leaves more than half the SMs idle (16 x 4096: 32 tiles of 64 x 128).
   EXPECT_EQ(choose({big, small, stream_k}, 16, 4096, 4099), 2);
   EXPECT_EQ(choose({big, small, stream_k}, 1024, 1024, 1024), 1);  // 128 tiles of 64 x 128
@@ -552,10 +572,11 @@ TEST(CudaGemmSelection, SmallGridsRunThe64x128PingPongRowsAndLargeOnesThe128x256
       for (const int64_t m : {1, 16, 64}) {
         expect(m, 16384, 4096, 1, "64x128x64_c1x1_pingpong");
         expect(m, 16384, 16384, 1, "64x128x64_c1x1_pingpong");
-        // Long K on a small grid: split-K's rule holds (32 tiles of 128 x 128, 4 slices).
-        expect(m, 4096, 4096, 1, "128x128x64_c1x1_splitk");
-        expect(m, 4096, 16384, 1, "128x128x64_c1x1_splitk");
+        // Long K on a small grid: split-K's rule holds (32 tiles of 64 x 128, 4 slices), on the swapped rows.
+        expect(m, 4096, 4096, 1, "128x64x64_c1x1_swapped_splitk");
+        expect(m, 4096, 16384, 1, "128x64x64_c1x1_swapped_splitk");
       }
+      expect(128, 4096, 4096, 1, "128x128x64_c1x1_splitk");
       expect(256, 256, 65536, 1, "128x128x64_c1x1_splitk");
       expect(2048, 2048, 2048, 1, "128x256x64_c2x1_coop");
       expect(4096, 4096, 4096, 1, "128x256x64_c2x1_coop");
@@ -563,6 +584,50 @@ TEST(CudaGemmSelection, SmallGridsRunThe64x128PingPongRowsAndLargeOnesThe128x256
       expect(16384, 4096, 4096, 1, "128x256x64_c2x1_coop");
     }
   }
+}
+
+// x [batch, M, K] @ W [K, N] with W shared by the batch (batch stride 0) and packed x and C: one problem of
+// batch x M rows (fold_broadcast_batch), so batched decode tokens run on the batch-1 swapped split-K rows.
+GemmProblem batched_problem(int64_t batch, int64_t m, int64_t n, int64_t k, int64_t b_batch, int64_t a_batch_stride) {
+  auto view = [](std::array<int64_t, 3> extents, std::array<int64_t, 3> strides, uintptr_t address) {
+    TensorView v;
+    v.data = reinterpret_cast<void*>(address);
+    v.dtype = DType::bf16;
+    v.rank = 3;
+    v.extents = {extents[0], extents[1], extents[2]};
+    v.strides = {strides[0], strides[1], strides[2]};
+    return v;
+  };
+  GemmProblem p;
+  p.a = view({batch, m, k}, {a_batch_stride, k, 1}, uintptr_t{1} << 40);
+  p.b = view({b_batch, k, n}, {k * n, n, 1}, uintptr_t{2} << 40);
+  p.c = view({batch, m, n}, {m * n, n, 1}, uintptr_t{3} << 40);
+  return p;
+}
+
+TEST(CudaGemmSelection, ABatchSharingBFoldsIntoMAndOthersStayBatched) {
+  const cuda::gemm::GemmShape folded = cuda::gemm::describe_gemm(batched_problem(3, 16, 4096, 4096, 1, 16 * 4096));
+  EXPECT_EQ(folded.m, 48);
+  EXPECT_EQ(folded.batch, 1);
+  EXPECT_EQ(folded.a_batch, 0);
+  EXPECT_EQ(folded.c_batch, 0);
+  EXPECT_EQ(folded.a_row, 4096);
+  EXPECT_EQ(folded.c_row, 4096);
+  // B batched, or A's batches apart by more than its rows: a batch of 3 as before.
+  const cuda::gemm::GemmShape b_batched = cuda::gemm::describe_gemm(batched_problem(3, 16, 4096, 4096, 3, 16 * 4096));
+  EXPECT_EQ(b_batched.m, 16);
+  EXPECT_EQ(b_batched.batch, 3);
+  const cuda::gemm::GemmShape a_apart = cuda::gemm::describe_gemm(batched_problem(3, 16, 4096, 4096, 1, 17 * 4096));
+  EXPECT_EQ(a_apart.m, 16);
+  EXPECT_EQ(a_apart.batch, 3);
+  bool swapped_rows = false;
+  for (const cuda::gemm::GemmKernel* kernel : cuda::gemm::gemm_kernels()) {
+    swapped_rows = swapped_rows || std::string(kernel->name).find("_swapped_splitk") != std::string::npos;
+  }
+  if (!swapped_rows) GTEST_SKIP() << "this build has no swapped split-K rows (ATTNKIT_CUDA_ARCHS without 90a)";
+  const cuda::gemm::GemmDevice device{0, 90, 132, 227 * 1024};
+  EXPECT_EQ(cuda::gemm::select_gemm_kernel(folded, device, false).name(),
+            "sm90_bf16_ak_bmn_128x64x64_c1x1_swapped_splitk");
 }
 
 TEST(CudaGemmSelection, HopperKernelsAreNotSelectedBefore90) {
@@ -619,9 +684,9 @@ TEST(CudaGemmSelection, OddNSelectsTheStagedHopperKernelInEveryLayout) {
       }
     }
   }
-  // A decode-like grid keeps its small-grid row: split-K on the padded N (33 tiles of 128 x 128: 4 slices).
+  // A decode-like grid keeps its small-grid row: split-K on the padded N (33 tiles of 64 x 128: 4 slices).
   const std::string decode = selected_on(90, DType::bf16, false, 16, 4097, 4096, false, true, false);
-  EXPECT_NE(decode.find("_splitk"), std::string::npos) << decode;
+  EXPECT_NE(decode.find("_swapped_splitk"), std::string::npos) << decode;
 }
 
 TEST(CudaGemmSelection, HopperRowsRefuseAnOddNUnstagedAndAcceptItPadded) {
@@ -1002,6 +1067,79 @@ TEST_F(CudaGemmKernelChoice, SplitKMatchesTheOracle) {
       EXPECT_TRUE(name.find("_splitk") != std::string::npos && ends_with(name, "+staged")) << name;
     }
     expect_matches_oracle(unaligned, precision, 142);
+  }
+}
+
+// The swapped split-K rows (decode: C^T = B^T A^T on tiles of 128 of N x 64 of M, K slices), each forced with
+// ATTNKIT_GEMM_CONFIG against the oracle on decode shapes: M 1, 7, 16 and 64 tokens; N 4096, 4160 (a partial
+// 128-row tile of C^T) and 4097 (B and C staged, N padded); K 4096 (4 slices) and 4104 (3 slices of 1368: a
+// partial K tile in each); alpha and beta != 0; unaligned views (staged); a column-major C of the transposed
+// problem, whose canonical form is the decode shape; and a batch of tokens sharing B (folded into M).
+TEST_F(CudaGemmKernelChoice, ForcedSwappedSplitKRowsMatchTheOracleOnDecodeShapes) {
+  if (device_capability() != 90) GTEST_SKIP() << "the Hopper GEMM runs on compute capability 9.0 only";
+  struct Decode {
+    int64_t m, n, k;
+    bool aligned;
+    double beta;
+  };
+  const std::vector<Decode> shapes = {{1, 4096, 4096, true, 0.0},   {7, 4160, 4104, true, 0.5},
+                                      {16, 4096, 4104, true, -1.0}, {64, 4160, 4096, true, 0.25},
+                                      {64, 4096, 4096, true, 0.0},  {16, 4097, 4096, true, 0.5},
+                                      {7, 4096, 4096, false, 0.5}};
+  int rows = 0;
+  for (const cuda::gemm::GemmKernel* kernel : cuda::gemm::gemm_kernels()) {
+    if (std::string(kernel->name).find("_swapped_splitk") == std::string::npos) continue;
+    const Precision& precision = kernel->dtype == DType::f16 ? kF16 : kBF16;
+    const test::ScopedEnvironment forced(cuda::gemm::kForcedGemmConfigVariable, kernel->name);
+    detail::clear_gemm_plans();
+    int runs = 0;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      for (const bool transpose_b : {false, true}) {  // x @ W (B MN-major), x @ W^T (B K-major): one is the row's
+        GemmSpec s;
+        s.m = shapes[i].m, s.n = shapes[i].n, s.k = shapes[i].k, s.aligned = shapes[i].aligned;
+        s.transpose_b = transpose_b;
+        s.alpha = 0.75, s.beta = shapes[i].beta;
+        if (forced_run_matches_oracle(*kernel, s, precision, 171 + i * 2 + (transpose_b ? 1 : 0))) ++runs;
+      }
+    }
+    for (const bool transpose_a : {false, true}) {  // C column-major [4096 x 16]: C^T = B^T A^T is 16 x 4096
+      GemmSpec s;
+      s.m = 4096, s.n = 16, s.k = 4096, s.c_col_major = true, s.transpose_b = true, s.transpose_a = transpose_a;
+      s.beta = 0.5;
+      if (forced_run_matches_oracle(*kernel, s, precision, 191 + (transpose_a ? 1 : 0))) ++runs;
+    }
+    for (const bool transpose_b : {false, true}) {  // a batch of 3 x 16 tokens sharing B: one problem of 48 rows
+      GemmSpec s;
+      s.m = 16, s.n = 4096, s.k = 4096, s.transpose_b = transpose_b, s.beta = 0.5;
+      s.batch_a = 3, s.batch_b = 1, s.batch_c = 3, s.packed_batches = true;
+      if (forced_run_matches_oracle(*kernel, s, precision, 195 + (transpose_b ? 1 : 0))) ++runs;
+    }
+    EXPECT_EQ(runs, static_cast<int>(shapes.size()) + 2) << kernel->name;
+    ++rows;
+  }
+  detail::clear_gemm_plans();
+  if (rows == 0) GTEST_SKIP() << "this build has no swapped split-K rows (ATTNKIT_CUDA_ARCHS without 90a)";
+}
+
+// What split-K cannot run, the swapped split-K rows refuse and the registry runs elsewhere: a batch of 3 decode
+// problems (split-K takes batch 1 only), a K that does not divide into slices of 16-byte multiples (4100), and a
+// grid with too many tiles for split-K (M 16 against N 16384); each matches the oracle on the row it runs on.
+TEST_F(CudaGemmKernelChoice, DecodeShapesTheSwappedSplitKRowsRefuseRunElsewhere) {
+  const bool hopper = device_capability() == 90;
+  for (const Precision& precision : {kF16, kBF16}) {
+    std::vector<GemmSpec> specs(3);
+    specs[0].m = 16, specs[0].n = 4096, specs[0].k = 4096, specs[0].beta = 0.5;
+    specs[0].batch_a = 3, specs[0].batch_b = 3, specs[0].batch_c = 3;
+    specs[1].m = 7, specs[1].n = 4096, specs[1].k = 4100, specs[1].transpose_b = true;
+    specs[2].m = 16, specs[2].n = 16384, specs[2].k = 4096, specs[2].beta = -0.5;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      if (hopper) {
+        const std::string name = plan_kernel(specs[i], precision);
+        EXPECT_TRUE(starts_with(name, "sm90_") && name.find("_swapped_splitk") == std::string::npos)
+            << name << " " << specs[i].describe();
+      }
+      expect_matches_oracle(specs[i], precision, 201 + i);
+    }
   }
 }
 

@@ -76,10 +76,14 @@ int choose_gemm_candidate(int64_t m, int64_t n, int64_t k, int64_t batch, const 
                           int multiprocessors) {
   int split_k = -1, stream_k = -1, data_parallel = -1;
   double best = 0.0;
+  int64_t split_k_area = 0;
   for (int i = 0; i < static_cast<int>(accepted.size()); ++i) {
     const GemmCandidate& c = accepted[static_cast<size_t>(i)];
     if (c.split_k) {
-      if (split_k < 0) split_k = i;
+      // Split-K problems are bound by the operands' bytes and the SMs the slices occupy, not by the tiles'
+      // efficiency: the row that pads the output least (decode's M = 1: a 64-column swapped tile, not 128 rows).
+      const int64_t area = output_tiles(m, n, batch, c.tile_m, c.tile_n) * c.tile_m * c.tile_n;
+      if (split_k < 0 || area < split_k_area) split_k = i, split_k_area = area;
     } else if (c.stream_k) {
       if (stream_k < 0) stream_k = i;
     } else {

@@ -3,8 +3,9 @@
 // whose A / B majorness match and that accepts the shape on the device, directly or with its misaligned
 // operands (or an N that is not a multiple of 8) staged (gemm_staging.hpp). The first such row fixes the tier
 // and math (Hopper before SM80, TF32 before 3xTF32); among the accepting rows of that tier and math
-// (choose_gemm_candidate): the first split-K row (gemm_split_k.hpp: batch 1, small grids, a K that divides into
-// slices, at least three slices a tile), else the data-parallel row of the smallest waves estimate
+// (choose_gemm_candidate): the split-K row (gemm_split_k.hpp: batch 1, small grids, a K that divides into
+// slices, at least three slices a tile) whose tiles pad the output least (decode-like M: the swapped rows' 64
+// columns), else the data-parallel row of the smallest waves estimate
 // (gemm_tile_cost: small tiles for small grids, 128 x 256 for large ones), replaced by the first stream-K row
 // when its output tiles would occupy fewer than half the SMs; the SIMT entry accepts everything.
 // ATTNKIT_GEMM_CONFIG=<name> forces an entry (tests, benchmarks).
@@ -50,7 +51,8 @@ struct GemmCandidate {
 };
 
 // The index in `accepted` (rows of one tier and math that accept the problem, in table order) of the row the
-// problem runs on, -1 when empty: the first split-K row; else the data-parallel row of the smallest
+// problem runs on, -1 when empty: the split-K row of the least padded output (tiles x tile_m x tile_n; the first
+// of equal ones); else the data-parallel row of the smallest
 // gemm_tile_cost (the first of equal ones), unless its tiles (times the batch) would occupy fewer than half the
 // SMs and a stream-K row accepts (the first); else the first stream-K row. Pure: tests call it on the CPU.
 int choose_gemm_candidate(int64_t m, int64_t n, int64_t k, int64_t batch, const std::vector<GemmCandidate>& accepted,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <utility>
 
 namespace attnkit::cuda::gemm {
@@ -80,7 +81,18 @@ GemmShape describe_gemm(const GemmProblem& p) {
   s.a_row = a.row, s.a_col = a.col, s.a_batch = a.batch;
   s.b_row = b.row, s.b_col = b.col, s.b_batch = b.batch;
   s.c_row = c.row, s.c_batch = c.batch;
+  fold_broadcast_batch(s);
   return bind_gemm(s, p);
+}
+
+void fold_broadcast_batch(GemmShape& s) {
+  if (s.batch <= 1 || s.b_batch != 0 || s.product_zero || !s.a_k_major()) return;
+  if (s.a_batch != s.m * s.a_row || s.c_batch != s.m * s.c_row) return;
+  if (s.batch * s.m > int64_t{std::numeric_limits<int32_t>::max()}) return;  // the kernels' 32-bit problem shape
+  s.m *= s.batch;
+  s.batch = 1;
+  s.a_batch = 0;
+  s.c_batch = 0;
 }
 
 GemmShape bind_gemm(GemmShape shape, const GemmProblem& p) {

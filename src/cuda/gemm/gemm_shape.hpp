@@ -31,8 +31,15 @@ struct GemmShape {
   bool b_k_major() const { return b_row == 1; }  // B column-major
 };
 
-// The canonical form of a validated problem whose C has elements.
+// The canonical form of a validated problem whose C has elements (a broadcast B's batch folded into M, below).
 GemmShape describe_gemm(const GemmProblem& problem);
+
+// A batch whose B is shared (batch stride 0; x [batch, M, K] @ W [K, N], as torch.matmul folds a 3-D by 2-D
+// product) and whose A (K-major) and C rows continue from one batch to the next at their row strides is one
+// problem of batch x M rows: batch 1, M multiplied by the batch. Decode's batched tokens then fill the M of one
+// grid (the swapped split-K rows take batch-1 problems only) instead of repeating small grids. Other shapes are
+// left as they are.
+void fold_broadcast_batch(GemmShape& shape);
 
 // `shape` with the data pointers of `problem` (a call with the same plan key).
 GemmShape bind_gemm(GemmShape shape, const GemmProblem& problem);

@@ -12,7 +12,9 @@
 // mainloop of gemm_sm90_3xtf32_mainloop.cuh in place of the builder's.
 // Split-K rows (gemm_split_k.hpp) run the same mainloop on the K slices of a batch-1 problem as the L mode
 // (slice l's A and B start l slices along K) with an epilogue that reads no C and writes fp32 partial sums
-// into the workspace, one M x N buffer per slice; the ordered sum of gemm_split_k.hpp then writes C.
+// into the workspace, one M x N buffer per slice; the ordered sum of gemm_split_k.hpp then writes C. Swapped
+// split-K rows (CooperativeSplitKSwapped) do the same on C^T = B^T A^T for decode-like M: the wide N fills the
+// tile's 128 wgmma rows, the few tokens of M its 64 columns.
 //
 // What TMA needs is 16-byte aligned base addresses, leading dimensions and batch strides; M and K are free
 // (the loads of A and B are bounded by the tensors' extents, zero fill beyond them, and the epilogue bounds
@@ -70,6 +72,7 @@ struct Cooperative {
   using Scheduler = cutlass::gemm::PersistentScheduler;
   static constexpr bool kStreamK = false;
   static constexpr bool kSplitK = false;
+  static constexpr bool kSwapped = false;
 };
 struct PingPong {
   using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
@@ -77,6 +80,7 @@ struct PingPong {
   using Scheduler = cutlass::gemm::PersistentScheduler;
   static constexpr bool kStreamK = false;
   static constexpr bool kSplitK = false;
+  static constexpr bool kSwapped = false;
 };
 struct CooperativeStreamK {
   using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
@@ -84,6 +88,7 @@ struct CooperativeStreamK {
   using Scheduler = cutlass::gemm::StreamKScheduler;
   static constexpr bool kStreamK = true;
   static constexpr bool kSplitK = false;
+  static constexpr bool kSwapped = false;
 };
 struct CooperativeSplitK {
   using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
@@ -91,6 +96,30 @@ struct CooperativeSplitK {
   using Scheduler = cutlass::gemm::PersistentScheduler;
   static constexpr bool kStreamK = false;
   static constexpr bool kSplitK = true;
+  static constexpr bool kSwapped = false;
+};
+// Split-K on the swapped product C^T = B^T A^T, for decode-like problems (M 1-64 tokens against a weight of
+// N x K, N in the thousands): the weight's N is wgmma's M (the tile's 128 rows, two consumer warp groups of 64)
+// and the tokens' M is wgmma's N (a 64-wide tile: M = 1 pads to 64 columns of a wgmma instead of 128 rows of
+// two), C^T is written column-major, which is C row-major. A K-major A is then CUTLASS's K-major B; the weight
+// B is CUTLASS's A, K-major (x @ W^T) or MN-major (x @ W), both of which 16-bit wgmma reads from shared memory.
+// These problems are bound by the weight's bytes, not by the multiply-adds: the output tiles (32 for N = 4096)
+// times the K slices (4) keep 128 of 132 SMs streaming it, each 128 x 64 16-bit weight tile (16 KB, with 8 KB
+// of A^T per stage) in a pipeline of as many stages as fit (about 8: 128 KB of weight in flight per SM, several
+// times what one SM needs to cover DRAM latency at its share of the bandwidth).
+// Expected (H200, about 4.3 TB/s copy rate; not yet measured): 1 x 4096 x 4096 16-bit reads the 32 MiB weight,
+// 8 KiB of A and writes 64 KiB of fp32 partials and 8 KiB of C: about 33.6 MB, 7.8 us of DRAM time, plus the
+// ordered sum (a second launch: little GPU work, a gap of 1-2 us between the kernels) -> about 10 us.
+// 64 x 4096 x 4096: the weight, 512 KiB of A, 4 MiB of partials written and read back (mostly from L2), 512 KiB
+// of C (twice with beta): about 34.5 MB of DRAM, 8 us, plus the sum -> about 10-11 us; the wgmma work (2.1 GFLOP,
+// no padding at M = 64) takes about 3 us of the 128 SMs' tensor cores and overlaps the loads.
+struct CooperativeSplitKSwapped {
+  using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using Epilogue = cutlass::epilogue::TmaWarpSpecializedCooperative;
+  using Scheduler = cutlass::gemm::PersistentScheduler;
+  static constexpr bool kStreamK = false;
+  static constexpr bool kSplitK = true;
+  static constexpr bool kSwapped = true;
 };
 
 // The operand tag of the 3xTF32 rows: fp32 in and out with fp32-level error, computed by the mainloop of
@@ -129,8 +158,11 @@ struct Sm90Gemm {
   // A into registers (its register-sourced collective) and transposes an MN-major B in shared memory when A is
   // MN-major too; an MN-major B beside a K-major A it exchanges with A, which its TMA epilogue does not follow (it
   // would store C^T's tiles into C). Such rows exchange the operands here instead: C^T = B^T A^T, C column-major,
-  // B^T the MN-major A of CUTLASS's problem (registers) and A^T its K-major B.
-  static constexpr bool kSwapped = !kFast32 && sizeof(Element) == 4 && AKMajor && !BKMajor;
+  // B^T the MN-major A of CUTLASS's problem (registers) and A^T its K-major B. Swapped split-K rows
+  // (CooperativeSplitKSwapped: 16-bit decode-like problems) exchange them in every layout.
+  static_assert(!Schedule::kSwapped || sizeof(Element) == 2,
+                "swapped split-K rows: 16-bit types only (fp32 rows swap by their layout alone)");
+  static constexpr bool kSwapped = Schedule::kSwapped || (!kFast32 && sizeof(Element) == 4 && AKMajor && !BKMajor);
   // CUTLASS's A and B: ours, or B^T and A^T when swapped (B^T is K-major where B is, A^T where A is).
   static constexpr bool kCutlassAKMajor = kSwapped ? BKMajor : AKMajor;
   static constexpr bool kCutlassBKMajor = kSwapped ? AKMajor : BKMajor;
@@ -158,9 +190,12 @@ struct Sm90Gemm {
   // The 3xTF32 mainloop sizes its stages itself (the builder's rows are sized by CUTLASS).
   static_assert(!kFast32 || Kernel::SharedStorageSize <= cutlass::gemm::collective::detail::sm90_smem_capacity_bytes,
                 "3xTF32 row: its shared memory exceeds the Hopper opt-in limit");
+  // TileM x TileN is CUTLASS's tile, of C^T on swapped rows; the problem's (C's) tile is its transpose there.
   static constexpr int kTileM = TileM;
   static constexpr int kTileN = TileN;
   static constexpr int kTileK = TileK;
+  static constexpr int kProblemTileM = kSwapped ? TileN : TileM;
+  static constexpr int kProblemTileN = kSwapped ? TileM : TileN;
   static constexpr bool kStreamK = Schedule::kStreamK;
 };
 
@@ -268,7 +303,7 @@ std::string refusal(const GemmShape& s, const GemmDevice& device) {
   }
   int slices = 1;
   if constexpr (Gemm::kSplitK) {
-    slices = gemm_split_k_slices(s, Gemm::kTileM, Gemm::kTileN, Gemm::kTileK, device.multiprocessors);
+    slices = gemm_split_k_slices(s, Gemm::kProblemTileM, Gemm::kProblemTileN, Gemm::kTileK, device.multiprocessors);
     if (slices == 0) {
       return "split-K runs batch-1 problems with fewer output tiles than a third of the SMs and a K that divides "
              "into at least 3 slices of at least 4 K tiles, each a multiple of 16 bytes";
@@ -381,7 +416,8 @@ class Sm90Runner final : public GemmRunner {
 
   Sm90Runner(const GemmShape& shape, const GemmDevice& device) : device_(device) {
     if constexpr (Gemm::kSplitK) {
-      slices_ = gemm_split_k_slices(shape, Gemm::kTileM, Gemm::kTileN, Gemm::kTileK, device.multiprocessors);
+      slices_ =
+          gemm_split_k_slices(shape, Gemm::kProblemTileM, Gemm::kProblemTileN, Gemm::kTileK, device.multiprocessors);
       if (slices_ == 0) throw Error(Status::internal, "sm90 split-K gemm: made for a shape it refuses");
       partial_bytes_ = gemm_split_k_partial_bytes(shape, slices_);
     }
@@ -520,8 +556,8 @@ const GemmKernel& kernel_entry(const char* name, DType dtype, GemmMath math) {
     k.a_k_major = Gemm::kAKMajor ? 1 : 0;
     k.b_k_major = Gemm::kBKMajor ? 1 : 0;
     k.architecture = 90;
-    k.tile_m = Gemm::kTileM;
-    k.tile_n = Gemm::kTileN;
+    k.tile_m = Gemm::kProblemTileM;  // the problem's tile (C's), for the choice and the tuner's estimate
+    k.tile_n = Gemm::kProblemTileN;
     k.stream_k = Gemm::kStreamK;
     k.split_k = Gemm::kSplitK;
     k.refusal = &refusal<Gemm>;

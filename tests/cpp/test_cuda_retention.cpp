@@ -676,6 +676,32 @@ TEST_F(CudaRetention, EveryForcedValueBlockSegmentCountAndDecodeChoiceGivesTheSa
   }
 }
 
+// Forced segments run the state-only launch (the state warps alone) for every head dim pair and value block, with
+// the sequence's end inside a segment's last chunk.
+TEST_F(CudaRetention, ForcedSegmentsMatchCpuForEachHeadDimPairAndValueBlock) {
+  for (const char* config : {"segments=5", "block=32,segments=3"}) {
+    SCOPED_TRACE(config);
+    const ScopedRetentionConfig forced(config);
+    for (const auto& [dk, dv] : std::vector<std::pair<int64_t, int64_t> >{{64, 64}, {64, 128}, {128, 64}}) {
+      Case c;
+      c.batch = 2;
+      c.heads = 2;
+      c.tokens = 611;
+      c.dk = dk;
+      c.dv = dv;
+      c.gamma = {0.97, 0.999};
+      c.initial_state = true;
+      c.final_state = true;
+      expect_forward_matches_cpu(c);
+      BackwardCase bc;
+      bc.shape = c;
+      bc.grad_final_state = true;
+      bc.grad_initial_state = true;
+      expect_backward_matches_cpu(bc);
+    }
+  }
+}
+
 TEST_F(CudaRetention, AnUnknownForcedConfigIsRefusedNamingTheAllowedItems) {
   const ScopedRetentionConfig forced("tiles=3");
   const std::vector<int64_t> pad{0, 0, 0, 0};

@@ -27,9 +27,11 @@
 // 2.0 MFLOP instead of 3.1 plus the rescale phase; the state and the outputs no longer share registers
 // (at most 128 a thread: 2 CTAs of 8 warps, 4 warps per scheduler); the rescale moves from a shared-memory
 // read-modify-write (32 KB per chunk and CTA, 8 exp2 and a warp barrier per lane) into the fragments.
-// Shared-memory traffic per chunk and CTA, ~244 KB (Q 16, K 40 + 16, S 64, V 20 + 32, state tile 16, copies
-// 40), is the largest remaining term: ~3 800 cycles per SM for its 2 CTAs at 128 B/cycle, against ~2 400 of
-// mma.sync issue; both well under the old 12 000.
+// Shared-memory traffic per chunk and CTA, ~260 KB (Q 16 + 16: Q K^T and Q S load it apart; K 40 + 16, S 64,
+// V 20 + 32, state tile 16, copies 40), is the largest remaining term: ~4 200 cycles per SM for its 2 CTAs at
+// 128 B/cycle, against ~2 400 of mma.sync issue; both well under the old 12 000. What stays serial is the
+// causal skew of the output warps (warp w issues 16(w+1) + 64 + 8(w+1) MMAs, warp 3 160, a state warp 64),
+// which the scheduler that holds warp 3 of both CTAs feels most.
 //
 // Segments (retention_params.hpp): when B * H * slices CTAs are too few for the GPU, the sequence is
 // cut into segments; a first launch (state_only) computes each segment's own state with the state

@@ -531,6 +531,28 @@ TEST_F(CudaRetention, BackwardCarriesStateGradientsBothWays) {
   }
 }
 
+// The state update scales key j of a chunk of L tokens by gamma^(L-1-j); a fast decay with a short last chunk
+// must give the zero rows past L a factor 0, not gamma to a negative power (infinity times zero).
+TEST_F(CudaRetention, AFastDecayWithAShortLastChunkMatchesCpuForwardAndBackward) {
+  for (const int64_t tokens : {1, 70, 130}) {
+    Case c;
+    c.heads = 3;
+    c.tokens = tokens;
+    c.dk = 128;
+    c.dv = 64;
+    c.gamma = {1e-3, 0.05, 0.5};
+    c.initial_state = true;
+    c.final_state = true;
+    c.seed = static_cast<uint64_t>(tokens) + 5;
+    expect_forward_matches_cpu(c);
+    BackwardCase bc;
+    bc.shape = c;
+    bc.grad_final_state = true;
+    bc.grad_initial_state = true;
+    expect_backward_matches_cpu(bc);
+  }
+}
+
 TEST_F(CudaRetention, BackwardSplitsLongSequencesOfFewHeadsIntoSegments) {
   BackwardCase bc;
   bc.shape.batch = 1;
@@ -651,6 +673,32 @@ TEST_F(CudaRetention, EveryForcedValueBlockSegmentCountAndDecodeChoiceGivesTheSa
     bc.grad_final_state = true;
     bc.grad_initial_state = true;
     expect_backward_matches_cpu(bc);
+  }
+}
+
+// Forced segments run the state-only launch (the state warps alone) for every head dim pair and value block, with
+// the sequence's end inside a segment's last chunk.
+TEST_F(CudaRetention, ForcedSegmentsMatchCpuForEachHeadDimPairAndValueBlock) {
+  for (const char* config : {"segments=5", "block=32,segments=3"}) {
+    SCOPED_TRACE(config);
+    const ScopedRetentionConfig forced(config);
+    for (const auto& [dk, dv] : std::vector<std::pair<int64_t, int64_t> >{{64, 64}, {64, 128}, {128, 64}}) {
+      Case c;
+      c.batch = 2;
+      c.heads = 2;
+      c.tokens = 611;
+      c.dk = dk;
+      c.dv = dv;
+      c.gamma = {0.97, 0.999};
+      c.initial_state = true;
+      c.final_state = true;
+      expect_forward_matches_cpu(c);
+      BackwardCase bc;
+      bc.shape = c;
+      bc.grad_final_state = true;
+      bc.grad_initial_state = true;
+      expect_backward_matches_cpu(bc);
+    }
   }
 }
 

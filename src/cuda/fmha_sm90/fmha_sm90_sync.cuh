@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "cuda/common/async_copy.cuh"
+#include "cuda/common/named_barrier.cuh"
 
 namespace attnkit::cuda::fmha_sm90 {
 
@@ -32,16 +33,6 @@ __device__ __forceinline__ void barrier_wait(uint64_t* barrier, uint32_t parity)
       "}\n" ::"r"(shared_address(barrier)),
       "r"(parity)
       : "memory");
-}
-
-// Barrier among the `threads` threads (whole warps) that use barrier `id` (1..15; 0 is __syncthreads).
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
-// Arrives at barrier `id` without waiting (the other `threads` - this warp's share wait with bar.sync).
-__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 // Orders this thread's completed generic-proxy shared writes (cp.async included) before later

@@ -141,8 +141,8 @@ JobShape shape_job(const ChunkKernel* kernel, int64_t batch_heads, int64_t dk, i
   const int64_t ctas = batch_heads * (dv / kernel->value_block);
   int64_t segments = 1;
   if (ctas < multiprocessors) {
-    // Rounded down: every kernel instance fits two CTAs per multiprocessor (registers), and a second,
-    // partial wave would cost as much as the first.
+    // Rounded down: every kernel instance fits two CTAs per multiprocessor on SM90 (8 warps at <= 128 registers,
+    // <= 105 KiB of shared memory), and a second, partial wave would cost as much as the first.
     const int64_t wanted = 2 * static_cast<int64_t>(multiprocessors) / ctas;
     segments = std::max<int64_t>(1, std::min(wanted, chunks / kMinChunksPerSegment));
   }

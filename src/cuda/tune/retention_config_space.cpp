@@ -210,9 +210,10 @@ tune::ConfigSpace make_space(tune::TuneOp op) {
   tune::ConfigSpace space;
   space.op = op;
   space.backend = Backend::cuda;
-  space.description = std::string(forward ? "retention forward" : "retention backward (dQ, dK, dV jobs)") +
-                      " v1: chunkwise kernel value blocks and sequence segments (the rule's or a count)" +
-                      (forward ? ", recurrent decode kernel for short calls" : "") + "; chunk 64";
+  space.description =
+      std::string(forward ? "retention forward" : "retention backward (dQ, dK, dV jobs)") +
+      " v2: chunkwise kernel (output and state warps) value blocks and sequence segments (the rule's or a count)" +
+      (forward ? ", recurrent decode kernel for short calls" : "") + "; chunk 64";
   space.configs = make_configs(forward);
   // The validity rule compares a config with the others of its space, which the space holds: the lambdas
   // read them through `configs`, a copy that lives as long as the space's functions.

@@ -260,17 +260,35 @@ TEST(FmhaBackwardLaunchOrder, TheWorkModelCountsTheQTilesMeetingAKeyTile) {
   const auto p = ordered_launch({1024}, neighborhood_mask({257}));
   const std::vector<double> work = cuda::fmha::kv_position_work(p);
   ASSERT_EQ(work.size(), static_cast<size_t>(p.kv_tiles[0]));
-  // A KV tile of keys [k0, k0 + n): brute force over the queries whose clamped window meets it.
+  // A KV tile of keys [k0, k0 + n): brute force over the queries whose clamped window meets it. Fast mode
+  // walks Q tiles of m from the first such query when that takes fewer of them than the tiles aligned to m
+  // (moved back to end at query 1024), else the aligned ones.
+  ASSERT_EQ(p.q_tile_origins, cuda::KvTileOrigin::window);
   const int64_t n = int64_t{1} << p.kv_space.box_log2[0];
   const int64_t m = int64_t{1} << p.q_space.box_log2[0];
+  auto sees = [](int64_t i, int64_t k) {
+    const int64_t start = std::clamp<int64_t>(i - 128, 0, 1024 - 257);
+    return k >= start && k < start + 257;
+  };
   for (int64_t t = 0; t < p.kv_tiles[0]; ++t) {
+    int64_t first = 1024, end = 0;
+    for (int64_t i = 0; i < 1024; ++i) {
+      for (int64_t k = t * n; k < (t + 1) * n; ++k) {
+        if (sees(i, k)) {
+          first = std::min(first, i);
+          end = std::max(end, i + 1);
+        }
+      }
+    }
+    const int64_t aligned = (end + m - 1) / m - first / m;
+    const int64_t fewest = (end - first + m - 1) / m;
+    const int64_t origin = fewest < aligned ? std::min(first, 1024 - fewest * m) : first / m * m;
     double visits = 0, full = 0;
-    for (int64_t q0 = 0; q0 < 1024; q0 += m) {
+    for (int64_t q0 = origin; q0 < origin + std::min(fewest, aligned) * m; q0 += m) {
       bool meets = false, every = true;
-      for (int64_t i = q0; i < q0 + m; ++i) {
-        const int64_t start = std::clamp<int64_t>(i - 128, 0, 1024 - 257);
+      for (int64_t i = q0; i < std::min<int64_t>(q0 + m, 1024); ++i) {
         for (int64_t k = t * n; k < (t + 1) * n; ++k) {
-          const bool in = k >= start && k < start + 257;
+          const bool in = sees(i, k);
           meets = meets || in;
           every = every && in;
         }

@@ -1,8 +1,8 @@
 // The box shapes of the CUDA backends' neighborhood tiles (src/cuda/fmha/fmha_box_shape.hpp): the choice
 // minimises the modelled visits over every split of the tile sizes, of whole KV tiles or, for the Hopper
 // backward's two MMA warpgroups, of KV half tiles, with the KV tile origins of the kernels that will
-// walk them (aligned for the backward, window origins for the forward). Host-only (no GPU needed), in
-// CUDA builds.
+// walk them (window origins for the forward's KV tiles and the backward dK/dV kernels' Q tiles, aligned
+// for the Hopper backward's ordered dQ). Host-only (no GPU needed), in CUDA builds.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -117,6 +117,91 @@ TEST(FmhaBoxShape, WindowOriginsCutTheTilesOfSmallTwoDimensionalWindows) {
   const double q_tiles = 28.0;  // 7 x 4 boxes of 8x16, or 28 x 1 boxes of 2x64
   EXPECT_NEAR(cuda::fmha::count_box_visits(g, forward, KvTileOrigin::window).visited / q_tiles, 2.75, 1e-9);
   EXPECT_NEAR(cuda::fmha::count_box_visits(g, aligned, KvTileOrigin::aligned).visited / q_tiles, 4.86, 0.005);
+}
+
+// The backward's modelled cost: the dK/dV walk's visits (per KV tile, its Q tiles) plus a quarter per
+// partial visit.
+double backward_cost(const BoxGeometry& g, const BoxShapes& s, KvTileOrigin q_origins) {
+  const auto c = cuda::fmha::count_backward_box_visits(g, s, q_origins);
+  return c.visited + 0.25 * (c.visited - c.full);
+}
+
+BoxGeometry dilated_causal_geometry() {
+  std::array<NeighborhoodDim, kMaxTokenDims> dims{};
+  dims[0].kernel_size = 5;
+  dims[0].dilation = 3;
+  dims[0].causal = true;
+  dims[1].kernel_size = 9;
+  dims[1].stride = 2;
+  dims[2].kernel_size = 3;
+  dims[2].dilation = 2;
+  return cuda::fmha::neighborhood_geometry(3, dims, {23, 37, 19});
+}
+
+// Aligned Q tiles of a KV tile are the (Q tile, KV tile) pairs of the forward's aligned walk, seen from
+// the other side: the same counts.
+TEST(FmhaBoxShape, BackwardAlignedVisitsAreTheForwardAlignedPairs) {
+  for (const BoxGeometry& g : {square_window(56, 7), square_window(57, 13), dilated_causal_geometry()}) {
+    for (int q = 0; q <= 3; ++q) {
+      for (int k = 0; k <= 3; ++k) {
+        BoxShapes s;
+        s.q_log2 = {q, 3 - q, g.dims == 3 ? 2 : 0};
+        s.kv_log2 = {k, 4 - k, g.dims == 3 ? 1 : 0};
+        const auto forward = cuda::fmha::count_box_visits(g, s, KvTileOrigin::aligned);
+        const auto backward = cuda::fmha::count_backward_box_visits(g, s, KvTileOrigin::aligned);
+        EXPECT_DOUBLE_EQ(backward.visited, forward.visited) << "Q 2^" << q << ", KV 2^" << k;
+        EXPECT_DOUBLE_EQ(backward.full, forward.full) << "Q 2^" << q << ", KV 2^" << k;
+      }
+    }
+  }
+}
+
+// The backward's shapes at window origins are the cheapest split of whole KV tiles under the dK/dV walk's
+// model, and never visit more than the aligned walk of the aligned choice; with aligned origins the
+// backward keeps the shapes it chose before (the forward's aligned choice).
+TEST(FmhaBoxShape, BackwardShapesAreTheCheapestSplitAtWindowOrigins) {
+  for (const int64_t kernel : {3, 7, 13, 31}) {
+    const BoxGeometry g = square_window(56, kernel);
+    const BoxShapes backward = cuda::fmha::choose_backward_box_shapes(g, 6, 7, false, KvTileOrigin::window);
+    const BoxShapes aligned = cuda::fmha::choose_backward_box_shapes(g, 6, 7, false, KvTileOrigin::aligned);
+    for (int q = 0; q <= 6; ++q) {
+      for (int k = 0; k <= 7; ++k) {
+        BoxShapes other;
+        other.q_log2 = {q, 6 - q, 0};
+        other.kv_log2 = {k, 7 - k, 0};
+        EXPECT_LE(backward_cost(g, backward, KvTileOrigin::window),
+                  backward_cost(g, other, KvTileOrigin::window) * (1 + 1e-9))
+            << "K" << kernel << ": Q 2^" << q << " rows, KV 2^" << k << " rows";
+      }
+    }
+    EXPECT_LE(cuda::fmha::count_backward_box_visits(g, backward, KvTileOrigin::window).visited,
+              cuda::fmha::count_backward_box_visits(g, aligned, KvTileOrigin::aligned).visited)
+        << "K" << kernel;
+    for (const bool halves : {false, true}) {
+      const BoxShapes before = cuda::fmha::choose_box_shapes(g, 6, 7, halves, KvTileOrigin::aligned);
+      const BoxShapes now = cuda::fmha::choose_backward_box_shapes(g, 6, 7, halves, KvTileOrigin::aligned);
+      EXPECT_EQ(now.q_log2, before.q_log2) << "K" << kernel;
+      EXPECT_EQ(now.kv_log2, before.kv_log2) << "K" << kernel;
+    }
+  }
+}
+
+// The Hopper dK/dV kernel (64 x 128 tiles, two halves): window origins cut the half-tile visits its MMA
+// warpgroups run on small 2-D windows; 56x56 K7 from 169 to 91 (bench/box_tile_visits_backward.cc).
+TEST(FmhaBoxShape, WindowOriginsCutTheBackwardHalfVisitsOfSmallTwoDimensionalWindows) {
+  for (const int64_t kernel : {3, 7}) {
+    const BoxGeometry g = square_window(56, kernel);
+    const BoxShapes window = cuda::fmha::choose_backward_box_shapes(g, 6, 7, true, KvTileOrigin::window);
+    const BoxShapes aligned = cuda::fmha::choose_backward_box_shapes(g, 6, 7, true, KvTileOrigin::aligned);
+    EXPECT_LT(cuda::fmha::count_backward_box_visits(g, window, KvTileOrigin::window, true).visited,
+              cuda::fmha::count_backward_box_visits(g, aligned, KvTileOrigin::aligned, true).visited)
+        << "K" << kernel;
+  }
+  const BoxGeometry g = square_window(56, 7);
+  const BoxShapes window = cuda::fmha::choose_backward_box_shapes(g, 6, 7, true, KvTileOrigin::window);
+  const BoxShapes aligned = cuda::fmha::choose_backward_box_shapes(g, 6, 7, true, KvTileOrigin::aligned);
+  EXPECT_DOUBLE_EQ(cuda::fmha::count_backward_box_visits(g, aligned, KvTileOrigin::aligned, true).visited / 2, 169);
+  EXPECT_DOUBLE_EQ(cuda::fmha::count_backward_box_visits(g, window, KvTileOrigin::window, true).visited / 2, 91);
 }
 
 #endif

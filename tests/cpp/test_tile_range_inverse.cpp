@@ -6,12 +6,16 @@
 // flat dense / causal masks (top-left and bottom-right, Sq != Sk) with random power-of-two boxes; the
 // mask of a multi-dimensional problem is the product of its dimensions, so per-dimension exactness
 // carries over. A last test checks that the inverse is the transpose of the forward's dim_tile_range.
+// QueryTiles.*: the same walk in query indices (dim_query_tiles), at aligned origins (the tiles above) and
+// at window origins (the dK/dV kernels' KvBoxSchedule): cover every query that sees the KV tile, never more
+// tiles than aligned, the fewest when fewer, never past the query extent, exact full flags.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "core/neighborhood_window.hpp"
 #include "cuda/common/tile_range.hpp"
@@ -173,6 +177,208 @@ TEST(TileRangeInverse, IsTheTransposeOfTheForwardTileRange) {
       }
     }
   }
+}
+
+// --- Q tiles at window origins (dim_query_tiles, the dK/dV kernels' KvBoxSchedule) ------------------------
+
+int log2_of(int64_t box) {
+  int l = 0;
+  while ((int64_t{1} << l) < box) ++l;
+  return l;
+}
+
+// For every KV tile of every dilation group, against the element-wise definition: the tiles start at a
+// query index in [0, n_q), cover every query that sees a key of the KV tile, never outnumber the aligned
+// tiles (dim_tile_range_inverse), and in window mode are as few as the queries allow when that is fewer
+// (and otherwise the aligned ones); window tiles that moved never reach past n_q; every tile holds an
+// attended pair; a tile is full exactly when every (existing query, key) pair in it is attended. Returns the
+// tiles visited.
+int64_t check_query_tiles(const InverseProblem& p, KvTileOrigin mode) {
+  int64_t visited = 0;
+  const int l = log2_of(p.q_box);
+  for (int64_t group = 0; group < p.dilation; ++group) {
+    const int64_t n_q = detail::dilation_group_size(p.extent, p.dilation, group);
+    const int64_t n_kv = detail::dilation_group_size(p.extent_kv, p.dilation, group);
+    if (n_q <= 0 || n_kv <= 0) continue;
+    for (int64_t k_first = 0; k_first < n_kv; k_first += p.kv_box) {
+      const DimKeyTiles t = dim_query_tiles(p.rule, k_first, p.kv_box, n_q, n_kv, l, mode);
+      const DimTileRange aligned = dim_tile_range_inverse(p.rule, k_first, p.kv_box, n_q, n_kv, p.q_box);
+      const std::string where = describe(p) + " mode=" + std::to_string(static_cast<int>(mode)) +
+                                " group=" + std::to_string(group) + " keys from " + std::to_string(k_first) +
+                                " origin=" + std::to_string(t.origin) + " count=" + std::to_string(t.count);
+      // sees[qi][c]: query qi sees key k_first + c.
+      std::vector<std::vector<char>> sees(static_cast<size_t>(n_q),
+                                          std::vector<char>(static_cast<size_t>(p.kv_box), 0));
+      int64_t first_query = n_q;
+      int64_t end_query = 0;
+      for (int64_t qi = 0; qi < n_q; ++qi) {
+        for (int64_t c = 0; c < p.kv_box; ++c) {
+          const int64_t k = k_first + c;
+          const bool a = k < n_kv && attended(p, qi * p.dilation + group, k * p.dilation + group);
+          sees[static_cast<size_t>(qi)][static_cast<size_t>(c)] = a ? 1 : 0;
+          if (a) {
+            first_query = std::min(first_query, qi);
+            end_query = std::max(end_query, qi + 1);
+          }
+        }
+      }
+      EXPECT_LE(t.count, aligned.end - aligned.first) << "more tiles than aligned: " << where;
+      if (end_query <= first_query) {
+        EXPECT_EQ(t.count, 0) << "tiles visited though no query sees a key: " << where;
+        continue;
+      }
+      EXPECT_GE(t.origin, 0) << where;
+      EXPECT_LT(t.origin, n_q) << "the first tile starts past the extent: " << where;
+      EXPECT_LE(t.origin, first_query) << "queries before the first tile: " << where;
+      EXPECT_GE(t.origin + t.count * p.q_box, end_query) << "queries after the last tile: " << where;
+      if (mode == KvTileOrigin::aligned) {
+        EXPECT_EQ(t.origin, aligned.first * p.q_box) << where;
+        EXPECT_EQ(t.count, aligned.end - aligned.first) << where;
+        EXPECT_EQ(t.full_first, aligned.full_first - aligned.first) << where;
+        EXPECT_EQ(t.full_end, aligned.full_end - aligned.first) << where;
+      } else {
+        const int64_t fewest = (end_query - first_query + p.q_box - 1) / p.q_box;
+        EXPECT_EQ(t.count, std::min(fewest, aligned.end - aligned.first)) << where;
+        if (t.count == aligned.end - aligned.first) {
+          EXPECT_EQ(t.origin, aligned.first * p.q_box) << "aligned tiles kept when no worse: " << where;
+        } else {
+          EXPECT_LE(t.origin + t.count * p.q_box, n_q) << "a moved tile reaches past the queries: " << where;
+        }
+      }
+      for (int64_t j = 0; j < t.count; ++j) {
+        bool any = false;
+        bool all = true;
+        for (int64_t r = 0; r < p.q_box; ++r) {
+          const int64_t qi = t.origin + j * p.q_box + r;
+          if (qi >= n_q) continue;  // missing queries carry no weight
+          for (int64_t c = 0; c < p.kv_box; ++c) {
+            const bool a = sees[static_cast<size_t>(qi)][static_cast<size_t>(c)] != 0;
+            any = any || a;
+            all = all && a;
+          }
+        }
+        EXPECT_TRUE(any) << "tile " << j << " holds no attended pair: " << where;
+        EXPECT_EQ(j >= t.full_first && j < t.full_end, all) << "full flag of tile " << j << ": " << where;
+        ++visited;
+      }
+      if (::testing::Test::HasFailure()) return visited;
+    }
+  }
+  return visited;
+}
+
+InverseProblem random_neighborhood(std::mt19937_64& rng, int64_t max_extent) {
+  InverseProblem p;
+  p.extent = p.extent_kv = std::uniform_int_distribution<int64_t>(1, max_extent)(rng);
+  p.dilation = std::uniform_int_distribution<int64_t>(1, std::max<int64_t>(1, p.extent / 2))(rng);
+  const int64_t max_window = std::max<int64_t>(1, p.extent / p.dilation);
+  p.rule.kind = WindowKind::neighborhood;
+  p.rule.window = static_cast<int32_t>(std::uniform_int_distribution<int64_t>(1, max_window)(rng));
+  p.rule.stride = static_cast<int32_t>(std::uniform_int_distribution<int64_t>(1, p.rule.window)(rng));
+  p.rule.causal = std::uniform_int_distribution<int>(0, 1)(rng) == 1;
+  p.q_box = int64_t{1} << std::uniform_int_distribution<int>(0, 6)(rng);
+  p.kv_box = int64_t{1} << std::uniform_int_distribution<int>(0, 6)(rng);
+  return p;
+}
+
+TEST(QueryTiles, NeighborhoodTilesAtWindowOriginsMatchDefinition) {
+  std::mt19937_64 rng(4101);
+  int64_t visited = 0;
+  for (int trial = 0; trial < 500 && !HasFailure(); ++trial) {
+    visited += check_query_tiles(random_neighborhood(rng, 150), KvTileOrigin::window);
+  }
+  EXPECT_GT(visited, 1000);
+}
+
+TEST(QueryTiles, AlignedOriginsAreTheTilesOfTheInverseTileRange) {
+  std::mt19937_64 rng(4102);
+  for (int trial = 0; trial < 300 && !HasFailure(); ++trial) {
+    check_query_tiles(random_neighborhood(rng, 150), KvTileOrigin::aligned);
+  }
+}
+
+TEST(QueryTiles, FlatMasksAtWindowOriginsMatchDefinition) {
+  std::mt19937_64 rng(4103);
+  for (int trial = 0; trial < 300 && !HasFailure(); ++trial) {
+    InverseProblem p;
+    p.extent = std::uniform_int_distribution<int64_t>(1, 200)(rng);
+    p.extent_kv = std::uniform_int_distribution<int64_t>(1, 200)(rng);
+    if (std::uniform_int_distribution<int>(0, 2)(rng) != 0) {
+      p.rule.kind = WindowKind::prefix;
+      p.rule.prefix_offset = std::uniform_int_distribution<int>(0, 1)(rng) == 1 ? p.extent_kv - p.extent : 0;
+    }
+    p.q_box = int64_t{1} << std::uniform_int_distribution<int>(0, 6)(rng);
+    p.kv_box = int64_t{1} << std::uniform_int_distribution<int>(0, 6)(rng);
+    check_query_tiles(p, KvTileOrigin::window);
+  }
+}
+
+WindowRule neighborhood_rule(int32_t window, bool causal = false, int32_t stride = 1) {
+  WindowRule rule;
+  rule.kind = WindowKind::neighborhood;
+  rule.window = window;
+  rule.stride = stride;
+  rule.causal = causal;
+  return rule;
+}
+
+TEST(QueryTiles, KeysOfAWindowOf64NeedThreeTilesOf64FromTheirFirstQuery) {
+  // L = 8192, K = 64: keys [128, 256) are seen by queries [97, 288), which meet 4 aligned tiles of 64.
+  const WindowRule rule = neighborhood_rule(64);
+  const DimKeyTiles a = dim_query_tiles(rule, 128, 128, 8192, 8192, 6, KvTileOrigin::aligned);
+  EXPECT_EQ(a.origin, 64);
+  EXPECT_EQ(a.count, 4);
+  const DimKeyTiles w = dim_query_tiles(rule, 128, 128, 8192, 8192, 6, KvTileOrigin::window);
+  EXPECT_EQ(w.origin, 97);
+  EXPECT_EQ(w.count, 3);
+  EXPECT_EQ(w.full_end - w.full_first, 0) << "no query sees all 128 keys";
+}
+
+TEST(QueryTiles, TilesNearTheEndOfTheGridEndAtTheExtent) {
+  // L = 1000, K = 64: keys [896, 1000) (a KV tile of 128 past the end) are seen by queries [865, 1000);
+  // 3 tiles of 64 from 865 would pass the extent, so they end at it instead: from 808.
+  const WindowRule rule = neighborhood_rule(64);
+  const DimKeyTiles a = dim_query_tiles(rule, 896, 128, 1000, 1000, 6, KvTileOrigin::aligned);
+  EXPECT_EQ(a.origin, 832);
+  EXPECT_EQ(a.count, 3);
+  const DimKeyTiles w = dim_query_tiles(rule, 896, 128, 1000, 1000, 6, KvTileOrigin::window);
+  EXPECT_EQ(w.count, 3) << "no fewer tiles: aligned kept";
+  EXPECT_EQ(w.origin, 832);
+  // Keys [768, 896): queries [737, 928), 4 aligned tiles of 64 from 704 or 3 from 737 (ending at 929 <= 1000).
+  const DimKeyTiles m = dim_query_tiles(rule, 768, 128, 1000, 1000, 6, KvTileOrigin::window);
+  EXPECT_EQ(m.origin, 737);
+  EXPECT_EQ(m.count, 3);
+}
+
+TEST(QueryTiles, FullTilesAreThoseWhoseQueriesSeeEveryKey) {
+  // K = 31, keys [60, 68): queries [45, 83) see some key, [52, 76) every key. Q boxes of 8: 5 tiles from 45
+  // instead of the 6 aligned ones from 40; of [45, 53), [53, 61), [61, 69), [69, 77), [77, 85) the second
+  // and third lie inside [52, 76).
+  const WindowRule rule = neighborhood_rule(31);
+  int64_t bound[kInverseBounds];
+  for (int b = 0; b < kInverseBounds; ++b) bound[b] = inverse_bound(rule, b, 60, 67, 200, 200);
+  EXPECT_EQ(bound[0], 45);
+  EXPECT_EQ(bound[1], 83);
+  EXPECT_EQ(bound[2], 52);
+  EXPECT_EQ(bound[3], 76);
+  const DimKeyTiles w = dim_query_tiles_of_bounds(bound, 200, 3, KvTileOrigin::window);
+  EXPECT_EQ(w.origin, 45);
+  EXPECT_EQ(w.count, 5);
+  EXPECT_EQ(w.full_first, 1);
+  EXPECT_EQ(w.full_end, 3);
+}
+
+TEST(QueryTiles, CausalBottomRightMayStartAtItsFirstQuery) {
+  // Sq = 1000, Sk = 1005 bottom-right: keys [128, 256) are seen by queries from 123 on; 14 tiles of 64
+  // from 104 (ending at 1000) instead of the 15 aligned ones from 64.
+  WindowRule rule;
+  rule.kind = WindowKind::prefix;
+  rule.prefix_offset = 5;
+  const DimKeyTiles a = dim_query_tiles(rule, 128, 128, 1000, 1005, 6, KvTileOrigin::aligned);
+  EXPECT_EQ(a.count, 15);
+  const DimKeyTiles w = dim_query_tiles(rule, 128, 128, 1000, 1005, 6, KvTileOrigin::window);
+  EXPECT_EQ(w.count, 14);
+  EXPECT_EQ(w.origin, 104);
 }
 
 }  // namespace

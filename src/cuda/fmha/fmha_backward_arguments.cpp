@@ -75,12 +75,19 @@ FmhaBackwardLaunch make_backward_launch(const AttentionBackward& problem, const 
   p.scale = static_cast<float>(shape.scale);
   p.scale_log2 = static_cast<float>(shape.scale * 1.4426950408889634);
 
+  // The Hopper tier's deterministic mode adds dQ in a fixed order over the grid's Q tiles
+  // (fmha_backward_dq_order.hpp); otherwise a dK/dV CTA's Q tiles start at the first query that sees its
+  // KV tile when that takes fewer tiles (box policies, KvBoxSchedule).
+  p.ordered_dq = problem.deterministic && config.architecture == 90;
+  p.q_tile_origins = p.ordered_dq ? KvTileOrigin::aligned : KvTileOrigin::window;
+
   const AttentionMask& mask = problem.mask;
   if (mask.kind == MaskKind::neighborhood) {
     const BoxGeometry geometry = neighborhood_geometry(tq, mask.neighborhood, shape.tokens);
-    // The Hopper dK/dV kernel's two MMA warpgroups each skip the partial visits that miss their half.
+    // Scored by the dK/dV walk; the Hopper dK/dV kernel's two MMA warpgroups each skip the partial visits
+    // that miss their half.
     const BoxShapes shapes =
-        choose_box_shapes(geometry, block_m_log2, block_n_log2, config.architecture == 90, KvTileOrigin::aligned);
+        choose_backward_box_shapes(geometry, block_m_log2, block_n_log2, config.architecture == 90, p.q_tile_origins);
     p.dims = tq;
     for (int d = 0; d < kMaxDims; ++d) {
       if (d < tq) {
@@ -166,7 +173,6 @@ FmhaBackwardLaunch make_backward_launch(const AttentionBackward& problem, const 
   // fmha_backward_dq_order.hpp; the portable tier's deterministic mode runs the dQ kernel instead),
   // contiguous [B, Sq, Hq, D]: a token's offset is row-major over the query side's token extents, whichever
   // mode (box, flat, decompose) the side uses.
-  p.ordered_dq = problem.deterministic && config.architecture == 90;
   p.accumulate_dq = !problem.deterministic || p.ordered_dq;
   if (p.accumulate_dq) {
     const int64_t row = shape.heads_q * shape.head_dim;
@@ -179,8 +185,9 @@ FmhaBackwardLaunch make_backward_launch(const AttentionBackward& problem, const 
     p.dq_accum.batch_stride = shape.seq_q * row;
   }
 
-  // KV-parallel splitting: the same choice in both modes (dK and dV stay equal between them). The Hopper
-  // dK/dV kernel runs one CTA per SM, the portable one two.
+  // KV-parallel splitting: the same choice in both modes wherever they walk the same visits (dK and dV stay
+  // equal between them; the Hopper tier's modes differ only where window origins move some Q tiles). The
+  // Hopper dK/dV kernel runs one CTA per SM, the portable one two.
   p.partial_width = config.head_dim;
   KvSplitInputs split;
   split.ctas = total_kv * p.heads_kv * p.batch;

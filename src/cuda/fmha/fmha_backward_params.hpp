@@ -6,7 +6,8 @@
 // dimension fastest. A tile's linear index is group-major: ((group linear) * prod(tiles) + tile linear).
 //
 // Per-row statistics live in the workspace in "tile-row" order, so that a Q tile's rows are contiguous
-// and load with 16-byte copies: element ((b * Hq + h) * total_q_tiles + q_tile) * BlockM + row of
+// and load with 16-byte copies (a dK/dV visit of a window-origin Q tile gathers its rows one by one from
+// the grid's tiles that hold them): element ((b * Hq + h) * total_q_tiles + q_tile) * BlockM + row of
 //   lse_log2  the forward's LSE times log2(e), or +inf for rows with no key and rows past the extents
 //             (so that exp2(s * scale_log2 - lse_log2) is 0 for them, never inf or NaN);
 //   delta     rowsum(dO * O) in fp32 (0 past the extents).
@@ -81,6 +82,9 @@ struct FmhaBackwardParams {
   int32_t dims = 1;
   int32_t dilation[kMaxDims] = {1, 1, 1};
   WindowRule rule[kMaxDims]{};
+  // Box policies: where the Q tiles a dK/dV CTA visits start (dim_query_tiles, KvBoxSchedule): window
+  // unless the dQ additions follow the fixed order built on the grid's Q tiles (ordered_dq).
+  KvTileOrigin q_tile_origins = KvTileOrigin::aligned;
   int32_t q_tiles[kMaxDims] = {1, 1, 1};   // per dimension, dilation group 0
   int32_t kv_tiles[kMaxDims] = {1, 1, 1};  // per dimension, dilation group 0
   int32_t total_q_tiles = 0;

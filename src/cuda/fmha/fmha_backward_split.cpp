@@ -46,20 +46,21 @@ int64_t group0_indices(const TokenSpace& space, int d, int32_t dilation) {
   return detail::dilation_group_size(space.extent[d], dilation, 0);
 }
 
-// Average number of Q tiles (per dimension) that meet a KV tile, sampled at up to kSamples positions.
+// Average number of Q tiles (per dimension) that a KV tile visits (KvBoxSchedule's, at p.q_tile_origins),
+// sampled at up to kSamples positions.
 double average_q_span(const FmhaBackwardParams& p, int d) {
   constexpr int64_t kSamples = 8;
   const int64_t n_q = group0_indices(p.q_space, d, p.dilation[d]);
   const int64_t n_kv = group0_indices(p.kv_space, d, p.dilation[d]);
   const int64_t kv_box = int64_t{1} << p.kv_space.box_log2[d];
-  const int64_t q_box = int64_t{1} << p.q_space.box_log2[d];
   const int64_t tiles = std::max<int64_t>(p.kv_tiles[d], 1);
   const int64_t samples = std::min(tiles, kSamples);
   double sum = 0;
   for (int64_t i = 0; i < samples; ++i) {
     const int64_t tile = samples == 1 ? 0 : i * (tiles - 1) / (samples - 1);
-    const DimTileRange r = dim_tile_range_inverse(p.rule[d], tile * kv_box, kv_box, n_q, n_kv, q_box);
-    sum += static_cast<double>(std::max<int64_t>(r.end - r.first, 0));
+    const DimKeyTiles r =
+        dim_query_tiles(p.rule[d], tile * kv_box, kv_box, n_q, n_kv, p.q_space.box_log2[d], p.q_tile_origins);
+    sum += static_cast<double>(r.count);
   }
   return sum / static_cast<double>(samples);
 }
@@ -88,15 +89,15 @@ std::vector<double> kv_position_work(const FmhaBackwardParams& p) {
     const int64_t n_q = group0_indices(p.q_space, d, p.dilation[d]);
     const int64_t n_kv = group0_indices(p.kv_space, d, p.dilation[d]);
     const int64_t kv_box = int64_t{1} << p.kv_space.box_log2[d];
-    const int64_t q_box = int64_t{1} << p.q_space.box_log2[d];
-    std::vector<DimTileRange> ranges(static_cast<size_t>(p.kv_tiles[d]));
+    std::vector<DimKeyTiles> ranges(static_cast<size_t>(p.kv_tiles[d]));
     for (int64_t t = 0; t < p.kv_tiles[d]; ++t) {
-      ranges[static_cast<size_t>(t)] = dim_tile_range_inverse(p.rule[d], t * kv_box, kv_box, n_q, n_kv, q_box);
+      ranges[static_cast<size_t>(t)] =
+          dim_query_tiles(p.rule[d], t * kv_box, kv_box, n_q, n_kv, p.q_space.box_log2[d], p.q_tile_origins);
     }
     for (int64_t i = 0; i < positions; ++i) {
-      const DimTileRange& r = ranges[static_cast<size_t>((i / inner) % p.kv_tiles[d])];
-      visits[static_cast<size_t>(i)] *= static_cast<double>(std::max<int64_t>(r.end - r.first, 0));
-      full[static_cast<size_t>(i)] *= static_cast<double>(std::max<int64_t>(r.full_end - r.full_first, 0));
+      const DimKeyTiles& r = ranges[static_cast<size_t>((i / inner) % p.kv_tiles[d])];
+      visits[static_cast<size_t>(i)] *= static_cast<double>(r.count);
+      full[static_cast<size_t>(i)] *= static_cast<double>(r.full_end - r.full_first);
     }
   }
   for (size_t i = 0; i < visits.size(); ++i) visits[i] += kPartialVisitExtra * (visits[i] - full[i]);

@@ -5,15 +5,19 @@
 // group and a box position per dimension, last dimension fastest; decode_tile() turns it into a
 // TileOrigin. The visit schedules:
 //   KvBoxSchedule   (dK/dV kernel, no / causal / neighborhood masks): per dimension the Q tiles that meet
-//                   the KV tile (dim_tile_range_inverse), walked as an odometer, once per query head of
-//                   the GQA group, first dimension fastest; a Q tile is full iff it is full in every
-//                   dimension. (First dimension fastest: the Q tiles that meet only the first or only
-//                   the last rows of the KV box along it — one of the Hopper kernel's two MMA warpgroups
-//                   skips such a visit — alternate, a bottom-only visit followed by the next column's
-//                   top-only one, so that both warpgroups keep working.)
+//                   the KV tile (dim_query_tiles), walked as an odometer, once per query head of the GQA
+//                   group, first dimension fastest; a Q tile is full iff it is full in every dimension.
+//                   (First dimension fastest: the Q tiles that meet only the first or only the last rows
+//                   of the KV box along it — one of the Hopper kernel's two MMA warpgroups skips such a
+//                   visit — alternate, a bottom-only visit followed by the next column's top-only one, so
+//                   that both warpgroups keep working.) The Q tiles start where p.q_tile_origins says: at
+//                   multiples of the Q box, or at the first query that sees the KV tile when that takes
+//                   fewer tiles (KvTileOrigin::window; such a visit's rows lie in several of the grid's Q
+//                   tiles, whose row statistics it gathers row by row, and its q_linear is -1).
 //   KvListSchedule  (dK/dV kernel, block / element masks): the KV tile's compacted column list of Q
 //                   tiles, once per query head of the group (each head may have its own list).
-//   QBoxSchedule    (dQ kernel): the forward's box of KV tiles (dim_tile_range).
+//   QBoxSchedule    (dQ kernel): the forward's box of KV tiles, at window origins as the forward's
+//                   (dim_key_tiles, KvTileOrigin::window).
 //   QListSchedule   (dQ kernel, block / element masks): the Q tile's compacted row list of KV tiles.
 // Partial tiles test each (query, key) element: box masks against the query's window per dimension,
 // list masks against the mask tensor itself (a bool element or block mask in global memory, plus the
@@ -86,7 +90,7 @@ __device__ __forceinline__ int32_t q_tile_linear(const FmhaBackwardParams& p, co
 // One visit of the dK/dV kernel: a Q tile of one query head.
 struct QVisit {
   int32_t head;      // query head
-  int32_t q_linear;  // linear Q tile index (row statistics)
+  int32_t q_linear;  // linear Q tile index (row statistics); -1: a window-origin tile, not one of the grid's
   TileOrigin origin;
   bool full;
 };
@@ -100,13 +104,15 @@ struct KvVisit {
 template <int BlockM>
 class KvBoxSchedule {
  public:
-  // Per-CTA ranges in Q tile positions, kept in shared memory to spare registers.
+  // Per-CTA ranges, kept in shared memory to spare registers: per dimension the first query index of
+  // the first Q tile, the number of tiles and the full ones among them (tiles from the first).
   struct State {
-    int32_t first[kMaxDims];
+    int32_t origin[kMaxDims];
     int32_t span[kMaxDims];
     int32_t full_first[kMaxDims];
     int32_t full_end[kMaxDims];
     int32_t per_head;
+    int32_t aligned;  // every origin a multiple of its Q box: each visit is a Q tile of the grid
   };
 
   // Every thread keeps its members; the 32 threads 0 <= tid < 32 (one whole warp) compute the shared
@@ -127,7 +133,8 @@ class KvBoxSchedule {
     const int search_dim = lane / kInverseBounds;
     const int own_dim = lane < kMaxDims ? lane : 0;
     WindowRule rule{};
-    int64_t k_first = 0, kv_box = 1, n_q = 1, n_kv = 1, own_n_q = 1, own_q_box = 1;
+    int64_t k_first = 0, kv_box = 1, n_q = 1, n_kv = 1, own_n_q = 1;
+    int own_q_log2 = 0;
 #pragma unroll
     for (int d = 0; d < kMaxDims; ++d) {
       if (d == search_dim) {
@@ -139,7 +146,7 @@ class KvBoxSchedule {
       }
       if (d == own_dim) {
         own_n_q = kv.n_q[d];
-        own_q_box = int64_t{1} << p.q_space.box_log2[d];
+        own_q_log2 = p.q_space.box_log2[d];
       }
     }
     int64_t bound = 0;
@@ -148,21 +155,25 @@ class KvBoxSchedule {
     int64_t bounds[kInverseBounds];
 #pragma unroll
     for (int b = 0; b < kInverseBounds; ++b) bounds[b] = __shfl_sync(0xffffffffu, bound, own_dim * kInverseBounds + b);
-    DimTileRange r;
-    r.end = 1;
+    DimKeyTiles r;
+    r.count = 1;
     r.full_end = 1;
-    if (lane < p.dims) r = dim_tile_range_of_bounds(bounds, own_n_q, own_q_box);
-    const int32_t span = lane < kMaxDims ? static_cast<int32_t>(r.end - r.first) : 1;
+    if (lane < p.dims) r = dim_query_tiles_of_bounds(bounds, own_n_q, own_q_log2, p.q_tile_origins);
+    const int32_t span = lane < kMaxDims ? static_cast<int32_t>(r.count) : 1;
     int32_t per_head = 1;
 #pragma unroll
     for (int d = 0; d < kMaxDims; ++d) per_head *= __shfl_sync(0xffffffffu, span, d);
+    const bool aligned = __all_sync(0xffffffffu, (r.origin & ((int64_t{1} << own_q_log2) - 1)) == 0);
     if (lane < kMaxDims) {
-      state_->first[lane] = static_cast<int32_t>(r.first);
+      state_->origin[lane] = static_cast<int32_t>(r.origin);
       state_->span[lane] = span;
       state_->full_first[lane] = static_cast<int32_t>(r.full_first);
       state_->full_end[lane] = static_cast<int32_t>(r.full_end);
     }
-    if (lane == 0) state_->per_head = per_head;
+    if (lane == 0) {
+      state_->per_head = per_head;
+      state_->aligned = aligned ? 1 : 0;
+    }
   }
 
   // Valid after the barrier that publishes the state.
@@ -177,13 +188,14 @@ class KvBoxSchedule {
     v.full = true;
 #pragma unroll
     for (int d = 0; d < kMaxDims; ++d) {
-      position[d] = s.first[d] + t % s.span[d];
+      const int32_t tile = t % s.span[d];
       t /= s.span[d];
-      v.full = v.full && position[d] >= s.full_first[d] && position[d] < s.full_end[d];
-      v.origin.index[d] = position[d] << p.q_space.box_log2[d];
+      v.full = v.full && tile >= s.full_first[d] && tile < s.full_end[d];
+      v.origin.index[d] = s.origin[d] + (tile << p.q_space.box_log2[d]);
       v.origin.group[d] = group_[d];
+      position[d] = v.origin.index[d] >> p.q_space.box_log2[d];
     }
-    v.q_linear = q_tile_linear(p, group_, position);
+    v.q_linear = s.aligned != 0 ? q_tile_linear(p, group_, position) : -1;
     return v;
   }
 
@@ -259,6 +271,8 @@ class KvListSchedule {
 template <int BlockN>
 class QBoxSchedule {
  public:
+  // Per dimension: the first key index of the first KV tile, the number of tiles and the full ones among
+  // them (tiles from the first).
   struct State {
     int32_t first[kMaxDims];
     int32_t span[kMaxDims];
@@ -275,20 +289,18 @@ class QBoxSchedule {
       int32_t count = 1;
 #pragma unroll
       for (int d = 0; d < kMaxDims; ++d) {
-        DimTileRange r;
+        DimKeyTiles r;
         if (d < p.dims) {
           const int64_t q_first = q.origin.index[d];
           const int64_t q_end = q_first + (int64_t{1} << p.q_space.box_log2[d]);
           const int64_t q_last = (q_end < q.n_q[d] ? q_end : q.n_q[d]) - 1;
-          r = dim_tile_range(p.rule[d], q_first, q_last, q.n_kv[d], int64_t{1} << p.kv_space.box_log2[d]);
+          r = dim_key_tiles(p.rule[d], q_first, q_last, q.n_kv[d], p.kv_space.box_log2[d], KvTileOrigin::window);
         } else {
-          r.first = 0;
-          r.end = 1;
-          r.full_first = 0;
+          r.count = 1;
           r.full_end = 1;
         }
-        s.first[d] = static_cast<int32_t>(r.first);
-        s.span[d] = static_cast<int32_t>(r.end - r.first);
+        s.first[d] = static_cast<int32_t>(r.origin);
+        s.span[d] = static_cast<int32_t>(r.count);
         s.full_first[d] = static_cast<int32_t>(r.full_first);
         s.full_end[d] = static_cast<int32_t>(r.full_end);
         count *= s.span[d];
@@ -309,10 +321,10 @@ class QBoxSchedule {
     v.full = true;
 #pragma unroll
     for (int d = kMaxDims - 1; d >= 0; --d) {
-      const int32_t position = s.first[d] + t % s.span[d];
+      const int32_t tile = t % s.span[d];
       t /= s.span[d];
-      v.full = v.full && position >= s.full_first[d] && position < s.full_end[d];
-      v.origin.index[d] = position << p.kv_space.box_log2[d];
+      v.full = v.full && tile >= s.full_first[d] && tile < s.full_end[d];
+      v.origin.index[d] = s.first[d] + (tile << p.kv_space.box_log2[d]);
       v.origin.group[d] = group_[d];
     }
     return v;

@@ -3,7 +3,8 @@
 // the mask bits of a partial visit's score tile.
 //
 // A visit's buffers hold Q and dO (cp.async row gathers into any swizzled layout load_rows_async
-// accepts), the two row statistics (lse_log2 and delta: 16-byte copies of the workspace), the query
+// accepts), the two row statistics (lse_log2 and delta: 4-byte copies of the workspace row by row, since
+// a window-origin Q tile's rows lie in several of the grid's tiles), the query
 // windows per dimension of a partial box visit, and, in fast mode, the dQ accumulator offset of each
 // query row. The mask bits follow the scores' transposed orientation: keys as rows, queries as columns.
 #pragma once
@@ -47,28 +48,47 @@ __device__ __forceinline__ void issue_kv_tile_loads(const FmhaBackwardParams& p,
   commit_async_copies();
 }
 
-// The source of thread tid's 16-byte copy of visit `v`'s row statistics (tid < kBlockM / 2; any pointer
-// for the other threads, which copy nothing).
+// The workspace element (tile-row order) of query row `row` of visit `v`: the grid's Q tile that holds
+// the row's query indices and the row's place in it (for a Q tile of the grid, that tile and `row`; a
+// window-origin Q tile, KvBoxSchedule, spans up to 2^dims of the grid's tiles).
 template <int kBlockM>
-__device__ __forceinline__ const float* visit_stats_source(const FmhaBackwardParams& p, int32_t batch, const QVisit& v,
-                                                           int tid) {
-  constexpr int kChunks = kBlockM / 4;
-  const int64_t base = ((static_cast<int64_t>(batch) * p.heads_q + v.head) * p.total_q_tiles + v.q_linear) * kBlockM;
-  return (tid < kChunks ? p.lse_log2 : p.delta) + base + (tid % kChunks) * 4;
+__device__ __forceinline__ int64_t visit_stats_row(const FmhaBackwardParams& p, int32_t batch, const QVisit& v,
+                                                   int row) {
+  int32_t position[kMaxDims];
+  int32_t box_row = 0;
+#pragma unroll
+  for (int d = 0; d < kMaxDims; ++d) {
+    const int32_t i = v.origin.index[d] + in_box(p.q_space, d, row);
+    position[d] = i >> p.q_space.box_log2[d];
+    box_row += (i & ((1 << p.q_space.box_log2[d]) - 1)) << p.q_space.box_shift[d];
+  }
+  const int32_t tile = q_tile_linear(p, v.origin.group, position);
+  return ((static_cast<int64_t>(batch) * p.heads_q + v.head) * p.total_q_tiles + tile) * kBlockM + box_row;
 }
 
-// Thread tid's cp.async copy of 16 bytes of row statistics from `source` into `stats` (tid < kBlockM / 2).
+// The source of copy k < 2 kBlockM of visit `v`'s row statistics: lse_log2 of row k, then delta of row
+// k - kBlockM.
 template <int kBlockM>
-__device__ __forceinline__ void copy_visit_stats(const float* source, float* stats, int tid) {
-  if (tid < kBlockM / 2) copy_16_bytes_async(shared_address(stats + tid * 4), source, true);
+__device__ __forceinline__ const float* visit_stats_source(const FmhaBackwardParams& p, int32_t batch, const QVisit& v,
+                                                           int k) {
+  return (k < kBlockM ? p.lse_log2 : p.delta) + visit_stats_row<kBlockM>(p, batch, v, k % kBlockM);
+}
+
+// Copy k's cp.async of 4 bytes of row statistics from `source` into `stats` (k < 2 kBlockM; others copy
+// nothing). (Row by row rather than 16-byte chunks of a tile's rows: a window-origin Q tile's rows are not
+// contiguous in the workspace, and one path for all visits kept the Hopper producer's spills down.)
+template <int kBlockM>
+__device__ __forceinline__ void copy_visit_stats(const float* source, float* stats, int k) {
+  if (k < 2 * kBlockM) copy_4_bytes_async(shared_address(stats + k), source, true);
 }
 
 // Issues the cp.async copies of visit `v`'s row statistics into `stats` (lse_log2 then delta, kBlockM
-// floats each, 4 floats per 16-byte copy; threads tid < kBlockM / 2 copy, the others do nothing).
-template <int kBlockM>
+// floats each, one float per copy: 2 kBlockM copies over the kThreads threads).
+template <int kBlockM, int kThreads>
 __device__ __forceinline__ void issue_visit_stats_copy(const FmhaBackwardParams& p, int32_t batch, const QVisit& v,
                                                        float* stats, int tid) {
-  if (tid < kBlockM / 2) copy_visit_stats<kBlockM>(visit_stats_source<kBlockM>(p, batch, v, tid), stats, tid);
+  for (int k = tid; k < 2 * kBlockM; k += kThreads)
+    copy_visit_stats<kBlockM>(visit_stats_source<kBlockM>(p, batch, v, k), stats, k);
 }
 
 // Plain stores of query row `row`'s data for visit `v`: its dq_accum offset (when `dq_row_offsets`: fast
@@ -113,7 +133,7 @@ __device__ __forceinline__ void issue_visit_loads(const FmhaBackwardParams& p, c
       buffers.d_o, SmemLayoutQ{}, p.d_o.data,
       [&](int row) { return tile_row_start<Element>(p.d_o, do_head, p.q_space, p.dilation, v.origin, row); },
       p.head_dim_v, tid);
-  issue_visit_stats_copy<kBlockM>(p, batch, v, buffers.stats, tid);
+  issue_visit_stats_copy<kBlockM, Traits::kThreads>(p, batch, v, buffers.stats, tid);
   commit_async_copies();
   if (tid < kBlockM) store_visit_row_data<kLists, kBlockM>(p, p.accumulate_dq, kv, batch, v, buffers, tid);
 }

@@ -38,15 +38,28 @@ BoxGeometry neighborhood_geometry(int dims, const std::array<NeighborhoodDim, kM
 // backward's two MMA warpgroups): shapes are scored by the half tiles' visits, halves taken along the
 // KV box's outermost dimension of more than one key.
 // origins: where the visited KV tiles start (dim_key_tiles): KvTileOrigin::window for the forward
-// kernels (BoxPolicy), aligned for the backward's.
+// kernels (BoxPolicy).
 BoxShapes choose_box_shapes(const BoxGeometry& geometry, int block_m_log2, int block_n_log2, bool kv_halves,
                             KvTileOrigin origins);
 
-// Visits of (Q tile, KV tile) pairs and how many of them are full, for given shapes (tests, tuning).
+// The backward's shapes, scored by the dK/dV kernels' walk: one CTA per KV tile (aligned boxes), visiting
+// the Q tiles that meet it, which start at q_origins (dim_query_tiles: KvTileOrigin::window unless the
+// Hopper tier orders its dQ additions, fmha_backward_arguments.cpp). kv_halves as above, each half counting
+// the visits that meet its keys. With aligned Q tiles the visits are the forward's aligned ones: the same
+// shapes as choose_box_shapes(..., aligned).
+BoxShapes choose_backward_box_shapes(const BoxGeometry& geometry, int block_m_log2, int block_n_log2, bool kv_halves,
+                                     KvTileOrigin q_origins);
+
+// Visits of (Q tile, KV tile) pairs and how many of them are full, for given shapes (tests, tuning):
+// the forward's walk (per Q tile, its KV tiles at `origins`) and the backward dK/dV kernels' (per KV
+// tile, its Q tiles at q_origins; kv_halves: the visits of each half of the KV tile, summed, as the
+// chooser scores them).
 struct BoxVisitCounts {
   double visited = 0;
   double full = 0;
 };
 BoxVisitCounts count_box_visits(const BoxGeometry& geometry, const BoxShapes& shapes, KvTileOrigin origins);
+BoxVisitCounts count_backward_box_visits(const BoxGeometry& geometry, const BoxShapes& shapes, KvTileOrigin q_origins,
+                                         bool kv_halves = false);
 
 }  // namespace attnkit::cuda::fmha

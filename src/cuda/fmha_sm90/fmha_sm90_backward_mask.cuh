@@ -102,7 +102,9 @@ __device__ __forceinline__ void box_allowed_bits(const fmha::FmhaBackwardParams&
 // halved along its outermost dimension of more than one key, so that its first and last rows hold the
 // smallest and largest in-box coordinate of every dimension — may be seen by a query of visit `v`: per
 // dimension, the queries that see one of its keys lie in [range(first).x, range(last).y) (both ends
-// non-decreasing in the key), which the Q tile must meet. False: every pair of the half is masked.
+// non-decreasing in the key), which the Q tile must meet; an empty range (a half whose keys along some
+// dimension all lie past the extent, where both ends are n_q) meets none. False: every pair of the half is
+// masked.
 template <int kBlockN, int kBlockM>
 __device__ __forceinline__ bool half_meets_visit(const fmha::FmhaBackwardParams& p, const fmha::QVisit& v,
                                                  const BoxMaskTables<kBlockN, kBlockM>& tables, int first_row,
@@ -114,7 +116,7 @@ __device__ __forceinline__ bool half_meets_visit(const fmha::FmhaBackwardParams&
       const int first = v.origin.index[d];
       const int lo = tables.key_queries[d][first_row].x;
       const int hi = tables.key_queries[d][first_row + rows - 1].y;
-      meets = meets && first < hi && first + (1 << p.q_space.box_log2[d]) > lo;
+      meets = meets && lo < hi && first < hi && first + (1 << p.q_space.box_log2[d]) > lo;
     }
   }
   return meets;

@@ -6,6 +6,10 @@
 // warpgroups. The K and V copies are the warpgroup's first cp.async group, issued by the kernel before it
 // computes the visit schedule.
 //
+// A visit's row statistics are one 4-byte copy per producer thread (lse_log2 of rows 0..63, then delta),
+// each from the workspace row of the grid's Q tile that holds the query: a Q tile at a window origin
+// (KvBoxSchedule) spans several of them. (One path for every visit: with a second one, 16-byte copies
+// for the grid's tiles, the 24-register producer spilled more.)
 // A visit's tiles are gathered in two steps so that each row's address is computed once: every
 // producer thread computes the start of one row (Q rows 0..63, then dO rows) into the stage's row
 // table, and after a producer barrier all 128 threads copy 16-byte chunks of consecutive rows

@@ -196,9 +196,10 @@ tune::ConfigSpace fmha_backward_space() {
   space.op = tune::TuneOp::attention_backward;
   space.backend = Backend::cuda;
   space.description =
-      "fmha backward v2: preprocess, dK/dV (KV-tile-centric) and dQ (Q-tile-centric) kernels; block_m x "
-      "block_n tiles, warps, architecture of the dK/dV kernel (80: portable mma.sync, 90: sm_90a wgmma); policy "
-      "box (dense, causal, neighborhood) or list (block, element masks)";
+      "fmha backward v3: preprocess, dK/dV (KV-tile-centric) and dQ (Q-tile-centric) kernels; block_m x "
+      "block_n tiles (boxes for neighborhood masks; Q tiles of a KV tile and KV tiles of a Q tile at window "
+      "origins), warps, architecture of the dK/dV kernel (80: portable mma.sync, 90: sm_90a wgmma); policy box "
+      "(dense, causal, neighborhood) or list (block, element masks)";
   std::set<std::string> seen;
   for (const auto& kernel : fmha_backward_kernels()) {
     const FmhaBackwardConfig& c = kernel.config;

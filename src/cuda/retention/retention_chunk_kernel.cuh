@@ -17,19 +17,17 @@
 // Loads of chunk c+1 (cp.async by the state warps, double buffered) overlap the math of chunk c. The state never
 // leaves the chip between chunks: it is read once (initial state) and written once (final state).
 //
-// Why two roles (the single-role kernel this replaces, 4 warps doing both in turn, measured on an H200 at
-// B8 T4096 H16 D128: 0.45 ms, about 7 us, some 12 000 cycles, per chunk and CTA with 2 CTAs per SM): its
-// chunk was one chain, Q K^T + Q S -> mask -> P V -> barrier -> K rescaled in shared memory -> state
-// update -> state tile -> barrier, each phase on all warps at once, 2 warps per scheduler (243 registers a
-// thread: state, scores and outputs live together), so the tensor pipe idled between phases. Per chunk and
-// CTA at D = 128, E = 64 (MMA m16n8k16 = 4096 FLOP): output warps Q K^T 0.66 MFLOP (5/8 issued) + Q S 1.05
-// + P V 0.33 = 2.0 MFLOP, state warps 1.05 MFLOP. Split, the chunk's critical path is the output side's
-// 2.0 MFLOP instead of 3.1 plus the rescale phase; the state and the outputs no longer share registers
-// (at most 128 a thread: 2 CTAs of 8 warps, 4 warps per scheduler); the rescale moves from a shared-memory
-// read-modify-write (32 KB per chunk and CTA, 8 exp2 and a warp barrier per lane) into the fragments.
+// Why two roles: with one role (4 warps doing every phase in turn) a chunk is one chain, Q K^T + Q S -> mask
+// -> P V -> barrier -> state update -> state tile -> barrier, on every warp at once, with state, scores and
+// outputs live together (about 240 registers a thread: 2 warps per scheduler), so the tensor pipe idles
+// between phases (docs/perf.md, retention). Per chunk and CTA at D = 128, E = 64 (MMA m16n8k16 = 4096
+// FLOP): output warps Q K^T 0.66 MFLOP (5/8 issued) + Q S 1.05 + P V 0.33 = 2.0 MFLOP, state warps 1.05
+// MFLOP: the chunk's critical path is the output side's 2.0 MFLOP instead of 3.1; the state and the outputs
+// do not share registers (at most 128 a thread: 2 CTAs of 8 warps, 4 warps per scheduler); K's decay is
+// applied to its fragments, not by a shared-memory read-modify-write.
 // Shared-memory traffic per chunk and CTA, ~260 KB (Q 16 + 16: Q K^T and Q S load it apart; K 40 + 16, S 64,
 // V 20 + 32, state tile 16, copies 40), is the largest remaining term: ~4 200 cycles per SM for its 2 CTAs at
-// 128 B/cycle, against ~2 400 of mma.sync issue; both well under the old 12 000. What stays serial is the
+// 128 B/cycle, against ~2 400 of mma.sync issue (the single-chain chunk measured ~12 000). What stays serial is the
 // causal skew of the output warps (warp w issues 16(w+1) + 64 + 8(w+1) MMAs, warp 3 160, a state warp 64),
 // which the scheduler that holds warp 3 of both CTAs feels most.
 //

@@ -21,32 +21,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <string>
-#include <vector>
 
-#include "attnkit/attention.hpp"
-#include "core/neighborhood_window.hpp"
-#include "cuda/common/tile_range.hpp"
+#include "box_tile_visits.hpp"
 #include "cuda/common/tile_range_inverse.hpp"
-#include "cuda/fmha/fmha_box_shape.hpp"
 
+namespace attnkit::bench {
 namespace {
-
-using attnkit::kMaxTokenDims;
-using attnkit::NeighborhoodDim;
-using attnkit::cuda::DimKeyTiles;
-using attnkit::cuda::KvTileOrigin;
-using attnkit::cuda::fmha::BoxGeometry;
-using attnkit::cuda::fmha::BoxShapes;
-
-struct Problem {
-  std::string name;
-  int dims;
-  std::array<int64_t, 3> extent;
-  std::array<int64_t, 3> kernel;
-  std::array<int64_t, 3> dilation;
-  std::array<bool, 3> causal;
-};
 
 struct Walk {
   double ctas = 0;
@@ -57,17 +37,9 @@ struct Walk {
   double attended_pairs = 0;
 };
 
-int log2_of(int x) {
-  int l = 0;
-  while ((1 << l) < x) ++l;
-  return l;
-}
-
 // Queries [first, end) that see at least one key of [k_first, k_last] along one dimension.
-std::array<int64_t, 2> seeing_queries(const attnkit::cuda::WindowRule& rule, int64_t k_first, int64_t k_last,
-                                      int64_t n) {
-  return {attnkit::cuda::inverse_bound(rule, 0, k_first, k_last, n, n),
-          attnkit::cuda::inverse_bound(rule, 1, k_first, k_last, n, n)};
+std::array<int64_t, 2> seeing_queries(const cuda::WindowRule& rule, int64_t k_first, int64_t k_last, int64_t n) {
+  return {cuda::inverse_bound(rule, 0, k_first, k_last, n, n), cuda::inverse_bound(rule, 1, k_first, k_last, n, n)};
 }
 
 // The halved dimension of the Hopper kernel's KV box: its outermost of more than one key (-1: none).
@@ -84,65 +56,48 @@ int halved_dim(const BoxGeometry& g, const BoxShapes& s) {
 Walk walk(const BoxGeometry& g, const BoxShapes& s, KvTileOrigin origins, bool halves) {
   Walk w;
   const int split = halves ? halved_dim(g, s) : -1;
-  std::array<int64_t, 3> group{0, 0, 0};
-  while (true) {
-    std::array<int64_t, 3> n{1, 1, 1};
-    std::array<int64_t, 3> kv_tiles{1, 1, 1};
+  for_each_cta(g, s.kv_log2, [&](const std::array<int64_t, 3>& n, const std::array<int64_t, 3>& tile) {
+    double count = 1;
+    double full = 1;
+    double queries = 1;
+    double pairs = 1;
+    double per_half[2] = {1, 1};
     for (int d = 0; d < g.dims; ++d) {
-      n[d] = attnkit::detail::dilation_group_size(g.extent[d], g.dilation[d], group[d]);
-      kv_tiles[d] = (n[d] + (int64_t{1} << s.kv_log2[d]) - 1) >> s.kv_log2[d];
-    }
-    std::array<int64_t, 3> tile{0, 0, 0};
-    while (true) {
-      double count = 1;
-      double full = 1;
-      double queries = 1;
-      double pairs = 1;
-      double per_half[2] = {1, 1};
-      for (int d = 0; d < g.dims; ++d) {
-        const int64_t kv_box = int64_t{1} << s.kv_log2[d];
-        const int64_t k_first = tile[d] << s.kv_log2[d];
-        const DimKeyTiles r =
-            attnkit::cuda::dim_query_tiles(g.rule[d], k_first, kv_box, n[d], n[d], s.q_log2[d], origins);
-        const auto seen = seeing_queries(g.rule[d], k_first, k_first + kv_box - 1, n[d]);
-        double attended = 0;
-        for (int64_t k = k_first; k < std::min(k_first + kv_box, n[d]); ++k) {
-          const auto q = seeing_queries(g.rule[d], k, k, n[d]);
-          attended += static_cast<double>(std::max<int64_t>(q[1] - q[0], 0));
-        }
-        count *= static_cast<double>(r.count);
-        full *= static_cast<double>(r.full_end - r.full_first);
-        queries *= static_cast<double>(std::max<int64_t>(seen[1] - seen[0], 0));
-        pairs *= attended;
-        for (int h = 0; h < 2; ++h) {
-          if (d != split) {
-            per_half[h] *= static_cast<double>(r.count);
-            continue;
-          }
-          const int64_t half = kv_box / 2;
-          const auto hq = seeing_queries(g.rule[d], k_first + h * half, k_first + (h + 1) * half - 1, n[d]);
-          int64_t meets = 0;
-          for (int64_t j = 0; j < r.count; ++j) {
-            const int64_t first = r.origin + (j << s.q_log2[d]);
-            if (hq[0] < hq[1] && first < hq[1] && first + (int64_t{1} << s.q_log2[d]) > hq[0]) ++meets;
-          }
-          per_half[h] *= static_cast<double>(meets);
-        }
+      const int64_t kv_box = int64_t{1} << s.kv_log2[d];
+      const int64_t k_first = tile[d] << s.kv_log2[d];
+      const DimKeyTiles r = cuda::dim_query_tiles(g.rule[d], k_first, kv_box, n[d], n[d], s.q_log2[d], origins);
+      const auto seen = seeing_queries(g.rule[d], k_first, k_first + kv_box - 1, n[d]);
+      double attended = 0;
+      for (int64_t k = k_first; k < std::min(k_first + kv_box, n[d]); ++k) {
+        const auto q = seeing_queries(g.rule[d], k, k, n[d]);
+        attended += static_cast<double>(std::max<int64_t>(q[1] - q[0], 0));
       }
-      w.ctas += 1;
-      w.tiles += count;
-      w.half_visits += split >= 0 ? per_half[0] + per_half[1] : 2 * count;
-      w.full += full;
-      w.union_queries += queries;
-      w.attended_pairs += pairs;
-      int d = g.dims - 1;
-      while (d >= 0 && ++tile[d] == kv_tiles[d]) tile[d--] = 0;
-      if (d < 0) break;
+      count *= static_cast<double>(r.count);
+      full *= static_cast<double>(r.full_end - r.full_first);
+      queries *= static_cast<double>(std::max<int64_t>(seen[1] - seen[0], 0));
+      pairs *= attended;
+      for (int h = 0; h < 2; ++h) {
+        if (d != split) {
+          per_half[h] *= static_cast<double>(r.count);
+          continue;
+        }
+        const int64_t half = kv_box / 2;
+        const auto hq = seeing_queries(g.rule[d], k_first + h * half, k_first + (h + 1) * half - 1, n[d]);
+        int64_t meets = 0;
+        for (int64_t j = 0; j < r.count; ++j) {
+          const int64_t first = r.origin + (j << s.q_log2[d]);
+          if (hq[0] < hq[1] && first < hq[1] && first + (int64_t{1} << s.q_log2[d]) > hq[0]) ++meets;
+        }
+        per_half[h] *= static_cast<double>(meets);
+      }
     }
-    int d = g.dims - 1;
-    while (d >= 0 && ++group[d] == g.dilation[d]) group[d--] = 0;
-    if (d < 0) break;
-  }
+    w.ctas += 1;
+    w.tiles += count;
+    w.half_visits += split >= 0 ? per_half[0] + per_half[1] : 2 * count;
+    w.full += full;
+    w.union_queries += queries;
+    w.attended_pairs += pairs;
+  });
   return w;
 }
 
@@ -152,33 +107,19 @@ double dq_tiles_per_cta(const BoxGeometry& g, const BoxShapes& s, KvTileOrigin o
   for (int d = 0; d < g.dims; ++d) {
     double per_dim = 0;
     for (int64_t group = 0; group < g.dilation[d]; ++group) {
-      const int64_t n = attnkit::detail::dilation_group_size(g.extent[d], g.dilation[d], group);
+      const int64_t n = detail::dilation_group_size(g.extent[d], g.dilation[d], group);
       per_dim += static_cast<double>((n + (int64_t{1} << s.q_log2[d]) - 1) >> s.q_log2[d]);
     }
     q_tiles *= per_dim;
   }
-  return attnkit::cuda::fmha::count_box_visits(g, s, origins).visited / q_tiles;
-}
-
-std::string shape_text(const BoxShapes& s, int dims) {
-  std::string q;
-  std::string k;
-  for (int d = 0; d < dims; ++d) {
-    if (d > 0) {
-      q.push_back('x');
-      k.push_back('x');
-    }
-    q.append(std::to_string(1 << s.q_log2[d]));
-    k.append(std::to_string(1 << s.kv_log2[d]));
-  }
-  return q + "/" + k;
+  return cuda::fmha::count_box_visits(g, s, origins).visited / q_tiles;
 }
 
 void report(const char* label, const BoxGeometry& g, const BoxShapes& s, KvTileOrigin origins, bool halves, int block_m,
             int block_n) {
   const Walk w = walk(g, s, origins, halves);
-  const auto model = attnkit::cuda::fmha::count_backward_box_visits(g, s, origins);
-  const auto halves_model = attnkit::cuda::fmha::count_backward_box_visits(g, s, origins, halves);
+  const auto model = cuda::fmha::count_backward_box_visits(g, s, origins);
+  const auto halves_model = cuda::fmha::count_backward_box_visits(g, s, origins, halves);
   if (model.visited != w.tiles || model.full != w.full || (halves && halves_model.visited != w.half_visits)) {
     std::fprintf(stderr,
                  "cost model (%g visits, %g full, %g half visits) disagrees with the per-CTA walk (%g, %g, %g)\n",
@@ -194,49 +135,27 @@ void report(const char* label, const BoxGeometry& g, const BoxShapes& s, KvTileO
 }
 
 }  // namespace
+}  // namespace attnkit::bench
 
 int main(int argc, char** argv) {
+  namespace bench = attnkit::bench;
   const int block_m = argc > 3 ? std::atoi(argv[1]) : 64;
   const int block_n = argc > 3 ? std::atoi(argv[2]) : 128;
   const bool halves = argc > 3 ? std::atoi(argv[3]) != 0 : true;
-  const std::vector<Problem> problems = {
-      {"na1d L8192 K64", 1, {8192, 1, 1}, {64, 1, 1}, {1, 1, 1}, {false, false, false}},
-      {"na1d L8192 K256 causal", 1, {8192, 1, 1}, {256, 1, 1}, {1, 1, 1}, {true, false, false}},
-      {"na2d 32x32 K7", 2, {32, 32, 1}, {7, 7, 1}, {1, 1, 1}, {false, false, false}},
-      {"na2d 56x56 K7", 2, {56, 56, 1}, {7, 7, 1}, {1, 1, 1}, {false, false, false}},
-      {"na2d 56x56 K7 dil8", 2, {56, 56, 1}, {7, 7, 1}, {8, 8, 1}, {false, false, false}},
-      {"na3d 8x32x32 K3x7x7", 3, {8, 32, 32}, {3, 7, 7}, {1, 1, 1}, {false, false, false}},
-      {"na2d 32x32 K3", 2, {32, 32, 1}, {3, 3, 1}, {1, 1, 1}, {false, false, false}},
-      {"na2d 32x32 K5", 2, {32, 32, 1}, {5, 5, 1}, {1, 1, 1}, {false, false, false}},
-      {"na2d 56x56 K13", 2, {56, 56, 1}, {13, 13, 1}, {1, 1, 1}, {false, false, false}},
-      {"na1d L8192 K64 causal", 1, {8192, 1, 1}, {64, 1, 1}, {1, 1, 1}, {true, false, false}},
-      {"na2d 57x61 K7 dil3", 2, {57, 61, 1}, {7, 7, 1}, {3, 3, 1}, {false, false, false}},
-  };
+  const int m = bench::log2_of(block_m);
+  const int n = bench::log2_of(block_n);
   std::printf("dK/dV CTAs of one KV tile of %d keys visiting Q tiles of %d queries%s (boxes: Q/KV per dimension)\n",
               block_n, block_m, halves ? ", KV tile consumed as two halves" : "");
   std::printf(
       "aligned: shapes chosen for aligned Q tiles, aligned origins (before); window: the same shapes at window\n"
       "origins; window*: the shapes chosen for window origins (when they differ), at window origins (now)\n");
-  for (const Problem& pr : problems) {
-    std::array<NeighborhoodDim, kMaxTokenDims> nd{};
-    std::array<int64_t, kMaxTokenDims> extents{1, 1, 1};
-    for (int d = 0; d < pr.dims; ++d) {
-      nd[d].kernel_size = pr.kernel[d];
-      nd[d].dilation = pr.dilation[d];
-      nd[d].causal = pr.causal[d];
-      extents[d] = pr.extent[d];
-    }
-    const BoxGeometry g = attnkit::cuda::fmha::neighborhood_geometry(pr.dims, nd, extents);
-    const int m = log2_of(block_m);
-    const int n = log2_of(block_n);
-    const BoxShapes before = attnkit::cuda::fmha::choose_backward_box_shapes(g, m, n, halves, KvTileOrigin::aligned);
-    const BoxShapes after = attnkit::cuda::fmha::choose_backward_box_shapes(g, m, n, halves, KvTileOrigin::window);
-    std::printf("%s\n", pr.name.c_str());
-    report("aligned", g, before, KvTileOrigin::aligned, halves, block_m, block_n);
-    report("window", g, before, KvTileOrigin::window, halves, block_m, block_n);
-    if (after.q_log2 != before.q_log2 || after.kv_log2 != before.kv_log2) {
-      report("window*", g, after, KvTileOrigin::window, halves, block_m, block_n);
-    }
-  }
+  bench::print_walks(
+      bench::neighborhood_problems(false),
+      [&](const bench::BoxGeometry& g, bench::KvTileOrigin origins) {
+        return attnkit::cuda::fmha::choose_backward_box_shapes(g, m, n, halves, origins);
+      },
+      [&](const char* label, const bench::BoxGeometry& g, const bench::BoxShapes& s, bench::KvTileOrigin origins) {
+        bench::report(label, g, s, origins, halves, block_m, block_n);
+      });
   return 0;
 }

@@ -20,6 +20,8 @@
 #include "attnkit/tensor.hpp"
 #include "core/attention_plan.hpp"
 #include "core/float_convert.hpp"
+#include "core/neighborhood_window.hpp"
+#include "cuda/common/tile_range.hpp"
 #include "test_support.hpp"
 
 namespace attnkit::test {
@@ -200,6 +202,55 @@ inline AttentionMask neighborhood(std::initializer_list<NeighborhoodDim> dims) {
   int d = 0;
   for (const auto& x : dims) m.neighborhood[d++] = x;
   return m;
+}
+
+// --- box walks: tiles at window origins --------------------------------------------------------
+
+// Neighborhood masks over 2-D token grids on which some CTAs of both passes get tiles at window origins
+// (the forward's KV tiles, the dK/dV kernels' Q tiles): a square grid, odd extents with dilation, stride
+// and a causal dimension, the last on token views that do not collapse into one dimension.
+struct WindowOriginGrid {
+  std::vector<int64_t> tokens;
+  AttentionMask mask;
+  bool noncollapsible_tokens = false;
+};
+
+inline std::vector<WindowOriginGrid> window_origin_grids_2d() {
+  return {{{56, 56}, neighborhood({nd(7), nd(7)})},
+          {{57, 61}, neighborhood({nd(7, 3), nd(7, 3)})},
+          {{45, 53}, neighborhood({nd(9, 1, 2), nd(5, 1, 1, true)})},
+          {{45, 53}, neighborhood({nd(7, 1, 1, true), nd(7)}), true}};
+}
+
+// CTAs of one (batch, head) whose visited tiles start off their box grid in some dimension: the forward's
+// KV tiles (per Q tile) or the dK/dV kernels' Q tiles (per KV tile). The CTAs form a product over
+// dimensions of (dilation group, CTA tile): along dimension d, the groups of `extent` tokens under
+// `dilation`, each cut into CTA tiles of 2^cta_log2[d] tokens. tiles_of(d, group, first, n) lists the tiles
+// (at window origins) of the CTA whose tile starts at token `first` of its group's n; they are aligned when
+// their origin is a multiple of 2^visited_log2[d].
+template <typename TilesOf>
+int64_t ctas_with_window_origins(int dims, const std::array<int64_t, kMaxTokenDims>& extent,
+                                 const std::array<int64_t, kMaxTokenDims>& dilation,
+                                 const std::array<int, kMaxTokenDims>& cta_log2,
+                                 const std::array<int, kMaxTokenDims>& visited_log2, TilesOf&& tiles_of) {
+  int64_t all = 1;
+  int64_t aligned = 1;
+  for (size_t d = 0; d < static_cast<size_t>(dims); ++d) {
+    int64_t all_d = 0;
+    int64_t aligned_d = 0;
+    const int64_t cta_box = int64_t{1} << cta_log2[d];
+    for (int64_t group = 0; group < dilation[d]; ++group) {
+      const int64_t n = detail::dilation_group_size(extent[d], dilation[d], group);
+      for (int64_t first = 0; first < n; first += cta_box) {
+        const cuda::DimKeyTiles t = tiles_of(d, group, first, n);
+        ++all_d;
+        if (t.count == 0 || t.origin % (int64_t{1} << visited_log2[d]) == 0) ++aligned_d;
+      }
+    }
+    all *= all_d;
+    aligned *= aligned_d;
+  }
+  return all - aligned;
 }
 
 }  // namespace attnkit::test

@@ -502,26 +502,13 @@ BoxWalk box_walk_of(const Case& c, int block_m_log2, int block_n_log2, bool kv_h
 
 // dK/dV CTAs of one (batch, KV head) whose Q tiles start off the Q box grid in some dimension.
 int64_t ctas_with_window_origins(const BoxWalk& w) {
-  int64_t all = 1;
-  int64_t aligned = 1;  // the CTAs form a product over dimensions of (dilation group, KV tile)
-  for (size_t d = 0; d < static_cast<size_t>(w.dims); ++d) {
-    int64_t all_d = 0;
-    int64_t aligned_d = 0;
-    const int64_t kv_box = int64_t{1} << w.shapes.kv_log2[d];
-    for (int64_t group = 0; group < w.dilation[d]; ++group) {
-      const int64_t n_q = detail::dilation_group_size(w.n_q[d], w.dilation[d], group);
-      const int64_t n_kv = detail::dilation_group_size(w.n_kv[d], w.dilation[d], group);
-      for (int64_t k = 0; k < n_kv; k += kv_box) {
-        const cuda::DimKeyTiles t =
-            cuda::dim_query_tiles(w.rule[d], k, kv_box, n_q, n_kv, w.shapes.q_log2[d], cuda::KvTileOrigin::window);
-        ++all_d;
-        if (t.count == 0 || t.origin % (int64_t{1} << w.shapes.q_log2[d]) == 0) ++aligned_d;
-      }
-    }
-    all *= all_d;
-    aligned *= aligned_d;
-  }
-  return all - aligned;
+  return test::ctas_with_window_origins(
+      w.dims, w.n_kv, w.dilation, w.shapes.kv_log2, w.shapes.q_log2,
+      [&](size_t d, int64_t group, int64_t k, int64_t n_kv) {
+        const int64_t n_q = detail::dilation_group_size(w.n_q[d], w.dilation[d], group);
+        return cuda::dim_query_tiles(w.rule[d], k, int64_t{1} << w.shapes.kv_log2[d], n_q, n_kv, w.shapes.q_log2[d],
+                                     cuda::KvTileOrigin::window);
+      });
 }
 
 // Whether the Hopper dK/dV kernel walks the same visits in both modes: the same box shapes, and no CTA's
@@ -871,22 +858,15 @@ TEST_F(CudaFmhaBackward, Neighborhood2DQTilesStartAtTheWindow) {
   Case c;
   c.heads_q = 2;
   c.heads_kv = 1;
-  c.tokens_q = c.tokens_kv = {56, 56};
-  c.mask = neighborhood({nd(7), nd(7)});
-  expect_window_origins(c);
-  run_both_dtypes(c, 1610);
-  c.tokens_q = c.tokens_kv = {57, 61};
-  c.mask = neighborhood({nd(7, 3), nd(7, 3)});
-  expect_window_origins(c);
-  run_both_dtypes(c, 1612);
-  c.tokens_q = c.tokens_kv = {45, 53};
-  c.mask = neighborhood({nd(9, 1, 2), nd(5, 1, 1, true)});
-  expect_window_origins(c);
-  run_both_dtypes(c, 1614);
-  c.layout = Layout::noncollapsible_tokens;
-  c.mask = neighborhood({nd(7, 1, 1, true), nd(7)});
-  expect_window_origins(c);
-  run_both_dtypes(c, 1616);
+  uint64_t seed = 1610;
+  for (const test::WindowOriginGrid& grid : test::window_origin_grids_2d()) {
+    c.tokens_q = c.tokens_kv = grid.tokens;
+    c.mask = grid.mask;
+    if (grid.noncollapsible_tokens) c.layout = Layout::noncollapsible_tokens;
+    expect_window_origins(c);
+    run_both_dtypes(c, seed);
+    seed += 2;
+  }
 }
 
 TEST_F(CudaFmhaBackward, Neighborhood3DQTilesStartAtTheWindow) {

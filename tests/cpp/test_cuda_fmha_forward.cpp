@@ -486,25 +486,11 @@ int64_t ctas_with_window_origins(const Case& c, int block_m_log2, int block_n_lo
   const cuda::fmha::BoxGeometry g = cuda::fmha::neighborhood_geometry(dims, c.mask.neighborhood, extents);
   const cuda::fmha::BoxShapes s =
       cuda::fmha::choose_box_shapes(g, block_m_log2, block_n_log2, false, cuda::KvTileOrigin::window);
-  int64_t all = 1;
-  int64_t aligned = 1;  // the CTAs form a product over dimensions of (dilation group, Q tile)
-  for (size_t d = 0; d < static_cast<size_t>(dims); ++d) {
-    int64_t all_d = 0;
-    int64_t aligned_d = 0;
-    const int64_t q_box = int64_t{1} << s.q_log2[d];
-    for (int64_t group = 0; group < g.dilation[d]; ++group) {
-      const int64_t n = detail::dilation_group_size(g.extent[d], g.dilation[d], group);
-      for (int64_t q = 0; q < n; q += q_box) {
-        const cuda::DimKeyTiles t =
-            cuda::dim_key_tiles(g.rule[d], q, std::min(q + q_box, n) - 1, n, s.kv_log2[d], cuda::KvTileOrigin::window);
-        ++all_d;
-        if (t.count == 0 || t.origin % (int64_t{1} << s.kv_log2[d]) == 0) ++aligned_d;
-      }
-    }
-    all *= all_d;
-    aligned *= aligned_d;
-  }
-  return all - aligned;
+  return test::ctas_with_window_origins(
+      dims, g.extent, g.dilation, s.q_log2, s.kv_log2, [&](size_t d, int64_t, int64_t q, int64_t n) {
+        const int64_t q_last = std::min(q + (int64_t{1} << s.q_log2[d]), n) - 1;
+        return cuda::dim_key_tiles(g.rule[d], q, q_last, n, s.kv_log2[d], cuda::KvTileOrigin::window);
+      });
 }
 
 void expect_window_origins(const Case& c) {
@@ -529,22 +515,14 @@ TEST_F(CudaFmhaForward, Neighborhood2DKvTilesStartAtTheWindow) {
   Case c;
   c.heads_q = 2;
   c.heads_kv = 1;
-  c.tokens_q = c.tokens_kv = {56, 56};
-  c.mask = neighborhood({nd(7), nd(7)});
-  expect_window_origins(c);
-  run_both_dtypes(c, 610);
-  c.tokens_q = c.tokens_kv = {57, 61};
-  c.mask = neighborhood({nd(7, 3), nd(7, 3)});
-  expect_window_origins(c);
-  run_both_dtypes(c, 611);
-  c.tokens_q = c.tokens_kv = {45, 53};
-  c.mask = neighborhood({nd(9, 1, 2), nd(5, 1, 1, true)});
-  expect_window_origins(c);
-  run_both_dtypes(c, 612);
-  c.layout = Layout::noncollapsible_tokens;
-  c.mask = neighborhood({nd(7, 1, 1, true), nd(7)});
-  expect_window_origins(c);
-  run_both_dtypes(c, 613);
+  uint64_t seed = 610;
+  for (const test::WindowOriginGrid& grid : test::window_origin_grids_2d()) {
+    c.tokens_q = c.tokens_kv = grid.tokens;
+    c.mask = grid.mask;
+    if (grid.noncollapsible_tokens) c.layout = Layout::noncollapsible_tokens;
+    expect_window_origins(c);
+    run_both_dtypes(c, seed++);
+  }
 }
 
 TEST_F(CudaFmhaForward, Neighborhood3DKvTilesStartAtTheWindow) {

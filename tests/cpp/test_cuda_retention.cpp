@@ -491,6 +491,16 @@ void expect_backward_matches_cpu(const BackwardCase& bc) {
   }
 }
 
+// The forward of case c, then its backward with the gradients of both states.
+void expect_forward_and_backward_match_cpu(const Case& c) {
+  expect_forward_matches_cpu(c);
+  BackwardCase bc;
+  bc.shape = c;
+  bc.grad_final_state = true;
+  bc.grad_initial_state = true;
+  expect_backward_matches_cpu(bc);
+}
+
 TEST_F(CudaRetention, BackwardMatchesCpuForOddLengths) {
   for (const int64_t tokens : {1, 63, 65, 200}) {
     for (const DType dtype : {DType::bf16, DType::f16}) {
@@ -544,12 +554,7 @@ TEST_F(CudaRetention, AFastDecayWithAShortLastChunkMatchesCpuForwardAndBackward)
     c.initial_state = true;
     c.final_state = true;
     c.seed = static_cast<uint64_t>(tokens) + 5;
-    expect_forward_matches_cpu(c);
-    BackwardCase bc;
-    bc.shape = c;
-    bc.grad_final_state = true;
-    bc.grad_initial_state = true;
-    expect_backward_matches_cpu(bc);
+    expect_forward_and_backward_match_cpu(c);
   }
 }
 
@@ -692,12 +697,7 @@ TEST_F(CudaRetention, ForcedSegmentsMatchCpuForEachHeadDimPairAndValueBlock) {
       c.gamma = {0.97, 0.999};
       c.initial_state = true;
       c.final_state = true;
-      expect_forward_matches_cpu(c);
-      BackwardCase bc;
-      bc.shape = c;
-      bc.grad_final_state = true;
-      bc.grad_initial_state = true;
-      expect_backward_matches_cpu(bc);
+      expect_forward_and_backward_match_cpu(c);
     }
   }
 }

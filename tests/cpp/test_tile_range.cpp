@@ -17,13 +17,18 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/neighborhood_window.hpp"
 #include "cuda/common/tile_range.hpp"
+#include "tile_range_test_support.hpp"
 
 namespace attnkit::cuda {
 namespace {
+
+using test::log2_of;
+using test::neighborhood_rule;
 
 struct DimProblem {
   int64_t extent = 1;     // coordinates (queries and keys share them for neighborhoods)
@@ -266,12 +271,6 @@ TEST(TileRange, WindowOfNeighborhoodAlwaysHasKernelSizeKeys) {
 
 // --- KV tiles at window origins (dim_key_tiles, the forward's BoxPolicy) --------------------------------
 
-int log2_of(int64_t box) {
-  int l = 0;
-  while ((int64_t{1} << l) < box) ++l;
-  return l;
-}
-
 // Per dimension (the product argument of check_problem carries the result to several dimensions), for
 // every dilation group and Q tile, against the element-wise definition: the tiles cover every attended
 // key, start inside the extent at a non-negative key, never outnumber the aligned tiles, and in window
@@ -305,28 +304,7 @@ int64_t check_key_tiles(const DimProblem& p, KvTileOrigin mode) {
           }
         }
       }
-      EXPECT_LE(t.count, aligned.end - aligned.first) << "more tiles than aligned: " << where;
-      if (union_end <= union_begin) {
-        EXPECT_EQ(t.count, 0) << "tiles visited though no query sees a key: " << where;
-        continue;
-      }
-      EXPECT_GE(t.origin, 0) << where;
-      EXPECT_LT(t.origin, n_kv) << "the first tile starts past the extent: " << where;
-      EXPECT_LE(t.origin, union_begin) << "keys before the first tile: " << where;
-      EXPECT_GE(t.origin + t.count * p.kv_box, union_end) << "keys after the last tile: " << where;
-      if (mode == KvTileOrigin::aligned) {
-        EXPECT_EQ(t.origin, aligned.first * p.kv_box) << where;
-        EXPECT_EQ(t.count, aligned.end - aligned.first) << where;
-        EXPECT_EQ(t.full_first, aligned.full_first - aligned.first) << where;
-        EXPECT_EQ(t.full_end, aligned.full_end - aligned.first) << where;
-      } else {
-        const int64_t fewest = (union_end - union_begin + p.kv_box - 1) / p.kv_box;
-        EXPECT_EQ(t.count, std::min(fewest, aligned.end - aligned.first)) << where;
-        if (t.count == aligned.end - aligned.first) {
-          EXPECT_EQ(t.origin, aligned.first * p.kv_box) << "aligned tiles kept when no worse: " << where;
-        }
-      }
-      for (int64_t j = 0; j < t.count; ++j) {
+      const auto pairs_of_tile = [&](int64_t j) {
         bool any = false;
         bool all = true;
         for (std::size_t qi = 0; qi < attended.size(); ++qi) {
@@ -337,10 +315,11 @@ int64_t check_key_tiles(const DimProblem& p, KvTileOrigin mode) {
             all = all && a;
           }
         }
-        EXPECT_TRUE(any) << "tile " << j << " holds no attended pair: " << where;
-        EXPECT_EQ(j >= t.full_first && j < t.full_end, all) << "full flag of tile " << j << ": " << where;
-        ++visited_total;
-      }
+        return std::pair<bool, bool>{any, all};
+      };
+      visited_total +=
+          test::expect_tiles_match_definition(t, aligned, p.kv_box, n_kv, union_begin, union_end, mode, "keys",
+                                              /*moved_tiles_end_inside=*/false, where, pairs_of_tile);
       if (::testing::Test::HasFailure()) return visited_total;
     }
   }
@@ -392,15 +371,6 @@ TEST(KeyTiles, FlatCausalAndDenseKeepAlignedTiles) {
       EXPECT_EQ(w.count, a.count);
     }
   }
-}
-
-WindowRule neighborhood_rule(int32_t window, bool causal = false, int32_t stride = 1) {
-  WindowRule rule;
-  rule.kind = WindowKind::neighborhood;
-  rule.window = window;
-  rule.stride = stride;
-  rule.causal = causal;
-  return rule;
 }
 
 TEST(KeyTiles, WindowOf64KeysNeedsTwoTilesOf128FromItsFirstKey) {

@@ -15,14 +15,19 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/neighborhood_window.hpp"
 #include "cuda/common/tile_range.hpp"
 #include "cuda/common/tile_range_inverse.hpp"
+#include "tile_range_test_support.hpp"
 
 namespace attnkit::cuda {
 namespace {
+
+using test::log2_of;
+using test::neighborhood_rule;
 
 struct InverseProblem {
   int64_t extent = 1;     // query coordinates
@@ -181,12 +186,6 @@ TEST(TileRangeInverse, IsTheTransposeOfTheForwardTileRange) {
 
 // --- Q tiles at window origins (dim_query_tiles, the dK/dV kernels' KvBoxSchedule) ------------------------
 
-int log2_of(int64_t box) {
-  int l = 0;
-  while ((int64_t{1} << l) < box) ++l;
-  return l;
-}
-
 // For every KV tile of every dilation group, against the element-wise definition: the tiles start at a
 // query index in [0, n_q), cover every query that sees a key of the KV tile, never outnumber the aligned
 // tiles (dim_tile_range_inverse), and in window mode are as few as the queries allow when that is fewer
@@ -222,30 +221,7 @@ int64_t check_query_tiles(const InverseProblem& p, KvTileOrigin mode) {
           }
         }
       }
-      EXPECT_LE(t.count, aligned.end - aligned.first) << "more tiles than aligned: " << where;
-      if (end_query <= first_query) {
-        EXPECT_EQ(t.count, 0) << "tiles visited though no query sees a key: " << where;
-        continue;
-      }
-      EXPECT_GE(t.origin, 0) << where;
-      EXPECT_LT(t.origin, n_q) << "the first tile starts past the extent: " << where;
-      EXPECT_LE(t.origin, first_query) << "queries before the first tile: " << where;
-      EXPECT_GE(t.origin + t.count * p.q_box, end_query) << "queries after the last tile: " << where;
-      if (mode == KvTileOrigin::aligned) {
-        EXPECT_EQ(t.origin, aligned.first * p.q_box) << where;
-        EXPECT_EQ(t.count, aligned.end - aligned.first) << where;
-        EXPECT_EQ(t.full_first, aligned.full_first - aligned.first) << where;
-        EXPECT_EQ(t.full_end, aligned.full_end - aligned.first) << where;
-      } else {
-        const int64_t fewest = (end_query - first_query + p.q_box - 1) / p.q_box;
-        EXPECT_EQ(t.count, std::min(fewest, aligned.end - aligned.first)) << where;
-        if (t.count == aligned.end - aligned.first) {
-          EXPECT_EQ(t.origin, aligned.first * p.q_box) << "aligned tiles kept when no worse: " << where;
-        } else {
-          EXPECT_LE(t.origin + t.count * p.q_box, n_q) << "a moved tile reaches past the queries: " << where;
-        }
-      }
-      for (int64_t j = 0; j < t.count; ++j) {
+      const auto pairs_of_tile = [&](int64_t j) {
         bool any = false;
         bool all = true;
         for (int64_t r = 0; r < p.q_box; ++r) {
@@ -257,10 +233,10 @@ int64_t check_query_tiles(const InverseProblem& p, KvTileOrigin mode) {
             all = all && a;
           }
         }
-        EXPECT_TRUE(any) << "tile " << j << " holds no attended pair: " << where;
-        EXPECT_EQ(j >= t.full_first && j < t.full_end, all) << "full flag of tile " << j << ": " << where;
-        ++visited;
-      }
+        return std::pair<bool, bool>{any, all};
+      };
+      visited += test::expect_tiles_match_definition(t, aligned, p.q_box, n_q, first_query, end_query, mode, "queries",
+                                                     /*moved_tiles_end_inside=*/true, where, pairs_of_tile);
       if (::testing::Test::HasFailure()) return visited;
     }
   }
@@ -311,15 +287,6 @@ TEST(QueryTiles, FlatMasksAtWindowOriginsMatchDefinition) {
     p.kv_box = int64_t{1} << std::uniform_int_distribution<int>(0, 6)(rng);
     check_query_tiles(p, KvTileOrigin::window);
   }
-}
-
-WindowRule neighborhood_rule(int32_t window, bool causal = false, int32_t stride = 1) {
-  WindowRule rule;
-  rule.kind = WindowKind::neighborhood;
-  rule.window = window;
-  rule.stride = stride;
-  rule.causal = causal;
-  return rule;
 }
 
 TEST(QueryTiles, KeysOfAWindowOf64NeedThreeTilesOf64FromTheirFirstQuery) {

@@ -94,9 +94,11 @@ ATTNKIT_HOST_DEVICE bool tile_is_full(const DimTileRange& r, int64_t tile) {
 
 // Where the KV tiles a Q tile visits start, per dimension.
 //   aligned  tiles at multiples of the KV box, as dim_tile_range lists them (the backward's dK/dV CTAs
-//            own fixed aligned KV boxes, and its dQ walk and dQ order follow dim_tile_range; the Q tiles
-//            a dK/dV CTA visits take either mode, dim_query_tiles in tile_range_inverse.hpp);
-//   window   the forward: when the union of the windows fits in fewer boxes than the aligned tiles
+//            own fixed aligned KV boxes, and the fixed dQ order of deterministic mode follows
+//            dim_tile_range; the Q tiles a dK/dV CTA visits take either mode, dim_query_tiles in
+//            tile_range_inverse.hpp);
+//   window   the forward and the dQ kernel's walk (QBoxSchedule): when the union of the windows fits in fewer boxes
+//   than the aligned tiles
 //            that meet it, the tiles start at the union's first key instead (moved back towards 0 so
 //            that the last tile ends at n_kv when the union lies near the end), e.g. a window of 64
 //            keys and boxes of 128: a Q tile [i, i + 128) needs keys [i - 32, i + 160), 2 boxes from

@@ -47,6 +47,7 @@ class BoxPolicy {
     int32_t group[kMaxDims];
     int32_t dims;
   };
+  static_assert(kMaxDims == 3, "at_dim (fmha_mask_tables.cuh) selects among three dimensions");
   static_assert(16 + sizeof(State) <= Traits::kStateBytes,
                 "KV head offsets and tile ranges overflow their shared memory");
 
@@ -63,11 +64,11 @@ class BoxPolicy {
     mine.full_end = 1;
     if (my_dim < p.dims) {
       const int log2 = p.kv_space.box_log2[my_dim];
-      const int64_t q_first = pick(cta.q.index, my_dim);
+      const int64_t q_first = at_dim(cta.q.index, my_dim);
       const int64_t q_end = q_first + (int64_t{1} << p.q_space.box_log2[my_dim]);
-      const int64_t n_q = pick(cta.n_q, my_dim);
+      const int64_t n_q = at_dim(cta.n_q, my_dim);
       const int64_t q_last = (q_end < n_q ? q_end : n_q) - 1;
-      mine = dim_key_tiles(p.rule[my_dim], q_first, q_last, pick(cta.n_kv, my_dim), log2, KvTileOrigin::window);
+      mine = dim_key_tiles(p.rule[my_dim], q_first, q_last, at_dim(cta.n_kv, my_dim), log2, KvTileOrigin::window);
     }
     State s;
     s.dims = p.dims;
@@ -155,9 +156,9 @@ class BoxPolicy {
       const int d = e / Traits::kBlockM;
       const int r = e % Traits::kBlockM;
       const int32_t in_box = (r >> p.q_space.box_shift[d]) & ((1 << p.q_space.box_log2[d]) - 1);
-      const int32_t i = pick(cta.q.index, d) + in_box;
+      const int32_t i = at_dim(cta.q.index, d) + in_box;
       detail::IndexRange w{0, 0};
-      if (i < pick(cta.n_q, d)) w = window_of(p.rule[d], i, pick(cta.n_kv, d));
+      if (i < at_dim(cta.n_q, d)) w = window_of(p.rule[d], i, at_dim(cta.n_kv, d));
       windows_[e] = make_int2(static_cast<int>(w.begin), static_cast<int>(w.end));
     }
     int32_t shift[3];
@@ -193,11 +194,6 @@ class BoxPolicy {
   }
 
  private:
-  // a[d] for a runtime d < kMaxDims without indexing a register array (which would go through local memory).
-  static __device__ __forceinline__ int32_t pick(const int32_t (&a)[kMaxDims], int d) {
-    return d == 0 ? a[0] : (d == 1 ? a[1] : a[2]);
-  }
-
   int32_t count_;
   TileOrigin first_origin_;
   State* state_;

@@ -13,6 +13,12 @@
 
 namespace attnkit::cuda::fmha {
 
+// a[d] of a per-dimension array for a runtime d < 3, without indexing the array (a register array indexed at
+// run time goes through local memory).
+__device__ __forceinline__ int32_t at_dim(const int32_t (&a)[3], int d) {
+  return d == 0 ? a[0] : (d == 1 ? a[1] : a[2]);
+}
+
 template <class Traits>
 struct ColumnPrefixTable {
   static constexpr int kEntries = Traits::kPrefixEntries;  // BlockN + 1
@@ -36,8 +42,8 @@ struct ColumnPrefixTable {
     for (int e = tid / 4; e < n0 + n1 + n2; e += kPerClass) {
       const int d = e < n0 ? 0 : (e < n0 + n1 ? 1 : 2);
       const int c = e - (d == 0 ? 0 : (d == 1 ? n0 : n0 + n1));
-      const int32_t sh = d == 0 ? shift[0] : (d == 1 ? shift[1] : shift[2]);
-      const int32_t m = d == 0 ? mask[0] : (d == 1 ? mask[1] : mask[2]);
+      const int32_t sh = at_dim(shift, d);
+      const int32_t m = at_dim(mask, d);
       uint32_t bits = 0;
 #pragma unroll
       for (int j = 0; j < Traits::kCols; ++j) {

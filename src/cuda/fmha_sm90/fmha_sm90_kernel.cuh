@@ -55,7 +55,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   }
   fmha::CtaTile cta = fmha::resolve_cta(p);
   if (!cta.valid) return;
-  // Query heads cta.head .. cta.head + heads - 1 in turn (one but with box masks and TMA, fmha_sm90_heads_per_cta.hpp).
+  // Query heads cta.head .. cta.head + heads - 1 in turn (more than one only for box masks on the TMA path:
+  // fmha_sm90_heads_per_cta.hpp).
   cta.head = static_cast<int32_t>(blockIdx.y) * p.heads_per_cta;
   const int heads = Traits::kSeveralHeadsPerCta ? min(p.heads_per_cta, p.heads_q - cta.head) : 1;
   if (warp_group == 0) Sm90Producer<Traits, Policy>::issue_q(p, cta, ss, maps, tid);  // lands during the setup

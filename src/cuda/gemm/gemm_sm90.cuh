@@ -107,12 +107,12 @@ struct CooperativeSplitK {
 // times the K slices (4) keep 128 of 132 SMs streaming it, each 128 x 64 16-bit weight tile (16 KB, with 8 KB
 // of A^T per stage) in a pipeline of as many stages as fit (about 8: 128 KB of weight in flight per SM, several
 // times what one SM needs to cover DRAM latency at its share of the bandwidth).
-// Expected (H200, about 4.3 TB/s copy rate; not yet measured): 1 x 4096 x 4096 16-bit reads the 32 MiB weight,
-// 8 KiB of A and writes 64 KiB of fp32 partials and 8 KiB of C: about 33.6 MB, 7.8 us of DRAM time, plus the
-// ordered sum (a second launch: little GPU work, a gap of 1-2 us between the kernels) -> about 10 us.
-// 64 x 4096 x 4096: the weight, 512 KiB of A, 4 MiB of partials written and read back (mostly from L2), 512 KiB
-// of C (twice with beta): about 34.5 MB of DRAM, 8 us, plus the sum -> about 10-11 us; the wgmma work (2.1 GFLOP,
-// no padding at M = 64) takes about 3 us of the 128 SMs' tensor cores and overlaps the loads.
+// Floor (H200, about 4.3 TB/s copy rate): 1 x 4096 x 4096 16-bit reads the 32 MiB weight, 8 KiB of A and writes
+// 64 KiB of fp32 partials and 8 KiB of C: about 33.6 MB, 7.8 us of DRAM time, plus the ordered sum (a second
+// launch). 64 x 4096 x 4096: the weight, 512 KiB of A, 4 MiB of partials written and read back (mostly from L2),
+// 512 KiB of C (twice with beta): about 34.5 MB of DRAM, 8 us, plus the sum; the wgmma work (2.1 GFLOP, no padding
+// at M = 64) takes about 3 us of the 128 SMs' tensor cores and overlaps the loads. Measured (docs/perf.md, GEMM
+// decode rows): 13.4 us and 14.5 us per call in a CUDA graph, both launches included (cuBLAS 13.2 and 11.7).
 struct CooperativeSplitKSwapped {
   using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
   using Epilogue = cutlass::epilogue::TmaWarpSpecializedCooperative;

@@ -120,8 +120,8 @@ bool compiled_for(const Case& c) { return cuda::fmha::fmha_compiled_width(c.dtyp
 std::vector<std::string> configs_for(const Case& c) {
   cuda::fmha::FmhaDevice device = cuda::fmha::fmha_device(0);
   device.portable_only = c.rpb.has_value();  // the Hopper tier adds no positional bias
-  const int width = cuda::fmha::fmha_compiled_width(c.dtype, c.head_dim, c.head_dim_v);
   const cuda::fmha::FmhaPolicyKind policy = cuda::fmha::fmha_policy_for(c.mask.kind);
+  const int width = cuda::fmha::fmha_width_on(c.dtype, c.head_dim, c.head_dim_v, policy, device);
   std::vector<std::string> names;
   for (const auto& k : cuda::fmha::fmha_forward_kernels()) {
     if (k.config.dtype == c.dtype && k.config.head_dim == width && k.config.policy == policy &&
@@ -323,6 +323,8 @@ TEST_F(CudaFmhaForward, ValueHeadDimMayDifferFromQueryHeadDim) {
   run_both_dtypes(c, 135);
 }
 
+// Head dim 32: the portable D32 kernels (full set) and the Hopper D32 kernels (64-byte swizzled rows,
+// one TMA box per row where the strides allow it, cp.async otherwise).
 TEST_F(CudaFmhaForward, HeadDim32KernelsMatchOracle) {
   Case c;
   c.head_dim = c.head_dim_v = 32;
@@ -332,6 +334,40 @@ TEST_F(CudaFmhaForward, HeadDim32KernelsMatchOracle) {
   c.tokens_q = c.tokens_kv = {12, 17};
   c.mask = neighborhood({nd(5, 2), nd(7, 1, 3, true)});
   run_both_dtypes(c, 144);
+  // Without dilation on contiguous tensors: Q, K and V by TMA (2-D and 3-D boxes, batch folded).
+  c.tokens_q = c.tokens_kv = {29, 33};
+  c.mask = neighborhood({nd(7), nd(7)});
+  run_both_dtypes(c, 145);
+  c.batch = 3;
+  c.heads_kv = 1;
+  c.tokens_q = c.tokens_kv = {6, 20, 19};
+  c.mask = neighborhood({nd(3), nd(7), nd(5)});
+  run_both_dtypes(c, 146);
+  // Strided views (padded heads): the cp.async gathers of the same kernels.
+  c.layout = Layout::padded_heads;
+  run_both_dtypes(c, 147);
+}
+
+TEST_F(CudaFmhaForward, HeadDim32ValueWidthsAndMasks) {
+  Case c;
+  c.head_dim = 24;  // narrower than a 32-column box: cp.async rows, zero-filled columns
+  c.head_dim_v = 32;
+  c.mask = neighborhood({nd(13)});
+  c.tokens_q = c.tokens_kv = {300};
+  run_both_dtypes(c, 148);
+  c.head_dim = 32;
+  c.head_dim_v = 16;
+  run_both_dtypes(c, 149);
+  c.head_dim_v = 32;
+  c.mask = block_sparse_mask(TensorView{}, 128, 64);
+  c.mask_heads = 4;
+  c.mask_density = 0.4;
+  run_both_dtypes(c, 150);
+  c.mask = element_sparse_mask(TensorView{});
+  c.mask_batch = 2;
+  c.mask_density = 0.3;
+  c.empty_rows_every = 5;
+  run_both_dtypes(c, 151);
 }
 
 TEST_F(CudaFmhaForward, HeadDim256KernelsMatchOracle) {
@@ -588,6 +624,8 @@ TEST_F(CudaFmhaForward, SeveralHeadsPerCtaMatchTheOracle) {
     c.batch = 3;
     c.tokens_q = c.tokens_kv = {7, 30, 29};
     c.mask = neighborhood({nd(3), nd(7), nd(7)});
+    run_both_dtypes(c, seed++);
+    c.head_dim = c.head_dim_v = 32;  // the D32 kernels (64-byte swizzled boxes)
     run_both_dtypes(c, seed++);
   }
 }

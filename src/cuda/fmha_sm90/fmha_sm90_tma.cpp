@@ -11,10 +11,13 @@
 namespace attnkit::cuda::fmha_sm90 {
 namespace {
 
-constexpr int kChunkColumns = 64;
+// Columns per box of a 16-bit tile: one 128-byte swizzle row (64 columns), or the whole row of a kernel
+// compiled for fewer columns (32: one 64-byte swizzle row).
+int chunk_columns(int head_dim_compiled) { return head_dim_compiled < 64 ? head_dim_compiled : 64; }
 
 struct MapShape {
   int rank = 0;
+  int swizzle_bytes = 128;  // a box's row: 128 or 64 bytes, swizzled with the pattern of that width
   std::array<cuuint64_t, 5> dims{};
   std::array<cuuint64_t, 5> strides_bytes{};  // of dims 1.. (dims[0] is contiguous)
   std::array<cuuint32_t, 5> box{};
@@ -34,7 +37,7 @@ struct TileGrid {
   int64_t heads = 1;
   int64_t batch = 1;
   int64_t columns = 0;  // per row (columns past it are out of bounds)
-  int box_columns = 0;  // per box: 128 bytes with the 128-byte swizzle
+  int box_columns = 0;  // per box: 128 (or 64) bytes, swizzled with the pattern of that width
   int block_rows = 0;   // tokens per tile
   int64_t element_bytes = 2;
 };
@@ -43,6 +46,8 @@ struct TileGrid {
 // tiles are boxes of g.space, or rank 0 when TMA cannot express it.
 MapShape shape_of(const fmha::TensorAddress& a, const TileGrid& g, bool& fold_batch, bool& has_batch) {
   MapShape s;
+  s.swizzle_bytes = static_cast<int>(g.box_columns * g.element_bytes);
+  if (s.swizzle_bytes != 128 && s.swizzle_bytes != 64) return {};
   const fmha::TokenSpace& space = *g.space;
   // A box wider than the tensor is not allowed: narrower rows keep the cp.async path.
   if (space.decompose || g.columns < g.box_columns || reinterpret_cast<uintptr_t>(a.data) % 16 != 0) return {};
@@ -96,10 +101,11 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
 
 void encode(CUtensorMap& map, const MapShape& s, const void* data, CUtensorMapDataType type, const char* what) {
   std::array<cuuint32_t, 5> element_strides{1, 1, 1, 1, 1};
-  const CUresult result = encode_function()(&map, type, static_cast<cuuint32_t>(s.rank), const_cast<void*>(data),
-                                            s.dims.data(), s.strides_bytes.data(), s.box.data(), element_strides.data(),
-                                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult result =
+      encode_function()(&map, type, static_cast<cuuint32_t>(s.rank), const_cast<void*>(data), s.dims.data(),
+                        s.strides_bytes.data(), s.box.data(), element_strides.data(), CU_TENSOR_MAP_INTERLEAVE_NONE,
+                        s.swizzle_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
+                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (result != CUDA_SUCCESS) {
     throw Error(Status::cuda_error, std::string("cuTensorMapEncodeTiled (") + what + "): CUresult " +
                                         std::to_string(static_cast<int>(result)));
@@ -112,7 +118,8 @@ void make_sm90_tile_maps(const fmha::FmhaParams& p, DType dtype, int head_dim_co
                          Sm90TileMaps& maps) {
   maps.enabled = 0;
   maps.q_enabled = 0;
-  if (head_dim_compiled % kChunkColumns != 0) return;
+  const int box_columns = chunk_columns(head_dim_compiled);
+  if (head_dim_compiled % box_columns != 0) return;
   const CUtensorMapDataType type =
       dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   TileGrid g;
@@ -121,7 +128,7 @@ void make_sm90_tile_maps(const fmha::FmhaParams& p, DType dtype, int head_dim_co
   g.dilation = p.dilation;
   g.heads = p.heads_q / p.heads_per_kv;
   g.batch = p.batch;
-  g.box_columns = kChunkColumns;
+  g.box_columns = box_columns;
   g.block_rows = block_n;
   g.element_bytes = 2;
   bool fold_k = false, batch_k = false, fold_v = false, batch_v = false;

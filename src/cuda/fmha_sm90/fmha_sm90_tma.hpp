@@ -3,13 +3,12 @@
 // A KV tile is a box of tokens (fmha_params.hpp, box mode): BlockN rows, the last token dimension
 // fastest. Seen as a tensor of (head dim, KV head, token dims innermost first, batch), such a tile is
 // one TMA box per 64-column chunk: (64, 1, box extents..., 1), written 128-byte swizzled exactly where
-// the kernel's shared layouts expect it. TMA takes at most 5 dimensions: 3-D token grids fold the
-// batch into the outermost token dimension when its stride allows (batch stride = extent x stride),
-// and coordinates past an extent read zeros — columns past D / Dv and keys past the grid edge.
-// make_sm90_tile_maps() says when this applies (box mode, no dilation, strides that TMA can express);
-// otherwise the kernel gathers rows with cp.async as before. A Q tile (BlockM tokens of the query grid) is
-// mapped the same way, with its own flags, when the K/V maps apply (the producer's TMA path) and TMA can
-// express the Q tile too.
+// the kernel's shared layouts expect it (kernels compiled for D 32: one 32-column box, 64-byte swizzled). TMA takes at
+// most 5 dimensions: 3-D token grids fold the batch into the outermost token dimension when its stride allows (batch
+// stride = extent x stride), and coordinates past an extent read zeros — columns past D / Dv and keys past the grid
+// edge. make_sm90_tile_maps() says when this applies (box mode, no dilation, strides that TMA can express); otherwise
+// the kernel gathers rows with cp.async as before. A Q tile (BlockM tokens of the query grid) is mapped the same way,
+// with its own flags, when the K/V maps apply (the producer's TMA path) and TMA can express the Q tile too.
 #pragma once
 #include <cuda.h>
 

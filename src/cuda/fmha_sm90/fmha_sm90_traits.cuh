@@ -2,11 +2,13 @@
 // compiled head dim, tile sizes, the warpgroup MMAs, the shared-memory layouts and the shared storage.
 //
 // A CTA has three warpgroups: one producer (loads) and two consumers, each owning 64 of the BlockM = 128
-// query rows. Q*K^T is a wgmma with both operands in shared memory (K-major, 128-byte swizzle); P*V takes
+// query rows. Q*K^T is a wgmma with both operands in shared memory (K-major, swizzled); P*V takes
 // P from registers and V from shared memory, read MN-major (V's rows are keys, its contiguous columns the
-// head dim). K and V have kStages buffers each. The mask policies of the portable tier are reused
-// unchanged through PolicyTraits: the thread -> (row, column) map of a consumer warpgroup's m64nN wgmma
-// accumulator is the one of an 8-warp mma.sync tile of 128 x BlockN (warp w holds rows 16w + lane/4
+// head dim). Rows are stored in chunks of min(D, 64) columns: 128-byte swizzled chunks of 64 columns at
+// D 64 and 128, one 64-byte swizzled chunk at D 32 (what one TMA box writes with the same swizzle). K and V have
+// kStages buffers each. The mask policies of the portable tier are reused unchanged through PolicyTraits: the thread ->
+// (row, column) map of a consumer warpgroup's m64nN wgmma accumulator is the one of an 8-warp mma.sync tile of 128 x
+// BlockN (warp w holds rows 16w + lane/4
 // (+8), columns 8j + 2 (lane % 4) (+1)), so masks, tile-list bits and their preprocessing are shared.
 #pragma once
 #include <cutlass/numeric_types.h>
@@ -40,7 +42,8 @@ struct Sm90FmhaTraits {
   // its limit: at 40 the producer's copy loop spilled (docs/perf.md), at 96 nothing spills.
   static constexpr int kProducerRegisters = 96;
   static constexpr int kConsumerRegisters = 200;
-  static_assert(kHeadDim == 64 || kHeadDim == 128, "128-byte swizzled rows: head dims 64 and 128");
+  static_assert(kHeadDim == 32 || kHeadDim == 64 || kHeadDim == 128,
+                "swizzled row chunks of 64 bytes (D 32) or 128 bytes (D 64, 128)");
   static_assert(kBlockN == 128 || kBlockN == 64, "a producer thread owns one K row and one V row per tile");
 
   // The portable tier's view of the same tile, for the mask policies and the tile-list preprocessing.
@@ -55,22 +58,25 @@ struct Sm90FmhaTraits {
                                  cute::Shape<cute::_64, cute::Int<kHeadDim>, cute::Int<kBlockN>>, cute::GMMA::Major::K,
                                  cute::GMMA::Major::MN>()));
 
-  using SmemLayoutQ = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<Element>{},
-                                                   cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>{}));
-  using SmemLayoutK =
-      decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<Element>{},
-                                   cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>, cute::Int<kStages>>{}));
+  // One chunk of a row: 64 columns (128 bytes) or the whole row at D 32 (64 bytes), and its swizzle atoms.
+  static constexpr int kChunkColumns = kHeadDim < 64 ? kHeadDim : 64;
+  using AtomK = std::conditional_t<kChunkColumns == 64, cute::GMMA::Layout_K_SW128_Atom<Element>,
+                                   cute::GMMA::Layout_K_SW64_Atom<Element>>;
+  using AtomMN = std::conditional_t<kChunkColumns == 64, cute::GMMA::Layout_MN_SW128_Atom<Element>,
+                                    cute::GMMA::Layout_MN_SW64_Atom<Element>>;
+
+  using SmemLayoutQ = decltype(cute::tile_to_shape(AtomK{}, cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>{}));
+  using SmemLayoutK = decltype(cute::tile_to_shape(
+      AtomK{}, cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>, cute::Int<kStages>>{}));
   // V as (head dim, key, stage): the B operand of P*V, head dim contiguous. Atoms are stacked along the
-  // keys first, so a stage holds 64-column chunks of BlockN key rows — the same bytes as a K stage, and
-  // what a TMA box of 64 columns x BlockN rows writes.
+  // keys first, so a stage holds column chunks of BlockN key rows — the same bytes as a K stage, and
+  // what a TMA box of kChunkColumns columns x BlockN rows writes.
   using SmemLayoutVt =
-      decltype(cute::tile_to_shape(cute::GMMA::Layout_MN_SW128_Atom<Element>{},
-                                   cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>, cute::Int<kStages>>{},
+      decltype(cute::tile_to_shape(AtomMN{}, cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>, cute::Int<kStages>>{},
                                    cute::Step<cute::_2, cute::_1, cute::_3>{}));
   // Heads one CTA may run in turn (FmhaParams::heads_per_cta): at D 128 the head loop's extra live values
   // push the consumers past their 200 registers (spills), so those kernels run one head per CTA.
-  static constexpr bool kSeveralHeadsPerCta = kHeadDim == 64;
-  static constexpr int kChunkColumns = 64;  // one 128-byte swizzle row of 16-bit elements
+  static constexpr bool kSeveralHeadsPerCta = kHeadDim <= 64;
   static constexpr int kTileBytes = kBlockN * kHeadDim * int(sizeof(Element));
   static constexpr int kQTileBytes = kBlockM * kHeadDim * int(sizeof(Element));
 

@@ -434,13 +434,13 @@ CaseResult run_case(const Case& c, uint64_t seed) {
 }
 
 // Every registry config that can run the case on device 0 (the portable tier, and the Hopper tier on a
-// compute-capability 9.0 device): each case runs on each of them, forced through
-// ATTNKIT_FMHA_BACKWARD_CONFIG.
+// compute-capability 9.0 device) at the width the case runs on there: each case runs on each of them,
+// forced through ATTNKIT_FMHA_BACKWARD_CONFIG.
 std::vector<std::string> backward_configs_for(const Case& c) {
   cuda::fmha::FmhaDevice device = cuda::fmha::fmha_device(0);
   device.portable_only = c.rpb.has_value();  // the Hopper dK/dV kernel adds no positional bias
-  const int width = cuda::fmha::fmha_backward_compiled_width(c.dtype, c.head_dim, c.head_dim_v);
   const auto policy = cuda::fmha::fmha_backward_policy_for(c.mask.kind);
+  const int width = cuda::fmha::fmha_backward_width_on_device(c.dtype, c.head_dim, c.head_dim_v, policy, device);
   std::vector<std::string> names;
   for (const auto& k : cuda::fmha::fmha_backward_kernels()) {
     if (k.config.dtype == c.dtype && k.config.head_dim == width && k.config.policy == policy &&
@@ -627,12 +627,6 @@ TEST_F(CudaFmhaBackward, DenseHeadDim128MatchesOracle) {
   c.tokens_q = {200};
   c.tokens_kv = {129};
   run_both_dtypes(c, 1010);
-}
-
-TEST_F(CudaFmhaBackward, HeadDim32RunsOnThe64WideKernel) {
-  Case c;
-  c.head_dim = c.head_dim_v = 32;
-  run_both_dtypes(c, 1020);
 }
 
 TEST_F(CudaFmhaBackward, ValueHeadDimMayDifferFromQueryHeadDim) {
@@ -926,6 +920,160 @@ TEST_F(CudaFmhaBackward, PositionalBiasWithQTilesAtTheWindow) {
   c.mask = neighborhood({nd(7), nd(7, 2)});
   expect_window_origins(c);
   run_both_dtypes(c, 1662);
+}
+
+// --- head dim 32 ---------------------------------------------------------------------------------
+// D 32 runs on the narrowest width with a kernel that fits the device (fmha_backward_width_on_device): on
+// compute capability 9.0 the Hopper D 32 kernels where the build has them (64-byte swizzled rows, one dQ
+// box of 32 columns), else the 64-wide kernels with zero-padded columns. Every mask family, both modes,
+// odd extents, grouped heads, Dv != D within the width and KV splits.
+
+TEST_F(CudaFmhaBackward, HeadDim32DenseMatchesOracleAtOddExtents) {
+  Case c;
+  c.head_dim = c.head_dim_v = 32;
+  run_both_dtypes(c, 1720);
+}
+
+TEST_F(CudaFmhaBackward, HeadDim32GroupedAndMultiQueryHeadsSumKeyValueGradientsOverTheGroup) {
+  Case c;
+  c.head_dim = c.head_dim_v = 32;
+  c.tokens_q = {150};
+  c.tokens_kv = {201};
+  c.heads_q = 6;
+  c.heads_kv = 2;
+  run_both_dtypes(c, 1722);
+  c.heads_kv = 1;
+  c.mask = causal_mask();
+  run_both_dtypes(c, 1724);
+}
+
+TEST_F(CudaFmhaBackward, HeadDim32CausalBottomRightRowsWithoutKeysGetZeroGradients) {
+  Case c;
+  c.head_dim = c.head_dim_v = 32;
+  c.mask = causal_mask(CausalAlignment::bottom_right);
+  c.tokens_q = {150};
+  c.tokens_kv = {60};  // queries 0..89 see no key: their grad_q rows must be exactly 0
+  run_both_dtypes(c, 1726);
+  c.tokens_q = {70};
+  c.tokens_kv = {200};
+  run_both_dtypes(c, 1728);
+}
+
+// D 32 with Dv 24 keeps the dQ accumulator's TMA map (32 columns); D 24 has none (a box would be wider
+// than the rows) and adds dQ with red.global. Either way the columns past D and Dv are zero-filled.
+TEST_F(CudaFmhaBackward, HeadDim32ValueHeadDimMayDifferWithinTheWidth) {
+  Case c;
+  c.head_dim = 32;
+  c.head_dim_v = 24;
+  run_both_dtypes(c, 1730);
+  c.head_dim = 24;
+  c.head_dim_v = 32;
+  c.mask = neighborhood({nd(7), nd(9, 1, 2)});
+  c.tokens_q = c.tokens_kv = {19, 23};
+  run_both_dtypes(c, 1732);
+}
+
+// Without dilation the Hopper kernels add dQ through the accumulator's TMA map (1-D; 2-D with the batch as
+// a coordinate of its own; 3-D with the batch folded), with dilation every thread adds its own pairs.
+TEST_F(CudaFmhaBackward, HeadDim32Neighborhood1DWithAndWithoutDilation) {
+  Case c;
+  c.head_dim = c.head_dim_v = 32;
+  c.tokens_q = c.tokens_kv = {300};
+  c.mask = neighborhood({nd(17, 1, 2)});
+  run_both_dtypes(c, 1734);
+  c.mask = neighborhood({nd(31, 3, 2, true)});
+  run_both_dtypes(c, 1736);
+}
+
+TEST_F(CudaFmhaBackward, HeadDim32Neighborhood2DWithAndWithoutDilation) {
+  Case c;
+  c.head_dim = c.head_dim_v = 32;
+  c.tokens_q = c.tokens_kv = {19, 23};
+  c.mask = neighborhood({nd(7), nd(9, 1, 2)});
+  run_both_dtypes(c, 1738);
+  c.tokens_q = c.tokens_kv = {13, 19};
+  c.mask = neighborhood({nd(5, 2, 1, false), nd(7, 1, 2, true)});
+  run_both_dtypes(c, 1740);
+}
+
+TEST_F(CudaFmhaBackward, HeadDim32Neighborhood3DWithAndWithoutDilation) {
+  Case c;
+  c.head_dim = c.head_dim_v = 32;
+  c.batch = 3;
+  c.tokens_q = c.tokens_kv = {5, 11, 13};
+  c.mask = neighborhood({nd(3), nd(5), nd(7, 1, 1, true)});
+  run_both_dtypes(c, 1742);
+  c.batch = 2;
+  c.tokens_q = c.tokens_kv = {6, 9, 10};
+  c.mask = neighborhood({nd(3, 1, 1, true), nd(5, 1, 2, false), nd(3, 3, 1, false)});
+  run_both_dtypes(c, 1744);
+}
+
+TEST_F(CudaFmhaBackward, HeadDim32Neighborhood2DQTilesStartAtTheWindow) {
+  Case c;
+  c.head_dim = c.head_dim_v = 32;
+  c.heads_q = 2;
+  c.heads_kv = 1;
+  c.tokens_q = c.tokens_kv = {56, 56};
+  c.mask = neighborhood({nd(7), nd(7)});
+  expect_window_origins(c);
+  run_both_dtypes(c, 1746);
+}
+
+TEST_F(CudaFmhaBackward, HeadDim32BlockMaskWithUnalignedBlocksPerHeadAndBatch) {
+  Case c;
+  c.head_dim = c.head_dim_v = 32;
+  c.tokens_q = {150};
+  c.tokens_kv = {170};
+  c.mask = block_sparse_mask(TensorView{}, 24, 40);
+  c.mask_batch = 2;
+  c.mask_heads = 4;
+  c.mask_density = 0.4;
+  run_both_dtypes(c, 1748);
+}
+
+// The element mask's key-major words go through the producer's stage at D 32 (kStagedKeyWords).
+TEST_F(CudaFmhaBackward, HeadDim32ElementMaskWithEmptyRowsGivesZeroGradientsForThem) {
+  Case c;
+  c.head_dim = c.head_dim_v = 32;
+  c.tokens_q = {130};
+  c.tokens_kv = {197};
+  c.mask = element_sparse_mask(TensorView{});
+  c.mask_heads = 4;
+  c.mask_density = 0.3;
+  c.empty_rows_every = 7;
+  run_both_dtypes(c, 1750);
+}
+
+TEST_F(CudaFmhaBackward, HeadDim32DeterministicModeIsBitIdenticalOverGridsOfSeveralWaves) {
+  Case c;
+  c.head_dim = c.head_dim_v = 32;
+  {
+    SCOPED_TRACE("dense: 5 visitors per Q tile, 160 CTAs");
+    c.heads_q = c.heads_kv = 16;
+    c.tokens_q = c.tokens_kv = {640};
+    run_both_dtypes(c, 1752);
+  }
+  {
+    SCOPED_TRACE("2-D neighborhood with stride, grouped heads");
+    c.heads_q = 8;
+    c.heads_kv = 4;
+    c.mask = neighborhood({nd(13), nd(9, 1, 2)});
+    c.tokens_q = c.tokens_kv = {60, 53};
+    run_both_dtypes(c, 1754);
+  }
+}
+
+TEST_F(CudaFmhaBackward, HeadDim32KvSplitsSumToTheOraclesGradients) {
+  Case c;
+  c.head_dim = c.head_dim_v = 32;
+  c.tokens_q = {300};
+  c.tokens_kv = {131};
+  c.kv_splits = 3;
+  run_both_dtypes(c, 1756);
+  c.mask = causal_mask(CausalAlignment::bottom_right);
+  c.tokens_kv = {400};
+  run_both_dtypes(c, 1758);
 }
 
 // --- block and element masks -------------------------------------------------------------------
@@ -1315,18 +1463,35 @@ TEST_F(CudaFmhaBackward, HeadDimAbove128IsRefusedNamingTheCompiledWidths) {
 
 // --- the registry (host only: runs without a GPU) ----------------------------------------------
 
+// Whether this build compiles a Hopper backward entry of `dtype` at `width` with `policy`.
+bool has_hopper_entry(DType dtype, int width, cuda::fmha::FmhaBackwardPolicy policy) {
+  for (const auto& k : cuda::fmha::fmha_backward_kernels()) {
+    if (k.config.architecture == 90 && k.config.dtype == dtype && k.config.head_dim == width &&
+        k.config.policy == policy) {
+      return true;
+    }
+  }
+  return false;
+}
+
 TEST(FmhaBackwardRegistry, HoldsOneKernelPerDtypeWidthPolicyAndArchitecture) {
   const auto& kernels = cuda::fmha::fmha_backward_kernels();
   const auto portable =
       std::count_if(kernels.begin(), kernels.end(), [](const auto& k) { return k.config.architecture == 80; });
   EXPECT_EQ(portable, 8) << "f16/bf16 x widths 64/128 x box/list";
-  EXPECT_TRUE(kernels.size() == 8u || kernels.size() == 16u) << "plus the same 8 of the Hopper tier with sm_90a";
+  const auto hopper_d32 = std::count_if(kernels.begin(), kernels.end(), [](const auto& k) {
+    return k.config.architecture == 90 && k.config.head_dim == 32;
+  });
+  EXPECT_TRUE(kernels.size() == 8u || kernels.size() == 16u + static_cast<std::size_t>(hopper_d32))
+      << "plus the same 8 of the Hopper tier with sm_90a, and its D 32 entries";
   std::vector<std::string> names;
   for (const auto& k : kernels) {
     EXPECT_TRUE(k.config.architecture == 80 || k.config.architecture == 90);
     EXPECT_EQ(k.config.architecture == 90,
               cuda::fmha::fmha_backward_config_name(k.config).find("_sm90") != std::string::npos);
-    EXPECT_TRUE(k.config.head_dim == 64 || k.config.head_dim == 128) << cuda::fmha::fmha_backward_config_name(k.config);
+    EXPECT_TRUE(k.config.head_dim == 64 || k.config.head_dim == 128 ||
+                (k.config.head_dim == 32 && k.config.architecture == 90))
+        << cuda::fmha::fmha_backward_config_name(k.config);
     EXPECT_GT(k.config.smem_bytes_dkdv, 0);
     EXPECT_GT(k.config.smem_bytes_dq, 0);
     names.push_back(cuda::fmha::fmha_backward_config_name(k.config));
@@ -1335,14 +1500,63 @@ TEST(FmhaBackwardRegistry, HoldsOneKernelPerDtypeWidthPolicyAndArchitecture) {
   EXPECT_EQ(std::unique(names.begin(), names.end()), names.end()) << "two registry entries share a name";
 }
 
+// A width serves every mask: a dtype with a Hopper D 32 entry of one policy has the other too, so that no
+// policy of a D 32 problem is left on a width without a kernel.
+TEST(FmhaBackwardRegistry, HopperHeadDim32EntriesComeWithBothPolicies) {
+  using cuda::fmha::FmhaBackwardPolicy;
+  for (const DType dtype : {DType::f16, DType::bf16}) {
+    EXPECT_EQ(has_hopper_entry(dtype, 32, FmhaBackwardPolicy::box),
+              has_hopper_entry(dtype, 32, FmhaBackwardPolicy::tile_list))
+        << dtype_name(dtype);
+  }
+}
+
 TEST(FmhaBackwardRegistry, SmallHeadDimsRunOnTheNarrowestWidthThatHoldsThem) {
   using cuda::fmha::fmha_backward_compiled_width;
-  EXPECT_EQ(fmha_backward_compiled_width(DType::bf16, 32, 32), 64);
+  const int d32 = has_hopper_entry(DType::bf16, 32, cuda::fmha::FmhaBackwardPolicy::box) ? 32 : 64;
+  EXPECT_EQ(fmha_backward_compiled_width(DType::bf16, 32, 32), d32);
+  EXPECT_EQ(fmha_backward_compiled_width(DType::bf16, 24, 32), d32);
+  EXPECT_EQ(fmha_backward_compiled_width(DType::bf16, 32, 40), 64);
   EXPECT_EQ(fmha_backward_compiled_width(DType::f16, 64, 48), 64);
   EXPECT_EQ(fmha_backward_compiled_width(DType::bf16, 72, 64), 128);
   EXPECT_EQ(fmha_backward_compiled_width(DType::f16, 128, 128), 128);
   EXPECT_EQ(fmha_backward_compiled_width(DType::bf16, 256, 256), 0) << "no backward width above 128";
   EXPECT_EQ(fmha_backward_compiled_width(DType::f32, 64, 64), 0) << "the CUDA backward runs fp16 and bf16 only";
+}
+
+// D 32 has Hopper kernels only: on 9.0 it runs on them, on other devices and with a positional bias (portable
+// tier only) on the 64-wide portable kernels; both policies alike.
+TEST(FmhaBackwardRegistry, HeadDim32RunsOnTheHopperD32KernelsOn90AndOnWidth64Elsewhere) {
+  using cuda::fmha::FmhaBackwardPolicy;
+  using cuda::fmha::FmhaDevice;
+  bool any = false;
+  for (const DType dtype : {DType::f16, DType::bf16}) {
+    if (!has_hopper_entry(dtype, 32, FmhaBackwardPolicy::box)) continue;
+    any = true;
+    for (const FmhaBackwardPolicy policy : {FmhaBackwardPolicy::box, FmhaBackwardPolicy::tile_list}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + (policy == FmhaBackwardPolicy::box ? " box" : " list"));
+      const FmhaDevice hopper{90, 227 * 1024};
+      EXPECT_EQ(cuda::fmha::fmha_backward_width_on_device(dtype, 32, 32, policy, hopper), 32);
+      EXPECT_EQ(cuda::fmha::fmha_backward_width_on_device(dtype, 24, 32, policy, hopper), 32);
+      EXPECT_EQ(cuda::fmha::fmha_backward_width_on_device(dtype, 32, 40, policy, hopper), 64);
+      const auto* on_hopper = cuda::fmha::fmha_backward_default_kernel(dtype, 32, 24, policy, hopper);
+      ASSERT_NE(on_hopper, nullptr);
+      EXPECT_EQ(on_hopper->config.head_dim, 32);
+      EXPECT_EQ(on_hopper->config.architecture, 90);
+      FmhaDevice with_bias = hopper;
+      with_bias.portable_only = true;
+      for (const FmhaDevice& device : {FmhaDevice{80, 163 * 1024}, FmhaDevice{100, 227 * 1024}, with_bias}) {
+        SCOPED_TRACE("capability " + std::to_string(device.capability) +
+                     (device.portable_only ? ", portable tier only" : ""));
+        EXPECT_EQ(cuda::fmha::fmha_backward_width_on_device(dtype, 32, 32, policy, device), 64);
+        const auto* other = cuda::fmha::fmha_backward_default_kernel(dtype, 32, 32, policy, device);
+        ASSERT_NE(other, nullptr) << "a D 32 backward must still run there";
+        EXPECT_EQ(other->config.head_dim, 64);
+        EXPECT_EQ(other->config.architecture, 80);
+      }
+    }
+  }
+  if (!any) GTEST_SKIP() << "this build compiles no Hopper D 32 backward (sm_90a not in the arch list)";
 }
 
 TEST(FmhaBackwardRegistry, EveryPortableEntryFitsTwoCtasPerSmOnHopper) {

@@ -11,10 +11,12 @@
 #include <cmath>
 #include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "attnkit/tuner.hpp"
 #include "core/float_convert.hpp"
+#include "cuda/fmha/fmha_backward_arguments.hpp"
 #include "cuda/fmha/fmha_configs.hpp"
 #include "cuda/tune/fmha_attention_runner.hpp"
 #include "cuda/tune/fmha_config_space.hpp"
@@ -205,6 +207,35 @@ TEST(TunerCuda, BackwardSpaceDefaultIsTheBackwardRegistryDefault) {
   ASSERT_NE(chosen, nullptr);
   EXPECT_EQ(chosen->id, cuda::fmha::fmha_backward_config_name(expected->config));
   EXPECT_NE(tune::builtin_config_spaces().find(tune::TuneOp::attention_backward, Backend::cuda), nullptr);
+}
+
+// The backward's width depends on the device (D 32 has Hopper kernels only): on each device the tuner's
+// valid configs are the registry's entries at the width the problem runs on there, and its default is the
+// registry's default.
+TEST(TunerCuda, BackwardHeadDim32ConfigsAreThoseOfTheWidthItRunsOnPerDevice) {
+  if (cuda::fmha::fmha_backward_kernels().empty()) GTEST_SKIP() << "no backward kernels in this build";
+  const tune::ConfigSpace space = cuda::fmha::fmha_backward_space();
+  for (const int capability : {80, 90}) {
+    for (const MaskKind mask : {MaskKind::causal, MaskKind::block}) {
+      SCOPED_TRACE("capability " + std::to_string(capability) + (mask == MaskKind::block ? ", block mask" : ""));
+      const tune::DeviceLimits limits = tune::cuda_device_limits(capability, 132);
+      tune::ProblemSpec spec = dense_spec(DType::bf16, 32, 999, mask);
+      spec.op = tune::TuneOp::attention_backward;
+      const auto policy = cuda::fmha::fmha_backward_policy_for(mask);
+      const cuda::fmha::FmhaDevice device{limits.compute_capability, static_cast<int>(limits.max_smem_per_block)};
+      const int width = cuda::fmha::fmha_backward_width_on_device(DType::bf16, 32, 32, policy, device);
+      ASSERT_NE(width, 0) << "no backward kernel runs bf16 D 32 here";
+      const auto* expected = cuda::fmha::fmha_backward_default_kernel(DType::bf16, 32, 32, policy, device);
+      ASSERT_NE(expected, nullptr);
+      EXPECT_EQ(expected->config.head_dim, width);
+      const tune::CandidateRanking ranking = tune::rank_candidates(space, spec, limits);
+      ASSERT_FALSE(ranking.valid.empty());
+      for (const auto& ranked : ranking.valid) EXPECT_EQ(ranked.config->param("head_dim"), width) << ranked.config->id;
+      const tune::Config* chosen = tune::default_config(space, ranking, spec, limits);
+      ASSERT_NE(chosen, nullptr);
+      EXPECT_EQ(chosen->id, cuda::fmha::fmha_backward_config_name(expected->config));
+    }
+  }
 }
 
 TEST(TunerCuda, ConfigsOfAnotherDtypeWidthOrPolicyAreRejected) {

@@ -61,12 +61,18 @@ std::string fmha_backward_config_name(const FmhaBackwardConfig& config);
 // the larger of its kernels' shared memory fits the opt-in maximum per block.
 bool fmha_backward_config_fits(const FmhaBackwardConfig& config, const FmhaDevice& device);
 
-// The compiled head-dim width that serves max(D, Dv) for this dtype, or 0 when none does.
+// The compiled head-dim width that serves max(D, Dv) for this dtype on some device, or 0 when none does.
 int fmha_backward_compiled_width(DType dtype, int64_t head_dim, int64_t head_dim_v);
 
+// The width a problem runs on: the narrowest compiled width >= max(D, Dv) with an entry of the dtype and
+// policy that fits the device, or 0. Widths differ by device: the Hopper tier compiles D 32, the portable
+// one not, so D 32 runs on width 32 on 9.0 and on 64 elsewhere (and with a positional bias).
+int fmha_backward_width_on_device(DType dtype, int64_t head_dim, int64_t head_dim_v, FmhaBackwardPolicy policy,
+                                  const FmhaDevice& device);
+
 // The default kernel for a problem: the first registry entry (Hopper tier first) of the problem's dtype,
-// width and policy that fits the device, or nullptr. ATTNKIT_FMHA_BACKWARD_CONFIG=<config name>
-// (benchmarks, tests) forces an entry when it can run the call.
+// width on the device (fmha_backward_width_on_device) and policy that fits the device, or nullptr.
+// ATTNKIT_FMHA_BACKWARD_CONFIG=<config name> (benchmarks, tests) forces an entry when it can run the call.
 const FmhaBackwardKernel* fmha_backward_default_kernel(DType dtype, int64_t head_dim, int64_t head_dim_v,
                                                        FmhaBackwardPolicy policy, const FmhaDevice& device);
 

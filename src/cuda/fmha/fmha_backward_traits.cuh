@@ -29,7 +29,7 @@ struct FmhaBackwardTraits {
   static constexpr int kBlockN = BlockN_;  // keys per KV tile
   static constexpr int kWarps = Warps_;
   static constexpr int kThreads = kWarps * 32;
-  static_assert(kHeadDim % 64 == 0, "compiled widths are 64 and 128");
+  static_assert(kHeadDim == 32 || kHeadDim % 64 == 0, "compiled widths are 32, 64 and 128");
   static_assert(kBlockM % (16 * kWarps) == 0 && kBlockN % (16 * kWarps) == 0, "warps stack along M");
   static_assert(kBlockM % 16 == 0 && kBlockN % 16 == 0, "tile shape");
 
@@ -39,8 +39,14 @@ struct FmhaBackwardTraits {
       cute::TiledMMA<cute::MMA_Atom<MmaOp>, cute::Layout<cute::Shape<cute::Int<kWarps>, cute::_1, cute::_1>>,
                      cute::Tile<cute::Int<16 * kWarps>, cute::_16, cute::_16>>;
 
-  using SmemAtom = decltype(cute::composition(
+  // 8 rows of 64 columns (128 bytes), 16-byte chunks XOR-ed by row % 8; the head-dim tiles at D 32 (the Hopper
+  // tier's view only: no portable dK/dV kernel is compiled for it) take 8 rows of 32 columns, chunks XOR-ed
+  // by (row / 2) % 4 as the Hopper tier's 64-byte swizzle does.
+  using SmemAtomWide = decltype(cute::composition(
       cute::Swizzle<3, 3, 3>{}, cute::Layout<cute::Shape<cute::_8, cute::_64>, cute::Stride<cute::_64, cute::_1>>{}));
+  using SmemAtomNarrow = decltype(cute::composition(
+      cute::Swizzle<2, 3, 3>{}, cute::Layout<cute::Shape<cute::_8, cute::_32>, cute::Stride<cute::_32, cute::_1>>{}));
+  using SmemAtom = std::conditional_t<kHeadDim % 64 == 0, SmemAtomWide, SmemAtomNarrow>;
   using SmemLayoutQ = decltype(cute::tile_to_shape(SmemAtom{}, cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>{}));
   using SmemLayoutKV =
       decltype(cute::tile_to_shape(SmemAtom{}, cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>>{}));
@@ -55,7 +61,8 @@ struct FmhaBackwardTraits {
   // the SmemLayoutKVt view, read transposed as the B operand) to keep its accumulators small.
   static constexpr int kDqSliceCols = 32;
   static constexpr int kDqSlices = kHeadDim / kDqSliceCols;
-  using SmemLayoutDs = decltype(cute::tile_to_shape(SmemAtom{}, cute::Shape<cute::Int<kBlockM>, cute::Int<kBlockN>>{}));
+  using SmemLayoutDs =
+      decltype(cute::tile_to_shape(SmemAtomWide{}, cute::Shape<cute::Int<kBlockM>, cute::Int<kBlockN>>{}));
 
   using SmemCopyAtom = cute::Copy_Atom<cute::SM75_U32x4_LDSM_N, Element>;
   using SmemCopyAtomTransposed = cute::Copy_Atom<cute::SM75_U16x8_LDSM_T, Element>;

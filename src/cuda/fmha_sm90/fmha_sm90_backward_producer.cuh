@@ -13,7 +13,7 @@
 // A visit's tiles are gathered in two steps so that each row's address is computed once: every
 // producer thread computes the start of one row (Q rows 0..63, then dO rows) into the stage's row
 // table, and after a producer barrier all 128 threads copy 16-byte chunks of consecutive rows
-// (cp.async, coalesced) into the 128-byte swizzled GMMA layouts. Rows outside the extents and columns
+// (cp.async, coalesced) into the swizzled GMMA layouts. Rows outside the extents and columns
 // past D (Dv for dO) are zero-filled.
 //
 // Hand-off through mbarriers: stage s is refilled for visit i >= 2 once both MMA warpgroups released
@@ -40,8 +40,9 @@ inline constexpr int kBarrierProducer = 4;
 // Copies a pair of tiles of `Rows` rows each (Q and dO, or K and V) whose row starts are in `rows` (the
 // first tile's rows, then the second's; nullptr: zero-fill) and commits them as one cp.async group.
 // This thread copies the 16-byte chunk at column `col` of rows first_row + kRowsPerPass k: the whole
-// 8-row periods of the 128-byte swizzle put pass k at destination + k * kRowsPerPass * 128 bytes in the
-// first tile and second_offset bytes further in the second; columns from `columns[t]` on are zero-filled.
+// 8-row periods of the swizzle put pass k at destination + k * kRowsPerPass * kSwizzleBytes bytes (the rows of
+// a swizzle atom's column chunk are kSwizzleBytes apart) in the first tile and second_offset bytes further in
+// the second; columns from `columns[t]` on are zero-filled.
 template <class Traits, int Rows>
 __device__ __forceinline__ void copy_tile_pair_from_rows(const typename Traits::Element* const* rows, int first_row,
                                                          int col, uint32_t destination, uint32_t second_offset,
@@ -50,7 +51,7 @@ __device__ __forceinline__ void copy_tile_pair_from_rows(const typename Traits::
   using Copy = typename Traits::ProducerCopy;
   static_assert(Copy::kRowsPerPass % 8 == 0,
                 "the GMMA swizzle repeats every 8 rows: passes are a fixed distance apart");
-  constexpr uint32_t kPassBytes = Copy::kRowsPerPass * 128;  // 8 (16) rows of a 64-column chunk
+  constexpr uint32_t kPassBytes = Copy::kRowsPerPass * Traits::kSwizzleBytes;
 #pragma unroll
   for (int tile = 0; tile < 2; ++tile) {
     const bool col_valid = col < columns[tile];

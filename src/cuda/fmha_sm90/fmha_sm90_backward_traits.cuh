@@ -13,8 +13,9 @@
 //             partial products are added into the accumulator, so the warpgroups never wait for each
 //             other.
 // Q, dO and K are each laid out once and read through two views of the same bytes: a K-major view
-// (rows, head dim) and an MN-major one (head dim, rows), possible because 128-byte swizzle atoms are
-// stacked along the rows first in both (a tile is [64-column chunk][row][64]).
+// (rows, head dim) and an MN-major one (head dim, rows), possible because the swizzle atoms are stacked
+// along the rows first in both: 128-byte atoms at D 64 and 128 (a tile is [64-column chunk][row][64]),
+// 64-byte atoms at D 32, whose rows are 64 bytes (a tile is [row][32]). is_transposed_view checks it.
 #pragma once
 #include <cutlass/numeric_types.h>
 #include <cute/arch/mma_sm90.hpp>
@@ -32,13 +33,41 @@
 
 namespace attnkit::cuda::fmha_sm90 {
 
+// Whether a (rows, head dim) layout and a (head dim, rows) one put every element at the same address: the
+// same swizzle of the same offsets. A layout's offset is the sum of its modes' offsets, so the two agree
+// everywhere when they agree along each axis (compile-time evaluation of every element exceeds nvcc's
+// constexpr budget at D 64).
+template <class RowsMajor, class ColumnsMajor>
+constexpr bool is_transposed_view() {
+  using namespace cute;
+  if constexpr (!std::is_same_v<decltype(get_swizzle_portion(RowsMajor{})),
+                                decltype(get_swizzle_portion(ColumnsMajor{}))>) {
+    return false;
+  } else {
+    constexpr auto rows = get_nonswizzle_portion(RowsMajor{});
+    constexpr auto columns = get_nonswizzle_portion(ColumnsMajor{});
+    if (int(size<0>(rows)) != int(size<1>(columns)) || int(size<1>(rows)) != int(size<0>(columns))) return false;
+    for (int r = 0; r < int(size<0>(rows)); ++r) {
+      if (rows(r, 0) != columns(0, r)) return false;
+    }
+    for (int c = 0; c < int(size<1>(rows)); ++c) {
+      if (rows(0, c) != columns(c, 0)) return false;
+    }
+    return true;
+  }
+}
+
 template <class Element_, int HeadDim_>
 struct Sm90BackwardTraits {
   using Element = Element_;
   static_assert(std::is_same_v<Element, cutlass::half_t> || std::is_same_v<Element, cutlass::bfloat16_t>,
                 "the Hopper kernels run fp16 and bf16");
   static constexpr int kHeadDim = HeadDim_;
-  static_assert(kHeadDim == 64 || kHeadDim == 128, "128-byte swizzled rows: head dims 64 and 128");
+  static_assert(kHeadDim == 32 || kHeadDim == 64 || kHeadDim == 128, "head dims 32, 64 and 128");
+  // The width of the swizzle atoms of Q, dO, K and V: a row's bytes up to 128. Their swizzle repeats every
+  // 8 rows (8 x kSwizzleBytes bytes).
+  static constexpr int kSwizzleBytes = kHeadDim * int(sizeof(Element)) < 128 ? kHeadDim * int(sizeof(Element)) : 128;
+  static_assert(kSwizzleBytes == 64 || kSwizzleBytes == 128, "64- or 128-byte swizzle atoms");
   // A producer and two MMA warpgroups of 64 keys, one CTA per SM. The producer gives its registers
   // to the MMA warpgroups (setmaxnreg): 24 x 128 + 240 x 256 of the 64 Ki registers.
   static constexpr int kMmaGroups = 2;
@@ -53,9 +82,10 @@ struct Sm90BackwardTraits {
   static constexpr int kMmaRegisters = 240;
   // Tile lists with an element mask: partial visits' key-major mask words go through the stage (the producer's
   // copies) at D 64, where the MMA warpgroups' global loads of them delayed the probabilities (H200, S 8192,
-  // 50 % mask: dK/dV kernel 3.41 -> 2.98 ms, unmasked 2.56); at D 128 the consumers are at their register
-  // limit, the staged path's extra live values spilled and cost 1 % there, so D 128 loads the words itself.
-  static constexpr bool kStagedKeyWords = kHeadDim == 64;
+  // 50 % mask: dK/dV kernel 3.41 -> 2.98 ms, unmasked 2.56), and at D 32, whose accumulators are smaller; at
+  // D 128 the consumers are at their register limit, the staged path's extra live values spilled and cost 1 %
+  // there, so D 128 loads the words itself.
+  static constexpr bool kStagedKeyWords = kHeadDim <= 64;
   // The portable kernels that run around this one (preprocess, tile lists, dQ kernel of the
   // deterministic mode, dQ convert) see the same tiles through this view.
   using Portable = fmha::FmhaBackwardTraits<Element, kHeadDim, kBlockM, kBlockN, 4>;
@@ -77,17 +107,21 @@ struct Sm90BackwardTraits {
   using MmaDq = SS<cute::Shape<cute::_64, cute::Int<kDqColumns>, cute::Int<kDqDepth>>, cute::GMMA::Major::MN,
                    cute::GMMA::Major::MN>;
 
+  using RowsAtom = std::conditional_t<kSwizzleBytes == 128, cute::GMMA::Layout_K_SW128_Atom<Element>,
+                                      cute::GMMA::Layout_K_SW64_Atom<Element>>;
+  using ColumnsAtom = std::conditional_t<kSwizzleBytes == 128, cute::GMMA::Layout_MN_SW128_Atom<Element>,
+                                         cute::GMMA::Layout_MN_SW64_Atom<Element>>;
   template <int Rows>
-  using RowsMajor = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<Element>{},
-                                                 cute::Shape<cute::Int<Rows>, cute::Int<kHeadDim>>{}));
+  using RowsMajor = decltype(cute::tile_to_shape(RowsAtom{}, cute::Shape<cute::Int<Rows>, cute::Int<kHeadDim>>{}));
   template <int Rows>
-  using ColumnsMajor = decltype(cute::tile_to_shape(cute::GMMA::Layout_MN_SW128_Atom<Element>{},
-                                                    cute::Shape<cute::Int<kHeadDim>, cute::Int<Rows>>{},
+  using ColumnsMajor = decltype(cute::tile_to_shape(ColumnsAtom{}, cute::Shape<cute::Int<kHeadDim>, cute::Int<Rows>>{},
                                                     cute::Step<cute::_2, cute::_1>{}));
   using SmemLayoutQ = RowsMajor<kBlockM>;      // Q, dO: (query, head dim)
   using SmemLayoutQt = ColumnsMajor<kBlockM>;  // the same bytes as (head dim, query)
   using SmemLayoutKV = RowsMajor<kBlockN>;     // K, V: (key, head dim)
   using SmemLayoutKt = ColumnsMajor<kBlockN>;  // K as (head dim, key)
+  static_assert(is_transposed_view<SmemLayoutQ, SmemLayoutQt>() && is_transposed_view<SmemLayoutKV, SmemLayoutKt>(),
+                "the MN-major views read the K-major tiles' bytes");
   // A warpgroup's dS with queries contiguous: (query, key), the MN-major A operand of MmaDq; a
   // thread's two adjacent query columns of one key row are one 32-bit store.
   using SmemLayoutDs = decltype(cute::tile_to_shape(cute::GMMA::Layout_MN_SW128_Atom<Element>{},

@@ -232,12 +232,14 @@ tune::ConfigSpace fmha_backward_space() {
     }
     const auto dtype = static_cast<DType>(config.param("dtype"));
     if (dtype != spec.dtype) return "built for " + std::string(dtype_name(dtype));
-    const int width = fmha_backward_compiled_width(spec.dtype, spec.head_dim, spec.head_dim_v);
+    const auto wanted = fmha_backward_policy_for(spec.mask);
+    FmhaDevice device = device_of(limits);
+    device.portable_only = spec.positional_bias;
+    const int width = fmha_backward_width_on_device(spec.dtype, spec.head_dim, spec.head_dim_v, wanted, device);
     if (config.param("head_dim") != width) {
       return "compiled for head dim " + std::to_string(config.param("head_dim")) + "; this problem runs on width " +
-             std::to_string(width);
+             std::to_string(width) + " on this device";
     }
-    const auto wanted = fmha_backward_policy_for(spec.mask);
     if (config.param("policy") != static_cast<int64_t>(wanted)) return "another mask policy";
     return "";
   };

@@ -30,7 +30,7 @@
 # forward and backward at head dim 32 (NAT-style layers). The Hopper tiles are fixed by their traits (forward:
 # 2 consumer warpgroups of 64 rows + a producer; backward: 2 MMA warpgroups of 64 keys + a producer); the
 # portable backward runs 64 x 64 x 4 warps for both widths (wider heads are refused with the list of widths).
-# A call runs on the narrowest width with a row of its dtype and policy that fits the device (fmha_width_on,
+# A call runs on the narrowest width with a row of its dtype and policy that fits the device (fmha_width_on_device,
 # fmha_backward_width_on_device): D = 32 on the Hopper D 32 rows on 9.0, else on the portable D 32 forward
 # rows (full set) or the 64-wide rows (no portable backward row has D 32).
 set(ATTNKIT_FMHA_KERNEL_TABLE

@@ -121,7 +121,7 @@ std::vector<std::string> configs_for(const Case& c) {
   cuda::fmha::FmhaDevice device = cuda::fmha::fmha_device(0);
   device.portable_only = c.rpb.has_value();  // the Hopper tier adds no positional bias
   const cuda::fmha::FmhaPolicyKind policy = cuda::fmha::fmha_policy_for(c.mask.kind);
-  const int width = cuda::fmha::fmha_width_on(c.dtype, c.head_dim, c.head_dim_v, policy, device);
+  const int width = cuda::fmha::fmha_width_on_device(c.dtype, c.head_dim, c.head_dim_v, policy, device);
   std::vector<std::string> names;
   for (const auto& k : cuda::fmha::fmha_forward_kernels()) {
     if (k.config.dtype == c.dtype && k.config.head_dim == width && k.config.policy == policy &&

@@ -58,7 +58,8 @@ int fmha_compiled_width(DType dtype, int64_t head_dim, int64_t head_dim_v) {
   return best;
 }
 
-int fmha_width_on(DType dtype, int64_t head_dim, int64_t head_dim_v, FmhaPolicyKind policy, const FmhaDevice& device) {
+int fmha_width_on_device(DType dtype, int64_t head_dim, int64_t head_dim_v, FmhaPolicyKind policy,
+                         const FmhaDevice& device) {
   const int64_t needed = std::max(head_dim, head_dim_v);
   int best = 0;
   for (const auto& k : fmha_forward_kernels()) {
@@ -73,7 +74,7 @@ int fmha_width_on(DType dtype, int64_t head_dim, int64_t head_dim_v, FmhaPolicyK
 
 const FmhaKernel* fmha_default_kernel(DType dtype, int64_t head_dim, int64_t head_dim_v, FmhaPolicyKind policy,
                                       const FmhaDevice& device) {
-  const int width = fmha_width_on(dtype, head_dim, head_dim_v, policy, device);
+  const int width = fmha_width_on_device(dtype, head_dim, head_dim_v, policy, device);
   // ATTNKIT_FMHA_CONFIG=<config name> (benchmarks, config sweeps) forces a registry entry when it can
   // run the call.
   if (const char* forced = forced_config_name(kForcedForwardConfigVariable); forced != nullptr) {

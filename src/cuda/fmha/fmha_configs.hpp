@@ -91,9 +91,10 @@ int fmha_compiled_width(DType dtype, int64_t head_dim, int64_t head_dim_v);
 // The narrowest compiled width >= max(D, Dv) with a kernel of this dtype and policy that fits the device,
 // or 0 (a build whose Hopper kernels include a width its portable ones lack serves that width elsewhere
 // with the next wider portable kernel).
-int fmha_width_on(DType dtype, int64_t head_dim, int64_t head_dim_v, FmhaPolicyKind policy, const FmhaDevice& device);
+int fmha_width_on_device(DType dtype, int64_t head_dim, int64_t head_dim_v, FmhaPolicyKind policy,
+                         const FmhaDevice& device);
 
-// The default kernel for a problem: the first fitting entry of fmha_width_on's width and the policy, or
+// The default kernel for a problem: the first fitting entry of fmha_width_on_device's width and the policy, or
 // nullptr when none is compiled or fits the device.
 const FmhaKernel* fmha_default_kernel(DType dtype, int64_t head_dim, int64_t head_dim_v, FmhaPolicyKind policy,
                                       const FmhaDevice& device);

@@ -58,7 +58,8 @@ std::string invalid_reason(const tune::Config& config, const tune::ProblemSpec& 
   if (dtype != spec.dtype) return "built for " + std::string(dtype_name(dtype));
   FmhaDevice device = device_of(limits);
   device.portable_only = spec.positional_bias;
-  const int width = fmha_width_on(spec.dtype, spec.head_dim, spec.head_dim_v, fmha_policy_for(spec.mask), device);
+  const int width =
+      fmha_width_on_device(spec.dtype, spec.head_dim, spec.head_dim_v, fmha_policy_for(spec.mask), device);
   if (config.param("head_dim") != width) {
     return "compiled for head dim " + std::to_string(config.param("head_dim")) +
            "; max(D, Dv) = " + std::to_string(std::max(spec.head_dim, spec.head_dim_v)) + " runs on width " +

@@ -630,23 +630,32 @@ TEST_F(CudaFmhaForward, SeveralHeadsPerCtaMatchTheOracle) {
   }
 }
 
-TEST(FmhaSm90HeadsPerCta, PairsHeadsOnlyForLargeHeadIndependentGrids) {
+TEST(FmhaSm90HeadsPerCta, HeadsPerCtaFollowTheWaveModel) {
+  using cuda::fmha_sm90::choose_heads_per_cta;
   cuda::fmha::FmhaParams p;
   p.heads_q = 16;
   p.batch = 16;
-  p.total_q_tiles = 8;  // 2048 CTAs with one head each
-  EXPECT_EQ(cuda::fmha_sm90::choose_heads_per_cta(p, true), 2);
-  EXPECT_EQ(cuda::fmha_sm90::choose_heads_per_cta(p, false), 1);  // tile lists, cp.async gathers, D 128
-  p.batch = 1;                                                    // 128 CTAs: pairing would leave SMs idle
-  EXPECT_EQ(cuda::fmha_sm90::choose_heads_per_cta(p, true), 1);
+  p.total_q_tiles = 8;  // 2048 CTAs with one head each: 8 heads per CTA make 2 waves on 132 SMs
+  EXPECT_EQ(choose_heads_per_cta(p, true, 132), 8);
+  EXPECT_EQ(choose_heads_per_cta(p, false, 132), 1);  // tile lists, cp.async gathers, D 128
+  p.batch = 4;                                        // 512 CTAs: 4 heads fill one wave, 3 would need 2
+  EXPECT_EQ(choose_heads_per_cta(p, true, 132), 4);
+  EXPECT_LT(cuda::fmha_sm90::heads_per_cta_cost(p, 4, 132), cuda::fmha_sm90::heads_per_cta_cost(p, 3, 132));
+  EXPECT_LT(cuda::fmha_sm90::heads_per_cta_cost(p, 4, 132), cuda::fmha_sm90::heads_per_cta_cost(p, 8, 132));
+  p.batch = 1;  // 128 CTAs: one wave already, more heads per CTA only lengthen it
+  EXPECT_EQ(choose_heads_per_cta(p, true, 132), 1);
+  EXPECT_EQ(choose_heads_per_cta(p, true, 0), 1);  // unknown SM count: 132 assumed
   p.batch = 16;
+  p.rule[0].kind = cuda::WindowKind::prefix;  // causal: unequal CTAs, at most two heads
+  EXPECT_EQ(choose_heads_per_cta(p, true, 132), 2);
+  p.rule[0].kind = cuda::WindowKind::dense;
   p.heads_q = 1;
-  EXPECT_EQ(cuda::fmha_sm90::choose_heads_per_cta(p, true), 1);
+  EXPECT_EQ(choose_heads_per_cta(p, true, 132), 1);
   p.heads_q = 2;
   {
     const ForcedHeadsPerCta forced(3);
-    EXPECT_EQ(cuda::fmha_sm90::choose_heads_per_cta(p, true), 2);  // never more than the heads
-    EXPECT_EQ(cuda::fmha_sm90::choose_heads_per_cta(p, false), 1);
+    EXPECT_EQ(choose_heads_per_cta(p, true, 132), 2);  // never more than the heads
+    EXPECT_EQ(choose_heads_per_cta(p, false, 132), 1);
   }
 }
 

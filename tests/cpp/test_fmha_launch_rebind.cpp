@@ -70,7 +70,7 @@ using cuda::fmha::TokenSpace;
 #define ATTNKIT_TILE_LIST_BUILD_FIELDS(X)                                                                       \
   X(kind) X(mask) X(mask_stride) X(block_q) X(block_k) X(seq_q) X(seq_k) X(q_tiles) X(kv_tiles) X(mask_batch) \
   X(mask_heads) X(blocks_align_with_tiles) X(classes) X(entries) X(counts) X(bits)
-#define ATTNKIT_FMHA_LAUNCH_FIELDS(X) X(params) X(tile_list)
+#define ATTNKIT_FMHA_LAUNCH_FIELDS(X) X(params) X(tile_list) X(multiprocessors)
 #define ATTNKIT_BACKWARD_TILE_LISTS_FIELDS(X)                                                            \
   X(q_entries) X(q_counts) X(kv_entries) X(kv_counts) X(q_tiles) X(kv_tiles) X(mask_batch) X(mask_heads) \
   X(kind) X(mask) X(key_bits) X(key_words) X(mask_stride) X(block_q) X(block_k)

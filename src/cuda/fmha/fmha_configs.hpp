@@ -37,6 +37,7 @@ struct FmhaConfig {
 struct FmhaLaunch {
   FmhaParams params{};
   TileListBuildParams tile_list{};
+  int32_t multiprocessors = 0;  // SMs of the device the launch runs on (Hopper forward: heads per CTA); 0 unknown
 };
 
 // Caller-provided scratch (RunOptions::workspace); data == nullptr: the launcher allocates stream-ordered.

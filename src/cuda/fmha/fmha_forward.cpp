@@ -22,8 +22,10 @@ detail::MadePlan<AttentionForward> make_forward_plan(const AttentionForward& pro
   const FmhaKernel& kernel = *selection.kernel;
   if (tile_shape != nullptr) *tile_shape = ForwardTileShape{kernel.config.block_m, kernel.config.block_n};
   detail::MadePlan<AttentionForward> made;
-  made.plan = std::make_unique<FmhaForwardPlan>(kernel, make_forward_launch(problem, shape, kernel.config), device,
-                                                detail::tuned_config(selection.name, selection.source));
+  FmhaLaunch launch = make_forward_launch(problem, shape, kernel.config);
+  launch.multiprocessors = fmha_device(device).multiprocessors;
+  made.plan =
+      std::make_unique<FmhaForwardPlan>(kernel, launch, device, detail::tuned_config(selection.name, selection.source));
   made.reusable = !selection.provisional;
   return made;
 }

@@ -9,9 +9,16 @@ namespace {
 
 std::atomic<int> heads_override{0};
 
-// Two heads per CTA halve the grid: only grids that stay above ~8 waves of one CTA per SM on a 132-SM
-// GPU pair their heads, so the last wave's imbalance stays small.
-constexpr int64_t kMinCtasAfterPairing = 1024;
+// A CTA's fixed cost (setup, first loads, launch share) relative to one head's work in it, and the most
+// heads a CTA runs: fitted to a sweep of forced heads per CTA (1, 2, 3, 4, 8) over 11 small-window,
+// 1-D, 3-D and short dense problems on an H200 (docs/perf.md), where ceil(waves) x (0.3 + h) ranks the
+// choices as measured, the 1.3-wave grid of 3 heads and the half-empty wave of 8 included.
+constexpr double kFixedCostPerHead = 0.3;
+constexpr int kMaxHeadsPerCta = 8;
+// Causal prefixes give the CTAs of one grid unequal work (the last Q tiles see the most keys): longer CTAs
+// would leave a longer tail, so they pair at most two heads.
+constexpr int kMaxHeadsPerCtaWithPrefix = 2;
+constexpr int kDefaultMultiprocessors = 132;
 
 // ATTNKIT_SM90_HEADS_PER_CTA=<n> (benchmarks): n heads per eligible CTA instead of the rule; read once.
 int environment_heads() {
@@ -25,13 +32,34 @@ int environment_heads() {
 
 }  // namespace
 
-int choose_heads_per_cta(const fmha::FmhaParams& p, bool head_independent_tma) {
+double heads_per_cta_cost(const fmha::FmhaParams& p, int heads, int multiprocessors) {
+  const int64_t groups = (p.heads_q + heads - 1) / heads;
+  const int64_t ctas = int64_t{p.total_q_tiles} * p.batch * groups;
+  const int64_t slots = multiprocessors > 0 ? multiprocessors : kDefaultMultiprocessors;
+  const int64_t waves = (ctas + slots - 1) / slots;
+  return static_cast<double>(waves) * (kFixedCostPerHead + heads);
+}
+
+int choose_heads_per_cta(const fmha::FmhaParams& p, bool head_independent_tma, int multiprocessors) {
   if (!head_independent_tma || p.heads_q < 2) return 1;
   int forced = heads_override.load(std::memory_order_relaxed);
   if (forced == 0) forced = environment_heads();
   if (forced > 0) return forced < p.heads_q ? forced : p.heads_q;
-  const int64_t ctas = int64_t{p.total_q_tiles} * p.batch * ((p.heads_q + 1) / 2);
-  return ctas >= kMinCtasAfterPairing ? 2 : 1;
+  int most = kMaxHeadsPerCta;
+  for (int d = 0; d < p.dims; ++d) {
+    if (p.rule[d].kind == WindowKind::prefix) most = kMaxHeadsPerCtaWithPrefix;
+  }
+  if (most > p.heads_q) most = p.heads_q;
+  int best = 1;
+  double best_cost = heads_per_cta_cost(p, 1, multiprocessors);
+  for (int heads = 2; heads <= most; ++heads) {
+    const double cost = heads_per_cta_cost(p, heads, multiprocessors);
+    if (cost < best_cost) {
+      best = heads;
+      best_cost = cost;
+    }
+  }
+  return best;
 }
 
 void set_heads_per_cta_override(int heads) { heads_override.store(heads, std::memory_order_relaxed); }

@@ -7,7 +7,8 @@
 // several heads per CTA the policy state is set up once (a box mask is the same for every head), and the
 // producer loads the next head's first K/V tile and Q tile while the consumers finish the previous head.
 // Only the TMA path does it (one producer thread issues every load) and only with box masks (tile lists
-// may differ per head); the grid must stay large enough to fill the GPU several times over.
+// may differ per head). Fewer, longer CTAs fill the GPU in fewer waves but leave it idle in a partial last
+// wave: the choice weighs both (heads_per_cta_cost).
 #pragma once
 #include <cstdint>
 
@@ -15,9 +16,14 @@
 
 namespace attnkit::cuda::fmha_sm90 {
 
-// The heads per CTA for a launch of `p` (p.heads_per_cta is ignored): 1 unless `head_independent_tma`
-// (box policy, Q and K/V by TMA) and the grid keeps at least kMinCtasAfterPairing CTAs.
-int choose_heads_per_cta(const fmha::FmhaParams& p, bool head_independent_tma);
+// The heads per CTA for a launch of `p` (p.heads_per_cta is ignored) on a GPU of `multiprocessors` SMs
+// (0: unknown, 132 assumed): 1 unless `head_independent_tma` (box policy, Q and K/V by TMA); else the
+// count of at most 8 (2 with a causal prefix) whose grid takes the least time by heads_per_cta_cost.
+int choose_heads_per_cta(const fmha::FmhaParams& p, bool head_independent_tma, int multiprocessors);
+
+// The model behind that choice, in units of one head's work in a CTA: waves of CTAs (one per SM) times each
+// CTA's fixed cost plus its heads.
+double heads_per_cta_cost(const fmha::FmhaParams& p, int heads, int multiprocessors);
 
 // Tests: force the heads per CTA of every later eligible launch (0: choose as above).
 void set_heads_per_cta_override(int heads);

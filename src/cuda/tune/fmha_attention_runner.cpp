@@ -177,7 +177,8 @@ void FmhaAttentionRunner::compute_forward_outputs() {
                  "cudaMemsetAsync");
       continue;
     }
-    const FmhaLaunch launch = make_forward_launch(set.forward, shape_, kernel->config);
+    FmhaLaunch launch = make_forward_launch(set.forward, shape_, kernel->config);
+    launch.multiprocessors = fmha_device(device_).multiprocessors;
     reserve_workspace(kernel->workspace_bytes(launch));
     kernel->launch(launch, FmhaWorkspace{workspace_, workspace_bytes_}, stream());
     check_cuda(cudaGetLastError(), "forward kernel (tuning inputs)");
@@ -233,7 +234,8 @@ double FmhaAttentionRunner::measure_seconds(const tune::Config& config, int iter
   const FmhaKernel* kernel = forward_kernel_of(config);
   if (kernel == nullptr)
     throw Error(Status::internal, "CUDA tuning runner: config " + config.id + " has no forward kernel entry");
-  const FmhaLaunch launch = make_forward_launch(set.forward, shape_, kernel->config);
+  FmhaLaunch launch = make_forward_launch(set.forward, shape_, kernel->config);
+  launch.multiprocessors = fmha_device(device_).multiprocessors;
   reserve_workspace(kernel->workspace_bytes(launch));
   return timer_->time(
       [&](cudaStream_t stream) {

@@ -601,7 +601,7 @@ struct ForcedHeadsPerCta {
 
 TEST_F(CudaFmhaForward, SeveralHeadsPerCtaMatchTheOracle) {
   uint64_t seed = 700;
-  for (int heads_per_cta : {2, 3}) {
+  for (int heads_per_cta : {2, 3, 5}) {
     SCOPED_TRACE("heads per CTA " + std::to_string(heads_per_cta));
     const ForcedHeadsPerCta forced(heads_per_cta);
     Case c;

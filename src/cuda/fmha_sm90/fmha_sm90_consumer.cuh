@@ -40,15 +40,13 @@ struct Sm90Consumer {
 
   // ctid: thread index among the consumers (0..255); group: 0 or 1 (query rows 64*group ...), warp-uniform.
   // Runs heads cta.head .. cta.head + heads - 1 in turn; their KV tiles share one run of stage/phase
-  // counters (tile i of head j is the CTA's tile j * count + i), and after each head but the last the Q
-  // buffer (which staged that head's O) is handed back to the producer through q_empty.
+  // counters (tile i of head j is the CTA's tile j * count + i). Head j reads Q buffer j % kQBuffers and stages
+  // its O there; the buffer goes back to the producer through q_empty when a later head needs it.
   __device__ __forceinline__ void operator()(const fmha::FmhaParams& p, const fmha::CtaTile& cta, int heads,
                                              const Policy& policy, Storage& ss, const int (&row_of)[kRows], int ctid,
                                              int group) const {
     using namespace cute;
     const int wg_tid = ctid % 128;
-    Tensor sQ = make_tensor(make_smem_ptr(ss.q), typename Traits::SmemLayoutQ{});
-    Tensor sQg = local_tile(sQ, Shape<_64, Int<Traits::kHeadDim>>{}, make_coord(group, _0{}));
     Tensor sK = make_tensor(make_smem_ptr(ss.k), typename Traits::SmemLayoutK{});
     Tensor sVt = make_tensor(make_smem_ptr(ss.v), typename Traits::SmemLayoutVt{});
 
@@ -56,7 +54,6 @@ struct Sm90Consumer {
     typename Traits::MmaO mma_o;
     auto thread_s = mma_s.get_thread_slice(wg_tid);
     auto thread_o = mma_o.get_thread_slice(wg_tid);
-    Tensor tSrQ = thread_s.partition_fragment_A(sQg);  // (MMA, 1, K) descriptors
     Tensor tSrK = thread_s.partition_fragment_B(sK);   // (MMA, 1, K, stage)
     Tensor tOrV = thread_o.partition_fragment_B(sVt);  // (MMA, 1, keys/16, stage)
     Tensor acc_s = partition_fragment_C(mma_s, Shape<_64, Int<Traits::kBlockN>>{});
@@ -71,10 +68,14 @@ struct Sm90Consumer {
     const int other = 1 - group;
 
     for (int head = 0; head < heads; ++head) {
+      const int q_buffer = head % Traits::kQBuffers;
+      Tensor sQ = make_tensor(make_smem_ptr(ss.q[q_buffer]), typename Traits::SmemLayoutQ{});
+      Tensor sQg = local_tile(sQ, Shape<_64, Int<Traits::kHeadDim>>{}, make_coord(group, _0{}));
+      Tensor tSrQ = thread_s.partition_fragment_A(sQg);  // (MMA, 1, K) descriptors
       clear(acc_o);
       fmha::OnlineSoftmax<kRows> softmax;
       softmax.reset();
-      barrier_wait(&ss.q_full, head & 1);
+      barrier_wait(&ss.q_full[q_buffer], (head / Traits::kQBuffers) & 1);
       const int base = head * count;  // the CTA's index of this head's tile 0
       TileWalk<Policy> walk(policy);
       // Ping-pong between the two consumer warpgroups: a warpgroup issues its products only after the
@@ -165,9 +166,9 @@ struct Sm90Consumer {
       fmha::CtaTile head_cta = cta;
       head_cta.head += head;
       epilogue(p, head_cta, acc_o, softmax, row_of, sQ, ctid, group);
-      if (head + 1 < heads) {
-        fence_generic_to_async_shared();  // the O staging's shared accesses before the next Q's TMA writes
-        barrier_arrive(&ss.q_empty);
+      if (head + Traits::kQBuffers < heads) {
+        fence_generic_to_async_shared();  // the O staging's shared accesses before a later Q's TMA writes
+        barrier_arrive(&ss.q_empty[q_buffer]);
       }
     }
   }

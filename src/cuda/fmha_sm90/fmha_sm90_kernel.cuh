@@ -40,8 +40,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
   if (tid == 0) {
     // Q with TMA: one arrival (thread 0's, with the tile's byte count); with cp.async every producer thread's.
-    barrier_init(&ss.q_full, maps.q_enabled ? 1 : Traits::kProducerThreads);
-    barrier_init(&ss.q_empty, Traits::kConsumerThreads);
+#pragma unroll
+    for (int b = 0; b < Traits::kQBuffers; ++b) {
+      barrier_init(&ss.q_full[b], maps.q_enabled ? 1 : Traits::kProducerThreads);
+      barrier_init(&ss.q_empty[b], Traits::kConsumerThreads);
+    }
     // TMA: one arrival (with the stage's byte count) per fill; cp.async: every producer thread arrives.
     const uint32_t fill_arrivals = maps.enabled ? 1 : Traits::kProducerThreads;
 #pragma unroll
@@ -59,7 +62,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // fmha_sm90_heads_per_cta.hpp).
   cta.head = static_cast<int32_t>(blockIdx.y) * p.heads_per_cta;
   const int heads = Traits::kSeveralHeadsPerCta ? min(p.heads_per_cta, p.heads_q - cta.head) : 1;
-  if (warp_group == 0) Sm90Producer<Traits, Policy>::issue_q(p, cta, ss, maps, tid);  // lands during the setup
+  if (warp_group == 0) Sm90Producer<Traits, Policy>::issue_q(p, cta, ss, maps, tid, 0);  // lands during the setup
   Policy policy;
   policy.init(p, cta, ss.policy, ss.policy_state, ctid < 0 ? -1 : ctid);
   // Thread 0 initialised the barriers itself: the first K/V tile goes out before the setup barrier too.

@@ -90,50 +90,55 @@ struct Sm90Producer {
   }
 
   // One thread issues K and V tiles 1.. as TMA boxes (tile 0 went out in issue_first_kv), then, for each
-  // further head of the CTA, its tile 0, its Q tile once the consumers have released the Q buffer
-  // (q_empty), and its tiles 1.. — the KV tiles of all heads share one run of stage/phase counters.
+  // further head of the CTA, its tile 0 and its tiles 1..; after a head's tiles, the next head's Q tile into
+  // its buffer (head n uses buffer n % kQBuffers) once the consumers have released that buffer (q_empty, after
+  // the epilogue of head n - kQBuffers). The KV tiles of all heads share one run of stage/phase counters.
   __device__ __forceinline__ void load_with_tma(const fmha::FmhaParams& p, const fmha::CtaTile& cta, int heads,
                                                 const Policy& policy, Storage& ss, const Sm90TileMaps& maps) const {
+    constexpr int kQBuffers = Traits::kQBuffers;
     const int count = policy.count();
     for (int j = 0; j < heads; ++j) {
       fmha::CtaTile head_cta = cta;
       head_cta.head += j;
       TileWalk<Policy> walk(policy);
-      if (j > 0) {
-        if (count > 0) load_tile_with_tma(p, head_cta, policy.origin(walk.tile), ss, maps, j * count);
-        barrier_wait(&ss.q_empty, (j - 1) & 1);
-        issue_q(p, head_cta, ss, maps, 0);
-      }
+      if (j > 0 && count > 0) load_tile_with_tma(p, head_cta, policy.origin(walk.tile), ss, maps, j * count);
       for (int i = 1; i < count; ++i) {
         walk.advance(policy, i - 1);
         load_tile_with_tma(p, head_cta, policy.origin(walk.tile), ss, maps, j * count + i);
       }
+      const int next = j + 1;
+      if (next < heads) {
+        if (next >= kQBuffers) barrier_wait(&ss.q_empty[next % kQBuffers], ((next - kQBuffers) / kQBuffers) & 1);
+        fmha::CtaTile next_cta = cta;
+        next_cta.head += next;
+        issue_q(p, next_cta, ss, maps, 0, next % kQBuffers);
+      }
     }
   }
 
-  // Issues the Q tile: one TMA box per 64 columns from thread 0 when maps.q_enabled (with K/V by TMA:
-  // q_full then expects one arrival and the bytes), else the producer's first cp.async group, which
-  // operator() waits for before announcing q_full. Called before the CTA's setup so that the load
-  // overlaps it; the barriers must be initialised (and fenced) before.
+  // Issues the Q tile into Q buffer `buffer`: one TMA box per column chunk from thread 0 when maps.q_enabled
+  // (with K/V by TMA: q_full[buffer] then expects one arrival and the bytes), else the producer's first
+  // cp.async group (buffer 0), which operator() waits for before announcing q_full. The first head's is issued
+  // before the CTA's setup so that the load overlaps it; the barriers must be initialised (and fenced) before.
   __device__ __forceinline__ static void issue_q(const fmha::FmhaParams& p, const fmha::CtaTile& cta, Storage& ss,
-                                                 const Sm90TileMaps& maps, int ptid) {
+                                                 const Sm90TileMaps& maps, int ptid, int buffer) {
     using namespace cute;
     if (maps.q_enabled) {
       if (ptid != 0) return;
-      Tensor sQ = make_tensor(make_smem_ptr(ss.q), typename Traits::SmemLayoutQ{});
+      Tensor sQ = make_tensor(make_smem_ptr(ss.q[buffer]), typename Traits::SmemLayoutQ{});
       int32_t c[5];
       box_coordinates(p.dims, p.q_space.extent[0], maps.q_fold_batch != 0, maps.q_has_batch != 0, cta.q, cta.head,
                       cta.batch, c);
-      barrier_arrive_expect_bytes(&ss.q_full, Traits::kQTileBytes);
+      barrier_arrive_expect_bytes(&ss.q_full[buffer], Traits::kQTileBytes);
 #pragma unroll
       for (int chunk = 0; chunk < Traits::kHeadDim / Traits::kChunkColumns; ++chunk) {
         c[0] = chunk * Traits::kChunkColumns;
-        tma_load_box(&maps.q, raw_pointer_cast(&sQ(0, c[0])), &ss.q_full, maps.q_rank, c);
+        tma_load_box(&maps.q, raw_pointer_cast(&sQ(0, c[0])), &ss.q_full[buffer], maps.q_rank, c);
       }
       return;
     }
     const int64_t q_offset = cta.batch * p.q.batch_stride + cta.head * p.q.head_stride;
-    Tensor sQ = make_tensor(make_smem_ptr(ss.q), typename Traits::SmemLayoutQ{});
+    Tensor sQ = make_tensor(make_smem_ptr(ss.q[0]), typename Traits::SmemLayoutQ{});
     copy_tile_async<Traits, Traits::kBlockM>(
         [&](int row, int col) { return raw_pointer_cast(&sQ(row, col)); }, p.q.data,
         [&](int row) { return fmha::tile_row_start<Element>(p.q, q_offset, p.q_space, p.dilation, cta.q, row); },
@@ -151,7 +156,7 @@ struct Sm90Producer {
       if (!maps.q_enabled) {
         wait_async_copies<0>();
         fence_generic_to_async_shared();
-        barrier_arrive(&ss.q_full);
+        barrier_arrive(&ss.q_full[0]);
       }
       if (ptid == 0) load_with_tma(p, cta, heads, policy, ss, maps);
       return;
@@ -182,7 +187,7 @@ struct Sm90Producer {
       // Everything before K(i) has landed: Q (first tile) or V(i - 1).
       wait_async_copies<1>();
       fence_generic_to_async_shared();
-      barrier_arrive(i == 0 ? &ss.q_full : &ss.v_full[(i + Traits::kStages - 1) % Traits::kStages]);
+      barrier_arrive(i == 0 ? &ss.q_full[0] : &ss.v_full[(i + Traits::kStages - 1) % Traits::kStages]);
 
       if (i >= Traits::kStages) barrier_wait(&ss.v_empty[stage], empty_parity);
       copy_tile_async<Traits, kBlockN>([&](int row, int col) { return raw_pointer_cast(&sVt(col, row, stage)); },
@@ -196,7 +201,7 @@ struct Sm90Producer {
     }
     wait_async_copies<0>();
     fence_generic_to_async_shared();
-    barrier_arrive(count == 0 ? &ss.q_full : &ss.v_full[(count - 1) % Traits::kStages]);
+    barrier_arrive(count == 0 ? &ss.q_full[0] : &ss.v_full[(count - 1) % Traits::kStages]);
   }
 };
 

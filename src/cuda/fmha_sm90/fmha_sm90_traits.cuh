@@ -77,6 +77,9 @@ struct Sm90FmhaTraits {
   // Heads one CTA may run in turn (FmhaParams::heads_per_cta): at D 128 the head loop's extra live values
   // push the consumers past their 200 registers (spills), so those kernels run one head per CTA.
   static constexpr bool kSeveralHeadsPerCta = kHeadDim <= 64;
+  // Q buffers: with several heads per CTA head j uses buffer j % 2, so the next head's Q lands while the
+  // consumers finish the current one (its epilogue stages O through the current buffer).
+  static constexpr int kQBuffers = kSeveralHeadsPerCta ? 2 : 1;
   static constexpr int kTileBytes = kBlockN * kHeadDim * int(sizeof(Element));
   static constexpr int kQTileBytes = kBlockM * kHeadDim * int(sizeof(Element));
 
@@ -85,15 +88,14 @@ struct Sm90FmhaTraits {
   static constexpr int kElementsPerChunk = 16 / int(sizeof(Element));
 
   struct SharedStorage {
-    alignas(1024) Element q[cute::cosize_v<SmemLayoutQ>];  // reused for O
+    alignas(1024) Element q[kQBuffers][cute::cosize_v<SmemLayoutQ>];  // reused for O
     alignas(1024) Element k[cute::cosize_v<SmemLayoutK>];
     alignas(1024) Element v[cute::cosize_v<SmemLayoutVt>];
     alignas(16) char policy[PolicyTraits::kWindowBytes + PolicyTraits::kPrefixBytes];
     alignas(16) char policy_state[PolicyTraits::kStateBytes];
     const Element* rows[kStages][2][kBlockN];  // K and V row starts of the tile in each stage
-    uint64_t q_full;
-    uint64_t
-        q_empty;  // the consumers are done with the Q buffer (their epilogue's O staging): the next head's Q may land
+    uint64_t q_full[kQBuffers];
+    uint64_t q_empty[kQBuffers];  // the consumers are done with a Q buffer (their epilogue's O staging)
     uint64_t k_full[kStages];
     uint64_t v_full[kStages];
     uint64_t k_empty[kStages];

@@ -34,27 +34,15 @@ bool fmha_backward_config_fits(const FmhaBackwardConfig& config, const FmhaDevic
 }
 
 int fmha_backward_compiled_width(DType dtype, int64_t head_dim, int64_t head_dim_v) {
-  const int64_t needed = std::max(head_dim, head_dim_v);
-  int best = 0;
-  for (const auto& k : fmha_backward_kernels()) {
-    if (k.config.dtype != dtype || k.config.head_dim < needed) continue;
-    if (best == 0 || k.config.head_dim < best) best = k.config.head_dim;
-  }
-  return best;
+  return narrowest_width(fmha_backward_kernels(), head_dim, head_dim_v,
+                         [&](const FmhaBackwardConfig& c) { return c.dtype == dtype; });
 }
 
 int fmha_backward_width_on_device(DType dtype, int64_t head_dim, int64_t head_dim_v, FmhaBackwardPolicy policy,
                                   const FmhaDevice& device) {
-  const int64_t needed = std::max(head_dim, head_dim_v);
-  int best = 0;
-  for (const auto& k : fmha_backward_kernels()) {
-    if (k.config.dtype != dtype || k.config.head_dim < needed || k.config.policy != policy ||
-        !fmha_backward_config_fits(k.config, device)) {
-      continue;
-    }
-    if (best == 0 || k.config.head_dim < best) best = k.config.head_dim;
-  }
-  return best;
+  return narrowest_width(fmha_backward_kernels(), head_dim, head_dim_v, [&](const FmhaBackwardConfig& c) {
+    return c.dtype == dtype && c.policy == policy && fmha_backward_config_fits(c, device);
+  });
 }
 
 const FmhaBackwardKernel* fmha_backward_default_kernel(DType dtype, int64_t head_dim, int64_t head_dim_v,

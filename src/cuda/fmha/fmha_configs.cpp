@@ -49,27 +49,15 @@ bool fmha_config_fits(const FmhaConfig& config, const FmhaDevice& device) {
 }
 
 int fmha_compiled_width(DType dtype, int64_t head_dim, int64_t head_dim_v) {
-  const int64_t needed = std::max(head_dim, head_dim_v);
-  int best = 0;
-  for (const auto& k : fmha_forward_kernels()) {
-    if (k.config.dtype != dtype || k.config.head_dim < needed) continue;
-    if (best == 0 || k.config.head_dim < best) best = k.config.head_dim;
-  }
-  return best;
+  return narrowest_width(fmha_forward_kernels(), head_dim, head_dim_v,
+                         [&](const FmhaConfig& c) { return c.dtype == dtype; });
 }
 
 int fmha_width_on_device(DType dtype, int64_t head_dim, int64_t head_dim_v, FmhaPolicyKind policy,
                          const FmhaDevice& device) {
-  const int64_t needed = std::max(head_dim, head_dim_v);
-  int best = 0;
-  for (const auto& k : fmha_forward_kernels()) {
-    if (k.config.dtype != dtype || k.config.policy != policy || k.config.head_dim < needed ||
-        !fmha_config_fits(k.config, device)) {
-      continue;
-    }
-    if (best == 0 || k.config.head_dim < best) best = k.config.head_dim;
-  }
-  return best;
+  return narrowest_width(fmha_forward_kernels(), head_dim, head_dim_v, [&](const FmhaConfig& c) {
+    return c.dtype == dtype && c.policy == policy && fmha_config_fits(c, device);
+  });
 }
 
 const FmhaKernel* fmha_default_kernel(DType dtype, int64_t head_dim, int64_t head_dim_v, FmhaPolicyKind policy,

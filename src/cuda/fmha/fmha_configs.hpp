@@ -86,6 +86,20 @@ inline constexpr const char* kForcedBackwardConfigVariable = "ATTNKIT_FMHA_BACKW
 // The config name environment variable `variable` forces, or nullptr when it is unset or empty.
 const char* forced_config_name(const char* variable);
 
+// The narrowest head dim >= max(D, Dv) among the registry entries `accepts` takes, or 0 when it takes none:
+// the width rule of both directions' registries (fmha_compiled_width, fmha_width_on_device and their
+// backward twins).
+template <class Kernels, class Accepts>
+int narrowest_width(const Kernels& kernels, int64_t head_dim, int64_t head_dim_v, const Accepts& accepts) {
+  const int64_t needed = head_dim > head_dim_v ? head_dim : head_dim_v;
+  int best = 0;
+  for (const auto& k : kernels) {
+    if (k.config.head_dim < needed || !accepts(k.config)) continue;
+    if (best == 0 || k.config.head_dim < best) best = k.config.head_dim;
+  }
+  return best;
+}
+
 // The compiled head-dim width that serves max(D, Dv), or 0 when none does (for this dtype).
 int fmha_compiled_width(DType dtype, int64_t head_dim, int64_t head_dim_v);
 

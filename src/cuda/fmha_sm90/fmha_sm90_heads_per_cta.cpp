@@ -1,8 +1,7 @@
 #include "cuda/fmha_sm90/fmha_sm90_heads_per_cta.hpp"
 
-#include <cstdlib>
-
 #include <atomic>
+#include <cstdlib>
 
 namespace attnkit::cuda::fmha_sm90 {
 namespace {

@@ -31,7 +31,7 @@ void launch_fmha_sm90_forward(const fmha::FmhaLaunch& request, fmha::FmhaWorkspa
   Sm90TileMaps maps{};
   make_sm90_tile_maps(launch.params,
                       std::is_same_v<typename Traits::Element, cutlass::bfloat16_t> ? DType::bf16 : DType::f16,
-                      Traits::kHeadDim, Traits::kBlockM, Traits::kBlockN, maps);
+                      Traits::kChunkColumns, Traits::kBlockM, Traits::kBlockN, maps);
   // Box masks are the same for every head: with Q and K/V by TMA a CTA may run several heads in turn.
   constexpr bool kHeadIndependent =
       Traits::kSeveralHeadsPerCta && std::is_same_v<Policy, fmha::BoxPolicy<PolicyTraits>>;

@@ -11,10 +11,6 @@
 namespace attnkit::cuda::fmha_sm90 {
 namespace {
 
-// Columns per box of a 16-bit tile: one 128-byte swizzle row (64 columns), or the whole row of a kernel
-// compiled for fewer columns (32: one 64-byte swizzle row).
-int chunk_columns(int head_dim_compiled) { return head_dim_compiled < 64 ? head_dim_compiled : 64; }
-
 struct MapShape {
   int rank = 0;
   int swizzle_bytes = 128;  // a box's row: 128 or 64 bytes, swizzled with the pattern of that width
@@ -114,12 +110,10 @@ void encode(CUtensorMap& map, const MapShape& s, const void* data, CUtensorMapDa
 
 }  // namespace
 
-void make_sm90_tile_maps(const fmha::FmhaParams& p, DType dtype, int head_dim_compiled, int block_m, int block_n,
+void make_sm90_tile_maps(const fmha::FmhaParams& p, DType dtype, int box_columns, int block_m, int block_n,
                          Sm90TileMaps& maps) {
   maps.enabled = 0;
   maps.q_enabled = 0;
-  const int box_columns = chunk_columns(head_dim_compiled);
-  if (head_dim_compiled % box_columns != 0) return;
   const CUtensorMapDataType type =
       dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   TileGrid g;

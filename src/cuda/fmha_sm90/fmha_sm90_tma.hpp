@@ -34,10 +34,11 @@ struct Sm90TileMaps {  // CUtensorMap members impose their own alignment
   int32_t q_has_batch = 0;
 };
 
-// Fills `maps` for Q tiles of `block_m` queries and K/V tiles of `block_n` keys of a kernel compiled for
-// `head_dim_compiled` columns; leaves maps.enabled = 0 (K/V) or maps.q_enabled = 0 (Q) when TMA cannot
-// express those tiles. Throws Status::cuda_error when the driver refuses a map it should accept.
-void make_sm90_tile_maps(const fmha::FmhaParams& p, DType dtype, int head_dim_compiled, int block_m, int block_n,
+// Fills `maps` for Q tiles of `block_m` queries and K/V tiles of `block_n` keys, loaded as boxes of
+// `box_columns` 16-bit columns (the kernel's swizzled row chunk: 64, or 32 for a kernel compiled for D 32);
+// leaves maps.enabled = 0 (K/V) or maps.q_enabled = 0 (Q) when TMA cannot express those tiles. Throws
+// Status::cuda_error when the driver refuses a map it should accept.
+void make_sm90_tile_maps(const fmha::FmhaParams& p, DType dtype, int box_columns, int block_m, int block_n,
                          Sm90TileMaps& maps);
 
 // The backward's fast-mode dQ accumulator (fp32 [B, Sq, Hq, D], fmha_backward_params.hpp) seen the same

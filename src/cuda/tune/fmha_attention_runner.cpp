@@ -164,6 +164,12 @@ void FmhaAttentionRunner::build(int64_t l2_bytes, uint64_t seed) {
   check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (tuning inputs)");
 }
 
+FmhaLaunch FmhaAttentionRunner::forward_launch(const BufferSet& set, const FmhaConfig& config) const {
+  FmhaLaunch launch = make_forward_launch(set.forward, shape_, config);
+  launch.multiprocessors = fmha_device(device_).multiprocessors;
+  return launch;
+}
+
 void FmhaAttentionRunner::compute_forward_outputs() {
   const FmhaKernel* kernel = fmha_default_kernel(spec_.dtype, spec_.head_dim, spec_.head_dim_v,
                                                  fmha_policy_for(spec_.mask), fmha_device(device_));
@@ -177,8 +183,7 @@ void FmhaAttentionRunner::compute_forward_outputs() {
                  "cudaMemsetAsync");
       continue;
     }
-    FmhaLaunch launch = make_forward_launch(set.forward, shape_, kernel->config);
-    launch.multiprocessors = fmha_device(device_).multiprocessors;
+    const FmhaLaunch launch = forward_launch(set, kernel->config);
     reserve_workspace(kernel->workspace_bytes(launch));
     kernel->launch(launch, FmhaWorkspace{workspace_, workspace_bytes_}, stream());
     check_cuda(cudaGetLastError(), "forward kernel (tuning inputs)");
@@ -234,8 +239,7 @@ double FmhaAttentionRunner::measure_seconds(const tune::Config& config, int iter
   const FmhaKernel* kernel = forward_kernel_of(config);
   if (kernel == nullptr)
     throw Error(Status::internal, "CUDA tuning runner: config " + config.id + " has no forward kernel entry");
-  FmhaLaunch launch = make_forward_launch(set.forward, shape_, kernel->config);
-  launch.multiprocessors = fmha_device(device_).multiprocessors;
+  const FmhaLaunch launch = forward_launch(set, kernel->config);
   reserve_workspace(kernel->workspace_bytes(launch));
   return timer_->time(
       [&](cudaStream_t stream) {

@@ -25,6 +25,7 @@
 
 #include "attnkit/attention.hpp"
 #include "core/attention_shape.hpp"
+#include "cuda/fmha/fmha_configs.hpp"
 #include "cuda/tune/gpu_run_timer.hpp"
 #include "tune/runner.hpp"
 
@@ -54,6 +55,8 @@ class FmhaAttentionRunner : public tune::Runner {
   void build(int64_t l2_bytes, uint64_t seed);
   cudaStream_t stream() const { return timer_->stream(); }
   void compute_forward_outputs();
+  // The forward launch of `config` on buffer set `set`, with the device's SM count (as a plan's).
+  FmhaLaunch forward_launch(const BufferSet& set, const FmhaConfig& config) const;
   void reserve_workspace(int64_t bytes);
   void release() noexcept;
 

@@ -28,9 +28,12 @@ constexpr double kSm90BackwardEfficiency = 2.0;
 
 FmhaPolicyKind policy_of(const tune::Config& config) { return static_cast<FmhaPolicyKind>(config.param("policy")); }
 
-FmhaDevice device_of(const tune::DeviceLimits& limits) {
-  return FmhaDevice{limits.compute_capability, static_cast<int>(limits.max_smem_per_block),
+// The device as the registries see it for this problem: a positional bias leaves only the portable tier.
+FmhaDevice device_for(const tune::ProblemSpec& spec, const tune::DeviceLimits& limits) {
+  FmhaDevice device{limits.compute_capability, static_cast<int>(limits.max_smem_per_block),
                     static_cast<int>(limits.processors)};
+  device.portable_only = spec.positional_bias;
+  return device;
 }
 
 // Why code built for `architecture` cannot run on a device of `capability`, or "" when it can.
@@ -56,8 +59,7 @@ std::string invalid_reason(const tune::Config& config, const tune::ProblemSpec& 
   }
   const auto dtype = static_cast<DType>(config.param("dtype"));
   if (dtype != spec.dtype) return "built for " + std::string(dtype_name(dtype));
-  FmhaDevice device = device_of(limits);
-  device.portable_only = spec.positional_bias;
+  const FmhaDevice device = device_for(spec, limits);
   const int width =
       fmha_width_on_device(spec.dtype, spec.head_dim, spec.head_dim_v, fmha_policy_for(spec.mask), device);
   if (config.param("head_dim") != width) {
@@ -139,8 +141,7 @@ tune::ConfigSpace fmha_forward_space() {
                                    limits);
   };
   space.default_config = [](const tune::ProblemSpec& spec, const tune::DeviceLimits& limits) {
-    FmhaDevice device = device_of(limits);
-    device.portable_only = spec.positional_bias;
+    const FmhaDevice device = device_for(spec, limits);
     const FmhaKernel* kernel = fmha_forward_default_for(spec, device);
     return kernel == nullptr ? std::string() : fmha_config_name(kernel->config);
   };
@@ -234,8 +235,7 @@ tune::ConfigSpace fmha_backward_space() {
     const auto dtype = static_cast<DType>(config.param("dtype"));
     if (dtype != spec.dtype) return "built for " + std::string(dtype_name(dtype));
     const auto wanted = fmha_backward_policy_for(spec.mask);
-    FmhaDevice device = device_of(limits);
-    device.portable_only = spec.positional_bias;
+    const FmhaDevice device = device_for(spec, limits);
     const int width = fmha_backward_width_on_device(spec.dtype, spec.head_dim, spec.head_dim_v, wanted, device);
     if (config.param("head_dim") != width) {
       return "compiled for head dim " + std::to_string(config.param("head_dim")) + "; this problem runs on width " +
@@ -252,8 +252,7 @@ tune::ConfigSpace fmha_backward_space() {
                                    limits);
   };
   space.default_config = [](const tune::ProblemSpec& spec, const tune::DeviceLimits& limits) {
-    FmhaDevice device = device_of(limits);
-    device.portable_only = spec.positional_bias;
+    const FmhaDevice device = device_for(spec, limits);
     const FmhaBackwardKernel* kernel = fmha_backward_default_kernel(spec.dtype, spec.head_dim, spec.head_dim_v,
                                                                     fmha_backward_policy_for(spec.mask), device);
     return kernel == nullptr ? std::string() : fmha_backward_config_name(kernel->config);

@@ -50,6 +50,7 @@
 #include "cuda/fmha/fmha_backward_arguments.hpp"
 #include "cuda/fmha/fmha_backward_configs.hpp"
 #include "cuda/fmha/fmha_box_shape.hpp"
+#include "cuda/fmha_sm90/fmha_sm90_heads_per_cta.hpp"
 #include "cuda/tune/fmha_forward_selection.hpp"
 #endif
 
@@ -619,6 +620,78 @@ TEST_F(CudaFmhaBackward, DqConvertedByTheLastDkDvCtaOrItsOwnKernelEitherSideOfTh
   c.mask = causal_mask();
   SCOPED_TRACE("causal, convert kernel");
   run_both_dtypes(c, 1011);
+}
+
+// The Hopper dK/dV kernel with several KV heads per CTA in turn (box policies, fast mode; the deterministic mode
+// and the portable tier run one), forced to 2, 3 and 5 so that the last CTA of a batch may hold fewer heads than
+// the others: K and V reload per head into the tiles the previous head's dK and dV went out through, the visit
+// schedule and mask tables are reused. Dense at odd extents, causal rows without keys, grouped heads, 1-D to 3-D
+// windows, head dims 64 and 32; the fast and deterministic modes' dK and dV stay bit-identical.
+struct ForcedHeadsPerCta {
+  explicit ForcedHeadsPerCta(int heads) { cuda::fmha_sm90::set_heads_per_cta_override(heads); }
+  ~ForcedHeadsPerCta() { cuda::fmha_sm90::set_heads_per_cta_override(0); }
+  ForcedHeadsPerCta(const ForcedHeadsPerCta&) = delete;
+  ForcedHeadsPerCta& operator=(const ForcedHeadsPerCta&) = delete;
+};
+
+TEST_F(CudaFmhaBackward, SeveralHeadsPerCtaMatchTheOracle) {
+  uint64_t seed = 1900;
+  for (int heads_per_cta : {2, 3, 5}) {
+    SCOPED_TRACE("heads per CTA " + std::to_string(heads_per_cta));
+    const ForcedHeadsPerCta forced(heads_per_cta);
+    Case c;
+    c.heads_q = c.heads_kv = 5;
+    run_both_dtypes(c, seed++);  // dense, 77 queries against 131 keys
+    c.heads_q = 8;
+    c.heads_kv = 4;  // two query heads per KV head
+    c.mask = causal_mask(CausalAlignment::bottom_right);
+    c.tokens_q = {300};
+    c.tokens_kv = {200};  // the first 100 rows see no key
+    run_both_dtypes(c, seed++);
+    c.heads_q = c.heads_kv = 5;
+    c.tokens_q = c.tokens_kv = {700};
+    c.mask = neighborhood({nd(64)});
+    run_both_dtypes(c, seed++);
+    c.tokens_q = c.tokens_kv = {45, 53};
+    c.mask = neighborhood({nd(7), nd(5, 1, 1, true)});
+    run_both_dtypes(c, seed++);
+    c.batch = 3;
+    c.tokens_q = c.tokens_kv = {7, 30, 29};
+    c.mask = neighborhood({nd(3), nd(7), nd(7)});
+    run_both_dtypes(c, seed++);
+    c.head_dim = c.head_dim_v = 32;
+    run_both_dtypes(c, seed++);
+  }
+}
+
+// A small case of the above for compute-sanitizer: three KV heads per CTA, the last CTA of a batch with two.
+TEST_F(CudaFmhaBackward, SeveralHeadsPerCtaOn2DWindowsWithGroupedHeads) {
+  const ForcedHeadsPerCta forced(3);
+  Case c;
+  c.batch = 1;
+  c.heads_q = 10;
+  c.heads_kv = 5;
+  c.tokens_q = c.tokens_kv = {20, 24};
+  c.mask = neighborhood({nd(7), nd(5)});
+  run_both_dtypes(c, 1930);
+}
+
+TEST(FmhaSm90BackwardHeadsPerCta, HeadsPerCtaFollowTheWaveModel) {
+  using cuda::fmha_sm90::choose_backward_heads_per_cta;
+  cuda::fmha::FmhaBackwardParams p;
+  p.heads_kv = 8;
+  p.batch = 32;
+  p.total_kv_tiles = 8;  // 2048 CTAs with one KV head each: 8 per CTA make 2 waves on 132 SMs
+  EXPECT_EQ(choose_backward_heads_per_cta(p, true, 132), 8);
+  EXPECT_EQ(choose_backward_heads_per_cta(p, false, 132), 1);  // tile lists, splits, ordered dQ
+  p.batch = 1;                                                 // 64 CTAs: one wave already
+  EXPECT_EQ(choose_backward_heads_per_cta(p, true, 132), 1);
+  p.batch = 32;
+  p.dims = 1;
+  p.rule[0].kind = cuda::WindowKind::prefix;  // causal: as many (the forward pairs at most two)
+  EXPECT_EQ(choose_backward_heads_per_cta(p, true, 132), 8);
+  p.heads_kv = 1;
+  EXPECT_EQ(choose_backward_heads_per_cta(p, true, 132), 1);
 }
 
 TEST_F(CudaFmhaBackward, DenseHeadDim128MatchesOracle) {
@@ -1615,6 +1688,27 @@ int64_t registry_workspace_bytes(int64_t batch, const std::vector<int64_t>& toke
     }
   }
   return -1;
+}
+
+// A launch asks for several KV heads per CTA only from the Hopper tier with a box mask in fast mode (forced
+// count: the rule itself is FmhaSm90BackwardHeadsPerCta.HeadsPerCtaFollowTheWaveModel).
+TEST(FmhaSm90BackwardHeadsPerCta, LaunchesAskForThemWhereTheKernelRunsThem) {
+  const ForcedHeadsPerCta forced(4);
+  const AttentionMask window = neighborhood({nd(7), nd(7)});
+  cuda::fmha::FmhaBackwardParams params;
+  if (registry_workspace_bytes(2, {24, 24}, 8, 64, window, false, 90, &params) < 0) {
+    GTEST_SKIP() << "this build compiles no sm_90a code (no Hopper backward entries)";
+  }
+  for (const bool deterministic : {false, true}) {
+    for (const int architecture : {90, 80}) {
+      SCOPED_TRACE(std::string(deterministic ? "deterministic" : "fast") + ", sm" + std::to_string(architecture));
+      ASSERT_GE(registry_workspace_bytes(2, {24, 24}, 8, 64, window, deterministic, architecture, &params), 0);
+      EXPECT_EQ(params.heads_per_cta, !deterministic && architecture == 90 ? 4 : 1);
+    }
+  }
+  AttentionMask blocks = block_sparse_mask(TensorView{}, 64, 64);  // tile lists: per-head visits
+  ASSERT_GE(registry_workspace_bytes(2, {256}, 8, 64, blocks, false, 90, &params), 0);
+  EXPECT_EQ(params.heads_per_cta, 1);
 }
 
 TEST(FmhaBackwardWorkspace, FastModeIsTheDefault) {

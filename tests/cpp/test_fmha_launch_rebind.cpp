@@ -77,7 +77,7 @@ using cuda::fmha::TokenSpace;
 #define ATTNKIT_KV_TILE_ORDER_FIELDS(X) X(positions) X(groups) X(first_head) X(position) X(descending)
 #define ATTNKIT_FMHA_BACKWARD_PARAMS_FIELDS(X)                                                                      \
   X(q) X(k) X(v) X(o) X(d_o) X(lse) X(d_q) X(d_k) X(d_v) X(q_space) X(kv_space) X(dims) X(dilation) X(rule)       \
-  X(q_tile_origins) X(q_tiles) X(kv_tiles) X(total_q_tiles) X(total_kv_tiles) X(batch) X(heads_q) X(heads_kv) X(heads_per_kv)     \
+  X(q_tile_origins) X(q_tiles) X(kv_tiles) X(total_q_tiles) X(total_kv_tiles) X(batch) X(heads_q) X(heads_kv) X(heads_per_kv) X(heads_per_cta) \
   X(head_dim) X(head_dim_v) X(scale) X(scale_log2) X(lse_log2) X(delta) X(use_lists) X(list) X(accumulate_dq)   \
   X(ordered_dq) X(dq_turns) X(dq_turn_table) X(visitor_bounds) X(dq_accum) X(zero_fill) X(zero_fill_chunks)     \
   X(dq_done)                                                                                                    \

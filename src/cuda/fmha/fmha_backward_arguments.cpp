@@ -17,6 +17,7 @@
 #include "cuda/fmha/fmha_argument_support.hpp"
 #include "cuda/fmha/fmha_backward_split.hpp"
 #include "cuda/fmha/fmha_box_shape.hpp"
+#include "cuda/fmha_sm90/fmha_sm90_heads_per_cta.hpp"
 
 namespace attnkit::cuda::fmha {
 
@@ -205,6 +206,11 @@ FmhaBackwardLaunch make_backward_launch(const AttentionBackward& problem, const 
   } else {
     order_kv_tiles_heaviest_first(p, config.policy, split.slots);
   }
+  // The Hopper dK/dV kernel runs several KV heads per CTA where a box mask makes their visits alike.
+  // (Up to D 64: Sm90BackwardTraits::kSeveralHeadsPerCta.)
+  const bool head_independent = config.architecture == 90 && config.head_dim <= 64 && !p.use_lists &&
+                                p.kv_splits == 1 && !p.ordered_dq && p.rpb.data == nullptr;
+  p.heads_per_cta = fmha_sm90::choose_backward_heads_per_cta(p, head_independent, multiprocessors);
   check_limit(total_kv * p.kv_splits, (int64_t{1} << 31) - 1, "key tiles x kv_splits (grid size)");
   return launch;
 }

@@ -242,7 +242,8 @@ cudaError_t launch_backward_kernels(FmhaBackwardLaunch& launch, char* base, cons
     p.dk_partial = reinterpret_cast<float*>(base + layout.kv_partials_offset());
     p.dv_partial = p.dk_partial + p.kv_splits * kv_split_partial_bytes(p, Traits::kBlockN, Traits::kHeadDim) / 8;
   }
-  if (const cudaError_t status = DkDv::launch(p, dim3(p.total_kv_tiles * p.kv_splits, p.heads_kv, p.batch), stream);
+  const auto kv_head_groups = static_cast<unsigned>((p.heads_kv + p.heads_per_cta - 1) / p.heads_per_cta);
+  if (const cudaError_t status = DkDv::launch(p, dim3(p.total_kv_tiles * p.kv_splits, kv_head_groups, p.batch), stream);
       status != cudaSuccess) {
     return status;
   }

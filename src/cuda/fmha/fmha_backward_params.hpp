@@ -93,6 +93,9 @@ struct FmhaBackwardParams {
   int32_t heads_q = 0;
   int32_t heads_kv = 0;
   int32_t heads_per_kv = 1;
+  // KV heads one dK/dV CTA runs in turn (the Hopper tier with box policies, fmha_sm90_backward_dkdv.cuh):
+  // blockIdx.y covers KV heads blockIdx.y * heads_per_cta on. 1 for every other kernel.
+  int32_t heads_per_cta = 1;
   int32_t head_dim = 0;
   int32_t head_dim_v = 0;
   float scale = 0.f;

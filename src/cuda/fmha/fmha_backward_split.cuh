@@ -26,7 +26,8 @@ __device__ __forceinline__ KvSplitCta kv_split_cta(const FmhaBackwardParams& p) 
   const int32_t rank = x / p.kv_splits;
   const KvTileOrder& order = p.kv_order;
   if (order.descending) return KvSplitCta{descending_launch_tile(rank, p.kv_tiles), x % p.kv_splits};
-  const int32_t head = static_cast<int32_t>(blockIdx.z * gridDim.y + blockIdx.y);
+  // The linear (batch, KV head) index of the CTA's first KV head.
+  const int32_t head = static_cast<int32_t>(blockIdx.z * p.heads_kv + blockIdx.y * p.heads_per_cta);
   const int32_t tile = order.positions == 0 || head < order.first_head
                            ? rank
                            : (rank % order.groups) * order.positions + order.position[rank / order.groups];

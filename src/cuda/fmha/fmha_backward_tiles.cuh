@@ -119,11 +119,13 @@ class KvBoxSchedule {
   // state: lane 4 d + b runs bound b of dimension d (one binary search each, in parallel: run one after
   // another by one thread, they kept every warp of the CTA waiting at the barrier that publishes the
   // state for ~8 % of the na2d 128^2 K31 dK/dV kernel's time, ncu), lane d gathers its dimension's four.
+  // `kv_heads` KV heads from head_kv on (a box mask is the same for every head): the visits of KV head
+  // head_kv + j are visits [j, j + 1) * count() / kv_heads.
   __device__ __forceinline__ void init(const FmhaBackwardParams& p, const DecodedTile& kv, int32_t /*batch*/,
-                                       int32_t head_kv, State* state, int tid) {
+                                       int32_t head_kv, State* state, int tid, int32_t kv_heads = 1) {
     state_ = state;
     head0_ = head_kv * p.heads_per_kv;
-    heads_ = p.heads_per_kv;
+    heads_ = p.heads_per_kv * kv_heads;
 #pragma unroll
     for (int d = 0; d < kMaxDims; ++d) group_[d] = kv.origin.group[d];
     if (tid < 0 || tid >= 32) return;
@@ -213,8 +215,9 @@ class KvListSchedule {
     int32_t total;
   };
 
+  // One KV head per CTA (`kv_heads` is 1: tile lists may differ per head).
   __device__ __forceinline__ void init(const FmhaBackwardParams& p, const DecodedTile& kv, int32_t batch,
-                                       int32_t head_kv, State* state, int tid) {
+                                       int32_t head_kv, State* state, int tid, int32_t /*kv_heads*/ = 1) {
     const BackwardTileLists& l = p.list;
     state_ = state;
     head0_ = head_kv * p.heads_per_kv;

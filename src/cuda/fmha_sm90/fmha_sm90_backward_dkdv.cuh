@@ -30,7 +30,12 @@
 // through shared memory as whole 16-byte chunks (dK times the softmax scale) to rows whose starts the MMA threads
 // compute once each. K and V load while one MMA warp computes the visit schedule (four binary searches per dimension,
 // one per lane) and the others the tables from which partial box visits take their element masks
-// (fmha_sm90_backward_mask.cuh). On other architectures the body is empty (the registry never selects it).
+// (fmha_sm90_backward_mask.cuh). With p.heads_per_cta > 1 (box policies in fast mode up to D 64: one box mask serves
+// every head) a CTA runs KV heads blockIdx.y * heads_per_cta on in turn: the schedule and the mask tables are built
+// once, K and V reload for each head once the previous head's dK and dV have gone out through their tiles
+// (kv_empty), while the next head's first Q and dO tiles already wait in their stage; a CTA's fixed cost (setup,
+// first loads, epilogue) is paid once per CTA instead of once per head. On other architectures the body is empty
+// (the registry never selects it).
 #pragma once
 #include <cute/tensor.hpp>
 
@@ -71,8 +76,8 @@ __device__ __forceinline__ void convert_dq_when_last(const fmha::FmhaBackwardPar
 template <class Traits, bool kLists>
 __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackwardParams& p, const Sm90DqMap& dq_map,
                                                         const fmha::DecodedTile& kv, int32_t batch, int32_t head_kv,
-                                                        int count, typename Traits::SharedStorage& ss, int group,
-                                                        int mtid) {
+                                                        int kv_heads, int count, typename Traits::SharedStorage& ss,
+                                                        int group, int mtid) {
   using namespace cute;
   using namespace fmha;
   using Element = typename Traits::Element;
@@ -169,250 +174,259 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
     barrier_arrive(&ss.empty[b]);
   };
 
-  barrier_wait(&ss.kv_full, 0);
-  for (int it = 0; it < count; ++it) {
-    const int b = it % Traits::kStages;
-    barrier_wait(&ss.full[b], (it / Traits::kStages) & 1);
-    if constexpr (!kLists) {
-      // A partial visit whose Q tile sees none of this warpgroup's keys: nothing to add (dS = 0). The
-      // stage is handed back at once; the other warpgroup may still be using it.
-      const fmha::QVisit& v = ss.visits[b];
-      if (!v.full && !half_meets_visit(p, v, ss.masks.box, group * kKeys, kKeys)) {
-        if (takes_turns) {  // nothing to add, but the turn is this warpgroup's
-          const DqTurn turn = visit_dq_turn(p, batch, v, fmha::visit_dq_rank<kLists>(p, kv, batch, v), group);
-          barrier_arrive(&ss.empty[b]);
-          pass_turn_in_flight();
-          wait_for_dq_turn(turn);
-          pass_dq_turn(turn.counter);
-        } else {
-          barrier_arrive(&ss.empty[b]);
+  const int per_head = count / kv_heads;  // visits [j, j + 1) * per_head are KV head head_kv + j's
+  for (int j = 0; j < kv_heads; ++j) {
+    barrier_wait(&ss.kv_full, j & 1);
+    for (int it = j * per_head; it < (j + 1) * per_head; ++it) {
+      const int b = it % Traits::kStages;
+      barrier_wait(&ss.full[b], (it / Traits::kStages) & 1);
+      if constexpr (!kLists) {
+        // A partial visit whose Q tile sees none of this warpgroup's keys: nothing to add (dS = 0). The
+        // stage is handed back at once; the other warpgroup may still be using it.
+        const fmha::QVisit& v = ss.visits[b];
+        if (!v.full && !half_meets_visit(p, v, ss.masks.box, group * kKeys, kKeys)) {
+          if (takes_turns) {  // nothing to add, but the turn is this warpgroup's
+            const DqTurn turn = visit_dq_turn(p, batch, v, fmha::visit_dq_rank<kLists>(p, kv, batch, v), group);
+            barrier_arrive(&ss.empty[b]);
+            pass_turn_in_flight();
+            wait_for_dq_turn(turn);
+            pass_dq_turn(turn.counter);
+          } else {
+            barrier_arrive(&ss.empty[b]);
+          }
+          // The warpgroup's named barrier as often as a visit that computes (all its threads are here: no
+          // wait), so that both warpgroups reach the epilogue having passed equally many barriers. With
+          // unequal counts compute-sanitizer racecheck reported hazards on the epilogue's shared tables; with
+          // equal counts it reports none (docs/perf.md, Hopper backward notes).
+          const int barriers = p.accumulate_dq ? (dq_map.enabled ? 2 : (p.ordered_dq ? 3 : 1)) : 0;
+          for (int k = 0; k < barriers; ++k) named_barrier_sync(barrier_group, 128);
+          continue;
         }
-        // The warpgroup's named barrier as often as a visit that computes (all its threads are here: no
-        // wait), so that both warpgroups reach the epilogue having passed equally many barriers. With
-        // unequal counts compute-sanitizer racecheck reported hazards on the epilogue's shared tables; with
-        // equal counts it reports none (docs/perf.md, Hopper backward notes).
-        const int barriers = p.accumulate_dq ? (dq_map.enabled ? 2 : (p.ordered_dq ? 3 : 1)) : 0;
-        for (int k = 0; k < barriers; ++k) named_barrier_sync(barrier_group, 128);
-        continue;
       }
-    }
-    const float* stats = ss.stats[b];
+      const float* stats = ss.stats[b];
 
-    // S^T and dP^T as two batches, the visit's mask bits while they run; P^T once S^T is done, then
-    // dV += P^T dO runs while dS^T = P^T (dP^T - delta) is formed, and dK += dS^T Q.
-    Tensor acc_s = partition_fragment_C(mma_s, Shape<Int<kKeys>, Int<kBlockM>>{});
-    Tensor acc_dp = partition_fragment_C(mma_s, Shape<Int<kKeys>, Int<kBlockM>>{});
-    {
-      Tensor tSrK = thread_s.partition_fragment_A(key_slice(ss.k));
-      Tensor tSrQ = thread_s.partition_fragment_B(fixed_tile(ss.q[b], typename Traits::SmemLayoutQ{}));
-      Tensor tSrV = thread_s.partition_fragment_A(key_slice(ss.v));
-      Tensor tSrdO = thread_s.partition_fragment_B(fixed_tile(ss.d_o[b], typename Traits::SmemLayoutQ{}));
-      warpgroup_fence_operand(acc_s);
-      warpgroup_fence_operand(acc_dp);
-      warpgroup_arrive();
-      issue_gemm<false>(mma_s, tSrK, tSrQ, acc_s);
-      warpgroup_commit_batch();
-      issue_gemm<false>(mma_s, tSrV, tSrdO, acc_dp);
-      warpgroup_commit_batch();
-    }
-    if (takes_turns) {  // while S^T and dP^T run: the previous visit's reductions complete, this one's turn
-      pass_turn_in_flight();
-      const fmha::QVisit& v = ss.visits[b];
-      ss.dq_turn[group] = visit_dq_turn(p, batch, v, fmha::visit_dq_rank<kLists>(p, kv, batch, v), group);
-    }
-    uint32_t allowed[kRows];  // bit j: column j of row i is attended
-    if constexpr (kLists) {
-      if (Traits::kStagedKeyWords && p.list.key_bits != nullptr) {  // the stage's words (none for full visits)
+      // S^T and dP^T as two batches, the visit's mask bits while they run; P^T once S^T is done, then
+      // dV += P^T dO runs while dS^T = P^T (dP^T - delta) is formed, and dK += dS^T Q.
+      Tensor acc_s = partition_fragment_C(mma_s, Shape<Int<kKeys>, Int<kBlockM>>{});
+      Tensor acc_dp = partition_fragment_C(mma_s, Shape<Int<kKeys>, Int<kBlockM>>{});
+      {
+        Tensor tSrK = thread_s.partition_fragment_A(key_slice(ss.k));
+        Tensor tSrQ = thread_s.partition_fragment_B(fixed_tile(ss.q[b], typename Traits::SmemLayoutQ{}));
+        Tensor tSrV = thread_s.partition_fragment_A(key_slice(ss.v));
+        Tensor tSrdO = thread_s.partition_fragment_B(fixed_tile(ss.d_o[b], typename Traits::SmemLayoutQ{}));
+        warpgroup_fence_operand(acc_s);
+        warpgroup_fence_operand(acc_dp);
+        warpgroup_arrive();
+        issue_gemm<false>(mma_s, tSrK, tSrQ, acc_s);
+        warpgroup_commit_batch();
+        issue_gemm<false>(mma_s, tSrV, tSrdO, acc_dp);
+        warpgroup_commit_batch();
+      }
+      if (takes_turns) {  // while S^T and dP^T run: the previous visit's reductions complete, this one's turn
+        pass_turn_in_flight();
+        const fmha::QVisit& v = ss.visits[b];
+        ss.dq_turn[group] = visit_dq_turn(p, batch, v, fmha::visit_dq_rank<kLists>(p, kv, batch, v), group);
+      }
+      uint32_t allowed[kRows];  // bit j: column j of row i is attended
+      if constexpr (kLists) {
+        if (Traits::kStagedKeyWords && p.list.key_bits != nullptr) {  // the stage's words (none for full visits)
 #pragma unroll
-        for (int i = 0; i < kRows; ++i) allowed[i] = ~0u;
-        if (visit_has_key_words(p, ss.visits[b])) {
-          key_words_allowed_bits(ss.masks.key_words[b], key_index, kv.origin.index[0], col_of, allowed);
+          for (int i = 0; i < kRows; ++i) allowed[i] = ~0u;
+          if (visit_has_key_words(p, ss.visits[b])) {
+            key_words_allowed_bits(ss.masks.key_words[b], key_index, kv.origin.index[0], col_of, allowed);
+          }
+        } else {
+          visit_allowed_bits<kLists, kBlockM>(p, batch, ss.visits[b], key_index, col_of, nullptr, allowed);
         }
       } else {
-        visit_allowed_bits<kLists, kBlockM>(p, batch, ss.visits[b], key_index, col_of, nullptr, allowed);
+        box_allowed_bits(p, ss.visits[b], ss.masks.box, col0 / 2, key_row, allowed);
       }
-    } else {
-      box_allowed_bits(p, ss.visits[b], ss.masks.box, col0 / 2, key_row, allowed);
-    }
-    warpgroup_wait<1>();  // S^T done; dP^T may still run
-    warpgroup_fence_operand(acc_s);
-    scores_to_probabilities(gmma_rows_cols(acc_s), allowed, stats, col_of, p.scale_log2);
-    pack_accumulator<Element>(acc_s, tGrP);
-    issue_gradient(tGrP, ss.d_o[b], acc_dv);
-    warpgroup_wait<1>();  // dP^T done; dV may still run
-    warpgroup_fence_operand(acc_dp);
-    {
-      Tensor dp = gmma_rows_cols(acc_dp);
+      warpgroup_wait<1>();  // S^T done; dP^T may still run
+      warpgroup_fence_operand(acc_s);
+      scores_to_probabilities(gmma_rows_cols(acc_s), allowed, stats, col_of, p.scale_log2);
+      pack_accumulator<Element>(acc_s, tGrP);
+      issue_gradient(tGrP, ss.d_o[b], acc_dv);
+      warpgroup_wait<1>();  // dP^T done; dV may still run
+      warpgroup_fence_operand(acc_dp);
+      {
+        Tensor dp = gmma_rows_cols(acc_dp);
 #pragma unroll
-      for (int j = 0; j < kCols; ++j) {
-        const float delta = stats[kBlockM + col_of[j]];
+        for (int j = 0; j < kCols; ++j) {
+          const float delta = stats[kBlockM + col_of[j]];
 #pragma unroll
-        for (int i = 0; i < kRows; ++i) dp(i, j) = packed_value<Element>(tGrP, i, j) * (dp(i, j) - delta);
-      }
-    }
-    pack_accumulator<Element>(acc_dp, tGrDs);
-    issue_gradient(tGrDs, ss.q[b], acc_dk);
-
-    if (!p.accumulate_dq) {
-      release_stage(b);
-      continue;
-    }
-
-    // dS^T (keys as rows) -> dS query-major: word w of the packed fragment holds queries
-    // col0 + 8 (w / 2) and + 1 of key k0 + 8 (w % 2), one 32-bit store each. In SmemLayoutDs (64 queries
-    // contiguous per 128-byte key row, 16-byte chunks swizzled by key % 8) that is byte
-    // (k0 + 8 (w % 2)) * 128 + ((w / 2) ^ (k0 % 8)) * 16 + 2 col0 = (ds_base ^ ((w / 2) << 4)) + (w % 2) * 1024:
-    // one 32-bit base, where generic 64-bit addresses per store spilled. The tile is free: the previous
-    // visit's dQ product was waited for.
-#pragma unroll
-    for (int w = 0; w < kCols; ++w) {
-      store_shared_word((ds_base ^ ((w / 2) << 4)) + (w % 2) * 8 * 128,
-                        reinterpret_cast<const uint32_t*>(raw_pointer_cast(tGrDs.data()))[w]);
-    }
-    // What the dQ additions need from the stage, read before it is released: the first box's coordinates
-    // (TMA) or this thread's two accumulator rows (red.global).
-    int64_t dq_row[kRows];
-    if (dq_map.enabled) {
-      if (issues_dq) {
-        bulk_wait_sources_read();  // the previous visit's boxes have left the buffer
-        const fmha::QVisit& v = ss.visits[b];
-        int32_t c[5];
-        box_coordinates(p.dims, p.q_space.extent[0], dq_map.fold_batch != 0, dq_map.has_batch != 0, v.origin, v.head,
-                        batch, c);
-#pragma unroll
-        for (int k = 0; k < 5; ++k) ss.dq_box[group][k] = c[k];
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < kRows; ++i) dq_row[i] = ss.dq_rows[b][k0 + 8 * i];
-    }
-    fence_generic_to_async_shared();
-    named_barrier_sync(barrier_group, 128);  // dS published; the dQ buffer is free
-
-    release_stage(b);
-    // dQ only now: its 64 x D accumulator next to dK, dV and the dS / P operands of the running
-    // products would leave ptxas too few registers to keep the wgmmas asynchronous (C7512).
-    Tensor acc_dq = partition_fragment_C(mma_q, Shape<Int<kBlockM>, Int<Traits::kDqColumns>>{});
-    {
-      Tensor tQrDs = thread_q.partition_fragment_A(sDs);
-      Tensor tQrKt = thread_q.partition_fragment_B(local_tile(fixed_tile(ss.k, typename Traits::SmemLayoutKt{}),
-                                                              Shape<Int<Traits::kDqColumns>, Int<Traits::kDqDepth>>{},
-                                                              make_coord(0, group)));
-      warpgroup_fence_operand(acc_dq);
-      warpgroup_arrive();
-      issue_gemm<false>(mma_q, tQrDs, tQrKt, acc_dq);
-      warpgroup_commit_batch();
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(acc_dq);
-    }
-    // The accumulator map: query rows k0 (+ 8), columns col0 + 8 (j / 2) (+ 1).
-    Tensor dq = gmma_rows_cols(acc_dq);
-    if (dq_map.enabled) {
-      // Element (r, c) lies in box c / 32 at row r, its 16-byte chunk (c % 32) / 4 swizzled to
-      // ((c % 32) / 4) ^ (r % 8). This thread's columns c = col0 + 8 m' (col0 < 8 even) and rows r0, r0 + 8
-      // share r % 8, so every address is dq_base ^ ((m' % 4) << 5) plus a constant (box, row) offset:
-      // one 32-bit base, where generic 64-bit addresses per store spilled. Rows: k0 (+ 8).
-      const uint32_t dq_base =
-          shared_address(dq_buffer) + k0 * 128 + (((col0 >> 2) ^ (k0 & 7)) << 4) + (col0 & 3) * int(sizeof(float));
-#pragma unroll
-      for (int i = 0; i < size<0>(dq); ++i) {
-#pragma unroll
-        for (int j = 0; j < size<1>(dq); j += 2) {
-          const int column_block = j / 2;  // m'
-          const uint32_t address = (dq_base ^ ((column_block % 4) << 5)) +
-                                   (column_block / 4) * Traits::kDqBoxFloats * int(sizeof(float)) + i * 8 * 128;
-          store_shared_pair(address, dq(i, j), dq(i, j + 1));
+          for (int i = 0; i < kRows; ++i) dp(i, j) = packed_value<Element>(tGrP, i, j) * (dp(i, j) - delta);
         }
+      }
+      pack_accumulator<Element>(acc_dp, tGrDs);
+      issue_gradient(tGrDs, ss.q[b], acc_dk);
+
+      if (!p.accumulate_dq) {
+        release_stage(b);
+        continue;
+      }
+
+      // dS^T (keys as rows) -> dS query-major: word w of the packed fragment holds queries
+      // col0 + 8 (w / 2) and + 1 of key k0 + 8 (w % 2), one 32-bit store each. In SmemLayoutDs (64 queries
+      // contiguous per 128-byte key row, 16-byte chunks swizzled by key % 8) that is byte
+      // (k0 + 8 (w % 2)) * 128 + ((w / 2) ^ (k0 % 8)) * 16 + 2 col0 = (ds_base ^ ((w / 2) << 4)) + (w % 2) * 1024:
+      // one 32-bit base, where generic 64-bit addresses per store spilled. The tile is free: the previous
+      // visit's dQ product was waited for.
+#pragma unroll
+      for (int w = 0; w < kCols; ++w) {
+        store_shared_word((ds_base ^ ((w / 2) << 4)) + (w % 2) * 8 * 128,
+                          reinterpret_cast<const uint32_t*>(raw_pointer_cast(tGrDs.data()))[w]);
+      }
+      // What the dQ additions need from the stage, read before it is released: the first box's coordinates
+      // (TMA) or this thread's two accumulator rows (red.global).
+      int64_t dq_row[kRows];
+      if (dq_map.enabled) {
+        if (issues_dq) {
+          bulk_wait_sources_read();  // the previous visit's boxes have left the buffer
+          const fmha::QVisit& v = ss.visits[b];
+          int32_t c[5];
+          box_coordinates(p.dims, p.q_space.extent[0], dq_map.fold_batch != 0, dq_map.has_batch != 0, v.origin, v.head,
+                          batch, c);
+#pragma unroll
+          for (int k = 0; k < 5; ++k) ss.dq_box[group][k] = c[k];
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < kRows; ++i) dq_row[i] = ss.dq_rows[b][k0 + 8 * i];
       }
       fence_generic_to_async_shared();
-      named_barrier_sync(barrier_group, 128);  // the dQ boxes are complete
-      if (issues_dq) {
-        int32_t c[5];
-#pragma unroll
-        for (int k = 0; k < 5; ++k) c[k] = ss.dq_box[group][k];
-        const DqTurn turn = takes_turns ? ss.dq_turn[group] : DqTurn{};
-        if (takes_turns) wait_for_dq_turn(turn);
-        for (int box = 0; box < dq_boxes; ++box) {
-          c[0] = box * kDqBoxColumns;
-          tma_reduce_add_box(&dq_map.map, dq_buffer + box * Traits::kDqBoxFloats, dq_map.rank, c);
-        }
-        bulk_commit_group();
-        if (takes_turns) turn_in_flight = turn.counter;
-      }
-    } else {
-      const DqTurn turn = takes_turns ? ss.dq_turn[group] : DqTurn{};
-      if (p.ordered_dq) {
-        if (takes_turns) wait_for_dq_turn(turn);
-        named_barrier_sync(barrier_group, 128);  // the warpgroup's turn
-      }
-      float* accumulator = static_cast<float*>(p.dq_accum.data);
-#pragma unroll
-      for (int i = 0; i < size<0>(dq); ++i) {
-#pragma unroll
-        for (int j = 0; j < size<1>(dq); j += 2) {
-          const int c = col0 + 8 * (j / 2);
-          fmha::reduce_add_pair_if(dq_row[i] >= 0 && c < p.head_dim, accumulator + dq_row[i] + c, dq(i, j),
-                                   dq(i, j + 1));
-        }
-      }
-      if (p.ordered_dq) {
-        __threadfence();
-        named_barrier_sync(barrier_group, 128);  // every thread's additions are performed
-        if (takes_turns) pass_dq_turn(turn.counter);
-      }
-    }
-  }
-  if (issues_dq) bulk_wait_all();
-  if (takes_turns) pass_turn_in_flight();
+      named_barrier_sync(barrier_group, 128);  // dS published; the dQ buffer is free
 
-  if (p.kv_splits > 1) {                     // this split's unscaled partials, straight from the accumulators
-    const KvSplitCta cta = kv_split_cta(p);  // from blockIdx again: nothing more lives across the visits
-    const int64_t slab = kv_partial_offset(p, cta.split, batch, head_kv, cta.tile, kBlockN) + group * kKeys * kHeadDim;
-    store_partial_tile<kKeys, kHeadDim>(thread_g, acc_dk, p.dk_partial + slab);
-    store_partial_tile<kKeys, kHeadDim>(thread_g, acc_dv, p.dv_partial + slab);
-    if (p.dq_done != nullptr) convert_dq_when_last<Traits>(p, mtid);
-    return;
-  }
-  // Every product has read K and V, and every dQ box has left its buffer: K and V take the outputs, the
-  // first dQ buffer a table of the output rows' starts (each thread computes one: dK rows, then dV rows).
-  named_barrier_sync(kBarrierMma, Traits::kMmaThreads);
-  static_assert(Traits::kMmaThreads == 2 * kBlockN, "one output row per MMA thread");
-  static_assert(sizeof(Element*) * Traits::kMmaThreads <= sizeof(ss.dq[0]), "the row table fits a dQ buffer");
-  Element** output_rows = reinterpret_cast<Element**>(ss.dq[0]);
-  {
-    const bool is_dv = mtid >= kBlockN;
-    const fmha::TensorAddress& out = is_dv ? p.d_v : p.d_k;
-    const int64_t head_offset = batch * out.batch_stride + head_kv * out.head_stride;
-    output_rows[mtid] = tile_row_output<Element>(out, head_offset, p.kv_space, p.dilation, kv.origin, mtid % kBlockN);
-  }
+      release_stage(b);
+      // dQ only now: its 64 x D accumulator next to dK, dV and the dS / P operands of the running
+      // products would leave ptxas too few registers to keep the wgmmas asynchronous (C7512).
+      Tensor acc_dq = partition_fragment_C(mma_q, Shape<Int<kBlockM>, Int<Traits::kDqColumns>>{});
+      {
+        Tensor tQrDs = thread_q.partition_fragment_A(sDs);
+        Tensor tQrKt = thread_q.partition_fragment_B(local_tile(fixed_tile(ss.k, typename Traits::SmemLayoutKt{}),
+                                                                Shape<Int<Traits::kDqColumns>, Int<Traits::kDqDepth>>{},
+                                                                make_coord(0, group)));
+        warpgroup_fence_operand(acc_dq);
+        warpgroup_arrive();
+        issue_gemm<false>(mma_q, tQrDs, tQrKt, acc_dq);
+        warpgroup_commit_batch();
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(acc_dq);
+      }
+      // The accumulator map: query rows k0 (+ 8), columns col0 + 8 (j / 2) (+ 1).
+      Tensor dq = gmma_rows_cols(acc_dq);
+      if (dq_map.enabled) {
+        // Element (r, c) lies in box c / 32 at row r, its 16-byte chunk (c % 32) / 4 swizzled to
+        // ((c % 32) / 4) ^ (r % 8). This thread's columns c = col0 + 8 m' (col0 < 8 even) and rows r0, r0 + 8
+        // share r % 8, so every address is dq_base ^ ((m' % 4) << 5) plus a constant (box, row) offset:
+        // one 32-bit base, where generic 64-bit addresses per store spilled. Rows: k0 (+ 8).
+        const uint32_t dq_base =
+            shared_address(dq_buffer) + k0 * 128 + (((col0 >> 2) ^ (k0 & 7)) << 4) + (col0 & 3) * int(sizeof(float));
 #pragma unroll
-  for (int i = 0; i < size(acc_dk); ++i) acc_dk(i) *= p.scale;
-  {
-    Tensor dk = gmma_rows_cols(acc_dk);
-    Tensor dv = gmma_rows_cols(acc_dv);
+        for (int i = 0; i < size<0>(dq); ++i) {
 #pragma unroll
-    for (int i = 0; i < size<0>(dk); ++i) {
-      const int row = row0 + 8 * i;
+          for (int j = 0; j < size<1>(dq); j += 2) {
+            const int column_block = j / 2;  // m'
+            const uint32_t address = (dq_base ^ ((column_block % 4) << 5)) +
+                                     (column_block / 4) * Traits::kDqBoxFloats * int(sizeof(float)) + i * 8 * 128;
+            store_shared_pair(address, dq(i, j), dq(i, j + 1));
+          }
+        }
+        fence_generic_to_async_shared();
+        named_barrier_sync(barrier_group, 128);  // the dQ boxes are complete
+        if (issues_dq) {
+          int32_t c[5];
 #pragma unroll
-      for (int j = 0; j < size<1>(dk); j += 2) {
-        const int col = col0 + 8 * (j / 2);
-        *reinterpret_cast<uint32_t*>(&sK(row, col)) = pack_pair<Element>(dk(i, j), dk(i, j + 1));
-        *reinterpret_cast<uint32_t*>(&sV(row, col)) = pack_pair<Element>(dv(i, j), dv(i, j + 1));
+          for (int k = 0; k < 5; ++k) c[k] = ss.dq_box[group][k];
+          const DqTurn turn = takes_turns ? ss.dq_turn[group] : DqTurn{};
+          if (takes_turns) wait_for_dq_turn(turn);
+          for (int box = 0; box < dq_boxes; ++box) {
+            c[0] = box * kDqBoxColumns;
+            tma_reduce_add_box(&dq_map.map, dq_buffer + box * Traits::kDqBoxFloats, dq_map.rank, c);
+          }
+          bulk_commit_group();
+          if (takes_turns) turn_in_flight = turn.counter;
+        }
+      } else {
+        const DqTurn turn = takes_turns ? ss.dq_turn[group] : DqTurn{};
+        if (p.ordered_dq) {
+          if (takes_turns) wait_for_dq_turn(turn);
+          named_barrier_sync(barrier_group, 128);  // the warpgroup's turn
+        }
+        float* accumulator = static_cast<float*>(p.dq_accum.data);
+#pragma unroll
+        for (int i = 0; i < size<0>(dq); ++i) {
+#pragma unroll
+          for (int j = 0; j < size<1>(dq); j += 2) {
+            const int c = col0 + 8 * (j / 2);
+            fmha::reduce_add_pair_if(dq_row[i] >= 0 && c < p.head_dim, accumulator + dq_row[i] + c, dq(i, j),
+                                     dq(i, j + 1));
+          }
+        }
+        if (p.ordered_dq) {
+          __threadfence();
+          named_barrier_sync(barrier_group, 128);  // every thread's additions are performed
+          if (takes_turns) pass_dq_turn(turn.counter);
+        }
       }
     }
-  }
-  named_barrier_sync(kBarrierMma, Traits::kMmaThreads);
-  const int col = (mtid % Traits::kChunksPerRow) * 8;
-#pragma unroll
-  for (int pass = 0; pass < kBlockN / Traits::kStoreRowsPerPass; ++pass) {
-    const int row = mtid / Traits::kChunksPerRow + pass * Traits::kStoreRowsPerPass;
-    Element* dk_row = output_rows[row];
-    Element* dv_row = output_rows[kBlockN + row];
-    if (col < p.head_dim && dk_row != nullptr) {
-      *reinterpret_cast<uint4*>(dk_row + col) = *reinterpret_cast<const uint4*>(&sK(row, col));
+    if (issues_dq) bulk_wait_all();
+    if (takes_turns) pass_turn_in_flight();
+
+    if (p.kv_splits > 1) {  // one KV head per CTA                     // this split's unscaled partials, straight from
+                            // the accumulators
+      const KvSplitCta cta = kv_split_cta(p);  // from blockIdx again: nothing more lives across the visits
+      const int64_t slab =
+          kv_partial_offset(p, cta.split, batch, head_kv, cta.tile, kBlockN) + group * kKeys * kHeadDim;
+      store_partial_tile<kKeys, kHeadDim>(thread_g, acc_dk, p.dk_partial + slab);
+      store_partial_tile<kKeys, kHeadDim>(thread_g, acc_dv, p.dv_partial + slab);
+      break;
     }
-    if (col < p.head_dim_v && dv_row != nullptr) {
-      *reinterpret_cast<uint4*>(dv_row + col) = *reinterpret_cast<const uint4*>(&sV(row, col));
+    // Every product has read K and V, and every dQ box has left its buffer: K and V take the outputs, the
+    // first dQ buffer a table of the output rows' starts (each thread computes one: dK rows, then dV rows).
+    named_barrier_sync(kBarrierMma, Traits::kMmaThreads);
+    static_assert(Traits::kMmaThreads == 2 * kBlockN, "one output row per MMA thread");
+    static_assert(sizeof(Element*) * Traits::kMmaThreads <= sizeof(ss.dq[0]), "the row table fits a dQ buffer");
+    Element** output_rows = reinterpret_cast<Element**>(ss.dq[0]);
+    {
+      const bool is_dv = mtid >= kBlockN;
+      const fmha::TensorAddress& out = is_dv ? p.d_v : p.d_k;
+      const int64_t head_offset = batch * out.batch_stride + (head_kv + j) * out.head_stride;
+      output_rows[mtid] = tile_row_output<Element>(out, head_offset, p.kv_space, p.dilation, kv.origin, mtid % kBlockN);
+    }
+#pragma unroll
+    for (int i = 0; i < size(acc_dk); ++i) acc_dk(i) *= p.scale;
+    {
+      Tensor dk = gmma_rows_cols(acc_dk);
+      Tensor dv = gmma_rows_cols(acc_dv);
+#pragma unroll
+      for (int i = 0; i < size<0>(dk); ++i) {
+        const int row = row0 + 8 * i;
+#pragma unroll
+        for (int j = 0; j < size<1>(dk); j += 2) {
+          const int col = col0 + 8 * (j / 2);
+          *reinterpret_cast<uint32_t*>(&sK(row, col)) = pack_pair<Element>(dk(i, j), dk(i, j + 1));
+          *reinterpret_cast<uint32_t*>(&sV(row, col)) = pack_pair<Element>(dv(i, j), dv(i, j + 1));
+        }
+      }
+    }
+    named_barrier_sync(kBarrierMma, Traits::kMmaThreads);
+    const int col = (mtid % Traits::kChunksPerRow) * 8;
+#pragma unroll
+    for (int pass = 0; pass < kBlockN / Traits::kStoreRowsPerPass; ++pass) {
+      const int row = mtid / Traits::kChunksPerRow + pass * Traits::kStoreRowsPerPass;
+      Element* dk_row = output_rows[row];
+      Element* dv_row = output_rows[kBlockN + row];
+      if (col < p.head_dim && dk_row != nullptr) {
+        *reinterpret_cast<uint4*>(dk_row + col) = *reinterpret_cast<const uint4*>(&sK(row, col));
+      }
+      if (col < p.head_dim_v && dv_row != nullptr) {
+        *reinterpret_cast<uint4*>(dv_row + col) = *reinterpret_cast<const uint4*>(&sV(row, col));
+      }
+    }
+    if (j + 1 < kv_heads) {  // this thread has read its rows of sK and sV: the producer may load the next head's
+      barrier_arrive(&ss.kv_empty);
+      clear(acc_dk);
+      clear(acc_dv);
     }
   }
   if (p.dq_done != nullptr) convert_dq_when_last<Traits>(p, mtid);
@@ -449,14 +463,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     }
     if (tid == 0) kv_shared = kv;
   }
-  const int32_t head_kv = static_cast<int32_t>(blockIdx.y);
+  // The CTA's first KV head and its count.
+  const int32_t head_kv = static_cast<int32_t>(blockIdx.y) * (Traits::kSeveralHeadsPerCta ? p.heads_per_cta : 1);
+  const int kv_heads = Traits::kSeveralHeadsPerCta ? min(p.heads_per_cta, p.heads_kv - head_kv) : 1;
   const int32_t batch = static_cast<int32_t>(blockIdx.z);
   __syncthreads();  // kv_shared
   const fmha::DecodedTile& kv = kv_shared;
   // K and V load while the first MMA warp computes the visit schedule (the producer's first cp.async group).
   if (warp_group == 0) issue_kv_loads<Traits>(p, kv, batch, head_kv, ss, tid);
   Schedule schedule;
-  schedule.init(p, kv, batch, head_kv, &schedule_state, tid - Traits::kProducerThreads);
+  schedule.init(p, kv, batch, head_kv, &schedule_state, tid - Traits::kProducerThreads, kv_heads);
   // The mask tables on the MMA warps that do not search the schedule (the first MMA warp does).
   constexpr int kTableThreadsStart = Traits::kProducerThreads + 32;
   if (!kLists && tid >= kTableThreadsStart) {
@@ -464,6 +480,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   }
   if (tid == 0) {
     barrier_init(&ss.kv_full, Traits::kProducerThreads);
+    barrier_init(&ss.kv_empty, Traits::kMmaThreads);
 #pragma unroll
     for (int s = 0; s < Traits::kStages; ++s) {
       barrier_init(&ss.full[s], Traits::kProducerThreads);
@@ -476,11 +493,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
   if (warp_group == 0) {
     warpgroup_registers_shrink<Traits::kProducerRegisters>();
-    produce_backward_visits<Traits, kLists>(p, dq_map, kv, batch, head_kv, schedule, range, ss, tid);
+    produce_backward_visits<Traits, kLists>(p, dq_map, kv, batch, head_kv, kv_heads, schedule, range, ss, tid);
   } else {
     warpgroup_registers_grow<Traits::kMmaRegisters>();
     const int mtid = tid - Traits::kProducerThreads;
-    consume_backward_visits<Traits, kLists>(p, dq_map, kv, batch, head_kv, range.count, ss, warp_group - 1, mtid);
+    consume_backward_visits<Traits, kLists>(p, dq_map, kv, batch, head_kv, kv_heads, range.count, ss, warp_group - 1,
+                                            mtid);
   }
 #endif
 }

@@ -1,5 +1,5 @@
 // The producer warpgroup of the Hopper backward dK/dV kernel (fmha_sm90_backward_dkdv.cuh): gathers the
-// CTA's K and V tiles once and then, for every visit of its split's part of the schedule (all of it
+// CTA's K and V tiles (once per KV head) and then, for every visit of its split's part of the schedule (all of it
 // unless the KV tile is split, fmha_backward_split.hpp), the visit's Q and dO tiles, row
 // statistics, dQ row offsets and (tile lists with an element mask, partial visits) key-major mask words
 // into the visit's stage, with the visit itself for the MMA
@@ -96,10 +96,13 @@ __device__ __forceinline__ void issue_kv_loads(const fmha::FmhaBackwardParams& p
                                             p.k.data);
 }
 
+// `kv_heads` KV heads from head_kv on, in turn (p.heads_per_cta): K and V of the first are the kernel's first
+// cp.async group; those of head j > 0 load once the MMA warpgroups stored head j - 1's dK and dV (kv_empty),
+// while the first visit of head j, loaded with the previous visits, waits in its stage.
 template <class Traits, bool kLists, class Schedule>
 __device__ __forceinline__ void produce_backward_visits(const fmha::FmhaBackwardParams& p, const Sm90DqMap& dq_map,
                                                         const fmha::DecodedTile& kv, int32_t batch, int32_t head_kv,
-                                                        const Schedule& schedule, fmha::VisitRange range,
+                                                        int kv_heads, const Schedule& schedule, fmha::VisitRange range,
                                                         typename Traits::SharedStorage& ss, int ptid) {
   using namespace cute;
   using Copy = typename Traits::ProducerCopy;
@@ -167,18 +170,31 @@ __device__ __forceinline__ void produce_backward_visits(const fmha::FmhaBackward
   }
   fence_generic_to_async_shared();
   barrier_arrive(&ss.kv_full);
-  for (int i = 0; i < count; ++i) {
-    const int stage = i % Traits::kStages;
-    const bool more = i + 1 < count;
-    Prepared next{};
-    if (more) next = prepare_visit(i + 1);  // while visit i's copies are in flight
-    wait_async_copies<0>();
-    fence_generic_to_async_shared();
-    barrier_arrive(&ss.full[stage]);
-    if (more) {
-      const int next_stage = (i + 1) % Traits::kStages;
-      if (i + 1 >= Traits::kStages) barrier_wait(&ss.empty[next_stage], (((i + 1) / Traits::kStages) + 1) & 1);
-      publish_visit(i + 1, next);
+  const int per_head = count / kv_heads;  // the same visits for each KV head (box schedules)
+  for (int j = 0; j < kv_heads; ++j) {
+    if (j > 0) {
+      barrier_wait(&ss.kv_empty, (j - 1) & 1);
+      issue_kv_loads<Traits>(p, kv, batch, head_kv + j, ss, ptid);
+      if (per_head == 0) {
+        wait_async_copies<0>();
+        fence_generic_to_async_shared();
+        barrier_arrive(&ss.kv_full);
+      }
+    }
+    for (int i = j * per_head; i < (j + 1) * per_head; ++i) {
+      const int stage = i % Traits::kStages;
+      const bool more = i + 1 < count;
+      Prepared next{};
+      if (more) next = prepare_visit(i + 1);  // while visit i's copies are in flight
+      wait_async_copies<0>();
+      fence_generic_to_async_shared();
+      if (j > 0 && i == j * per_head) barrier_arrive(&ss.kv_full);  // the head's K and V
+      barrier_arrive(&ss.full[stage]);
+      if (more) {
+        const int next_stage = (i + 1) % Traits::kStages;
+        if (i + 1 >= Traits::kStages) barrier_wait(&ss.empty[next_stage], (((i + 1) / Traits::kStages) + 1) & 1);
+        publish_visit(i + 1, next);
+      }
     }
   }
 }

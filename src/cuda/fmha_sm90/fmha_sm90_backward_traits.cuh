@@ -80,6 +80,10 @@ struct Sm90BackwardTraits {
   static constexpr int kWarps = kThreads / 32;
   static constexpr int kProducerRegisters = 24;
   static constexpr int kMmaRegisters = 240;
+  // Several KV heads per CTA in turn (FmhaBackwardParams::heads_per_cta) up to D 64: at D 128 the loop over heads
+  // around the visits' loop left ptxas spilling ~0.8 KB (against 76 bytes) next to the 64 x 128 dK and dV
+  // accumulators.
+  static constexpr bool kSeveralHeadsPerCta = kHeadDim <= 64;
   // Tile lists with an element mask: partial visits' key-major mask words go through the stage (the producer's
   // copies) at D 64, where the MMA warpgroups' global loads of them delayed the probabilities (H200, S 8192,
   // 50 % mask: dK/dV kernel 3.41 -> 2.98 ms, unmasked 2.56), and at D 32, whose accumulators are smaller; at
@@ -176,7 +180,8 @@ struct Sm90BackwardTraits {
     int32_t dq_box[kMmaGroups][5];                   // a warpgroup's current dQ box coordinates (its issuing thread's)
     DqTurn dq_turn[kMmaGroups];                      // ordered dQ: a warpgroup's current turn (its turn thread's)
     const Element* row_table[kStages][2 * kBlockM];  // producer: Q then dO row starts of a visit
-    uint64_t kv_full;
+    uint64_t kv_full;                                // K and V of the CTA's current KV head landed
+    uint64_t kv_empty;  // the MMA warpgroups stored a KV head's dK and dV (K and V free for the next head)
     uint64_t full[kStages];
     uint64_t empty[kStages];
   };

@@ -29,36 +29,55 @@ int environment_heads() {
   return heads;
 }
 
-}  // namespace
-
-double heads_per_cta_cost(const fmha::FmhaParams& p, int heads, int multiprocessors) {
-  const int64_t groups = (p.heads_q + heads - 1) / heads;
-  const int64_t ctas = int64_t{p.total_q_tiles} * p.batch * groups;
+// Waves of ctas_per_head * ceil(heads_total / heads) CTAs (one per SM) times each CTA's fixed cost plus its heads.
+double wave_cost(int64_t ctas_per_head, int heads_total, int heads, int multiprocessors) {
+  const int64_t groups = (heads_total + heads - 1) / heads;
   const int64_t slots = multiprocessors > 0 ? multiprocessors : kDefaultMultiprocessors;
-  const int64_t waves = (ctas + slots - 1) / slots;
+  const int64_t waves = (ctas_per_head * groups + slots - 1) / slots;
   return static_cast<double>(waves) * (kFixedCostPerHead + heads);
 }
 
-int choose_heads_per_cta(const fmha::FmhaParams& p, bool head_independent_tma, int multiprocessors) {
-  if (!head_independent_tma || p.heads_q < 2) return 1;
+// The forced count, else the count of at most `most` heads with the least wave_cost.
+int cheapest_heads(int64_t ctas_per_head, int heads_total, int most, int multiprocessors) {
   int forced = heads_override.load(std::memory_order_relaxed);
   if (forced == 0) forced = environment_heads();
-  if (forced > 0) return forced < p.heads_q ? forced : p.heads_q;
-  int most = kMaxHeadsPerCta;
-  for (int d = 0; d < p.dims; ++d) {
-    if (p.rule[d].kind == WindowKind::prefix) most = kMaxHeadsPerCtaWithPrefix;
-  }
-  if (most > p.heads_q) most = p.heads_q;
+  if (forced > 0) return forced < heads_total ? forced : heads_total;
+  if (most > heads_total) most = heads_total;
   int best = 1;
-  double best_cost = heads_per_cta_cost(p, 1, multiprocessors);
+  double best_cost = wave_cost(ctas_per_head, heads_total, 1, multiprocessors);
   for (int heads = 2; heads <= most; ++heads) {
-    const double cost = heads_per_cta_cost(p, heads, multiprocessors);
+    const double cost = wave_cost(ctas_per_head, heads_total, heads, multiprocessors);
     if (cost < best_cost) {
       best = heads;
       best_cost = cost;
     }
   }
   return best;
+}
+
+int most_heads(const fmha::FmhaParams& p) {
+  for (int d = 0; d < p.dims; ++d) {
+    if (p.rule[d].kind == WindowKind::prefix) return kMaxHeadsPerCtaWithPrefix;
+  }
+  return kMaxHeadsPerCta;
+}
+
+}  // namespace
+
+double heads_per_cta_cost(const fmha::FmhaParams& p, int heads, int multiprocessors) {
+  return wave_cost(int64_t{p.total_q_tiles} * p.batch, p.heads_q, heads, multiprocessors);
+}
+
+int choose_heads_per_cta(const fmha::FmhaParams& p, bool head_independent_tma, int multiprocessors) {
+  if (!head_independent_tma || p.heads_q < 2) return 1;
+  return cheapest_heads(int64_t{p.total_q_tiles} * p.batch, p.heads_q, most_heads(p), multiprocessors);
+}
+
+// The backward takes no prefix cap: its causal 1-D window row (L 8192 K 256 B4 H16, H200) ran the dK/dV kernel in
+// 0.757 / 0.661 / 0.607 / 0.581 ms at 1 / 2 / 4 / 8 heads per CTA (docs/perf.md).
+int choose_backward_heads_per_cta(const fmha::FmhaBackwardParams& p, bool head_independent, int multiprocessors) {
+  if (!head_independent || p.heads_kv < 2) return 1;
+  return cheapest_heads(int64_t{p.total_kv_tiles} * p.batch, p.heads_kv, kMaxHeadsPerCta, multiprocessors);
 }
 
 void set_heads_per_cta_override(int heads) { heads_override.store(heads, std::memory_order_relaxed); }

@@ -1,4 +1,5 @@
-// How many query heads one CTA of the Hopper forward kernel runs in turn (FmhaParams::heads_per_cta).
+// How many query heads one CTA of the Hopper forward kernel runs in turn (FmhaParams::heads_per_cta), and how many
+// KV heads one CTA of the Hopper backward dK/dV kernel runs (FmhaBackwardParams::heads_per_cta).
 //
 // A CTA pays a fixed cost before its first product (resolving its tile, the mask policy's tile ranges and
 // mask tables, the first Q and K/V loads) and after its last (the epilogue): ~8 000-14 000 SM cycles,
@@ -12,6 +13,7 @@
 #pragma once
 #include <cstdint>
 
+#include "cuda/fmha/fmha_backward_params.hpp"
 #include "cuda/fmha/fmha_params.hpp"
 
 namespace attnkit::cuda::fmha_sm90 {
@@ -25,7 +27,14 @@ int choose_heads_per_cta(const fmha::FmhaParams& p, bool head_independent_tma, i
 // CTA's fixed cost plus its heads.
 double heads_per_cta_cost(const fmha::FmhaParams& p, int heads, int multiprocessors);
 
-// Tests: force the heads per CTA of every later eligible launch (0: choose as above).
+// The KV heads per CTA of the Hopper backward dK/dV kernel for a launch of `p` (FmhaBackwardParams::heads_per_cta,
+// ignored here): 1 unless `head_independent` (box policy, one CTA per KV tile: no KV-parallel split, no ordered dQ);
+// else the count of at most 8 by the same wave model over the grid's CTAs per KV head (causal prefixes too). The kernel
+// reuses its visit schedule and mask tables for each head, and the next head's first Q / dO stage loads while the MMA
+// warpgroups finish the previous head (fmha_sm90_backward_dkdv.cuh).
+int choose_backward_heads_per_cta(const fmha::FmhaBackwardParams& p, bool head_independent, int multiprocessors);
+
+// Tests: force the heads per CTA of every later eligible launch, forward and backward (0: choose as above).
 void set_heads_per_cta_override(int heads);
 
 }  // namespace attnkit::cuda::fmha_sm90

@@ -688,8 +688,8 @@ TEST(FmhaSm90BackwardHeadsPerCta, HeadsPerCtaFollowTheWaveModel) {
   EXPECT_EQ(choose_backward_heads_per_cta(p, true, 132), 1);
   p.batch = 32;
   p.dims = 1;
-  p.rule[0].kind = cuda::WindowKind::prefix;  // causal: as many (the forward pairs at most two)
-  EXPECT_EQ(choose_backward_heads_per_cta(p, true, 132), 8);
+  p.rule[0].kind = cuda::WindowKind::prefix;  // causal: at most two heads
+  EXPECT_EQ(choose_backward_heads_per_cta(p, true, 132), 2);
   p.heads_kv = 1;
   EXPECT_EQ(choose_backward_heads_per_cta(p, true, 132), 1);
 }

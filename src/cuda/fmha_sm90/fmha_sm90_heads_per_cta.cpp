@@ -55,7 +55,8 @@ int cheapest_heads(int64_t ctas_per_head, int heads_total, int most, int multipr
   return best;
 }
 
-int most_heads(const fmha::FmhaParams& p) {
+template <class Params>
+int most_heads(const Params& p) {
   for (int d = 0; d < p.dims; ++d) {
     if (p.rule[d].kind == WindowKind::prefix) return kMaxHeadsPerCtaWithPrefix;
   }
@@ -73,11 +74,9 @@ int choose_heads_per_cta(const fmha::FmhaParams& p, bool head_independent_tma, i
   return cheapest_heads(int64_t{p.total_q_tiles} * p.batch, p.heads_q, most_heads(p), multiprocessors);
 }
 
-// The backward takes no prefix cap: its causal 1-D window row (L 8192 K 256 B4 H16, H200) ran the dK/dV kernel in
-// 0.757 / 0.661 / 0.607 / 0.581 ms at 1 / 2 / 4 / 8 heads per CTA (docs/perf.md).
 int choose_backward_heads_per_cta(const fmha::FmhaBackwardParams& p, bool head_independent, int multiprocessors) {
   if (!head_independent || p.heads_kv < 2) return 1;
-  return cheapest_heads(int64_t{p.total_kv_tiles} * p.batch, p.heads_kv, kMaxHeadsPerCta, multiprocessors);
+  return cheapest_heads(int64_t{p.total_kv_tiles} * p.batch, p.heads_kv, most_heads(p), multiprocessors);
 }
 
 void set_heads_per_cta_override(int heads) { heads_override.store(heads, std::memory_order_relaxed); }

@@ -29,7 +29,7 @@ double heads_per_cta_cost(const fmha::FmhaParams& p, int heads, int multiprocess
 
 // The KV heads per CTA of the Hopper backward dK/dV kernel for a launch of `p` (FmhaBackwardParams::heads_per_cta,
 // ignored here): 1 unless `head_independent` (box policy, one CTA per KV tile: no KV-parallel split, no ordered dQ);
-// else the count of at most 8 by the same wave model over the grid's CTAs per KV head (causal prefixes too). The kernel
+// else the count by the same wave model and caps over the grid's CTAs per KV head. The kernel
 // reuses its visit schedule and mask tables for each head, and the next head's first Q / dO stage loads while the MMA
 // warpgroups finish the previous head (fmha_sm90_backward_dkdv.cuh).
 int choose_backward_heads_per_cta(const fmha::FmhaBackwardParams& p, bool head_independent, int multiprocessors);

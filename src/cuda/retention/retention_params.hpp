@@ -99,4 +99,14 @@ struct ChunkParams {
   float log2_gamma[kMaxParamHeads];
 };
 
+// One launch of the chunkwise kernel: `count` jobs, job j owning CTAs [first_cta[j], first_cta[j + 1]) of the
+// grid (the last one up to the grid's end). The backward's jobs that share an instance run in one launch
+// (retention_jobs.hpp). About 7.5 KB of kernel parameters (CUDA 12.1+ takes up to 32 KB).
+inline constexpr int kMaxChunkJobs = 3;
+struct ChunkJobs {
+  ChunkParams jobs[kMaxChunkJobs];
+  int64_t first_cta[kMaxChunkJobs] = {};
+  int32_t count = 0;
+};
+
 }  // namespace attnkit::cuda::retention

@@ -244,7 +244,8 @@ def main():
     parser.add_argument("--iters", type=int, default=30)
     parser.add_argument("--no-backward", action="store_true")
     parser.add_argument("--json", help="write the results to this file")
-    parser.add_argument("--config", help="ATTNKIT_RETENTION_CONFIG for attnkit: block=32|64,segments=N,decode=0|1")
+    parser.add_argument("--config",
+                        help="ATTNKIT_RETENTION_CONFIG for attnkit: block=32|64,segments=N,decode=0|1,joint=0|1")
     args = parser.parse_args()
     if args.config:
         os.environ["ATTNKIT_RETENTION_CONFIG"] = args.config  # read when attnkit makes each shape's plan

@@ -8,6 +8,7 @@
 // the CUDA backend does not run. Without CUDA (or a GPU) every test skips.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -657,7 +658,8 @@ class ScopedRetentionConfig {
 };
 
 TEST_F(CudaRetention, EveryForcedValueBlockSegmentCountAndDecodeChoiceGivesTheSameResults) {
-  for (const char* config : {"block=32", "segments=3", "block=32,segments=7", "decode=0", "segments=1"}) {
+  for (const char* config : {"block=32", "segments=3", "block=32,segments=7", "decode=0", "segments=1", "joint=1",
+                             "joint=1,segments=3", "joint=1,block=32,segments=7"}) {
     SCOPED_TRACE(config);
     const ScopedRetentionConfig forced(config);
     Case c;
@@ -684,7 +686,8 @@ TEST_F(CudaRetention, EveryForcedValueBlockSegmentCountAndDecodeChoiceGivesTheSa
 // Forced segments run the state-only launch (the state warps alone) for every head dim pair and value block, with
 // the sequence's end inside a segment's last chunk.
 TEST_F(CudaRetention, ForcedSegmentsMatchCpuForEachHeadDimPairAndValueBlock) {
-  for (const char* config : {"segments=5", "block=32,segments=3"}) {
+  for (const char* config :
+       {"segments=5", "block=32,segments=3", "joint=1,segments=5", "joint=1,block=32,segments=3"}) {
     SCOPED_TRACE(config);
     const ScopedRetentionConfig forced(config);
     for (const auto& [dk, dv] : std::vector<std::pair<int64_t, int64_t> >{{64, 64}, {64, 128}, {128, 64}}) {
@@ -699,6 +702,28 @@ TEST_F(CudaRetention, ForcedSegmentsMatchCpuForEachHeadDimPairAndValueBlock) {
       c.final_state = true;
       expect_forward_and_backward_match_cpu(c);
     }
+  }
+}
+
+// The joint backward (the jobs that share an instance in one launch, each with its own part of the workspace) under
+// the segment rule, which counts the CTAs of the jobs together: few heads of a long sequence (segments) and a sequence
+// shorter than two segments of 4 chunks (none), with Dk == Dv (three jobs in one launch) and Dk != Dv (dQ and dK
+// together, dV alone).
+TEST_F(CudaRetention, JointBackwardMatchesCpuWithAndWithoutSegments) {
+  const ScopedRetentionConfig forced("joint=1");
+  for (const auto& [heads, tokens, dk, dv] : std::vector<std::array<int64_t, 4> >{
+           {2, 1500, 64, 64}, {2, 1500, 64, 128}, {2, 1500, 128, 128}, {4, 200, 128, 64}}) {
+    SCOPED_TRACE(::testing::Message() << "H " << heads << " T " << tokens << " Dk " << dk << " Dv " << dv);
+    BackwardCase bc;
+    bc.shape.batch = 1;
+    bc.shape.heads = heads;
+    bc.shape.tokens = tokens;
+    bc.shape.dk = dk;
+    bc.shape.dv = dv;
+    bc.shape.initial_state = true;
+    bc.grad_final_state = true;
+    bc.grad_initial_state = true;
+    expect_backward_matches_cpu(bc);
   }
 }
 

@@ -549,6 +549,27 @@ TEST(TunerCudaRetentionSpace, TheEstimatePrefersSegmentsForFewLongSequences) {
   EXPECT_LT(best * 4, seg1) << "one CTA per value block leaves most SMs idle";
 }
 
+// The joint backward (retention_jobs.hpp) counts the CTAs of the jobs that share a launch together: at B2 H16 T16384
+// D128 three jobs of 64 CTAs need no segments on 132 multiprocessors, where one job alone takes 4; at D64 (three jobs
+// of 32 CTAs) the wave model takes 8. A forced count still wins.
+TEST(RetentionChunkShape, AJointBackwardCountsTheCtasOfTheJobsInItsLaunchTogether) {
+  using cuda::retention::backward_sharing;
+  using cuda::retention::chunk_job_shape;
+  cuda::retention::ChunkShapeChoice joint;
+  joint.joint_backward = true;
+  EXPECT_EQ(backward_sharing(joint, 128, 128).dq, 3);
+  EXPECT_EQ(backward_sharing(joint, 128, 128).dv, 3);
+  EXPECT_EQ(backward_sharing(joint, 64, 128).dq, 2);
+  EXPECT_EQ(backward_sharing(joint, 64, 128).dv, 1);
+  EXPECT_EQ(backward_sharing(cuda::retention::ChunkShapeChoice{}, 128, 128).dq, 1);
+  EXPECT_EQ(chunk_job_shape(DType::bf16, 128, 128, 32, 16384, 132, cuda::retention::ChunkShapeChoice{}).segments, 4);
+  EXPECT_EQ(chunk_job_shape(DType::bf16, 128, 128, 32, 16384, 132, joint, 3).segments, 1);
+  EXPECT_EQ(chunk_job_shape(DType::bf16, 64, 64, 32, 16384, 132, joint, 3).segments, 8);
+  EXPECT_EQ(chunk_job_shape(DType::bf16, 128, 128, 128, 4096, 132, joint, 3).segments, 1);
+  joint.segments = 4;
+  EXPECT_EQ(chunk_job_shape(DType::bf16, 128, 128, 32, 16384, 132, joint, 3).segments, 4);
+}
+
 // --- on a GPU ---------------------------------------------------------------------------------------
 
 class TunerGemmRetentionGpu : public ::testing::Test {

@@ -16,6 +16,13 @@ void launch_chunk_kernel(const ChunkParams& params, int64_t ctas, cudaStream_t s
 }
 
 template <class Element, int HeadDim, int ValueBlock>
+void launch_chunk_jobs(const ChunkJobs& jobs, int64_t ctas, cudaStream_t stream) {
+  using Traits = ChunkTraits<Element, HeadDim, ValueBlock>;
+  retention_chunk_jobs_kernel<Element, HeadDim, ValueBlock>
+      <<<static_cast<unsigned>(ctas), Traits::kThreads, Traits::kSharedBytes, stream>>>(jobs);
+}
+
+template <class Element, int HeadDim, int ValueBlock>
 ChunkKernel chunk_kernel_entry(DType dtype) {
   using Traits = ChunkTraits<Element, HeadDim, ValueBlock>;
   return ChunkKernel{"chunk64",
@@ -25,7 +32,9 @@ ChunkKernel chunk_kernel_entry(DType dtype) {
                      Traits::kThreads,
                      Traits::kSharedBytes,
                      reinterpret_cast<const void*>(&retention_chunk_kernel<Element, HeadDim, ValueBlock>),
-                     &launch_chunk_kernel<Element, HeadDim, ValueBlock>};
+                     &launch_chunk_kernel<Element, HeadDim, ValueBlock>,
+                     reinterpret_cast<const void*>(&retention_chunk_jobs_kernel<Element, HeadDim, ValueBlock>),
+                     &launch_chunk_jobs<Element, HeadDim, ValueBlock>};
 }
 
 template <class Element>

@@ -36,6 +36,26 @@
 // update alone (the output warps only load), and the second starts segment s from S0 and the states of
 // segments < s.
 //
+// Backward launches (retention_jobs.hpp). The backward is three jobs of this kernel (dQ, dK, dV). Run in turn, each
+// job fills the GPU alone: with few (batch, head) pairs each needs segments and its own state-only launch. The joint
+// launch (retention_chunk_jobs_kernel) puts the jobs that share an instance (all three when Dk == Dv) in one grid, so
+// that their CTAs fill the GPU together and need fewer segments: the same FLOPs and DRAM bytes per job as below, minus
+// the state-only passes it no longer needs. Wave model (132 SMs, 2 CTAs each = 264 at once; unit: one chunk step of a
+// CTA; a state-only step counted as half, its state warps alone), bf16 D = Dv, E = 64, in turn -> joint:
+//   B8 T4096 H16 D128   3 x 256 CTAs x 64 steps               192 -> 192 (no change predicted)
+//   B2 T16384 H16 D128  3 x (256 CTAs x 64 steps + states)    288 -> 256 (192 CTAs, 1 segment: -11 %)
+//   B8 T4096 H16 D64    3 x (256 CTAs x 32 steps + states)    144 -> 128 (384 CTAs, 1 segment: -11 %)
+//   B2 T16384 H16 D64   3 x (256 CTAs x 32 steps + states)    144 -> 144 (768 CTAs, 8 segments)
+// plus two launch gaps fewer. The alternative, one reverse walk for dK and dV (both carry dLoss/dS, [Dk, Dv] up to a
+// transpose), with a CTA per E-column slice of dS: it writes dV's slice and a partial dK = sum over slices of
+// (mask o V_s dO_s^T) Q + V_s dS_s^T, so dK needs a cross-slice sum (fp32 partials: 2 slices x 4 D bytes per token and
+// head written and read again, against 2 D bytes of a bf16 dK). Per token and head at D = 128, two slices: the state
+// update once (2 x 16.4 kFLOP) and six products (2 x 63.5 kFLOP), 160 kFLOP against 193 kFLOP for the two jobs
+// (-17 %), i.e. -11 % of the whole backward (289 kFLOP), before the partials' traffic; the output warps would hold
+// a 16 x D fp32 dK block beside the 16 x E dV block (64 + 32 registers a thread), past the 128-register budget of
+// two CTAs per SM. Neither reaches the issue's 2x fla backward, which at B8 T4096 H16 D128 asks ~0.76 ms where three
+// walks of this kernel's forward take ~1.2 ms (docs/perf.md): that needs fewer FLOPs per walk on faster MMAs.
+//
 // Work per chunk and CTA, D = Dk, E = Dv_block: Q K^T 2*C*C*D (the warps skip key blocks above their
 // rows: 5/8 of it is issued), Q S 2*C*D*E, P V 2*C*C*E (5/8 issued), state 2*C*D*E. Per token and
 // head at D = Dv = 128, E = 64 (two slices): 96 kFLOP executed against the issue's nominal count of
@@ -280,10 +300,9 @@ __device__ __forceinline__ void chunk_state_update(float (&state)[MT][NT][4], co
   }
 }
 
+// One CTA's walk: CTA `cta` of job `p` (its index among the job's CTAs).
 template <class Element, int HeadDim, int ValueBlock>
-__global__ void __launch_bounds__(ChunkTraits<Element, HeadDim, ValueBlock>::kThreads,
-                                  ChunkTraits<Element, HeadDim, ValueBlock>::kMinBlocksPerSm)
-    retention_chunk_kernel(const __grid_constant__ ChunkParams p) {
+__device__ __forceinline__ void chunk_walk(const ChunkParams& p, int64_t cta) {
   using Traits = ChunkTraits<Element, HeadDim, ValueBlock>;
   constexpr int C = Traits::kChunk;
   constexpr int kQkPitch = Traits::kQkPitch;
@@ -303,7 +322,6 @@ __global__ void __launch_bounds__(ChunkTraits<Element, HeadDim, ValueBlock>::kTh
   const int quad = lane % 4;
 
   // Slices of one head and segment are neighbours in the launch order, so they share Q and K through L2.
-  const int64_t cta = blockIdx.x;
   const int slice = static_cast<int>(cta % p.dv_slices);
   const int64_t segment_index = cta / p.dv_slices;
   const int segment = static_cast<int>(segment_index % p.segments);
@@ -492,6 +510,27 @@ __global__ void __launch_bounds__(ChunkTraits<Element, HeadDim, ValueBlock>::kTh
           }
         }
   }
+}
+
+// One job: CTA blockIdx.x of p.
+template <class Element, int HeadDim, int ValueBlock>
+__global__ void __launch_bounds__(ChunkTraits<Element, HeadDim, ValueBlock>::kThreads,
+                                  ChunkTraits<Element, HeadDim, ValueBlock>::kMinBlocksPerSm)
+    retention_chunk_kernel(const __grid_constant__ ChunkParams p) {
+  chunk_walk<Element, HeadDim, ValueBlock>(p, blockIdx.x);
+}
+
+// Several jobs of this instance in one grid (the backward's jobs that share it), their CTAs one after the other. The
+// job's params are read through a reference into the grid-constant parameter space (no copy per thread); the
+// dynamic job index costs a few registers against the one-job kernel (ptxas: at most 20 bytes of spills at SM90).
+template <class Element, int HeadDim, int ValueBlock>
+__global__ void __launch_bounds__(ChunkTraits<Element, HeadDim, ValueBlock>::kThreads,
+                                  ChunkTraits<Element, HeadDim, ValueBlock>::kMinBlocksPerSm)
+    retention_chunk_jobs_kernel(const __grid_constant__ ChunkJobs jobs) {
+  const int64_t cta = blockIdx.x;
+  int job = 0;
+  while (job + 1 < jobs.count && cta >= jobs.first_cta[job + 1]) ++job;
+  chunk_walk<Element, HeadDim, ValueBlock>(jobs.jobs[job], cta - jobs.first_cta[job]);
 }
 
 }  // namespace attnkit::cuda::retention

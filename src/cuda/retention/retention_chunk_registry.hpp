@@ -25,6 +25,10 @@ struct ChunkKernel {
   int shared_bytes;
   const void* function;                                       // the __global__ function
   void (*launch)(const ChunkParams&, int64_t, cudaStream_t);  // grid = CTAs, caller checks the launch
+  // The chunkwise family only (null for the others): the kernel that runs several jobs in one grid of `CTAs`
+  // (retention_params.hpp's ChunkJobs), with the same threads and shared memory, and its launch.
+  const void* jobs_function = nullptr;
+  void (*launch_jobs)(const ChunkJobs&, int64_t, cudaStream_t) = nullptr;
 };
 
 // The instance for (dtype, Dk, value block), or null when none is compiled.

@@ -112,10 +112,12 @@ ChunkShapeChoice parse_forced_choice(const std::string& text) {
       choice.segments = value;
     } else if (key == "decode" && (value == 0 || value == 1)) {
       choice.decode = value == 1;
+    } else if (key == "joint" && (value == 0 || value == 1)) {
+      choice.joint_backward = value == 1;
     } else {
       throw Error(Status::invalid_argument, "ATTNKIT_RETENTION_CONFIG: item '" + item +
                                                 "'; allowed: comma-separated block=32|64, segments=N (N >= 1), "
-                                                "decode=0|1");
+                                                "decode=0|1, joint=0|1");
     }
   }
   return choice;
@@ -130,17 +132,45 @@ int value_block_for(int64_t dv, const ChunkShapeChoice& choice) {
   return 0;
 }
 
-// Segments when B * H * slices CTAs leave multiprocessors idle: as many as fit in one wave of two CTAs
-// per multiprocessor, each segment at least 4 chunks long.
+// The segments of a joint launch (retention_jobs.hpp): the count, at most `max_segments`, that minimises a wave model
+// of its two launches in units of one chunk step of a CTA at two CTAs per multiprocessor (`slots` CTAs at once, all
+// CTAs equally long): ceil(ctas * s / slots) waves of ceil(chunks / s) steps, plus the state-only launch's
+// ceil(ctas * (s - 1) / slots) waves of as many steps at half the cost (the state warps alone). More segments must
+// cost 5 % less than fewer (the model leaves out each segment's reads of the states before it). Example, 132
+// multiprocessors, B2 T16384 H16 D128 (three jobs of 64 CTAs, 256 chunks): 1 segment, 256 steps (2, 4, 8: 320, 288,
+// 288), against 3 x (64 + 64 / 2) = 288 for the jobs in turn with 4 segments each.
+int64_t joint_segments(int64_t ctas, int64_t chunks, int64_t slots, int64_t max_segments) {
+  int64_t best = 1;
+  int64_t best_cost = 0;
+  for (int64_t wanted = 1; wanted <= max_segments; ++wanted) {
+    const int64_t steps = (chunks + wanted - 1) / wanted;
+    const int64_t segments = (chunks + steps - 1) / steps;
+    const int64_t outputs = (ctas * segments + slots - 1) / slots * steps;
+    const int64_t states = (ctas * (segments - 1) + slots - 1) / slots * steps;
+    const int64_t cost = 2 * outputs + states;  // in half steps
+    if (wanted == 1 || cost * 20 < best_cost * 19) {
+      best = segments;
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
+// Segments when the CTAs of the launch (B * H * slices) leave multiprocessors idle: as many as fit in one wave of two
+// CTAs per multiprocessor, each segment at least 4 chunks long; in a joint launch (`sharing_jobs` jobs of this shape
+// in one grid) joint_segments' count.
 JobShape shape_job(const ChunkKernel* kernel, int64_t batch_heads, int64_t dk, int64_t dv, int64_t tokens,
-                   int multiprocessors, const ChunkShapeChoice& choice) {
+                   int multiprocessors, const ChunkShapeChoice& choice, int64_t sharing_jobs) {
   constexpr int64_t kMinChunksPerSegment = 4;
   JobShape shape;
   shape.kernel = kernel;
   const int64_t chunks = (tokens + kRetentionChunk - 1) / kRetentionChunk;
-  const int64_t ctas = batch_heads * (dv / kernel->value_block);
+  const int64_t ctas = batch_heads * (dv / kernel->value_block) * sharing_jobs;
   int64_t segments = 1;
-  if (ctas < multiprocessors) {
+  if (sharing_jobs > 1) {
+    segments = joint_segments(ctas, chunks, 2 * static_cast<int64_t>(multiprocessors),
+                              std::max<int64_t>(1, chunks / kMinChunksPerSegment));
+  } else if (ctas < multiprocessors) {
     // Rounded down: every kernel instance fits two CTAs per multiprocessor on SM90 (8 warps at <= 128 registers,
     // <= 105 KiB of shared memory), and a second, partial wave would cost as much as the first.
     const int64_t wanted = 2 * static_cast<int64_t>(multiprocessors) / ctas;
@@ -157,17 +187,19 @@ JobShape shape_job(const ChunkKernel* kernel, int64_t batch_heads, int64_t dk, i
 }
 
 JobShape select_job(DType dtype, int64_t dk, int64_t dv, int64_t batch_heads, int64_t tokens, int multiprocessors,
-                    const ChunkShapeChoice& choice, const char* dk_name, const char* dv_name, const char* dv_allowed) {
+                    const ChunkShapeChoice& choice, const char* dk_name, const char* dv_name, const char* dv_allowed,
+                    int64_t sharing_jobs = 1) {
   if (dk > 1024 || find_chunk_kernel(dtype, static_cast<int>(dk), 32) == nullptr) {
     unsupported(std::string(dk_name) + " = " + std::to_string(dk) + " on the CUDA backend's retention; allowed: " +
                 chunk_head_dims_text() + " (other head dims run on the CPU backend)");
   }
-  const JobShape shape = chunk_job_shape(dtype, dk, dv, batch_heads, tokens, multiprocessors, choice);
+  const JobShape shape = chunk_job_shape(dtype, dk, dv, batch_heads, tokens, multiprocessors, choice, sharing_jobs);
   if (shape.kernel == nullptr) {
     unsupported(std::string(dv_name) + " = " + std::to_string(dv) + " on the CUDA backend's retention; allowed: " +
                 dv_allowed + " (other head dims run on the CPU backend)");
   }
-  if (batch_heads * (dv / shape.kernel->value_block) * shape.segments > std::numeric_limits<int32_t>::max()) {
+  if (batch_heads * (dv / shape.kernel->value_block) * shape.segments * sharing_jobs >
+      std::numeric_limits<int32_t>::max()) {
     unsupported("B * H = " + std::to_string(batch_heads) +
                 " (batch times heads) on the CUDA backend's retention; allowed: B * H * Dv / 32 below 2^31");
   }
@@ -253,6 +285,7 @@ ChunkJob make_job(const JobShape& shape, const TensorView& q, const TensorView& 
   p.segments = shape.segments;
   p.value_columns = static_cast<int32_t>(v.extents[3]);
   job.ctas = q.extents[0] * q.extents[2] * p.dv_slices * p.segments;
+  job.workspace_bytes = shape.workspace_bytes;
   return job;
 }
 
@@ -270,12 +303,19 @@ bool runs_chunk_jobs(const RetentionBackward& problem) {
 }
 
 JobShape chunk_job_shape(DType dtype, int64_t dk, int64_t dv, int64_t batch_heads, int64_t tokens, int multiprocessors,
-                         const ChunkShapeChoice& choice) {
+                         const ChunkShapeChoice& choice, int64_t sharing_jobs) {
   if (dk > 1024 || batch_heads < 1) return {};
   const int block = value_block_for(dv, choice);
   const ChunkKernel* kernel = block == 0 ? nullptr : find_chunk_kernel(dtype, static_cast<int>(dk), block);
   if (kernel == nullptr) return {};
-  return shape_job(kernel, batch_heads, dk, dv, tokens, multiprocessors, choice);
+  return shape_job(kernel, batch_heads, dk, dv, tokens, multiprocessors, choice, std::max<int64_t>(sharing_jobs, 1));
+}
+
+BackwardSharing backward_sharing(const ChunkShapeChoice& choice, int64_t dk, int64_t dv) {
+  // dQ and dK always have the same shape (Dk' = Dv, Dv' = Dk); dV has it too when Dk == Dv. The value block
+  // follows the job's value dim (value_block_for), so equal dims give one instance.
+  if (!choice.joint_backward) return {};
+  return dk == dv ? BackwardSharing{3, 3} : BackwardSharing{2, 1};
 }
 
 const ChunkKernel* decode_kernel_for(DType dtype, int64_t batch_heads, int64_t tokens, int64_t dk, int64_t dv,
@@ -328,13 +368,16 @@ BackwardSelection select_backward(const RetentionBackward& problem, int multipro
   const int64_t tokens = problem.q.extents[1];
   // The dQ and dK jobs carry the state transposed: Dv is their key dim, Dk their value dim.
   const std::string both = chunk_head_dims_text() + " (the backward needs both Dk and Dv among them)";
+  const BackwardSharing sharing = backward_sharing(choice, dk, dv);
   BackwardSelection selection;
   selection.dv = select_job(dtype, dk, dv, batch_heads, tokens, multiprocessors, choice, "q: head dim Dk",
-                            "v: head dim Dv", both.c_str());
+                            "v: head dim Dv", both.c_str(), sharing.dv);
   selection.dq = select_job(dtype, dv, dk, batch_heads, tokens, multiprocessors, choice, "v: head dim Dv",
-                            "q: head dim Dk", both.c_str());
+                            "q: head dim Dk", both.c_str(), sharing.dq);
   selection.dk = selection.dq;
-  selection.workspace_bytes = std::max(selection.dv.workspace_bytes, selection.dq.workspace_bytes);
+  selection.joint = choice.joint_backward;
+  selection.workspace_bytes = selection.joint ? 2 * selection.dq.workspace_bytes + selection.dv.workspace_bytes
+                                              : std::max(selection.dv.workspace_bytes, selection.dq.workspace_bytes);
   return selection;
 }
 

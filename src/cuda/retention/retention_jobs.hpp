@@ -18,14 +18,17 @@
 // Parallelism: one CTA per (batch, head, value block of 64 columns, or 32 when Dv is no multiple of
 // 64). When that is fewer CTAs than multiprocessors, the sequence is also cut into segments of whole
 // chunks (at least 4 chunks each) to fill about two CTAs per multiprocessor; each segment's own state
-// is computed first (K^T V work only) and the segments then start from the states before them.
+// is computed first (K^T V work only) and the segments then start from the states before them. The
+// backward's jobs run one after the other, or (joint) those that share an instance in one launch of
+// retention_chunk_jobs_kernel, whose segment count then follows a wave model of the jobs' CTAs together
+// (retention_jobs.cpp's joint_segments; the counts and predictions are in retention_chunk_kernel.cuh).
 // normalize=true and the explicit decay matrix run the parallel forward (retention_normalized_kernel.cuh)
 // and the parallel backward (retention_parallel_backward_common.cuh: four launches of two kernels).
 // Forward calls of at most kDecodeMaxTokens tokens with Dv a multiple of 64 run the recurrent decode
 // kernel instead (retention_decode_kernel.cuh: fp32 on CUDA cores, the state read and written once).
-// These choices (value block, segments, decode) are a ChunkShapeChoice: ChunkShapeChoice{} is the rule
+// These choices (value block, segments, decode, joint backward) are a ChunkShapeChoice: ChunkShapeChoice{} is the rule
 // above, the tuner's retention configs are others (src/cuda/tune/retention_config_space.hpp), and
-// ATTNKIT_RETENTION_CONFIG="block=32|64,segments=N,decode=0|1" (any subset) forces one where it is valid,
+// ATTNKIT_RETENTION_CONFIG="block=32|64,segments=N,decode=0|1,joint=0|1" (any subset) forces one where it is valid,
 // read when a plan is made (detail::clear_retention_plans() after changing it); a forced choice keeps
 // priority over the tuner's.
 #pragma once
@@ -44,6 +47,7 @@ struct ChunkJob {
   const ChunkKernel* kernel = nullptr;  // null: the job has nothing to do
   ChunkParams params;
   int64_t ctas = 0;
+  int64_t workspace_bytes = 0;  // its segment states (JobShape::workspace_bytes)
 };
 
 // A job's kernel and its sequence split (retention_params.hpp: segments > 1 runs two launches and
@@ -62,10 +66,14 @@ struct ForwardSelection {
 };
 
 struct BackwardSelection {
-  JobShape dq;                  // Dk' = Dv
-  JobShape dk;                  // Dk' = Dv
-  JobShape dv;                  // Dk' = Dk
-  int64_t workspace_bytes = 0;  // the largest job's: the jobs run one after the other on one stream
+  JobShape dq;  // Dk' = Dv
+  JobShape dk;  // Dk' = Dv
+  JobShape dv;  // Dk' = Dk
+  // The largest job's when the jobs run one after the other; their sum when they run together (joint).
+  int64_t workspace_bytes = 0;
+  // The jobs that share an instance run in one launch (and their segment-state launches in one), each job's
+  // segment states in its own part of the workspace (dQ, dK, dV order).
+  bool joint = false;
   // The parallel form (normalize=true or a decay matrix): dq holds the query-side kernel, dk and dv the
   // key-side one, and the workspace is the row terms [B, H, Tq, 2] fp32 (none without normalisation).
   bool parallel_form = false;
@@ -84,6 +92,9 @@ struct ChunkShapeChoice {
   int64_t segments = 0;
   // Forward calls of at most kDecodeMaxTokens tokens with Dv a multiple of 64 run the decode kernel.
   bool decode = true;
+  // The backward's jobs that share an instance (all three when Dk == Dv, else dQ and dK) run in one launch;
+  // the segment rule then counts their CTAs together. false: one launch (pair) per job, in turn.
+  bool joint_backward = false;
 
   friend bool operator==(const ChunkShapeChoice&, const ChunkShapeChoice&) = default;
 };
@@ -100,8 +111,17 @@ bool runs_chunk_jobs(const RetentionBackward& problem);
 // The kernel and sequence split of one chunkwise job (key dim dk, value dim dv, `tokens` tokens of
 // batch_heads sequences) under `choice`, without the checks select_* make: kernel null when no instance
 // has this dtype, dk and value block. Pure (the tuner's config spaces compute shapes with it).
+// `sharing_jobs`: how many jobs of this shape run in the same launch (the segment rule fills the GPU with the
+// CTAs of all of them).
 JobShape chunk_job_shape(DType dtype, int64_t dk, int64_t dv, int64_t batch_heads, int64_t tokens, int multiprocessors,
-                         const ChunkShapeChoice& choice);
+                         const ChunkShapeChoice& choice, int64_t sharing_jobs = 1);
+
+// How many backward jobs share the launch of the dQ job (Dk' = Dv) and of the dV job (Dk' = Dk) under `choice`.
+struct BackwardSharing {
+  int64_t dq = 1;
+  int64_t dv = 1;
+};
+BackwardSharing backward_sharing(const ChunkShapeChoice& choice, int64_t dk, int64_t dv);
 
 // The decode kernel a forward of these sizes runs under `choice`, or null when the chunkwise job runs it.
 const ChunkKernel* decode_kernel_for(DType dtype, int64_t batch_heads, int64_t tokens, int64_t dk, int64_t dv,

@@ -99,4 +99,15 @@ struct ChunkParams {
   float log2_gamma[kMaxParamHeads];
 };
 
+// One launch of retention_chunk_jobs_kernel: `count` jobs, job j owning CTAs [first_cta[j], first_cta[j + 1]) of the
+// grid (the last one up to the grid's end). The backward's jobs that share an instance run in one launch
+// (retention_jobs.hpp). 7.4 KB of kernel parameters (CUDA 12.1+ takes up to 32 764 bytes).
+inline constexpr int kMaxChunkJobs = 3;
+struct ChunkJobs {
+  ChunkParams jobs[kMaxChunkJobs];
+  int64_t first_cta[kMaxChunkJobs] = {};
+  int32_t count = 0;
+};
+static_assert(sizeof(ChunkJobs) <= 32764, "a kernel's parameters (CUDA 12.1+, SM70+)");
+
 }  // namespace attnkit::cuda::retention

@@ -72,6 +72,69 @@ void launch(const ChunkJob& job, float* segment_states, cudaStream_t stream) {
   check_launch((std::string("retention kernel ") + job.kernel->family).c_str());
 }
 
+// Jobs of one instance in one grid (ChunkJobs), each job's segment states at its own offset in `segment_states`: with
+// segments, first the segmented jobs' own states (one launch), then every job's outputs (one launch). A job alone runs
+// the one-job kernel.
+void launch_together(const std::vector<const ChunkJob*>& jobs, float* segment_states, cudaStream_t stream) {
+  if (jobs.size() == 1) {
+    launch(*jobs.front(), segment_states, stream);
+    return;
+  }
+  const ChunkKernel* kernel = jobs.front()->kernel;
+  auto launch_of = [&](bool state_only) {
+    ChunkJobs grid;
+    int64_t ctas = 0;
+    int64_t workspace_offset = 0;  // bytes
+    for (const ChunkJob* job : jobs) {
+      const bool segmented = job->params.segments > 1;
+      if (!state_only || segmented) {
+        ChunkParams& params = grid.jobs[grid.count];
+        params = job->params;
+        params.state_only = state_only ? 1 : 0;
+        if (segmented) {
+          params.segment_states = reinterpret_cast<float*>(reinterpret_cast<char*>(segment_states) + workspace_offset);
+        }
+        grid.first_cta[grid.count] = ctas;
+        ctas += job->ctas;
+        ++grid.count;
+      }
+      workspace_offset += job->workspace_bytes;
+    }
+    if (grid.count == 0) return;
+    kernel->launch_jobs(grid, ctas, stream);
+    check_launch(state_only ? "retention_chunk_kernel (joint segment states)" : "retention_chunk_kernel (joint)");
+  };
+  launch_of(true);
+  launch_of(false);
+}
+
+// The backward's jobs in order, those that share an instance with the job before them in the same launches.
+void launch_joint(const std::array<ChunkJob, 3>& jobs, float* segment_states, cudaStream_t stream) {
+  std::vector<const ChunkJob*> group;
+  float* group_states = segment_states;
+  auto flush = [&] {
+    if (!group.empty()) launch_together(group, group_states, stream);
+    for (const ChunkJob* job : group) {
+      group_states = reinterpret_cast<float*>(reinterpret_cast<char*>(group_states) + job->workspace_bytes);
+    }
+    group.clear();
+  };
+  for (const ChunkJob& job : jobs) {
+    if (job.kernel == nullptr || job.ctas == 0) continue;
+    if (!group.empty() && (group.front()->kernel != job.kernel || job.kernel->launch_jobs == nullptr ||
+                           static_cast<int>(group.size()) == kMaxChunkJobs)) {
+      flush();
+    }
+    if (job.kernel->launch_jobs == nullptr) {
+      launch(job, group_states, stream);
+      group_states = reinterpret_cast<float*>(reinterpret_cast<char*>(group_states) + job.workspace_bytes);
+      continue;
+    }
+    group.push_back(&job);
+  }
+  flush();
+}
+
 // The segment states' memory (and the parallel backward's row terms): the caller's workspace, else
 // stream-ordered memory freed after the launches on the same stream (no synchronisation; capturable in a
 // CUDA graph).
@@ -178,7 +241,12 @@ class BackwardPlan final : public detail::OpPlan<RetentionBackward> {
         }
         return;
       }
-      for (const ChunkJob& job : fill_backward(problem, selection_, log2_gamma)) launch(job, states.data(), stream);
+      const std::array<ChunkJob, 3> jobs = fill_backward(problem, selection_, log2_gamma);
+      if (selection_.joint) {
+        launch_joint(jobs, states.data(), stream);
+      } else {
+        for (const ChunkJob& job : jobs) launch(job, states.data(), stream);
+      }
     });
   }
 
@@ -210,6 +278,12 @@ std::unique_ptr<detail::OpPlan<RetentionBackward>> plan_of_selection(const Reten
   for (const JobShape* job : {&selection.dq, &selection.dk, &selection.dv}) require_shared_memory(*job, device);
   for (const JobShape* job : {&selection.dq, &selection.dk, &selection.dv}) {
     raise_shared_memory(job->kernel, job->shared_bytes);
+    if (selection.joint && job->kernel != nullptr && job->kernel->jobs_function != nullptr) {
+      check_cuda(
+          raise_dynamic_shared_memory_once(job->kernel->jobs_function,
+                                           job->shared_bytes != 0 ? job->shared_bytes : job->kernel->shared_bytes),
+          "cudaFuncSetAttribute(retention joint kernel)");
+    }
   }
   return std::make_unique<BackwardPlan>(problem, selection, device, source);
 }

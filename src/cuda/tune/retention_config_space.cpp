@@ -34,9 +34,9 @@ bool is_backward_space(const tune::ProblemSpec& spec) { return spec.op == tune::
 int64_t batch_heads_of(const tune::ProblemSpec& spec) { return spec.batch * spec.heads_q; }
 
 JobLaunch chunk_launch(const tune::ProblemSpec& spec, int64_t key_dim, int64_t value_dim, int multiprocessors,
-                       const ChunkShapeChoice& choice) {
-  const JobShape shape =
-      chunk_job_shape(spec.dtype, key_dim, value_dim, batch_heads_of(spec), spec.tokens[0], multiprocessors, choice);
+                       const ChunkShapeChoice& choice, int64_t sharing_jobs = 1) {
+  const JobShape shape = chunk_job_shape(spec.dtype, key_dim, value_dim, batch_heads_of(spec), spec.tokens[0],
+                                         multiprocessors, choice, sharing_jobs);
   return {shape.kernel, shape.segments, shape.segment_tokens, key_dim, value_dim};
 }
 
@@ -63,8 +63,9 @@ Resolution resolve(const ChunkShapeChoice& choice, bool decode_config, const tun
     r.jobs.push_back(chunk_launch(spec, dk, dv, multiprocessors, choice));
   } else {
     // dQ and dK carry the state transposed (Dk' = Dv, Dv' = Dk); dV is the forward's shape.
-    const JobLaunch dq = chunk_launch(spec, dv, dk, multiprocessors, choice);
-    r.jobs = {dq, dq, chunk_launch(spec, dk, dv, multiprocessors, choice)};
+    const BackwardSharing sharing = backward_sharing(choice, dk, dv);
+    const JobLaunch dq = chunk_launch(spec, dv, dk, multiprocessors, choice, sharing.dq);
+    r.jobs = {dq, dq, chunk_launch(spec, dk, dv, multiprocessors, choice, sharing.dv)};
   }
   for (const JobLaunch& job : r.jobs) {
     if (job.kernel == nullptr) {

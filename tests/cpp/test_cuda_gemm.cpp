@@ -37,6 +37,7 @@
 #include "core/float_convert.hpp"
 #include "core/gemm_plan.hpp"
 #include "core/zero_size.hpp"
+#include "cuda/gemm/gemm_narrow.hpp"
 #include "cuda/gemm/gemm_registry.hpp"
 #include "cuda/gemm/gemm_shape.hpp"
 #include "cuda/gemm/gemm_split_k.hpp"
@@ -791,6 +792,44 @@ TEST(CudaGemmSelection, Fp32SelectsTf32OnlyWhenAllowedAnd3xTf32Otherwise) {
   }
 }
 
+// fp32 decode shapes (M <= 16 against a row-major weight B, N contiguous) run on the narrow kernel on any device,
+// with or without TF32 (it is exact fp32); more rows of A, a K-major B, a misaligned B or grids too small to cover
+// the SMs (the split-K rows' small problems) run elsewhere. Its slice rule: two CTAs per SM, slices of >= 512 rows.
+TEST(CudaGemmSelection, Fp32DecodeShapesSelectTheNarrowKernel) {
+  const std::string narrow = cuda::gemm::narrow_gemm_kernel().name;
+  for (const int capability : {80, 90}) {
+    for (const bool tf32 : {false, true}) {
+      for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3> >{
+               {1, 4096, 4096}, {16, 4096, 4096}, {1, 16384, 4096}, {16, 16384, 4096}, {5, 4096, 16384}}) {
+        EXPECT_EQ(selected_on(capability, DType::f32, tf32, m, n, k, false, false, false), narrow)
+            << m << "x" << n << "x" << k << " cc " << capability << " tf32 " << tf32;
+        EXPECT_EQ(selected_on(capability, DType::f32, tf32, m, n, k, true, false, false), narrow)
+            << "A MN-major " << m << "x" << n << "x" << k;
+        EXPECT_NE(selected_on(capability, DType::f32, tf32, m, n, k, false, true, false), narrow)
+            << "B K-major " << m << "x" << n << "x" << k;
+      }
+      for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3> >{
+               {17, 16384, 4096}, {64, 4096, 4096}, {16, 512, 4096}, {1, 1024, 2048}, {8, 1024, 512}}) {
+        EXPECT_NE(selected_on(capability, DType::f32, tf32, m, n, k, false, false, false), narrow)
+            << m << "x" << n << "x" << k;
+      }
+      // A view one element in: B is not 16-byte aligned.
+      EXPECT_NE(selected_on(capability, DType::f32, tf32, 16, 4096, 4096, false, false, false, 1), narrow);
+      EXPECT_NE(selected_on(capability, DType::bf16, false, 16, 4096, 4096, false, false, false), narrow);
+    }
+  }
+  auto slices = [](int64_t m, int64_t n, int64_t k) {
+    cuda::gemm::GemmShape s;
+    s.dtype = DType::f32, s.m = m, s.n = n, s.k = k, s.batch = 1;
+    return cuda::gemm::narrow_gemm_slices(s, 132);
+  };
+  EXPECT_EQ(slices(16, 16384, 4096), 3);  // 128 column blocks: 384 CTAs
+  EXPECT_EQ(slices(1, 4096, 4096), 8);    // 32 blocks: 9 wanted, 8 slices of 512
+  EXPECT_EQ(slices(1, 4096, 16384), 9);
+  EXPECT_EQ(slices(3, 16896, 700), 1);  // 132 blocks, K under two slices of 512
+  EXPECT_EQ(slices(1, 128, 1 << 20), 32);
+}
+
 class CudaGemm : public ::testing::TestWithParam<Precision> {
  protected:
   void SetUp() override {
@@ -1511,6 +1550,66 @@ TEST_F(CudaGemmKernelChoice, ForcedHopperFp32RowsMatchTheOracle) {
   }
   detail::clear_gemm_plans();
   EXPECT_GT(rows, 0);
+}
+
+// The narrow fp32 kernel (gemm_narrow.hpp) forced against the oracle on decode shapes, A K-major and MN-major, B
+// row-major: K in 8, 9 and 3 slices (partial sums added by the ordered sum, with alpha and beta), K not a multiple
+// of the 256-row chunk (1027, with two slices), N not a multiple of the CTA's 128 columns and C's rows padded
+// (16388 of 16392), TF32 allowed (exact fp32 is within both bounds), and a batch of tokens sharing B (folded
+// into 15 rows). Every output is NaN before the call (beta 0) and its padding must stay NaN.
+TEST_F(CudaGemmKernelChoice, ForcedNarrowRowMatchesTheOracleOnDecodeShapes) {
+  const cuda::gemm::GemmKernel& kernel = cuda::gemm::narrow_gemm_kernel();
+  const test::ScopedEnvironment forced(cuda::gemm::kForcedGemmConfigVariable, kernel.name);
+  detail::clear_gemm_plans();
+  struct Decode {
+    int64_t m, n, k;
+    double alpha, beta;
+    const Precision* precision;
+  };
+  const std::vector<Decode> shapes = {{1, 4096, 4096, 1.0, 0.0, &kF32},
+                                      {16, 4096, 4096, 0.75, 0.5, &kF32},
+                                      {7, 16388, 1027, 1.25, -1.0, &kF32},
+                                      {16, 16384, 4096, 1.0, 0.0, &kF32},
+                                      {13, 4096, 16384, 0.5, 0.0, &kTF32}};
+  int runs = 0;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    for (const bool transpose_a : {false, true}) {
+      GemmSpec s;
+      s.m = shapes[i].m, s.n = shapes[i].n, s.k = shapes[i].k, s.transpose_a = transpose_a;
+      s.alpha = shapes[i].alpha, s.beta = shapes[i].beta;
+      if (forced_run_matches_oracle(kernel, s, *shapes[i].precision, 301 + i * 2 + (transpose_a ? 1 : 0))) ++runs;
+    }
+  }
+  GemmSpec folded;  // 3 x 5 tokens sharing B: one problem of 15 rows
+  folded.m = 5, folded.n = 4096, folded.k = 4096, folded.beta = 0.5;
+  folded.batch_a = 3, folded.batch_b = 1, folded.batch_c = 3, folded.packed_batches = true;
+  if (forced_run_matches_oracle(kernel, folded, kF32, 321)) ++runs;
+  detail::clear_gemm_plans();
+  if (cuda::gemm::gemm_device(0).multiprocessors > 132) GTEST_SKIP() << "more SMs than the shapes cover";
+  EXPECT_EQ(runs, static_cast<int>(2 * shapes.size()) + 1);
+}
+
+// The narrow kernel with K in one slice (alpha * sum + beta * C written by the kernel itself: no partial sums), K
+// with a partial 256-row chunk (700), M 3 (the 4-row instance, one row masked) and 5 (the 16-row instance), on
+// exactly 132 column blocks; small enough for compute-sanitizer.
+TEST_F(CudaGemmKernelChoice, NarrowRowInOneSliceMatchesTheOracle) {
+  const cuda::gemm::GemmKernel& kernel = cuda::gemm::narrow_gemm_kernel();
+  const test::ScopedEnvironment forced(cuda::gemm::kForcedGemmConfigVariable, kernel.name);
+  detail::clear_gemm_plans();
+  int runs = 0;
+  for (const int64_t m : {3, 5}) {
+    for (const bool transpose_a : {false, true}) {
+      GemmSpec s;
+      s.m = m, s.n = 16896, s.k = 700, s.transpose_a = transpose_a;
+      s.alpha = 1.5, s.beta = transpose_a ? 0.5 : 0.0;
+      if (forced_run_matches_oracle(kernel, s, kF32, 331 + static_cast<uint64_t>(m) * 2 + (transpose_a ? 1 : 0))) {
+        ++runs;
+      }
+    }
+  }
+  detail::clear_gemm_plans();
+  if (cuda::gemm::gemm_device(0).multiprocessors > 132) GTEST_SKIP() << "more SMs than the shape covers";
+  EXPECT_EQ(runs, 4);
 }
 
 #endif

@@ -35,6 +35,12 @@
 // the driver could not encode (CUTLASS prints the error and carries on with a zero descriptor) stops the run with
 // an error instead of launching on it.
 #pragma once
+// Grid dependency control in CUTLASS's Hopper kernels: each consumer signals launch_dependents once its last tile's
+// main loop is done, so that the split-K rows' ordered sum, a programmatic dependent launch (gemm_split_k.hpp), is
+// scheduled during the GEMM's tail; their griddepcontrol.wait at the start returns at once on ordinary launches.
+#ifndef CUTLASS_ENABLE_GDC_FOR_SM90
+#define CUTLASS_ENABLE_GDC_FOR_SM90
+#endif
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -452,7 +458,7 @@ class Sm90Runner final : public GemmRunner {
         [](Launch& l, const GemmOperandAddresses& from, const GemmOperandAddresses& to) { patch(l.params, from, to); });
     check_cuda(launch_sm90_gemm<Gemm>(launch.params, launch.grid, stream), "sm90 gemm launch");
     if constexpr (Gemm::kSplitK) {
-      sum_split_k_slices(shape, partials, slices_, alpha, beta, device_.multiprocessors, stream);
+      sum_split_k_slices(shape, partials, slices_, alpha, beta, device_.multiprocessors, stream, true);
     }
   }
 

@@ -37,8 +37,9 @@ int64_t gemm_split_k_partial_bytes(const GemmShape& shape, int slices);
 
 // C = alpha * sum over l < slices of partials[l * m * n + i * n + j] + beta * C, in slice order, C of
 // shape's dtype (f16, bf16 or f32) at shape.c with row stride shape.c_row. Needs N a multiple of 4, C and its row
-// stride aligned to 4 elements (the Hopper rows' 16-byte rule gives it).
+// stride aligned to 4 elements (the Hopper rows' 16-byte rule gives it). programmatic: launched as a programmatic
+// dependent of the kernel before it on the stream (compute capability 9.0 and newer; gemm_split_k.cu).
 void sum_split_k_slices(const GemmShape& shape, const float* partials, int slices, float alpha, float beta,
-                        int multiprocessors, cudaStream_t stream);
+                        int multiprocessors, cudaStream_t stream, bool programmatic = false);
 
 }  // namespace attnkit::cuda::gemm

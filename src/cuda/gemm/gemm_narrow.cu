@@ -1,0 +1,223 @@
+// The narrow-M fp32 GEMM (gemm_narrow.hpp). Grid: ceil(N / 128) column blocks x the K slices; 256 threads a CTA.
+// A CTA walks its K slice in chunks of 256 rows: it stages A's chunk (rows < M, zeros above M and past K) in shared
+// memory as [k][row] fp32, then each warp takes the chunk's rows w, w + 8, ... of B, loading 8 of them (16 bytes a
+// lane: the warp reads 512 contiguous bytes of a row) before multiplying them into its lane's kRows x 4
+// accumulators, one broadcast shared-memory read of A's column per row. The 8 warps' accumulators are then added
+// in warp order in shared memory and written: alpha * sum + beta * C when K is one slice, else the slice's fp32
+// partial sums, which the split-K sum (gemm_split_k.hpp) adds in slice order into C. kRows (4 or 16) bounds M at
+// compile time so that the accumulators stay in registers; M <= 4 takes the smaller one.
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "cuda/common/cuda_check.hpp"
+#include "cuda/gemm/gemm_narrow.hpp"
+#include "cuda/gemm/gemm_split_k.hpp"
+
+namespace attnkit::cuda::gemm {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kChunk = 256;  // rows of K staged per step
+constexpr int kUnroll = 8;   // rows of B a warp loads before it multiplies them
+
+struct NarrowParams {
+  int64_t m, n, k;
+  int64_t a_row, a_col, b_row, c_row;
+  int64_t slice;  // rows of K per slice (the last may be shorter)
+  const float* a;
+  const float* b;
+  float* c;
+  float* partials;  // slices x M x N fp32, or null when K is one slice
+  float alpha, beta;
+};
+
+template <int kRows>
+__global__ void __launch_bounds__(kThreads, kNarrowCtasPerSm) narrow_gemm_kernel(const NarrowParams p) {
+  __shared__ __align__(16) float sa[kChunk][kRows];
+  __shared__ __align__(16) float sums[kRows][kNarrowColumns];
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int64_t column = static_cast<int64_t>(blockIdx.x) * kNarrowColumns + lane * 4;
+  const bool column_in = column < p.n;
+  const int64_t k_begin = static_cast<int64_t>(blockIdx.y) * p.slice;
+  const int64_t k_end = k_begin + p.slice < p.k ? k_begin + p.slice : p.k;
+  const float* b_column = p.b + column;
+
+  float4 acc[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) acc[r] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+
+  for (int64_t chunk = k_begin; chunk < k_end; chunk += kChunk) {
+    // A's chunk, row index fastest (consecutive shared-memory words).
+    for (int e = static_cast<int>(threadIdx.x); e < kChunk * kRows; e += kThreads) {
+      const int r = e % kRows, kk = e / kRows;
+      const int64_t kg = chunk + kk;
+      sa[kk][r] = r < p.m && kg < k_end ? p.a[r * p.a_row + kg * p.a_col] : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll 1
+    for (int base = warp; base < kChunk; base += kWarps * kUnroll) {
+      float4 bv[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t kg = chunk + base + u * kWarps;
+        bv[u] = column_in && kg < k_end ? __ldcs(reinterpret_cast<const float4*>(b_column + kg * p.b_row))
+                                        : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const float* a_column = sa[base + u * kWarps];
+#pragma unroll
+        for (int r4 = 0; r4 < kRows; r4 += 4) {
+          const float4 a4 = *reinterpret_cast<const float4*>(a_column + r4);
+          const float av[4] = {a4.x, a4.y, a4.z, a4.w};
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            float4& s = acc[r4 + q];
+            s.x = fmaf(av[q], bv[u].x, s.x);
+            s.y = fmaf(av[q], bv[u].y, s.y);
+            s.z = fmaf(av[q], bv[u].z, s.z);
+            s.w = fmaf(av[q], bv[u].w, s.w);
+          }
+        }
+      }
+    }
+    __syncthreads();
+  }
+
+  // The warps' sums, added in warp order.
+  for (int w = 0; w < kWarps; ++w) {
+    if (warp == w) {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        auto* s = reinterpret_cast<float4*>(&sums[r][lane * 4]);
+        if (w == 0) {
+          *s = acc[r];
+        } else {
+          float4 v = *s;
+          v.x += acc[r].x, v.y += acc[r].y, v.z += acc[r].z, v.w += acc[r].w;
+          *s = v;
+        }
+      }
+    }
+    __syncthreads();
+  }
+
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kNarrowColumns;
+  for (int e = static_cast<int>(threadIdx.x); e < kRows * (kNarrowColumns / 4); e += kThreads) {
+    const int r = e / (kNarrowColumns / 4), j = e % (kNarrowColumns / 4) * 4;
+    const int64_t col = first + j;
+    if (r >= p.m || col >= p.n) continue;
+    const float4 v = *reinterpret_cast<const float4*>(&sums[r][j]);
+    if (p.partials != nullptr) {
+      *reinterpret_cast<float4*>(p.partials + (static_cast<int64_t>(blockIdx.y) * p.m + r) * p.n + col) = v;
+    } else {
+      auto* out = reinterpret_cast<float4*>(p.c + r * p.c_row + col);
+      float4 result = make_float4(p.alpha * v.x, p.alpha * v.y, p.alpha * v.z, p.alpha * v.w);
+      if (p.beta != 0.0f) {
+        const float4 old = *out;
+        result.x = fmaf(p.beta, old.x, result.x);
+        result.y = fmaf(p.beta, old.y, result.y);
+        result.z = fmaf(p.beta, old.z, result.z);
+        result.w = fmaf(p.beta, old.w, result.w);
+      }
+      *out = result;
+    }
+  }
+}
+
+int64_t column_blocks(const GemmShape& s) { return (s.n + kNarrowColumns - 1) / kNarrowColumns; }
+
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+class NarrowRunner final : public GemmRunner {
+ public:
+  NarrowRunner(const GemmShape& shape, const GemmDevice& device)
+      : multiprocessors_(std::max(device.multiprocessors, 1)),
+        slices_(narrow_gemm_slices(shape, device.multiprocessors)) {
+    if (slices_ > 1) partial_bytes_ = gemm_split_k_partial_bytes(shape, slices_);
+  }
+
+  int64_t workspace_bytes() const override { return partial_bytes_; }
+
+  void run(const GemmShape& s, float alpha, float beta, void* workspace, cudaStream_t stream) const override {
+    NarrowParams p{};
+    p.m = s.m, p.n = s.n, p.k = s.k;
+    p.a_row = s.a_row, p.a_col = s.a_col, p.b_row = s.b_row, p.c_row = s.c_row;
+    p.slice = (s.k + slices_ - 1) / slices_;
+    p.a = static_cast<const float*>(s.a);
+    p.b = static_cast<const float*>(s.b);
+    p.c = static_cast<float*>(s.c);
+    p.partials = slices_ > 1 ? static_cast<float*>(workspace) : nullptr;
+    p.alpha = alpha, p.beta = beta;
+    const dim3 grid(static_cast<unsigned>(column_blocks(s)), static_cast<unsigned>(slices_));
+    if (s.m <= 4) {
+      narrow_gemm_kernel<4><<<grid, kThreads, 0, stream>>>(p);
+    } else {
+      narrow_gemm_kernel<kNarrowMaxRows><<<grid, kThreads, 0, stream>>>(p);
+    }
+    check_launch("narrow_gemm_kernel");
+    if (slices_ > 1) sum_split_k_slices(s, p.partials, slices_, alpha, beta, multiprocessors_, stream);
+  }
+
+ private:
+  int multiprocessors_;
+  int slices_;
+  int64_t partial_bytes_ = 0;
+};
+
+std::unique_ptr<GemmRunner> make_narrow_runner(const GemmShape& shape, const GemmDevice& device) {
+  return std::make_unique<NarrowRunner>(shape, device);
+}
+
+}  // namespace
+
+int narrow_gemm_slices(const GemmShape& s, int multiprocessors) {
+  const int64_t blocks = std::max<int64_t>(column_blocks(s), 1);
+  const int64_t wanted = (int64_t{kNarrowCtasPerSm} * std::max(multiprocessors, 1) + blocks - 1) / blocks;
+  const int64_t most = std::max<int64_t>(s.k / kNarrowMinSliceK, 1);
+  return static_cast<int>(std::clamp<int64_t>(std::min(wanted, most), 1, kNarrowMaxSlices));
+}
+
+std::string narrow_gemm_refusal(const GemmShape& s, const GemmDevice& device) {
+  if (s.dtype != DType::f32) return "fp32 only";
+  if (s.batch != 1) return "batch 1 only (a batch sharing B is folded into M before)";
+  if (s.m < 1 || s.m > kNarrowMaxRows || s.n < 1 || s.k < 1) {
+    return "M from 1 to " + std::to_string(kNarrowMaxRows) + " rows, N and K at least 1";
+  }
+  if (s.b_col != 1) return "B must be MN-major (N contiguous)";
+  if (s.n % 4 != 0 || s.b_row % 4 != 0 || s.c_row % 4 != 0 || !aligned16(s.b) || !aligned16(s.c)) {
+    return "N, B's and C's row strides must be multiples of 4 elements and B and C 16-byte aligned (16-byte loads "
+           "of B, 4-element stores of C)";
+  }
+  const int64_t ctas = column_blocks(s) * narrow_gemm_slices(s, device.multiprocessors);
+  if (ctas < std::max(device.multiprocessors, 1)) {
+    return "its CTAs (128 columns x K slices of at least " + std::to_string(kNarrowMinSliceK) +
+           " rows) would not cover every SM";
+  }
+  return "";
+}
+
+const GemmKernel& narrow_gemm_kernel() {
+  static const GemmKernel kernel = [] {
+    GemmKernel k;
+    k.name = "narrow_f32_bmn_m16x128";
+    k.tier = GemmTier::narrow;
+    k.dtype = DType::f32;
+    k.math = GemmMath::simt;
+    k.a_k_major = -1;
+    k.b_k_major = 0;
+    k.architecture = 0;
+    k.tile_m = kNarrowMaxRows;
+    k.tile_n = kNarrowColumns;
+    k.refusal = &narrow_gemm_refusal;
+    k.make_runner = &make_narrow_runner;
+    return k;
+  }();
+  return kernel;
+}
+
+}  // namespace attnkit::cuda::gemm

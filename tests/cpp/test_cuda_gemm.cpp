@@ -461,6 +461,13 @@ TEST(CudaGemmSelection, SplitKSlicesFillTheDeviceOnlyWhereEachTileGetsThreeOrMor
   EXPECT_EQ(slices(16, 4096, 4099), 0);      // a prime K
   EXPECT_EQ(slices(16, 4096, 3 * 1004), 0);  // 4 slices of 753, 3 of 1004: not multiples of 8 elements
   EXPECT_EQ(slices(16, 5120, 3 * 1024), 3);  // 40 tiles: 3 slices at most
+  // fp32 splits in two where its tiles fill at most half the SMs (no 64-row fp32 tiles fill them otherwise).
+  EXPECT_EQ(slices(1024, 1024, 16384, 1, DType::f32), 2);  // 64 tiles
+  EXPECT_EQ(slices(256, 4096, 4096, 1, DType::f32), 2);
+  EXPECT_EQ(slices(1024, 1024, 1024, 1, DType::f32), 2);   // slices of 512: 8 K tiles
+  EXPECT_EQ(slices(1040, 1024, 16384, 1, DType::f32), 0);  // 72 tiles
+  EXPECT_EQ(slices(1024, 1024, 16384, 2, DType::f32), 0);  // batched
+  EXPECT_EQ(slices(16, 4096, 4096, 1, DType::f32), 4);     // three or more as for 16 bits
   for (const auto& [m, n, k] :
        std::vector<std::array<int64_t, 3> >{{256, 256, 65536}, {16, 4096, 4096}, {7, 999, 8192}}) {
     const int count = slices(m, n, k);
@@ -818,6 +825,21 @@ TEST(CudaGemmSelection, Fp32DecodeShapesSelectTheNarrowKernel) {
       EXPECT_NE(selected_on(capability, DType::bf16, false, 16, 4096, 4096, false, false, false), narrow);
     }
   }
+  // k-heavy fp32 with more rows: split-K in two slices (64 tiles of 128 x 128), TF32 or 3xTF32.
+  bool fp32_split_k = false;
+  for (const cuda::gemm::GemmKernel* kernel : cuda::gemm::gemm_kernels()) {
+    fp32_split_k = fp32_split_k || (kernel->dtype == DType::f32 && kernel->split_k);
+  }
+  if (fp32_split_k) {
+    for (const bool tf32 : {false, true}) {
+      for (const bool transpose_b : {false, true}) {
+        const std::string k_heavy = selected_on(90, DType::f32, tf32, 1024, 1024, 16384, false, transpose_b, false);
+        EXPECT_TRUE(starts_with(k_heavy, tf32 ? "sm90_tf32_" : "sm90_3xtf32_") &&
+                    k_heavy.find("_splitk") != std::string::npos)
+            << k_heavy;
+      }
+    }
+  }
   auto slices = [](int64_t m, int64_t n, int64_t k) {
     cuda::gemm::GemmShape s;
     s.dtype = DType::f32, s.m = m, s.n = n, s.k = k, s.batch = 1;
@@ -1106,6 +1128,31 @@ TEST_F(CudaGemmKernelChoice, SplitKMatchesTheOracle) {
       EXPECT_TRUE(name.find("_splitk") != std::string::npos && ends_with(name, "+staged")) << name;
     }
     expect_matches_oracle(unaligned, precision, 142);
+  }
+}
+
+// fp32 split-K in two slices (TF32 and 3xTF32: output tiles that fill at most half the SMs, gemm_split_k.hpp): 48 and
+// 50 tiles of 128 x 128, K 256 (slices of 128) and 520 (slices of 260: a partial K tile in each), the canonical B
+// either majorness, C row- and column-major (swapped: the same tiles), alpha and beta (applied by the ordered sum).
+TEST_F(CudaGemmKernelChoice, Fp32SplitKInTwoSlicesMatchesTheOracle) {
+  const bool hopper = device_capability() == 90;
+  for (const Precision& precision : {kF32, kTF32}) {
+    for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3> >{{1024, 768, 256}, {640, 1280, 520}}) {
+      for (int layout = 0; layout < 4; ++layout) {
+        GemmSpec s;
+        s.m = m, s.n = n, s.k = k;
+        // C^T = op(B)^T op(A)^T for a column-major C: op(B) column-major keeps the canonical A K-major.
+        s.c_col_major = layout & 2;
+        s.transpose_b = s.c_col_major || (layout & 1);
+        s.transpose_a = s.c_col_major && (layout & 1);
+        s.alpha = 0.75, s.beta = layout == 1 ? -0.5 : 0.0;
+        if (hopper) {
+          const std::string name = plan_kernel(s, precision);
+          EXPECT_NE(name.find("_splitk"), std::string::npos) << name << " " << s.describe();
+        }
+        expect_matches_oracle(s, precision, 161 + static_cast<uint64_t>(layout));
+      }
+    }
   }
 }
 

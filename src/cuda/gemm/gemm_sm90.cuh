@@ -311,8 +311,8 @@ std::string refusal(const GemmShape& s, const GemmDevice& device) {
   if constexpr (Gemm::kSplitK) {
     slices = gemm_split_k_slices(s, Gemm::kProblemTileM, Gemm::kProblemTileN, Gemm::kTileK, device.multiprocessors);
     if (slices == 0) {
-      return "split-K runs batch-1 problems with fewer output tiles than a third of the SMs and a K that divides "
-             "into at least 3 slices of at least 4 K tiles, each a multiple of 16 bytes";
+      return "split-K runs batch-1 problems with fewer output tiles than a third of the SMs (half for fp32) and a "
+             "K that divides into at least 3 slices (2 for fp32) of at least 4 K tiles, each a multiple of 16 bytes";
     }
   }
   // M and K rounded up for CUTLASS's packed-tensor alignment check (see above): TMA bounds the loads of A and

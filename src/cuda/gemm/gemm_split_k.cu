@@ -99,7 +99,8 @@ int gemm_split_k_slices(const GemmShape& s, int tile_m, int tile_n, int tile_k, 
   const int64_t most = std::min<int64_t>(multiprocessors / tiles, kMaxSplitKSlices);
   // Slice offsets along K stay 16-byte aligned (TMA's rule for the batch stride that addresses them).
   const int64_t vector = 16 / static_cast<int64_t>(dtype_size(s.dtype));
-  for (int64_t slices = most; slices >= kMinSplitKSlices; --slices) {
+  const int least = s.dtype == DType::f32 ? kMinSplitKSlicesFp32 : kMinSplitKSlices;
+  for (int64_t slices = most; slices >= least; --slices) {
     if (s.k % slices != 0) continue;
     const int64_t slice = s.k / slices;
     if (slice % vector == 0 && slice >= int64_t{kMinSplitKTilesPerSlice} * tile_k) return static_cast<int>(slices);

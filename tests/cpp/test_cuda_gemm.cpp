@@ -799,15 +799,20 @@ TEST(CudaGemmSelection, Fp32SelectsTf32OnlyWhenAllowedAnd3xTf32Otherwise) {
   }
 }
 
-// fp32 decode shapes (M <= 16 against a row-major weight B, N contiguous) run on the narrow kernel on any device,
+// fp32 decode shapes (M <= 32 against a row-major weight B, N contiguous) run on the narrow kernel on any device,
 // with or without TF32 (it is exact fp32); more rows of A, a K-major B, a misaligned B or grids too small to cover
 // the SMs (the split-K rows' small problems) run elsewhere. Its slice rule: two CTAs per SM, slices of >= 512 rows.
 TEST(CudaGemmSelection, Fp32DecodeShapesSelectTheNarrowKernel) {
   const std::string narrow = cuda::gemm::narrow_gemm_kernel().name;
   for (const int capability : {80, 90}) {
     for (const bool tf32 : {false, true}) {
-      for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3> >{
-               {1, 4096, 4096}, {16, 4096, 4096}, {1, 16384, 4096}, {16, 16384, 4096}, {5, 4096, 16384}}) {
+      for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3> >{{1, 4096, 4096},
+                                                                        {16, 4096, 4096},
+                                                                        {1, 16384, 4096},
+                                                                        {16, 16384, 4096},
+                                                                        {5, 4096, 16384},
+                                                                        {32, 14336, 4096},
+                                                                        {17, 4096, 4096}}) {
         EXPECT_EQ(selected_on(capability, DType::f32, tf32, m, n, k, false, false, false), narrow)
             << m << "x" << n << "x" << k << " cc " << capability << " tf32 " << tf32;
         EXPECT_EQ(selected_on(capability, DType::f32, tf32, m, n, k, true, false, false), narrow)
@@ -816,7 +821,7 @@ TEST(CudaGemmSelection, Fp32DecodeShapesSelectTheNarrowKernel) {
             << "B K-major " << m << "x" << n << "x" << k;
       }
       for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3> >{
-               {17, 16384, 4096}, {64, 4096, 4096}, {16, 512, 4096}, {1, 1024, 2048}, {8, 1024, 512}}) {
+               {33, 16384, 4096}, {64, 4096, 4096}, {16, 512, 4096}, {1, 1024, 2048}, {8, 1024, 512}}) {
         EXPECT_NE(selected_on(capability, DType::f32, tf32, m, n, k, false, false, false), narrow)
             << m << "x" << n << "x" << k;
       }
@@ -1600,10 +1605,11 @@ TEST_F(CudaGemmKernelChoice, ForcedHopperFp32RowsMatchTheOracle) {
 }
 
 // The narrow fp32 kernel (gemm_narrow.hpp) forced against the oracle on decode shapes, A K-major and MN-major, B
-// row-major: K in 8, 9 and 3 slices (partial sums added by the ordered sum, with alpha and beta), K not a multiple
-// of the 256-row chunk (1027, with two slices), N not a multiple of the CTA's 128 columns and C's rows padded
-// (16388 of 16392), TF32 allowed (exact fp32 is within both bounds), and a batch of tokens sharing B (folded
-// into 15 rows). Every output is NaN before the call (beta 0) and its padding must stay NaN.
+// row-major, M from 1 to 32 (the 4-, 16- and 32-row instances): K in 8, 9 and 3 slices (partial sums added by the
+// ordered sum, with alpha and beta), K not a multiple of the 256-row chunk (1027, with two slices), N not a
+// multiple of the CTA's 128 columns and C's rows padded (16388 of 16392), TF32 allowed (exact fp32 is within both
+// bounds), and a batch of tokens sharing B (folded into 15 rows). Every output is NaN before the call (beta 0) and
+// its padding must stay NaN.
 TEST_F(CudaGemmKernelChoice, ForcedNarrowRowMatchesTheOracleOnDecodeShapes) {
   const cuda::gemm::GemmKernel& kernel = cuda::gemm::narrow_gemm_kernel();
   const test::ScopedEnvironment forced(cuda::gemm::kForcedGemmConfigVariable, kernel.name);
@@ -1613,11 +1619,10 @@ TEST_F(CudaGemmKernelChoice, ForcedNarrowRowMatchesTheOracleOnDecodeShapes) {
     double alpha, beta;
     const Precision* precision;
   };
-  const std::vector<Decode> shapes = {{1, 4096, 4096, 1.0, 0.0, &kF32},
-                                      {16, 4096, 4096, 0.75, 0.5, &kF32},
-                                      {7, 16388, 1027, 1.25, -1.0, &kF32},
-                                      {16, 16384, 4096, 1.0, 0.0, &kF32},
-                                      {13, 4096, 16384, 0.5, 0.0, &kTF32}};
+  const std::vector<Decode> shapes = {{1, 4096, 4096, 1.0, 0.0, &kF32},    {16, 4096, 4096, 0.75, 0.5, &kF32},
+                                      {7, 16388, 1027, 1.25, -1.0, &kF32}, {16, 16384, 4096, 1.0, 0.0, &kF32},
+                                      {13, 4096, 16384, 0.5, 0.0, &kTF32}, {32, 4096, 4096, 1.0, 0.25, &kF32},
+                                      {29, 14336, 4096, 0.5, 0.0, &kTF32}};
   int runs = 0;
   for (size_t i = 0; i < shapes.size(); ++i) {
     for (const bool transpose_a : {false, true}) {
@@ -1637,14 +1642,14 @@ TEST_F(CudaGemmKernelChoice, ForcedNarrowRowMatchesTheOracleOnDecodeShapes) {
 }
 
 // The narrow kernel with K in one slice (alpha * sum + beta * C written by the kernel itself: no partial sums), K
-// with a partial 256-row chunk (700), M 3 (the 4-row instance, one row masked) and 5 (the 16-row instance), on
-// exactly 132 column blocks; small enough for compute-sanitizer.
+// with a partial 256-row chunk (700), M 3, 5 and 24 (the 4-, 16- and 32-row instances, rows masked), on exactly 132
+// column blocks; small enough for compute-sanitizer.
 TEST_F(CudaGemmKernelChoice, NarrowRowInOneSliceMatchesTheOracle) {
   const cuda::gemm::GemmKernel& kernel = cuda::gemm::narrow_gemm_kernel();
   const test::ScopedEnvironment forced(cuda::gemm::kForcedGemmConfigVariable, kernel.name);
   detail::clear_gemm_plans();
   int runs = 0;
-  for (const int64_t m : {3, 5}) {
+  for (const int64_t m : {3, 5, 24}) {
     for (const bool transpose_a : {false, true}) {
       GemmSpec s;
       s.m = m, s.n = 16896, s.k = 700, s.transpose_a = transpose_a;
@@ -1656,7 +1661,7 @@ TEST_F(CudaGemmKernelChoice, NarrowRowInOneSliceMatchesTheOracle) {
   }
   detail::clear_gemm_plans();
   if (cuda::gemm::gemm_device(0).multiprocessors > 132) GTEST_SKIP() << "more SMs than the shape covers";
-  EXPECT_EQ(runs, 4);
+  EXPECT_EQ(runs, 6);
 }
 
 #endif

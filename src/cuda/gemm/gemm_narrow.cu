@@ -4,8 +4,9 @@
 // lane: the warp reads 512 contiguous bytes of a row) before multiplying them into its lane's kRows x 4
 // accumulators, one broadcast shared-memory read of A's column per row. The 8 warps' accumulators are then added
 // in warp order in shared memory and written: alpha * sum + beta * C when K is one slice, else the slice's fp32
-// partial sums, which the split-K sum (gemm_split_k.hpp) adds in slice order into C. kRows (4 or 16) bounds M at
-// compile time so that the accumulators stay in registers; M <= 4 takes the smaller one.
+// partial sums, which the split-K sum (gemm_split_k.hpp) adds in slice order into C. kRows (4, 16 or 32) bounds M
+// at compile time so that the accumulators stay in registers (M <= 4: 4, M <= 16: 16, else 32); the 32-row instance
+// (about 170 registers a thread) runs one CTA per SM, the others two.
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -35,7 +36,8 @@ struct NarrowParams {
 };
 
 template <int kRows>
-__global__ void __launch_bounds__(kThreads, kNarrowCtasPerSm) narrow_gemm_kernel(const NarrowParams p) {
+__global__ void __launch_bounds__(kThreads, kRows <= 16 ? kNarrowCtasPerSm : 1)
+    narrow_gemm_kernel(const NarrowParams p) {
   __shared__ __align__(16) float sa[kChunk][kRows];
   __shared__ __align__(16) float sums[kRows][kNarrowColumns];
   const int lane = static_cast<int>(threadIdx.x) % 32;
@@ -156,6 +158,8 @@ class NarrowRunner final : public GemmRunner {
     const dim3 grid(static_cast<unsigned>(column_blocks(s)), static_cast<unsigned>(slices_));
     if (s.m <= 4) {
       narrow_gemm_kernel<4><<<grid, kThreads, 0, stream>>>(p);
+    } else if (s.m <= 16) {
+      narrow_gemm_kernel<16><<<grid, kThreads, 0, stream>>>(p);
     } else {
       narrow_gemm_kernel<kNarrowMaxRows><<<grid, kThreads, 0, stream>>>(p);
     }
@@ -204,7 +208,7 @@ std::string narrow_gemm_refusal(const GemmShape& s, const GemmDevice& device) {
 const GemmKernel& narrow_gemm_kernel() {
   static const GemmKernel kernel = [] {
     GemmKernel k;
-    k.name = "narrow_f32_bmn_m16x128";
+    k.name = "narrow_f32_bmn_m32x128";
     k.tier = GemmTier::narrow;
     k.dtype = DType::f32;
     k.math = GemmMath::simt;

@@ -1,15 +1,16 @@
-// The fp32 GEMM for a few rows of A: decode-like problems, M <= 16 tokens against an fp32 weight B of K x N with N
-// contiguous (x @ W, W row-major). Their time is B's bytes (16384 x 4096 fp32: 256 MiB, 60-80 us of DRAM time on
-// an H100 / H200), not their multiply-adds (16 x 16384 x 4096 fp32 FMA: about 35 us of an H100's CUDA cores),
-// while the tensor-core rows pad M to a 128-row tile and run 3xTF32 at a sixth of the 16-bit rate (8x the work of
-// M = 16). This kernel streams B once with 16-byte loads and multiplies on the CUDA cores in fp32 (exact to fp32
-// rounding, like the SIMT fallback): each CTA owns 128 columns of C and a slice of K; its 8 warps take
-// interleaved rows of B, each lane 4 columns, every row's A values read from shared memory as a broadcast; the
-// warps' sums are added in warp order, and the K slices' fp32 partial sums in slice order by the split-K sum
-// (gemm_split_k.hpp), so results are bitwise repeatable. It runs for any allow_tf32 (exact fp32 is within both
-// bounds).
+// The fp32 GEMM for a few rows of A: decode-like problems, M <= 32 tokens against an fp32 weight B of K x N with N
+// contiguous (x @ W, W row-major). The tensor-core rows pad such an M to a 128-row tile and run 3xTF32 at a sixth of
+// the 16-bit rate: at M = 1 against 16384 x 4096 that is 17 GFLOP of padded work for 0.13 GFLOP of product. The
+// floor of these problems is B's bytes or their fp32 multiply-adds, whichever is longer; by the data sheets
+// (estimates, not measurements): B of 16384 x 4096 fp32 is 256 MiB, about 60 us at an H200's 4.3 TB/s, and
+// 32 x 16384 x 4096 FMA about 65 us at an H100's or H200's 33.5 TFMA/s (67 TFLOP/s fp32), 16 rows half that. This
+// kernel streams B once with 16-byte loads and multiplies on the CUDA cores in fp32 (exact to fp32 rounding, like
+// the SIMT fallback): each CTA owns 128 columns of C and a slice of K; its 8 warps take interleaved rows of B, each
+// lane 4 columns, every row's A values read from shared memory as a broadcast; the warps' sums are added in warp
+// order, and the K slices' fp32 partial sums in slice order by the split-K sum (gemm_split_k.hpp), so results are
+// bitwise repeatable. It runs for any allow_tf32 (exact fp32 is within both bounds).
 //
-// The rule (narrow_gemm_refusal): fp32, batch 1 (a batch sharing B is folded into M first), 1 <= M <= 16, B
+// The rule (narrow_gemm_refusal): fp32, batch 1 (a batch sharing B is folded into M first), 1 <= M <= 32, B
 // MN-major with a 16-byte aligned base and row stride, N a multiple of 4, C 16-byte aligned with a row stride of a
 // multiple of 4 (the slices' sum writes 4 elements at a time), and enough columns x K for the CTAs to cover every SM
 // (narrow_gemm_slices); A through its strides, any alignment. Other problems run on the registry's other rows.
@@ -20,7 +21,7 @@
 
 namespace attnkit::cuda::gemm {
 
-inline constexpr int kNarrowMaxRows = 16;
+inline constexpr int kNarrowMaxRows = 32;
 inline constexpr int kNarrowColumns = 128;    // columns of C per CTA: 32 lanes x 4
 inline constexpr int kNarrowMinSliceK = 512;  // rows of B a K slice streams at least
 inline constexpr int kNarrowMaxSlices = 32;

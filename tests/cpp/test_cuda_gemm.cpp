@@ -800,10 +800,12 @@ TEST(CudaGemmSelection, Fp32SelectsTf32OnlyWhenAllowedAnd3xTf32Otherwise) {
 }
 
 // fp32 decode shapes (M <= 32 against a row-major weight B, N contiguous) run on the narrow kernel on any device,
-// with or without TF32 (it is exact fp32); more rows of A, a K-major B, a misaligned B or grids too small to cover
-// the SMs (the split-K rows' small problems) run elsewhere. Its slice rule: two CTAs per SM, slices of >= 512 rows.
+// with or without TF32 (it is exact fp32), M 33-64 on its exact-only entry without TF32 only; more rows of A, a
+// K-major B, a misaligned B or grids too small to cover the SMs (the split-K rows' small problems) run elsewhere.
+// Its slice rule: two CTAs per SM, slices of >= 512 rows.
 TEST(CudaGemmSelection, Fp32DecodeShapesSelectTheNarrowKernel) {
   const std::string narrow = cuda::gemm::narrow_gemm_kernel().name;
+  const std::string exact = cuda::gemm::narrow_exact_gemm_kernel().name;
   for (const int capability : {80, 90}) {
     for (const bool tf32 : {false, true}) {
       for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3> >{{1, 4096, 4096},
@@ -820,10 +822,18 @@ TEST(CudaGemmSelection, Fp32DecodeShapesSelectTheNarrowKernel) {
         EXPECT_NE(selected_on(capability, DType::f32, tf32, m, n, k, false, true, false), narrow)
             << "B K-major " << m << "x" << n << "x" << k;
       }
+      for (const auto& [m, n, k] :
+           std::vector<std::array<int64_t, 3> >{{33, 16384, 4096}, {64, 4096, 4096}, {64, 16384, 4096}}) {
+        for (const bool transpose_a : {false, true}) {
+          const std::string name = selected_on(capability, DType::f32, tf32, m, n, k, transpose_a, false, false);
+          EXPECT_TRUE(tf32 ? name != exact && name != narrow : name == exact)
+              << name << " " << m << "x" << n << "x" << k;
+        }
+      }
       for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3> >{
-               {33, 16384, 4096}, {64, 4096, 4096}, {16, 512, 4096}, {1, 1024, 2048}, {8, 1024, 512}}) {
-        EXPECT_NE(selected_on(capability, DType::f32, tf32, m, n, k, false, false, false), narrow)
-            << m << "x" << n << "x" << k;
+               {65, 16384, 4096}, {16, 512, 4096}, {1, 1024, 2048}, {8, 1024, 512}, {40, 1024, 512}}) {
+        const std::string name = selected_on(capability, DType::f32, tf32, m, n, k, false, false, false);
+        EXPECT_TRUE(name != narrow && name != exact) << name << " " << m << "x" << n << "x" << k;
       }
       // A view one element in: B is not 16-byte aligned.
       EXPECT_NE(selected_on(capability, DType::f32, tf32, 16, 4096, 4096, false, false, false, 1), narrow);
@@ -855,6 +865,8 @@ TEST(CudaGemmSelection, Fp32DecodeShapesSelectTheNarrowKernel) {
   EXPECT_EQ(slices(1, 4096, 16384), 9);
   EXPECT_EQ(slices(3, 16896, 700), 1);  // 132 blocks, K under two slices of 512
   EXPECT_EQ(slices(1, 128, 1 << 20), 32);
+  EXPECT_EQ(slices(64, 4096, 4096), 5);  // two row blocks: 64 blocks, 5 slices of 820 rows
+  EXPECT_EQ(slices(48, 16896, 700), 1);
 }
 
 class CudaGemm : public ::testing::TestWithParam<Precision> {
@@ -1645,11 +1657,12 @@ TEST_F(CudaGemmKernelChoice, ForcedNarrowRowMatchesTheOracleOnDecodeShapes) {
 // with a partial 256-row chunk (700), M 3, 5 and 24 (the 4-, 16- and 32-row instances, rows masked), on exactly 132
 // column blocks; small enough for compute-sanitizer.
 TEST_F(CudaGemmKernelChoice, NarrowRowInOneSliceMatchesTheOracle) {
-  const cuda::gemm::GemmKernel& kernel = cuda::gemm::narrow_gemm_kernel();
-  const test::ScopedEnvironment forced(cuda::gemm::kForcedGemmConfigVariable, kernel.name);
-  detail::clear_gemm_plans();
   int runs = 0;
-  for (const int64_t m : {3, 5, 24}) {
+  for (const int64_t m : {3, 5, 24, 40}) {
+    const cuda::gemm::GemmKernel& kernel =
+        m <= cuda::gemm::kNarrowMaxRows ? cuda::gemm::narrow_gemm_kernel() : cuda::gemm::narrow_exact_gemm_kernel();
+    const test::ScopedEnvironment forced(cuda::gemm::kForcedGemmConfigVariable, kernel.name);
+    detail::clear_gemm_plans();
     for (const bool transpose_a : {false, true}) {
       GemmSpec s;
       s.m = m, s.n = 16896, s.k = 700, s.transpose_a = transpose_a;
@@ -1661,6 +1674,27 @@ TEST_F(CudaGemmKernelChoice, NarrowRowInOneSliceMatchesTheOracle) {
   }
   detail::clear_gemm_plans();
   if (cuda::gemm::gemm_device(0).multiprocessors > 132) GTEST_SKIP() << "more SMs than the shape covers";
+  EXPECT_EQ(runs, 8);
+}
+
+// The narrow kernel's exact-only entry (M 33-64 in two row blocks of 32, the second partly masked) forced against
+// the oracle: K in 5 slices (of 820 rows: partial chunks) and 2, and in one slice with beta; A either majorness.
+TEST_F(CudaGemmKernelChoice, ForcedNarrowExactRowMatchesTheOracle) {
+  const cuda::gemm::GemmKernel& kernel = cuda::gemm::narrow_exact_gemm_kernel();
+  const test::ScopedEnvironment forced(cuda::gemm::kForcedGemmConfigVariable, kernel.name);
+  detail::clear_gemm_plans();
+  const std::vector<std::array<int64_t, 3> > shapes = {{64, 4096, 4096}, {33, 16384, 1027}, {48, 16896, 700}};
+  int runs = 0;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    for (const bool transpose_a : {false, true}) {
+      GemmSpec s;
+      s.m = shapes[i][0], s.n = shapes[i][1], s.k = shapes[i][2], s.transpose_a = transpose_a;
+      s.alpha = 0.75, s.beta = i == 0 || transpose_a ? 0.5 : 0.0;
+      if (forced_run_matches_oracle(kernel, s, kF32, 341 + i * 2 + (transpose_a ? 1 : 0))) ++runs;
+    }
+  }
+  detail::clear_gemm_plans();
+  if (cuda::gemm::gemm_device(0).multiprocessors > 132) GTEST_SKIP() << "more SMs than the shapes cover";
   EXPECT_EQ(runs, 6);
 }
 

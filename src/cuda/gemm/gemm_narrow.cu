@@ -4,9 +4,11 @@
 // lane: the warp reads 512 contiguous bytes of a row) before multiplying them into its lane's kRows x 4
 // accumulators, one broadcast shared-memory read of A's column per row. The 8 warps' accumulators are then added
 // in warp order in shared memory and written: alpha * sum + beta * C when K is one slice, else the slice's fp32
-// partial sums, which the split-K sum (gemm_split_k.hpp) adds in slice order into C. kRows (4, 16 or 32) bounds M
-// at compile time so that the accumulators stay in registers (M <= 4: 4, M <= 16: 16, else 32); the 32-row instance
-// (about 170 registers a thread) runs one CTA per SM, the others two.
+// partial sums, which the split-K sum (gemm_split_k.hpp) adds in slice order into C. kRows (4, 16 or 32) bounds the
+// rows a CTA computes at compile time so that the accumulators stay in registers (M <= 4: 4, M <= 16: 16, else 32);
+// the 32-row instance (about 200 registers a thread) runs one CTA per SM, the others two. M of 33-64 runs in two
+// row blocks of 32, the CTAs of one column block adjacent in the grid (blockIdx.x = column block x blocks + row
+// block) so that the second reads B's columns from L2 while the first streams them from memory.
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -27,7 +29,8 @@ constexpr int kUnroll = 8;   // rows of B a warp loads before it multiplies them
 struct NarrowParams {
   int64_t m, n, k;
   int64_t a_row, a_col, b_row, c_row;
-  int64_t slice;  // rows of K per slice (the last may be shorter)
+  int64_t slice;   // rows of K per slice (the last may be shorter)
+  int64_t passes;  // row blocks of kRows: blockIdx.x is column block x passes + row block
   const float* a;
   const float* b;
   float* c;
@@ -42,7 +45,11 @@ __global__ void __launch_bounds__(kThreads, kRows <= 16 ? kNarrowCtasPerSm : 1)
   __shared__ __align__(16) float sums[kRows][kNarrowColumns];
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int warp = static_cast<int>(threadIdx.x) / 32;
-  const int64_t column = static_cast<int64_t>(blockIdx.x) * kNarrowColumns + lane * 4;
+  const int64_t column_block = static_cast<int64_t>(blockIdx.x) / p.passes;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) % p.passes * kRows;
+  const int64_t rows = p.m - row0 < kRows ? p.m - row0 : kRows;
+  const float* a_rows = p.a + row0 * p.a_row;
+  const int64_t column = column_block * kNarrowColumns + lane * 4;
   const bool column_in = column < p.n;
   const int64_t k_begin = static_cast<int64_t>(blockIdx.y) * p.slice;
   const int64_t k_end = k_begin + p.slice < p.k ? k_begin + p.slice : p.k;
@@ -57,7 +64,7 @@ __global__ void __launch_bounds__(kThreads, kRows <= 16 ? kNarrowCtasPerSm : 1)
     for (int e = static_cast<int>(threadIdx.x); e < kChunk * kRows; e += kThreads) {
       const int r = e % kRows, kk = e / kRows;
       const int64_t kg = chunk + kk;
-      sa[kk][r] = r < p.m && kg < k_end ? p.a[r * p.a_row + kg * p.a_col] : 0.0f;
+      sa[kk][r] = r < rows && kg < k_end ? a_rows[r * p.a_row + kg * p.a_col] : 0.0f;
     }
     __syncthreads();
 #pragma unroll 1
@@ -108,16 +115,16 @@ __global__ void __launch_bounds__(kThreads, kRows <= 16 ? kNarrowCtasPerSm : 1)
     __syncthreads();
   }
 
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * kNarrowColumns;
+  const int64_t first = column_block * kNarrowColumns;
   for (int e = static_cast<int>(threadIdx.x); e < kRows * (kNarrowColumns / 4); e += kThreads) {
     const int r = e / (kNarrowColumns / 4), j = e % (kNarrowColumns / 4) * 4;
     const int64_t col = first + j;
-    if (r >= p.m || col >= p.n) continue;
+    if (r >= rows || col >= p.n) continue;
     const float4 v = *reinterpret_cast<const float4*>(&sums[r][j]);
     if (p.partials != nullptr) {
-      *reinterpret_cast<float4*>(p.partials + (static_cast<int64_t>(blockIdx.y) * p.m + r) * p.n + col) = v;
+      *reinterpret_cast<float4*>(p.partials + (static_cast<int64_t>(blockIdx.y) * p.m + row0 + r) * p.n + col) = v;
     } else {
-      auto* out = reinterpret_cast<float4*>(p.c + r * p.c_row + col);
+      auto* out = reinterpret_cast<float4*>(p.c + (row0 + r) * p.c_row + col);
       float4 result = make_float4(p.alpha * v.x, p.alpha * v.y, p.alpha * v.z, p.alpha * v.w);
       if (p.beta != 0.0f) {
         const float4 old = *out;
@@ -132,6 +139,11 @@ __global__ void __launch_bounds__(kThreads, kRows <= 16 ? kNarrowCtasPerSm : 1)
 }
 
 int64_t column_blocks(const GemmShape& s) { return (s.n + kNarrowColumns - 1) / kNarrowColumns; }
+
+// Row blocks of the 32-row instance (M <= 16 runs in one block of a smaller instance).
+int64_t row_passes(const GemmShape& s) {
+  return s.m <= kNarrowMaxRows ? 1 : (s.m + kNarrowMaxRows - 1) / kNarrowMaxRows;
+}
 
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
@@ -150,12 +162,13 @@ class NarrowRunner final : public GemmRunner {
     p.m = s.m, p.n = s.n, p.k = s.k;
     p.a_row = s.a_row, p.a_col = s.a_col, p.b_row = s.b_row, p.c_row = s.c_row;
     p.slice = (s.k + slices_ - 1) / slices_;
+    p.passes = row_passes(s);
     p.a = static_cast<const float*>(s.a);
     p.b = static_cast<const float*>(s.b);
     p.c = static_cast<float*>(s.c);
     p.partials = slices_ > 1 ? static_cast<float*>(workspace) : nullptr;
     p.alpha = alpha, p.beta = beta;
-    const dim3 grid(static_cast<unsigned>(column_blocks(s)), static_cast<unsigned>(slices_));
+    const dim3 grid(static_cast<unsigned>(column_blocks(s) * p.passes), static_cast<unsigned>(slices_));
     if (s.m <= 4) {
       narrow_gemm_kernel<4><<<grid, kThreads, 0, stream>>>(p);
     } else if (s.m <= 16) {
@@ -180,47 +193,71 @@ std::unique_ptr<GemmRunner> make_narrow_runner(const GemmShape& shape, const Gem
 }  // namespace
 
 int narrow_gemm_slices(const GemmShape& s, int multiprocessors) {
-  const int64_t blocks = std::max<int64_t>(column_blocks(s), 1);
+  const int64_t blocks = std::max<int64_t>(column_blocks(s) * row_passes(s), 1);
   const int64_t wanted = (int64_t{kNarrowCtasPerSm} * std::max(multiprocessors, 1) + blocks - 1) / blocks;
   const int64_t most = std::max<int64_t>(s.k / kNarrowMinSliceK, 1);
   return static_cast<int>(std::clamp<int64_t>(std::min(wanted, most), 1, kNarrowMaxSlices));
 }
 
-std::string narrow_gemm_refusal(const GemmShape& s, const GemmDevice& device) {
+namespace {
+
+std::string refusal_for_rows(const GemmShape& s, const GemmDevice& device, int64_t least, int64_t most) {
   if (s.dtype != DType::f32) return "fp32 only";
   if (s.batch != 1) return "batch 1 only (a batch sharing B is folded into M before)";
-  if (s.m < 1 || s.m > kNarrowMaxRows || s.n < 1 || s.k < 1) {
-    return "M from 1 to " + std::to_string(kNarrowMaxRows) + " rows, N and K at least 1";
+  if (s.m < least || s.m > most || s.n < 1 || s.k < 1) {
+    return "M from " + std::to_string(least) + " to " + std::to_string(most) + " rows, N and K at least 1";
   }
   if (s.b_col != 1) return "B must be MN-major (N contiguous)";
   if (s.n % 4 != 0 || s.b_row % 4 != 0 || s.c_row % 4 != 0 || !aligned16(s.b) || !aligned16(s.c)) {
     return "N, B's and C's row strides must be multiples of 4 elements and B and C 16-byte aligned (16-byte loads "
            "of B, 4-element stores of C)";
   }
-  const int64_t ctas = column_blocks(s) * narrow_gemm_slices(s, device.multiprocessors);
+  const int64_t ctas = column_blocks(s) * row_passes(s) * narrow_gemm_slices(s, device.multiprocessors);
   if (ctas < std::max(device.multiprocessors, 1)) {
-    return "its CTAs (128 columns x K slices of at least " + std::to_string(kNarrowMinSliceK) +
+    return "its CTAs (128 columns x row blocks x K slices of at least " + std::to_string(kNarrowMinSliceK) +
            " rows) would not cover every SM";
   }
   return "";
 }
 
+std::string refusal_up_to_32(const GemmShape& s, const GemmDevice& device) {
+  return refusal_for_rows(s, device, 1, kNarrowMaxRows);
+}
+
+std::string refusal_33_to_64(const GemmShape& s, const GemmDevice& device) {
+  return refusal_for_rows(s, device, kNarrowMaxRows + 1, kNarrowExactMaxRows);
+}
+
+GemmKernel narrow_entry(const char* name, int tile_m, bool exact_only,
+                        std::string (*refusal)(const GemmShape&, const GemmDevice&)) {
+  GemmKernel k;
+  k.name = name;
+  k.tier = GemmTier::narrow;
+  k.dtype = DType::f32;
+  k.math = GemmMath::simt;
+  k.a_k_major = -1;
+  k.b_k_major = 0;
+  k.architecture = 0;
+  k.tile_m = tile_m;
+  k.tile_n = kNarrowColumns;
+  k.exact_only = exact_only;
+  k.refusal = refusal;
+  k.make_runner = &make_narrow_runner;
+  return k;
+}
+
+}  // namespace
+
+std::string narrow_gemm_refusal(const GemmShape& s, const GemmDevice& device) { return refusal_up_to_32(s, device); }
+
 const GemmKernel& narrow_gemm_kernel() {
-  static const GemmKernel kernel = [] {
-    GemmKernel k;
-    k.name = "narrow_f32_bmn_m32x128";
-    k.tier = GemmTier::narrow;
-    k.dtype = DType::f32;
-    k.math = GemmMath::simt;
-    k.a_k_major = -1;
-    k.b_k_major = 0;
-    k.architecture = 0;
-    k.tile_m = kNarrowMaxRows;
-    k.tile_n = kNarrowColumns;
-    k.refusal = &narrow_gemm_refusal;
-    k.make_runner = &make_narrow_runner;
-    return k;
-  }();
+  static const GemmKernel kernel = narrow_entry("narrow_f32_bmn_m32x128", kNarrowMaxRows, false, &refusal_up_to_32);
+  return kernel;
+}
+
+const GemmKernel& narrow_exact_gemm_kernel() {
+  static const GemmKernel kernel =
+      narrow_entry("narrow_f32_bmn_m64x128_exact", kNarrowExactMaxRows, true, &refusal_33_to_64);
   return kernel;
 }
 

@@ -105,7 +105,8 @@ int choose_gemm_candidate(int64_t m, int64_t n, int64_t k, int64_t batch, const 
 #define ATTNKIT_GEMM_ENTRY(function, id) &function(),
 const std::vector<const GemmKernel*>& gemm_kernels() {
   static const std::vector<const GemmKernel*> kernels = [] {
-    std::vector<const GemmKernel*> list{&narrow_gemm_kernel(), ATTNKIT_GEMM_KERNELS(ATTNKIT_GEMM_ENTRY)};
+    std::vector<const GemmKernel*> list{&narrow_gemm_kernel(), &narrow_exact_gemm_kernel(),
+                                        ATTNKIT_GEMM_KERNELS(ATTNKIT_GEMM_ENTRY)};
     for (DType dtype : {DType::f16, DType::bf16, DType::f32}) list.push_back(&simt_gemm_kernel(dtype));
     return list;
   }();
@@ -185,6 +186,7 @@ GemmChoice select_gemm_kernel(const GemmShape& shape, const GemmDevice& device, 
   std::vector<GemmCandidate> candidates;
   for (const GemmKernel* kernel : gemm_kernels()) {
     if (kernel->tier == GemmTier::simt || !gemm_kernel_matches(*kernel, shape, allow_tf32)) continue;
+    if (kernel->exact_only && allow_tf32) continue;
     if (!gemm_architecture_runs_on(kernel->architecture, device.capability)) continue;
     if (!accepted.empty() &&
         (kernel->tier != accepted.front().kernel->tier || kernel->math != accepted.front().kernel->math)) {

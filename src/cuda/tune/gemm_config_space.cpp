@@ -113,6 +113,9 @@ std::string gemm_config_refusal(const GemmKernel& kernel, const GemmShape& shape
   if (kernel.math == GemmMath::tf32 && !allow_tf32) {
     return "TF32 math (about 1e-3 relative error per product); the problem does not allow TF32";
   }
+  if (kernel.exact_only && allow_tf32) {
+    return "exact fp32 for shapes where the TF32 rows are faster; the problem allows TF32";
+  }
   if (!gemm_kernel_matches(kernel, shape, allow_tf32)) {
     return "built for A " + majorness_of(kernel.a_k_major) + ", B " + majorness_of(kernel.b_k_major) +
            "; the problem has A " + majorness(shape.a_k_major()) + ", B " + majorness(shape.b_k_major());

@@ -106,6 +106,7 @@ int choose_gemm_candidate(int64_t m, int64_t n, int64_t k, int64_t batch, const 
 const std::vector<const GemmKernel*>& gemm_kernels() {
   static const std::vector<const GemmKernel*> kernels = [] {
     std::vector<const GemmKernel*> list{&narrow_gemm_kernel(), &narrow_exact_gemm_kernel(),
+                                        &narrow_k_major_gemm_kernel(), &narrow_k_major_exact_gemm_kernel(),
                                         ATTNKIT_GEMM_KERNELS(ATTNKIT_GEMM_ENTRY)};
     for (DType dtype : {DType::f16, DType::bf16, DType::f32}) list.push_back(&simt_gemm_kernel(dtype));
     return list;

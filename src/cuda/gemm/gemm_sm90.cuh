@@ -35,12 +35,6 @@
 // the driver could not encode (CUTLASS prints the error and carries on with a zero descriptor) stops the run with
 // an error instead of launching on it.
 #pragma once
-// Grid dependency control in CUTLASS's Hopper kernels: each consumer signals launch_dependents once its last tile's
-// main loop is done, so that the split-K rows' ordered sum, a programmatic dependent launch (gemm_split_k.hpp), is
-// scheduled during the GEMM's tail; their griddepcontrol.wait at the start returns at once on ordinary launches.
-#ifndef CUTLASS_ENABLE_GDC_FOR_SM90
-#define CUTLASS_ENABLE_GDC_FOR_SM90
-#endif
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -457,6 +451,10 @@ class Sm90Runner final : public GemmRunner {
         [&] { return build(arguments_of<Gemm>(shape, alpha, beta, device_, slices_, partials), kernel_workspace); },
         [](Launch& l, const GemmOperandAddresses& from, const GemmOperandAddresses& to) { patch(l.params, from, to); });
     check_cuda(launch_sm90_gemm<Gemm>(launch.params, launch.grid, stream), "sm90 gemm launch");
+    // The split-K rows' generated files define CUTLASS_ENABLE_GDC_FOR_SM90 (cmake/attnkit_gemm_instances.cmake):
+    // each consumer warp group signals launch_dependents once its last tile's main loop is done, so the ordered sum,
+    // launched as a programmatic dependent, is scheduled during the GEMM's tail (its griddepcontrol.wait holds its
+    // reads until the GEMM grid has finished).
     if constexpr (Gemm::kSplitK) {
       sum_split_k_slices(shape, partials, slices_, alpha, beta, device_.multiprocessors, stream, true);
     }

@@ -2,8 +2,8 @@
 // 4 consecutive elements of a row of C (16-byte loads of each slice's partial sums, added in slice order,
 // one store of the 4 results in C's type: 8 or 16 bytes), a grid-stride loop over M x N / 4. After a Hopper
 // split-K GEMM it is launched as a programmatic dependent (PDL): its CTAs are scheduled once every GEMM CTA has
-// begun its last tile's epilogue (CUTLASS's launch_dependents, gemm_sm90.cuh), and wait in griddepcontrol.wait
-// until the GEMM grid has finished, so its launch overlaps the GEMM's tail instead of following it.
+// begun its last tile's epilogue (CUTLASS's launch_dependents, on in the split-K instances), and wait in
+// griddepcontrol.wait until the GEMM grid has finished, so its launch overlaps the GEMM's tail instead of following it.
 #include "cuda/gemm/gemm_split_k.hpp"
 
 #include <cuda_bf16.h>

@@ -52,7 +52,8 @@ def main() -> int:
     if args.child:
         return child(args.type, args.shapes, args.iters)
     results = []
-    print(f"{'config':48} {'shape':18} {'ak TF/s':>8} {'cb TF/s':>8} {'ratio':>6} {'graph us ak/cb':>16} {'g.ratio':>7}")
+    print(f"{'config':48} {'shape':18} {'ak TF/s':>8} {'cb TF/s':>8} {'ratio':>6} "
+          f"{'graph us ak/cb':>16} {'g.ratio':>7}")
     for config in args.configs:
         env = dict(os.environ, ATTNKIT_GEMM_CONFIG=config)
         command = [sys.executable, os.path.abspath(__file__), "--child", "--type", args.type, "--iters",

@@ -148,7 +148,8 @@ function(attnkit_generate_gemm_kernels sources_var)
       # the slices (launched with programmatic stream serialization, src/cuda/gemm/gemm_split_k.hpp), before its
       # epilogue. Only there: CUTLASS 4.2's stream-K scheduler does not compile with it.
       if(schedule MATCHES "splitk$")
-        set(preamble "// The ordered sum after this kernel is a programmatic dependent launch (gemm_split_k.hpp).\n#define CUTLASS_ENABLE_GDC_FOR_SM90\n")
+        set(preamble "// The ordered sum after this kernel is a programmatic dependent launch (gemm_split_k.hpp).\n")
+        string(APPEND preamble "#define CUTLASS_ENABLE_GDC_FOR_SM90\n")
       endif()
       set(launcher "cuda/gemm/gemm_sm90.cuh")
       set(what "Hopper GEMM (sm_90a: TMA, wgmma, warp-specialised persistent, ${schedule}): ${type}, tile ${tile}, cluster ${grid}")

@@ -2,7 +2,7 @@
 # cmake/attnkit_gemm_instances.cmake writes, at configure time, one .cu file per row and the list the
 # registry gemm_kernels() (src/cuda/gemm/gemm_registry.cpp) expands. Adding a kernel is adding a row.
 # Every problem also has the SIMT fallback (src/cuda/gemm/gemm_simt.cu), which is not a row, and fp32 decode-like
-# problems (M <= 16 against a row-major B) the narrow kernel (src/cuda/gemm/gemm_narrow.hpp), listed before the rows.
+# problems (M <= 64 against a weight B) the narrow kernel (src/cuda/gemm/gemm_narrow.hpp), listed before the rows.
 #
 # Columns:
 #   tier      sm90: Hopper (CUTLASS 3.x CollectiveBuilder: TMA + wgmma, warp-specialised persistent;

@@ -1,7 +1,8 @@
 # The GEMM kernel instantiations of the CUDA backend: one row per compiled kernel, from which
 # cmake/attnkit_gemm_instances.cmake writes, at configure time, one .cu file per row and the list the
 # registry gemm_kernels() (src/cuda/gemm/gemm_registry.cpp) expands. Adding a kernel is adding a row.
-# Every problem also has the SIMT fallback (src/cuda/gemm/gemm_simt.cu), which is not a row.
+# Every problem also has the SIMT fallback (src/cuda/gemm/gemm_simt.cu), which is not a row, and fp32 decode-like
+# problems (M <= 64 against a weight B) the narrow kernel (src/cuda/gemm/gemm_narrow.hpp), listed before the rows.
 #
 # Columns:
 #   tier      sm90: Hopper (CUTLASS 3.x CollectiveBuilder: TMA + wgmma, warp-specialised persistent;

@@ -15,7 +15,8 @@
 
 namespace attnkit::cuda::gemm {
 
-enum class GemmTier : int32_t { simt = 0, sm80 = 1, sm90 = 2 };
+// narrow: the fp32 kernel for a few rows of A (gemm_narrow.hpp), bound by B's bytes; listed before the others.
+enum class GemmTier : int32_t { simt = 0, sm80 = 1, sm90 = 2, narrow = 3 };
 
 // What the multiply-adds are: fp32 FMA (simt), tensor cores on f16/bf16, TF32 tensor cores (fp32 in,
 // about 1e-3 relative error per product), or 3xTF32 (fp32 in, split into big + small TF32 parts:
@@ -47,8 +48,9 @@ struct GemmKernel {
   int architecture = 0;  // 0 any; 80: SM80 and newer; 90: sm_90a (compute capability 9.0 only)
   int tile_m = 0;        // the output tile (0: SIMT)
   int tile_n = 0;
-  bool stream_k = false;  // splits the K loop among CTAs for grids smaller than the device (needs workspace)
-  bool split_k = false;   // K slices with fp32 partials and an ordered sum, gemm_split_k.hpp (needs workspace)
+  bool stream_k = false;    // splits the K loop among CTAs for grids smaller than the device (needs workspace)
+  bool split_k = false;     // K slices with fp32 partials and an ordered sum, gemm_split_k.hpp (needs workspace)
+  bool exact_only = false;  // fp32 in fp32 FMA, never chosen when TF32 is allowed (a TF32 row is faster there)
   // Empty when the kernel computes `shape` on `device`, else why not (alignment, extents, ...).
   std::string (*refusal)(const GemmShape& shape, const GemmDevice& device) = nullptr;
   std::unique_ptr<GemmRunner> (*make_runner)(const GemmShape& shape, const GemmDevice& device) = nullptr;

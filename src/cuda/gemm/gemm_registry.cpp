@@ -12,6 +12,7 @@
 #include "attnkit/error.hpp"
 #include "attnkit/generated/gemm_kernel_list.hpp"
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/gemm/gemm_narrow.hpp"
 #include "cuda/gemm/gemm_simt.hpp"
 
 namespace attnkit::cuda::gemm {
@@ -104,7 +105,9 @@ int choose_gemm_candidate(int64_t m, int64_t n, int64_t k, int64_t batch, const 
 #define ATTNKIT_GEMM_ENTRY(function, id) &function(),
 const std::vector<const GemmKernel*>& gemm_kernels() {
   static const std::vector<const GemmKernel*> kernels = [] {
-    std::vector<const GemmKernel*> list{ATTNKIT_GEMM_KERNELS(ATTNKIT_GEMM_ENTRY)};
+    std::vector<const GemmKernel*> list{&narrow_gemm_kernel(), &narrow_exact_gemm_kernel(),
+                                        &narrow_k_major_gemm_kernel(), &narrow_k_major_exact_gemm_kernel(),
+                                        ATTNKIT_GEMM_KERNELS(ATTNKIT_GEMM_ENTRY)};
     for (DType dtype : {DType::f16, DType::bf16, DType::f32}) list.push_back(&simt_gemm_kernel(dtype));
     return list;
   }();
@@ -142,7 +145,7 @@ std::string gemm_kernel_refusal(const GemmKernel& kernel, const GemmShape& shape
                                 GemmStaging* staging) {
   *staging = GemmStaging{};
   std::string why = kernel.refusal(shape, device);
-  if (why.empty() || kernel.tier == GemmTier::simt) return why;
+  if (why.empty() || kernel.tier == GemmTier::simt || kernel.tier == GemmTier::narrow) return why;
   // Staged: TMA rows copy the operands whose strides miss its rule, SM80 rows also pad the extents.
   const GemmStaging staged = kernel.tier == GemmTier::sm90 ? tma_staging(shape) : padded_staging(shape);
   if (!staged.any() || !kernel.refusal(staged_shape(shape, staged), device).empty()) return why;
@@ -184,6 +187,7 @@ GemmChoice select_gemm_kernel(const GemmShape& shape, const GemmDevice& device, 
   std::vector<GemmCandidate> candidates;
   for (const GemmKernel* kernel : gemm_kernels()) {
     if (kernel->tier == GemmTier::simt || !gemm_kernel_matches(*kernel, shape, allow_tf32)) continue;
+    if (kernel->exact_only && allow_tf32) continue;
     if (!gemm_architecture_runs_on(kernel->architecture, device.capability)) continue;
     if (!accepted.empty() &&
         (kernel->tier != accepted.front().kernel->tier || kernel->math != accepted.front().kernel->math)) {

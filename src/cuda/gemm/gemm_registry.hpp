@@ -1,5 +1,6 @@
-// The GEMM kernels of this build, in selection order: the Hopper rows of cmake/attnkit_gemm_kernels.cmake,
-// then its SM80 rows, then the SIMT fallbacks (gemm_simt.hpp). A problem runs on a row of its dtype and math
+// The GEMM kernels of this build, in selection order: the narrow fp32 kernel for decode-like M (gemm_narrow.hpp,
+// its own tier), the Hopper rows of cmake/attnkit_gemm_kernels.cmake, then its SM80 rows, then the SIMT fallbacks
+// (gemm_simt.hpp). A problem runs on a row of its dtype and math
 // whose A / B majorness match and that accepts the shape on the device, directly or with its misaligned
 // operands (or an N that is not a multiple of 8) staged (gemm_staging.hpp). The first such row fixes the tier
 // and math (Hopper before SM80, TF32 before 3xTF32); among the accepting rows of that tier and math

@@ -305,8 +305,8 @@ std::string refusal(const GemmShape& s, const GemmDevice& device) {
   if constexpr (Gemm::kSplitK) {
     slices = gemm_split_k_slices(s, Gemm::kProblemTileM, Gemm::kProblemTileN, Gemm::kTileK, device.multiprocessors);
     if (slices == 0) {
-      return "split-K runs batch-1 problems with fewer output tiles than a third of the SMs and a K that divides "
-             "into at least 3 slices of at least 4 K tiles, each a multiple of 16 bytes";
+      return "split-K runs batch-1 problems with fewer output tiles than a third of the SMs (half for fp32) and a "
+             "K that divides into at least 3 slices (2 for fp32) of at least 4 K tiles, each a multiple of 16 bytes";
     }
   }
   // M and K rounded up for CUTLASS's packed-tensor alignment check (see above): TMA bounds the loads of A and
@@ -451,8 +451,12 @@ class Sm90Runner final : public GemmRunner {
         [&] { return build(arguments_of<Gemm>(shape, alpha, beta, device_, slices_, partials), kernel_workspace); },
         [](Launch& l, const GemmOperandAddresses& from, const GemmOperandAddresses& to) { patch(l.params, from, to); });
     check_cuda(launch_sm90_gemm<Gemm>(launch.params, launch.grid, stream), "sm90 gemm launch");
+    // The split-K rows' generated files define CUTLASS_ENABLE_GDC_FOR_SM90 (cmake/attnkit_gemm_instances.cmake):
+    // each consumer warp group signals launch_dependents once its last tile's main loop is done, so the ordered sum,
+    // launched as a programmatic dependent, is scheduled during the GEMM's tail (its griddepcontrol.wait holds its
+    // reads until the GEMM grid has finished).
     if constexpr (Gemm::kSplitK) {
-      sum_split_k_slices(shape, partials, slices_, alpha, beta, device_.multiprocessors, stream);
+      sum_split_k_slices(shape, partials, slices_, alpha, beta, device_.multiprocessors, stream, true);
     }
   }
 

@@ -1,6 +1,9 @@
 // The slice rule of split-K and the ordered sum of its slices (gemm_split_k.hpp). The sum: one thread per
 // 4 consecutive elements of a row of C (16-byte loads of each slice's partial sums, added in slice order,
-// one store of the 4 results in C's type: 8 or 16 bytes), a grid-stride loop over M x N / 4.
+// one store of the 4 results in C's type: 8 or 16 bytes), a grid-stride loop over M x N / 4. After a Hopper
+// split-K GEMM it is launched as a programmatic dependent (PDL): its CTAs are scheduled once every GEMM CTA has
+// begun its last tile's epilogue (CUTLASS's launch_dependents, on in the split-K instances), and wait in
+// griddepcontrol.wait until the GEMM grid has finished, so its launch overlaps the GEMM's tail instead of following it.
 #include "cuda/gemm/gemm_split_k.hpp"
 
 #include <cuda_bf16.h>
@@ -45,6 +48,11 @@ template <class T>
 __global__ void __launch_bounds__(kSumThreads)
     sum_slices(const float4* partials, int64_t slice_quads, int slices, int64_t row_quads, T* c, int64_t c_row,
                float alpha, float beta) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // A programmatic dependent of the GEMM that wrote the partials: nothing is read before that grid has finished
+  // and its writes are visible (returns at once for an ordinary launch).
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
   for (int64_t q = static_cast<int64_t>(blockIdx.x) * kSumThreads + threadIdx.x; q < slice_quads;
        q += static_cast<int64_t>(gridDim.x) * kSumThreads) {
     float4 sum = partials[q];
@@ -67,6 +75,22 @@ __global__ void __launch_bounds__(kSumThreads)
   }
 }
 
+template <class T>
+void launch_sum(unsigned blocks, bool programmatic, cudaStream_t stream, const float4* partials, int64_t slice_quads,
+                int slices, int64_t row_quads, void* c, int64_t c_row, float alpha, float beta) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(kSumThreads);
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  if (programmatic) config.attrs = &attribute, config.numAttrs = 1;
+  check_cuda(cudaLaunchKernelEx(&config, sum_slices<T>, partials, slice_quads, slices, row_quads, static_cast<T*>(c),
+                                c_row, alpha, beta),
+             "gemm split-K sum");
+}
+
 }  // namespace
 
 int gemm_split_k_slices(const GemmShape& s, int tile_m, int tile_n, int tile_k, int multiprocessors) {
@@ -75,7 +99,8 @@ int gemm_split_k_slices(const GemmShape& s, int tile_m, int tile_n, int tile_k, 
   const int64_t most = std::min<int64_t>(multiprocessors / tiles, kMaxSplitKSlices);
   // Slice offsets along K stay 16-byte aligned (TMA's rule for the batch stride that addresses them).
   const int64_t vector = 16 / static_cast<int64_t>(dtype_size(s.dtype));
-  for (int64_t slices = most; slices >= kMinSplitKSlices; --slices) {
+  const int least = s.dtype == DType::f32 ? kMinSplitKSlicesFp32 : kMinSplitKSlices;
+  for (int64_t slices = most; slices >= least; --slices) {
     if (s.k % slices != 0) continue;
     const int64_t slice = s.k / slices;
     if (slice % vector == 0 && slice >= int64_t{kMinSplitKTilesPerSlice} * tile_k) return static_cast<int>(slices);
@@ -89,7 +114,7 @@ int64_t gemm_split_k_partial_bytes(const GemmShape& s, int slices) {
 }
 
 void sum_split_k_slices(const GemmShape& s, const float* partials, int slices, float alpha, float beta,
-                        int multiprocessors, cudaStream_t stream) {
+                        int multiprocessors, cudaStream_t stream, bool programmatic) {
   if (s.n % 4 != 0) throw Error(Status::internal, "split-K sum: N must be a multiple of 4");
   const int64_t row_quads = s.n / 4, slice_quads = s.m * row_quads;
   if (slice_quads == 0) return;
@@ -97,18 +122,15 @@ void sum_split_k_slices(const GemmShape& s, const float* partials, int slices, f
       std::clamp<int64_t>((slice_quads + kSumThreads - 1) / kSumThreads, 1, int64_t{std::max(multiprocessors, 1)} * 8));
   const auto* quads = reinterpret_cast<const float4*>(partials);
   if (s.dtype == DType::bf16) {
-    sum_slices<__nv_bfloat16><<<blocks, kSumThreads, 0, stream>>>(
-        quads, slice_quads, slices, row_quads, static_cast<__nv_bfloat16*>(s.c), s.c_row, alpha, beta);
+    launch_sum<__nv_bfloat16>(blocks, programmatic, stream, quads, slice_quads, slices, row_quads, s.c, s.c_row, alpha,
+                              beta);
   } else if (s.dtype == DType::f16) {
-    sum_slices<__half><<<blocks, kSumThreads, 0, stream>>>(quads, slice_quads, slices, row_quads,
-                                                           static_cast<__half*>(s.c), s.c_row, alpha, beta);
+    launch_sum<__half>(blocks, programmatic, stream, quads, slice_quads, slices, row_quads, s.c, s.c_row, alpha, beta);
   } else if (s.dtype == DType::f32) {
-    sum_slices<float><<<blocks, kSumThreads, 0, stream>>>(quads, slice_quads, slices, row_quads,
-                                                          static_cast<float*>(s.c), s.c_row, alpha, beta);
+    launch_sum<float>(blocks, programmatic, stream, quads, slice_quads, slices, row_quads, s.c, s.c_row, alpha, beta);
   } else {
     throw Error(Status::internal, "split-K sum: C must be f16, bf16 or f32");
   }
-  check_launch("gemm split-K sum");
 }
 
 }  // namespace attnkit::cuda::gemm

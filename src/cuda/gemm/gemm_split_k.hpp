@@ -13,7 +13,10 @@
 //
 // The rule (gemm_split_k_slices): batch 1, fewer output tiles than a third of the SMs (each tile then has
 // at least three slices), and a slice count that divides K into slices of at least 4 K tiles whose start
-// offsets keep TMA's 16-byte alignment; the largest such count that keeps the slices' tiles in one wave.
+// offsets keep TMA's 16-byte alignment; the largest such count that keeps the slices' tiles in one wave. fp32
+// (TF32 and 3xTF32 rows) also splits in two where its tiles fill at most half the SMs: its rows have no 64-row
+// tiles to fill the device with (1024 x 1024 x 16384 is 64 tiles of 128 x 128, 32 of the TF32 rows' 128 x 256,
+// one K loop of 16384 each), while the 16-bit rows' 64 x 128 tiles do that without the partial sums.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -25,6 +28,7 @@
 namespace attnkit::cuda::gemm {
 
 inline constexpr int kMinSplitKSlices = 3;
+inline constexpr int kMinSplitKSlicesFp32 = 2;
 inline constexpr int kMaxSplitKSlices = 64;
 inline constexpr int kMinSplitKTilesPerSlice = 4;  // K tiles each slice's main loop runs at least
 
@@ -37,8 +41,9 @@ int64_t gemm_split_k_partial_bytes(const GemmShape& shape, int slices);
 
 // C = alpha * sum over l < slices of partials[l * m * n + i * n + j] + beta * C, in slice order, C of
 // shape's dtype (f16, bf16 or f32) at shape.c with row stride shape.c_row. Needs N a multiple of 4, C and its row
-// stride aligned to 4 elements (the Hopper rows' 16-byte rule gives it).
+// stride aligned to 4 elements (the Hopper rows' 16-byte rule gives it). programmatic: launched as a programmatic
+// dependent of the kernel before it on the stream (compute capability 9.0 and newer; gemm_split_k.cu).
 void sum_split_k_slices(const GemmShape& shape, const float* partials, int slices, float alpha, float beta,
-                        int multiprocessors, cudaStream_t stream);
+                        int multiprocessors, cudaStream_t stream, bool programmatic = false);
 
 }  // namespace attnkit::cuda::gemm

@@ -113,6 +113,9 @@ std::string gemm_config_refusal(const GemmKernel& kernel, const GemmShape& shape
   if (kernel.math == GemmMath::tf32 && !allow_tf32) {
     return "TF32 math (about 1e-3 relative error per product); the problem does not allow TF32";
   }
+  if (kernel.exact_only && allow_tf32) {
+    return "exact fp32 for shapes where the TF32 rows are faster; the problem allows TF32";
+  }
   if (!gemm_kernel_matches(kernel, shape, allow_tf32)) {
     return "built for A " + majorness_of(kernel.a_k_major) + ", B " + majorness_of(kernel.b_k_major) +
            "; the problem has A " + majorness(shape.a_k_major()) + ", B " + majorness(shape.b_k_major());
@@ -175,8 +178,9 @@ tune::ConfigSpace gemm_space() {
   space.op = tune::TuneOp::gemm;
   space.backend = Backend::cuda;
   space.description =
-      "gemm v1: one config per GEMM registry entry (Hopper wgmma/TMA rows: data-parallel, stream-K, split-K; SM80 "
-      "mma.sync rows; SIMT fallbacks), named by its row id; operands that miss a row's layout rule are staged";
+      "gemm v1: one config per GEMM registry entry (narrow fp32 kernels for a few rows of A; Hopper wgmma/TMA rows: "
+      "data-parallel, stream-K, split-K; SM80 mma.sync rows; SIMT fallbacks), named by its row id; operands that miss "
+      "a row's layout rule are staged";
   std::set<std::string> seen;
   for (const GemmKernel* kernel : gemm_kernels()) {
     tune::Config config;

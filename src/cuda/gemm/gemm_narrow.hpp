@@ -1,0 +1,50 @@
+// The fp32 GEMM for a few rows of A: decode-like problems, M <= 64 tokens against an fp32 weight, B of K x N either
+// N-contiguous (x @ W, W row-major [K, N]) or K-contiguous (x @ W^T, W row-major [N, K]: nn.Linear's layout). The
+// tensor-core rows pad such an M to a 128-row tile and run 3xTF32 at a sixth of the 16-bit rate: at M = 1 against
+// 16384 x 4096 that is 17 GFLOP of padded work for 0.13 GFLOP of product. The floor of these problems is B's bytes
+// or their fp32 multiply-adds, whichever is longer; by the data sheets (estimates, not measurements): B of
+// 16384 x 4096 fp32 is 256 MiB, about 60 us at an H200's 4.3 TB/s, and 32 x 16384 x 4096 FMA about 65 us at an
+// H100's or H200's 33.5 TFMA/s (67 TFLOP/s fp32), 16 rows half that. This kernel streams B once with 16-byte loads
+// and multiplies on the CUDA cores in fp32 (exact to fp32 rounding, like the SIMT fallback), a CTA on a block of
+// columns of C and a slice of K (gemm_narrow.cu: 128 columns with B N-contiguous, 32 with B K-contiguous); partial
+// sums are added in a fixed order (warps, lanes, then the K slices by the split-K sum, gemm_split_k.hpp), so results
+// are bitwise repeatable.
+//
+// The rule (refusals of the entries below): fp32, batch 1 (a batch sharing B is folded into M first), 1 <= M <= 32
+// (33-64 for the exact-only entries), B of the entry's majorness with a 16-byte aligned base and a leading dimension
+// of a multiple of 4 (K too when B is K-major), N a multiple of 4, C 16-byte aligned with a row stride of a multiple
+// of 4 (the slices' sum writes 4 elements at a time), and enough columns x row blocks x K slices for the CTAs to
+// cover every SM (narrow_gemm_slices); A through its strides, any alignment. Other problems run on the registry's
+// other rows.
+#pragma once
+#include <string>
+
+#include "cuda/gemm/gemm_kernel.hpp"
+
+namespace attnkit::cuda::gemm {
+
+inline constexpr int kNarrowMaxRows = 32;
+inline constexpr int kNarrowExactMaxRows = 64;   // the exact-only entry: 33-64 rows, two row blocks of 32
+inline constexpr int kNarrowColumns = 128;       // columns of C per CTA, B MN-major: 32 lanes x 4
+inline constexpr int kNarrowKMajorColumns = 32;  // columns of C per CTA, B K-major: 8 warps x 4
+inline constexpr int kNarrowMinSliceK = 512;     // rows of B a K slice streams at least
+inline constexpr int kNarrowMaxSlices = 32;
+inline constexpr int kNarrowCtasPerSm = 2;  // the CTAs per SM the slice count aims at (loads in flight)
+
+// The K slices of `shape` on `multiprocessors` SMs: enough for column blocks x row blocks x slices CTAs to reach two
+// per SM, at most 32 and at least 512 rows of B each (at least 1).
+int narrow_gemm_slices(const GemmShape& shape, int multiprocessors);
+
+// Empty when the narrow kernel's first entry (M <= 32, B MN-major) computes `shape` on `device`, else why not.
+std::string narrow_gemm_refusal(const GemmShape& shape, const GemmDevice& device);
+
+// The registry entries (tier narrow, fp32, SIMT math, any A), B MN-major: M 1-32 whether TF32 is allowed or not, and
+// M 33-64 only without TF32 (exact_only: there the TF32 rows' tensor cores outrun fp32 FMA, while 3xTF32 on a
+// 128-row tile does 2-4x the work of M at a sixth of the 16-bit rate).
+const GemmKernel& narrow_gemm_kernel();
+const GemmKernel& narrow_exact_gemm_kernel();
+// The same for a K-major B (x @ W^T, W row-major [N, K]: nn.Linear's layout), K and B's column stride multiples of 4.
+const GemmKernel& narrow_k_major_gemm_kernel();
+const GemmKernel& narrow_k_major_exact_gemm_kernel();
+
+}  // namespace attnkit::cuda::gemm

@@ -27,7 +27,11 @@ inline constexpr int kNarrowMaxRows = 32;
 inline constexpr int kNarrowExactMaxRows = 64;   // the exact-only entry: 33-64 rows, two row blocks of 32
 inline constexpr int kNarrowColumns = 128;       // columns of C per CTA, B MN-major: 32 lanes x 4
 inline constexpr int kNarrowKMajorColumns = 32;  // columns of C per CTA, B K-major: 8 warps x 4
-inline constexpr int kNarrowMinSliceK = 512;     // rows of B a K slice streams at least
+// The automatic choice (gemm_registry.cpp) measured on an H200 (docs/perf.md, 2026-11-26): with TF32 allowed the narrow
+// kernel ran 0.71-0.88x cuBLAS at M <= 8 but 0.27-0.85x at M 16-32, where the TF32 tensor-core rows take over; the
+// exact 33-64-row entries ran 0.35-0.43x cuBLAS SGEMM, so only a forced config or the tuner runs them.
+inline constexpr int kNarrowTf32MaxRows = 8;
+inline constexpr int kNarrowMinSliceK = 512;  // rows of B a K slice streams at least
 inline constexpr int kNarrowMaxSlices = 32;
 inline constexpr int kNarrowCtasPerSm = 2;  // the CTAs per SM the slice count aims at (loads in flight)
 

@@ -188,6 +188,9 @@ GemmChoice select_gemm_kernel(const GemmShape& shape, const GemmDevice& device, 
   for (const GemmKernel* kernel : gemm_kernels()) {
     if (kernel->tier == GemmTier::simt || !gemm_kernel_matches(*kernel, shape, allow_tf32)) continue;
     if (kernel->exact_only && allow_tf32) continue;
+    if (kernel->tier == GemmTier::narrow && (kernel->exact_only || (allow_tf32 && shape.m > kNarrowTf32MaxRows))) {
+      continue;  // measured slower than the tensor-core rows there (kNarrowTf32MaxRows)
+    }
     if (!gemm_architecture_runs_on(kernel->architecture, device.capability)) continue;
     if (!accepted.empty() &&
         (kernel->tier != accepted.front().kernel->tier || kernel->math != accepted.front().kernel->math)) {

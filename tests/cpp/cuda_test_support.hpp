@@ -22,6 +22,7 @@
 #include "core/float_convert.hpp"
 #include "core/neighborhood_window.hpp"
 #include "cuda/common/tile_range.hpp"
+#include "cuda/fmha_sm90/fmha_sm90_heads_per_cta.hpp"
 #include "test_support.hpp"
 
 namespace attnkit::test {
@@ -252,6 +253,14 @@ int64_t ctas_with_window_origins(int dims, const std::array<int64_t, kMaxTokenDi
   }
   return all - aligned;
 }
+
+// Forces the heads per CTA of the Hopper forward and backward kernels (where they run several) while in scope.
+struct ForcedHeadsPerCta {
+  explicit ForcedHeadsPerCta(int heads) { cuda::fmha_sm90::set_heads_per_cta_override(heads); }
+  ~ForcedHeadsPerCta() { cuda::fmha_sm90::set_heads_per_cta_override(0); }
+  ForcedHeadsPerCta(const ForcedHeadsPerCta&) = delete;
+  ForcedHeadsPerCta& operator=(const ForcedHeadsPerCta&) = delete;
+};
 
 }  // namespace attnkit::test
 #endif

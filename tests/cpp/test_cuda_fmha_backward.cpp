@@ -68,6 +68,7 @@ TEST(CudaFmhaBackward, SkipsWithoutCuda) {
 using test::cuda_device_present;
 using test::DeviceBuffer;
 using test::expect_cuda;
+using test::ForcedHeadsPerCta;
 using test::nd;
 using test::neighborhood;
 using test::TestTensor;
@@ -626,14 +627,7 @@ TEST_F(CudaFmhaBackward, DqConvertedByTheLastDkDvCtaOrItsOwnKernelEitherSideOfTh
 // and the portable tier run one), forced to 2, 3 and 5 so that the last CTA of a batch may hold fewer heads than
 // the others: K and V reload per head into the tiles the previous head's dK and dV went out through, the visit
 // schedule and mask tables are reused. Dense at odd extents, causal rows without keys, grouped heads, 1-D to 3-D
-// windows, head dims 64 and 32; the fast and deterministic modes' dK and dV stay bit-identical.
-struct ForcedHeadsPerCta {
-  explicit ForcedHeadsPerCta(int heads) { cuda::fmha_sm90::set_heads_per_cta_override(heads); }
-  ~ForcedHeadsPerCta() { cuda::fmha_sm90::set_heads_per_cta_override(0); }
-  ForcedHeadsPerCta(const ForcedHeadsPerCta&) = delete;
-  ForcedHeadsPerCta& operator=(const ForcedHeadsPerCta&) = delete;
-};
-
+// windows, head dims 64 and 32; each also run in the deterministic mode and compared.
 TEST_F(CudaFmhaBackward, SeveralHeadsPerCtaMatchTheOracle) {
   uint64_t seed = 1900;
   for (int heads_per_cta : {2, 3, 5}) {

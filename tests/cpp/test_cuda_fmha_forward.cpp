@@ -54,6 +54,7 @@ TEST(CudaFmhaForward, SkipsWithoutCuda) {
 using test::cuda_device_present;
 using test::DeviceBuffer;
 using test::expect_cuda;
+using test::ForcedHeadsPerCta;
 using test::nd;
 using test::neighborhood;
 using test::TestTensor;
@@ -592,13 +593,6 @@ TEST_F(CudaFmhaForward, PositionalBiasWithKvTilesAtTheWindow) {
 // for large grids): box masks on the TMA path, 5 heads in groups of 2 (the last CTA of a batch runs one head)
 // and of 3; dense at odd extents, causal rows without keys, 1-D to 3-D windows, MQA, without LSE. Kernels
 // without the TMA path or with tile lists run one head per CTA whatever the setting; the portable tier ignores it.
-struct ForcedHeadsPerCta {
-  explicit ForcedHeadsPerCta(int heads) { cuda::fmha_sm90::set_heads_per_cta_override(heads); }
-  ~ForcedHeadsPerCta() { cuda::fmha_sm90::set_heads_per_cta_override(0); }
-  ForcedHeadsPerCta(const ForcedHeadsPerCta&) = delete;
-  ForcedHeadsPerCta& operator=(const ForcedHeadsPerCta&) = delete;
-};
-
 TEST_F(CudaFmhaForward, SeveralHeadsPerCtaMatchTheOracle) {
   uint64_t seed = 700;
   for (int heads_per_cta : {2, 3, 5}) {

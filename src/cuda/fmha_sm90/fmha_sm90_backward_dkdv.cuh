@@ -372,8 +372,7 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
     if (issues_dq) bulk_wait_all();
     if (takes_turns) pass_turn_in_flight();
 
-    if (p.kv_splits > 1) {  // one KV head per CTA                     // this split's unscaled partials, straight from
-                            // the accumulators
+    if (p.kv_splits > 1) {  // one KV head per CTA: this split's unscaled partials, straight from the accumulators
       const KvSplitCta cta = kv_split_cta(p);  // from blockIdx again: nothing more lives across the visits
       const int64_t slab =
           kv_partial_offset(p, cta.split, batch, head_kv, cta.tile, kBlockN) + group * kKeys * kHeadDim;

@@ -50,7 +50,8 @@ struct GemmKernel {
   int tile_n = 0;
   bool stream_k = false;    // splits the K loop among CTAs for grids smaller than the device (needs workspace)
   bool split_k = false;     // K slices with fp32 partials and an ordered sum, gemm_split_k.hpp (needs workspace)
-  bool exact_only = false;  // fp32 in fp32 FMA, never chosen when TF32 is allowed (a TF32 row is faster there)
+  bool exact_only = false;  // fp32 in fp32 FMA: never run when TF32 is allowed (a TF32 row is faster there), else
+                            // forced or tuned only (the automatic choice, gemm_registry.cpp, measured it slower)
   // Empty when the kernel computes `shape` on `device`, else why not (alignment, extents, ...).
   std::string (*refusal)(const GemmShape& shape, const GemmDevice& device) = nullptr;
   std::unique_ptr<GemmRunner> (*make_runner)(const GemmShape& shape, const GemmDevice& device) = nullptr;

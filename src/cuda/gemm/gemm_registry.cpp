@@ -187,9 +187,10 @@ GemmChoice select_gemm_kernel(const GemmShape& shape, const GemmDevice& device, 
   std::vector<GemmCandidate> candidates;
   for (const GemmKernel* kernel : gemm_kernels()) {
     if (kernel->tier == GemmTier::simt || !gemm_kernel_matches(*kernel, shape, allow_tf32)) continue;
-    if (kernel->exact_only && allow_tf32) continue;
-    if (kernel->tier == GemmTier::narrow && (kernel->exact_only || (allow_tf32 && shape.m > kNarrowTf32MaxRows))) {
-      continue;  // measured slower than the tensor-core rows there (kNarrowTf32MaxRows)
+    // Exact-only entries (the narrow 33-64-row ones) and the narrow kernel above kNarrowTf32MaxRows with TF32 allowed
+    // measured slower than the tensor-core rows: only a forced config or the tuner runs them.
+    if (kernel->exact_only || (kernel->tier == GemmTier::narrow && allow_tf32 && shape.m > kNarrowTf32MaxRows)) {
+      continue;
     }
     if (!gemm_architecture_runs_on(kernel->architecture, device.capability)) continue;
     if (!accepted.empty() &&

@@ -406,6 +406,24 @@ TEST(CudaScatteredForward, PerBatchPerHeadAndBroadcastMasks) {
   }
 }
 
+// The union lists are indexed by (mask slice, 16-row group, key tile): per-batch and per-head masks over
+// several key tiles (256 keys a tile up to D 64, 128 at D 128) and a partial last group.
+TEST(CudaScatteredForward, PerHeadMasksOverSeveralKeyTiles) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t head_dim : {64, 128}) {
+    SCOPED_TRACE("D " + std::to_string(head_dim));
+    Case c;
+    c.head_dim = head_dim;
+    c.head_dim_v = head_dim;
+    c.tokens_q = {45};
+    c.tokens_kv = {600};
+    c.mask_batch = 2;
+    c.mask_heads = 4;
+    c.empty_rows_every = 7;
+    check_forward(c);
+  }
+}
+
 TEST(CudaScatteredForward, GqaMqaAndLongerQueries) {
   SKIP_WITHOUT_GPU();
   Case c;
@@ -476,6 +494,26 @@ TEST(CudaScatteredBackward, StructuredAndPerHeadMasksWithEmptyRows) {
   c.mask_heads = 1;
   c.mask_heads_view = 4;
   check_backward(c);
+}
+
+// The dK/dV kernel walks the key-major lists of every query head of its GQA group, tile by tile: per-head
+// masks over several query tiles, with caller workspace full of garbage.
+TEST(CudaScatteredBackward, PerHeadMasksOverSeveralQueryTilesAndGqa) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t head_dim : {64, 128}) {
+    SCOPED_TRACE("D " + std::to_string(head_dim));
+    Case c;
+    c.head_dim = head_dim;
+    c.head_dim_v = head_dim;
+    c.tokens_q = {530};
+    c.tokens_kv = {150};
+    c.heads_q = 6;
+    c.heads_kv = 2;
+    c.mask_heads = 6;
+    c.empty_rows_every = 9;
+    c.use_workspace = true;
+    check_backward(c);
+  }
 }
 
 TEST(CudaScatteredBackward, StridedViewsTokenGridsAndWorkspace) {

@@ -1,9 +1,11 @@
 // Host entry of the scattered-sparse path: capability checks (each a sentence naming the argument, the
-// value and what is allowed), the workspace layout, and the launches: pack the mask to bits, then the
-// forward kernel, or the preprocess, dQ and dK/dV kernels.
+// value and what is allowed), the workspace layout, and the launches: pack the mask to bits, build its
+// union lists (once per mask slice), then the forward kernel, or the preprocess, dQ and dK/dV kernels.
 //
-// Workspace (each part 256-byte aligned): forward = mask words; backward = mask words, transposed mask
-// words, lse2 and delta rows [B][Hq][row_pitch] fp32.
+// Workspace (each part 256-byte aligned): forward = mask words, list entries, list lengths; backward =
+// mask words, transposed mask words, the lists of both (entries, lengths), lse2 and delta rows
+// [B][Hq][row_pitch] fp32. List entries take slices * ceil(rows / 16) * ceil(columns / tile) * tile * 4
+// bytes (a quarter of the bool mask's size), lengths 4 bytes per list.
 #include "cuda/sparse/scattered_attention.hpp"
 
 #include <cuda_runtime_api.h>
@@ -184,6 +186,35 @@ int64_t words_bytes(const TensorView& m, int64_t rows, int64_t columns) {
   return int64_t{mask_slices(m, 0)} * mask_slices(m, 1) * rows * ((columns + 31) / 32) * 4;
 }
 
+// Bytes of the list entries and of the list lengths of a [slices, rows, columns] mask in tiles of
+// `tile_columns`.
+struct ListBytes {
+  int64_t entries = 0;
+  int64_t lengths = 0;
+  int64_t total() const { return align_256(entries) + align_256(lengths); }
+};
+
+ListBytes list_bytes(const TensorView& m, int64_t rows, int64_t columns, int tile_columns) {
+  const int64_t lists = int64_t{mask_slices(m, 0)} * mask_slices(m, 1) * ((rows + 15) / 16) *
+                        ((columns + tile_columns - 1) / tile_columns);
+  return {lists * tile_columns * 4, lists * 4};
+}
+
+int tile_columns_of(const detail::AttentionShape& shape) {
+  return scattered_tile_columns(scattered_width(shape.head_dim, shape.head_dim_v));
+}
+
+// Lays out the lists of `words` at `cursor` (advanced past them) and launches their pre-pass.
+TileLists build_lists(const PackedMask& words, int32_t columns, const ListBytes& bytes, int tile_columns, char*& cursor,
+                      cudaStream_t stream) {
+  const auto* entries = reinterpret_cast<const uint32_t*>(cursor);
+  const auto* lengths = reinterpret_cast<const uint32_t*>(cursor + align_256(bytes.entries));
+  cursor += bytes.total();
+  const TileLists lists = tile_lists_layout(words, columns, tile_columns, entries, lengths);
+  launch_build_tile_lists(words, lists, stream);
+  return lists;
+}
+
 int32_t row_pitch(const detail::AttentionShape& shape) { return static_cast<int32_t>((shape.seq_q + 3) / 4 * 4); }
 
 void set_sizes(ScatteredSizes& sizes, const detail::AttentionShape& shape) {
@@ -245,13 +276,17 @@ std::string scattered_backward_unsupported(const AttentionBackward& problem, con
 }
 
 int64_t scattered_forward_workspace_bytes(const AttentionForward& problem, const detail::AttentionShape& shape) {
-  return align_256(words_bytes(problem.mask.element_mask, shape.seq_q, shape.seq_k));
+  const TensorView& m = problem.mask.element_mask;
+  return align_256(words_bytes(m, shape.seq_q, shape.seq_k)) +
+         list_bytes(m, shape.seq_q, shape.seq_k, tile_columns_of(shape)).total();
 }
 
 int64_t scattered_backward_workspace_bytes(const AttentionBackward& problem, const detail::AttentionShape& shape) {
   const TensorView& m = problem.mask.element_mask;
   const int64_t rows = shape.batch * shape.heads_q * row_pitch(shape) * 4;
+  const int tile = tile_columns_of(shape);
   return align_256(words_bytes(m, shape.seq_q, shape.seq_k)) + align_256(words_bytes(m, shape.seq_k, shape.seq_q)) +
+         list_bytes(m, shape.seq_q, shape.seq_k, tile).total() + list_bytes(m, shape.seq_k, shape.seq_q, tile).total() +
          2 * align_256(rows);
 }
 
@@ -264,9 +299,13 @@ void run_scattered_forward(const AttentionForward& problem, const detail::Attent
   DeviceGuard guard(problem.q.device.index);
   auto* cuda_stream = static_cast<cudaStream_t>(stream);
   Scratch scratch(workspace, scattered_forward_workspace_bytes(problem, shape), cuda_stream);
-  const MaskBytes bytes = mask_bytes(problem.mask.element_mask, shape.seq_q, shape.seq_k);
-  auto* words = reinterpret_cast<uint32_t*>(scratch.bytes());
+  const TensorView& m = problem.mask.element_mask;
+  const MaskBytes bytes = mask_bytes(m, shape.seq_q, shape.seq_k);
+  char* cursor = scratch.bytes();
+  auto* words = reinterpret_cast<uint32_t*>(cursor);
+  cursor += align_256(words_bytes(m, shape.seq_q, shape.seq_k));
   launch_pack_mask(bytes, words, cuda_stream);
+  const int tile = tile_columns_of(shape);
 
   ScatteredForwardParams p;
   p.q = sequence_tensor(problem.q, shape.token_dims);
@@ -274,7 +313,8 @@ void run_scattered_forward(const AttentionForward& problem, const detail::Attent
   if (problem.lse.defined()) p.lse = sequence_tensor(problem.lse, shape.token_dims);
   p.k = sequence_tensor(problem.k, shape.token_dims_kv);
   p.v = sequence_tensor(problem.v, shape.token_dims_kv);
-  p.mask = packed_mask(bytes, words);
+  p.lists = build_lists(packed_mask(bytes, words), bytes.columns, list_bytes(m, shape.seq_q, shape.seq_k, tile), tile,
+                        cursor, cuda_stream);
   set_sizes(p, shape);
   const int width = scattered_width(shape.head_dim, shape.head_dim_v);
   const auto batch = static_cast<int32_t>(shape.batch);
@@ -305,6 +345,11 @@ void run_scattered_backward(const AttentionBackward& problem, const detail::Atte
   auto* words_transposed = reinterpret_cast<uint32_t*>(cursor);
   cursor += align_256(words_bytes(m, shape.seq_k, shape.seq_q));
   const int64_t row_bytes = align_256(shape.batch * shape.heads_q * row_pitch(shape) * 4);
+  char* list_cursor = cursor;
+  const int tile = tile_columns_of(shape);
+  const ListBytes lists_bytes = list_bytes(m, shape.seq_q, shape.seq_k, tile);
+  const ListBytes lists_transposed_bytes = list_bytes(m, shape.seq_k, shape.seq_q, tile);
+  cursor += lists_bytes.total() + lists_transposed_bytes.total();
   auto* lse_log2 = reinterpret_cast<float*>(cursor);
   auto* delta = reinterpret_cast<float*>(cursor + row_bytes);
 
@@ -318,8 +363,6 @@ void run_scattered_backward(const AttentionBackward& problem, const detail::Atte
   p.v = sequence_tensor(problem.v, shape.token_dims_kv);
   p.grad_k = sequence_tensor(problem.grad_k, shape.token_dims_kv);
   p.grad_v = sequence_tensor(problem.grad_v, shape.token_dims_kv);
-  p.mask = packed_mask(bytes, words);
-  p.mask_transposed = packed_mask(transposed, words_transposed);
   p.lse_log2 = lse_log2;
   p.delta = delta;
   p.row_pitch = row_pitch(shape);
@@ -329,6 +372,9 @@ void run_scattered_backward(const AttentionBackward& problem, const detail::Atte
 
   launch_pack_mask(bytes, words, cuda_stream);
   launch_pack_mask_transposed(bytes, words_transposed, cuda_stream);
+  p.lists = build_lists(packed_mask(bytes, words), bytes.columns, lists_bytes, tile, list_cursor, cuda_stream);
+  p.lists_transposed = build_lists(packed_mask(transposed, words_transposed), transposed.columns,
+                                   lists_transposed_bytes, tile, list_cursor, cuda_stream);
   launch_scattered_backward_preprocess(p, problem.q.dtype, cuda_stream);
   const int width = scattered_width(shape.head_dim, shape.head_dim_v);
   if (problem.q.dtype == DType::f16) {

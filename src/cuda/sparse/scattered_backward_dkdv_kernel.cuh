@@ -1,13 +1,13 @@
 // dK/dV kernel of the scattered-sparse backward: the dQ kernel's walk with keys and queries swapped.
 //
-// Algorithm. A CTA owns Warps x 16 keys of one (batch, KV head); a warp keeps K and V fragments of its
-// 16 keys and fp32 dK and dV accumulators in registers. For each query head of the KV head's group (GQA)
-// the CTA streams that head's queries in tiles: Q and dO rows plus their lse (base 2) and delta (cp.async,
-// two stages). The warp lists the union of the queries its 16 keys are attended by (the transposed mask
-// words) and per 16 listed queries: S^T = K Q_U^T, P^T = exp2(S^T * scale log2 e - lse2[query]) on
-// attended entries, dP^T = V dO_U^T, dS^T = P^T (dP^T - delta[query]), dV += P^T dO_U and dK += dS^T Q_U
-// (the gathered rows loaded transposed). dK is scaled at the end; both are written in the input dtype.
-// Every key has one owner, so the result is deterministic without atomics.
+// Algorithm. A CTA owns Warps x 16 keys of one (batch, KV head); a warp keeps K and V fragments of its 16 keys
+// and fp32 dK and dV accumulators in registers. For each query head of the KV head's group (GQA) the CTA streams
+// that head's queries in tiles: Q and dO rows plus their lse (base 2) and delta (cp.async, two stages). The warp
+// copies the pre-pass's list of the union of the queries its 16 keys are attended by (the key-major TileLists)
+// next to the tile and per 16 listed queries: S^T = K Q_U^T, P^T = exp2(S^T * scale log2 e - lse2[query]) on
+// attended entries, dP^T = V dO_U^T, dS^T = P^T (dP^T - delta[query]), dV += P^T dO_U and dK += dS^T Q_U (the
+// gathered rows loaded transposed). dK is scaled at the end; both are written in the input dtype. Every key has
+// one owner, so the result is deterministic without atomics.
 //
 // Counts per (batch, KV head), summed over its query heads, with u the union fraction of 16 keys:
 // mma FLOPs 2 Sq Sk u (2 D + 2 Dv); shared reads 4 (D + Dv) bytes per union query and warp; L2 -> shared
@@ -29,7 +29,7 @@ struct ScatteredKeyTraits : ScatteredTileShape<Width, Warps> {
   using Shape = ScatteredTileShape<Width, Warps>;
   // Per stage: Q tile, dO tile, lse2[kTile], delta[kTile].
   static constexpr int kStageBytes = 2 * Shape::kTileElements * int(sizeof(Element)) + 2 * Shape::kTile * 4;
-  static constexpr int kSharedBytes = 2 * kStageBytes + Warps * Shape::kListEntries * 4;
+  static constexpr int kSharedBytes = 2 * kStageBytes + Warps * 2 * Shape::kListEntries * 4;
 };
 
 template <class Element, int Width, int Warps>
@@ -40,7 +40,7 @@ __global__ void __launch_bounds__(Warps * 32, 1) scattered_backward_dkdv_kernel(
   const int thread = static_cast<int>(threadIdx.x);
   const int warp = thread / 32;
   const int lane = thread % 32;
-  uint32_t* list = reinterpret_cast<uint32_t*>(shared + 2 * Traits::kStageBytes) + warp * Traits::kListEntries;
+  uint32_t* lists = reinterpret_cast<uint32_t*>(shared + 2 * Traits::kStageBytes) + warp * 2 * Traits::kListEntries;
   auto q_tile = [&](int stage) { return reinterpret_cast<Element*>(shared + stage * Traits::kStageBytes); };
   auto floats = [&](int stage) {
     return reinterpret_cast<float*>(shared + stage * Traits::kStageBytes + 2 * Traits::kTileElements * sizeof(Element));
@@ -49,7 +49,8 @@ __global__ void __launch_bounds__(Warps * 32, 1) scattered_backward_dkdv_kernel(
   const int32_t batch = static_cast<int32_t>(blockIdx.z);
   const int32_t kv_head = static_cast<int32_t>(blockIdx.y);
   const int32_t first_key = static_cast<int32_t>(blockIdx.x) * Traits::kRows + warp * 16;
-  const int keys = min(max(p.seq_k - first_key, 0), 16);
+  const int32_t group = first_key / 16;
+  const bool has_keys = group < p.lists_transposed.groups;
 
   uint32_t k[Width / 16][4];
   uint32_t v[Width / 16][4];
@@ -76,13 +77,16 @@ __global__ void __launch_bounds__(Warps * 32, 1) scattered_backward_dkdv_kernel(
     stage_floats_async<kTile, Traits::kThreads>(floats(item & 1) + kTile, p.delta + row_base, first, p.seq_q, thread);
   };
 
-  auto load_words = [&](GatherListBuilder<kTile>& builder, int item) {
-    const int32_t head = kv_head * p.heads_per_kv + item / tiles_q;
-    const int tile = item % tiles_q;
-    const uint32_t* key_words = p.mask_transposed.row_words(batch, head, min(first_key, p.seq_k - 1));
-    builder.load_tile(key_words, p.mask_transposed.words_per_row, keys, tile, lane);
+  // The group's lists of the group's first query head; the next head's follow groups * tiles lists later
+  // (none later for a mask broadcast over heads).
+  const int64_t first_list = has_keys ? p.lists_transposed.index(batch, kv_head * p.heads_per_kv, group, 0) : 0;
+  const int64_t head_step = p.lists_transposed.mask_heads == 1 ? 0 : int64_t{p.lists_transposed.groups} * tiles_q;
+  auto list_index = [&](int item) { return first_list + (item / tiles_q) * head_step + item % tiles_q; };
+  auto length_of = [&](int item) {
+    return has_keys ? static_cast<int>(p.lists_transposed.lengths[list_index(item)]) : 0;
   };
-  auto walk = [&](int item, int length) {
+  auto entries_of = [&](int item) { return p.lists_transposed.entries + list_index(item) * kTile; };
+  auto walk = [&](int item, const uint32_t* list, int length) {
     const uint32_t q_address = shared_address(q_tile(item & 1));
     const uint32_t grad_out_address = q_address + Traits::kTileElements * int(sizeof(Element));
     const float* lse2 = floats(item & 1);
@@ -107,7 +111,7 @@ __global__ void __launch_bounds__(Warps * 32, 1) scattered_backward_dkdv_kernel(
       gathered_accumulate<Element, Width>(grad_k, grad_scores, q_address, step_list, lane);
     }
   };
-  stream_tiles<kTile>(items, list, lane, stage, load_words, walk);
+  stream_listed_tiles<kTile>(items, lists, lane, stage, length_of, entries_of, walk);
   store_c_fragments<Element, Width>(grad_k, p.grad_k, batch, kv_head, first_key, p.seq_k, p.head_dim, p.scale, p.scale,
                                     lane);
   store_c_fragments<Element, Width>(grad_v, p.grad_v, batch, kv_head, first_key, p.seq_k, p.head_dim_v, 1.0f, 1.0f,

@@ -1,12 +1,13 @@
 // dQ kernel of the scattered-sparse backward: the forward's gathered walk with the gradient in place of
 // the output.
 //
-// Algorithm. A CTA owns Warps x 16 query rows of one (batch, query head); a warp keeps Q and dO fragments
-// of its 16 rows, their lse (base 2) and delta = rowsum(dO * O), and an fp32 dQ accumulator in registers.
-// The CTA streams K and V tiles of its KV head (cp.async, two stages); per tile and per 16 keys of the
-// warp's union list: S = Q K_U^T, P = exp2(S * scale log2 e - lse2) on attended entries (0 elsewhere),
-// dP = dO V_U^T, dS = P (dP - delta), dQ += dS K_U (K rows gathered again, transposed). At the end dQ is
-// scaled by the softmax scale and written in the input dtype. No atomics: every dQ row has one owner.
+// Algorithm. A CTA owns Warps x 16 query rows of one (batch, query head); a warp keeps Q and dO fragments of
+// its 16 rows, their lse (base 2) and delta = rowsum(dO * O), and an fp32 dQ accumulator in registers. The CTA
+// streams K and V tiles of its KV head (cp.async, two stages); per tile and per 16 keys of the warp's union
+// list (the pre-pass's query-major TileLists, copied next to the tile): S = Q K_U^T, P = exp2(S * scale log2 e
+// - lse2) on attended entries (0 elsewhere), dP = dO V_U^T, dS = P (dP - delta), dQ += dS K_U (K rows gathered
+// again, transposed). At the end dQ is scaled by the softmax scale and written in the input dtype. No atomics:
+// every dQ row has one owner.
 //
 // Counts per (batch, head), u the union fraction of the forward kernel: mma FLOPs 2 Sq Sk u (2 D + Dv);
 // shared reads 2 (2 D + Dv) bytes per union key and warp; L2 -> shared (Sq / (16 Warps)) Sk 2 (D + Dv).
@@ -31,14 +32,12 @@ __global__ void __launch_bounds__(Warps * 32, 1) scattered_backward_dq_kernel(co
   const int thread = static_cast<int>(threadIdx.x);
   const int warp = thread / 32;
   const int lane = thread % 32;
-  uint32_t* list = reinterpret_cast<uint32_t*>(tiles + 4 * Traits::kTileElements) + warp * Traits::kListEntries;
+  uint32_t* lists = reinterpret_cast<uint32_t*>(tiles + 4 * Traits::kTileElements) + warp * 2 * Traits::kListEntries;
 
   const int32_t batch = static_cast<int32_t>(blockIdx.z);
   const int32_t head = static_cast<int32_t>(blockIdx.y);
   const int32_t kv_head = head / p.heads_per_kv;
   const int32_t first_row = static_cast<int32_t>(blockIdx.x) * Traits::kRows + warp * 16;
-  const int rows = min(max(p.seq_q - first_row, 0), 16);
-  const uint32_t* row_words = p.mask.row_words(batch, head, min(first_row, p.seq_q - 1));
   const int g = lane / 4;
 
   uint32_t q[Width / 16][4];
@@ -72,7 +71,7 @@ __global__ void __launch_bounds__(Warps * 32, 1) scattered_backward_dq_kernel(co
     pack_a_fragment<Element>(grad_scores, s);
     gathered_accumulate<Element, Width>(grad_q, grad_scores, k_address, step_list, lane);
   };
-  stream_key_value_steps<Element, Width, kTile, Traits::kThreads>(tiles, list, p, batch, kv_head, row_words, rows,
+  stream_key_value_steps<Element, Width, kTile, Traits::kThreads>(tiles, lists, p, batch, head, kv_head, first_row / 16,
                                                                   thread, lane, step);
   store_c_fragments<Element, Width>(grad_q, p.grad_q, batch, head, first_row, p.seq_q, p.head_dim, p.scale, p.scale,
                                     lane);

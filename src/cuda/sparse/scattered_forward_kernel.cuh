@@ -1,21 +1,22 @@
 // Forward kernel of the scattered-sparse path: gathered tensor-core attention over a bit-packed mask.
 //
-// Algorithm. A CTA owns Warps x 16 query rows of one (batch, query head); each warp owns 16 of them and
-// keeps their Q fragments, the fp32 output accumulator and the running max / sum in registers. The CTA
-// streams the keys of its KV head in tiles of Tile keys (K and V staged with cp.async, two stages; a
-// tile none of the CTA's rows attends is neither loaded nor walked: stream_tiles). Per
-// tile each warp lists the union U of the keys its 16 rows attend (scattered_gather.cuh) and walks it 16
-// keys at a time: S = Q K_U^T (ldmatrix of the gathered K rows, mma m16n8k16), entries whose bit is clear
-// set to -inf, online softmax in base 2 (scale * log2 e folded into one multiply), O += P V_U with the
-// gathered V rows loaded transposed. A row without any key ends with O = 0 and LSE = -inf.
+// Algorithm. A CTA owns Warps x 16 query rows of one (batch, query head); each warp owns 16 of them and keeps
+// their Q fragments, the fp32 output accumulator and the running max / sum in registers. The CTA streams the
+// keys of its KV head in tiles of Tile keys (K and V staged with cp.async, two stages; a tile none of the CTA's
+// rows attends is neither loaded nor walked: stream_listed_tiles). Per tile each warp copies the pre-pass's list
+// of the union U of the keys its 16 rows attend (TileLists, built once per mask slice, not per head) next to the
+// tile and walks it 16 keys at a time: S = Q K_U^T (ldmatrix of the gathered K rows, mma m16n8k16), entries
+// whose bit is clear set to -inf, online softmax in base 2 (scale * log2 e folded into one multiply), O += P V_U
+// with the gathered V rows loaded transposed. A row without any key ends with O = 0 and LSE = -inf.
 //
-// Counts per (batch, head), with density rho and u = 1 - (1 - rho)^16 the chance that a key is in a
-// warp's union (u ~ 0.15 at 1 %): tensor-core FLOPs 2 Sq Sk u (D + Dv) (most of a step's 16 x 16 products
-// are masked: the price of keeping the warp in lockstep without divergence); shared-memory reads
-// 2 (D + Dv) bytes per union key and warp, Sq Sk u 2 (D + Dv) / 16 in all; L2 -> shared traffic
-// (Sq / (16 Warps)) Sk 2 (D + Dv) bytes (every CTA reads its whole KV head once); mask words Sq Sk / 8
-// bytes. At 1 %, Sq = Sk = 8192, H 16, D = Dv = 64, Warps 16: 41 GFLOP of mma, 2.6 GB of shared reads,
-// 1.07 GB of K/V tiles from L2 (the bound on H100), 134 MB of mask words.
+// Counts per (batch, head), with density rho and u = 1 - (1 - rho)^16 the chance that a key is in a warp's union
+// (u ~ 0.15 at 1 %): tensor-core FLOPs 2 Sq Sk u (D + Dv) (most of a step's 16 x 16 products are masked: the
+// price of keeping the warp in lockstep without divergence); shared-memory reads 2 (D + Dv) bytes per union key
+// and warp, Sq Sk u 2 (D + Dv) / 16 in all; L2 -> shared traffic (Sq / (16 Warps)) Sk 2 (D + Dv) bytes (every
+// CTA reads its whole KV head once); mask data 4 bytes per padded union entry plus 4 per tile and warp (the
+// lists; reading the bit words would be Sq Sk / 8 bytes per head). At 1 %, Sq = Sk = 8192, H 16, D = Dv = 64,
+// Warps 16: 41 GFLOP of mma, 2.6 GB of shared reads, 1.07 GB of K/V tiles from L2 (the bound on H100), about
+// 50 MB of lists (the words: 134 MB).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -31,13 +32,14 @@ template <int Width>
 inline constexpr int kScatteredTile = Width <= 64 ? 256 : 128;
 
 // The shape every scattered kernel shares: Warps warps of 16 rows, tiles of kTile columns staged as
-// [kTile][Width] elements, and a gather list of kListEntries entries per warp.
+// [kTile][Width] elements, and two list buffers of kListEntries entries per warp (a padded list never
+// exceeds its tile).
 template <int Width, int Warps>
 struct ScatteredTileShape {
   static constexpr int kTile = kScatteredTile<Width>;
   static constexpr int kThreads = Warps * 32;
   static constexpr int kRows = Warps * 16;
-  static constexpr int kListEntries = kTile + 16;
+  static constexpr int kListEntries = kTile;
   static constexpr int kTileElements = kTile * Width;
 };
 
@@ -45,7 +47,7 @@ template <class Element, int Width, int Warps>
 struct ScatteredForwardTraits : ScatteredTileShape<Width, Warps> {
   using Shape = ScatteredTileShape<Width, Warps>;
   static constexpr int kSharedBytes =
-      2 * 2 * Shape::kTileElements * int(sizeof(Element)) + Warps * Shape::kListEntries * 4;
+      2 * 2 * Shape::kTileElements * int(sizeof(Element)) + Warps * 2 * Shape::kListEntries * 4;
 };
 
 template <class Element, int Width, int Warps>
@@ -57,14 +59,12 @@ __global__ void __launch_bounds__(Warps * 32, 1) scattered_forward_kernel(const 
   const int thread = static_cast<int>(threadIdx.x);
   const int warp = thread / 32;
   const int lane = thread % 32;
-  uint32_t* list = reinterpret_cast<uint32_t*>(tiles + 4 * Traits::kTileElements) + warp * Traits::kListEntries;
+  uint32_t* lists = reinterpret_cast<uint32_t*>(tiles + 4 * Traits::kTileElements) + warp * 2 * Traits::kListEntries;
 
   const int32_t batch = static_cast<int32_t>(blockIdx.z);
   const int32_t head = static_cast<int32_t>(blockIdx.y);
   const int32_t kv_head = head / p.heads_per_kv;
   const int32_t first_row = static_cast<int32_t>(blockIdx.x) * Traits::kRows + warp * 16;
-  const int rows = min(max(p.seq_q - first_row, 0), 16);
-  const uint32_t* row_words = p.mask.row_words(batch, head, min(first_row, p.seq_q - 1));
 
   uint32_t q[Width / 16][4];
   load_a_fragments<Element, Width>(q, p.q, batch, head, first_row, p.seq_q, p.head_dim, lane);
@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(Warps * 32, 1) scattered_forward_kernel(const 
     pack_a_fragment<Element>(probabilities, s);
     gathered_accumulate<Element, Width>(acc, probabilities, v_address, step_list, lane);
   };
-  stream_key_value_steps<Element, Width, kTile, Traits::kThreads>(tiles, list, p, batch, kv_head, row_words, rows,
+  stream_key_value_steps<Element, Width, kTile, Traits::kThreads>(tiles, lists, p, batch, head, kv_head, first_row / 16,
                                                                   thread, lane, step);
 
 #pragma unroll

@@ -1,12 +1,15 @@
-// The gathering half of the scattered kernels, shared by the forward, dQ and dK/dV kernels.
+// The gathering half of the scattered kernels, shared by the forward, dQ and dK/dV kernels, and the
+// union-list builder of the pre-pass (scattered_tile_lists.cu).
 //
 // A warp owns 16 rows (queries, or keys in the dK/dV kernel); its CTA streams the other side (the
-// "columns") in tiles of Tile columns staged in shared memory. For each tile the warp ORs the mask
-// words of its 16 rows into the union of the columns any of them attends, and writes that union as a
-// list of entries (column in the tile | 16-bit row set << 16), padded with empty entries to a multiple of
-// 16. The kernels then walk the list 16 entries at a time: ldmatrix reads the listed columns' rows
-// straight out of the staged tile (each lane supplies one gathered row address), and the row set tells
-// which of the 16 x 16 products are real. Work per tile therefore follows the union, not the tile.
+// "columns") in tiles of Tile columns staged in shared memory. The pre-pass ORs the mask words of every
+// group of 16 rows into the union of the columns any of them attends, per tile, and writes that union
+// as a list of entries (column in the tile | 16-bit row set << 16), padded with empty entries to a
+// multiple of 16 (TileLists). A mask slice shared by several heads or batch elements is listed once,
+// however many CTAs walk it. The kernels copy each tile's list next to the staged tile and walk it 16
+// entries at a time: ldmatrix reads the listed columns' rows straight out of the staged tile (each lane
+// supplies one gathered row address), and the row set tells which of the 16 x 16 products are real.
+// Work per tile therefore follows the union, not the tile.
 //
 // Staged tiles are [Tile][Width] elements, 16-byte chunks XOR-swizzled by the row (chunk ^ row % 8) so
 // that gathered rows with different row % 8 fall in different banks.
@@ -89,10 +92,9 @@ __device__ __forceinline__ void stage_floats_async(float* tile, const float* row
   }
 }
 
-// The warp's gather list for one tile (see the file comment), in two halves so that the mask words of
-// the next tile are in flight while the current one is walked: load() reads the tile's words of the 16
-// rows into registers (rows past `rows` and words past `valid_words` count as empty), build() writes the
-// list and returns its length, a multiple of 16.
+// A warp's gather list for one tile (see the file comment), built by the pre-pass: load() reads the
+// tile's words of the 16 rows into registers (rows past `rows` and words past `valid_words` count as
+// empty), build() writes the list (at most Tile entries) and returns its length, a multiple of 16.
 template <int Tile>
 struct GatherListBuilder {
   static constexpr int kWords = Tile / 32;
@@ -119,14 +121,6 @@ struct GatherListBuilder {
   __device__ __forceinline__ void load_tile(const uint32_t* words, int32_t words_per_row, int rows, int tile,
                                             int lane) {
     load(words + tile * kWords, words_per_row, rows, words_per_row - tile * kWords, lane);
-  }
-
-  // Whether this lane's rows attend any column of the tile.
-  __device__ __forceinline__ bool any() const {
-    uint32_t bits = 0;
-#pragma unroll
-    for (int i = 0; i < kRowsPerLane; ++i) bits |= row_words[i];
-    return bits != 0;
   }
 
   __device__ __forceinline__ int build(uint32_t* list, int lane) const {
@@ -169,41 +163,52 @@ struct GatherListBuilder {
 };
 
 // The tile pipeline of every scattered kernel: `items` tiles, each staged by stage(item) (cp.async into
-// stage item % 2) only when some row of the CTA attends a column of it (a CTA-wide OR of the mask words,
-// so structured masks skip whole tiles for free), then walk(item, length) over the warp's list. Mask words
-// are read two tiles ahead (load_words(builder, item)), so their latency hides behind a walk. One barrier
-// per tile publishes the staged data, the other (with the OR) frees the stage the next copies overwrite.
-template <int Tile, class Stage, class LoadWords, class Walk>
-__device__ __forceinline__ void stream_tiles(int items, uint32_t* list, int lane, const Stage& stage,
-                                             const LoadWords& load_words, const Walk& walk) {
-  GatherListBuilder<Tile> current;
-  GatherListBuilder<Tile> next;
-  if (items > 0) load_words(current, 0);
-  if (items > 1) load_words(next, 1);
-  bool current_needed = __syncthreads_or(items > 0 && current.any()) != 0;
+// stage item % 2) only when some warp of the CTA has a nonempty list for it (a CTA-wide OR, so structured
+// masks skip whole tiles for free), then walk(item, list, length) over the warp's list of the tile. The
+// warp copies its list (entries_of(item), length_of(item) entries, 16-byte aligned) with cp.async into its
+// list buffer item % 2 of `lists` ([2][Tile] entries), in the same copy group as the tile. One barrier
+// per tile (with the OR of the next tile's lengths) publishes tile `item` and frees the stage and list
+// buffers of tile item - 1, which the copies of tile item + 1, issued right after it, overwrite while
+// tile `item` is walked. List lengths are read two tiles ahead, so their latency hides behind a walk.
+template <int Tile, class Stage, class LengthOf, class EntriesOf, class Walk>
+__device__ __forceinline__ void stream_listed_tiles(int items, uint32_t* lists, int lane, const Stage& stage,
+                                                    const LengthOf& length_of, const EntriesOf& entries_of,
+                                                    const Walk& walk) {
+  auto copy_list = [&](int item, int length) {
+    const uint32_t* source = entries_of(item);
+    const uint32_t destination = shared_address(lists + (item & 1) * Tile);
+    for (int chunk = lane; chunk * 4 < length; chunk += 32) {
+      copy_16_bytes_async(destination + chunk * 16, source + chunk * 4, true);
+    }
+  };
+  int current = items > 0 ? length_of(0) : 0;
+  int next = items > 1 ? length_of(1) : 0;
+  bool current_needed = __syncthreads_or(current > 0) != 0;
   if (current_needed) stage(0);
+  if (current > 0) copy_list(0, current);
   commit_async_copies();
   for (int item = 0; item < items; ++item) {
-    const bool next_needed = __syncthreads_or(item + 1 < items && next.any()) != 0;
+    wait_async_copies<0>();
+    const bool next_needed = __syncthreads_or(next > 0) != 0;
     if (next_needed) stage(item + 1);
+    if (next > 0) copy_list(item + 1, next);
     commit_async_copies();
-    const int length = current.build(list, lane);
+    const int length = current;
     current = next;
-    if (item + 2 < items) load_words(next, item + 2);
-    wait_async_copies<1>();
-    __syncthreads();
-    if (current_needed) walk(item, length);  // otherwise every warp's list is empty
+    next = item + 2 < items ? length_of(item + 2) : 0;
+    if (current_needed) walk(item, lists + (item & 1) * Tile, length);  // otherwise every warp's list is empty
     current_needed = next_needed;
   }
 }
 
 // The pipeline of the forward and dQ kernels: streams the K and V tiles of KV head `kv_head` through
-// two stages at `tiles` ([stage][K, V][Tile][Width], stream_tiles) and calls
+// two stages at `tiles` ([stage][K, V][Tile][Width], stream_listed_tiles) and calls
 // step(k_address, v_address, step_list) for every 16 entries of the warp's list of each walked tile.
-// `row_words` points at the mask words of the warp's first query row, `rows` of them valid.
+// The warp's rows are group `group` of the query-major lists of (batch, head); a group past the last
+// row has empty lists.
 template <class Element, int Width, int Tile, int Threads, class Params, class Step>
-__device__ __forceinline__ void stream_key_value_steps(Element* tiles, uint32_t* list, const Params& p, int32_t batch,
-                                                       int32_t kv_head, const uint32_t* row_words, int rows, int thread,
+__device__ __forceinline__ void stream_key_value_steps(Element* tiles, uint32_t* lists, const Params& p, int32_t batch,
+                                                       int32_t head, int32_t kv_head, int32_t group, int thread,
                                                        int lane, const Step& step) {
   constexpr int kTileElements = Tile * Width;
   auto stage = [&](int tile) {
@@ -211,15 +216,16 @@ __device__ __forceinline__ void stream_key_value_steps(Element* tiles, uint32_t*
                                                          tile * Tile, thread);
   };
   const int tiles_k = (p.seq_k + Tile - 1) / Tile;
-  auto load_words = [&](GatherListBuilder<Tile>& builder, int tile) {
-    builder.load_tile(row_words, p.mask.words_per_row, rows, tile, lane);
-  };
-  auto walk = [&](int tile, int length) {
+  const bool has_rows = group < p.lists.groups;
+  const int64_t first_list = has_rows ? p.lists.index(batch, head, group, 0) : 0;
+  auto length_of = [&](int tile) { return has_rows ? static_cast<int>(p.lists.lengths[first_list + tile]) : 0; };
+  auto entries_of = [&](int tile) { return p.lists.entries + (first_list + tile) * Tile; };
+  auto walk = [&](int tile, const uint32_t* list, int length) {
     const uint32_t k_address = shared_address(tiles + (tile & 1) * 2 * kTileElements);
     const uint32_t v_address = k_address + kTileElements * int(sizeof(Element));
     for (int offset = 0; offset < length; offset += 16) step(k_address, v_address, list + offset);
   };
-  stream_tiles<Tile>(tiles_k, list, lane, stage, load_words, walk);
+  stream_listed_tiles<Tile>(tiles_k, lists, lane, stage, length_of, entries_of, walk);
 }
 
 // Shared byte address of chunk `chunk` of the gathered row named by list entry `entry`.

@@ -19,6 +19,9 @@ template <int Width>
 inline constexpr int kForwardWarps = Width <= 64 ? 16 : 8;
 inline constexpr int kBackwardWarps = 8;
 
+static_assert(kScatteredTile<32> == 256 && kScatteredTile<64> == 256 && kScatteredTile<128> == 128,
+              "scattered_tile_columns (scattered_launch.hpp) names the kernels' tile");
+
 template <class Element, int Width>
 void launch_forward_width(const ScatteredForwardParams& p, int32_t batch, cudaStream_t stream) {
   constexpr int kWarps = kForwardWarps<Width>;

@@ -25,6 +25,17 @@ inline int scattered_width(int64_t head_dim, int64_t head_dim_v) {
 
 ATTNKIT_SPARSE_HOST_DEVICE int32_t words_for(int32_t bits) { return (bits + 31) / 32; }
 
+// Columns per staged tile of the kernels of one compiled width (kScatteredTile): 256 up to width 64, else
+// 128. The union lists are built for the same tile.
+inline int scattered_tile_columns(int width) { return width <= 64 ? 256 : 128; }
+
+// The layout of the union lists of `mask` (whose rows have `columns` columns) in tiles of `tile_columns`
+// (128 or 256), entries and lengths at the given addresses (TileLists).
+TileLists tile_lists_layout(const PackedMask& mask, int32_t columns, int tile_columns, const uint32_t* entries,
+                            const uint32_t* lengths);
+// Writes every list of `lists` (entries and lengths) from the packed `mask` (scattered_tile_lists.cu).
+void launch_build_tile_lists(const PackedMask& mask, const TileLists& lists, cudaStream_t stream);
+
 // words[slice][row][words_for(columns)] (see PackedMask).
 void launch_pack_mask(const MaskBytes& mask, uint32_t* words, cudaStream_t stream);
 // words[slice][column][words_for(rows)]: the transpose (launch_mask_bits_by_key).

@@ -52,6 +52,26 @@ struct PackedMask {
   }
 };
 
+// The union lists of a packed mask (built once per call by launch_build_tile_lists): for every mask slice,
+// group of 16 rows and tile of tile_columns columns, the list of the columns any of the 16 rows attends,
+// each entry (column in the tile | 16-bit row set << 16), in column order, padded with zero entries to a
+// multiple of 16. entries[index][tile_columns] holds the list of index = (slice * groups + group) * tiles
+// + tile, lengths[index] its padded length (a list never exceeds its tile). Slices follow PackedMask.
+struct TileLists {
+  const uint32_t* entries = nullptr;
+  const uint32_t* lengths = nullptr;
+  int32_t groups = 0;  // ceil(rows / 16)
+  int32_t tiles = 0;   // ceil(columns / tile_columns)
+  int32_t tile_columns = 0;
+  int32_t mask_batches = 1;
+  int32_t mask_heads = 1;
+
+  ATTNKIT_SPARSE_HOST_DEVICE int64_t index(int32_t batch, int32_t head, int32_t group, int32_t tile) const {
+    const int64_t slice = int64_t{mask_batches == 1 ? 0 : batch} * mask_heads + (mask_heads == 1 ? 0 : head);
+    return (slice * groups + group) * tiles + tile;
+  }
+};
+
 // The sizes both directions' parameter blocks carry.
 struct ScatteredSizes {
   int32_t seq_q = 0;
@@ -65,13 +85,13 @@ struct ScatteredSizes {
 
 struct ScatteredForwardParams : ScatteredSizes {
   SequenceTensor q, k, v, out, lse;  // lse.data nullptr: not written
-  PackedMask mask;                   // rows = queries, columns = keys
+  TileLists lists;                   // rows = queries, columns = keys
 };
 
 struct ScatteredBackwardParams : ScatteredSizes {
   SequenceTensor q, k, v, out, grad_out, lse, grad_q, grad_k, grad_v;
-  PackedMask mask;             // rows = queries, columns = keys
-  PackedMask mask_transposed;  // rows = keys, columns = queries
+  TileLists lists;             // rows = queries, columns = keys
+  TileLists lists_transposed;  // rows = keys, columns = queries
   // Workspace rows of length row_pitch per (batch, query head): lse * log2(e), and rowsum(dO * O).
   float* lse_log2 = nullptr;
   float* delta = nullptr;

@@ -26,6 +26,14 @@ attnkit's relative L2 distance to fla's output (a sanity check, not a test).
   python3 bench/bench_retention.py                 # all rows
   python3 bench/bench_retention.py --only 'chunk*' --json out.json
   python3 bench/bench_retention.py --config block=32,segments=4   # force attnkit's shape choice
+  python3 bench/bench_retention.py --only 'chunk*' --configs "" joint=1   # both, fla timed once per row
+  python3 bench/bench_retention.py --only 'parallel_decay*,chunk*' --configs "" joint=1 --fla-last
+                                   # rows in that order; every attnkit candidate before fla's first (autotuning) call
+
+--configs times attnkit once per configuration in the same process (fla once per row, its autotune paid once):
+each attnkit candidate is named "attnkit" (empty configuration) or "attnkit:<config>", and gets its own ratios.
+ATTNKIT_RETENTION_CONFIG is set before each candidate's calls; attnkit's plans are keyed by its value
+(src/core/retention_plan.cpp), so every configuration runs the plan made under it.
 """
 
 from __future__ import annotations
@@ -37,6 +45,8 @@ import json
 import os
 import statistics
 import sys
+import zlib
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -96,6 +106,31 @@ def relative_l2(a, b):
     return float((a - b).norm() / b.norm().clamp(min=1e-30))
 
 
+def candidate_name(config: str) -> str:
+    return f"attnkit:{config}" if config else "attnkit"
+
+
+@contextmanager
+def retention_config(config: str):
+    """ATTNKIT_RETENTION_CONFIG = config (unset when empty) for the calls inside, restored after."""
+    before = os.environ.get("ATTNKIT_RETENTION_CONFIG")
+    if config:
+        os.environ["ATTNKIT_RETENTION_CONFIG"] = config
+    else:
+        os.environ.pop("ATTNKIT_RETENTION_CONFIG", None)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("ATTNKIT_RETENTION_CONFIG", None)
+        else:
+            os.environ["ATTNKIT_RETENTION_CONFIG"] = before
+
+
+def is_attnkit(candidate: str) -> bool:
+    return candidate == "attnkit" or candidate.startswith("attnkit:")
+
+
 ROWS = [
     # name, kind, B, T, H, D
     ("chunk_b8_t4096_h16_d128", "chunk", 8, 4096, 16, 128),
@@ -109,7 +144,13 @@ ROWS = [
 ]
 
 
-def run_chunk_like(name, kind, b, t, h, d, args):
+def seed_row(name: str) -> None:
+    """The row's inputs depend on its name only: its attnkit and fla candidates may run in different passes."""
+    torch.manual_seed(zlib.crc32(name.encode()))
+
+
+def run_chunk_like(name, kind, b, t, h, d, args, sides):
+    seed_row(name)
     dtype = getattr(torch, args.dtype)
     q, k, v = (torch.randn(b, t, h, d, device="cuda", dtype=dtype, requires_grad=True) for _ in range(3))
     grad = torch.randn(b, t, h, d, device="cuda", dtype=dtype)
@@ -130,80 +171,102 @@ def run_chunk_like(name, kind, b, t, h, d, args):
             return attnkit.retention(q, k, v, decay=decay)[0]
         return attnkit.retention(q, k, v, mode=mode)[0]
 
-    candidates = [("attnkit", attnkit_forward)]
-    if fla_fn is not None:
+    # (name, forward, ATTNKIT_RETENTION_CONFIG or None for fla)
+    candidates = [(candidate_name(config), attnkit_forward, config) for config in args.configs]
+    if "attnkit" not in sides:
+        candidates = []
+    if fla_fn is not None and "fla" in sides:
         def fla_forward():
             fq, fk, fv = fla_inputs(fla_fn, q, k, v)
             return fla_output(fla_fn, fla_fn(fq, fk, fv)[0])
-        candidates.append(("fla", fla_forward))
+        candidates.append(("fla", fla_forward, None))
 
-    reference_out = None
-    for candidate, forward in candidates:
+    for candidate, forward, config in candidates:
         row = {"row": name, "candidate": candidate, "dtype": args.dtype}
+        if config is not None:
+            row["config"] = config
         try:
-            with torch.no_grad():
+            with retention_config(config or ""), torch.no_grad():
                 ms = time_ms(forward, args.warmup, args.iters)
             row["forward_ms"] = ms
             row["forward_tflops"] = nominal_flops(b, t, h, d) / ms / 1e9
-            out = forward()
-            if candidate == "fla":
-                reference_out = out.detach()
-            row["_out"] = out.detach()
-            if not args.no_backward:
-                graph_out = forward()
+            with retention_config(config or ""):
+                row["_out"] = forward().detach()
+                if not args.no_backward:
+                    graph_out = forward()
 
-                def backward():
-                    torch.autograd.grad(graph_out, (q, k, v), grad, retain_graph=True)
-                ms = time_ms(backward, args.warmup, args.iters)
-                row["backward_ms"] = ms
-                row["backward_tflops"] = nominal_flops(b, t, h, d, backward=True) / ms / 1e9
-                del graph_out
+                    def backward():
+                        torch.autograd.grad(graph_out, (q, k, v), grad, retain_graph=True)
+                    ms = time_ms(backward, args.warmup, args.iters)
+                    row["backward_ms"] = ms
+                    row["backward_tflops"] = nominal_flops(b, t, h, d, backward=True) / ms / 1e9
+                    del graph_out
         except Exception as error:  # noqa: BLE001 - a failing candidate is reported, the row goes on
             row["error"] = f"{type(error).__name__}: {error}"
         results.append(row)
+        print_measured(row)
         torch.cuda.empty_cache()
-    for row in results:
-        out = row.pop("_out", None)
-        if out is not None and reference_out is not None and row["candidate"] == "attnkit":
-            row["relative_l2_to_fla"] = relative_l2(out, reference_out)
-    if fla_fn is None:
+    if fla_fn is None and "fla" in sides:
         results.append({"row": name, "candidate": "fla", "error": FLA_ERROR})
     return results
 
 
-def run_decode(name, b, h, d, args):
+def run_decode(name, b, h, d, args, sides):
+    seed_row(name)
     dtype = getattr(torch, args.dtype)
     q, k, v = (torch.randn(b, 1, h, d, device="cuda", dtype=dtype) for _ in range(3))
     state = torch.randn(b, h, d, d, device="cuda", dtype=torch.float32)
     moved = 2 * b * h * d * d * 4 + 4 * b * h * d * q.element_size()
-    candidates = [("attnkit", lambda: attnkit.retention(q, k, v, mode="recurrent", initial_state=state,
-                                                       output_final_state=True))]
-    if fused_recurrent_retention is not None:
+    def attnkit_decode():
+        return attnkit.retention(q, k, v, mode="recurrent", initial_state=state, output_final_state=True)
+
+    candidates = [(candidate_name(config), attnkit_decode, config) for config in args.configs]
+    if "attnkit" not in sides:
+        candidates = []
+    if fused_recurrent_retention is not None and "fla" in sides:
         fn = fused_recurrent_retention
 
         def fla_decode():
             fq, fk, fv = fla_inputs(fn, q, k, v)
             out, final = fn(fq, fk, fv, initial_state=state, output_final_state=True)
             return fla_output(fn, out), final
-        candidates.append(("fla", fla_decode))
-    results, outs = [], {}
-    for candidate, step in candidates:
+        candidates.append(("fla", fla_decode, None))
+    results = []
+    for candidate, step, config in candidates:
         row = {"row": name, "candidate": candidate, "dtype": args.dtype}
+        if config is not None:
+            row["config"] = config
         try:
-            with torch.no_grad():
+            with retention_config(config or ""), torch.no_grad():
                 ms = time_ms(step, args.warmup, args.iters)
-                outs[candidate] = step()
+                row["_out"] = step()
             row["forward_ms"] = ms
             row["gbps"] = moved / ms / 1e6
         except Exception as error:  # noqa: BLE001
             row["error"] = f"{type(error).__name__}: {error}"
         results.append(row)
-    if "attnkit" in outs and "fla" in outs:
-        results[0]["relative_l2_to_fla"] = relative_l2(outs["attnkit"][0], outs["fla"][0])
-        results[0]["final_state_relative_l2_to_fla"] = relative_l2(outs["attnkit"][1], outs["fla"][1])
-    if fused_recurrent_retention is None:
+        print_measured(row)
+    if fused_recurrent_retention is None and "fla" in sides:
         results.append({"row": name, "candidate": "fla", "error": FLA_ERROR})
     return results
+
+
+def add_distances(results):
+    """Each attnkit candidate's relative L2 distance to fla's output of the same row (and final state, decode);
+    drops the kept outputs."""
+    reference = {r["row"]: r["_out"] for r in results if r["candidate"] == "fla" and "_out" in r}
+    for row in results:
+        out = row.pop("_out", None)
+        theirs = reference.get(row["row"])
+        if out is None or theirs is None or not is_attnkit(row["candidate"]):
+            continue
+        if isinstance(out, tuple):
+            row["relative_l2_to_fla"] = relative_l2(out[0], theirs[0])
+            row["final_state_relative_l2_to_fla"] = relative_l2(out[1], theirs[1])
+        else:
+            row["relative_l2_to_fla"] = relative_l2(out, theirs)
+    for row in results:
+        row.pop("_out", None)
 
 
 def add_ratios(results):
@@ -211,26 +274,35 @@ def add_ratios(results):
     for row in results:
         by_row.setdefault(row["row"], {})[row["candidate"]] = row
     for candidates in by_row.values():
-        ours, theirs = candidates.get("attnkit"), candidates.get("fla")
-        if not ours or not theirs:
+        theirs = candidates.get("fla")
+        if not theirs:
             continue
-        for key in ("forward_ms", "backward_ms"):
-            if key in ours and key in theirs:
-                ours[key.replace("_ms", "_speedup_vs_fla")] = theirs[key] / ours[key]
+        for candidate, ours in candidates.items():
+            if not is_attnkit(candidate):
+                continue
+            for key in ("forward_ms", "backward_ms"):
+                if key in ours and key in theirs:
+                    ours[key.replace("_ms", "_speedup_vs_fla")] = theirs[key] / ours[key]
+
+
+def print_measured(row):
+    """One candidate's times as soon as they are measured (a run cut short keeps them)."""
+    times = " ".join(f"{key} {row[key]:.3f}" for key in ("forward_ms", "backward_ms") if key in row)
+    print(f"  measured {row['row']} {row['candidate']}: {times or row.get('error', '')}", flush=True)
 
 
 def print_table(results):
-    header = f"{'row':28} {'candidate':9} {'fwd ms':>9} {'fwd TF/s':>9} {'bwd ms':>9} {'bwd TF/s':>9} " \
+    header = f"{'row':32} {'candidate':20} {'fwd ms':>9} {'fwd TF/s':>9} {'bwd ms':>9} {'bwd TF/s':>9} " \
              f"{'GB/s':>8} {'fwd x':>6} {'bwd x':>6} {'L2 vs fla':>10}"
     print(header)
     for r in results:
         if "error" in r:
-            print(f"{r['row']:28} {r['candidate']:9} {r['error']}")
+            print(f"{r['row']:32} {r['candidate']:20} {r['error']}")
             continue
 
         def cell(key, width, fmt):
             return f"{r[key]:{width}{fmt}}" if key in r else " " * width
-        print(f"{r['row']:28} {r['candidate']:9} {cell('forward_ms', 9, '.3f')} {cell('forward_tflops', 9, '.1f')} "
+        print(f"{r['row']:32} {r['candidate']:20} {cell('forward_ms', 9, '.3f')} {cell('forward_tflops', 9, '.1f')} "
               f"{cell('backward_ms', 9, '.3f')} {cell('backward_tflops', 9, '.1f')} {cell('gbps', 8, '.0f')} "
               f"{cell('forward_speedup_vs_fla', 6, '.2f')} {cell('backward_speedup_vs_fla', 6, '.2f')} "
               f"{cell('relative_l2_to_fla', 10, '.2e')}")
@@ -238,24 +310,30 @@ def print_table(results):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", default="*", help="row names, comma-separated globs")
+    parser.add_argument("--only", default="*",
+                        help="row names, comma-separated globs; rows run in the order of the first glob each matches")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--iters", type=int, default=30)
     parser.add_argument("--no-backward", action="store_true")
     parser.add_argument("--json", help="write the results to this file")
-    parser.add_argument("--config",
-                        help="ATTNKIT_RETENTION_CONFIG for attnkit: block=32|64,segments=N,decode=0|1,joint=0|1")
+    forcing = parser.add_mutually_exclusive_group()
+    forcing.add_argument("--config",
+                         help="ATTNKIT_RETENTION_CONFIG for attnkit: block=32|64,segments=N,decode=0|1,joint=0|1")
+    forcing.add_argument("--configs", nargs="+", metavar="CONFIG",
+                         help='several of them, each timed in this process ("" = none), fla once per row')
+    parser.add_argument("--fla-last", action="store_true",
+                        help="time every row's attnkit candidates first, then fla's (whose first calls autotune): a "
+                             "run cut short keeps attnkit's rows")
     args = parser.parse_args()
-    if args.config:
-        os.environ["ATTNKIT_RETENTION_CONFIG"] = args.config  # read when attnkit makes each shape's plan
+    if args.configs is None:
+        args.configs = [args.config or os.environ.get("ATTNKIT_RETENTION_CONFIG", "")]
     if not torch.cuda.is_available():
         sys.exit("bench_retention: no CUDA device")
-    torch.manual_seed(0)
     patterns = [p.strip() for p in args.only.split(",")]
     device = torch.cuda.get_device_name()
     print(f"device: {device}; torch {torch.__version__}; dtype {args.dtype}; "
-          f"ATTNKIT_RETENTION_CONFIG={os.environ.get('ATTNKIT_RETENTION_CONFIG', '')!r}")
+          f"ATTNKIT_RETENTION_CONFIG per attnkit candidate: {args.configs!r}")
     if chunk_retention is None:
         print(f"fla: {FLA_ERROR}")
     else:
@@ -263,19 +341,27 @@ def main():
         layout = "[B, H, T, D]" if fla_head_first(chunk_retention) else "[B, T, H, D]"
         print(f"fla {getattr(fla, '__version__', '?')}: layout {layout} (read from chunk_retention's signature)")
     results = []
-    for name, kind, b, t, h, d in ROWS:
-        if not any(fnmatch.fnmatch(name, p) for p in patterns):
-            continue
-        rows = run_decode(name, b, h, d, args) if kind == "decode" else run_chunk_like(name, kind, b, t, h, d, args)
-        add_ratios(rows)
-        print_table(rows)  # each row as soon as it is measured; the whole table again at the end
-        sys.stdout.flush()
-        results += rows
+    first_match = {row[0]: next((i for i, p in enumerate(patterns) if fnmatch.fnmatch(row[0], p)), None) for row in ROWS}
+    selected = sorted((row for row in ROWS if first_match[row[0]] is not None), key=lambda row: first_match[row[0]])
+    # Passes over the rows: attnkit and fla together, or (--fla-last) every attnkit candidate first.
+    passes = [{"attnkit"}, {"fla"}] if args.fla_last else [{"attnkit", "fla"}]
+    for sides in passes:
+        for name, kind, b, t, h, d in selected:
+            if kind == "decode":
+                rows = run_decode(name, b, h, d, args, sides)
+            else:
+                rows = run_chunk_like(name, kind, b, t, h, d, args, sides)
+            if len(passes) == 1:
+                add_distances(rows)
+                add_ratios(rows)
+                print_table(rows)  # each row as soon as it is measured; the whole table again at the end
+                sys.stdout.flush()
+            results += rows
+    add_distances(results)
     add_ratios(results)
     print_table(results)
     if args.json:
-        summary = {"device": device, "dtype": args.dtype, "config": os.environ.get("ATTNKIT_RETENTION_CONFIG", ""),
-                   "rows": results}
+        summary = {"device": device, "dtype": args.dtype, "configs": args.configs, "rows": results}
         Path(args.json).write_text(json.dumps(summary, indent=2))
     return 0
 

@@ -2,6 +2,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <vector>
 
@@ -34,8 +35,24 @@ void add_gamma(PlanKey& key, const std::vector<double>& gamma) {
   key.add(static_cast<int64_t>(hash));
 }
 
+// ATTNKIT_RETENTION_CONFIG (cuda/retention/retention_jobs.hpp's forced shape, read when a plan is made) as two
+// words, its length and a 64-bit FNV-1a of its bytes (unset and empty alike: no forcing), so that a process that
+// changes it between calls gets a plan made under the new value instead of the cached one.
+void add_forced_config(PlanKey& key) {
+  const char* text = std::getenv("ATTNKIT_RETENTION_CONFIG");
+  uint64_t hash = 0xcbf29ce484222325ull;
+  int64_t length = 0;
+  for (; text != nullptr && text[length] != '\0'; ++length) {
+    hash ^= static_cast<unsigned char>(text[length]);
+    hash *= 0x100000001b3ull;
+  }
+  key.add(length);
+  key.add(static_cast<int64_t>(hash));
+}
+
 template <class Problem>
 void add_scalars(PlanKey& key, const Problem& problem) {
+  add_forced_config(key);
   add_gamma(key, problem.gamma);
   key.add(static_cast<int64_t>(problem.mode));
   key.add(problem.chunk_size);

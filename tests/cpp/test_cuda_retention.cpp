@@ -1036,6 +1036,38 @@ TEST_F(CudaRetention, DecayMatrixBackwardSkipsZeroTilesOfCausalAndDenseMatricesW
   for (const DecayCase& c : zero_skipping_cases()) expect_decay_matrix_backward_matches_cpu(c);
 }
 
+// The matrix-form forward computes kDecayMatrixMembers (batch, value slice) pairs per CTA from one staged tile: an
+// odd batch count with odd lengths leaves the last group short (Dv = 64: 3 pairs), or groups pairs of different
+// batches (Dv = 192: slices 0-2 of three batches, 9 pairs); outputs poisoned, against the CPU. The backward of the
+// same cases too.
+std::vector<DecayCase> batch_grouping_cases() {
+  std::vector<DecayCase> cases;
+  for (const int64_t dv : {64, 192}) {
+    for (const DecayPattern pattern : {DecayPattern::causal, DecayPattern::dense}) {
+      DecayCase c;
+      c.batch = 3;
+      c.heads = 2;
+      c.tq = 131;
+      c.tk = 131;
+      c.dk = 64;
+      c.dv = dv;
+      c.pattern = pattern;
+      c.shared = pattern == DecayPattern::dense;
+      c.normalize = pattern == DecayPattern::causal;
+      cases.push_back(c);
+    }
+  }
+  return cases;
+}
+
+TEST_F(CudaRetention, DecayMatrixForwardGroupsBatchesOfAnOddBatchCountWithTheCpuResult) {
+  for (const DecayCase& c : batch_grouping_cases()) expect_decay_matrix_forward_matches_cpu(c);
+}
+
+TEST_F(CudaRetention, DecayMatrixBackwardOfAnOddBatchCountMatchesCpu) {
+  for (const DecayCase& c : batch_grouping_cases()) expect_decay_matrix_backward_matches_cpu(c);
+}
+
 // Row strides the kernels stage with 16-byte copies (Tk = 77 in rows of 80: the last chunk of a row is partly past
 // Tk) and element by element (rows of 133 float32 or 16-bit entries: no multiple of 4 elements, so rows are not
 // 16-byte aligned), in both matrix dtypes, causal and dense.

@@ -79,33 +79,39 @@ const ChunkKernel* decode_kernel_table(DType dtype, int* count) {
   return table;
 }
 
-template <class Element, int HeadDim>
+template <class Element, int HeadDim, int Members>
 void launch_normalized_kernel(const ChunkParams& params, int64_t ctas, cudaStream_t stream) {
-  using Traits = NormalizedTraits<Element, HeadDim>;
+  using Traits = NormalizedTraits<Element, HeadDim, Members>;
   const int shared_bytes =
       Traits::kSharedBytes + decay_tiles_shared_bytes(params.decay, static_cast<int>(sizeof(Element)));
-  retention_normalized_kernel<Element, HeadDim>
+  retention_normalized_kernel<Element, HeadDim, Members>
       <<<static_cast<unsigned>(ctas), Traits::kThreads, shared_bytes, stream>>>(params);
 }
 
-template <class Element, int HeadDim>
+template <class Element, int HeadDim, int Members>
 ChunkKernel normalized_kernel_entry(DType dtype) {
-  using Traits = NormalizedTraits<Element, HeadDim>;
-  return ChunkKernel{"normalized",
+  using Traits = NormalizedTraits<Element, HeadDim, Members>;
+  ChunkKernel kernel{Members == 1 ? "normalized" : "normalized_grouped",
                      dtype,
                      HeadDim,
                      Traits::kValueBlock,
                      Traits::kThreads,
                      Traits::kSharedBytes + kDecayTilesMaxSharedBytes,  // the most a launch asks for
-                     reinterpret_cast<const void*>(&retention_normalized_kernel<Element, HeadDim>),
-                     &launch_normalized_kernel<Element, HeadDim>};
+                     reinterpret_cast<const void*>(&retention_normalized_kernel<Element, HeadDim, Members>),
+                     &launch_normalized_kernel<Element, HeadDim, Members>};
+  kernel.members = Members;
+  return kernel;
 }
 
+// One member per CTA (the gamma form, and the matrix form where the grouped CTA's shared memory does not fit), and
+// kDecayMatrixMembers (the matrix form).
 template <class Element>
 const ChunkKernel* normalized_kernel_table(DType dtype, int* count) {
   static const ChunkKernel table[] = {
-      normalized_kernel_entry<Element, 64>(dtype),
-      normalized_kernel_entry<Element, 128>(dtype),
+      normalized_kernel_entry<Element, 64, 1>(dtype),
+      normalized_kernel_entry<Element, 128, 1>(dtype),
+      normalized_kernel_entry<Element, 64, kDecayMatrixMembers>(dtype),
+      normalized_kernel_entry<Element, 128, kDecayMatrixMembers>(dtype),
   };
   *count = static_cast<int>(sizeof(table) / sizeof(table[0]));
   return table;

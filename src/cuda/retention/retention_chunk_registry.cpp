@@ -53,8 +53,18 @@ const ChunkKernel* find_decode_kernel(DType dtype, int head_dim) {
   return find_by_head_dim(&decode_kernels_f16, &decode_kernels_bf16, dtype, head_dim);
 }
 
-const ChunkKernel* find_normalized_kernel(DType dtype, int head_dim) {
-  return find_by_head_dim(&normalized_kernels_f16, &normalized_kernels_bf16, dtype, head_dim);
+const ChunkKernel* find_normalized_kernel(DType dtype, int head_dim, int members) {
+  int count = 0;
+  const ChunkKernel* table = nullptr;
+  if (dtype == DType::f16) {
+    table = normalized_kernels_f16(&count);
+  } else if (dtype == DType::bf16) {
+    table = normalized_kernels_bf16(&count);
+  }
+  for (int i = 0; i < count; ++i) {
+    if (table[i].head_dim == head_dim && table[i].members == members) return &table[i];
+  }
+  return nullptr;
 }
 
 const ChunkKernel* find_parallel_backward_kernel(DType dtype, int head_dim, bool key_side) {

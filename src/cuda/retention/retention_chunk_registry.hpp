@@ -17,7 +17,8 @@
 namespace attnkit::cuda::retention {
 
 struct ChunkKernel {
-  const char* family;  // "chunk64", "decode", "normalized", "parallel_bwd_query" or "parallel_bwd_key"
+  const char* family;  // "chunk64", "decode", "normalized", "normalized_grouped", "parallel_bwd_query" or
+                       // "parallel_bwd_key"
   DType dtype;
   int head_dim;     // Dk of the job
   int value_block;  // value columns per CTA; the job's Dv is a multiple of it
@@ -29,6 +30,9 @@ struct ChunkKernel {
   // (retention_params.hpp's ChunkJobs), with the same threads and shared memory, and its launch.
   const void* jobs_function = nullptr;
   void (*launch_jobs)(const ChunkJobs&, int64_t, cudaStream_t) = nullptr;
+  // The normalised parallel forward only: the (batch, value slice) pairs one CTA computes (4 warps each), sharing the
+  // decay matrix's tiles; 1 for every other kernel.
+  int members = 1;
 };
 
 // The instance for (dtype, Dk, value block), or null when none is compiled.
@@ -38,8 +42,9 @@ const ChunkKernel* find_chunk_kernel(DType dtype, int head_dim, int value_block)
 std::vector<const ChunkKernel*> chunk_kernels();
 // The recurrent decode kernel (retention_decode_kernel.cuh) for (dtype, Dk): value block 64, or null.
 const ChunkKernel* find_decode_kernel(DType dtype, int head_dim);
-// The normalised parallel forward (retention_normalized_kernel.cuh) for (dtype, Dk): value block 64, or null.
-const ChunkKernel* find_normalized_kernel(DType dtype, int head_dim);
+// The normalised parallel forward (retention_normalized_kernel.cuh) for (dtype, Dk) with `members` (batch, value
+// slice) pairs per CTA (1, or kDecayMatrixMembers for the matrix form): value block 64, or null.
+const ChunkKernel* find_normalized_kernel(DType dtype, int head_dim, int members = 1);
 
 // The parallel form's backward for (dtype, Dk): the query-side kernel (row terms, dQ) or the key-side one
 // (dK, dV) of retention_parallel_*_backward_kernel.cuh, or null. Their Dv is a runtime multiple of 64.

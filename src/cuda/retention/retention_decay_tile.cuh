@@ -20,8 +20,9 @@
 // causal matrix) is skipped by the whole CTA. The backward kernels also learn it at the pipeline's barrier (each
 // thread checks what it staged, __syncthreads_or) and, since zero tiles come in runs, fetch the next block's other
 // operands (K, V or Q, dO) only after a nonzero tile, loading them late, uniformly over the CTA, when a tile after
-// a zero one is nonzero: a run of zero tiles costs only the matrix's read. (The forward fetches them always: the
-// bookkeeping's registers would spill under the forward's register cap.)
+// a zero one is nonzero: a run of zero tiles costs only the matrix's read (begin_decay_block). The forward does the
+// same in its grouped instances (several (batch, slice) pairs per CTA, which have the registers for it); its
+// one-member instance fetches K and V always (the bookkeeping's registers would spill under its register cap).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -254,6 +255,45 @@ __device__ __forceinline__ bool staged_decay_nonzero_of(const unsigned char* til
   }
   return staged_decay_nonzero<Element, decay_tile_pitch<Element, kColumnReads>(), Threads>(
       decay_tile_stage<Element>(tiles, stage), d.vector_rows != 0);
+}
+
+// The start of block `block` of a kernel's two-stage pipeline over a decay matrix's tiles (the grouped forward and
+// dQ walk key blocks with their K and V, dK/dV query blocks with their Q, dO and row terms: its `operands`): waits for
+// the block's copies and shows them to the CTA; with a decay matrix that barrier also says whether the block's staged
+// tile holds a nonzero entry (retention_decay_tile.cuh). A nonzero tile after a zero one had its operands left
+// unfetched (for a causal matrix: the diagonal block after the zero ones before it): they are loaded now and waited
+// for. Then the next block's tile goes to the other stage, with its operands unless this tile is zero (zero tiles come
+// in runs). Returns whether the block's tile is nonzero (always with gamma); `operands_fetched` carries the decision to
+// the next block.
+template <class Element, bool kColumnReads, int Threads, class LoadOperands, class LoadTile>
+__device__ __forceinline__ bool begin_decay_block(bool decay_matrix, const unsigned char* decay_tiles,
+                                                  const DecayMatrixOperand& d, int64_t block, int stage, bool has_next,
+                                                  bool& operands_fetched, LoadOperands&& load_operands,
+                                                  LoadTile&& load_tile) {
+  wait_async_copies<0>();
+  bool nonzero_tile = true;
+  if (decay_matrix) {
+    nonzero_tile =
+        __syncthreads_or(staged_decay_nonzero_of<Element, kColumnReads, Threads>(decay_tiles, stage, d)) != 0;
+  } else {
+    __syncthreads();
+  }
+  const bool late_operands = nonzero_tile && !operands_fetched;
+  if (late_operands) {
+    load_operands(block, stage);
+    commit_async_copies();
+  }
+  if (has_next) {
+    if (decay_matrix) load_tile(block + 1, stage ^ 1);
+    if (nonzero_tile) load_operands(block + 1, stage ^ 1);
+  }
+  operands_fetched = nonzero_tile;
+  commit_async_copies();
+  if (late_operands) {
+    wait_async_copies<1>();
+    __syncthreads();
+  }
+  return nonzero_tile;
 }
 
 }  // namespace attnkit::cuda::retention

@@ -23,13 +23,16 @@ void require_half_precision(const TensorView& q) {
 }
 
 // The normalised parallel forward (and the parallel form over an explicit decay matrix, which runs on the same
-// kernel): Dk with an instance, Dv a multiple of its 64-column value block.
+// kernel, kDecayMatrixMembers (batch, value slice) pairs per CTA): Dk with an instance, Dv a multiple of its
+// 64-column value block.
 JobShape select_normalized(const RetentionForward& problem) {
   const std::string form = detail::is_given(problem.decay)
                                ? " with a decay matrix on the CUDA backend's retention; allowed: "
                                : " with normalize=true on the CUDA backend's retention; allowed: ";
   const int64_t dk = problem.q.extents[3], dv = problem.v.extents[3];
-  const ChunkKernel* kernel = dk <= 1024 ? find_normalized_kernel(problem.q.dtype, static_cast<int>(dk)) : nullptr;
+  const int members = detail::is_given(problem.decay) ? kDecayMatrixMembers : 1;
+  const ChunkKernel* kernel =
+      dk <= 1024 ? find_normalized_kernel(problem.q.dtype, static_cast<int>(dk), members) : nullptr;
   if (kernel == nullptr) {
     unsupported("q: head dim Dk = " + std::to_string(dk) + form + chunk_head_dims_text() +
                 " (other head dims run on the CPU backend)");
@@ -401,8 +404,11 @@ ChunkJob fill_forward(const RetentionForward& problem, const ForwardSelection& s
     job.params.batches = static_cast<int32_t>(problem.q.extents[0]);
   }
   if (problem.normalize || detail::is_given(problem.decay)) {
-    // One CTA per (batch, head, value block, 64-row query block); no states (validation's rule).
-    job.ctas = problem.q.extents[0] * problem.q.extents[2] * job.params.dv_slices * ((problem.q.extents[1] + 63) / 64);
+    // One CTA per (head, 64-row query block) and `members` of the (batch, value block) pairs; no states
+    // (validation's rule).
+    const int64_t pairs = problem.q.extents[0] * job.params.dv_slices;
+    const int64_t members = selection.job.kernel->members;
+    job.ctas = (pairs + members - 1) / members * problem.q.extents[2] * ((problem.q.extents[1] + 63) / 64);
   }
   return job;
 }

@@ -16,20 +16,32 @@
 // happens only with p.decay.normalize. Every key block 0..ceil(Tk/64)-1 is visited: its 64x64 tile of the
 // matrix is staged in shared memory in the same cp.async group as its K and V (retention_decay_tile.cuh), and a
 // warp whose 16 rows of the tile are all zero skips the block pair's MMAs (for a causal matrix: every tile above
-// the diagonal, for all four warps). CTA order: value slice fastest, then batch, then query block (heavy first),
-// then head, so the B * Dv/64 CTAs that read the same rows of a head's matrix run together and all but the first
-// read them from L2.
+// the diagonal, for all four warps of every member). The grouped instances also learn at the block's barrier whether
+// the whole tile is zero (begin_decay_block, retention_decay_tile.cuh) and then fetch the next block's K and V only
+// once a nonzero tile shows up: a run of zero tiles (a causal matrix's upper triangle) costs only the matrix's read.
+//
+// Batch grouping (the matrix form, Members = kDecayMatrixMembers): the matrix does not depend on the batch, so one
+// CTA computes Members of the B * Dv/64 (batch, value slice) pairs of a (head, query block), each member being the
+// 4 warps above with its own Q, K and V tiles; all the CTA's threads stage each matrix tile once for all members,
+// and the members walk the key blocks in lockstep (one barrier per block). Pairs are taken slice fastest, then
+// batch; a last, short group leaves its missing members idle (they stage and wait, nothing else). CTA order: the
+// groups of a (head, query block), then the query blocks (heavy first), then the head, so the groups reading the
+// same rows of a head's matrix run together and all but the first read them from L2.
 //
 // Work: per (query block, key block) pair 2*64*64*Dk (Q K^T) + 2*64*64*64 per value block (P V), so
 // about T^2/2 * (2*Dk + 2*Dv) FLOPs per head when Dv = 64, plus Q K^T again per extra value block. With a
 // matrix, the pairs of the (warp strip, key block)s with a nonzero entry: Tq*Tk for a dense matrix, about T^2/2
-// for a causal one (the diagonal tiles are computed whole). Bytes with a matrix: every CTA reads its (query block,
-// all keys) rows of the head's matrix, 64 * Tk * 4 (or 2) bytes, but DRAM sees each head's matrix about once (the
-// CTAs sharing it run together). At B8 T4096 H16 D128 with a causal fp32 matrix [16, 4096, 4096]: 1 GiB from
-// DRAM (0.2 ms at 4.8 TB/s) and 16 GiB from L2 (16384 CTAs of 1 MiB), against 0.55 TFLOP useful (0.82 executed:
-// Q K^T once per value slice), so the matrix read stays under the math. Shared memory: two stages of the tile,
-// 64 x 72 entries, 36 KiB (fp32) or 18 KiB (16-bit) on top of kSharedBytes: at Dk = 128 two CTAs per
-// multiprocessor instead of the gamma form's three.
+// for a causal one (the diagonal tiles are computed whole). Bytes with a matrix, B8 T4096 H16 Dk = Dv = 128, a
+// causal fp32 matrix [16, 4096, 4096] (1 GiB): DRAM sees each head's matrix about once (0.2 ms at 4.8 TB/s); into
+// the SMs every (CTA, key block) brings one matrix tile (16 KiB) and every (member, fetched key block) K (16 KiB)
+// and a V slice (8 KiB). One member per CTA, every block fetched: 16384 CTAs x 64 blocks x 40 KiB = 40 GiB. Two
+// members, K and V of the nonzero tiles only (query block qb: blocks 0..qb, and qb + 1 fetched before its tile is
+// known zero; 33.5 of 64 on average): 8192 CTAs x (64 x 16 + 33.5 x 2 x 24) KiB = 21 GiB, of which the matrix 8.
+// Executed FLOPs 0.82 T (0.55 useful: Q K^T once
+// per value slice). Shared memory: per member (3 * 64 * (Dk+8) + 2 * 64 * 72) 16-bit entries, 69 KiB at Dk = 128
+// and 45 KiB at 64, plus two stages of the tile, 64 x 72 entries, 36 KiB (fp32) or 18 KiB (16-bit): two members
+// take 174 / 126 KiB, one CTA of 8 warps per multiprocessor, as many warps as two one-member CTAs (SM80's 163 KiB
+// does not fit Dk = 128 with fp32 entries there: the plan runs one member per CTA on such a device).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -46,27 +58,33 @@
 
 namespace attnkit::cuda::retention {
 
-template <class Element, int HeadDim>
+template <class Element, int HeadDim, int Members = 1>
 struct NormalizedTraits {
   static constexpr int kBlock = 64;  // query rows and keys per block
   static constexpr int kValueBlock = 64;
-  static constexpr int kThreads = 128;
+  static constexpr int kMembers = Members;  // (batch, value slice) pairs per CTA, 4 warps each
+  static constexpr int kMemberThreads = 128;
+  static constexpr int kThreads = kMemberThreads * Members;
   static constexpr int kQkPitch = HeadDim + 8;
   static constexpr int kVPitch = kValueBlock + 8;
   static constexpr int kQkTile = kBlock * kQkPitch;
   static constexpr int kVTile = kBlock * kVPitch;
-  // Q, K [2 stages], V [2 stages]; with a decay matrix, two stages of its tile after them
-  // (decay_tiles_shared_bytes).
-  static constexpr int kSharedBytes = (3 * kQkTile + 2 * kVTile) * static_cast<int>(sizeof(Element));
+  // Per member: Q, K [2 stages], V [2 stages]; the members' tiles one after another, and with a decay matrix two
+  // stages of its tile after them (decay_tiles_shared_bytes), shared by the members.
+  static constexpr int kMemberSharedBytes = (3 * kQkTile + 2 * kVTile) * static_cast<int>(sizeof(Element));
+  static constexpr int kSharedBytes = Members * kMemberSharedBytes;
   static_assert(kSharedBytes + kDecayTilesMaxSharedBytes <= kMaxSharedBytesPerBlock, "a launch fits shared memory");
   // Registers per thread, held to what the gamma form alone needs, so that the matrix path (a uniform branch of
   // the same kernel) neither lowers the gamma form's occupancy nor adds spills. SM90 (ptxas 13: 126 and 135
   // before the matrix path existed): 4 CTAs per multiprocessor at Dk = 64, 3 at 128, as its shared memory
-  // allows. SM80 (160 and 168 before): 3 CTAs at Dk = 64 and 2 at 128 (shared memory) allow 168.
+  // allows. SM80 (160 and 168 before): 3 CTAs at Dk = 64 and 2 at 128 (shared memory) allow 168. The grouped
+  // instances (Members = 2, the matrix form only) run one CTA of 8 warps per multiprocessor (their shared memory,
+  // 126 KiB or more, allows no second), as many warps as two one-member CTAs; they may take 200 registers (51 K of
+  // the 64 K; ptxas 13: 190 at Dk = 128 and 186 at 64, no spills; 48 bytes of spills at 168).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   static constexpr int kMaxRegisters = 168;
 #else
-  static constexpr int kMaxRegisters = HeadDim == 64 ? 128 : 136;
+  static constexpr int kMaxRegisters = Members > 1 ? 200 : HeadDim == 64 ? 128 : 136;
 #endif
 };
 
@@ -176,42 +194,62 @@ __device__ __forceinline__ void store_pair(Element* row, int col, uint32_t pair,
   }
 }
 
-template <class Element, int HeadDim>
-__global__ void __launch_bounds__(NormalizedTraits<Element, HeadDim>::kThreads)
-    __maxnreg__((NormalizedTraits<Element, HeadDim>::kMaxRegisters))
+template <class Element, int HeadDim, int Members>
+__global__ void __launch_bounds__(NormalizedTraits<Element, HeadDim, Members>::kThreads)
+    __maxnreg__((NormalizedTraits<Element, HeadDim, Members>::kMaxRegisters))
         retention_normalized_kernel(const __grid_constant__ ChunkParams p) {
-  using Traits = NormalizedTraits<Element, HeadDim>;
+  using Traits = NormalizedTraits<Element, HeadDim, Members>;
   constexpr int kBlock = Traits::kBlock;
   constexpr int kQkPitch = Traits::kQkPitch;
   constexpr int kVPitch = Traits::kVPitch;
   constexpr int kNT = Traits::kValueBlock / 8;
 
+  // The thread's member (its 4 warps' (batch, value slice)), its thread and warp within the member.
+  // (Constants with one member, so that the one-member instances hold no more registers than before grouping.)
+  const int member = Members == 1 ? 0 : static_cast<int>(threadIdx.x) / Traits::kMemberThreads;
+  const int member_thread =
+      Members == 1 ? static_cast<int>(threadIdx.x) : static_cast<int>(threadIdx.x) % Traits::kMemberThreads;
+  const int warp = member_thread / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+
   extern __shared__ __align__(16) unsigned char shared_bytes[];
-  Element* q_tile = reinterpret_cast<Element*>(shared_bytes);
+  Element* q_tile = reinterpret_cast<Element*>(shared_bytes + member * Traits::kMemberSharedBytes);
   Element* k_tiles = q_tile + Traits::kQkTile;
   Element* v_tiles = k_tiles + 2 * Traits::kQkTile;
-
-  const int warp = static_cast<int>(threadIdx.x) / 32;
-  const int lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4;
   const int quad = lane % 4;
 
-  // CTA order: value slice fastest, then query blocks from the last (heaviest) one down, then (batch, head);
-  // with a decay matrix the batch comes right after the slice (the CTAs reading the same matrix rows together).
-  const bool decay_matrix = p.decay.data != nullptr;
+  // CTA order: value slice fastest, then query blocks from the last (heaviest) one down, then (batch, head).
+  // With a decay matrix the (batch, slice) pairs of one (head, query block), slice fastest, are grouped Members to a
+  // CTA (the last group may be short: its missing members idle), then come the query blocks, then the head: the
+  // CTA stages each tile of the matrix once for its members, and the groups reading the same rows run together.
+  // (The grouped instances run the matrix form only: the gamma form's code is compiled out of them.)
+  const bool decay_matrix = Members > 1 || p.decay.data != nullptr;
   const int64_t query_blocks = (p.tokens + kBlock - 1) / kBlock;
   const int64_t cta = blockIdx.x;
-  const int slice = static_cast<int>(cta % p.dv_slices);
-  int64_t rest = cta / p.dv_slices;
+  int slice = 0;
   int64_t b = 0;
+  int64_t query_block = 0;
+  int h = 0;
+  bool member_active = true;
   if (decay_matrix) {
-    b = rest % p.batches;
-    rest /= p.batches;
+    const int64_t pairs = static_cast<int64_t>(p.batches) * p.dv_slices;
+    const int64_t groups = (pairs + Members - 1) / Members;
+    const int64_t pair = cta % groups * Members + member;
+    member_active = Members == 1 || pair < pairs;
+    slice = static_cast<int>(pair % p.dv_slices);
+    b = member_active ? pair / p.dv_slices : 0;
+    const int64_t rest = cta / groups;
+    query_block = query_blocks - 1 - rest % query_blocks;
+    h = static_cast<int>(rest / query_blocks);
+  } else {
+    slice = static_cast<int>(cta % p.dv_slices);
+    const int64_t rest = cta / p.dv_slices;
+    query_block = query_blocks - 1 - rest % query_blocks;
+    const int64_t head_index = rest / query_blocks;
+    h = static_cast<int>(head_index % p.heads);
+    b = head_index / p.heads;
   }
-  const int64_t query_block = query_blocks - 1 - rest % query_blocks;
-  const int64_t head_index = rest / query_blocks;
-  const int h = static_cast<int>(head_index % p.heads);
-  if (!decay_matrix) b = head_index / p.heads;
 
   const float log2_gamma = head_log2_gamma(p, h);
   const float ln_gamma = log2_gamma * 0.69314718055994530942f;
@@ -227,23 +265,32 @@ __global__ void __launch_bounds__(NormalizedTraits<Element, HeadDim>::kThreads)
   Element* out_base = head_output_rows<Element>(p.out, b, h) + static_cast<int64_t>(slice) * Traits::kValueBlock;
 
   // The matrix's tiles (two stages) after V.
-  unsigned char* decay_tiles = shared_bytes + Traits::kSharedBytes;
+  unsigned char* decay_tiles = shared_bytes + Traits::kSharedBytes;  // after every member's tiles
 
   const int64_t q0 = query_block * kBlock;
-  load_rows<Element, HeadDim, kQkPitch, Traits::kThreads>(q_tile, q_base, p.q.token, q0, tokens, vector_access);
-  // K and V of a key block, and with a matrix its tile (query rows q0.., keys k0..).
-  auto load_keys = [&](int64_t key_block, int stage) {
+  constexpr int kMemberThreads = Traits::kMemberThreads;
+  if (member_active) {
+    load_rows<Element, HeadDim, kQkPitch, kMemberThreads>(q_tile, q_base, p.q.token, q0, tokens, vector_access,
+                                                          member_thread);
+  }
+  // The member's K and V of a key block; with a matrix the block's tile (query rows q0.., keys k0..), staged by all
+  // the CTA's threads.
+  auto load_key_operands = [&](int64_t key_block, int stage) {
+    if (!member_active) return;
     const int64_t k0 = key_block * kBlock;
-    load_rows<Element, HeadDim, kQkPitch, Traits::kThreads>(k_tiles + stage * Traits::kQkTile, k_base, p.k.token, k0,
-                                                            keys, vector_access);
-    load_rows<Element, Traits::kValueBlock, kVPitch, Traits::kThreads>(v_tiles + stage * Traits::kVTile, v_base,
-                                                                       p.v.token, k0, keys, vector_access);
-    if (decay_matrix) {
-      stage_decay_tile_of<Element, false, Traits::kThreads>(
-          decay_tiles, stage, p.decay, h, static_cast<int>(query_block), static_cast<int>(key_block), tokens, keys);
-    }
+    load_rows<Element, HeadDim, kQkPitch, kMemberThreads>(k_tiles + stage * Traits::kQkTile, k_base, p.k.token, k0,
+                                                          keys, vector_access, member_thread);
+    load_rows<Element, Traits::kValueBlock, kVPitch, kMemberThreads>(v_tiles + stage * Traits::kVTile, v_base,
+                                                                     p.v.token, k0, keys, vector_access, member_thread);
   };
-  if (last_key_block >= 0) load_keys(0, 0);
+  auto load_decay_tile = [&](int64_t key_block, int stage) {
+    stage_decay_tile_of<Element, false, Traits::kThreads>(decay_tiles, stage, p.decay, h, static_cast<int>(query_block),
+                                                          static_cast<int>(key_block), tokens, keys);
+  };
+  if (last_key_block >= 0) {
+    load_key_operands(0, 0);
+    if (decay_matrix) load_decay_tile(0, 0);
+  }
   commit_async_copies();
 
   // The thread's two query rows (global token indices) and their decay normalisers 1/sqrt(row sum).
@@ -257,12 +304,27 @@ __global__ void __launch_bounds__(NormalizedTraits<Element, HeadDim>::kThreads)
   zero_tiles(out);
   float abs_sum[2] = {0.0f, 0.0f};
 
+  bool operands_fetched = true;  // this block's K and V were fetched with its tile
   for (int64_t key_block = 0; key_block <= last_key_block; ++key_block) {
     const int stage = static_cast<int>(key_block & 1);
-    wait_async_copies<0>();
-    __syncthreads();  // this block's K, V (and Q, and the matrix's tile) visible; the other stage is free
-    if (key_block + 1 <= last_key_block) load_keys(key_block + 1, stage ^ 1);
-    commit_async_copies();
+    const bool has_next = key_block + 1 <= last_key_block;
+    if constexpr (Members > 1) {
+      // This block's tile, K and V visible (K and V fetched late after a zero tile); the next block's K and V only
+      // after a nonzero tile. A zero tile adds nothing to any sum.
+      if (!begin_decay_block<Element, false, Traits::kThreads>(true, decay_tiles, p.decay, key_block, stage, has_next,
+                                                               operands_fetched, load_key_operands, load_decay_tile)) {
+        continue;
+      }
+    } else {
+      wait_async_copies<0>();
+      __syncthreads();  // this block's K, V (and Q, and the matrix's tile) visible; the other stage is free
+      if (has_next) {
+        load_key_operands(key_block + 1, stage ^ 1);
+        if (decay_matrix) load_decay_tile(key_block + 1, stage ^ 1);
+      }
+      commit_async_copies();
+    }
+    if (!member_active) continue;  // an idle member's warps take part in the barriers and the matrix's staging only
     // A warp whose 16 rows of the matrix tile are all zero skips the block pair: its scores would all be 0 and add
     // 0 to every sum.
     if (decay_matrix && !decay_strip_nonzero_of<Element, false>(decay_tiles, stage, p.decay.f32 != 0, warp, lane)) {
@@ -298,7 +360,8 @@ __global__ void __launch_bounds__(NormalizedTraits<Element, HeadDim>::kThreads)
     }
   }
 
-  // The four lanes of a quad share their rows: their partial absolute sums make the row's.
+  if (!member_active) return;
+    // The four lanes of a quad share their rows: their partial absolute sums make the row's.
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     abs_sum[half] += __shfl_xor_sync(0xffffffffu, abs_sum[half], 1);

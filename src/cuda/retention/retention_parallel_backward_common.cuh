@@ -161,42 +161,4 @@ __device__ __forceinline__ ParallelBackwardHead<Element> parallel_backward_head(
   return head;
 }
 
-// The start of block `block` of a backward kernel's two-stage pipeline (dQ walks key blocks with their K and V,
-// dK/dV query blocks with their Q, dO and row terms: its `operands`): waits for the block's copies and shows them
-// to the CTA; with a decay matrix that barrier also says whether the block's staged tile holds a nonzero entry
-// (retention_decay_tile.cuh). A nonzero tile after a zero one had its operands left unfetched (for a causal matrix:
-// the diagonal block after the zero ones before it): they are loaded now and waited for. Then the next block's tile
-// goes to the other stage, with its operands unless this tile is zero (zero tiles come in runs). Returns whether
-// the block's tile is nonzero (always with gamma); `operands_fetched` carries the decision to the next block.
-template <class Element, bool kColumnReads, int Threads, class LoadOperands, class LoadTile>
-__device__ __forceinline__ bool begin_backward_block(bool decay_matrix, const unsigned char* decay_tiles,
-                                                     const DecayMatrixOperand& d, int64_t block, int stage,
-                                                     bool has_next, bool& operands_fetched,
-                                                     LoadOperands&& load_operands, LoadTile&& load_tile) {
-  wait_async_copies<0>();
-  bool nonzero_tile = true;
-  if (decay_matrix) {
-    nonzero_tile =
-        __syncthreads_or(staged_decay_nonzero_of<Element, kColumnReads, Threads>(decay_tiles, stage, d)) != 0;
-  } else {
-    __syncthreads();
-  }
-  const bool late_operands = nonzero_tile && !operands_fetched;
-  if (late_operands) {
-    load_operands(block, stage);
-    commit_async_copies();
-  }
-  if (has_next) {
-    if (decay_matrix) load_tile(block + 1, stage ^ 1);
-    if (nonzero_tile) load_operands(block + 1, stage ^ 1);
-  }
-  operands_fetched = nonzero_tile;
-  commit_async_copies();
-  if (late_operands) {
-    wait_async_copies<1>();
-    __syncthreads();
-  }
-  return nonzero_tile;
-}
-
 }  // namespace attnkit::cuda::retention

@@ -142,7 +142,7 @@ __global__ void __launch_bounds__(ParallelBackwardTraits<Element, HeadDim>::kThr
   bool operands_fetched = true;  // this block's Q, dO and terms were fetched with its tile (always with gamma)
   for (int64_t query_block = first_query_block; query_block < query_blocks; ++query_block) {
     const int stage = static_cast<int>((query_block - first_query_block) & 1);
-    const bool nonzero_tile = begin_backward_block<Element, true, Traits::kThreads>(
+    const bool nonzero_tile = begin_decay_block<Element, true, Traits::kThreads>(
         decay_matrix, decay_tiles, p.decay, query_block, stage, query_block + 1 < query_blocks, operands_fetched,
         load_query_operands, load_decay_tile);
     // A zero tile adds nothing to the gradients; nor does a warp's all-zero 16 keys of a nonzero tile.

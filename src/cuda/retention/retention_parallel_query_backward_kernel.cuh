@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(ParallelBackwardTraits<Element, HeadDim>::kThr
   bool operands_fetched = true;  // this block's K and V were fetched with its tile (always with gamma)
   for (int64_t key_block = 0; key_block <= last_key_block; ++key_block) {
     const int stage = static_cast<int>(key_block & 1);
-    const bool nonzero_tile = begin_backward_block<Element, false, Traits::kThreads>(
+    const bool nonzero_tile = begin_decay_block<Element, false, Traits::kThreads>(
         decay_matrix, decay_tiles, p.decay, key_block, stage, key_block + 1 <= last_key_block, operands_fetched,
         load_key_operands, load_decay_tile);
     // A zero tile adds nothing to any sum or gradient; nor does a warp's all-zero 16 rows of a nonzero tile.

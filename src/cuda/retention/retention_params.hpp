@@ -54,6 +54,9 @@ constexpr int decay_tiles_shared_bytes(const DecayMatrixOperand& d, int element_
 }
 // The most of them (a float32 matrix): what the kernels' opt-in shared memory is raised to.
 inline constexpr int kDecayTilesMaxSharedBytes = decay_tiles_shared_bytes(true, true, 4);
+// (batch, value slice) pairs per CTA of the normalised parallel forward over a decay matrix
+// (retention_normalized_kernel.cuh): each tile of the matrix a CTA stages serves that many of them.
+inline constexpr int kDecayMatrixMembers = 2;
 // Opt-in shared memory per block on SM90 (227 KiB): every instance's largest launch fits it. SM80 allows 163 KiB,
 // which the parallel backward's largest launches (Dv = 256 with a decay matrix) exceed; the plan refuses those there.
 inline constexpr int kMaxSharedBytesPerBlock = 227 * 1024;

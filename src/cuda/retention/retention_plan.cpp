@@ -267,8 +267,17 @@ std::unique_ptr<detail::OpPlan<RetentionForward>> plan_of_selection(const Retent
                                                                     const ForwardSelection& selection, int device,
                                                                     tune::ChoiceSource source) {
   const DeviceGuard guard(device);
-  raise_shared_memory(selection.job.kernel);
-  return std::make_unique<ForwardPlan>(problem, selection, device, source);
+  ForwardSelection chosen = selection;
+  // A grouped matrix-form CTA that needs more shared memory than the device allows (SM80 at Dk = 128) runs one
+  // member per CTA instead.
+  const ChunkKernel* kernel = chosen.job.kernel;
+  if (kernel != nullptr && kernel->members > 1 &&
+      kernel->shared_bytes > device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device)) {
+    if (const ChunkKernel* single = find_normalized_kernel(kernel->dtype, kernel->head_dim, 1))
+      chosen.job.kernel = single;
+  }
+  raise_shared_memory(chosen.job.kernel);
+  return std::make_unique<ForwardPlan>(problem, chosen, device, source);
 }
 
 std::unique_ptr<detail::OpPlan<RetentionBackward>> plan_of_selection(const RetentionBackward& problem,

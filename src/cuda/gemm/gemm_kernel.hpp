@@ -48,8 +48,9 @@ struct GemmKernel {
   int architecture = 0;  // 0 any; 80: SM80 and newer; 90: sm_90a (compute capability 9.0 only)
   int tile_m = 0;        // the output tile (0: SIMT)
   int tile_n = 0;
-  bool stream_k = false;    // splits the K loop among CTAs for grids smaller than the device (needs workspace)
-  bool split_k = false;     // K slices with fp32 partials and an ordered sum, gemm_split_k.hpp (needs workspace)
+  bool stream_k = false;           // splits the K loop among CTAs for grids smaller than the device (needs workspace)
+  bool split_k = false;            // K slices with fp32 partials and an ordered sum, gemm_split_k.hpp (needs workspace)
+  bool overlaps_epilogue = false;  // ping-pong: one tile's epilogue runs under the next tile's main loop
   bool exact_only = false;  // fp32 in fp32 FMA: never run when TF32 is allowed (a TF32 row is faster there), else
                             // forced or tuned only (the automatic choice, gemm_registry.cpp, measured it slower)
   // Empty when the kernel computes `shape` on `device`, else why not (alignment, extents, ...).

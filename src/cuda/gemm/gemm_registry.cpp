@@ -65,11 +65,13 @@ double gemm_tile_efficiency(int tile_m, int tile_n) {
   return 0.65;
 }
 
-double gemm_tile_cost(int64_t m, int64_t n, int64_t k, int64_t batch, int tile_m, int tile_n, int multiprocessors) {
+double gemm_tile_cost(int64_t m, int64_t n, int64_t k, int64_t batch, int tile_m, int tile_n, int multiprocessors,
+                      bool overlaps_epilogue) {
   const int64_t tiles = output_tiles(m, n, batch, tile_m, tile_n);
   const int64_t slots = std::max(multiprocessors, 1);
   const auto waves = static_cast<double>((tiles + slots - 1) / slots);
-  const double tile_work = static_cast<double>(tile_m) * tile_n * static_cast<double>(std::max<int64_t>(k, 1));
+  const int64_t depth = std::max<int64_t>(k, 1) + (overlaps_epilogue ? 0 : kGemmEpilogueDepth);
+  const double tile_work = static_cast<double>(tile_m) * tile_n * static_cast<double>(depth);
   return waves * tile_work / gemm_tile_efficiency(tile_m, tile_n);
 }
 
@@ -88,7 +90,7 @@ int choose_gemm_candidate(int64_t m, int64_t n, int64_t k, int64_t batch, const 
     } else if (c.stream_k) {
       if (stream_k < 0) stream_k = i;
     } else {
-      const double cost = gemm_tile_cost(m, n, k, batch, c.tile_m, c.tile_n, multiprocessors);
+      const double cost = gemm_tile_cost(m, n, k, batch, c.tile_m, c.tile_n, multiprocessors, c.overlaps_epilogue);
       if (data_parallel < 0 || cost < best) data_parallel = i, best = cost;
     }
   }
@@ -200,7 +202,8 @@ GemmChoice select_gemm_kernel(const GemmShape& shape, const GemmDevice& device, 
     GemmStaging staging;
     if (!gemm_kernel_refusal(*kernel, shape, device, &staging).empty()) continue;
     accepted.push_back({kernel, staging});
-    candidates.push_back({kernel->tile_m, kernel->tile_n, kernel->split_k, kernel->stream_k});
+    candidates.push_back(
+        {kernel->tile_m, kernel->tile_n, kernel->split_k, kernel->stream_k, kernel->overlaps_epilogue});
   }
   const int chosen = choose_gemm_candidate(shape.m, shape.n, shape.k, shape.batch, candidates, device.multiprocessors);
   if (chosen >= 0) return accepted[static_cast<size_t>(chosen)];

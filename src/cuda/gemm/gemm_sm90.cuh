@@ -73,6 +73,7 @@ struct Cooperative {
   static constexpr bool kStreamK = false;
   static constexpr bool kSplitK = false;
   static constexpr bool kSwapped = false;
+  static constexpr bool kOverlapsEpilogue = false;
 };
 struct PingPong {
   using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
@@ -81,6 +82,8 @@ struct PingPong {
   static constexpr bool kStreamK = false;
   static constexpr bool kSplitK = false;
   static constexpr bool kSwapped = false;
+  // One consumer warp group's epilogue runs while the other's mainloop does (the choice's cost model).
+  static constexpr bool kOverlapsEpilogue = true;
 };
 struct CooperativeStreamK {
   using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
@@ -89,6 +92,7 @@ struct CooperativeStreamK {
   static constexpr bool kStreamK = true;
   static constexpr bool kSplitK = false;
   static constexpr bool kSwapped = false;
+  static constexpr bool kOverlapsEpilogue = false;
 };
 struct CooperativeSplitK {
   using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
@@ -97,6 +101,7 @@ struct CooperativeSplitK {
   static constexpr bool kStreamK = false;
   static constexpr bool kSplitK = true;
   static constexpr bool kSwapped = false;
+  static constexpr bool kOverlapsEpilogue = false;
 };
 // Split-K on the swapped product C^T = B^T A^T, for decode-like problems (M 1-64 tokens against a weight of
 // N x K, N in the thousands): the weight's N is wgmma's M (the tile's 128 rows, two consumer warp groups of 64)
@@ -120,6 +125,7 @@ struct CooperativeSplitKSwapped {
   static constexpr bool kStreamK = false;
   static constexpr bool kSplitK = true;
   static constexpr bool kSwapped = true;
+  static constexpr bool kOverlapsEpilogue = false;
 };
 
 // The operand tag of the 3xTF32 rows: fp32 in and out with fp32-level error, computed by the mainloop of
@@ -197,6 +203,7 @@ struct Sm90Gemm {
   static constexpr int kProblemTileM = kSwapped ? TileN : TileM;
   static constexpr int kProblemTileN = kSwapped ? TileM : TileN;
   static constexpr bool kStreamK = Schedule::kStreamK;
+  static constexpr bool kOverlapsEpilogue = Schedule::kOverlapsEpilogue;
 };
 
 // Strides of a CUTLASS operand in its (MN, K, L) modes: `mn` the stride along M (or N), `k` along K.
@@ -564,6 +571,7 @@ const GemmKernel& kernel_entry(const char* name, DType dtype, GemmMath math) {
     k.tile_n = Gemm::kProblemTileN;
     k.stream_k = Gemm::kStreamK;
     k.split_k = Gemm::kSplitK;
+    k.overlaps_epilogue = Gemm::kOverlapsEpilogue;
     k.refusal = &refusal<Gemm>;
     k.make_runner = &make_runner<Gemm>;
     return k;

@@ -598,6 +598,9 @@ TEST(CudaGemmSelection, SmallGridsRunThe64x128PingPongRowsAndLargeOnesThe128x256
       expect(4096, 4096, 4096, 1, "128x256x64_c2x1_coop");
       expect(8192, 8192, 8192, 1, "128x256x64_c2x1_coop");
       expect(16384, 4096, 4096, 1, "128x256x64_c2x1_coop");
+      // Short K: the ping-pong rows overlap each tile's epilogue with the next one's main loop.
+      expect(128, 4096, 128, 64, "64x128x64_c1x1_pingpong");
+      expect(512, 512, 128, 32, "64x128x64_c1x1_pingpong");
     }
   }
 }

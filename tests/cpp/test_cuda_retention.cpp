@@ -1036,20 +1036,22 @@ TEST_F(CudaRetention, DecayMatrixBackwardSkipsZeroTilesOfCausalAndDenseMatricesW
   for (const DecayCase& c : zero_skipping_cases()) expect_decay_matrix_backward_matches_cpu(c);
 }
 
-// The matrix-form forward computes kDecayMatrixMembers (batch, value slice) pairs per CTA from one staged tile: an
-// odd batch count with odd lengths leaves the last group short (Dv = 64: 3 pairs), or groups pairs of different
-// batches (Dv = 192: slices 0-2 of three batches, 9 pairs); outputs poisoned, against the CPU. The backward of the
-// same cases too.
+// The matrix form computes kDecayMatrixMembers (batch, value slice) pairs per CTA from one staged tile, forward and
+// backward (dQ and dK group the batches; dV and the forward (batch, value slice) pairs): an odd batch count with odd
+// lengths leaves the last group short (3 pairs: Dv = 64, and the backward's dQ and dK), or groups pairs of different
+// batches (Dv = 192: slices 0-2 of three batches, 9 pairs); Dk = Dv = 128 with a float32 matrix is the backward's
+// largest grouped launch (two members' tiles and one stage of the matrix's tile, 226 KiB). Outputs poisoned, against
+// the CPU.
 std::vector<DecayCase> batch_grouping_cases() {
   std::vector<DecayCase> cases;
-  for (const int64_t dv : {64, 192}) {
+  for (const auto& [dk, dv] : std::vector<std::pair<int64_t, int64_t> >{{64, 64}, {64, 192}, {128, 128}}) {
     for (const DecayPattern pattern : {DecayPattern::causal, DecayPattern::dense}) {
       DecayCase c;
       c.batch = 3;
       c.heads = 2;
       c.tq = 131;
       c.tk = 131;
-      c.dk = 64;
+      c.dk = dk;
       c.dv = dv;
       c.pattern = pattern;
       c.shared = pattern == DecayPattern::dense;

@@ -570,6 +570,77 @@ TEST(RetentionChunkShape, AJointBackwardCountsTheCtasOfTheJobsInItsLaunchTogethe
   EXPECT_EQ(chunk_job_shape(DType::bf16, 128, 128, 32, 16384, 132, joint, 3).segments, 4);
 }
 
+// The parallel form's backward over a decay matrix runs kDecayMatrixMembers (batch, value slice) pairs per CTA where
+// their shared memory fits SM90's (two members' tiles and one stage of the matrix's tile), one pair per CTA otherwise
+// and with gamma; the CTAs count the pairs in groups (an odd batch count leaves the last group short). No GPU needed.
+TEST(RetentionParallelBackward, AMatrixGroupsPairsPerCtaWhereTheirSharedMemoryFits) {
+  using cuda::retention::kDecayMatrixMembers;
+  const int64_t batch = 3, heads = 2, tokens = 131;  // 3 blocks of 64 tokens per side
+  struct Case {
+    int64_t dk, dv;
+    DType decay_dtype;  // none (DType::f32 with no matrix given) for the gamma form
+    bool matrix;
+    int members;
+    int64_t dq_ctas, dv_ctas;
+  };
+  const std::vector<Case> cases = {
+      // 2 groups of the 3 batches x 2 heads x 3 blocks; dV one slice of 128.
+      {128, 128, DType::f32, true, kDecayMatrixMembers, 12, 12},
+      {128, 128, DType::bf16, true, kDecayMatrixMembers, 12, 12},
+      // dV: 3 slices of 64, 9 pairs in 5 groups (pairs spanning batches, a short last one).
+      {64, 192, DType::f32, true, kDecayMatrixMembers, 12, 30},
+      // Two members' tiles at Dv = 256 do not fit: one pair per CTA.
+      {64, 256, DType::f32, true, 1, 18, 72},
+      {128, 128, DType::f32, false, 1, 18, 18},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE("Dk " + std::to_string(c.dk) + " Dv " + std::to_string(c.dv) + (c.matrix ? " matrix" : " gamma"));
+    test::HostTensor q = test::HostTensor::contiguous(DType::bf16, {batch, tokens, heads, c.dk});
+    test::HostTensor k = test::HostTensor::contiguous(DType::bf16, {batch, tokens, heads, c.dk});
+    test::HostTensor v = test::HostTensor::contiguous(DType::bf16, {batch, tokens, heads, c.dv});
+    test::HostTensor grad_out = test::HostTensor::contiguous(DType::bf16, {batch, tokens, heads, c.dv});
+    test::HostTensor grad_q = test::HostTensor::contiguous(DType::bf16, {batch, tokens, heads, c.dk});
+    test::HostTensor grad_k = test::HostTensor::contiguous(DType::bf16, {batch, tokens, heads, c.dk});
+    test::HostTensor grad_v = test::HostTensor::contiguous(DType::bf16, {batch, tokens, heads, c.dv});
+    test::HostTensor decay = test::HostTensor::contiguous(c.decay_dtype, {heads, tokens, tokens});
+    RetentionBackward problem;
+    problem.q = q.view;
+    problem.k = k.view;
+    problem.v = v.view;
+    problem.grad_out = grad_out.view;
+    problem.grad_q = grad_q.view;
+    problem.grad_k = grad_k.view;
+    problem.grad_v = grad_v.view;
+    problem.mode = RetentionMode::parallel;
+    if (c.matrix) {
+      problem.decay = decay.view;
+    } else {
+      problem.normalize = true;
+    }
+    const cuda::retention::BackwardSelection selection =
+        cuda::retention::select_backward(problem, 132, cuda::retention::ChunkShapeChoice{});
+    ASSERT_TRUE(selection.parallel_form);
+    for (const auto* shape : {&selection.dq, &selection.dk, &selection.dv}) {
+      ASSERT_NE(shape->kernel, nullptr);
+      EXPECT_EQ(shape->kernel->members, c.members);
+      EXPECT_EQ(shape->kernel->threads, 128 * c.members);
+      EXPECT_LE(shape->shared_bytes, 227 * 1024);
+    }
+    const auto jobs = cuda::retention::fill_parallel_backward(problem, selection, {}, nullptr);
+    EXPECT_EQ(jobs[1].ctas, c.dq_ctas);
+    EXPECT_EQ(jobs[2].ctas, c.dq_ctas);
+    EXPECT_EQ(jobs[3].ctas, c.dv_ctas);
+    // On a device with less shared memory per block (SM80), the plan's one-member selection.
+    cuda::retention::BackwardSelection single = selection;
+    cuda::retention::one_member_parallel_backward(problem, single);
+    EXPECT_EQ(single.dq.kernel->members, 1);
+    EXPECT_EQ(single.dv.kernel->members, 1);
+    const int64_t slices = c.dv % c.dk == 0 ? c.dv / c.dk : c.dv / 64;
+    EXPECT_EQ(cuda::retention::fill_parallel_backward(problem, single, {}, nullptr)[3].ctas,
+              batch * heads * 3 * slices);
+  }
+}
+
 // --- on a GPU ---------------------------------------------------------------------------------------
 
 class TunerGemmRetentionGpu : public ::testing::Test {

@@ -67,7 +67,7 @@ const ChunkKernel* find_normalized_kernel(DType dtype, int head_dim, int members
   return nullptr;
 }
 
-const ChunkKernel* find_parallel_backward_kernel(DType dtype, int head_dim, bool key_side) {
+const ChunkKernel* find_parallel_backward_kernel(DType dtype, int head_dim, bool key_side, int members) {
   int count = 0;
   const ChunkKernel* table = nullptr;
   if (dtype == DType::f16) {
@@ -75,9 +75,10 @@ const ChunkKernel* find_parallel_backward_kernel(DType dtype, int head_dim, bool
   } else if (dtype == DType::bf16) {
     table = parallel_backward_kernels_bf16(&count);
   }
-  const std::string family = key_side ? "parallel_bwd_key" : "parallel_bwd_query";
+  const std::string family =
+      std::string(key_side ? "parallel_bwd_key" : "parallel_bwd_query") + (members > 1 ? "_grouped" : "");
   for (int i = 0; i < count; ++i) {
-    if (table[i].head_dim == head_dim && family == table[i].family) return &table[i];
+    if (table[i].head_dim == head_dim && table[i].members == members && family == table[i].family) return &table[i];
   }
   return nullptr;
 }

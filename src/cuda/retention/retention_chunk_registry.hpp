@@ -17,8 +17,8 @@
 namespace attnkit::cuda::retention {
 
 struct ChunkKernel {
-  const char* family;  // "chunk64", "decode", "normalized", "normalized_grouped", "parallel_bwd_query" or
-                       // "parallel_bwd_key"
+  const char* family;  // "chunk64", "decode", "normalized", "normalized_grouped", "parallel_bwd_query",
+                       // "parallel_bwd_key", "parallel_bwd_query_grouped" or "parallel_bwd_key_grouped"
   DType dtype;
   int head_dim;     // Dk of the job
   int value_block;  // value columns per CTA; the job's Dv is a multiple of it
@@ -30,8 +30,8 @@ struct ChunkKernel {
   // (retention_params.hpp's ChunkJobs), with the same threads and shared memory, and its launch.
   const void* jobs_function = nullptr;
   void (*launch_jobs)(const ChunkJobs&, int64_t, cudaStream_t) = nullptr;
-  // The normalised parallel forward only: the (batch, value slice) pairs one CTA computes (4 warps each), sharing the
-  // decay matrix's tiles; 1 for every other kernel.
+  // The normalised parallel forward and the parallel form's backward: the (batch, value slice) pairs one CTA computes
+  // (4 warps each), sharing the decay matrix's tiles; 1 for every other kernel.
   int members = 1;
 };
 
@@ -47,8 +47,9 @@ const ChunkKernel* find_decode_kernel(DType dtype, int head_dim);
 const ChunkKernel* find_normalized_kernel(DType dtype, int head_dim, int members = 1);
 
 // The parallel form's backward for (dtype, Dk): the query-side kernel (row terms, dQ) or the key-side one
-// (dK, dV) of retention_parallel_*_backward_kernel.cuh, or null. Their Dv is a runtime multiple of 64.
-const ChunkKernel* find_parallel_backward_kernel(DType dtype, int head_dim, bool key_side);
+// (dK, dV) of retention_parallel_*_backward_kernel.cuh with `members` (batch, value slice) pairs per CTA (1, or
+// kDecayMatrixMembers for the matrix form), or null. Their Dv is a runtime multiple of 64.
+const ChunkKernel* find_parallel_backward_kernel(DType dtype, int head_dim, bool key_side, int members = 1);
 
 // Head dims and value blocks that have instances, for messages ("64, 128").
 std::string chunk_head_dims_text();

@@ -2,7 +2,8 @@
 // matrix (retention_normalized_kernel.cuh, retention_parallel_query_backward_kernel.cuh,
 // retention_parallel_key_backward_kernel.cuh). Each kernel stages the 64x64 tile (query rows i0.., keys j0..) of
 // the block pair it is about to compute in the same cp.async group as that pair's K/V (or Q/dO) tiles, so the
-// matrix read overlaps the previous pair's math instead of stalling the weights' use.
+// matrix read overlaps the previous pair's math instead of stalling the weights' use (the grouped backward kernels
+// keep one stage only and stage the next tile during the block's last MMAs: begin_single_stage_decay_block).
 //
 // Staging: entries are kept as stored (float32 or the inputs' 16-bit type; converted where read, exactly as a
 // global read converted them), 16-byte cp.async chunks when the matrix's rows start 16-byte aligned (a chunk
@@ -287,6 +288,34 @@ __device__ __forceinline__ bool begin_decay_block(bool decay_matrix, const unsig
     if (decay_matrix) load_tile(block + 1, stage ^ 1);
     if (nonzero_tile) load_operands(block + 1, stage ^ 1);
   }
+  operands_fetched = nonzero_tile;
+  commit_async_copies();
+  if (late_operands) {
+    wait_async_copies<1>();
+    __syncthreads();
+  }
+  return nonzero_tile;
+}
+
+// begin_decay_block for the grouped backward kernels, which keep one stage of the matrix's tile (stage 0; two do not
+// fit their shared memory): the barrier shows the block's tile and operands (operands fetched late after a zero
+// tile as above), and the next block's operands go to the other stage unless this tile is zero. The next tile is the
+// caller's to stage, once no warp reads this one: right away after a zero tile (only this barrier's check read it),
+// else after the barrier that follows the warps' last read of it (their weights), overlapping the block's last MMAs.
+template <class Element, bool kColumnReads, int Threads, class LoadOperands>
+__device__ __forceinline__ bool begin_single_stage_decay_block(const unsigned char* decay_tile,
+                                                               const DecayMatrixOperand& d, int64_t block, int stage,
+                                                               bool has_next, bool& operands_fetched,
+                                                               LoadOperands&& load_operands) {
+  wait_async_copies<0>();
+  const bool nonzero_tile =
+      __syncthreads_or(staged_decay_nonzero_of<Element, kColumnReads, Threads>(decay_tile, 0, d)) != 0;
+  const bool late_operands = nonzero_tile && !operands_fetched;
+  if (late_operands) {
+    load_operands(block, stage);
+    commit_async_copies();
+  }
+  if (has_next && nonzero_tile) load_operands(block + 1, stage ^ 1);
   operands_fetched = nonzero_tile;
   commit_async_copies();
   if (late_operands) {

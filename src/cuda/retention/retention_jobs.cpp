@@ -86,6 +86,22 @@ BackwardSelection select_parallel_backward(const RetentionBackward& problem) {
   const int shared_bytes = parallel_backward_shared_bytes(static_cast<int>(dk), static_cast<int>(dv), 2) +
                            decay_tiles_shared_bytes(detail::is_given(problem.decay), decay_f32, 2);
   for (JobShape* shape : {&selection.dq, &selection.dk, &selection.dv}) shape->shared_bytes = shared_bytes;
+  // A matrix: kDecayMatrixMembers (batch, value slice) pairs per CTA sharing each staged tile of it, where their
+  // shared memory fits SM90's (the plan takes the one-member kernels back on a device that allows less,
+  // one_member_parallel_backward).
+  const int grouped_bytes =
+      parallel_backward_grouped_shared_bytes(static_cast<int>(dk), static_cast<int>(dv), 2, decay_f32);
+  const ChunkKernel* grouped_query =
+      find_parallel_backward_kernel(dtype, static_cast<int>(dk), false, kDecayMatrixMembers);
+  const ChunkKernel* grouped_key =
+      find_parallel_backward_kernel(dtype, static_cast<int>(dk), true, kDecayMatrixMembers);
+  if (detail::is_given(problem.decay) && grouped_bytes <= kMaxSharedBytesPerBlock && grouped_query != nullptr &&
+      grouped_key != nullptr) {
+    selection.dq.kernel = grouped_query;
+    selection.dk.kernel = grouped_key;
+    selection.dv.kernel = grouped_key;
+    for (JobShape* shape : {&selection.dq, &selection.dk, &selection.dv}) shape->shared_bytes = grouped_bytes;
+  }
   const bool normalizing = problem.normalize;
   if (normalizing) selection.workspace_bytes = batch * heads * query_tokens * 2 * static_cast<int64_t>(sizeof(float));
   return selection;
@@ -413,9 +429,19 @@ ChunkJob fill_forward(const RetentionForward& problem, const ForwardSelection& s
   return job;
 }
 
+void one_member_parallel_backward(const RetentionBackward& problem, BackwardSelection& selection) {
+  const int dk = static_cast<int>(problem.q.extents[3]), dv = static_cast<int>(problem.v.extents[3]);
+  const bool decay_f32 = problem.decay.dtype == DType::f32;
+  selection.dq.kernel = find_parallel_backward_kernel(problem.q.dtype, dk, false);
+  selection.dk.kernel = find_parallel_backward_kernel(problem.q.dtype, dk, true);
+  selection.dv.kernel = selection.dk.kernel;
+  const int shared_bytes = parallel_backward_shared_bytes(dk, dv, 2) +
+                           decay_tiles_shared_bytes(detail::is_given(problem.decay), decay_f32, 2);
+  for (JobShape* shape : {&selection.dq, &selection.dk, &selection.dv}) shape->shared_bytes = shared_bytes;
+}
+
 std::array<ChunkJob, 4> fill_parallel_backward(const RetentionBackward& problem, const BackwardSelection& selection,
                                                const std::vector<float>& log2_gamma, float* row_terms) {
-  const int64_t batch_heads = problem.q.extents[0] * problem.q.extents[2];
   const int64_t query_blocks = (problem.q.extents[1] + 63) / 64;
   const int64_t key_blocks = (problem.k.extents[1] + 63) / 64;
   const int64_t dv = problem.v.extents[3];
@@ -451,15 +477,21 @@ std::array<ChunkJob, 4> fill_parallel_backward(const RetentionBackward& problem,
     made.ctas = ctas;
     return made;
   };
+  // CTAs: per (head, block), the (batch, value slice) pairs `members` to a CTA (one slice but for dV).
+  const int64_t batch = problem.q.extents[0], heads = problem.q.extents[2];
+  const auto ctas = [&](const JobShape& shape, int64_t blocks, int64_t slices) {
+    const int64_t members = shape.kernel->members;
+    return (batch * slices + members - 1) / members * heads * blocks;
+  };
   std::array<ChunkJob, 4> jobs;
-  jobs[0] = job(selection.dq, kRowTermsRole, problem.grad_q, batch_heads * query_blocks);
+  jobs[0] = job(selection.dq, kRowTermsRole, problem.grad_q, ctas(selection.dq, query_blocks, 1));
   if (!problem.normalize) jobs[0].kernel = nullptr;
-  jobs[1] = job(selection.dq, kGradQRole, problem.grad_q, batch_heads * query_blocks);
-  jobs[2] = job(selection.dk, kGradKRole, problem.grad_k, batch_heads * key_blocks);
+  jobs[1] = job(selection.dq, kGradQRole, problem.grad_q, ctas(selection.dq, query_blocks, 1));
+  jobs[2] = job(selection.dk, kGradKRole, problem.grad_k, ctas(selection.dk, key_blocks, 1));
   // dV slices as wide as the key-side kernel's Dk accumulators when they tile Dv, else 64 columns.
   const int64_t dk = problem.q.extents[3];
   const int64_t slices = dv % dk == 0 ? dv / dk : dv / 64;
-  jobs[3] = job(selection.dv, kGradVRole, problem.grad_v, batch_heads * key_blocks * slices);
+  jobs[3] = job(selection.dv, kGradVRole, problem.grad_v, ctas(selection.dv, key_blocks, slices));
   jobs[3].params.dv_slices = static_cast<int32_t>(slices);
   return jobs;
 }

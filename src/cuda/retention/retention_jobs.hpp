@@ -140,6 +140,9 @@ std::vector<float> log2_decay(const std::vector<double>& gamma, int64_t heads);
 
 ChunkJob fill_forward(const RetentionForward& problem, const ForwardSelection& selection,
                       const std::vector<float>& log2_gamma);
+// The parallel form's backward with one (batch, value slice) pair per CTA: what its selection becomes on a device
+// whose shared memory per block is below the grouped (matrix-form) kernels'.
+void one_member_parallel_backward(const RetentionBackward& problem, BackwardSelection& selection);
 // The parallel form's backward (BackwardSelection::parallel_form): row terms (into `row_terms`, the
 // selection's workspace; no job without normalisation), dQ, dK, dV, launched in this order on one stream.
 std::array<ChunkJob, 4> fill_parallel_backward(const RetentionBackward& problem, const BackwardSelection& selection,

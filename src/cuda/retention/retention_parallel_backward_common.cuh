@@ -16,17 +16,30 @@
 // masked; with a matrix every block is visited, its tile of the matrix staged in shared memory with the walked
 // side's tiles (retention_decay_tile.cuh), and a warp skips the pairs where its 16 rows (keys) of the tile are zero.
 //
+// Batch grouping (the matrix form, Members = kDecayMatrixMembers, where its shared memory fits): the matrix does not
+// depend on the batch, so one CTA of 8 warps computes Members (batch, value slice) pairs of one (head, block) -- the
+// batches for row terms, dQ and dK, (batch, slice) pairs slice fastest for dV -- each member being the 4 warps above
+// with its own tiles; all the CTA's threads stage each tile of the matrix once for all members, and the members walk
+// the blocks in lockstep. Two members' tiles leave room for one stage of the matrix's tile only (Dk = Dv = 128 with
+// float32 entries: 2 x 104 + 18 = 226 KiB of the 227), so the next tile is staged once every warp has read the
+// current one (its weights), overlapping the block's last MMAs (dQ, dK: the Dk-wide product; dV: the slice's),
+// a second barrier per block (begin_single_stage_decay_block, retention_decay_tile.cuh). The plan runs one member per
+// CTA where the grouped CTA does not fit (Dv = 256, or a device below SM90's 227 KiB).
+//
 // Work per (query block, key block) pair in units of 2*64*64 FLOPs: row terms Dk + Dv (S and dP), dQ
 // 2 Dk + Dv, dK 2 Dk + Dv, dV Dk per value slice + Dv: 5 Dk + 4 Dv + Dk * slices in all when normalising
 // (4 Dk + 3 Dv + Dk * slices without), against 3 Dk + 2 Dv for one pass that shares S and dP (which would
 // need atomics or a second reduction for dQ): 2.0x (1.6x) at Dk = Dv = 128 (one slice); with gamma only
 // the pairs on and below the diagonal. Bytes: per block pair each launch reads the other side's tiles
 // (Q, dO or K, V) from L2, and writes its gradient once; a decay matrix is read once per pair by each
-// launch's CTA (4 or 2 bytes per entry): B (times the dV slices) times the matrix from L2 per launch, about
-// once from DRAM (the CTAs sharing a tile run together): at B8 T4096 H16 D128 with an fp32 matrix, 8 GiB from
-// L2 and 1 GiB from DRAM per launch. The row terms are 8 bytes per query row. With a matrix, shared memory
-// grows by its two tile stages (36 KiB fp32, 18 KiB 16-bit): at Dk = Dv = 128 one CTA per multiprocessor
-// instead of two (140 KiB; 122 KiB with a 16-bit matrix).
+// launch's CTA (4 or 2 bytes per entry): B (times the dV slices) / Members times the matrix from L2 per launch,
+// about once from DRAM (the CTAs sharing a tile run together). At B8 T4096 H16 D128 with a causal fp32 matrix, per
+// launch: the matrix 8 GiB from L2 with one member, 4 GiB with two; the walked side's operands (32 KiB per fetched
+// block: Q and dO, or K and V) of about 33.5 of the 64 blocks per (pair, block) (the nonzero tiles and the one
+// fetched before a zero run is known), 8.4 GiB either way; 1 GiB from DRAM. The row terms are 8 bytes per query
+// row. Shared memory with a matrix, one member: its tiles plus two tile stages (36 KiB fp32, 18 KiB 16-bit), at
+// Dk = Dv = 128 one CTA of 4 warps per multiprocessor (140 KiB; 122 KiB with a 16-bit matrix); two members: 226 KiB
+// (217 KiB), one CTA of 8 warps.
 //
 // Both kernels share this file's setup: the shared-memory layout (ParallelBackwardTiles), the thread's
 // place in the warp tiles (WarpLane) and the (batch, head) setup (ParallelBackwardHead); the decay
@@ -47,10 +60,12 @@
 
 namespace attnkit::cuda::retention {
 
-template <class Element, int HeadDim>
+template <class Element, int HeadDim, int Members = 1>
 struct ParallelBackwardTraits {
-  static constexpr int kBlock = 64;  // query rows and keys per block
-  static constexpr int kThreads = 128;
+  static constexpr int kBlock = 64;         // query rows and keys per block
+  static constexpr int kMembers = Members;  // (batch, value slice) pairs per CTA, 4 warps each (see below)
+  static constexpr int kMemberThreads = 128;
+  static constexpr int kThreads = kMemberThreads * Members;
   static constexpr int kMaxValueDim = kParallelBackwardMaxValueDim;
   static constexpr int kQkPitch = HeadDim + 8;
   static constexpr int kQkTile = kBlock * kQkPitch;
@@ -60,12 +75,14 @@ struct ParallelBackwardTraits {
 
   // Rows of the value-side tiles are padded by 8 like the others, so ldmatrix rows fall in distinct banks.
   __host__ __device__ static constexpr int value_pitch(int dv) { return dv + 8; }
-  // Three tiles of Dk columns and three of Dv columns (one fixed block, two pipeline stages of the other
-  // side), then two stages of row terms; with a decay matrix, two stages of its tile after them
-  // (decay_tiles_shared_bytes).
-  __host__ __device__ static constexpr int shared_bytes(int dv) {
+  // Per member: three tiles of Dk columns and three of Dv columns (one fixed block, two pipeline stages of the
+  // other side), then two stages of row terms; the members' sets one after another. With a decay matrix its tile
+  // after them: two stages with one member (decay_tiles_shared_bytes), one stage with several
+  // (parallel_backward_grouped_shared_bytes).
+  __host__ __device__ static constexpr int member_shared_bytes(int dv) {
     return parallel_backward_shared_bytes(HeadDim, dv, static_cast<int>(sizeof(Element)));
   }
+  __host__ __device__ static constexpr int shared_bytes(int dv) { return Members * member_shared_bytes(dv); }
   static_assert(parallel_backward_shared_bytes(HeadDim, kMaxValueDim, 2) + kDecayTilesMaxSharedBytes <=
                     kMaxSharedBytesPerBlock,
                 "a launch fits shared memory");
@@ -76,11 +93,11 @@ struct ParallelBackwardTraits {
 template <class Element, int Threads>
 __device__ __forceinline__ void load_rows_of_width(Element* tile, int pitch, const Element* head_base,
                                                    int64_t token_stride, int64_t t0, int64_t tokens, int cols,
-                                                   bool vector_access) {
+                                                   bool vector_access, int thread = static_cast<int>(threadIdx.x)) {
   constexpr int kRows = 64;
   if (vector_access) {
     const int vectors_per_row = cols / 8;
-    for (int i = static_cast<int>(threadIdx.x); i < kRows * vectors_per_row; i += Threads) {
+    for (int i = thread; i < kRows * vectors_per_row; i += Threads) {
       const int r = i / vectors_per_row;
       const int c = (i % vectors_per_row) * 8;
       const bool valid = t0 + r < tokens;
@@ -88,7 +105,7 @@ __device__ __forceinline__ void load_rows_of_width(Element* tile, int pitch, con
       copy_16_bytes_async(shared_address(tile + r * pitch + c), source, valid);
     }
   } else {
-    for (int i = static_cast<int>(threadIdx.x); i < kRows * cols; i += Threads) {
+    for (int i = thread; i < kRows * cols; i += Threads) {
       const int r = i / cols;
       const int c = i % cols;
       tile[r * pitch + c] = t0 + r < tokens ? head_base[(t0 + r) * token_stride + c] : Element(0.0f);
@@ -125,15 +142,16 @@ __device__ __forceinline__ ParallelBackwardTiles<Element> parallel_backward_tile
   return tiles;
 }
 
-// The thread's place in the warp tiles: warp w holds rows 16w..16w+15 of the fixed block; g = lane / 4 and
-// quad = lane % 4 as in the MMA fragments (retention_mma.cuh).
+// The thread's place in the warp tiles: warp w (of its member's 4) holds rows 16w..16w+15 of the fixed block;
+// g = lane / 4 and quad = lane % 4 as in the MMA fragments (retention_mma.cuh). member_thread: the thread's index
+// within its member's 128.
 struct WarpLane {
   int warp, lane, g, quad;
 };
 
-__device__ __forceinline__ WarpLane warp_lane() {
+__device__ __forceinline__ WarpLane warp_lane(int member_thread = static_cast<int>(threadIdx.x)) {
   WarpLane w;
-  w.warp = static_cast<int>(threadIdx.x) / 32;
+  w.warp = member_thread / 32;
   w.lane = static_cast<int>(threadIdx.x) % 32;
   w.g = w.lane / 4;
   w.quad = w.lane % 4;

@@ -13,14 +13,19 @@
 // warp whose 16 rows of it are all zero skips the block pair (the upper triangle of a causal matrix); after an
 // all-zero tile the next block's K and V are fetched only if its tile turns out nonzero (retention_decay_tile.cuh).
 // The CTA order puts the batch fastest, so the B CTAs that read the same rows of a head's matrix run together.
+// The grouped instances (Members = kDecayMatrixMembers, the matrix form; retention_parallel_backward_common.cuh) run
+// Members batches of one (head, query block) per CTA, 4 warps and one set of the tiles below each, and stage each
+// matrix tile once for all of them, in a single stage: the next tile is staged after the barrier that follows the
+// weights, during the dQ MMAs (the row terms have none after the weights).
 //
 // Work per (query block, key block): 2*64*64*(Dk + Dv) for S and dP, plus 2*64*64*Dk for dQ; with a matrix,
 // the pairs whose warp strips are nonzero (for a causal matrix the pairs on and below the diagonal, as with
 // gamma). Bytes with a matrix: each CTA reads its 64 rows of the head's matrix (64 * Tk * 4 or 2 bytes), DRAM
 // about once per head (the B CTAs sharing them run together), the others from L2.
 // Shared memory: Q [64][Dk+8], K [2][64][Dk+8], dO [64][Dv+8], V [2][64][Dv+8] (16-bit): 104 KiB at
-// Dk = Dv = 128, plus two stages of the matrix's tile [64][72] with a matrix (36 KiB fp32, 18 KiB 16-bit).
-// Registers: S, dP (32 fp32 each) and the dQ accumulators (Dk/2 fp32).
+// Dk = Dv = 128, plus two stages of the matrix's tile [64][72] with a matrix (36 KiB fp32, 18 KiB 16-bit); grouped,
+// Members such sets and one stage of the tile. Registers: S, dP (32 fp32 each) and the dQ accumulators (Dk/2 fp32);
+// ptxas 13 (SM90a): 219 at Dk = 128, 162 at 64 (4 warps), grouped 249 and 238 (8 warps), no spills.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -35,37 +40,54 @@
 
 namespace attnkit::cuda::retention {
 
-template <class Element, int HeadDim>
-__global__ void __launch_bounds__(ParallelBackwardTraits<Element, HeadDim>::kThreads)
+template <class Element, int HeadDim, int Members>
+__global__ void __launch_bounds__(ParallelBackwardTraits<Element, HeadDim, Members>::kThreads)
     retention_parallel_query_backward_kernel(const __grid_constant__ ChunkParams p) {
-  using Traits = ParallelBackwardTraits<Element, HeadDim>;
+  using Traits = ParallelBackwardTraits<Element, HeadDim, Members>;
   constexpr int kBlock = Traits::kBlock;
   constexpr int kQkPitch = Traits::kQkPitch;
   constexpr int kDkTiles = Traits::kDkTiles;
   const int dv = p.value_columns;
   const int v_pitch = Traits::value_pitch(dv);
 
+  // The thread's member (its 4 warps' batch) and its thread within the member (constants with one).
+  const int member = Members == 1 ? 0 : static_cast<int>(threadIdx.x) / Traits::kMemberThreads;
+  const int member_thread =
+      Members == 1 ? static_cast<int>(threadIdx.x) : static_cast<int>(threadIdx.x) % Traits::kMemberThreads;
+  constexpr int kMemberThreads = Traits::kMemberThreads;
+
   extern __shared__ __align__(16) unsigned char shared_bytes[];
-  const auto tiles = parallel_backward_tiles<Traits, Element>(shared_bytes, v_pitch);
-  unsigned char* decay_tiles = tiles.decay;
+  const auto tiles =
+      parallel_backward_tiles<Traits, Element>(shared_bytes + member * Traits::member_shared_bytes(dv), v_pitch);
+  // One member: two stages of the matrix's tile after its tiles; several: one stage after all the members' tiles.
+  unsigned char* decay_tiles = Members == 1 ? tiles.decay : shared_bytes + Traits::shared_bytes(dv);
   Element* q_tile = tiles.fixed_qk;
   Element* k_tiles = tiles.staged_qk;
   Element* do_tile = tiles.fixed_v;
   Element* v_tiles = tiles.staged_v;
   const int v_tile_elements = tiles.v_tile_elements;
 
-  const WarpLane thread = warp_lane();
+  const WarpLane thread = warp_lane(member_thread);
   const int warp = thread.warp, lane = thread.lane, g = thread.g, quad = thread.quad;
   const bool row_terms_role = p.backward_role == kRowTermsRole;
 
   // CTA order: query blocks from the last (heaviest with gamma) down, then (batch, head); with a decay matrix
-  // the batch first (the CTAs reading the same matrix rows together), then query blocks, then heads.
-  const bool decay_matrix = p.decay.data != nullptr;
+  // the batch first (the CTAs reading the same matrix rows together), then query blocks, then heads, and in the
+  // grouped instances (the matrix form only) the batches Members to a CTA: a last, short group leaves its missing
+  // members idle (they stage the matrix's tiles and meet the barriers, nothing else).
+  const bool decay_matrix = Members > 1 || p.decay.data != nullptr;
   const int64_t tokens = p.tokens;
   const int64_t query_blocks = (tokens + kBlock - 1) / kBlock;
   int64_t rest = blockIdx.x;
   int64_t b = 0;
-  if (decay_matrix) {
+  bool member_active = true;
+  if (Members > 1) {
+    const int64_t groups = (static_cast<int64_t>(p.batches) + Members - 1) / Members;
+    b = rest % groups * Members + member;
+    member_active = b < p.batches;
+    if (!member_active) b = 0;
+    rest /= groups;
+  } else if (decay_matrix) {
     b = rest % p.batches;
     rest /= p.batches;
   }
@@ -87,16 +109,21 @@ __global__ void __launch_bounds__(ParallelBackwardTraits<Element, HeadDim>::kThr
   const Element* do_base = head.grad_out;
 
   const int64_t q0 = query_block * kBlock;
-  load_rows<Element, HeadDim, kQkPitch, Traits::kThreads>(q_tile, q_base, p.q.token, q0, tokens, vector_access);
-  load_rows_of_width<Element, Traits::kThreads>(do_tile, v_pitch, do_base, p.grad_out.token, q0, tokens, dv,
-                                                vector_access);
-  // K and V of a key block; with a matrix its tile (query rows q0.., keys k0..) separately.
+  if (member_active) {
+    load_rows<Element, HeadDim, kQkPitch, kMemberThreads>(q_tile, q_base, p.q.token, q0, tokens, vector_access,
+                                                          member_thread);
+    load_rows_of_width<Element, kMemberThreads>(do_tile, v_pitch, do_base, p.grad_out.token, q0, tokens, dv,
+                                                vector_access, member_thread);
+  }
+  // The member's K and V of a key block; with a matrix its tile (query rows q0.., keys k0..) separately, staged by
+  // all the CTA's threads.
   auto load_key_operands = [&](int64_t key_block, int stage) {
+    if (!member_active) return;
     const int64_t k0 = key_block * kBlock;
-    load_rows<Element, HeadDim, kQkPitch, Traits::kThreads>(k_tiles + stage * Traits::kQkTile, k_base, p.k.token, k0,
-                                                            keys, vector_access);
-    load_rows_of_width<Element, Traits::kThreads>(v_tiles + stage * v_tile_elements, v_pitch, v_base, p.v.token, k0,
-                                                  keys, dv, vector_access);
+    load_rows<Element, HeadDim, kQkPitch, kMemberThreads>(k_tiles + stage * Traits::kQkTile, k_base, p.k.token, k0,
+                                                          keys, vector_access, member_thread);
+    load_rows_of_width<Element, kMemberThreads>(v_tiles + stage * v_tile_elements, v_pitch, v_base, p.v.token, k0, keys,
+                                                dv, vector_access, member_thread);
   };
   auto load_decay_tile = [&](int64_t key_block, int stage) {
     stage_decay_tile_of<Element, false, Traits::kThreads>(decay_tiles, stage, p.decay, h, static_cast<int>(query_block),
@@ -129,14 +156,27 @@ __global__ void __launch_bounds__(ParallelBackwardTraits<Element, HeadDim>::kThr
   bool operands_fetched = true;  // this block's K and V were fetched with its tile (always with gamma)
   for (int64_t key_block = 0; key_block <= last_key_block; ++key_block) {
     const int stage = static_cast<int>(key_block & 1);
-    const bool nonzero_tile = begin_decay_block<Element, false, Traits::kThreads>(
-        decay_matrix, decay_tiles, p.decay, key_block, stage, key_block + 1 <= last_key_block, operands_fetched,
-        load_key_operands, load_decay_tile);
+    const bool has_next = key_block + 1 <= last_key_block;
     // A zero tile adds nothing to any sum or gradient; nor does a warp's all-zero 16 rows of a nonzero tile.
-    if (!nonzero_tile) continue;
-    if (decay_matrix && !decay_strip_nonzero_of<Element, false>(decay_tiles, stage, p.decay.f32 != 0, warp, lane)) {
-      continue;
+    if constexpr (Members > 1) {
+      if (!begin_single_stage_decay_block<Element, false, Traits::kThreads>(
+              decay_tiles, p.decay, key_block, stage, has_next, operands_fetched, load_key_operands)) {
+        if (has_next) load_decay_tile(key_block + 1, 0);
+        commit_async_copies();
+        continue;
+      }
+    } else {
+      if (!begin_decay_block<Element, false, Traits::kThreads>(decay_matrix, decay_tiles, p.decay, key_block, stage,
+                                                               has_next, operands_fetched, load_key_operands,
+                                                               load_decay_tile)) {
+        continue;
+      }
     }
+    const int decay_stage = Members > 1 ? 0 : stage;
+    const bool warp_active =
+        member_active && (!decay_matrix || decay_strip_nonzero_of<Element, false>(decay_tiles, decay_stage,
+                                                                                  p.decay.f32 != 0, warp, lane));
+    if (Members == 1 && !warp_active) continue;
     const Element* k_tile = k_tiles + stage * Traits::kQkTile;
     const Element* v_tile = v_tiles + stage * v_tile_elements;
     const bool diagonal = !decay_matrix && key_block == query_block;
@@ -147,12 +187,14 @@ __global__ void __launch_bounds__(ParallelBackwardTraits<Element, HeadDim>::kThr
     float scores[8][4], score_grads[8][4];
     zero_tiles(scores);
     zero_tiles(score_grads);
+    if (warp_active) {
 #pragma unroll
-    for (int ks = 0; ks < HeadDim / 16; ++ks) {
-      mma_rows_k_step<Element>(scores, q_tile, kQkPitch, k_tile, kQkPitch, ks, warp, lane, visit);
-    }
-    for (int ks = 0; ks < dv / 16; ++ks) {
-      mma_rows_k_step<Element>(score_grads, do_tile, v_pitch, v_tile, v_pitch, ks, warp, lane, visit);
+      for (int ks = 0; ks < HeadDim / 16; ++ks) {
+        mma_rows_k_step<Element>(scores, q_tile, kQkPitch, k_tile, kQkPitch, ks, warp, lane, visit);
+      }
+      for (int ks = 0; ks < dv / 16; ++ks) {
+        mma_rows_k_step<Element>(score_grads, do_tile, v_pitch, v_tile, v_pitch, ks, warp, lane, visit);
+      }
     }
     // Decay weights and causal mask; keys past the sequence are zero rows of K and V.
     const auto weigh = [&](int nt, int e, float decay) {
@@ -166,7 +208,17 @@ __global__ void __launch_bounds__(ParallelBackwardTraits<Element, HeadDim>::kThr
         scores[nt][e] = (score_grads[nt][e] * inverse_norm[half] - sign_of(s) * pull_factor[half]) * weight;
       }
     };
-    weigh_query_rows<Element>(p, decay_matrix, decay_tiles, stage, log2_gamma, warp, g, quad, row_lo, k0, weigh);
+    if (warp_active) {
+      weigh_query_rows<Element>(p, decay_matrix, decay_tiles, decay_stage, log2_gamma, warp, g, quad, row_lo, k0,
+                                weigh);
+    }
+    if constexpr (Members > 1) {
+      // Every warp is done with the tile: the next one goes to its stage while the last MMAs run.
+      __syncthreads();
+      if (has_next) load_decay_tile(key_block + 1, 0);
+      commit_async_copies();
+      if (!warp_active) continue;
+    }
     if (row_terms_role) continue;
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
@@ -178,6 +230,7 @@ __global__ void __launch_bounds__(ParallelBackwardTraits<Element, HeadDim>::kThr
     }
   }
 
+  if (!member_active) return;
   if (row_terms_role) {
     // The four lanes of a quad share their rows: their partial sums make the row's.
 #pragma unroll

@@ -57,6 +57,13 @@ inline constexpr int kDecayTilesMaxSharedBytes = decay_tiles_shared_bytes(true, 
 // (batch, value slice) pairs per CTA of the normalised parallel forward over a decay matrix
 // (retention_normalized_kernel.cuh): each tile of the matrix a CTA stages serves that many of them.
 inline constexpr int kDecayMatrixMembers = 2;
+// Dynamic shared memory of a launch of the parallel form's grouped backward over a decay matrix
+// (retention_parallel_backward_common.cuh): kDecayMatrixMembers sets of one launch's tiles and one stage of the
+// matrix's tile (the two stages would not fit at Dk = Dv = 128 with float32 entries).
+constexpr int parallel_backward_grouped_shared_bytes(int dk, int dv, int element_bytes, bool decay_f32) {
+  return kDecayMatrixMembers * parallel_backward_shared_bytes(dk, dv, element_bytes) +
+         decay_tiles_shared_bytes(true, decay_f32, element_bytes) / 2;
+}
 // Opt-in shared memory per block on SM90 (227 KiB): every instance's largest launch fits it. SM80 allows 163 KiB,
 // which the parallel backward's largest launches (Dv = 256 with a decay matrix) exceed; the plan refuses those there.
 inline constexpr int kMaxSharedBytesPerBlock = 227 * 1024;

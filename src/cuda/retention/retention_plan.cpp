@@ -284,17 +284,23 @@ std::unique_ptr<detail::OpPlan<RetentionBackward>> plan_of_selection(const Reten
                                                                      const BackwardSelection& selection, int device,
                                                                      tune::ChoiceSource source) {
   const DeviceGuard guard(device);
-  for (const JobShape* job : {&selection.dq, &selection.dk, &selection.dv}) require_shared_memory(*job, device);
-  for (const JobShape* job : {&selection.dq, &selection.dk, &selection.dv}) {
+  BackwardSelection chosen = selection;
+  // Grouped matrix-form kernels that need more shared memory than the device allows (SM80) run one member per CTA.
+  if (chosen.parallel_form && chosen.dq.kernel != nullptr && chosen.dq.kernel->members > 1 &&
+      chosen.dq.shared_bytes > device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device)) {
+    one_member_parallel_backward(problem, chosen);
+  }
+  for (const JobShape* job : {&chosen.dq, &chosen.dk, &chosen.dv}) require_shared_memory(*job, device);
+  for (const JobShape* job : {&chosen.dq, &chosen.dk, &chosen.dv}) {
     raise_shared_memory(job->kernel, job->shared_bytes);
-    if (selection.joint && job->kernel != nullptr && job->kernel->jobs_function != nullptr) {
+    if (chosen.joint && job->kernel != nullptr && job->kernel->jobs_function != nullptr) {
       check_cuda(
           raise_dynamic_shared_memory_once(job->kernel->jobs_function,
                                            job->shared_bytes != 0 ? job->shared_bytes : job->kernel->shared_bytes),
           "cudaFuncSetAttribute(retention joint kernel)");
     }
   }
-  return std::make_unique<BackwardPlan>(problem, selection, device, source);
+  return std::make_unique<BackwardPlan>(problem, chosen, device, source);
 }
 
 int multiprocessors_of(int device) { return prepare_device(device); }

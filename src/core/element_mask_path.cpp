@@ -50,8 +50,10 @@ ElementPathCosts element_path_costs(const ElementPathProblem& problem, const Ele
   const double partial_factor = problem.backward ? rates.partial_tile_factor_backward : rates.partial_tile_factor;
   const double weighted_tiles = static_cast<double>(stats.full_tiles) + partial * partial_factor;
   ElementPathCosts costs;
-  const double tile_rate = std::max(problem.head_dim, problem.head_dim_v) <= 64 ? rates.tile_flops_per_second
-                                                                                : rates.tile_flops_per_second_wide;
+  const bool narrow = std::max(problem.head_dim, problem.head_dim_v) <= 64;
+  const double tile_rate =
+      problem.backward ? (narrow ? rates.tile_flops_per_second_backward : rates.tile_flops_per_second_backward_wide)
+                       : (narrow ? rates.tile_flops_per_second : rates.tile_flops_per_second_wide);
   costs.tiles_seconds = per_slice * weighted_tiles * tile_flops * direction / tile_rate + memory_seconds;
   costs.scattered_seconds = heads * scattered_seconds_per_head(problem, density, rates) + memory_seconds;
   return costs;

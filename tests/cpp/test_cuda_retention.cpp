@@ -658,8 +658,8 @@ class ScopedRetentionConfig {
 };
 
 TEST_F(CudaRetention, EveryForcedValueBlockSegmentCountAndDecodeChoiceGivesTheSameResults) {
-  for (const char* config : {"block=32", "segments=3", "block=32,segments=7", "decode=0", "segments=1", "joint=1",
-                             "joint=1,segments=3", "joint=1,block=32,segments=7"}) {
+  for (const char* config : {"block=32", "segments=3", "block=32,segments=7", "decode=0", "segments=1", "joint=0",
+                             "joint=0,segments=3", "joint=0,block=32,segments=7"}) {
     SCOPED_TRACE(config);
     const ScopedRetentionConfig forced(config);
     Case c;
@@ -687,7 +687,7 @@ TEST_F(CudaRetention, EveryForcedValueBlockSegmentCountAndDecodeChoiceGivesTheSa
 // the sequence's end inside a segment's last chunk.
 TEST_F(CudaRetention, ForcedSegmentsMatchCpuForEachHeadDimPairAndValueBlock) {
   for (const char* config :
-       {"segments=5", "block=32,segments=3", "joint=1,segments=5", "joint=1,block=32,segments=3"}) {
+       {"segments=5", "block=32,segments=3", "joint=0,segments=5", "joint=0,block=32,segments=3"}) {
     SCOPED_TRACE(config);
     const ScopedRetentionConfig forced(config);
     for (const auto& [dk, dv] : std::vector<std::pair<int64_t, int64_t> >{{64, 64}, {64, 128}, {128, 64}}) {

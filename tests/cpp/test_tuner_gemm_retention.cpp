@@ -555,14 +555,15 @@ TEST(TunerCudaRetentionSpace, TheEstimatePrefersSegmentsForFewLongSequences) {
 TEST(RetentionChunkShape, AJointBackwardCountsTheCtasOfTheJobsInItsLaunchTogether) {
   using cuda::retention::backward_sharing;
   using cuda::retention::chunk_job_shape;
-  cuda::retention::ChunkShapeChoice joint;
-  joint.joint_backward = true;
+  cuda::retention::ChunkShapeChoice joint, separate;
+  separate.joint_backward = false;
+  EXPECT_TRUE(cuda::retention::ChunkShapeChoice{}.joint_backward) << "the rule runs the joint backward";
   EXPECT_EQ(backward_sharing(joint, 128, 128).dq, 3);
   EXPECT_EQ(backward_sharing(joint, 128, 128).dv, 3);
   EXPECT_EQ(backward_sharing(joint, 64, 128).dq, 2);
   EXPECT_EQ(backward_sharing(joint, 64, 128).dv, 1);
-  EXPECT_EQ(backward_sharing(cuda::retention::ChunkShapeChoice{}, 128, 128).dq, 1);
-  EXPECT_EQ(chunk_job_shape(DType::bf16, 128, 128, 32, 16384, 132, cuda::retention::ChunkShapeChoice{}).segments, 4);
+  EXPECT_EQ(backward_sharing(separate, 128, 128).dq, 1);
+  EXPECT_EQ(chunk_job_shape(DType::bf16, 128, 128, 32, 16384, 132, separate).segments, 4);
   EXPECT_EQ(chunk_job_shape(DType::bf16, 128, 128, 32, 16384, 132, joint, 3).segments, 1);
   EXPECT_EQ(chunk_job_shape(DType::bf16, 64, 64, 32, 16384, 132, joint, 3).segments, 8);
   EXPECT_EQ(chunk_job_shape(DType::bf16, 128, 128, 128, 4096, 132, joint, 3).segments, 1);

@@ -42,9 +42,13 @@ bool gemm_kernel_matches(const GemmKernel& kernel, const GemmShape& shape, bool 
 // kGemmEpilogueDepth more of K: what decides short-K problems (batched 64 x 128 x 4096 x 128: K = 128).
 // The fraction of the tensor cores' peak a tile of tile_m x tile_n sustains, relative to 128 x 256.
 double gemm_tile_efficiency(int tile_m, int tile_n);
-// The epilogue's time in K of the same tile's main loop: H200, batched 64 x 128 x 4096 x 128 bf16, 56.2 us on
-// 128 x 256 cooperative tiles (8 waves of 2 K tiles) against 37.2 on 64 x 128 ping-pong ones (32 waves).
-inline constexpr int kGemmEpilogueDepth = 112;
+// The epilogue's time in K of the same tile's main loop, fitted to three bf16 shapes on an H200 (graph time per
+// call, cooperative 128 x 256 against ping-pong 64 x 128): batched 64 x 128 x 4096 x 128 55.8 against 37.3 us (the
+// store-bound problem ping-pong overlaps), 32 x 512 x 512 x 128 11.0 against 11.8, 4096 x 4096 x 256 21.6 against
+// 24.7. The waves model sends both K = 128 shapes to ping-pong for any depth above 32 (their wave counts are in the
+// same 4 : 1 ratio) and keeps K = 256 on the larger tile up to 64: 48 takes the first's 33 % and gives up the second's
+// 7 %.
+inline constexpr int kGemmEpilogueDepth = 48;
 // The estimate above (arbitrary units; only comparisons mean anything).
 double gemm_tile_cost(int64_t m, int64_t n, int64_t k, int64_t batch, int tile_m, int tile_n, int multiprocessors,
                       bool overlaps_epilogue = false);

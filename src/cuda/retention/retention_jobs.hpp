@@ -19,9 +19,9 @@
 // 64). When that is fewer CTAs than multiprocessors, the sequence is also cut into segments of whole
 // chunks (at least 4 chunks each) to fill about two CTAs per multiprocessor; each segment's own state
 // is computed first (K^T V work only) and the segments then start from the states before them. The
-// backward's jobs run one after the other, or (joint) those that share an instance in one launch of
-// retention_chunk_jobs_kernel, whose segment count then follows a wave model of the jobs' CTAs together
-// (retention_jobs.cpp's joint_segments; the counts and predictions are in retention_chunk_kernel.cuh).
+// backward's jobs that share an instance run in one launch of retention_chunk_jobs_kernel (joint), whose segment
+// count then follows a wave model of the jobs' CTAs together (retention_jobs.cpp's joint_segments; the counts and
+// predictions are in retention_chunk_kernel.cuh); joint=0 runs them one after the other.
 // normalize=true and the explicit decay matrix run the parallel forward (retention_normalized_kernel.cuh)
 // and the parallel backward (retention_parallel_backward_common.cuh: four launches of two kernels).
 // Forward calls of at most kDecodeMaxTokens tokens with Dv a multiple of 64 run the recurrent decode
@@ -93,8 +93,9 @@ struct ChunkShapeChoice {
   // Forward calls of at most kDecodeMaxTokens tokens with Dv a multiple of 64 run the decode kernel.
   bool decode = true;
   // The backward's jobs that share an instance (all three when Dk == Dv, else dQ and dK) run in one launch;
-  // the segment rule then counts their CTAs together. false: one launch (pair) per job, in turn.
-  bool joint_backward = false;
+  // the segment rule then counts their CTAs together. false: one launch (pair) per job, in turn. Measured on an
+  // H200 (docs/perf.md, retention "Eighth step"), joint was as fast or faster on every chunk row.
+  bool joint_backward = true;
 
   friend bool operator==(const ChunkShapeChoice&, const ChunkShapeChoice&) = default;
 };

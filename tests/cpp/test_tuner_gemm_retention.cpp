@@ -567,6 +567,9 @@ TEST(RetentionChunkShape, AJointBackwardCountsTheCtasOfTheJobsInItsLaunchTogethe
   EXPECT_EQ(chunk_job_shape(DType::bf16, 128, 128, 32, 16384, 132, joint, 3).segments, 1);
   EXPECT_EQ(chunk_job_shape(DType::bf16, 64, 64, 32, 16384, 132, joint, 3).segments, 8);
   EXPECT_EQ(chunk_job_shape(DType::bf16, 128, 128, 128, 4096, 132, joint, 3).segments, 1);
+  // An empty sequence (no chunk) or a device that reports no multiprocessors: one segment, no division by zero.
+  EXPECT_EQ(chunk_job_shape(DType::bf16, 128, 128, 32, 0, 132, joint, 3).segments, 1);
+  EXPECT_EQ(chunk_job_shape(DType::bf16, 128, 128, 32, 16384, 0, joint, 3).segments, 1);
   joint.segments = 4;
   EXPECT_EQ(chunk_job_shape(DType::bf16, 128, 128, 32, 16384, 132, joint, 3).segments, 4);
 }

@@ -159,6 +159,8 @@ int value_block_for(int64_t dv, const ChunkShapeChoice& choice) {
 // multiprocessors, B2 T16384 H16 D128 (three jobs of 64 CTAs, 256 chunks): 1 segment, 256 steps (2, 4, 8: 320, 288,
 // 288), against 3 x (64 + 64 / 2) = 288 for the jobs in turn with 4 segments each.
 int64_t joint_segments(int64_t ctas, int64_t chunks, int64_t slots, int64_t max_segments) {
+  if (ctas <= 0 || chunks <= 0) return 1;  // an empty sequence or grid: nothing to split
+  slots = std::max<int64_t>(slots, 1);
   int64_t best = 1;
   int64_t best_cost = 0;
   for (int64_t wanted = 1; wanted <= max_segments; ++wanted) {
@@ -387,14 +389,17 @@ BackwardSelection select_backward(const RetentionBackward& problem, int multipro
   const int64_t tokens = problem.q.extents[1];
   // The dQ and dK jobs carry the state transposed: Dv is their key dim, Dk their value dim.
   const std::string both = chunk_head_dims_text() + " (the backward needs both Dk and Dv among them)";
-  const BackwardSharing sharing = backward_sharing(choice, dk, dv);
+  // An empty sequence has nothing to share: its jobs stay apart.
+  ChunkShapeChoice used = choice;
+  if (tokens == 0) used.joint_backward = false;
+  const BackwardSharing sharing = backward_sharing(used, dk, dv);
   BackwardSelection selection;
-  selection.dv = select_job(dtype, dk, dv, batch_heads, tokens, multiprocessors, choice, "q: head dim Dk",
+  selection.dv = select_job(dtype, dk, dv, batch_heads, tokens, multiprocessors, used, "q: head dim Dk",
                             "v: head dim Dv", both.c_str(), sharing.dv);
-  selection.dq = select_job(dtype, dv, dk, batch_heads, tokens, multiprocessors, choice, "v: head dim Dv",
+  selection.dq = select_job(dtype, dv, dk, batch_heads, tokens, multiprocessors, used, "v: head dim Dv",
                             "q: head dim Dk", both.c_str(), sharing.dq);
   selection.dk = selection.dq;
-  selection.joint = choice.joint_backward;
+  selection.joint = used.joint_backward;
   selection.workspace_bytes = selection.joint ? 2 * selection.dq.workspace_bytes + selection.dv.workspace_bytes
                                               : std::max(selection.dv.workspace_bytes, selection.dq.workspace_bytes);
   return selection;

@@ -427,8 +427,10 @@ std::vector<Launch> launches_of(const cuda::retention::ChunkShapeChoice& choice,
     const auto job = chunk_job_shape(s.dtype, s.head_dim, s.head_dim_v, bh, t, multiprocessors, choice);
     return {{job.kernel, job.segments, job.segment_tokens}};
   }
-  const auto dq = chunk_job_shape(s.dtype, s.head_dim_v, s.head_dim, bh, t, multiprocessors, choice);
-  const auto dv = chunk_job_shape(s.dtype, s.head_dim, s.head_dim_v, bh, t, multiprocessors, choice);
+  // The backward's jobs that share an instance run in one launch (joint, the rule): their segment count follows it.
+  const auto sharing = cuda::retention::backward_sharing(choice, s.head_dim, s.head_dim_v);
+  const auto dq = chunk_job_shape(s.dtype, s.head_dim_v, s.head_dim, bh, t, multiprocessors, choice, sharing.dq);
+  const auto dv = chunk_job_shape(s.dtype, s.head_dim, s.head_dim_v, bh, t, multiprocessors, choice, sharing.dv);
   return {{dq.kernel, dq.segments, dq.segment_tokens}, {dv.kernel, dv.segments, dv.segment_tokens}};
 }
 

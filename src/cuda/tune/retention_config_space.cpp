@@ -62,10 +62,13 @@ Resolution resolve(const ChunkShapeChoice& choice, bool decode_config, const tun
     }
     r.jobs.push_back(chunk_launch(spec, dk, dv, multiprocessors, choice));
   } else {
-    // dQ and dK carry the state transposed (Dk' = Dv, Dv' = Dk); dV is the forward's shape.
-    const BackwardSharing sharing = backward_sharing(choice, dk, dv);
-    const JobLaunch dq = chunk_launch(spec, dv, dk, multiprocessors, choice, sharing.dq);
-    r.jobs = {dq, dq, chunk_launch(spec, dk, dv, multiprocessors, choice, sharing.dv)};
+    // dQ and dK carry the state transposed (Dk' = Dv, Dv' = Dk); dV is the forward's shape. An empty sequence keeps
+    // its jobs apart (select_backward).
+    ChunkShapeChoice used = choice;
+    if (tokens == 0) used.joint_backward = false;
+    const BackwardSharing sharing = backward_sharing(used, dk, dv);
+    const JobLaunch dq = chunk_launch(spec, dv, dk, multiprocessors, used, sharing.dq);
+    r.jobs = {dq, dq, chunk_launch(spec, dk, dv, multiprocessors, used, sharing.dv)};
   }
   for (const JobLaunch& job : r.jobs) {
     if (job.kernel == nullptr) {

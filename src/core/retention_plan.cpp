@@ -4,12 +4,14 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "core/validate.hpp"
 #include "core/zero_size.hpp"
 #include "cpu/cpu_backend.hpp"
 #include "cuda/cuda_backend.hpp"
+#include "tune/stable_hash.hpp"
 
 namespace attnkit::detail {
 namespace {
@@ -40,14 +42,9 @@ void add_gamma(PlanKey& key, const std::vector<double>& gamma) {
 // changes it between calls gets a plan made under the new value instead of the cached one.
 void add_forced_config(PlanKey& key) {
   const char* text = std::getenv("ATTNKIT_RETENTION_CONFIG");
-  uint64_t hash = 0xcbf29ce484222325ull;
-  int64_t length = 0;
-  for (; text != nullptr && text[length] != '\0'; ++length) {
-    hash ^= static_cast<unsigned char>(text[length]);
-    hash *= 0x100000001b3ull;
-  }
-  key.add(length);
-  key.add(static_cast<int64_t>(hash));
+  const std::string_view config = text != nullptr ? text : "";
+  key.add(static_cast<int64_t>(config.size()));
+  key.add(static_cast<int64_t>(tune::stable_hash(config)));
 }
 
 template <class Problem>

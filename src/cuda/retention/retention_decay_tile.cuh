@@ -258,14 +258,37 @@ __device__ __forceinline__ bool staged_decay_nonzero_of(const unsigned char* til
       decay_tile_stage<Element>(tiles, stage), d.vector_rows != 0);
 }
 
+// The operand copies of a block whose tile check is done (begin_decay_block, begin_single_stage_decay_block): a
+// nonzero tile after a zero one had its operands left unfetched (for a causal matrix: the diagonal block after the
+// zero ones before it): they are loaded now and waited for. Then load_next_tile() stages the next block's tile, if
+// the caller keeps two stages, and the next block's operands go to the other stage unless this tile is zero (zero
+// tiles come in runs); `operands_fetched` carries that decision to the next block.
+template <class LoadOperands, class LoadNextTile>
+__device__ __forceinline__ void fetch_block_operands(bool nonzero_tile, int64_t block, int stage, bool has_next,
+                                                     bool& operands_fetched, LoadOperands&& load_operands,
+                                                     LoadNextTile&& load_next_tile) {
+  const bool late_operands = nonzero_tile && !operands_fetched;
+  if (late_operands) {
+    load_operands(block, stage);
+    commit_async_copies();
+  }
+  if (has_next) {
+    load_next_tile();
+    if (nonzero_tile) load_operands(block + 1, stage ^ 1);
+  }
+  operands_fetched = nonzero_tile;
+  commit_async_copies();
+  if (late_operands) {
+    wait_async_copies<1>();
+    __syncthreads();
+  }
+}
+
 // The start of block `block` of a kernel's two-stage pipeline over a decay matrix's tiles (the grouped forward and
 // dQ walk key blocks with their K and V, dK/dV query blocks with their Q, dO and row terms: its `operands`): waits for
 // the block's copies and shows them to the CTA; with a decay matrix that barrier also says whether the block's staged
-// tile holds a nonzero entry (retention_decay_tile.cuh). A nonzero tile after a zero one had its operands left
-// unfetched (for a causal matrix: the diagonal block after the zero ones before it): they are loaded now and waited
-// for. Then the next block's tile goes to the other stage, with its operands unless this tile is zero (zero tiles come
-// in runs). Returns whether the block's tile is nonzero (always with gamma); `operands_fetched` carries the decision to
-// the next block.
+// tile holds a nonzero entry (retention_decay_tile.cuh). Then the block's operands as fetch_block_operands says, the
+// next block's tile going to the other stage. Returns whether the block's tile is nonzero (always with gamma).
 template <class Element, bool kColumnReads, int Threads, class LoadOperands, class LoadTile>
 __device__ __forceinline__ bool begin_decay_block(bool decay_matrix, const unsigned char* decay_tiles,
                                                   const DecayMatrixOperand& d, int64_t block, int stage, bool has_next,
@@ -279,28 +302,16 @@ __device__ __forceinline__ bool begin_decay_block(bool decay_matrix, const unsig
   } else {
     __syncthreads();
   }
-  const bool late_operands = nonzero_tile && !operands_fetched;
-  if (late_operands) {
-    load_operands(block, stage);
-    commit_async_copies();
-  }
-  if (has_next) {
+  fetch_block_operands(nonzero_tile, block, stage, has_next, operands_fetched, load_operands, [&] {
     if (decay_matrix) load_tile(block + 1, stage ^ 1);
-    if (nonzero_tile) load_operands(block + 1, stage ^ 1);
-  }
-  operands_fetched = nonzero_tile;
-  commit_async_copies();
-  if (late_operands) {
-    wait_async_copies<1>();
-    __syncthreads();
-  }
+  });
   return nonzero_tile;
 }
 
 // begin_decay_block for the grouped backward kernels, which keep one stage of the matrix's tile (stage 0; two do not
-// fit their shared memory): the barrier shows the block's tile and operands (operands fetched late after a zero
-// tile as above), and the next block's operands go to the other stage unless this tile is zero. The next tile is the
-// caller's to stage, once no warp reads this one: right away after a zero tile (only this barrier's check read it),
+// fit their shared memory): the barrier shows the block's tile and operands, then fetch_block_operands without a next
+// tile. The next tile is the caller's to stage, once no warp reads this one: right away after a zero tile (only this
+// barrier's check read it),
 // else after the barrier that follows the warps' last read of it (their weights), overlapping the block's last MMAs.
 template <class Element, bool kColumnReads, int Threads, class LoadOperands>
 __device__ __forceinline__ bool begin_single_stage_decay_block(const unsigned char* decay_tile,
@@ -310,18 +321,7 @@ __device__ __forceinline__ bool begin_single_stage_decay_block(const unsigned ch
   wait_async_copies<0>();
   const bool nonzero_tile =
       __syncthreads_or(staged_decay_nonzero_of<Element, kColumnReads, Threads>(decay_tile, 0, d)) != 0;
-  const bool late_operands = nonzero_tile && !operands_fetched;
-  if (late_operands) {
-    load_operands(block, stage);
-    commit_async_copies();
-  }
-  if (has_next && nonzero_tile) load_operands(block + 1, stage ^ 1);
-  operands_fetched = nonzero_tile;
-  commit_async_copies();
-  if (late_operands) {
-    wait_async_copies<1>();
-    __syncthreads();
-  }
+  fetch_block_operands(nonzero_tile, block, stage, has_next, operands_fetched, load_operands, [] {});
   return nonzero_tile;
 }
 

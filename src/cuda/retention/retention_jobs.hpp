@@ -29,7 +29,7 @@
 // These choices (value block, segments, decode, joint backward) are a ChunkShapeChoice: ChunkShapeChoice{} is the rule
 // above, the tuner's retention configs are others (src/cuda/tune/retention_config_space.hpp), and
 // ATTNKIT_RETENTION_CONFIG="block=32|64,segments=N,decode=0|1,joint=0|1" (any subset) forces one where it is valid,
-// read when a plan is made (detail::clear_retention_plans() after changing it); a forced choice keeps
+// read when a plan is made (plans are keyed by its value, core/retention_plan.cpp); a forced choice keeps
 // priority over the tuner's.
 #pragma once
 #include <array>

@@ -17,8 +17,12 @@ v [B, T, H, V] (head_first=False, the default; head_first=True is deprecated and
 [N, H, K, V] -- attnkit's own layout, so both get the same tensors. Should an fla version default to
 head_first=True, it gets [B, H, T, D] transposed views instead (printed in the header).
 
-Method (DESIGN §5): CUDA events around each call, warm-up calls first, the median of --iters timed
-calls. The backward is timed alone: torch.autograd.grad on a retained graph. "TF/s" uses the issue's
+Method (DESIGN §5): warm-up calls first; then --rounds rounds in which every candidate of the row (attnkit's
+configurations and fla) in turn, starting one further along each round, runs a run of back-to-back calls between
+two CUDA events (as many calls as fill about --run-ms, at least one); a candidate's time is the median over the
+rounds of its per-call time, printed with the spread (lowest and highest round) so that a difference smaller than
+the spread is read as none. Interleaving the candidates puts machine drift (clocks, the other candidates' caches)
+on all of them alike. The backward is timed alone: torch.autograd.grad on a retained graph. "TF/s" uses the issue's
 nominal count: forward 2*B*H*T*64*2*D + 4*B*H*T*D^2 FLOPs, backward 2x that; decode rows report
 GB/s of the state read and written (2 * B*H*D*D * 4 bytes) plus q, k, v, out. Each row also prints
 attnkit's relative L2 distance to fla's output (a sanity check, not a test).
@@ -81,19 +85,47 @@ def fla_output(fn, out):
     return out.transpose(1, 2) if fla_head_first(fn) else out
 
 
-def time_ms(fn, warmup: int, iters: int) -> float:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+def time_interleaved(candidates, args, grad=False):
+    """candidates: (name, fn, config) triples. Returns ({name: (median, lowest, highest) ms per call}, {name: error
+    of a candidate whose warm-up failed}); see Method."""
+    calls, errors, working = {}, {}, []
+    for name, fn, config in candidates:
+        try:
+            with retention_config(config or ""), torch.set_grad_enabled(grad):
+                for _ in range(args.warmup):
+                    fn()
+                torch.cuda.synchronize()
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                fn()
+                end.record()
+                end.synchronize()
+        except Exception as error:  # noqa: BLE001 - a failing candidate is reported, the others are timed
+            errors[name] = f"{type(error).__name__}: {error}"
+            continue
+        calls[name] = max(1, min(1000, round(args.run_ms / max(start.elapsed_time(end), 1e-3))))
+        working.append((name, fn, config))
+    candidates = working
+    samples = {name: [] for name, _, _ in candidates}
+    if not candidates:
+        return {}, errors
+    for round_index in range(args.rounds):
+        shift = round_index % len(candidates)
+        for name, fn, config in candidates[shift:] + candidates[:shift]:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            with retention_config(config or ""), torch.set_grad_enabled(grad):
+                start.record()
+                for _ in range(calls[name]):
+                    fn()
+                end.record()
+            end.synchronize()
+            samples[name].append(start.elapsed_time(end) / calls[name])
+    return {name: (statistics.median(times), min(times), max(times)) for name, times in samples.items()}, errors
+
+
+def record_time(row, key, timing):
+    row[key] = timing[0]
+    row[key.replace("_ms", "_spread_ms")] = [timing[1], timing[2]]
 
 
 def nominal_flops(b, t, h, d, backward=False):
@@ -181,31 +213,46 @@ def run_chunk_like(name, kind, b, t, h, d, args, sides):
             return fla_output(fla_fn, fla_fn(fq, fk, fv)[0])
         candidates.append(("fla", fla_forward, None))
 
-    for candidate, forward, config in candidates:
-        row = {"row": name, "candidate": candidate, "dtype": args.dtype}
+    rows = {}
+    for candidate, _, config in candidates:
+        rows[candidate] = {"row": name, "candidate": candidate, "dtype": args.dtype}
         if config is not None:
-            row["config"] = config
+            rows[candidate]["config"] = config
+    working = []
+    for candidate, forward, config in candidates:
         try:
             with retention_config(config or ""), torch.no_grad():
-                ms = time_ms(forward, args.warmup, args.iters)
-            row["forward_ms"] = ms
-            row["forward_tflops"] = nominal_flops(b, t, h, d) / ms / 1e9
-            with retention_config(config or ""):
-                row["_out"] = forward().detach()
-                if not args.no_backward:
-                    graph_out = forward()
-
-                    def backward():
-                        torch.autograd.grad(graph_out, (q, k, v), grad, retain_graph=True)
-                    ms = time_ms(backward, args.warmup, args.iters)
-                    row["backward_ms"] = ms
-                    row["backward_tflops"] = nominal_flops(b, t, h, d, backward=True) / ms / 1e9
-                    del graph_out
+                rows[candidate]["_out"] = forward().detach()
+            working.append((candidate, forward, config))
         except Exception as error:  # noqa: BLE001 - a failing candidate is reported, the row goes on
-            row["error"] = f"{type(error).__name__}: {error}"
+            rows[candidate]["error"] = f"{type(error).__name__}: {error}"
+    timings, errors = time_interleaved(working, args)
+    working = [entry for entry in working if entry[0] not in errors]
+    for candidate, error in errors.items():
+        rows[candidate]["error"] = error
+    for candidate, timing in timings.items():
+        record_time(rows[candidate], "forward_ms", timing)
+        rows[candidate]["forward_tflops"] = nominal_flops(b, t, h, d) / timing[0] / 1e9
+    if not args.no_backward:
+        backwards = []
+        for candidate, forward, config in working:
+            with retention_config(config or ""):
+                graph_out = forward()
+
+            def backward(graph_out=graph_out):
+                torch.autograd.grad(graph_out, (q, k, v), grad, retain_graph=True)
+            backwards.append((candidate, backward, config))
+        timings, errors = time_interleaved(backwards, args, grad=True)
+        for candidate, error in errors.items():
+            rows[candidate]["error"] = f"backward: {error}"
+        for candidate, timing in timings.items():
+            record_time(rows[candidate], "backward_ms", timing)
+            rows[candidate]["backward_tflops"] = nominal_flops(b, t, h, d, backward=True) / timing[0] / 1e9
+        del backwards
+    for row in rows.values():
         results.append(row)
         print_measured(row)
-        torch.cuda.empty_cache()
+    torch.cuda.empty_cache()
     if fla_fn is None and "fla" in sides:
         results.append({"row": name, "candidate": "fla", "error": FLA_ERROR})
     return results
@@ -232,19 +279,25 @@ def run_decode(name, b, h, d, args, sides):
             return fla_output(fn, out), final
         candidates.append(("fla", fla_decode, None))
     results = []
+    working = []
     for candidate, step, config in candidates:
         row = {"row": name, "candidate": candidate, "dtype": args.dtype}
         if config is not None:
             row["config"] = config
         try:
             with retention_config(config or ""), torch.no_grad():
-                ms = time_ms(step, args.warmup, args.iters)
                 row["_out"] = step()
-            row["forward_ms"] = ms
-            row["gbps"] = moved / ms / 1e6
+            working.append((candidate, step, config))
         except Exception as error:  # noqa: BLE001
             row["error"] = f"{type(error).__name__}: {error}"
         results.append(row)
+    timings, errors = time_interleaved(working, args)
+    for row in results:
+        if row["candidate"] in errors:
+            row["error"] = errors[row["candidate"]]
+        if row["candidate"] in timings:
+            record_time(row, "forward_ms", timings[row["candidate"]])
+            row["gbps"] = moved / row["forward_ms"] / 1e6
         print_measured(row)
     if fused_recurrent_retention is None and "fla" in sides:
         results.append({"row": name, "candidate": "fla", "error": FLA_ERROR})
@@ -287,7 +340,9 @@ def add_ratios(results):
 
 def print_measured(row):
     """One candidate's times as soon as they are measured (a run cut short keeps them)."""
-    times = " ".join(f"{key} {row[key]:.3f}" for key in ("forward_ms", "backward_ms") if key in row)
+    times = " ".join(f"{key} {row[key]:.3f} ({row[key.replace('_ms', '_spread_ms')][0]:.3f}-"
+                     f"{row[key.replace('_ms', '_spread_ms')][1]:.3f})"
+                     for key in ("forward_ms", "backward_ms") if key in row)
     print(f"  measured {row['row']} {row['candidate']}: {times or row.get('error', '')}", flush=True)
 
 
@@ -314,7 +369,9 @@ def main():
                         help="row names, comma-separated globs; rows run in the order of the first glob each matches")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
     parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--iters", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=9, help="timed rounds over the row's candidates (Method)")
+    parser.add_argument("--run-ms", type=float, default=20.0,
+                        help="about how long each candidate's run of back-to-back calls in a round lasts")
     parser.add_argument("--no-backward", action="store_true")
     parser.add_argument("--json", help="write the results to this file")
     forcing = parser.add_mutually_exclusive_group()

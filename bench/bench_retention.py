@@ -22,7 +22,10 @@ configurations and fla) in turn, starting one further along each round, runs a r
 two CUDA events (as many calls as fill about --run-ms, at least one); a candidate's time is the median over the
 rounds of its per-call time, printed with the spread (lowest and highest round) so that a difference smaller than
 the spread is read as none. Interleaving the candidates puts machine drift (clocks, the other candidates' caches)
-on all of them alike. The backward is timed alone: torch.autograd.grad on a retained graph. "TF/s" uses the issue's
+on all of them alike. The backward is timed alone: torch.autograd.grad on a retained graph. GPU-only columns
+("graph"): --graph-calls calls of each candidate captured in one CUDA graph and replayed in the same interleaved
+rounds, so that a candidate whose host work per call outlasts its kernels (many small launches) is also seen without
+it; the backward's graph time is that of a captured forward + backward less the forward's. "TF/s" uses the issue's
 nominal count: forward 2*B*H*T*64*2*D + 4*B*H*T*D^2 FLOPs, backward 2x that; decode rows report
 GB/s of the state read and written (2 * B*H*D*D * 4 bytes) plus q, k, v, out. Each row also prints
 attnkit's relative L2 distance to fla's output (a sanity check, not a test).
@@ -120,6 +123,44 @@ def time_interleaved(candidates, args, grad=False):
                 end.record()
             end.synchronize()
             samples[name].append(start.elapsed_time(end) / calls[name])
+    return {name: (statistics.median(times), min(times), max(times)) for name, times in samples.items()}, errors
+
+
+def time_graphs(candidates, args, grad=False):
+    """GPU time per call without host work: each candidate's --graph-calls calls captured back to back in one CUDA
+    graph, the graphs replayed in interleaved rounds as in time_interleaved. Same return shape; a candidate that
+    cannot be captured is an error entry (its event times stand)."""
+    graphs, errors = {}, {}
+    for name, fn, config in candidates:
+        try:
+            with retention_config(config or ""), torch.set_grad_enabled(grad):
+                side = torch.cuda.Stream()
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):
+                    for _ in range(2):
+                        fn()
+                torch.cuda.current_stream().wait_stream(side)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    for _ in range(args.graph_calls):
+                        fn()
+                graph.replay()
+                torch.cuda.synchronize()
+            graphs[name] = graph
+        except Exception as error:  # noqa: BLE001 - reported, the event times stand
+            errors[name] = f"{type(error).__name__}: {error}"
+    names = list(graphs)
+    samples = {name: [] for name in names}
+    for round_index in range(args.rounds if names else 0):
+        shift = round_index % len(names)
+        for name in names[shift:] + names[:shift]:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graphs[name].replay()
+            end.record()
+            end.synchronize()
+            samples[name].append(start.elapsed_time(end) / args.graph_calls)
+    del graphs
     return {name: (statistics.median(times), min(times), max(times)) for name, times in samples.items()}, errors
 
 
@@ -233,6 +274,12 @@ def run_chunk_like(name, kind, b, t, h, d, args, sides):
     for candidate, timing in timings.items():
         record_time(rows[candidate], "forward_ms", timing)
         rows[candidate]["forward_tflops"] = nominal_flops(b, t, h, d) / timing[0] / 1e9
+    if args.graph_calls > 0:
+        timings, errors = time_graphs(working, args)
+        for candidate, timing in timings.items():
+            record_time(rows[candidate], "forward_graph_ms", timing)
+        for candidate, error in errors.items():
+            rows[candidate]["graph_error"] = error
     if not args.no_backward:
         backwards = []
         for candidate, forward, config in working:
@@ -249,6 +296,21 @@ def run_chunk_like(name, kind, b, t, h, d, args, sides):
             record_time(rows[candidate], "backward_ms", timing)
             rows[candidate]["backward_tflops"] = nominal_flops(b, t, h, d, backward=True) / timing[0] / 1e9
         del backwards
+        if args.graph_calls > 0:
+            # A captured backward needs its forward in the same capture: forward + backward are captured together,
+            # and the backward's GPU time is that less the forward's graph time.
+            steps = []
+            for candidate, forward, config in working:
+                def step(forward=forward):
+                    torch.autograd.grad(forward(), (q, k, v), grad)
+                steps.append((candidate, step, config))
+            timings, errors = time_graphs(steps, args, grad=True)
+            for candidate, timing in timings.items():
+                record_time(rows[candidate], "train_graph_ms", timing)
+                if "forward_graph_ms" in rows[candidate]:
+                    rows[candidate]["backward_graph_ms"] = timing[0] - rows[candidate]["forward_graph_ms"]
+            for candidate, error in errors.items():
+                rows[candidate]["graph_error"] = error
     for row in rows.values():
         results.append(row)
         print_measured(row)
@@ -298,6 +360,14 @@ def run_decode(name, b, h, d, args, sides):
         if row["candidate"] in timings:
             record_time(row, "forward_ms", timings[row["candidate"]])
             row["gbps"] = moved / row["forward_ms"] / 1e6
+    if args.graph_calls > 0:
+        timings, errors = time_graphs([entry for entry in working if entry[0] not in errors], args)
+        for row in results:
+            if row["candidate"] in timings:
+                record_time(row, "forward_graph_ms", timings[row["candidate"]])
+            if row["candidate"] in errors:
+                row["graph_error"] = errors[row["candidate"]]
+    for row in results:
         print_measured(row)
     if fused_recurrent_retention is None and "fla" in sides:
         results.append({"row": name, "candidate": "fla", "error": FLA_ERROR})
@@ -333,7 +403,7 @@ def add_ratios(results):
         for candidate, ours in candidates.items():
             if not is_attnkit(candidate):
                 continue
-            for key in ("forward_ms", "backward_ms"):
+            for key in ("forward_ms", "backward_ms", "forward_graph_ms", "backward_graph_ms"):
                 if key in ours and key in theirs:
                     ours[key.replace("_ms", "_speedup_vs_fla")] = theirs[key] / ours[key]
 
@@ -342,13 +412,15 @@ def print_measured(row):
     """One candidate's times as soon as they are measured (a run cut short keeps them)."""
     times = " ".join(f"{key} {row[key]:.3f} ({row[key.replace('_ms', '_spread_ms')][0]:.3f}-"
                      f"{row[key.replace('_ms', '_spread_ms')][1]:.3f})"
-                     for key in ("forward_ms", "backward_ms") if key in row)
+                     for key in ("forward_ms", "backward_ms", "forward_graph_ms", "train_graph_ms")
+                     if key in row)
     print(f"  measured {row['row']} {row['candidate']}: {times or row.get('error', '')}", flush=True)
 
 
 def print_table(results):
     header = f"{'row':32} {'candidate':20} {'fwd ms':>9} {'fwd TF/s':>9} {'bwd ms':>9} {'bwd TF/s':>9} " \
-             f"{'GB/s':>8} {'fwd x':>6} {'bwd x':>6} {'L2 vs fla':>10}"
+             f"{'GB/s':>8} {'fwd x':>6} {'bwd x':>6} {'L2 vs fla':>10} {'fwd graph':>9} {'bwd graph':>9} " \
+             f"{'g.fwd x':>7} {'g.bwd x':>7}"
     print(header)
     for r in results:
         if "error" in r:
@@ -360,7 +432,9 @@ def print_table(results):
         print(f"{r['row']:32} {r['candidate']:20} {cell('forward_ms', 9, '.3f')} {cell('forward_tflops', 9, '.1f')} "
               f"{cell('backward_ms', 9, '.3f')} {cell('backward_tflops', 9, '.1f')} {cell('gbps', 8, '.0f')} "
               f"{cell('forward_speedup_vs_fla', 6, '.2f')} {cell('backward_speedup_vs_fla', 6, '.2f')} "
-              f"{cell('relative_l2_to_fla', 10, '.2e')}")
+              f"{cell('relative_l2_to_fla', 10, '.2e')} {cell('forward_graph_ms', 9, '.3f')} "
+              f"{cell('backward_graph_ms', 9, '.3f')} {cell('forward_graph_speedup_vs_fla', 7, '.2f')} "
+              f"{cell('backward_graph_speedup_vs_fla', 7, '.2f')}")
 
 
 def main():
@@ -372,6 +446,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=9, help="timed rounds over the row's candidates (Method)")
     parser.add_argument("--run-ms", type=float, default=20.0,
                         help="about how long each candidate's run of back-to-back calls in a round lasts")
+    parser.add_argument("--graph-calls", type=int, default=10,
+                        help="calls per CUDA graph for the GPU-only columns (0: none); see time_graphs")
     parser.add_argument("--no-backward", action="store_true")
     parser.add_argument("--json", help="write the results to this file")
     forcing = parser.add_mutually_exclusive_group()

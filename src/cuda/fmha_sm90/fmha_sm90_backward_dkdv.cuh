@@ -233,10 +233,16 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
 #pragma unroll
           for (int i = 0; i < kRows; ++i) allowed[i] = ~0u;
           if (visit_has_key_words(p, ss.visits[b])) {
-            key_words_allowed_bits(ss.masks.key_words[b], key_index, kv.origin.index[0], col_of, allowed);
+            key_words_allowed_bits(ss.masks.key_words[b], key_index, kv.origin.index[0], col0, allowed);
           }
         } else {
-          visit_allowed_bits<kLists, kBlockM>(p, batch, ss.visits[b], key_index, col_of, nullptr, allowed);
+          const fmha::QVisit& v = ss.visits[b];
+          if (v.full) {
+#pragma unroll
+            for (int i = 0; i < kRows; ++i) allowed[i] = ~0u;
+          } else if (!loaded_key_words_allowed_bits(p, batch, v, key_index, col0, allowed)) {
+            visit_allowed_bits<kLists, kBlockM>(p, batch, v, key_index, col_of, nullptr, allowed);
+          }
         }
       } else {
         box_allowed_bits(p, ss.visits[b], ss.masks.box, col0 / 2, key_row, allowed);

@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "cuda/common/async_copy.cuh"
+#include "cuda/common/column_pair_bits.hpp"
 #include "cuda/common/tile_range_inverse.hpp"
 #include "cuda/fmha/fmha_backward_params.hpp"
 #include "cuda/fmha/fmha_backward_tiles.cuh"
@@ -152,24 +153,39 @@ __device__ __forceinline__ void copy_visit_key_words(const fmha::FmhaBackwardPar
 }
 
 // Bit j of allowed[i]: flat key key_index[i][0] (tile row key_index[i][0] - first_key) and query column
-// col_of[j] of the visit are attended, from the stage's words. (The rows come from the flat keys, which the
-// kernel keeps for other masks anyway, so that no more values stay alive across its visit loop.)
-template <int kBlockN, int kWords, int kRows, int kCols>
+// col0 + 8 (j / 2) + j % 2 of the visit (the thread's 16 columns of a 64-column accumulator) are attended, from the
+// stage's words. (The rows come from the flat keys, which the kernel keeps for other masks anyway, so that no more
+// values stay alive across its visit loop.)
+template <int kBlockN, int kWords, int kRows>
 __device__ __forceinline__ void key_words_allowed_bits(const uint32_t (&words)[kBlockN][kWords],
                                                        const int32_t (&key_index)[kRows][fmha::kMaxDims],
-                                                       int32_t first_key, const int (&col_of)[kCols],
-                                                       uint32_t (&allowed)[kRows]) {
-  static_assert(kCols <= 32, "one bit per column");
+                                                       int32_t first_key, int col0, uint32_t (&allowed)[kRows]) {
+  static_assert(kWords == 2, "a 64-query visit: two words per key");
 #pragma unroll
   for (int i = 0; i < kRows; ++i) {
     const int row = key_index[i][0] - first_key;
-    uint32_t row_words[kWords];
-#pragma unroll
-    for (int n = 0; n < kWords; ++n) row_words[n] = words[row][n];
-    allowed[i] = 0u;
-#pragma unroll
-    for (int j = 0; j < kCols; ++j) allowed[i] |= static_cast<uint32_t>(fmha::key_bit(row_words, col_of[j])) << j;
+    allowed[i] = column_pair_bits(words[row][0], words[row][1], col0);
   }
+}
+
+// The same from the key-major words in global memory (where the stage holds none: D 128), for a visit whose Q tile
+// starts at a word boundary; false (allowed untouched) where it does not, or the mask is not packed by key.
+template <int kRows>
+__device__ __forceinline__ bool loaded_key_words_allowed_bits(const fmha::FmhaBackwardParams& p, int32_t batch,
+                                                              const fmha::QVisit& v,
+                                                              const int32_t (&key_index)[kRows][fmha::kMaxDims],
+                                                              int col0, uint32_t (&allowed)[kRows]) {
+  const int32_t q0 = v.origin.index[0];
+  if (p.list.key_bits == nullptr || q0 % 32 != 0) return false;
+  const int32_t seq_k = p.kv_space.flat_extent;
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    const int32_t k = key_index[i][0];
+    uint32_t words[2] = {};
+    if (k < seq_k) fmha::load_key_bit_words(p.list, seq_k, batch, v.head, k, q0, words);
+    allowed[i] = column_pair_bits(words[0], words[1], col0);
+  }
+  return true;
 }
 
 }  // namespace attnkit::cuda::fmha_sm90

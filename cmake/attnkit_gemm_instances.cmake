@@ -58,11 +58,13 @@ function(attnkit_generate_gemm_kernels sources_var)
       _attnkit_check_gemm_field("${row}" stages "${stages}" "auto" "auto for sm90")
       _attnkit_check_gemm_field("${row}" schedule "${schedule}" "coop|pingpong|streamk|splitk|swapped_splitk"
                                 "coop, pingpong, streamk, splitk, swapped_splitk for sm90")
-      # Swapped split-K exchanges A and B in every layout, which only the 16-bit wgmma (either operand K- or
-      # MN-major in shared memory) allows; fp32 rows swap by their layout alone (src/cuda/gemm/gemm_sm90.cuh).
-      if(schedule STREQUAL "swapped_splitk" AND NOT type MATCHES "^(f16|bf16)$")
-        message(FATAL_ERROR "cmake/attnkit_gemm_kernels.cmake: row \"${row}\": schedule swapped_splitk for ${type}; "
-                            "allowed: f16, bf16")
+      # Swapped split-K exchanges A and B in every layout: 16-bit wgmma reads either operand K- or MN-major from
+      # shared memory; TF32 reads an MN-major CUTLASS A (the weight of x @ W) through registers and needs a K-major
+      # CUTLASS B, which A^T is only for a K-major A; the 3xTF32 mainloop writes both operands K-major as it splits
+      # them (src/cuda/gemm/gemm_sm90.cuh).
+      if(schedule STREQUAL "swapped_splitk" AND type STREQUAL "tf32" AND NOT a STREQUAL "k")
+        message(FATAL_ERROR "cmake/attnkit_gemm_kernels.cmake: row \"${row}\": schedule swapped_splitk for ${type} "
+                            "with A ${a}-major; allowed: A k-major (A^T is the K-major B that TF32 wgmma reads)")
       endif()
       # CUTLASS's Hopper builder tiles M with 64-row wgmma atoms: cooperative schedules (coop, streamk, splitk,
       # swapped_splitk, whose tile is C^T's) split a tile's M between two consumer warp groups (a multiple of 128),
@@ -73,10 +75,11 @@ function(attnkit_generate_gemm_kernels sources_var)
         math(EXPR sm90_tile_m_rest "${sm90_tile_m} % 64")
       endif()
       # The 3xTF32 mainloop (src/cuda/gemm/gemm_sm90_3xtf32_mainloop.cuh) has both consumer warp groups split the
-      # operands of a stage together (the cooperative schedule, on whole K or K slices) and loads without TMA multicast.
-      if(type STREQUAL "3xtf32" AND NOT (schedule MATCHES "^(coop|splitk)$" AND grid STREQUAL "1x1"))
+      # operands of a stage together (the cooperative schedule, on whole K or K slices, swapped or not) and loads
+      # without TMA multicast.
+      if(type STREQUAL "3xtf32" AND NOT (schedule MATCHES "^(coop|splitk|swapped_splitk)$" AND grid STREQUAL "1x1"))
         message(FATAL_ERROR "cmake/attnkit_gemm_kernels.cmake: row \"${row}\": schedule ${schedule}, grid ${grid} "
-                            "for 3xtf32; allowed: coop or splitk with grid 1x1")
+                            "for 3xtf32; allowed: coop, splitk or swapped_splitk with grid 1x1")
       endif()
       if(NOT sm90_tile_m_rest EQUAL 0)
         message(FATAL_ERROR "cmake/attnkit_gemm_kernels.cmake: row \"${row}\": tile M ${sm90_tile_m} with schedule "

@@ -24,8 +24,9 @@
 #             CTAs, partial sums reduced through a workspace) | splitk (coop on K slices as a batch, fp32
 #             partial sums in the workspace, then an ordered sum into C: src/cuda/gemm/gemm_split_k.hpp;
 #             batch-1 problems with small grids and a K that divides into slices) | swapped_splitk (split-K on
-#             C^T = B^T A^T, f16 / bf16 only: the weight's wide N is wgmma's M, the tile's 128 rows, and decode's
-#             few tokens of M its N, a 64-wide tile; C^T stored column-major is C row-major); sm80: -
+#             C^T = B^T A^T: the weight's wide N is wgmma's M, the tile's 128 rows, and decode's few tokens of M
+#             its N, a 64-wide tile; C^T stored column-major is C row-major; fp32 rows also in one slice where M
+#             fits the 64 columns); sm80: -
 #   set       dev: in every build | full: only with -DATTNKIT_KERNEL_SET=full (the default)
 #
 # The name of a row (its config id, the plan's TunedConfig name and ATTNKIT_GEMM_CONFIG's value) is
@@ -47,7 +48,9 @@
 # an MN-major A goes through registers, an MN-major B beside an MN-major A is transposed in shared memory, one
 # beside a K-major A is handled by computing C^T = B^T A^T, src/cuda/gemm/gemm_sm90.cuh), K tile 32 (128 bytes of
 # fp32, the swizzle's width), 128 x 256 but for a=mn b=mn (128 x 128: with the transposition of B, 128 x 256
-# spills registers); 3xTF32 rows in every layout (their mainloop writes both operands K-major as it splits them),
+# spills registers), and a 128 x 128 a=k b=mn row in a cluster of one (C^T's tile: the problem's is 128 x 128, the
+# 128 x 256 row's 256 of M x 128 of N) that the waves model gives grids where the larger tile leaves SMs idle or pads M
+# to twice (batched 64 x 128 x 4096 x 128: M 128 on 256-row tiles; 1023 x 1025 x 1027: 36 tiles against 72); 3xTF32 rows in every layout (their mainloop writes both operands K-major as it splits them),
 # 128 x 128 x 16 in clusters of one: three buffers of split parts (96 KB) sit beside the loaded stages and the
 # epilogue in shared memory. Split-K rows of both fp32 maths (A K-major, dev set) take the small grids with a long K
 # (decode-like M, 256 x 256 x 65536), as the 16-bit ones do.
@@ -105,16 +108,21 @@ set(ATTNKIT_GEMM_KERNEL_TABLE
   "sm90  f16     k   k   128x64x64   1x1  auto   swapped_splitk dev"
   "sm90  tf32    k   mn  128x256x32  2x1  auto   coop     dev"
   "sm90  tf32    k   k   128x256x32  2x1  auto   coop     dev"
+  "sm90  tf32    k   mn  128x128x32  1x1  auto   coop     dev"
   "sm90  tf32    mn  mn  128x128x32  2x1  auto   coop     full"
   "sm90  tf32    mn  k   128x256x32  2x1  auto   coop     full"
   "sm90  tf32    k   mn  128x128x32  1x1  auto   splitk   dev"
   "sm90  tf32    k   k   128x128x32  1x1  auto   splitk   dev"
+  "sm90  tf32    k   mn  128x64x32   1x1  auto   swapped_splitk dev"
+  "sm90  tf32    k   k   128x64x32   1x1  auto   swapped_splitk dev"
   "sm90  3xtf32  k   mn  128x128x16  1x1  auto   coop     dev"
   "sm90  3xtf32  k   k   128x128x16  1x1  auto   coop     dev"
   "sm90  3xtf32  mn  mn  128x128x16  1x1  auto   coop     full"
   "sm90  3xtf32  mn  k   128x128x16  1x1  auto   coop     full"
   "sm90  3xtf32  k   mn  128x128x16  1x1  auto   splitk   dev"
   "sm90  3xtf32  k   k   128x128x16  1x1  auto   splitk   dev"
+  "sm90  3xtf32  k   mn  128x64x16   1x1  auto   swapped_splitk dev"
+  "sm90  3xtf32  k   k   128x64x16   1x1  auto   swapped_splitk dev"
   "sm80  tf32    k   mn  128x128x32  2x2  3      -        dev"
   "sm80  tf32    k   k   128x128x32  2x2  3      -        dev"
   "sm80  tf32    mn  mn  128x128x32  2x2  3      -        full"

@@ -901,6 +901,102 @@ TEST(CudaGemmSelection, Fp32DecodeShapesSelectTheNarrowKernel) {
   EXPECT_EQ(slices(64, 4096, 4096, true), 2);   // 256 blocks of rows x columns
 }
 
+// fp32 decode on Hopper (A K-major, B either majorness): the swapped split-K rows (C^T = B^T A^T on tiles of 128 of N x
+// 64 of M) take what the narrow kernel leaves, TF32 from M 9 and 3xTF32 from M 33 to 64, in K slices where the weight's
+// tiles leave SMs idle and in one slice where they alone fill the device (N 14336-16384), instead of the 128-row
+// tiles; the narrow kernel keeps M <= 8 with TF32 and M <= 32 without; M 65, unfolded batches, K not a multiple of 4
+// and pre-Hopper devices run elsewhere. The slice rule of those rows on 132 SMs.
+TEST(CudaGemmSelection, Fp32DecodeShapesOnHopperSelectTheSwappedSplitKRows) {
+  auto slices = [](int64_t m, int64_t n, int64_t k, DType dtype = DType::f32, int64_t batch = 1) {
+    cuda::gemm::GemmShape s;
+    s.dtype = dtype, s.m = m, s.n = n, s.k = k, s.batch = batch;
+    return cuda::gemm::gemm_swapped_split_k_slices(s, 64, 128, 32, 132);
+  };
+  EXPECT_EQ(slices(16, 16384, 4096), 1);                 // 128 tiles: one slice
+  EXPECT_EQ(slices(1, 14336, 4096), 1);                  // 112 tiles
+  EXPECT_EQ(slices(64, 16900, 1000), 1);                 // 133 tiles, a partial K tile
+  EXPECT_EQ(slices(16, 4096, 16384), 4);                 // 32 tiles: the common rule's 4 slices of 4096
+  EXPECT_EQ(slices(64, 4096, 4096), 4);                  // the same
+  EXPECT_EQ(slices(16, 8192, 4096), 2);                  // 64 tiles: fp32's two slices
+  EXPECT_EQ(slices(65, 16384, 4096), 0);                 // two columns of tiles would read the weight twice
+  EXPECT_EQ(slices(16, 16384, 4098), 0);                 // K not a multiple of 4
+  EXPECT_EQ(slices(16, 16384, 4096, DType::f32, 2), 0);  // batched
+  EXPECT_EQ(slices(16, 16384, 4096, DType::bf16), 0);    // 16-bit: the common rule only
+  EXPECT_EQ(slices(16, 4096, 4096, DType::bf16), 4);
+
+  const std::string tf32_rows[2] = {"sm90_tf32_ak_bmn_128x64x32_c1x1_swapped_splitk",
+                                    "sm90_tf32_ak_bk_128x64x32_c1x1_swapped_splitk"};
+  const std::string exact_rows[2] = {"sm90_3xtf32_ak_bmn_128x64x16_c1x1_swapped_splitk",
+                                     "sm90_3xtf32_ak_bk_128x64x16_c1x1_swapped_splitk"};
+  int built = 0;
+  for (const cuda::gemm::GemmKernel* kernel : cuda::gemm::gemm_kernels()) {
+    for (const std::string& row : {tf32_rows[0], tf32_rows[1], exact_rows[0], exact_rows[1]}) {
+      built += row == kernel->name ? 1 : 0;
+    }
+  }
+  if (built != 4) GTEST_SKIP() << "this build has no fp32 swapped split-K rows (ATTNKIT_CUDA_ARCHS without 90a)";
+  const std::string narrow[2] = {cuda::gemm::narrow_gemm_kernel().name, cuda::gemm::narrow_k_major_gemm_kernel().name};
+  for (const bool transpose_b : {false, true}) {
+    for (const auto& [n, k] :
+         std::vector<std::array<int64_t, 2> >{{4096, 4096}, {16384, 4096}, {4096, 16384}, {14336, 4096}}) {
+      for (const int64_t m : {9, 16, 32, 64}) {
+        EXPECT_EQ(selected_on(90, DType::f32, true, m, n, k, false, transpose_b, false), tf32_rows[transpose_b])
+            << m << "x" << n << "x" << k;
+      }
+      for (const int64_t m : {33, 48, 64}) {
+        EXPECT_EQ(selected_on(90, DType::f32, false, m, n, k, false, transpose_b, false), exact_rows[transpose_b])
+            << m << "x" << n << "x" << k;
+      }
+      EXPECT_EQ(selected_on(90, DType::f32, true, 8, n, k, false, transpose_b, false), narrow[transpose_b]);
+      EXPECT_EQ(selected_on(90, DType::f32, false, 32, n, k, false, transpose_b, false), narrow[transpose_b]);
+    }
+    for (const bool tf32 : {false, true}) {
+      const std::string wide = selected_on(90, DType::f32, tf32, 65, 16384, 4096, false, transpose_b, false);
+      EXPECT_EQ(wide.find("_swapped_splitk"), std::string::npos) << wide;
+      const std::string odd_k = selected_on(90, DType::f32, tf32, 48, 16384, 4098, false, transpose_b, false);
+      EXPECT_EQ(odd_k.find("_swapped_splitk"), std::string::npos) << odd_k;
+      const std::string ampere = selected_on(80, DType::f32, tf32, 48, 16384, 4096, false, transpose_b, false);
+      EXPECT_FALSE(starts_with(ampere, "sm90_")) << ampere;
+    }
+  }
+  // A column-major C [16384 x 40] is the row-major C^T [40 x 16384] = B^T A^T: a decode problem whose weight, A, is
+  // K-major as B^T's B' and whose tokens' B^T, K-major, is A'.
+  EXPECT_EQ(selected_on(90, DType::f32, false, 16384, 40, 4096, false, true, true), exact_rows[1]);
+  // A batch of 3 x 16 tokens with its own B each: not folded, batched rows.
+  const cuda::gemm::GemmDevice device{0, 90, 132, 227 * 1024};
+  GemmProblem batched = batched_problem(3, 16, 4096, 4096, 3, 16 * 4096);
+  for (TensorView* v : {&batched.a, &batched.b, &batched.c}) v->dtype = DType::f32;
+  const std::string name = cuda::gemm::select_gemm_kernel(cuda::gemm::describe_gemm(batched), device, true).name();
+  EXPECT_EQ(name.find("_swapped_splitk"), std::string::npos) << name;
+}
+
+// TF32, A K-major and B MN-major on Hopper: the 128 x 128 cooperative row (C^T's tile; the problem's 128 x 128) takes
+// the grids that the 128 x 256 row (the problem's 256 of M x 128 of N) pads or leaves idle — a batch of 64 problems of
+// M 128 (256-row tiles: half of each padding), 1023 x 1025 x 1027 (36 tiles against 72; N staged) — by the waves
+// model; squares from 2048, 1000 x 3000 x 777 and the batched 32 x 512^3 and 8 x 1024^3 keep 128 x 256; x @ W^T (B
+// K-major) has no 128 x 128 row.
+TEST(CudaGemmSelection, Tf32GridsThe128x256RowPadsRunThe128x128Row) {
+  const std::string small = "sm90_tf32_ak_bmn_128x128x32_c1x1_coop", large = "sm90_tf32_ak_bmn_128x256x32_c2x1_coop";
+  bool built = false;
+  for (const cuda::gemm::GemmKernel* kernel : cuda::gemm::gemm_kernels()) built = built || small == kernel->name;
+  if (!built) GTEST_SKIP() << "this build has no TF32 128 x 128 cooperative row (ATTNKIT_CUDA_ARCHS without 90a)";
+  EXPECT_EQ(selected_on(90, DType::f32, true, 1023, 1025, 1027, false, false, false), small + "+staged");
+  EXPECT_EQ(selected_on(90, DType::f32, true, 2048, 2048, 2048, false, false, false), large);
+  EXPECT_EQ(selected_on(90, DType::f32, true, 4096, 4096, 4096, false, false, false), large);
+  EXPECT_EQ(selected_on(90, DType::f32, true, 1000, 3000, 776, false, false, false), large);
+  EXPECT_FALSE(starts_with(selected_on(90, DType::f32, true, 1023, 1025, 1027, false, true, false), small.c_str()));
+  EXPECT_FALSE(starts_with(selected_on(90, DType::f32, false, 1023, 1025, 1027, false, false, false), small.c_str()));
+  const cuda::gemm::GemmDevice device{0, 90, 132, 227 * 1024};
+  auto batched = [&](int64_t batch, int64_t m, int64_t n, int64_t k) {
+    GemmProblem p = batched_problem(batch, m, n, k, batch, m * k);
+    for (TensorView* v : {&p.a, &p.b, &p.c}) v->dtype = DType::f32;
+    return cuda::gemm::select_gemm_kernel(cuda::gemm::describe_gemm(p), device, true).name();
+  };
+  EXPECT_EQ(batched(64, 128, 4096, 128), small);
+  EXPECT_EQ(batched(32, 512, 512, 512), large);
+  EXPECT_EQ(batched(8, 1024, 1024, 1024), large);
+}
+
 class CudaGemm : public ::testing::TestWithParam<Precision> {
  protected:
   void SetUp() override {
@@ -1206,10 +1302,10 @@ TEST_F(CudaGemmKernelChoice, Fp32SplitKInTwoSlicesMatchesTheOracle) {
   }
 }
 
-// The swapped split-K rows (decode: C^T = B^T A^T on tiles of 128 of N x 64 of M, K slices), each forced with
-// ATTNKIT_GEMM_CONFIG against the oracle on decode shapes: M 1, 7, 16 and 64 tokens; N 4096, 4160 (a partial
-// 128-row tile of C^T) and 4097 (B and C staged, N padded); K 4096 (4 slices) and 4104 (3 slices of 1368: a
-// partial K tile in each); alpha and beta != 0; unaligned views (staged); a column-major C of the transposed
+// The swapped split-K rows (decode: C^T = B^T A^T on tiles of 128 of N x 64 of M, K slices; bf16, f16, TF32 and
+// 3xTF32), each forced with ATTNKIT_GEMM_CONFIG against the oracle on decode shapes: M 1, 7, 16 and 64 tokens; N 4096,
+// 4160 (a partial 128-row tile of C^T) and 4097 (B and C staged, N padded); K 4096 (4 slices) and 4104 (3 slices of
+// 1368: a partial K tile in each); alpha and beta != 0; unaligned views (staged); a column-major C of the transposed
 // problem, whose canonical form is the decode shape; and a batch of tokens sharing B (folded into M).
 TEST_F(CudaGemmKernelChoice, ForcedSwappedSplitKRowsMatchTheOracleOnDecodeShapes) {
   if (device_capability() != 90) GTEST_SKIP() << "the Hopper GEMM runs on compute capability 9.0 only";
@@ -1225,7 +1321,10 @@ TEST_F(CudaGemmKernelChoice, ForcedSwappedSplitKRowsMatchTheOracleOnDecodeShapes
   int rows = 0;
   for (const cuda::gemm::GemmKernel* kernel : cuda::gemm::gemm_kernels()) {
     if (std::string(kernel->name).find("_swapped_splitk") == std::string::npos) continue;
-    const Precision& precision = kernel->dtype == DType::f16 ? kF16 : kBF16;
+    const Precision& precision = kernel->dtype == DType::f16                  ? kF16
+                                 : kernel->dtype == DType::bf16               ? kBF16
+                                 : kernel->math == cuda::gemm::GemmMath::tf32 ? kTF32
+                                                                              : kF32;
     const test::ScopedEnvironment forced(cuda::gemm::kForcedGemmConfigVariable, kernel->name);
     detail::clear_gemm_plans();
     int runs = 0;
@@ -1255,6 +1354,52 @@ TEST_F(CudaGemmKernelChoice, ForcedSwappedSplitKRowsMatchTheOracleOnDecodeShapes
   }
   detail::clear_gemm_plans();
   if (rows == 0) GTEST_SKIP() << "this build has no swapped split-K rows (ATTNKIT_CUDA_ARCHS without 90a)";
+}
+
+// The fp32 swapped split-K rows (TF32, 3xTF32) in one slice (gemm_swapped_split_k_slices: M within the tile's 64
+// columns, the weight's tiles alone fill the device), forced against the oracle: M 1, 5, 17, 40 and 64; N 16896 (132
+// tiles of 128), 16900 (a partial tile of 4 rows of C^T), 16898 (B and C staged with N padded to 16900) and 14336
+// (112 tiles); K 1000, 1028 and 700 (partial K tiles of 32 and 16) and 520; alpha, beta 0 and not; x @ W and x @ W^T
+// (one is the row's), A K-major. Every output is NaN before the call and its padding must stay NaN (the oracle
+// check). Small enough for compute-sanitizer with --gtest_filter on this test.
+TEST_F(CudaGemmKernelChoice, ForcedFp32SwappedRowsInOneSliceMatchTheOracle) {
+  if (device_capability() != 90) GTEST_SKIP() << "the Hopper GEMM runs on compute capability 9.0 only";
+  struct Decode {
+    int64_t m, n, k;
+    double alpha, beta;
+  };
+  const std::vector<Decode> shapes = {{1, 16896, 1000, 1.0, 0.0},
+                                      {17, 16900, 1028, 0.75, 0.5},
+                                      {64, 16896, 700, 1.25, -1.0},
+                                      {40, 14336, 520, 1.0, 0.25},
+                                      {5, 16898, 512, 0.5, 0.0}};
+  int rows = 0;
+  for (const cuda::gemm::GemmKernel* kernel : cuda::gemm::gemm_kernels()) {
+    const std::string name = kernel->name;
+    if (kernel->dtype != DType::f32 || name.find("_swapped_splitk") == std::string::npos) continue;
+    const Precision& precision = kernel->math == cuda::gemm::GemmMath::tf32 ? kTF32 : kF32;
+    const test::ScopedEnvironment forced(cuda::gemm::kForcedGemmConfigVariable, kernel->name);
+    detail::clear_gemm_plans();
+    int runs = 0;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      for (const bool transpose_b : {false, true}) {
+        GemmSpec s;
+        s.m = shapes[i].m, s.n = shapes[i].n, s.k = shapes[i].k, s.transpose_b = transpose_b;
+        s.alpha = shapes[i].alpha, s.beta = shapes[i].beta;
+        cuda::gemm::GemmShape shape;
+        shape.dtype = DType::f32, shape.m = s.m, shape.n = (s.n + 3) / 4 * 4, shape.k = s.k;
+        EXPECT_EQ(cuda::gemm::gemm_swapped_split_k_slices(shape, 64, 128, precision.allow_tf32 ? 32 : 16, 132), 1)
+            << s.describe();
+        if (forced_run_matches_oracle(*kernel, s, precision, 211 + i * 2 + (transpose_b ? 1 : 0))) ++runs;
+      }
+    }
+    detail::clear_gemm_plans();
+    if (cuda::gemm::gemm_device(0).multiprocessors > 132) continue;  // fewer tiles than SMs: the K-slice rule's
+    EXPECT_EQ(runs, static_cast<int>(shapes.size())) << name;
+    ++rows;
+  }
+  detail::clear_gemm_plans();
+  if (rows == 0) GTEST_SKIP() << "this build has no fp32 swapped split-K rows (or the device has more than 132 SMs)";
 }
 
 // What split-K cannot run, the swapped split-K rows refuse and the registry runs elsewhere: a batch of 3 decode

@@ -390,6 +390,42 @@ TEST(TunerCudaGemmSpace, Tf32RowsRunOnlyProblemsThatAllowTf32) {
   }
 }
 
+// fp32 decode against a wide weight (x @ W and x @ W^T): the swapped split-K rows of 128 of N x 64 of M are valid
+// configs of the tuner's space, with a finite estimate, and the default (the registry's choice): TF32 at M 16, 3xTF32
+// at M 48; without TF32 no TF32 row is valid. Skipped where the build has no such rows.
+TEST(TunerCudaGemmSpace, Fp32DecodeProblemsReachTheSwappedSplitKRows) {
+  if (gemm_forced()) GTEST_SKIP() << "ATTNKIT_GEMM_CONFIG is set: the registry's choice is the forced entry";
+  std::set<std::string> names;
+  for (const GemmKernel* kernel : gemm_kernels()) names.insert(kernel->name);
+  if (names.count("sm90_tf32_ak_bmn_128x64x32_c1x1_swapped_splitk") == 0) {
+    GTEST_SKIP() << "this build has no fp32 swapped split-K rows (ATTNKIT_CUDA_ARCHS without 90a)";
+  }
+  const tune::ConfigSpace space = cuda::gemm::gemm_space();
+  for (const bool b_transposed : {false, true}) {
+    const std::string b = b_transposed ? "bk" : "bmn";
+    for (const bool tf32 : {true, false}) {
+      const int64_t m = tf32 ? 16 : 48;
+      const std::string row = tf32 ? "sm90_tf32_ak_" + b + "_128x64x32_c1x1_swapped_splitk"
+                                   : "sm90_3xtf32_ak_" + b + "_128x64x16_c1x1_swapped_splitk";
+      const tune::ProblemSpec spec = tune::gemm_problem_spec(DType::f32, m, 16384, 4096, 1, false, b_transposed, tf32);
+      const tune::CandidateRanking ranking = tune::rank_candidates(space, spec, hopper());
+      bool valid = false;
+      for (const auto& ranked : ranking.valid) {
+        if (ranked.config->id != row) continue;
+        valid = true;
+        EXPECT_TRUE(std::isfinite(ranked.cost.seconds) && ranked.cost.seconds > 0.0) << row;
+      }
+      EXPECT_TRUE(valid) << row;
+      EXPECT_EQ(default_id(space, spec, hopper()), row);
+      if (!tf32) {
+        for (const auto& ranked : ranking.valid) {
+          EXPECT_NE(cuda::gemm::gemm_kernel_of(*ranked.config)->math, cuda::gemm::GemmMath::tf32) << ranked.config->id;
+        }
+      }
+    }
+  }
+}
+
 TEST(TunerCudaGemmSpace, TheSpecOfACallIsItsCanonicalForm) {
   // x [M, K] @ W^T with W [N, K]: op(B) K-major; a column-major C is computed transposed.
   std::vector<unsigned char> memory(1 << 16);

@@ -14,7 +14,7 @@
 // (slice l's A and B start l slices along K) with an epilogue that reads no C and writes fp32 partial sums
 // into the workspace, one M x N buffer per slice; the ordered sum of gemm_split_k.hpp then writes C. Swapped
 // split-K rows (CooperativeSplitKSwapped) do the same on C^T = B^T A^T for decode-like M: the wide N fills the
-// tile's 128 wgmma rows, the few tokens of M its 64 columns.
+// tile's 128 wgmma rows, the few tokens of M its 64 columns (fp32 rows: also in one slice, see there).
 //
 // What TMA needs is 16-byte aligned base addresses, leading dimensions and batch strides; M and K are free
 // (the loads of A and B are bounded by the tensors' extents, zero fill beyond them, and the epilogue bounds
@@ -118,6 +118,15 @@ struct CooperativeSplitK {
 // 512 KiB of C (twice with beta): about 34.5 MB of DRAM, 8 us, plus the sum; the wgmma work (2.1 GFLOP, no padding
 // at M = 64) takes about 3 us of the 128 SMs' tensor cores and overlaps the loads. Measured (docs/perf.md, GEMM
 // decode rows): 13.4 us and 14.5 us per call in a CUDA graph, both launches included (cuBLAS 13.2 and 11.7).
+// fp32 rows (TF32 tile 128 x 64 x 32, 3xTF32 128 x 64 x 16; A K-major): A^T is the K-major B that TF32 wgmma reads
+// from shared memory; the weight, CUTLASS's A, is read from shared memory when K-major (x @ W^T) and through registers
+// when MN-major (x @ W: CUTLASS's register-sourced TF32 collective); the 3xTF32 mainloop writes both operands K-major
+// as it splits them.
+// They also run in one slice where M fits the 64 columns and the weight's tiles alone fill the grid
+// (gemm_swapped_split_k_slices): fp32 decode against N 14336-16384 ran on 128-row tiles (TF32 128 x 256: M = 16
+// padded to 256 rows, 0.40-0.45x cuBLAS-TF32 on an H200; 3xTF32 128 x 128: M = 64 padded to 128, 0.56x SGEMM).
+// Floor of TF32 16 x 16384 x 4096 (estimates): the 256 MiB weight at about 4.3 TB/s, 62 us; its padded wgmma work,
+// 2 x 64 x 16384 x 4096 = 8.6 GFLOP, about 20 us at the TF32 rate of 128 SMs: bandwidth-bound.
 struct CooperativeSplitKSwapped {
   using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
   using Epilogue = cutlass::epilogue::TmaWarpSpecializedCooperative;
@@ -145,9 +154,10 @@ template <class Element, class LayoutA, class LayoutB, int Alignment, bool AKMaj
           class ClusterShape, int EpilogueBytes, class Schedule>
 struct Sm90Mainloop<true, Element, LayoutA, LayoutB, Alignment, AKMajor, BKMajor, TileShape, ClusterShape,
                     EpilogueBytes, Schedule> {
-  static_assert(std::is_same_v<Schedule, Cooperative> || std::is_same_v<Schedule, CooperativeSplitK>,
-                "3xTF32 rows: the cooperative schedule only, data-parallel or on K slices (its two consumer warp "
-                "groups split the operands together, gemm_sm90_3xtf32_mainloop.cuh)");
+  static_assert(std::is_same_v<Schedule, Cooperative> || std::is_same_v<Schedule, CooperativeSplitK> ||
+                    std::is_same_v<Schedule, CooperativeSplitKSwapped>,
+                "3xTF32 rows: the cooperative schedule only, data-parallel or on K slices, swapped or not (its two "
+                "consumer warp groups split the operands together, gemm_sm90_3xtf32_mainloop.cuh)");
   using type = Fast32Mainloop<TileShape, ClusterShape, AKMajor, BKMajor, EpilogueBytes>;
 };
 
@@ -165,9 +175,10 @@ struct Sm90Gemm {
   // MN-major too; an MN-major B beside a K-major A it exchanges with A, which its TMA epilogue does not follow (it
   // would store C^T's tiles into C). Such rows exchange the operands here instead: C^T = B^T A^T, C column-major,
   // B^T the MN-major A of CUTLASS's problem (registers) and A^T its K-major B. Swapped split-K rows
-  // (CooperativeSplitKSwapped: 16-bit decode-like problems) exchange them in every layout.
-  static_assert(!Schedule::kSwapped || sizeof(Element) == 2,
-                "swapped split-K rows: 16-bit types only (fp32 rows swap by their layout alone)");
+  // (CooperativeSplitKSwapped: decode-like problems) exchange them in every layout of 16-bit types, with A K-major
+  // for TF32 (A^T is then the K-major B its wgmma needs), in every layout for 3xTF32 (its mainloop transposes).
+  static_assert(!Schedule::kSwapped || sizeof(Element) == 2 || kFast32 || AKMajor,
+                "swapped split-K TF32 rows: A K-major only (A^T is CUTLASS's B, which TF32 wgmma reads K-major)");
   static constexpr bool kSwapped = Schedule::kSwapped || (!kFast32 && sizeof(Element) == 4 && AKMajor && !BKMajor);
   // CUTLASS's A and B: ours, or B^T and A^T when swapped (B^T is K-major where B is, A^T where A is).
   static constexpr bool kCutlassAKMajor = kSwapped ? BKMajor : AKMajor;
@@ -189,8 +200,9 @@ struct Sm90Gemm {
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, ElementC, LayoutC, kAlignmentD, ElementD, LayoutC,
       kAlignmentD, typename Schedule::Epilogue>::CollectiveOp;
   using CollectiveMainloop =
-      typename Sm90Mainloop<kFast32, Element, LayoutA, LayoutB, kAlignment, AKMajor, BKMajor, TileShape, ClusterShape,
-                            static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage)), Schedule>::type;
+      typename Sm90Mainloop<kFast32, Element, LayoutA, LayoutB, kAlignment, kCutlassAKMajor, kCutlassBKMajor, TileShape,
+                            ClusterShape, static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage)),
+                            Schedule>::type;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
                                                       CollectiveEpilogue, typename Schedule::Scheduler>;
   // The 3xTF32 mainloop sizes its stages itself (the builder's rows are sized by CUTLASS).
@@ -204,7 +216,20 @@ struct Sm90Gemm {
   static constexpr int kProblemTileN = kSwapped ? TileM : TileN;
   static constexpr bool kStreamK = Schedule::kStreamK;
   static constexpr bool kOverlapsEpilogue = Schedule::kOverlapsEpilogue;
+  static constexpr bool kSwappedSplitK = Schedule::kSwapped;
 };
+
+// The K slices of a split-K row for `s` (0: the row refuses it): the swapped rows' rule (one slice for fp32 M within
+// the 64 columns) or the common one (gemm_split_k.hpp).
+template <class Gemm>
+int split_k_slices_of(const GemmShape& s, const GemmDevice& device) {
+  if constexpr (Gemm::kSwappedSplitK) {
+    return gemm_swapped_split_k_slices(s, Gemm::kProblemTileM, Gemm::kProblemTileN, Gemm::kTileK,
+                                       device.multiprocessors);
+  } else {
+    return gemm_split_k_slices(s, Gemm::kProblemTileM, Gemm::kProblemTileN, Gemm::kTileK, device.multiprocessors);
+  }
+}
 
 // Strides of a CUTLASS operand in its (MN, K, L) modes: `mn` the stride along M (or N), `k` along K.
 template <class Stride, bool KMajor>
@@ -310,10 +335,11 @@ std::string refusal(const GemmShape& s, const GemmDevice& device) {
   }
   int slices = 1;
   if constexpr (Gemm::kSplitK) {
-    slices = gemm_split_k_slices(s, Gemm::kProblemTileM, Gemm::kProblemTileN, Gemm::kTileK, device.multiprocessors);
+    slices = split_k_slices_of<Gemm>(s, device);
     if (slices == 0) {
       return "split-K runs batch-1 problems with fewer output tiles than a third of the SMs (half for fp32) and a "
-             "K that divides into at least 3 slices (2 for fp32) of at least 4 K tiles, each a multiple of 16 bytes";
+             "K that divides into at least 3 slices (2 for fp32) of at least 4 K tiles, each a multiple of 16 bytes "
+             "(swapped fp32 rows: also one slice for M within the tile's 64 columns and K a multiple of 4)";
     }
   }
   // M and K rounded up for CUTLASS's packed-tensor alignment check (see above): TMA bounds the loads of A and
@@ -423,8 +449,7 @@ class Sm90Runner final : public GemmRunner {
 
   Sm90Runner(const GemmShape& shape, const GemmDevice& device) : device_(device) {
     if constexpr (Gemm::kSplitK) {
-      slices_ =
-          gemm_split_k_slices(shape, Gemm::kProblemTileM, Gemm::kProblemTileN, Gemm::kTileK, device.multiprocessors);
+      slices_ = split_k_slices_of<Gemm>(shape, device);
       if (slices_ == 0) throw Error(Status::internal, "sm90 split-K gemm: made for a shape it refuses");
       partial_bytes_ = gemm_split_k_partial_bytes(shape, slices_);
     }

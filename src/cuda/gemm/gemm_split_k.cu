@@ -108,6 +108,13 @@ int gemm_split_k_slices(const GemmShape& s, int tile_m, int tile_n, int tile_k, 
   return 0;
 }
 
+int gemm_swapped_split_k_slices(const GemmShape& s, int tile_m, int tile_n, int tile_k, int multiprocessors) {
+  const int slices = gemm_split_k_slices(s, tile_m, tile_n, tile_k, multiprocessors);
+  if (slices > 0 || s.dtype != DType::f32) return slices;
+  if (s.batch != 1 || s.product_zero || tile_m <= 0 || s.m <= 0 || s.m > tile_m || s.n <= 0 || s.k <= 0) return 0;
+  return s.k % 4 == 0 ? 1 : 0;  // K of whole 16-byte vectors, as the slices of the rule above
+}
+
 int64_t gemm_split_k_partial_bytes(const GemmShape& s, int slices) {
   const int64_t bytes = int64_t{slices} * s.m * s.n * static_cast<int64_t>(sizeof(float));
   return (bytes + kPartialAlignment - 1) / kPartialAlignment * kPartialAlignment;

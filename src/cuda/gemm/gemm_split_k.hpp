@@ -36,6 +36,15 @@ inline constexpr int kMinSplitKTilesPerSlice = 4;  // K tiles each slice's main 
 // `multiprocessors` SMs; 0 when split-K does not apply (see above).
 int gemm_split_k_slices(const GemmShape& shape, int tile_m, int tile_n, int tile_k, int multiprocessors);
 
+// The slice count of a swapped split-K row (C^T = B^T A^T: tile_m of the problem's M is the tile's 64 wgmma
+// columns). The rule above; and for fp32 (TF32, 3xTF32), where it gives none, one slice when M fits one column of
+// tiles (M <= tile_m, batch 1, K a multiple of 4): the weight B is then read once, its tiles alone fill the grid (fp32
+// decode against N 14336-16384: 112-128 tiles of 128 weight rows), and the tokens pad to 64 wgmma columns instead of
+// the 128 or 256 rows of the other fp32 rows' tiles. The partial sums of one slice are M x N fp32 (1 MiB at 16 x
+// 16384), small beside the weight (256 MiB). The 16-bit rows keep the rule above (their 64 x 128 ping-pong rows take
+// those grids).
+int gemm_swapped_split_k_slices(const GemmShape& shape, int tile_m, int tile_n, int tile_k, int multiprocessors);
+
 // Bytes of the fp32 partial sums of `slices` slices of shape's M x N (256-byte aligned).
 int64_t gemm_split_k_partial_bytes(const GemmShape& shape, int slices);
 

@@ -888,17 +888,26 @@ TEST(CudaGemmSelection, Fp32DecodeShapesSelectTheNarrowKernel) {
     s.b_row = b_k_major ? 1 : n, s.b_col = b_k_major ? k : 1;
     return cuda::gemm::narrow_gemm_slices(s, 132);
   };
-  EXPECT_EQ(slices(16, 16384, 4096), 3);  // 128 column blocks: 384 CTAs
-  EXPECT_EQ(slices(1, 4096, 4096), 8);    // 32 blocks: 9 wanted, 8 slices of 512
-  EXPECT_EQ(slices(1, 4096, 16384), 9);
-  EXPECT_EQ(slices(3, 16896, 700), 1);  // 132 blocks, K under two slices of 512
+  EXPECT_EQ(slices(16, 16384, 4096), 2);  // 128 column blocks: 256 CTAs, within two per SM (not 384)
+  EXPECT_EQ(slices(1, 4096, 4096), 8);    // 32 blocks: 8 slices of 512
+  EXPECT_EQ(slices(1, 4096, 16384), 8);   // 256 CTAs (9 slices were 288: 24 in a second wave)
+  EXPECT_EQ(slices(1, 16896, 4096), 2);   // 132 blocks: exactly two per SM
+  EXPECT_EQ(slices(3, 16896, 700), 1);    // 132 blocks, K under two slices of 512
   EXPECT_EQ(slices(1, 128, 1 << 20), 32);
-  EXPECT_EQ(slices(64, 4096, 4096), 5);  // two row blocks: 64 blocks, 5 slices of 820 rows
+  EXPECT_EQ(slices(64, 4096, 4096), 4);  // two row blocks: 64 blocks, 4 slices of 1024 rows
+  EXPECT_EQ(slices(5, 4352, 4096), 7);   // 34 blocks: 238 CTAs (8 slices would be 272)
   EXPECT_EQ(slices(48, 16896, 700), 1);
   // B K-major: 32 columns a CTA.
   EXPECT_EQ(slices(16, 16384, 4096, true), 1);  // 512 column blocks
-  EXPECT_EQ(slices(1, 4096, 4096, true), 3);    // 128 blocks
-  EXPECT_EQ(slices(64, 4096, 4096, true), 2);   // 256 blocks of rows x columns
+  EXPECT_EQ(slices(1, 4096, 4096, true), 2);    // 128 blocks
+  EXPECT_EQ(slices(64, 4096, 4096, true), 1);   // 256 blocks of rows x columns
+  EXPECT_EQ(slices(64, 2048, 4096, true), 2);   // 128
+  for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3> >{
+           {1, 4096, 16384}, {16, 16384, 4096}, {7, 16388, 1027}, {64, 4096, 4096}, {29, 14336, 4096}}) {
+    const int64_t blocks = (n + 127) / 128 * (m > 32 ? 2 : 1);
+    EXPECT_LE(blocks * slices(m, n, k), 2 * 132) << m << "x" << n << "x" << k << ": more than two CTAs per SM";
+    EXPECT_GE(blocks * slices(m, n, k), 132) << m << "x" << n << "x" << k;
+  }
 }
 
 // fp32 decode on Hopper (A K-major, B either majorness): the swapped split-K rows (C^T = B^T A^T on tiles of 128 of N x
@@ -1795,7 +1804,7 @@ TEST_F(CudaGemmKernelChoice, ForcedHopperFp32RowsMatchTheOracle) {
 }
 
 // The narrow fp32 kernel (gemm_narrow.hpp) forced against the oracle on decode shapes, A K-major and MN-major, B
-// row-major, M from 1 to 32 (the 4-, 16- and 32-row instances): K in 8, 9 and 3 slices (partial sums added by the
+// row-major, M from 1 to 32 (the 4-, 16- and 32-row instances): K in 8 and 2 slices (partial sums added by the
 // ordered sum, with alpha and beta), K not a multiple of the 256-row chunk (1027, with two slices), N not a
 // multiple of the CTA's 128 columns and C's rows padded (16388 of 16392), TF32 allowed (exact fp32 is within both
 // bounds), and a batch of tokens sharing B (folded into 15 rows). Every output is NaN before the call (beta 0) and
@@ -1860,9 +1869,9 @@ TEST_F(CudaGemmKernelChoice, NarrowRowInOneSliceMatchesTheOracle) {
 }
 
 // The narrow kernel's K-major entries (x @ W^T: W row-major [N, K], lanes along K, warp sums by butterfly) forced
-// against the oracle: K 4096 and 4100 in 3 slices of 1368 (rounded up to 16-byte vectors: a shorter last slice), in
-// 2 slices (M 64: two row blocks), in one slice (K 700 and 1028: partial 256-row chunks, with beta), N not a
-// multiple of the CTA's 32 columns (16388, C's rows padded), M from 1 to 64 (the 4-, 16- and 32-row instances),
+// against the oracle: K 4096 in 2 slices, 4100 in 2 slices of 2052 (rounded up to 16-byte vectors: a shorter last
+// slice), in 2 slices with M 64 (two row blocks), in one slice (K 700 and 1028: partial 256-row chunks, with beta), N
+// not a multiple of the CTA's 32 columns (16388, C's rows padded), M from 1 to 64 (the 4-, 16- and 32-row instances),
 // TF32 allowed, A either majorness.
 TEST_F(CudaGemmKernelChoice, ForcedNarrowKMajorRowsMatchTheOracle) {
   struct Decode {
@@ -1872,7 +1881,7 @@ TEST_F(CudaGemmKernelChoice, ForcedNarrowKMajorRowsMatchTheOracle) {
   };
   const std::vector<Decode> shapes = {{1, 4096, 4096, 0.0, &kF32},   {16, 4096, 4100, 0.5, &kF32},
                                       {7, 16388, 1028, -1.0, &kF32}, {29, 14336, 4096, 0.0, &kTF32},
-                                      {32, 16384, 700, 0.25, &kF32}, {64, 4096, 4096, 0.5, &kF32}};
+                                      {32, 16384, 700, 0.25, &kF32}, {64, 2048, 4096, 0.5, &kF32}};
   int runs = 0;
   for (size_t i = 0; i < shapes.size(); ++i) {
     const cuda::gemm::GemmKernel& kernel = shapes[i].m > cuda::gemm::kNarrowMaxRows
@@ -1893,12 +1902,12 @@ TEST_F(CudaGemmKernelChoice, ForcedNarrowKMajorRowsMatchTheOracle) {
 }
 
 // The narrow kernel's exact-only entry (M 33-64 in two row blocks of 32, the second partly masked) forced against
-// the oracle: K in 5 slices (of 820 rows: partial chunks) and 2, and in one slice with beta; A either majorness.
+// the oracle: K in 4 slices and in 2 (of 514 rows: partial chunks), and in one slice with beta; A either majorness.
 TEST_F(CudaGemmKernelChoice, ForcedNarrowExactRowMatchesTheOracle) {
   const cuda::gemm::GemmKernel& kernel = cuda::gemm::narrow_exact_gemm_kernel();
   const test::ScopedEnvironment forced(cuda::gemm::kForcedGemmConfigVariable, kernel.name);
   detail::clear_gemm_plans();
-  const std::vector<std::array<int64_t, 3> > shapes = {{64, 4096, 4096}, {33, 16384, 1027}, {48, 16896, 700}};
+  const std::vector<std::array<int64_t, 3> > shapes = {{64, 4096, 4096}, {33, 8192, 1027}, {48, 16896, 700}};
   int runs = 0;
   for (size_t i = 0; i < shapes.size(); ++i) {
     for (const bool transpose_a : {false, true}) {

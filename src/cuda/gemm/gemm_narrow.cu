@@ -288,7 +288,7 @@ std::unique_ptr<GemmRunner> make_narrow_runner(const GemmShape& shape, const Gem
 
 int narrow_gemm_slices(const GemmShape& s, int multiprocessors) {
   const int64_t blocks = std::max<int64_t>(column_blocks(s) * row_passes(s), 1);
-  const int64_t wanted = (int64_t{kNarrowCtasPerSm} * std::max(multiprocessors, 1) + blocks - 1) / blocks;
+  const int64_t wanted = std::max<int64_t>(int64_t{kNarrowCtasPerSm} * std::max(multiprocessors, 1) / blocks, 1);
   const int64_t most = std::max<int64_t>(s.k / kNarrowMinSliceK, 1);
   return static_cast<int>(std::clamp<int64_t>(std::min(wanted, most), 1, kNarrowMaxSlices));
 }

@@ -33,10 +33,13 @@ inline constexpr int kNarrowKMajorColumns = 32;  // columns of C per CTA, B K-ma
 inline constexpr int kNarrowTf32MaxRows = 8;
 inline constexpr int kNarrowMinSliceK = 512;  // rows of B a K slice streams at least
 inline constexpr int kNarrowMaxSlices = 32;
-inline constexpr int kNarrowCtasPerSm = 2;  // the CTAs per SM the slice count aims at (loads in flight)
+// The CTAs per SM the slice count aims at, and at most: the 4- and 16-row instances' registers (101-128 a thread, 256
+// threads) hold two CTAs an SM, so a grid of more than two per SM ran its last CTAs in a second, partial wave (1 x 4096
+// x 16384: 288 CTAs on 264 places, the last 24 streaming 0.9 MB each alone after the others; 1 x 16384 x 4096: 384).
+inline constexpr int kNarrowCtasPerSm = 2;
 
-// The K slices of `shape` on `multiprocessors` SMs: enough for column blocks x row blocks x slices CTAs to reach two
-// per SM, at most 32 and at least 512 rows of B each (at least 1).
+// The K slices of `shape` on `multiprocessors` SMs: as many as keep column blocks x row blocks x slices CTAs within two
+// per SM (one wave), at most 32 and at least 512 rows of B each (at least 1).
 int narrow_gemm_slices(const GemmShape& shape, int multiprocessors);
 
 // Empty when the narrow kernel's first entry (M <= 32, B MN-major) computes `shape` on `device`, else why not.

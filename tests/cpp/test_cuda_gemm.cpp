@@ -1396,7 +1396,7 @@ TEST_F(CudaGemmKernelChoice, ForcedFp32SwappedRowsInOneSliceMatchTheOracle) {
         s.m = shapes[i].m, s.n = shapes[i].n, s.k = shapes[i].k, s.transpose_b = transpose_b;
         s.alpha = shapes[i].alpha, s.beta = shapes[i].beta;
         cuda::gemm::GemmShape shape;
-        shape.dtype = DType::f32, shape.m = s.m, shape.n = (s.n + 3) / 4 * 4, shape.k = s.k;
+        shape.dtype = DType::f32, shape.m = s.m, shape.n = (s.n + 3) / 4 * 4, shape.k = s.k, shape.batch = 1;
         EXPECT_EQ(cuda::gemm::gemm_swapped_split_k_slices(shape, 64, 128, precision.allow_tf32 ? 32 : 16, 132), 1)
             << s.describe();
         if (forced_run_matches_oracle(*kernel, s, precision, 211 + i * 2 + (transpose_b ? 1 : 0))) ++runs;

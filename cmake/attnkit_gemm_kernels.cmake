@@ -50,8 +50,9 @@
 # fp32, the swizzle's width), 128 x 256 but for a=mn b=mn (128 x 128: with the transposition of B, 128 x 256
 # spills registers), and a 128 x 128 a=k b=mn row in a cluster of one (C^T's tile: the problem's is 128 x 128, the
 # 128 x 256 row's 256 of M x 128 of N) that the waves model gives grids where the larger tile leaves SMs idle or pads M
-# to twice (batched 64 x 128 x 4096 x 128: M 128 on 256-row tiles; 1023 x 1025 x 1027: 36 tiles against 72); 3xTF32 rows in every layout (their mainloop writes both operands K-major as it splits them),
-# 128 x 128 x 16 in clusters of one: three buffers of split parts (96 KB) sit beside the loaded stages and the
+# to twice (batched 64 x 128 x 4096 x 128: M 128 on 256-row tiles; 1023 x 1025 x 1027: 36 tiles against 72); 3xTF32
+# rows in every layout (their mainloop writes both operands K-major as it splits them), 128 x 128 x 16 in clusters of
+# one: three buffers of split parts (96 KB) sit beside the loaded stages and the
 # epilogue in shared memory. Split-K rows of both fp32 maths (A K-major, dev set) take the small grids with a long K
 # (decode-like M, 256 x 256 x 65536), as the 16-bit ones do.
 # The dev set holds every layout of bf16 and f16 on Hopper (about 35-45 s of one core each to compile), the

@@ -92,7 +92,7 @@ struct Sm90Consumer {
           policy.row_masks(walk.tile, bits, row_of, lane_class, masks);
           fmha::apply_row_masks<kRows, kCols>(s, masks);
         }
-        softmax.update_scores(s, p.scale_log2, correction);
+        softmax.template update_scores<Traits::kPolynomialExp2Every>(s, p.scale_log2, correction);
         // The walk's step (a branch) ends the basic block here: ptxas schedules the wgmma wait that
         // follows within its block, and with the exponentials in the same block it hoisted the wait
         // above them (the softmax then ran after P(i-1) * V(i-1) instead of during it).

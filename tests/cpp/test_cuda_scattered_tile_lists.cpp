@@ -1,14 +1,11 @@
 // The scattered kernels' pre-pass (launch_build_tile_lists, cuda/sparse/scattered_tile_lists.cu): on odd row and
 // column counts, partial last tiles, empty and full rows, several (batch, head) slices and both tile widths, every
-// list equals a plain CPU union of its group's rows (entries in column order with their row sets, zero padding), for
-// the dK/dV kernel's groups of 16 rows (32-bit entries, padded to 16) and the forward and dQ kernels' groups of 8
-// (16-bit entries, padded to 8); every length is written, and nothing is written past a padded list or past the last
-// list.
+// list equals a plain CPU union of its 16 rows (entries in column order with their row sets, zero padding to a
+// multiple of 16), every length is written, and nothing is written past a padded list or past the last list.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -33,11 +30,10 @@ TEST(CudaScatteredTileLists, SkipsWithoutCuda) {
 #else
 
 using cuda::MaskBytes;
-using cuda::sparse::EightRowTileLists;
 using cuda::sparse::PackedMask;
 using cuda::sparse::TileLists;
 
-constexpr uint8_t kPoisonByte = 0xAB;
+constexpr uint32_t kPoison = 0xABABABABu;
 constexpr int64_t kGuardWords = 64;
 
 // A contiguous [slices, rows, columns] mask of 0 / 1 bytes: each byte set with probability `density`; rows
@@ -47,57 +43,33 @@ struct ListCase {
   int32_t rows = 0;
   int32_t columns = 0;
   int tile = 256;
-  int group_rows = 16;  // 16: TileLists; 8: EightRowTileLists
   double density = 0.1;
   std::vector<int32_t> empty_rows;
 };
 
 std::string describe(const ListCase& c) {
   return std::to_string(c.slices) + "x" + std::to_string(c.rows) + "x" + std::to_string(c.columns) + " tile " +
-         std::to_string(c.tile) + " groups of " + std::to_string(c.group_rows) + " density " +
-         std::to_string(c.density);
+         std::to_string(c.tile) + " density " + std::to_string(c.density);
 }
 
 // The lists of one slice / group / tile as the pre-pass defines them.
 std::vector<uint32_t> cpu_list(const ListCase& c, const std::vector<uint8_t>& mask, int64_t slice, int32_t group,
                                int32_t tile) {
-  const int shift = c.group_rows == 16 ? 16 : 8;
-  const std::size_t padding = c.group_rows == 16 ? 16 : 8;
   std::vector<uint32_t> list;
   for (int32_t column = tile * c.tile; column < std::min(c.columns, (tile + 1) * c.tile); ++column) {
     uint32_t row_set = 0;
-    for (int32_t r = 0; r < c.group_rows && group * c.group_rows + r < c.rows; ++r) {
-      const int64_t row = int64_t{group} * c.group_rows + r;
+    for (int32_t r = 0; r < 16 && group * 16 + r < c.rows; ++r) {
+      const int64_t row = group * 16 + r;
       if (mask[static_cast<size_t>((slice * c.rows + row) * c.columns + column)] != 0) row_set |= 1u << r;
     }
-    if (row_set != 0) list.push_back((row_set << shift) | static_cast<uint32_t>(column - tile * c.tile));
+    if (row_set != 0) list.push_back((row_set << 16) | static_cast<uint32_t>(column - tile * c.tile));
   }
-  while (list.size() % padding != 0) list.push_back(0u);
+  while (list.size() % 16 != 0) list.push_back(0u);
   return list;
 }
 
-// Entry i of a downloaded slot array of `entry_bytes`-byte entries.
-uint32_t entry_at(const std::vector<uint8_t>& bytes, int64_t i, int entry_bytes) {
-  uint32_t value = 0;
-  std::memcpy(&value, bytes.data() + i * entry_bytes, static_cast<size_t>(entry_bytes));
-  return value;
-}
-
-template <class Lists>
-Lists lists_layout(const PackedMask& packed, const ListCase& c, const void* entries, const uint32_t* lengths) {
-  if constexpr (Lists::kGroupRows == 16) {
-    return cuda::sparse::tile_lists_layout(packed, c.columns, c.tile, static_cast<const uint32_t*>(entries), lengths);
-  } else {
-    return cuda::sparse::eight_row_lists_layout(packed, c.columns, c.tile, static_cast<const uint16_t*>(entries),
-                                                lengths);
-  }
-}
-
-template <class Lists>
-void expect_lists_match_cpu_as(const ListCase& c, uint32_t seed) {
+void expect_lists_match_cpu(const ListCase& c, uint32_t seed) {
   SCOPED_TRACE(describe(c));
-  constexpr int kEntryBytes = static_cast<int>(sizeof(typename Lists::EntryType));
-  ASSERT_EQ(c.group_rows, Lists::kGroupRows);
   std::vector<uint8_t> bytes(static_cast<size_t>(int64_t{c.slices} * c.rows * c.columns));
   std::mt19937 random(seed);
   std::bernoulli_distribution attends(c.density);
@@ -117,20 +89,18 @@ void expect_lists_match_cpu_as(const ListCase& c, uint32_t seed) {
   m.stride[2] = c.columns;
   m.stride[0] = int64_t{c.rows} * c.columns;
   const int64_t words_count = int64_t{c.slices} * c.rows * cuda::sparse::words_for(c.columns);
-  const int64_t groups = (c.rows + c.group_rows - 1) / c.group_rows;
+  const int64_t groups = (c.rows + 15) / 16;
   const int64_t tiles = (c.columns + c.tile - 1) / c.tile;
   const int64_t lists = c.slices * groups * tiles;
-  const auto entry_bytes_total = static_cast<size_t>((lists * c.tile + kGuardWords) * kEntryBytes);
-  const auto length_bytes_total = static_cast<size_t>((lists + kGuardWords) * 4);
 
   test::DeviceBuffer mask(bytes.size());
   test::DeviceBuffer words(static_cast<size_t>(words_count) * 4);
-  test::DeviceBuffer entries(entry_bytes_total);
-  test::DeviceBuffer lengths(length_bytes_total);
+  test::DeviceBuffer entries(static_cast<size_t>(lists * c.tile + kGuardWords) * 4);
+  test::DeviceBuffer lengths(static_cast<size_t>(lists + kGuardWords) * 4);
   ASSERT_TRUE(mask.data() && words.data() && entries.data() && lengths.data());
   test::expect_cuda(cudaMemcpy(mask.data(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice), "upload mask");
-  test::expect_cuda(cudaMemset(entries.data(), kPoisonByte, entry_bytes_total), "poison");
-  test::expect_cuda(cudaMemset(lengths.data(), kPoisonByte, length_bytes_total), "poison");
+  test::expect_cuda(cudaMemset(entries.data(), 0xAB, static_cast<size_t>(lists * c.tile + kGuardWords) * 4), "poison");
+  test::expect_cuda(cudaMemset(lengths.data(), 0xAB, static_cast<size_t>(lists + kGuardWords) * 4), "poison");
   m.data = static_cast<const uint8_t*>(mask.data());
   cuda::sparse::launch_pack_mask(m, static_cast<uint32_t*>(words.data()), nullptr);
   PackedMask packed;
@@ -138,20 +108,20 @@ void expect_lists_match_cpu_as(const ListCase& c, uint32_t seed) {
   packed.rows = c.rows;
   packed.words_per_row = cuda::sparse::words_for(c.columns);
   packed.mask_batches = c.slices;
-  const Lists layout = lists_layout<Lists>(packed, c, entries.data(), static_cast<const uint32_t*>(lengths.data()));
+  const TileLists layout =
+      cuda::sparse::tile_lists_layout(packed, c.columns, c.tile, static_cast<const uint32_t*>(entries.data()),
+                                      static_cast<const uint32_t*>(lengths.data()));
   ASSERT_EQ(layout.groups, groups);
   ASSERT_EQ(layout.tiles, tiles);
   cuda::sparse::launch_build_tile_lists(packed, layout, nullptr);
   test::expect_cuda(cudaDeviceSynchronize(), "pre-pass");
 
-  std::vector<uint8_t> got_entries(entry_bytes_total);
+  std::vector<uint32_t> got_entries(static_cast<size_t>(lists * c.tile + kGuardWords));
   std::vector<uint32_t> got_lengths(static_cast<size_t>(lists + kGuardWords));
-  test::expect_cuda(cudaMemcpy(got_entries.data(), entries.data(), entry_bytes_total, cudaMemcpyDeviceToHost),
+  test::expect_cuda(cudaMemcpy(got_entries.data(), entries.data(), got_entries.size() * 4, cudaMemcpyDeviceToHost),
                     "download entries");
-  test::expect_cuda(cudaMemcpy(got_lengths.data(), lengths.data(), length_bytes_total, cudaMemcpyDeviceToHost),
+  test::expect_cuda(cudaMemcpy(got_lengths.data(), lengths.data(), got_lengths.size() * 4, cudaMemcpyDeviceToHost),
                     "download lengths");
-  const uint32_t poison_entry = entry_at(std::vector<uint8_t>(4, kPoisonByte), 0, kEntryBytes);
-  const uint32_t poison_length = 0xABABABABu;
   int64_t wrong = 0;
   int64_t nonempty = 0;
   for (int64_t s = 0; s < c.slices; ++s) {
@@ -168,12 +138,11 @@ void expect_lists_match_cpu_as(const ListCase& c, uint32_t seed) {
           continue;
         }
         for (int64_t i = 0; i < c.tile; ++i) {
-          const uint32_t value = entry_at(got_entries, index * c.tile + i, kEntryBytes);
-          const uint32_t want =
-              i < static_cast<int64_t>(expected.size()) ? expected[static_cast<size_t>(i)] : poison_entry;
+          const uint32_t value = got_entries[static_cast<size_t>(index * c.tile + i)];
+          const uint32_t want = i < static_cast<int64_t>(expected.size()) ? expected[static_cast<size_t>(i)] : kPoison;
           if (value != want && wrong++ < 5) {
             ADD_FAILURE() << "list (" << s << ", " << g << ", " << t << ") entry " << i << ": 0x" << std::hex << value
-                          << ", expected 0x" << want << (want == poison_entry ? " (untouched past the list)" : "");
+                          << ", expected 0x" << want << (want == kPoison ? " (untouched past the list)" : "");
           }
         }
       }
@@ -181,28 +150,11 @@ void expect_lists_match_cpu_as(const ListCase& c, uint32_t seed) {
   }
   EXPECT_EQ(wrong, 0) << "of " << lists << " lists";
   for (int64_t i = 0; i < kGuardWords; ++i) {
-    ASSERT_EQ(entry_at(got_entries, lists * c.tile + i, kEntryBytes), poison_entry)
-        << "entries written past the last list";
-    ASSERT_EQ(got_lengths[static_cast<size_t>(lists + i)], poison_length) << "lengths written past the last list";
+    ASSERT_EQ(got_entries[static_cast<size_t>(lists * c.tile + i)], kPoison) << "entries written past the last list";
+    ASSERT_EQ(got_lengths[static_cast<size_t>(lists + i)], kPoison) << "lengths written past the last list";
   }
   const bool any_attended = std::find(bytes.begin(), bytes.end(), uint8_t{1}) != bytes.end();
   EXPECT_EQ(nonempty > 0, any_attended) << nonempty << " nonempty lists";
-}
-
-void expect_lists_match_cpu(const ListCase& c, uint32_t seed) {
-  if (c.group_rows == 16) {
-    expect_lists_match_cpu_as<TileLists>(c, seed);
-  } else {
-    expect_lists_match_cpu_as<EightRowTileLists>(c, seed);
-  }
-}
-
-// Both list kinds of one case.
-void expect_both_kinds_match_cpu(ListCase c, uint32_t seed) {
-  for (int group_rows : {16, 8}) {
-    c.group_rows = group_rows;
-    expect_lists_match_cpu(c, seed);
-  }
 }
 
 class CudaScatteredTileLists : public ::testing::Test {
@@ -222,7 +174,7 @@ TEST_F(CudaScatteredTileLists, OddRowAndColumnCountsMatchTheCpuUnion) {
         c.columns = columns;
         c.tile = tile;
         c.density = 0.05;
-        expect_both_kinds_match_cpu(c, ++seed);
+        expect_lists_match_cpu(c, ++seed);
       }
     }
   }
@@ -233,37 +185,17 @@ TEST_F(CudaScatteredTileLists, EmptyRowsEmptyGroupsAndFullTiles) {
   c.rows = 70;
   c.columns = 600;
   c.density = 0.02;
-  c.empty_rows = {0,  3,  16, 17, 18, 19, 20, 21, 22, 23,
-                  24, 25, 26, 27, 28, 29, 30, 31, 69};  // 16-row group 1 (8-row groups 2, 3) empty
-  expect_both_kinds_match_cpu(c, 20);
+  c.empty_rows = {0, 3, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 69};  // group 1 empty
+  expect_lists_match_cpu(c, 20);
   c.tile = 128;
-  expect_both_kinds_match_cpu(c, 21);
+  expect_lists_match_cpu(c, 21);
   ListCase full;
   full.rows = 33;
   full.columns = 520;
   full.density = 1.0;  // every list holds its whole tile: the longest list fills its slot
-  expect_both_kinds_match_cpu(full, 22);
+  expect_lists_match_cpu(full, 22);
   full.density = 0.0;  // every list empty
-  expect_both_kinds_match_cpu(full, 23);
-}
-
-// Groups of 8 rows: an empty group next to a full one inside one 16-row group, a last group of one row,
-// and lengths that are multiples of 8 but not of 16 (the forward's half steps).
-TEST_F(CudaScatteredTileLists, EightRowGroupsOfTheirOwnRows) {
-  ListCase c;
-  c.group_rows = 8;
-  c.rows = 25;
-  c.columns = 777;
-  c.density = 0.03;
-  c.empty_rows = {8, 9, 10, 11, 12, 13, 14, 15};
-  for (int tile : {256, 128}) {
-    c.tile = tile;
-    expect_lists_match_cpu(c, 50 + static_cast<uint32_t>(tile));
-  }
-  c.rows = 8;
-  c.empty_rows = {};
-  c.density = 1.0;  // a full first row group: lists of a whole tile
-  expect_lists_match_cpu(c, 60);
+  expect_lists_match_cpu(full, 23);
 }
 
 TEST_F(CudaScatteredTileLists, PerHeadSlicesHaveTheirOwnLists) {
@@ -272,10 +204,10 @@ TEST_F(CudaScatteredTileLists, PerHeadSlicesHaveTheirOwnLists) {
   c.rows = 45;
   c.columns = 290;
   c.density = 0.1;
-  expect_both_kinds_match_cpu(c, 30);
+  expect_lists_match_cpu(c, 30);
   c.tile = 128;
   c.density = 0.6;
-  expect_both_kinds_match_cpu(c, 31);
+  expect_lists_match_cpu(c, 31);
 }
 
 TEST_F(CudaScatteredTileLists, ALargerMaskOfTwoSlices) {
@@ -284,7 +216,7 @@ TEST_F(CudaScatteredTileLists, ALargerMaskOfTwoSlices) {
   c.rows = 2050;
   c.columns = 4099;
   c.density = 0.01;
-  expect_both_kinds_match_cpu(c, 40);
+  expect_lists_match_cpu(c, 40);
 }
 
 #endif

@@ -2,11 +2,10 @@
 // value and what is allowed), the workspace layout, and the launches: pack the mask to bits, build its
 // union lists (once per mask slice), then the forward kernel, or the preprocess, dQ and dK/dV kernels.
 //
-// Workspace (each part 256-byte aligned): forward = mask words, list entries, list lengths (groups of 8
-// query rows); backward = mask words, transposed mask words, the lists of both (entries, lengths; groups of
-// 8 queries for the dQ kernel, of 16 keys for the dK/dV kernel), lse2 and delta rows [B][Hq][row_pitch] fp32. List
-// entries take slices * ceil(rows / 16) * ceil(columns / tile) * tile * 4 bytes (a quarter of the bool mask's size;
-// 8-row lists: half as many rows per list, half the entry size), lengths 4 bytes per list.
+// Workspace (each part 256-byte aligned): forward = mask words, list entries, list lengths; backward =
+// mask words, transposed mask words, the lists of both (entries, lengths), lse2 and delta rows
+// [B][Hq][row_pitch] fp32. List entries take slices * ceil(rows / 16) * ceil(columns / tile) * tile * 4
+// bytes (a quarter of the bool mask's size), lengths 4 bytes per list.
 #include "cuda/sparse/scattered_attention.hpp"
 
 #include <cuda_runtime_api.h>
@@ -188,19 +187,17 @@ int64_t words_bytes(const TensorView& m, int64_t rows, int64_t columns) {
 }
 
 // Bytes of the list entries and of the list lengths of a [slices, rows, columns] mask in tiles of
-// `tile_columns`, for lists of groups of Lists::kGroupRows rows.
+// `tile_columns`.
 struct ListBytes {
   int64_t entries = 0;
   int64_t lengths = 0;
   int64_t total() const { return align_256(entries) + align_256(lengths); }
 };
 
-template <class Lists>
 ListBytes list_bytes(const TensorView& m, int64_t rows, int64_t columns, int tile_columns) {
-  const int64_t lists = int64_t{mask_slices(m, 0)} * mask_slices(m, 1) *
-                        ((rows + Lists::kGroupRows - 1) / Lists::kGroupRows) *
+  const int64_t lists = int64_t{mask_slices(m, 0)} * mask_slices(m, 1) * ((rows + 15) / 16) *
                         ((columns + tile_columns - 1) / tile_columns);
-  return {lists * tile_columns * int64_t{sizeof(typename Lists::EntryType)}, lists * 4};
+  return {lists * tile_columns * 4, lists * 4};
 }
 
 int tile_columns_of(const detail::AttentionShape& shape) {
@@ -208,18 +205,12 @@ int tile_columns_of(const detail::AttentionShape& shape) {
 }
 
 // Lays out the lists of `words` at `cursor` (advanced past them) and launches their pre-pass.
-template <class Lists>
-Lists build_lists(const PackedMask& words, int32_t columns, const ListBytes& bytes, int tile_columns, char*& cursor,
-                  cudaStream_t stream) {
-  const auto* entries = reinterpret_cast<const typename Lists::EntryType*>(cursor);
+TileLists build_lists(const PackedMask& words, int32_t columns, const ListBytes& bytes, int tile_columns, char*& cursor,
+                      cudaStream_t stream) {
+  const auto* entries = reinterpret_cast<const uint32_t*>(cursor);
   const auto* lengths = reinterpret_cast<const uint32_t*>(cursor + align_256(bytes.entries));
   cursor += bytes.total();
-  Lists lists;
-  if constexpr (Lists::kGroupRows == 16) {
-    lists = tile_lists_layout(words, columns, tile_columns, entries, lengths);
-  } else {
-    lists = eight_row_lists_layout(words, columns, tile_columns, entries, lengths);
-  }
+  const TileLists lists = tile_lists_layout(words, columns, tile_columns, entries, lengths);
   launch_build_tile_lists(words, lists, stream);
   return lists;
 }
@@ -287,7 +278,7 @@ std::string scattered_backward_unsupported(const AttentionBackward& problem, con
 int64_t scattered_forward_workspace_bytes(const AttentionForward& problem, const detail::AttentionShape& shape) {
   const TensorView& m = problem.mask.element_mask;
   return align_256(words_bytes(m, shape.seq_q, shape.seq_k)) +
-         list_bytes<EightRowTileLists>(m, shape.seq_q, shape.seq_k, tile_columns_of(shape)).total();
+         list_bytes(m, shape.seq_q, shape.seq_k, tile_columns_of(shape)).total();
 }
 
 int64_t scattered_backward_workspace_bytes(const AttentionBackward& problem, const detail::AttentionShape& shape) {
@@ -295,8 +286,8 @@ int64_t scattered_backward_workspace_bytes(const AttentionBackward& problem, con
   const int64_t rows = shape.batch * shape.heads_q * row_pitch(shape) * 4;
   const int tile = tile_columns_of(shape);
   return align_256(words_bytes(m, shape.seq_q, shape.seq_k)) + align_256(words_bytes(m, shape.seq_k, shape.seq_q)) +
-         list_bytes<EightRowTileLists>(m, shape.seq_q, shape.seq_k, tile).total() +
-         list_bytes<TileLists>(m, shape.seq_k, shape.seq_q, tile).total() + 2 * align_256(rows);
+         list_bytes(m, shape.seq_q, shape.seq_k, tile).total() + list_bytes(m, shape.seq_k, shape.seq_q, tile).total() +
+         2 * align_256(rows);
 }
 
 void run_scattered_forward(const AttentionForward& problem, const detail::AttentionShape& shape, void* workspace,
@@ -322,9 +313,8 @@ void run_scattered_forward(const AttentionForward& problem, const detail::Attent
   if (problem.lse.defined()) p.lse = sequence_tensor(problem.lse, shape.token_dims);
   p.k = sequence_tensor(problem.k, shape.token_dims_kv);
   p.v = sequence_tensor(problem.v, shape.token_dims_kv);
-  p.lists = build_lists<EightRowTileLists>(packed_mask(bytes, words), bytes.columns,
-                                           list_bytes<EightRowTileLists>(m, shape.seq_q, shape.seq_k, tile), tile,
-                                           cursor, cuda_stream);
+  p.lists = build_lists(packed_mask(bytes, words), bytes.columns, list_bytes(m, shape.seq_q, shape.seq_k, tile), tile,
+                        cursor, cuda_stream);
   set_sizes(p, shape);
   const int width = scattered_width(shape.head_dim, shape.head_dim_v);
   const auto batch = static_cast<int32_t>(shape.batch);
@@ -357,8 +347,8 @@ void run_scattered_backward(const AttentionBackward& problem, const detail::Atte
   const int64_t row_bytes = align_256(shape.batch * shape.heads_q * row_pitch(shape) * 4);
   char* list_cursor = cursor;
   const int tile = tile_columns_of(shape);
-  const ListBytes lists_bytes = list_bytes<EightRowTileLists>(m, shape.seq_q, shape.seq_k, tile);
-  const ListBytes lists_transposed_bytes = list_bytes<TileLists>(m, shape.seq_k, shape.seq_q, tile);
+  const ListBytes lists_bytes = list_bytes(m, shape.seq_q, shape.seq_k, tile);
+  const ListBytes lists_transposed_bytes = list_bytes(m, shape.seq_k, shape.seq_q, tile);
   cursor += lists_bytes.total() + lists_transposed_bytes.total();
   auto* lse_log2 = reinterpret_cast<float*>(cursor);
   auto* delta = reinterpret_cast<float*>(cursor + row_bytes);
@@ -382,10 +372,9 @@ void run_scattered_backward(const AttentionBackward& problem, const detail::Atte
 
   launch_pack_mask(bytes, words, cuda_stream);
   launch_pack_mask_transposed(bytes, words_transposed, cuda_stream);
-  p.lists = build_lists<EightRowTileLists>(packed_mask(bytes, words), bytes.columns, lists_bytes, tile, list_cursor,
-                                           cuda_stream);
-  p.lists_transposed = build_lists<TileLists>(packed_mask(transposed, words_transposed), transposed.columns,
-                                              lists_transposed_bytes, tile, list_cursor, cuda_stream);
+  p.lists = build_lists(packed_mask(bytes, words), bytes.columns, lists_bytes, tile, list_cursor, cuda_stream);
+  p.lists_transposed = build_lists(packed_mask(transposed, words_transposed), transposed.columns,
+                                   lists_transposed_bytes, tile, list_cursor, cuda_stream);
   launch_scattered_backward_preprocess(p, problem.q.dtype, cuda_stream);
   const int width = scattered_width(shape.head_dim, shape.head_dim_v);
   if (problem.q.dtype == DType::f16) {

@@ -6,10 +6,6 @@
 //   A 16x16: a0 (g, 2t..2t+1), a1 (g+8, 2t..), a2 (g, 2t+8..), a3 (g+8, 2t+8..)
 //   B 16x8:  b0 (k 2t..2t+1, n g), b1 (k 2t+8.., n g)
 //   C 16x8:  c0 c1 (g, 2t and 2t+1), c2 c3 (g+8, 2t and 2t+1)
-// and for m16n8k8: A 16x8 a0 (g, 2t..2t+1), a1 (g+8, 2t..); B 8x8 b0 (k 2t..2t+1, n g); C as above.
-// An 8x8 block of 16-bit pairs in the C layout (lane holds row g, columns 2t, 2t+1) becomes its transpose
-// in the same layout with one movmatrix: that turns a C block of keys x queries into the B fragment
-// (k = keys, n = queries) of the next mma.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -34,27 +30,6 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4],
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
-}
-
-template <class Element>
-__device__ __forceinline__ void mma_1688(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
-  if constexpr (std::is_same_v<Element, __half>) {
-    asm("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(b0));
-  } else {
-    asm("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(b0));
-  }
-}
-
-// The transpose of an 8x8 matrix of 16-bit elements held in the C layout (lane g * 4 + t holds row g,
-// columns 2t and 2t+1), in the same layout.
-__device__ __forceinline__ uint32_t transpose_matrix(uint32_t pair) {
-  uint32_t result;
-  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(result) : "r"(pair));
-  return result;
 }
 
 // Four 8x8 matrices; lane l supplies the address of row l % 8 of matrix l / 8.
@@ -132,27 +107,6 @@ __device__ __forceinline__ void load_a_fragments(uint32_t (&a)[Width / 16][4], c
     a[step][1] = pair(row_hi, column);
     a[step][2] = pair(row_lo, column + 8);
     a[step][3] = pair(row_hi, column + 8);
-  }
-}
-
-// B fragments (k-steps of 16 columns, Width columns) of rows first_row .. first_row + 7 of a
-// [B, *tokens, H, X] tensor as the n dimension: b[step] = (row g, columns 16 step + 2t.., 16 step + 8 + 2t..);
-// rows at or past `rows` and columns at or past `columns` read as 0.
-template <class Element, int Width>
-__device__ __forceinline__ void load_b_fragments(uint32_t (&b)[Width / 16][2], const SequenceTensor& tensor,
-                                                 int32_t batch, int32_t head, int32_t first_row, int32_t rows,
-                                                 int32_t columns, int lane) {
-  const int g = lane / 4;
-  const int t = lane % 4;
-  const Element* base = static_cast<const Element*>(tensor.data);
-  const Element* row = first_row + g < rows ? base + tensor.offset(batch, first_row + g, head) : nullptr;
-  auto pair = [&](int column) -> uint32_t {
-    return row != nullptr && column < columns ? *reinterpret_cast<const uint32_t*>(row + column) : 0u;
-  };
-#pragma unroll
-  for (int step = 0; step < Width / 16; ++step) {
-    b[step][0] = pair(step * 16 + 2 * t);
-    b[step][1] = pair(step * 16 + 2 * t + 8);
   }
 }
 

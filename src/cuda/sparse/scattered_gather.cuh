@@ -9,9 +9,7 @@
 // however many CTAs walk it. The kernels copy each tile's list next to the staged tile and walk it 16
 // entries at a time: ldmatrix reads the listed columns' rows straight out of the staged tile (each lane
 // supplies one gathered row address), and the row set tells which of the 16 x 16 products are real.
-// Work per tile therefore follows the union, not the tile. The dK/dV kernel walks such 16-row lists; the
-// forward and dQ kernels walk the unions of groups of 8 query rows instead (EightRowTileLists,
-// scattered_group_steps.cuh): two per warp, with the listed keys as the MMA's M dimension.
+// Work per tile therefore follows the union, not the tile.
 //
 // Staged tiles are [Tile][Width] elements, 16-byte chunks XOR-swizzled by the row (chunk ^ row % 8) so
 // that gathered rows with different row % 8 fall in different banks.
@@ -94,19 +92,15 @@ __device__ __forceinline__ void stage_floats_async(float* tile, const float* row
   }
 }
 
-// A warp's gather list for one tile (see the file comment), built by the pre-pass for a group of
-// Lists::kGroupRows rows (16 or 8): load() reads the tile's words of the group's rows into registers (rows
-// past `rows` and words past `valid_words` count as empty), build() writes the list (at most Tile entries
-// of Lists::EntryType) and returns its length, a multiple of Lists::kPadding.
-template <int Tile, class Lists = TileLists>
+// A warp's gather list for one tile (see the file comment), built by the pre-pass: load() reads the
+// tile's words of the 16 rows into registers (rows past `rows` and words past `valid_words` count as
+// empty), build() writes the list (at most Tile entries) and returns its length, a multiple of 16.
+template <int Tile>
 struct GatherListBuilder {
-  using Entry = typename Lists::EntryType;
-  static constexpr int kGroupRows = Lists::kGroupRows;
   static constexpr int kWords = Tile / 32;
   static constexpr int kLanesPerWord = 32 / kWords;
-  static constexpr int kRowsPerLane = kGroupRows / kLanesPerWord;
-  static_assert(kWords * kLanesPerWord == 32 && kLanesPerWord * kRowsPerLane == kGroupRows,
-                "tile of 128 or 256 columns, groups of 8 or 16 rows");
+  static constexpr int kRowsPerLane = 16 / kLanesPerWord;
+  static_assert(kWords * kLanesPerWord == 32 && kLanesPerWord * kRowsPerLane == 16, "tile of 128 or 256 columns");
 
   uint32_t row_words[kRowsPerLane];
 
@@ -129,7 +123,7 @@ struct GatherListBuilder {
     load(words + tile * kWords, words_per_row, rows, words_per_row - tile * kWords, lane);
   }
 
-  __device__ __forceinline__ int build(Entry* list, int lane) const {
+  __device__ __forceinline__ int build(uint32_t* list, int lane) const {
     const int word = lane / kLanesPerWord;
     const int group_lane = lane % kLanesPerWord;
     uint32_t any = 0;
@@ -158,14 +152,11 @@ struct GatherListBuilder {
       }
 #pragma unroll
       for (int offset = 1; offset < kLanesPerWord; offset <<= 1) row_set |= __shfl_xor_sync(group, row_set, offset);
-      if (group_lane == 0) {
-        list[position] = static_cast<Entry>((row_set << Lists::kRowSetShift) | static_cast<uint32_t>(word * 32 + bit));
-      }
+      if (group_lane == 0) list[position] = (row_set << 16) | static_cast<uint32_t>(word * 32 + bit);
       ++position;
     }
-    constexpr int kPadding = Lists::kPadding;
-    const int padded = (total + kPadding - 1) & ~(kPadding - 1);
-    if (lane < kPadding && total + lane < padded) list[total + lane] = Entry{0};
+    const int padded = (total + 15) & ~15;
+    if (lane < 16 && total + lane < padded) list[total + lane] = 0u;
     __syncwarp();
     return padded;
   }
@@ -173,51 +164,68 @@ struct GatherListBuilder {
 
 // The tile pipeline of every scattered kernel: `items` tiles, each staged by stage(item) (cp.async into
 // stage item % 2) only when some warp of the CTA has a nonempty list for it (a CTA-wide OR, so structured
-// masks skip whole tiles for free), then walk(item, lists, length) over the warp's lists of the tile.
-// length_of(item) is nonzero when the warp has work in the tile; copy_list(item, length, destination)
-// issues the cp.async copies of the warp's lists of the tile into its list buffer item % 2 of `lists`
-// ([2][Tile] words at shared address `destination`), in the same copy group as the tile. One barrier per
-// tile (with the OR of the next tile's lengths) publishes tile `item` and frees the stage and list buffers
-// of tile item - 1, which the copies of tile item + 1, issued right after it, overwrite while tile `item`
-// is walked. List lengths are read two tiles ahead, so their latency hides behind a walk.
-template <int Tile, class Stage, class LengthOf, class CopyList, class Walk>
-__device__ __forceinline__ void stream_tiles_and_lists(int items, uint32_t* lists, const Stage& stage,
-                                                       const LengthOf& length_of, const CopyList& copy_list,
-                                                       const Walk& walk) {
-  auto buffer = [&](int item) { return lists + (item & 1) * Tile; };
-  int current = items > 0 ? length_of(0) : 0;
-  int next = items > 1 ? length_of(1) : 0;
-  bool current_needed = __syncthreads_or(current != 0) != 0;
-  if (current_needed) stage(0);
-  if (current != 0) copy_list(0, current, shared_address(buffer(0)));
-  commit_async_copies();
-  for (int item = 0; item < items; ++item) {
-    wait_async_copies<0>();
-    const bool next_needed = __syncthreads_or(next != 0) != 0;
-    if (next_needed) stage(item + 1);
-    if (next != 0) copy_list(item + 1, next, shared_address(buffer(item + 1)));
-    commit_async_copies();
-    const int length = current;
-    current = next;
-    next = item + 2 < items ? length_of(item + 2) : 0;
-    if (current_needed) walk(item, buffer(item), length);  // otherwise every warp's list is empty
-    current_needed = next_needed;
-  }
-}
-
-// stream_tiles_and_lists for one list of 32-bit entries per warp and tile (entries_of(item), length_of(item)
-// entries, 16-byte aligned).
+// masks skip whole tiles for free), then walk(item, list, length) over the warp's list of the tile. The
+// warp copies its list (entries_of(item), length_of(item) entries, 16-byte aligned) with cp.async into its
+// list buffer item % 2 of `lists` ([2][Tile] entries), in the same copy group as the tile. One barrier
+// per tile (with the OR of the next tile's lengths) publishes tile `item` and frees the stage and list
+// buffers of tile item - 1, which the copies of tile item + 1, issued right after it, overwrite while
+// tile `item` is walked. List lengths are read two tiles ahead, so their latency hides behind a walk.
 template <int Tile, class Stage, class LengthOf, class EntriesOf, class Walk>
 __device__ __forceinline__ void stream_listed_tiles(int items, uint32_t* lists, int lane, const Stage& stage,
                                                     const LengthOf& length_of, const EntriesOf& entries_of,
                                                     const Walk& walk) {
-  auto copy_list = [&](int item, int length, uint32_t destination) {
+  auto copy_list = [&](int item, int length) {
     const uint32_t* source = entries_of(item);
+    const uint32_t destination = shared_address(lists + (item & 1) * Tile);
     for (int chunk = lane; chunk * 4 < length; chunk += 32) {
       copy_16_bytes_async(destination + chunk * 16, source + chunk * 4, true);
     }
   };
-  stream_tiles_and_lists<Tile>(items, lists, stage, length_of, copy_list, walk);
+  int current = items > 0 ? length_of(0) : 0;
+  int next = items > 1 ? length_of(1) : 0;
+  bool current_needed = __syncthreads_or(current > 0) != 0;
+  if (current_needed) stage(0);
+  if (current > 0) copy_list(0, current);
+  commit_async_copies();
+  for (int item = 0; item < items; ++item) {
+    wait_async_copies<0>();
+    const bool next_needed = __syncthreads_or(next > 0) != 0;
+    if (next_needed) stage(item + 1);
+    if (next > 0) copy_list(item + 1, next);
+    commit_async_copies();
+    const int length = current;
+    current = next;
+    next = item + 2 < items ? length_of(item + 2) : 0;
+    if (current_needed) walk(item, lists + (item & 1) * Tile, length);  // otherwise every warp's list is empty
+    current_needed = next_needed;
+  }
+}
+
+// The pipeline of the forward and dQ kernels: streams the K and V tiles of KV head `kv_head` through
+// two stages at `tiles` ([stage][K, V][Tile][Width], stream_listed_tiles) and calls
+// step(k_address, v_address, step_list) for every 16 entries of the warp's list of each walked tile.
+// The warp's rows are group `group` of the query-major lists of (batch, head); a group past the last
+// row has empty lists.
+template <class Element, int Width, int Tile, int Threads, class Params, class Step>
+__device__ __forceinline__ void stream_key_value_steps(Element* tiles, uint32_t* lists, const Params& p, int32_t batch,
+                                                       int32_t head, int32_t kv_head, int32_t group, int thread,
+                                                       int lane, const Step& step) {
+  constexpr int kTileElements = Tile * Width;
+  auto stage = [&](int tile) {
+    stage_key_value_async<Element, Width, Tile, Threads>(tiles + (tile & 1) * 2 * kTileElements, p, batch, kv_head,
+                                                         tile * Tile, thread);
+  };
+  const int tiles_k = (p.seq_k + Tile - 1) / Tile;
+  const bool has_rows = group < p.lists.groups;
+  const int64_t first_list = has_rows ? p.lists.index(batch, head, group, 0) : 0;
+  auto length_of = [&](int tile) { return has_rows ? static_cast<int>(p.lists.lengths[first_list + tile]) : 0; };
+  auto entries_of = [&](int tile) { return p.lists.entries + (first_list + tile) * Tile; };
+  auto walk = [&](int tile, const uint32_t* list, int length) {
+    const uint32_t k_address = shared_address(tiles + (tile & 1) * 2 * kTileElements);
+    const uint32_t v_address = k_address + kTileElements * int(sizeof(Element));
+    for (int offset = 0; offset < length; offset += 16) step(k_address, v_address, list + offset);
+  };
+  stream_listed_tiles<Tile>(tiles_k, lists, lane, stage, length_of, entries_of, walk);
 }
 
 // Shared byte address of chunk `chunk` of the gathered row named by list entry `entry`.

@@ -33,12 +33,8 @@ inline int scattered_tile_columns(int width) { return width <= 64 ? 256 : 128; }
 // (128 or 256), entries and lengths at the given addresses (TileLists).
 TileLists tile_lists_layout(const PackedMask& mask, int32_t columns, int tile_columns, const uint32_t* entries,
                             const uint32_t* lengths);
-// The same for groups of 8 rows (the lists of the forward and dQ kernels).
-EightRowTileLists eight_row_lists_layout(const PackedMask& mask, int32_t columns, int tile_columns,
-                                         const uint16_t* entries, const uint32_t* lengths);
 // Writes every list of `lists` (entries and lengths) from the packed `mask` (scattered_tile_lists.cu).
 void launch_build_tile_lists(const PackedMask& mask, const TileLists& lists, cudaStream_t stream);
-void launch_build_tile_lists(const PackedMask& mask, const EightRowTileLists& lists, cudaStream_t stream);
 
 // words[slice][row][words_for(columns)] (see PackedMask).
 void launch_pack_mask(const MaskBytes& mask, uint32_t* words, cudaStream_t stream);

@@ -53,23 +53,14 @@ struct PackedMask {
 };
 
 // The union lists of a packed mask (built once per call by launch_build_tile_lists): for every mask slice,
-// group of GroupRows rows and tile of tile_columns columns, the list of the columns any of the group's rows
-// attends, in column order, padded with zero entries to a multiple of kPadding. Groups of 16 rows
-// (TileLists) hold 32-bit entries (column in the tile | 16-bit row set << 16), padded to 16; groups of 8
-// rows (EightRowTileLists, the forward and dQ kernels') 16-bit entries (column in the tile | 8-bit row set << 8),
-// padded to 8. entries[index][tile_columns] holds the list of index = (slice * groups + group) * tiles + tile,
-// lengths[index] its padded length (a list never exceeds its tile). Slices follow PackedMask.
-template <class Entry, int GroupRows>
-struct UnionLists {
-  using EntryType = Entry;
-  static constexpr int kGroupRows = GroupRows;
-  static constexpr int kPadding = GroupRows == 16 ? 16 : 8;
-  static constexpr int kRowSetShift = GroupRows == 16 ? 16 : 8;
-  static_assert((GroupRows == 16 && sizeof(Entry) == 4) || (GroupRows == 8 && sizeof(Entry) == 2), "entry layout");
-
-  const Entry* entries = nullptr;
+// group of 16 rows and tile of tile_columns columns, the list of the columns any of the 16 rows attends,
+// each entry (column in the tile | 16-bit row set << 16), in column order, padded with zero entries to a
+// multiple of 16. entries[index][tile_columns] holds the list of index = (slice * groups + group) * tiles
+// + tile, lengths[index] its padded length (a list never exceeds its tile). Slices follow PackedMask.
+struct TileLists {
+  const uint32_t* entries = nullptr;
   const uint32_t* lengths = nullptr;
-  int32_t groups = 0;  // ceil(rows / GroupRows)
+  int32_t groups = 0;  // ceil(rows / 16)
   int32_t tiles = 0;   // ceil(columns / tile_columns)
   int32_t tile_columns = 0;
   int32_t mask_batches = 1;
@@ -80,8 +71,6 @@ struct UnionLists {
     return (slice * groups + group) * tiles + tile;
   }
 };
-using TileLists = UnionLists<uint32_t, 16>;
-using EightRowTileLists = UnionLists<uint16_t, 8>;
 
 // The sizes both directions' parameter blocks carry.
 struct ScatteredSizes {
@@ -96,13 +85,13 @@ struct ScatteredSizes {
 
 struct ScatteredForwardParams : ScatteredSizes {
   SequenceTensor q, k, v, out, lse;  // lse.data nullptr: not written
-  EightRowTileLists lists;           // rows = queries, columns = keys
+  TileLists lists;                   // rows = queries, columns = keys
 };
 
 struct ScatteredBackwardParams : ScatteredSizes {
   SequenceTensor q, k, v, out, grad_out, lse, grad_q, grad_k, grad_v;
-  EightRowTileLists lists;     // rows = queries, columns = keys (the dQ kernel's)
-  TileLists lists_transposed;  // rows = keys, columns = queries (the dK/dV kernel's)
+  TileLists lists;             // rows = queries, columns = keys
+  TileLists lists_transposed;  // rows = keys, columns = queries
   // Workspace rows of length row_pitch per (batch, query head): lse * log2(e), and rowsum(dO * O).
   float* lse_log2 = nullptr;
   float* delta = nullptr;

@@ -2,8 +2,7 @@
 //
 // Each thread holds kRows rows x kCols columns of every score tile; the four lanes of a quad share a
 // row, so row maxima are reduced with two shuffles. Scores are exponentiated as
-// exp2(s * scale*log2(e) - m * scale*log2(e)) with one FFMA and one ex2 per score (a caller may have every
-// k-th column's exp2 computed on the FMA pipe instead: update_scores<k>). A row that has
+// exp2(s * scale*log2(e) - m * scale*log2(e)) with one FFMA and one ex2 per score. A row that has
 // seen no key yet keeps max = -inf and uses 0 as its reference, so masked rows give exp2(-inf) = 0 and
 // never -inf - -inf = NaN. Row sums stay per thread (lanes share the row's max, hence its rescale
 // factors) and are reduced across the quad once, in finalize(). A row with no key at all ends with
@@ -13,7 +12,6 @@
 
 #include <cmath>
 
-#include "cuda/common/exp2_polynomial.hpp"
 #include "cuda/fmha/fmha_fragment.cuh"
 
 namespace attnkit::cuda::fmha {
@@ -50,10 +48,8 @@ struct OnlineSoftmax {
   // Replaces the scores by their exponentials relative to the updated row maxima, updates the row sums,
   // and returns in correction[i] the factor the output accumulator must be scaled by (on the first tile
   // exp2(-inf) = 0, times a zero accumulator). Split from rescale() so that a pipelined caller can
-  // exponentiate tile j while the product of tile j-1 still writes the accumulator. PolynomialEvery > 0:
-  // columns j with j % PolynomialEvery == PolynomialEvery - 1 use exp2_polynomial (FMA and integer pipes,
-  // relative error <= 8.6e-5) instead of the MUFU's ex2, for a caller whose exponentials are MUFU-bound.
-  template <int PolynomialEvery = 0, class Scores>
+  // exponentiate tile j while the product of tile j-1 still writes the accumulator.
+  template <class Scores>
   __device__ __forceinline__ void update_scores(Scores& s, float scale_log2, float (&correction)[Rows]) {
     using namespace cute;
     // Maxima and sums run in kChains independent chains per row (a lone warp's dependent chain of
@@ -77,9 +73,7 @@ struct OnlineSoftmax {
       for (int c = 0; c < kChains; ++c) chain_sum[c] = 0.f;
 #pragma unroll
       for (int j = 0; j < kColumns; ++j) {
-        const float x = fmaf(s(i, j), scale_log2, -reference);
-        const float e =
-            PolynomialEvery > 0 && j % PolynomialEvery == PolynomialEvery - 1 ? exp2_polynomial(x) : fast_exp2(x);
+        const float e = fast_exp2(fmaf(s(i, j), scale_log2, -reference));
         s(i, j) = e;
         chain_sum[j % kChains] += e;
       }

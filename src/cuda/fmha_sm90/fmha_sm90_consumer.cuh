@@ -86,21 +86,18 @@ struct Sm90Consumer {
       // Tile i's softmax between two turns, in two steps: masking and exponentials (needs S(i) only, so it
       // runs while P(i-1) * V(i-1) is still in the tensor cores), then the O rescale and the conversion of
       // P(i) into the A-operand registers (after that product has completed).
-      auto scores_step = [&](const typename Policy::TileBits& bits, int i) {
+      auto scores_step = [&](const typename Policy::TileBits& bits) {
         if (!walk.tile.full) {
           uint32_t masks[kRows];
           policy.row_masks(walk.tile, bits, row_of, lane_class, masks);
           fmha::apply_row_masks<kRows, kCols>(s, masks);
         }
-        softmax.template update_scores<Traits::kPolynomialExp2Every>(s, p.scale_log2, correction);
-        // The walk's step (a branch) ends the basic block here: ptxas schedules the wgmma wait that
-        // follows within its block, and with the exponentials in the same block it hoisted the wait
-        // above them (the softmax then ran after P(i-1) * V(i-1) instead of during it).
-        walk.advance(policy, i);
+        softmax.update_scores(s, p.scale_log2, correction);
       };
-      auto output_step = [&]() {
+      auto output_step = [&](int i) {
         fmha::OnlineSoftmax<kRows>::rescale(o, correction);
         pack_accumulator<Element>(acc_s, tOrP);
+        walk.advance(policy, i);
       };
       if (count > 0) {
         // First turn: S(0) only.
@@ -116,8 +113,8 @@ struct Sm90Consumer {
         warpgroup_wait<0>();
         warpgroup_fence_operand(acc_s);
         barrier_arrive(&ss.k_empty[stage]);
-        scores_step(bits, 0);
-        output_step();
+        scores_step(bits);
+        output_step(0);
       }
       for (int i = 1; i < count; ++i) {
         // Turn i: S(i) and O += P(i-1) * V(i-1) as one batch.
@@ -140,12 +137,12 @@ struct Sm90Consumer {
         warpgroup_wait<1>();  // S(i) is complete; P(i-1) * V(i-1) may still run during the exponentials
         warpgroup_fence_operand(acc_s);
         barrier_arrive(&ss.k_empty[stage]);
-        scores_step(bits, i);
+        scores_step(bits);
         warpgroup_wait<0>();
         warpgroup_fence_operand(acc_o);
         warpgroup_fence_operand(tOrP);  // the registers stay P(i-1)'s until the product has read them
         barrier_arrive(&ss.v_empty[previous]);
-        output_step();
+        output_step(i);
       }
       if (count > 0) {
         // Last turn: O += P(last) * V(last).

@@ -42,14 +42,6 @@ struct Sm90FmhaTraits {
   // its limit: at 40 the producer's copy loop spilled (docs/perf.md), at 96 nothing spills.
   static constexpr int kProducerRegisters = 96;
   static constexpr int kConsumerRegisters = 200;
-  // Every kPolynomialExp2Every-th score column is exponentiated on the FMA pipe (exp2_polynomial: 8
-  // instructions in place of one MUFU.EX2), the rest on the MUFU (16 per SM and cycle: 8 cycles of an SM
-  // sub-partition's MUFU per warp instruction). The split balances what the two consumer warps of a
-  // sub-partition issue per KV tile against the tensor time (1 024 cycles at D64), counted on the SASS of the
-  // D64 box kernel's loop turn (BlockN 128, full tile): with E of a warp's 64 exponentials moved, MUFU
-  // 2 * 8 * (66 - E) and issue 2 * (478 + 7 E) cycles. E = 0: 1 056 / 956; E = 4 (every 16th column):
-  // 992 / 1 014; E = 12 (every 5th): 864 / 1 124, issue-bound above the tensor time.
-  static constexpr int kPolynomialExp2Every = 16;
   static_assert(kHeadDim == 32 || kHeadDim == 64 || kHeadDim == 128,
                 "swizzled row chunks of 64 bytes (D 32) or 128 bytes (D 64, 128)");
   static_assert(kBlockN == 128 || kBlockN == 64, "a producer thread owns one K row and one V row per tile");

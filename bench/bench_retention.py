@@ -89,52 +89,62 @@ def fla_output(fn, out):
     return out.transpose(1, 2) if fla_head_first(fn) else out
 
 
+def event_ms(work) -> float:
+    """Milliseconds between CUDA events recorded around work() on the current stream."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    work()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
+
+
+def interleaved_rounds(runs, rounds):
+    """runs: {name: run}, each run() timing one run of its candidate and returning ms per call. Every round runs each
+    candidate once, starting one further along each round. Returns {name: (median, lowest, highest)}."""
+    names = list(runs)
+    samples = {name: [] for name in names}
+    for round_index in range(rounds if names else 0):
+        shift = round_index % len(names)
+        for name in names[shift:] + names[:shift]:
+            samples[name].append(runs[name]())
+    return {name: (statistics.median(times), min(times), max(times)) for name, times in samples.items()}
+
+
 def time_interleaved(candidates, args, grad=False):
     """candidates: (name, fn, config) triples. Returns ({name: (median, lowest, highest) ms per call}, {name: error
     of a candidate whose warm-up failed}); see Method."""
-    calls, errors, working = {}, {}, []
+    runs, errors = {}, {}
     for name, fn, config in candidates:
         try:
             with retention_config(config or ""), torch.set_grad_enabled(grad):
                 for _ in range(args.warmup):
                     fn()
                 torch.cuda.synchronize()
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                fn()
-                end.record()
-                end.synchronize()
+                one_call_ms = event_ms(fn)
         except Exception as error:  # noqa: BLE001 - a failing candidate is reported, the others are timed
             errors[name] = f"{type(error).__name__}: {error}"
             continue
-        calls[name] = max(1, min(1000, round(args.run_ms / max(start.elapsed_time(end), 1e-3))))
-        working.append((name, fn, config))
-    candidates = working
-    samples = {name: [] for name, _, _ in candidates}
-    if not candidates:
-        return {}, errors
-    for round_index in range(args.rounds):
-        shift = round_index % len(candidates)
-        for name, fn, config in candidates[shift:] + candidates[:shift]:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            with retention_config(config or ""), torch.set_grad_enabled(grad):
-                start.record()
-                for _ in range(calls[name]):
+        calls = max(1, min(1000, round(args.run_ms / max(one_call_ms, 1e-3))))
+
+        def run(fn=fn, config=config, calls=calls):
+            def back_to_back():
+                for _ in range(calls):
                     fn()
-                end.record()
-            end.synchronize()
-            samples[name].append(start.elapsed_time(end) / calls[name])
-    return {name: (statistics.median(times), min(times), max(times)) for name, times in samples.items()}, errors
+            with retention_config(config or ""), torch.set_grad_enabled(grad):
+                return event_ms(back_to_back) / calls
+        runs[name] = run
+    return interleaved_rounds(runs, args.rounds), errors
 
 
-def time_graphs(candidates, args, grad=False):
+def time_graphs(candidates, args):
     """GPU time per call without host work: each candidate's --graph-calls calls captured back to back in one CUDA
     graph, the graphs replayed in interleaved rounds as in time_interleaved. Same return shape; a candidate that
     cannot be captured is an error entry (its event times stand)."""
-    graphs, errors = {}, {}
+    runs, errors = {}, {}
     for name, fn, config in candidates:
         try:
-            with retention_config(config or ""), torch.set_grad_enabled(grad):
+            with retention_config(config or ""), torch.no_grad():
                 side = torch.cuda.Stream()
                 side.wait_stream(torch.cuda.current_stream())
                 with torch.cuda.stream(side):
@@ -147,22 +157,11 @@ def time_graphs(candidates, args, grad=False):
                         fn()
                 graph.replay()
                 torch.cuda.synchronize()
-            graphs[name] = graph
         except Exception as error:  # noqa: BLE001 - reported, the event times stand
             errors[name] = f"{type(error).__name__}: {error}"
-    names = list(graphs)
-    samples = {name: [] for name in names}
-    for round_index in range(args.rounds if names else 0):
-        shift = round_index % len(names)
-        for name in names[shift:] + names[:shift]:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            graphs[name].replay()
-            end.record()
-            end.synchronize()
-            samples[name].append(start.elapsed_time(end) / args.graph_calls)
-    del graphs
-    return {name: (statistics.median(times), min(times), max(times)) for name, times in samples.items()}, errors
+            continue
+        runs[name] = lambda graph=graph: event_ms(graph.replay) / args.graph_calls
+    return interleaved_rounds(runs, args.rounds), errors
 
 
 def record_time(row, key, timing):

@@ -237,10 +237,7 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
           }
         } else {
           const fmha::QVisit& v = ss.visits[b];
-          if (v.full) {
-#pragma unroll
-            for (int i = 0; i < kRows; ++i) allowed[i] = ~0u;
-          } else if (!loaded_key_words_allowed_bits(p, batch, v, key_index, col0, allowed)) {
+          if (!loaded_key_words_allowed_bits(p, batch, v, key_index, col0, allowed)) {
             visit_allowed_bits<kLists, kBlockM>(p, batch, v, key_index, col_of, nullptr, allowed);
           }
         }

@@ -168,15 +168,16 @@ __device__ __forceinline__ void key_words_allowed_bits(const uint32_t (&words)[k
   }
 }
 
-// The same from the key-major words in global memory (where the stage holds none: D 128), for a visit whose Q tile
-// starts at a word boundary; false (allowed untouched) where it does not, or the mask is not packed by key.
+// The same from the key-major words in global memory (where the stage holds none: D 128), for a partial visit whose
+// Q tile starts at a word boundary; false (allowed untouched) for a full visit, one that does not, or a mask not
+// packed by key (visit_allowed_bits covers those).
 template <int kRows>
 __device__ __forceinline__ bool loaded_key_words_allowed_bits(const fmha::FmhaBackwardParams& p, int32_t batch,
                                                               const fmha::QVisit& v,
                                                               const int32_t (&key_index)[kRows][fmha::kMaxDims],
                                                               int col0, uint32_t (&allowed)[kRows]) {
   const int32_t q0 = v.origin.index[0];
-  if (p.list.key_bits == nullptr || q0 % 32 != 0) return false;
+  if (v.full || p.list.key_bits == nullptr || q0 % 32 != 0) return false;
   const int32_t seq_k = p.kv_space.flat_extent;
 #pragma unroll
   for (int i = 0; i < kRows; ++i) {

@@ -4,12 +4,15 @@ Rows (issue #22): square 1024-8192; LLM shapes, decode-like (M 1-256 against N, 
 training-like (M 4096-16384); K-heavy; odd sizes; batched. Types bf16, fp16, fp32 without TF32 and
 fp32 with TF32 (attnkit's allow_tf32 and torch.backends.cuda.matmul.allow_tf32 set alike).
 
-Timing (DESIGN §5): CUDA events around each call, warm-up first, the median of many runs; inputs
-larger than L2 are rotated between several copies so a run does not find its operands in L2. TF/s
+Timing (DESIGN §5, bench/bench_timing.py): warm-up calls first; then --rounds rounds in which attnkit and cuBLAS in
+turn (starting one further along each round) run back-to-back calls for about --run-ms between two CUDA events;
+a time is the median over rounds of the per-call time (the rate of a caller that does not wait between calls: the
+larger of the call's host work and its GPU work). Inputs larger than L2 are rotated between several copies so a
+call does not find its operands in L2. TF/s
 counts 2*B*M*N*K. Prints a table with the ratio attnkit / cuBLAS per row and the geometric mean per
 type; --json writes the rows (with the device, torch and CUDA versions) to a file.
 
-Kernel-only time: the per-call event time includes each call's host work (the Python front door, plan
+Kernel-only time: the per-call time includes each call's host work (the Python front door, plan
 lookup, launch) wherever that is longer than the GPU work before it (decode rows, 1024^3). So each
 candidate is also captured as --graph-calls back-to-back calls (same input rotation) in one CUDA graph,
 and the graph's replay time (median of several replays) divided by the calls is reported beside the
@@ -34,6 +37,7 @@ from dataclasses import dataclass
 import torch
 
 import attnkit
+from bench_timing import back_to_back_run, event_ms, interleaved_rounds
 
 L2_BYTES = 50 * 2**20  # H100: 50 MiB
 
@@ -75,19 +79,17 @@ TYPES = {"bf16": (torch.bfloat16, False), "fp16": (torch.float16, False), "fp32"
          "tf32": (torch.float32, True)}
 
 
-def time_ms(fn, sets, warmup: int, iters: int) -> float:
-    """Median of per-call CUDA-event times, cycling through the input sets."""
-    for i in range(warmup):
-        fn(*sets[i % len(sets)])
-    torch.cuda.synchronize()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    for i in range(iters):
-        starts[i].record()
-        fn(*sets[i % len(sets)])
-        ends[i].record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+def time_pair_ms(candidates, sets, warmup: int, rounds: int, run_ms: float) -> dict:
+    """{name: (median, lowest, highest) ms per call} of each (name, fn) candidate, cycling through the input
+    sets: interleaved rounds of back-to-back runs (bench/bench_timing.py)."""
+    runs = {}
+    for name, fn in candidates:
+        for i in range(warmup):
+            fn(*sets[i % len(sets)])
+        torch.cuda.synchronize()
+        one_call_ms = event_ms(lambda fn=fn: fn(*sets[0]))
+        runs[name] = back_to_back_run(lambda i, fn=fn: fn(*sets[i % len(sets)]), one_call_ms, run_ms)
+    return interleaved_rounds(runs, rounds)
 
 
 def graph_us_per_call(fn, sets, calls: int, replays: int) -> float:
@@ -125,8 +127,8 @@ def graph_us_per_call(fn, sets, calls: int, replays: int) -> float:
         return float("nan")
 
 
-def measure(row: Row, dtype: torch.dtype, tf32: bool, warmup: int, iters: int, graph_calls: int,
-            b_transposed: bool = False) -> dict:
+def measure(row: Row, dtype: torch.dtype, tf32: bool, warmup: int, rounds: int, graph_calls: int,
+            b_transposed: bool = False, run_ms: float = 2.0) -> dict:
     shape_a = (row.batch, row.m, row.k) if row.batch else (row.m, row.k)
     shape_b = (row.batch, row.k, row.n) if row.batch else (row.k, row.n)
     if b_transposed:  # B = W.mT of a row-major [N, K] weight: x @ W^T, nn.Linear's layout (B K-major)
@@ -147,8 +149,9 @@ def measure(row: Row, dtype: torch.dtype, tf32: bool, warmup: int, iters: int, g
     error = ((ours.double() - reference).norm() / reference.norm()).item()
     error_cublas = ((theirs.double() - reference).norm() / reference.norm()).item()
     del reference
-    ms_ours = time_ms(lambda x, y: attnkit.gemm(x, y, allow_tf32=tf32), sets, warmup, iters)
-    ms_cublas = time_ms(torch.matmul, sets, warmup, iters)
+    times = time_pair_ms((("attnkit", lambda x, y: attnkit.gemm(x, y, allow_tf32=tf32)), ("cublas", torch.matmul)),
+                         sets, warmup, rounds, run_ms)
+    ms_ours, ms_cublas = times["attnkit"][0], times["cublas"][0]
     nan = float("nan")
     us_graph_ours = us_graph_cublas = nan
     if graph_calls > 0:
@@ -156,7 +159,8 @@ def measure(row: Row, dtype: torch.dtype, tf32: bool, warmup: int, iters: int, g
         us_graph_cublas = graph_us_per_call(torch.matmul, sets, graph_calls, 10)
     flops = 2.0 * batch * row.m * row.n * row.k
     return {"group": row.group, "shape": row.label(), "b_transposed": b_transposed, "batch": row.batch, "m": row.m, "n": row.n, "k": row.k,
-            "ms_attnkit": ms_ours, "ms_cublas": ms_cublas, "tflops_attnkit": flops / ms_ours / 1e9,
+            "ms_attnkit": ms_ours, "ms_cublas": ms_cublas, "ms_spread_attnkit": times["attnkit"][1:],
+            "ms_spread_cublas": times["cublas"][1:], "tflops_attnkit": flops / ms_ours / 1e9,
             "tflops_cublas": flops / ms_cublas / 1e9, "ratio": ms_cublas / ms_ours, "rel_l2_attnkit": error,
             "rel_l2_cublas": error_cublas, "graph_calls": graph_calls, "us_graph_attnkit": us_graph_ours,
             "us_graph_cublas": us_graph_cublas, "ratio_graph": us_graph_cublas / us_graph_ours,
@@ -170,7 +174,8 @@ def main() -> int:
                         help="square decode training k-heavy odd batched (default: all)")
     parser.add_argument("--quick", action="store_true", help="four rows")
     parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--iters", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds (median reported)")
+    parser.add_argument("--run-ms", type=float, default=2.0, help="about this long of back-to-back calls per run")
     parser.add_argument("--graph-calls", type=int, default=20,
                         help="calls per CUDA graph for the kernel-only time (0: skip it)")
     parser.add_argument("--json", metavar="PATH", help="write the rows as JSON")
@@ -193,7 +198,7 @@ def main() -> int:
         for name in args.types:
             dtype, tf32 = TYPES[name]
             for row in selected:
-                r = measure(row, dtype, tf32, args.warmup, args.iters, args.graph_calls, args.b_transposed)
+                r = measure(row, dtype, tf32, args.warmup, args.rounds, args.graph_calls, args.b_transposed, args.run_ms)
                 r["type"] = name
                 results.append(r)
                 calls = f"{r['ms_attnkit'] * 1e3:.1f}/{r['ms_cublas'] * 1e3:.1f}"

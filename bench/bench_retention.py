@@ -51,7 +51,6 @@ import fnmatch
 import inspect
 import json
 import os
-import statistics
 import sys
 import zlib
 from contextlib import contextmanager
@@ -63,6 +62,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "python"))
 
 import attnkit  # noqa: E402
+from bench_timing import back_to_back_run, event_ms, interleaved_rounds  # noqa: E402
 
 try:
     from fla.ops.retention import chunk_retention, fused_recurrent_retention, parallel_retention
@@ -89,35 +89,13 @@ def fla_output(fn, out):
     return out.transpose(1, 2) if fla_head_first(fn) else out
 
 
-def event_ms(work) -> float:
-    """Milliseconds between CUDA events recorded around work() on the current stream."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    work()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end)
-
-
-def interleaved_rounds(runs, rounds):
-    """runs: {name: run}, each run() timing one run of its candidate and returning ms per call. Every round runs each
-    candidate once, starting one further along each round. Returns {name: (median, lowest, highest)}."""
-    names = list(runs)
-    samples = {name: [] for name in names}
-    for round_index in range(rounds if names else 0):
-        shift = round_index % len(names)
-        for name in names[shift:] + names[:shift]:
-            samples[name].append(runs[name]())
-    return {name: (statistics.median(times), min(times), max(times)) for name, times in samples.items()}
-
-
 def time_interleaved(candidates, args, grad=False):
     """candidates: (name, fn, config) triples. Returns ({name: (median, lowest, highest) ms per call}, {name: error
     of a candidate whose warm-up failed}); see Method."""
     runs, errors = {}, {}
     for name, fn, config in candidates:
         try:
-            with retention_config(config or ""), torch.set_grad_enabled(grad):
+            with config_and_grad(config, grad):
                 for _ in range(args.warmup):
                     fn()
                 torch.cuda.synchronize()
@@ -125,15 +103,8 @@ def time_interleaved(candidates, args, grad=False):
         except Exception as error:  # noqa: BLE001 - a failing candidate is reported, the others are timed
             errors[name] = f"{type(error).__name__}: {error}"
             continue
-        calls = max(1, min(1000, round(args.run_ms / max(one_call_ms, 1e-3))))
-
-        def run(fn=fn, config=config, calls=calls):
-            def back_to_back():
-                for _ in range(calls):
-                    fn()
-            with retention_config(config or ""), torch.set_grad_enabled(grad):
-                return event_ms(back_to_back) / calls
-        runs[name] = run
+        runs[name] = back_to_back_run(lambda _, fn=fn: fn(), one_call_ms, args.run_ms,
+                                      lambda config=config: config_and_grad(config, grad))
     return interleaved_rounds(runs, args.rounds), errors
 
 
@@ -181,6 +152,13 @@ def relative_l2(a, b):
 
 def candidate_name(config: str) -> str:
     return f"attnkit:{config}" if config else "attnkit"
+
+
+@contextmanager
+def config_and_grad(config, grad: bool):
+    """retention_config(config) with gradients enabled or not."""
+    with retention_config(config or ""), torch.set_grad_enabled(grad):
+        yield
 
 
 @contextmanager

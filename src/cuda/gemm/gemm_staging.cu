@@ -58,7 +58,8 @@ Region region_of(int64_t inner, int64_t outer, bool broadcast, int64_t batch, in
 }
 
 // A copy of [batches][outer][inner] elements from one strided place to another; elements at or beyond the
-// source's extents (padding) are written as zero.
+// source's extents (padding) are written as zero. `source_vectors` / `destination_vectors`: that side's rows
+// start on 16-byte boundaries (base, row and batch strides), so a whole 16-byte piece moves in one access.
 struct CopyJob {
   const unsigned char* source = nullptr;
   unsigned char* destination = nullptr;
@@ -66,28 +67,80 @@ struct CopyJob {
   int64_t source_inner = 0, source_outer = 0;                // the source's extents
   int64_t source_outer_stride = 0, source_batch_stride = 0;  // elements
   int64_t destination_outer_stride = 0, destination_batch_stride = 0;
+  bool source_vectors = false, destination_vectors = false;
 };
 
 struct CopyJobs {
   CopyJob job[3];
 };
 
+constexpr int kWarpsPerCopyBlock = kCopyThreads / 32;
+constexpr int kPiecesPerLane = 2;  // 16-byte pieces a lane moves per step: their loads are all in flight together
+constexpr int kPiecesPerStep = 32 * kPiecesPerLane;
+
+// Pieces of 16 bytes along a row, and steps of one warp (kPiecesPerStep pieces) to cover it.
+__host__ __device__ inline int64_t pieces_of(int64_t inner, int size) { return (inner * size + 15) / 16; }
+__host__ __device__ inline int64_t steps_of(int64_t inner, int size) {
+  return (pieces_of(inner, size) + kPiecesPerStep - 1) / kPiecesPerStep;
+}
+
+// Staging copy: each warp step moves kPiecesPerStep pieces of 16 bytes of one destination row (a row's
+// steps and the rows' steps are one flat index, so a few long rows and many short ones both spread over
+// every warp). A lane's pieces are first all loaded (one 16-byte load where the source side allows and the
+// piece lies inside the source row, else element by element, zero outside the source's extents), then all
+// stored: the loads of a step are in flight together, which the bandwidth of a copy needs (one element per
+// lane and a dependent store after each load kept a few hundred bytes in flight per SM).
 template <class Word>
 __global__ void __launch_bounds__(kCopyThreads) copy_operands(const CopyJobs jobs) {
+  constexpr int kWords = 16 / static_cast<int>(sizeof(Word));
   const CopyJob& j = jobs.job[blockIdx.y];
   const auto* source = reinterpret_cast<const Word*>(j.source);
   auto* destination = reinterpret_cast<Word*>(j.destination);
-  const int64_t rows = j.outer * j.batches;
-  constexpr int kWarps = kCopyThreads / 32;
+  const int64_t steps_per_row = steps_of(j.inner, sizeof(Word));
+  const int64_t steps = steps_per_row * j.outer * j.batches;
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; row < rows;
-       row += static_cast<int64_t>(gridDim.x) * kWarps) {
+  for (int64_t step = static_cast<int64_t>(blockIdx.x) * kWarpsPerCopyBlock + threadIdx.x / 32; step < steps;
+       step += static_cast<int64_t>(gridDim.x) * kWarpsPerCopyBlock) {
+    const int64_t row = step / steps_per_row, first_piece = step % steps_per_row * kPiecesPerStep;
     const int64_t l = row / j.outer, o = row % j.outer;
     const Word* from = source + l * j.source_batch_stride + o * j.source_outer_stride;
     Word* to = destination + l * j.destination_batch_stride + o * j.destination_outer_stride;
-    const bool row_inside = o < j.source_outer;
-    for (int64_t i = lane; i < j.inner; i += 32) to[i] = row_inside && i < j.source_inner ? from[i] : Word(0);
+    const int64_t readable = o >= j.source_outer ? 0 : j.source_inner < j.inner ? j.source_inner : j.inner;
+    uint4 piece[kPiecesPerLane];
+#pragma unroll
+    for (int p = 0; p < kPiecesPerLane; ++p) {
+      const int64_t begin = (first_piece + p * 32 + lane) * kWords;
+      if (j.source_vectors && begin + kWords <= readable) {
+        piece[p] = __ldg(reinterpret_cast<const uint4*>(from + begin));
+      } else {
+        Word words[kWords];
+#pragma unroll
+        for (int w = 0; w < kWords; ++w) words[w] = begin + w < readable ? __ldg(from + begin + w) : Word(0);
+        memcpy(&piece[p], words, sizeof(words));
+      }
+    }
+#pragma unroll
+    for (int p = 0; p < kPiecesPerLane; ++p) {
+      const int64_t begin = (first_piece + p * 32 + lane) * kWords;
+      if (begin >= j.inner) continue;
+      if (j.destination_vectors && begin + kWords <= j.inner) {
+        *reinterpret_cast<uint4*>(to + begin) = piece[p];
+      } else {
+        Word words[kWords];
+        memcpy(words, &piece[p], sizeof(words));
+#pragma unroll
+        for (int w = 0; w < kWords; ++w) {
+          if (begin + w < j.inner) to[begin + w] = words[w];
+        }
+      }
+    }
   }
+}
+
+// Whether a side's rows all start on 16-byte boundaries.
+bool rows_on_vectors(const void* data, int64_t outer_stride, int64_t batch_stride, int64_t size) {
+  return reinterpret_cast<std::uintptr_t>(data) % kAccessBytes == 0 && fits(outer_stride, size) &&
+         fits(batch_stride, size);
 }
 
 class StagedRunner final : public GemmRunner {
@@ -160,13 +213,18 @@ class StagedRunner final : public GemmRunner {
     return j;
   }
 
-  void launch(const CopyJobs& jobs, int count, cudaStream_t stream) const {
+  void launch(CopyJobs& jobs, int count, cudaStream_t stream) const {
     if (count == 0) return;
-    int64_t rows = 0;
-    for (int i = 0; i < count; ++i) rows = std::max(rows, jobs.job[i].outer * jobs.job[i].batches);
-    constexpr int64_t kWarps = kCopyThreads / 32;
-    const auto blocks =
-        static_cast<unsigned>(std::clamp<int64_t>((rows + kWarps - 1) / kWarps, 1, int64_t{multiprocessors_} * 8));
+    int64_t steps = 0;
+    for (int i = 0; i < count; ++i) {
+      CopyJob& j = jobs.job[i];
+      j.source_vectors = rows_on_vectors(j.source, j.source_outer_stride, j.source_batch_stride, size_);
+      j.destination_vectors =
+          rows_on_vectors(j.destination, j.destination_outer_stride, j.destination_batch_stride, size_);
+      steps = std::max(steps, steps_of(j.inner, static_cast<int>(size_)) * j.outer * j.batches);
+    }
+    const auto blocks = static_cast<unsigned>(std::clamp<int64_t>(
+        (steps + kWarpsPerCopyBlock - 1) / kWarpsPerCopyBlock, 1, int64_t{multiprocessors_} * 8));
     const dim3 grid(blocks, static_cast<unsigned>(count));
     if (size_ == 2) {
       copy_operands<uint16_t><<<grid, kCopyThreads, 0, stream>>>(jobs);

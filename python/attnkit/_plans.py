@@ -100,9 +100,30 @@ _stream_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None)
 _current_device = getattr(torch._C, "_cuda_getDevice", None)
 
 
+# The run arguments of a kept workspace by the same key: (its bytes, the stream and the workspace as the C pointers
+# attnkit_plan_run takes), so that a run on it builds no ctypes object.
+_kept_arguments = {}
+
+
 def clear_workspaces() -> None:
     """Drops the workspaces kept for reuse (the caching allocator frees them in stream order)."""
     _kept_workspaces.clear()
+    _kept_arguments.clear()
+
+
+def _stream_arguments(bytes_needed: int, device: torch.device, stream: int):
+    """(stream, workspace) as attnkit_plan_run's C pointers for a run on `stream` with the stream's kept workspace
+    (_stream_workspace); the workspace None where none may be kept (then the caller allocates one)."""
+    if (bytes_needed > _MAX_KEPT_WORKSPACE or _stream_capturing is None or _current_device is None
+            or _current_device() != device.index or _stream_capturing()):
+        return _VoidPtr(stream), None
+    key = (device.index, stream)
+    kept = _kept_arguments.get(key)
+    if kept is None or kept[0] < bytes_needed:
+        workspace = _stream_workspace(bytes_needed, device, stream)
+        kept = (workspace.numel(), _VoidPtr(stream), _VoidPtr(workspace.data_ptr()))
+        _kept_arguments[key] = kept
+    return kept[1], kept[2]
 
 
 def _stream_workspace(bytes_needed: int, device: torch.device, stream: int):
@@ -140,18 +161,19 @@ def run(plan: Plan, pointers, device: torch.device) -> None:
         data = plan.pack(*pointers)
     except struct.error:  # a None entry, or fewer pointers than the plan takes (the rest are NULL)
         data = plan.pointer_array(*pointers)
+    workspace = workspace_pointer = None
     if plan.cuda:
-        stream = _VoidPtr(_current_raw_stream(device.index) if _current_raw_stream is not None
-                          else _launch.stream_of(device))
+        raw_stream = (_current_raw_stream(device.index) if _current_raw_stream is not None
+                      else _launch.stream_of(device))
+        if plan.reuse_workspace and plan.workspace_bytes:
+            stream, workspace_pointer = _stream_arguments(plan.workspace_bytes, device, raw_stream or 0)
+        else:
+            stream = _VoidPtr(raw_stream)
     else:
         stream = None
-    workspace = workspace_pointer = None
-    if plan.workspace_bytes:
-        if plan.reuse_workspace and plan.cuda:
-            workspace = _stream_workspace(plan.workspace_bytes, device, stream.value or 0)
-        if workspace is None:
-            # The caching allocator keeps stream order: freed after the enqueue, reused only after it ran.
-            workspace = torch.empty(plan.workspace_bytes, dtype=torch.uint8, device=device)
+    if plan.workspace_bytes and workspace_pointer is None:
+        # The caching allocator keeps stream order: freed after the enqueue, reused only after it ran.
+        workspace = torch.empty(plan.workspace_bytes, dtype=torch.uint8, device=device)
         workspace_pointer = _VoidPtr(workspace.data_ptr())
     status = run_fn(plan.handle, data, plan.count, stream, workspace_pointer, plan.workspace_size)
     if status:

@@ -126,6 +126,11 @@ def _eager_fast_path(q, k, v, block_mask=None, element_mask=None, rpb=None) -> b
         return False
     if rpb is not None and type(rpb) not in _PLAIN_TENSORS:
         return False
+    return _eager_call_allowed()
+
+
+def _eager_call_allowed() -> bool:
+    """No tracing, no functorch transform, no active mode: a call on plain tensors may skip the custom op."""
     if torch.compiler.is_compiling() or _functorch_transforms_active():
         return False
     return not (_dispatch_modes is None or _function_modes is None or _dispatch_modes() or _function_modes())
@@ -487,14 +492,16 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, allow_tf32: bool = False) -> torch
     """a @ b for [M, K] @ [K, N] or batched [Bt|1, M, K] @ [Bt|1, K, N] (a batch of 1 broadcasts;
     a 2-D operand next to a 3-D one counts as a batch of 1). Row- and column-major operands (e.g.
     x.mT) pass without a copy."""
-    _check_tensor(a, "a")
-    _check_tensor(b, "b")
+    plain = type(a) in _PLAIN_TENSORS and type(b) in _PLAIN_TENSORS
+    if not plain:
+        _check_tensor(a, "a")
+        _check_tensor(b, "b")
     a_dim, b_dim = a.dim(), b.dim()
     if a_dim == 2 and b_dim == 3:
         a = a.unsqueeze(0)
     elif a_dim == 3 and b_dim == 2:
         b = b.unsqueeze(0)
-    if _eager_fast_path(a, b, b):
+    if plain and _eager_call_allowed():
         return _gemm_ops.eager_gemm(a, b, bool(allow_tf32))
     return _gemm_op(a, b, bool(allow_tf32))
 

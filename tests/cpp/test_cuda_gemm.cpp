@@ -534,17 +534,18 @@ TEST(CudaGemmSelection, WavesCostModelPicksSmallTilesForSmallGridsAnd128x256ForL
   EXPECT_EQ(choose({big, small, stream_k, split_k}, 16, 4096, 4096), 3);
   EXPECT_EQ(choose({big, small, stream_k, split_k}, 256, 256, 65536), 3);
   // Among split-K rows, the one whose tiles pad the output least: decode's M <= 64 on the swapped rows (64 of M x
-  // 128 of N), M 65-128 (equal padding) on the first, the 128 x 128 row.
+  // 128 of N); with equal padding (M 65-128, 256 x 256) the smaller tile, the swapped row, whatever the order.
   const GemmCandidate swapped_split_k{64, 128, true, false};
   const std::vector<GemmCandidate> both_split_k = {big, small, stream_k, split_k, swapped_split_k};
   for (const int64_t m : {1, 7, 16, 64}) {
     EXPECT_EQ(choose(both_split_k, m, 4096, 4096), 4) << m;
     EXPECT_EQ(choose(both_split_k, m, 4160, 16384), 4) << m;
   }
-  EXPECT_EQ(choose(both_split_k, 100, 4096, 4096), 3);
-  EXPECT_EQ(choose(both_split_k, 128, 1024, 4096), 3);
-  EXPECT_EQ(choose(both_split_k, 256, 256, 65536), 3);
-  EXPECT_EQ(choose({big, small, stream_k, swapped_split_k, split_k}, 128, 1024, 4096), 3) << "equal: the first";
+  EXPECT_EQ(choose(both_split_k, 100, 4096, 4096), 4);  // two swapped columns pad as one 128-row tile
+  EXPECT_EQ(choose(both_split_k, 128, 1024, 4096), 4);
+  EXPECT_EQ(choose(both_split_k, 256, 256, 65536), 4);
+  EXPECT_EQ(choose({big, small, stream_k, swapped_split_k, split_k}, 128, 1024, 4096), 3) << "equal: the smaller";
+  EXPECT_EQ(choose({big, small, stream_k, split_k, split_k}, 128, 1024, 4096), 3) << "equal tiles: the first";
   // Stream-K when even the chosen tile leaves more than half the SMs idle (16 x 4096: 32 tiles of 64 x 128).
   EXPECT_EQ(choose({big, small, stream_k}, 16, 4096, 4099), 2);
   EXPECT_EQ(choose({big, small, stream_k}, 1024, 1024, 1024), 1);  // 128 tiles of 64 x 128
@@ -594,7 +595,7 @@ TEST(CudaGemmSelection, SmallGridsRunThe64x128PingPongRowsAndLargeOnesThe128x256
         expect(m, 4096, 16384, 1, "128x64x64_c1x1_swapped_splitk");
       }
       expect(128, 4096, 4096, 1, "128x128x64_c1x1_splitk");
-      expect(256, 256, 65536, 1, "128x128x64_c1x1_splitk");
+      expect(256, 256, 65536, 1, "128x64x64_c1x1_swapped_splitk");
       expect(2048, 2048, 2048, 1, "128x256x64_c2x1_coop");
       expect(4096, 4096, 4096, 1, "128x256x64_c2x1_coop");
       expect(8192, 8192, 8192, 1, "128x256x64_c2x1_coop");

@@ -223,8 +223,8 @@ class StagedRunner final : public GemmRunner {
           rows_on_vectors(j.destination, j.destination_outer_stride, j.destination_batch_stride, size_);
       steps = std::max(steps, steps_of(j.inner, static_cast<int>(size_)) * j.outer * j.batches);
     }
-    const auto blocks = static_cast<unsigned>(std::clamp<int64_t>(
-        (steps + kWarpsPerCopyBlock - 1) / kWarpsPerCopyBlock, 1, int64_t{multiprocessors_} * 8));
+    const auto blocks = static_cast<unsigned>(
+        std::clamp<int64_t>((steps + kWarpsPerCopyBlock - 1) / kWarpsPerCopyBlock, 1, int64_t{multiprocessors_} * 8));
     const dim3 grid(blocks, static_cast<unsigned>(count));
     if (size_ == 2) {
       copy_operands<uint16_t><<<grid, kCopyThreads, 0, stream>>>(jobs);

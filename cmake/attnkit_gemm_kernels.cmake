@@ -42,7 +42,10 @@
 # first (enforced), and tf32 rows before 3xtf32 rows (with allow_tf32 the faster TF32 is preferred; without it
 # tf32 rows never match). Of several accepting split-K rows, the one whose output tiles pad the problem least
 # (tiles x tile area) runs, the first of equal ones: the swapped split-K rows (M in steps of 64) take M <= 64 (and
-# 129-192), the 128-row split-K rows, listed first, keep M 65-128 (equal padding). Tile M: a multiple of 128 for
+# 129-192); the 16-bit ones are listed before the 128-row split-K rows, so they also take the grids both pad alike
+# (M 65-128, 256 x 256 x 65536: 8 tiles x 16 slices, 24.2 us on an H200, against 4 tiles x 32 slices, 27.7 us), while
+# the fp32 128-row rows, listed first, keep those (their swapped rows measured slower there: TF32 256 x 256 x 65536
+# 74.9 against 57.9 us of cuBLAS). Tile M: a multiple of 128 for
 # coop, streamk, splitk and swapped_splitk (two consumer warp groups split it), of 64 for pingpong (enforced).
 # fp32 on Hopper: TF32 rows from CUTLASS's builder in every layout (TF32 wgmma reads K-major shared memory only:
 # an MN-major A goes through registers, an MN-major B beside an MN-major A is transposed in shared memory, one
@@ -95,6 +98,10 @@ set(ATTNKIT_GEMM_KERNEL_TABLE
   "sm90  bf16    mn  k   128x128x64  1x1  auto   streamk  full"
   "sm90  f16     mn  mn  128x128x64  1x1  auto   streamk  full"
   "sm90  f16     mn  k   128x128x64  1x1  auto   streamk  full"
+  "sm90  bf16    k   mn  128x64x64   1x1  auto   swapped_splitk dev"
+  "sm90  bf16    k   k   128x64x64   1x1  auto   swapped_splitk dev"
+  "sm90  f16     k   mn  128x64x64   1x1  auto   swapped_splitk dev"
+  "sm90  f16     k   k   128x64x64   1x1  auto   swapped_splitk dev"
   "sm90  bf16    k   mn  128x128x64  1x1  auto   splitk   dev"
   "sm90  bf16    k   k   128x128x64  1x1  auto   splitk   dev"
   "sm90  f16     k   mn  128x128x64  1x1  auto   splitk   dev"
@@ -103,10 +110,6 @@ set(ATTNKIT_GEMM_KERNEL_TABLE
   "sm90  bf16    mn  k   128x128x64  1x1  auto   splitk   full"
   "sm90  f16     mn  mn  128x128x64  1x1  auto   splitk   full"
   "sm90  f16     mn  k   128x128x64  1x1  auto   splitk   full"
-  "sm90  bf16    k   mn  128x64x64   1x1  auto   swapped_splitk dev"
-  "sm90  bf16    k   k   128x64x64   1x1  auto   swapped_splitk dev"
-  "sm90  f16     k   mn  128x64x64   1x1  auto   swapped_splitk dev"
-  "sm90  f16     k   k   128x64x64   1x1  auto   swapped_splitk dev"
   "sm90  tf32    k   mn  128x256x32  2x1  auto   coop     dev"
   "sm90  tf32    k   k   128x256x32  2x1  auto   coop     dev"
   "sm90  tf32    k   mn  128x128x32  1x1  auto   coop     dev"

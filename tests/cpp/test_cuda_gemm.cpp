@@ -534,18 +534,18 @@ TEST(CudaGemmSelection, WavesCostModelPicksSmallTilesForSmallGridsAnd128x256ForL
   EXPECT_EQ(choose({big, small, stream_k, split_k}, 16, 4096, 4096), 3);
   EXPECT_EQ(choose({big, small, stream_k, split_k}, 256, 256, 65536), 3);
   // Among split-K rows, the one whose tiles pad the output least: decode's M <= 64 on the swapped rows (64 of M x
-  // 128 of N); with equal padding (M 65-128, 256 x 256) the smaller tile, the swapped row, whatever the order.
+  // 128 of N); of rows that pad alike (M 65-128, 256 x 256), the first in the table.
   const GemmCandidate swapped_split_k{64, 128, true, false};
   const std::vector<GemmCandidate> both_split_k = {big, small, stream_k, split_k, swapped_split_k};
   for (const int64_t m : {1, 7, 16, 64}) {
     EXPECT_EQ(choose(both_split_k, m, 4096, 4096), 4) << m;
     EXPECT_EQ(choose(both_split_k, m, 4160, 16384), 4) << m;
   }
-  EXPECT_EQ(choose(both_split_k, 100, 4096, 4096), 4);  // two swapped columns pad as one 128-row tile
-  EXPECT_EQ(choose(both_split_k, 128, 1024, 4096), 4);
-  EXPECT_EQ(choose(both_split_k, 256, 256, 65536), 4);
-  EXPECT_EQ(choose({big, small, stream_k, swapped_split_k, split_k}, 128, 1024, 4096), 3) << "equal: the smaller";
-  EXPECT_EQ(choose({big, small, stream_k, split_k, split_k}, 128, 1024, 4096), 3) << "equal tiles: the first";
+  EXPECT_EQ(choose(both_split_k, 100, 4096, 4096), 3);
+  EXPECT_EQ(choose(both_split_k, 128, 1024, 4096), 3);
+  EXPECT_EQ(choose(both_split_k, 256, 256, 65536), 3);
+  EXPECT_EQ(choose({big, small, stream_k, swapped_split_k, split_k}, 128, 1024, 4096), 3) << "equal: the first";
+  EXPECT_EQ(choose({big, small, stream_k, swapped_split_k, split_k}, 256, 256, 65536), 3) << "equal: the first";
   // Stream-K when even the chosen tile leaves more than half the SMs idle (16 x 4096: 32 tiles of 64 x 128).
   EXPECT_EQ(choose({big, small, stream_k}, 16, 4096, 4099), 2);
   EXPECT_EQ(choose({big, small, stream_k}, 1024, 1024, 1024), 1);  // 128 tiles of 64 x 128
@@ -837,8 +837,8 @@ TEST(CudaGemmSelection, Fp32DecodeShapesSelectTheNarrowKernel) {
           for (const bool transpose_a : {false, true}) {
             const std::string name =
                 selected_on(capability, DType::f32, tf32, m, n, k, transpose_a, transpose_b, false);
-            // With TF32 allowed the tensor-core rows take M above kNarrowTf32MaxRows.
-            if (!tf32 || m <= cuda::gemm::kNarrowTf32MaxRows) {
+            // With TF32 allowed the tensor-core rows take M above narrow_tf32_max_rows.
+            if (!tf32 || m <= cuda::gemm::narrow_tf32_max_rows(capability)) {
               EXPECT_EQ(name, narrow[transpose_b])
                   << m << "x" << n << "x" << k << " cc " << capability << " tf32 " << tf32 << " ta " << transpose_a;
             } else {
@@ -912,9 +912,9 @@ TEST(CudaGemmSelection, Fp32DecodeShapesSelectTheNarrowKernel) {
 }
 
 // fp32 decode on Hopper (A K-major, B either majorness): the swapped split-K rows (C^T = B^T A^T on tiles of 128 of N x
-// 64 of M) take what the narrow kernel leaves, TF32 from M 9 and 3xTF32 from M 33 to 64, in K slices where the weight's
+// 64 of M) take what the narrow kernel leaves, TF32 from M 5 and 3xTF32 from M 33 to 64, in K slices where the weight's
 // tiles leave SMs idle and in one slice where they alone fill the device (N 14336-16384), instead of the 128-row
-// tiles; the narrow kernel keeps M <= 8 with TF32 and M <= 32 without; M 65, unfolded batches, K not a multiple of 4
+// tiles; the narrow kernel keeps M <= 4 with TF32 and M <= 32 without; M 65, unfolded batches, K not a multiple of 4
 // and pre-Hopper devices run elsewhere. The slice rule of those rows on 132 SMs.
 TEST(CudaGemmSelection, Fp32DecodeShapesOnHopperSelectTheSwappedSplitKRows) {
   auto slices = [](int64_t m, int64_t n, int64_t k, DType dtype = DType::f32, int64_t batch = 1) {
@@ -949,7 +949,7 @@ TEST(CudaGemmSelection, Fp32DecodeShapesOnHopperSelectTheSwappedSplitKRows) {
   for (const bool transpose_b : {false, true}) {
     for (const auto& [n, k] :
          std::vector<std::array<int64_t, 2> >{{4096, 4096}, {16384, 4096}, {4096, 16384}, {14336, 4096}}) {
-      for (const int64_t m : {9, 16, 32, 64}) {
+      for (const int64_t m : {5, 8, 9, 16, 32, 64}) {
         EXPECT_EQ(selected_on(90, DType::f32, true, m, n, k, false, transpose_b, false), tf32_rows[transpose_b])
             << m << "x" << n << "x" << k;
       }
@@ -957,7 +957,7 @@ TEST(CudaGemmSelection, Fp32DecodeShapesOnHopperSelectTheSwappedSplitKRows) {
         EXPECT_EQ(selected_on(90, DType::f32, false, m, n, k, false, transpose_b, false), exact_rows[transpose_b])
             << m << "x" << n << "x" << k;
       }
-      EXPECT_EQ(selected_on(90, DType::f32, true, 8, n, k, false, transpose_b, false), narrow[transpose_b]);
+      EXPECT_EQ(selected_on(90, DType::f32, true, 4, n, k, false, transpose_b, false), narrow[transpose_b]);
       EXPECT_EQ(selected_on(90, DType::f32, false, 32, n, k, false, transpose_b, false), narrow[transpose_b]);
     }
     for (const bool tf32 : {false, true}) {

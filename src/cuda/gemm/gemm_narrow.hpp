@@ -29,8 +29,17 @@ inline constexpr int kNarrowColumns = 128;       // columns of C per CTA, B MN-m
 inline constexpr int kNarrowKMajorColumns = 32;  // columns of C per CTA, B K-major: 8 warps x 4
 // The automatic choice (gemm_registry.cpp) measured on an H200 (docs/perf.md, 2026-11-26): with TF32 allowed the narrow
 // kernel ran 0.71-0.88x cuBLAS at M <= 8 but 0.27-0.85x at M 16-32, where the TF32 tensor-core rows take over; the
-// exact 33-64-row entries ran 0.35-0.43x cuBLAS SGEMM, so only a forced config or the tuner runs them.
+// exact 33-64-row entries ran 0.35-0.43x cuBLAS SGEMM, so only a forced config or the tuner runs them. Against the
+// TF32 swapped split-K row (2026-11-27, kernel-only): M 4, the narrow kernel's 4-row instance, 21.6 us against 25.2 at
+// 4 x 4096 x 4096; M 8, its 16-row instance (which M 5-16 run), 27.5 against 24.3 us: on compute capability 9.0, where
+// those rows exist, TF32 keeps it for M <= 4 (kNarrowTf32MaxRowsSm90).
 inline constexpr int kNarrowTf32MaxRows = 8;
+inline constexpr int kNarrowTf32MaxRowsSm90 = 4;
+
+// The most rows the narrow kernel runs with TF32 allowed on a device of `capability` (major x 10 + minor).
+inline constexpr int narrow_tf32_max_rows(int capability) {
+  return capability == 90 ? kNarrowTf32MaxRowsSm90 : kNarrowTf32MaxRows;
+}
 inline constexpr int kNarrowMinSliceK = 512;  // rows of B a K slice streams at least
 inline constexpr int kNarrowMaxSlices = 32;
 // The CTAs per SM the slice count aims at, and at most: the 4- and 16-row instances' registers (101-128 a thread, 256

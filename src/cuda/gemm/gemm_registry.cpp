@@ -84,17 +84,9 @@ int choose_gemm_candidate(int64_t m, int64_t n, int64_t k, int64_t batch, const 
     const GemmCandidate& c = accepted[static_cast<size_t>(i)];
     if (c.split_k) {
       // Split-K problems are bound by the operands' bytes and the SMs the slices occupy, not by the tiles'
-      // efficiency: the row that pads the output least (decode's M = 1: a 64-column swapped tile, not 128 rows);
-      // of rows that pad alike, the smaller tile: more output tiles take fewer slices to fill the device, so fewer
-      // partial sums are written and summed (256 x 256 x 65536, 16-bit: 8 swapped tiles x 16 slices, 24.2 us on an
-      // H200, against 4 tiles of 128 x 128 x 32 slices, 27.7 us).
+      // efficiency: the row that pads the output least (decode's M = 1: a 64-column swapped tile, not 128 rows).
       const int64_t area = output_tiles(m, n, batch, c.tile_m, c.tile_n) * c.tile_m * c.tile_n;
-      const int64_t tile_area = int64_t{c.tile_m} * c.tile_n;
-      const GemmCandidate* held = split_k < 0 ? nullptr : &accepted[static_cast<size_t>(split_k)];
-      if (held == nullptr || area < split_k_area ||
-          (area == split_k_area && tile_area < int64_t{held->tile_m} * held->tile_n)) {
-        split_k = i, split_k_area = area;
-      }
+      if (split_k < 0 || area < split_k_area) split_k = i, split_k_area = area;
     } else if (c.stream_k) {
       if (stream_k < 0) stream_k = i;
     } else {
@@ -197,9 +189,10 @@ GemmChoice select_gemm_kernel(const GemmShape& shape, const GemmDevice& device, 
   std::vector<GemmCandidate> candidates;
   for (const GemmKernel* kernel : gemm_kernels()) {
     if (kernel->tier == GemmTier::simt || !gemm_kernel_matches(*kernel, shape, allow_tf32)) continue;
-    // Exact-only entries (the narrow 33-64-row ones) and the narrow kernel above kNarrowTf32MaxRows with TF32 allowed
-    // measured slower than the tensor-core rows: only a forced config or the tuner runs them.
-    if (kernel->exact_only || (kernel->tier == GemmTier::narrow && allow_tf32 && shape.m > kNarrowTf32MaxRows)) {
+    // Exact-only entries (the narrow 33-64-row ones) and the narrow kernel above narrow_tf32_max_rows with TF32
+    // allowed measured slower than the tensor-core rows: only a forced config or the tuner runs them.
+    if (kernel->exact_only ||
+        (kernel->tier == GemmTier::narrow && allow_tf32 && shape.m > narrow_tf32_max_rows(device.capability))) {
       continue;
     }
     if (!gemm_architecture_runs_on(kernel->architecture, device.capability)) continue;

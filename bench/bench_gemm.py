@@ -32,6 +32,7 @@ import json
 import math
 import statistics
 import sys
+import time
 from dataclasses import dataclass
 
 import torch
@@ -167,6 +168,19 @@ def measure(row: Row, dtype: torch.dtype, tf32: bool, warmup: int, rounds: int, 
             "tflops_graph_attnkit": flops / us_graph_ours / 1e6, "tflops_graph_cublas": flops / us_graph_cublas / 1e6}
 
 
+def warm_up_gpu(seconds: float = 1.0) -> None:
+    """About `seconds` of back-to-back GEMMs before the first row: without it the first rows' per-call times of both
+    candidates came out up to 2.4x longer than in another run (bf16 1024^3: 48.8 against 20.0 us; an idle GPU's clock,
+    a cold process)."""
+    a = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for _ in range(20):
+            torch.matmul(a, a)
+            attnkit.gemm(a, a)
+        torch.cuda.synchronize()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--types", nargs="+", default=list(TYPES), choices=list(TYPES))
@@ -191,6 +205,7 @@ def main() -> int:
     header = (f"{'type':5} {'group':9} {'shape':22} {'attnkit TF/s':>12} {'cuBLAS TF/s':>12} {'ratio':>6} "
               f"{'err':>9} | {'call us ak/cb':>15} {'graph us ak/cb':>15} {'g.ratio':>7}")
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}  CUDA {torch.version.cuda}")
+    warm_up_gpu()
     print(header)
     print("-" * len(header))
     tf32_before = torch.backends.cuda.matmul.allow_tf32

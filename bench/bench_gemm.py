@@ -129,7 +129,7 @@ def graph_us_per_call(fn, sets, calls: int, replays: int) -> float:
 
 
 def measure(row: Row, dtype: torch.dtype, tf32: bool, warmup: int, rounds: int, graph_calls: int,
-            b_transposed: bool = False, run_ms: float = 2.0) -> dict:
+            b_transposed: bool = False, run_ms: float = 10.0) -> dict:
     shape_a = (row.batch, row.m, row.k) if row.batch else (row.m, row.k)
     shape_b = (row.batch, row.k, row.n) if row.batch else (row.k, row.n)
     if b_transposed:  # B = W.mT of a row-major [N, K] weight: x @ W^T, nn.Linear's layout (B K-major)
@@ -189,7 +189,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="four rows")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds (median reported)")
-    parser.add_argument("--run-ms", type=float, default=2.0, help="about this long of back-to-back calls per run")
+    parser.add_argument("--run-ms", type=float, default=10.0,
+                        help="about this long of back-to-back calls per run (at least one call)")
     parser.add_argument("--graph-calls", type=int, default=20,
                         help="calls per CUDA graph for the kernel-only time (0: skip it)")
     parser.add_argument("--json", metavar="PATH", help="write the rows as JSON")

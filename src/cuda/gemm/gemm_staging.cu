@@ -88,8 +88,7 @@ __host__ __device__ inline int64_t steps_of(int64_t inner, int size) {
 // steps and the rows' steps are one flat index, so a few long rows and many short ones both spread over
 // every warp). A lane's pieces are first all loaded (one 16-byte load where the source side allows and the
 // piece lies inside the source row, else element by element, zero outside the source's extents), then all
-// stored: the loads of a step are in flight together, which the bandwidth of a copy needs (one element per
-// lane and a dependent store after each load kept a few hundred bytes in flight per SM).
+// stored: the loads of a step are in flight together (2 KB a warp), as a copy needs to reach the memory bandwidth.
 template <class Word>
 __global__ void __launch_bounds__(kCopyThreads) copy_operands(const CopyJobs jobs) {
   constexpr int kWords = 16 / static_cast<int>(sizeof(Word));

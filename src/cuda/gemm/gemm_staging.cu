@@ -136,12 +136,6 @@ __global__ void __launch_bounds__(kCopyThreads) copy_operands(const CopyJobs job
   }
 }
 
-// Whether a side's rows all start on 16-byte boundaries.
-bool rows_on_vectors(const void* data, int64_t outer_stride, int64_t batch_stride, int64_t size) {
-  return reinterpret_cast<std::uintptr_t>(data) % kAccessBytes == 0 && fits(outer_stride, size) &&
-         fits(batch_stride, size);
-}
-
 class StagedRunner final : public GemmRunner {
  public:
   StagedRunner(const GemmShape& shape, const GemmStaging& staging, std::unique_ptr<GemmRunner> inner,
@@ -217,9 +211,12 @@ class StagedRunner final : public GemmRunner {
     int64_t steps = 0;
     for (int i = 0; i < count; ++i) {
       CopyJob& j = jobs.job[i];
-      j.source_vectors = rows_on_vectors(j.source, j.source_outer_stride, j.source_batch_stride, size_);
-      j.destination_vectors =
-          rows_on_vectors(j.destination, j.destination_outer_stride, j.destination_batch_stride, size_);
+      // A side whose rows all start on 16-byte boundaries: TMA's rule.
+      j.source_vectors = tma_ready(
+          OperandLayout{j.source_inner, j.source_outer, j.source_outer_stride, j.source_batch_stride, j.source}, size_);
+      j.destination_vectors = tma_ready(
+          OperandLayout{j.inner, j.outer, j.destination_outer_stride, j.destination_batch_stride, j.destination},
+          size_);
       steps = std::max(steps, steps_of(j.inner, static_cast<int>(size_)) * j.outer * j.batches);
     }
     const auto blocks = static_cast<unsigned>(

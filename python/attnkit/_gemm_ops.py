@@ -8,7 +8,7 @@ views, summed over the batch where the forward broadcast.
 Two front doors share the formula, as for attention (_attention_ops.py):
 - eager calls go through eager_gemm: library plans (attnkit_gemm_plan) cached by call shape, run with
   only the data pointers, the stream and a workspace (the split-K, stream-K and staged kernels need one) kept
-  per stream and reused by every gemm run there (_plans._stream_workspace), and GemmFunction for autograd — no custom-op dispatch, no per-call argument
+  per stream and reused by every gemm run there (_plans._stream_arguments), and GemmFunction for autograd — no custom-op dispatch, no per-call argument
   structs (the custom op costs some 40 us of host time per call, more than a 1024^3 GEMM's kernel);
 - under torch.compile / export, or with a dispatch mode or tensor subclass active, the custom op below.
 """
@@ -122,7 +122,7 @@ def run_gemm(a: torch.Tensor, b: torch.Tensor, allow_tf32: bool) -> torch.Tensor
         args = _gemm_args(lib, a, b, c, allow_tf32)
         create = _capi.optional_function(lib, "attnkit_gemm_plan")
         plan = _plans.make(lib, create, args, device, False, _GEMM_TENSORS)
-        plan.reuse_workspace = True  # the stream's kept workspace (_plans._stream_workspace)
+        plan.reuse_workspace = True  # the stream's kept workspace (_plans._stream_arguments)
         entry = _GemmEntry(plan, c.shape)
         _gemm_plans.put(key, entry)
     else:

@@ -46,7 +46,7 @@ class Plan:
         self.pack = struct.Struct(f"@{count}P").pack
         # Whether runs need the device's current stream (a CUDA plan: its key holds the device).
         self.cuda = device is not None and device.type == "cuda"
-        # Whether runs take the stream's kept workspace (_stream_workspace) instead of a new one per call.
+        # Whether runs take the stream's kept workspace (_stream_arguments) instead of a new one per call.
         self.reuse_workspace = False
         self._destroy = lib.attnkit_plan_destroy
         size = ctypes.c_int64(0)
@@ -112,32 +112,21 @@ def clear_workspaces() -> None:
 
 
 def _stream_arguments(bytes_needed: int, device: torch.device, stream: int):
-    """(stream, workspace) as attnkit_plan_run's C pointers for a run on `stream` with the stream's kept workspace
-    (_stream_workspace); the workspace None where none may be kept (then the caller allocates one)."""
+    """(stream, workspace) as attnkit_plan_run's C pointers for a run on `stream` with the stream's kept workspace, of
+    at least bytes_needed bytes (made or grown here); the workspace None where none may be kept (capture, a device other
+    than the current one, whose capture state torch does not tell, or a size beyond the limit): the caller allocates
+    one then."""
     if (bytes_needed > _MAX_KEPT_WORKSPACE or _stream_capturing is None or _current_device is None
             or _current_device() != device.index or _stream_capturing()):
         return _VoidPtr(stream), None
     key = (device.index, stream)
     kept = _kept_arguments.get(key)
     if kept is None or kept[0] < bytes_needed:
-        workspace = _stream_workspace(bytes_needed, device, stream)
-        kept = (workspace.numel(), _VoidPtr(stream), _VoidPtr(workspace.data_ptr()))
+        workspace = torch.empty(bytes_needed, dtype=torch.uint8, device=device)
+        _kept_workspaces[key] = workspace
+        kept = (bytes_needed, _VoidPtr(stream), _VoidPtr(workspace.data_ptr()))
         _kept_arguments[key] = kept
     return kept[1], kept[2]
-
-
-def _stream_workspace(bytes_needed: int, device: torch.device, stream: int):
-    """A workspace of at least bytes_needed bytes for runs on `stream`, or None where it may not be kept (capture,
-    a device other than the current one, whose capture state torch does not tell, or a size beyond the limit)."""
-    if (bytes_needed > _MAX_KEPT_WORKSPACE or _stream_capturing is None or _current_device is None
-            or _current_device() != device.index or _stream_capturing()):
-        return None
-    key = (device.index, stream)
-    kept = _kept_workspaces.get(key)
-    if kept is None or kept.numel() < bytes_needed:
-        kept = torch.empty(bytes_needed, dtype=torch.uint8, device=device)
-        _kept_workspaces[key] = kept
-    return kept
 
 
 def _run_function():

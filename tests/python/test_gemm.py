@@ -146,7 +146,7 @@ def test_cuda_gemm_split_k_and_odd_n_are_repeatable_and_replay_from_a_cuda_graph
     assert reference.relative_l2(c, a.double() @ b.double()) <= reference.TOLERANCE[torch.bfloat16]
 
 
-# --- CUDA: the workspace kept per stream (_plans._stream_workspace) -------------------------------------------
+# --- CUDA: the workspace kept per stream (_plans._stream_arguments) -------------------------------------------
 
 
 def _split_k_operands():

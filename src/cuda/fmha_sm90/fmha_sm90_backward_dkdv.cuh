@@ -174,9 +174,33 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
     barrier_arrive(&ss.empty[b]);
   };
 
+  // Element masks without staged words (D 128): the next visit's words are loaded once this visit has handed its
+  // stage back and turned into its allowed bits after this visit's dQ product, so that the global loads run under
+  // that product instead of in front of the next visit's probabilities, and only the two bit words stay live
+  // into it.
+  uint32_t next_words[kRows][2];
+  uint32_t next_allowed[kRows];
+  bool next_words_loaded = false;
+  auto load_next_key_words = [&](int next, int end) {
+    next_words_loaded = false;
+    if constexpr (kLists && !Traits::kStagedKeyWords) {
+      if (p.list.key_bits != nullptr && next < end) {
+        const int bn = next % Traits::kStages;
+        barrier_wait(&ss.full[bn], (next / Traits::kStages) & 1);  // waited again, at once, when its turn comes
+        next_words_loaded = load_visit_key_words(p, batch, ss.visits[bn], key_index, next_words);
+      }
+    }
+  };
+  auto next_key_words_to_bits = [&] {
+    if constexpr (kLists && !Traits::kStagedKeyWords) {
+      if (next_words_loaded) visit_key_words_bits(next_words, col0, next_allowed);
+    }
+  };
+
   const int per_head = count / kv_heads;  // visits [j, j + 1) * per_head are KV head head_kv + j's
   for (int j = 0; j < kv_heads; ++j) {
     barrier_wait(&ss.kv_full, j & 1);
+    next_words_loaded = false;
     for (int it = j * per_head; it < (j + 1) * per_head; ++it) {
       const int b = it % Traits::kStages;
       barrier_wait(&ss.full[b], (it / Traits::kStages) & 1);
@@ -237,7 +261,13 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
           }
         } else {
           const fmha::QVisit& v = ss.visits[b];
-          if (!loaded_key_words_allowed_bits(p, batch, v, key_index, col0, allowed)) {
+          uint32_t words[kRows][2];
+          if (next_words_loaded) {
+#pragma unroll
+            for (int i = 0; i < kRows; ++i) allowed[i] = next_allowed[i];
+          } else if (load_visit_key_words(p, batch, v, key_index, words)) {
+            visit_key_words_bits(words, col0, allowed);
+          } else {
             visit_allowed_bits<kLists, kBlockM>(p, batch, v, key_index, col_of, nullptr, allowed);
           }
         }
@@ -265,6 +295,8 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
 
       if (!p.accumulate_dq) {
         release_stage(b);
+        load_next_key_words(it + 1, (j + 1) * per_head);
+        next_key_words_to_bits();
         continue;
       }
 
@@ -300,6 +332,7 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
       named_barrier_sync(barrier_group, 128);  // dS published; the dQ buffer is free
 
       release_stage(b);
+      load_next_key_words(it + 1, (j + 1) * per_head);
       // dQ only now: its 64 x D accumulator next to dK, dV and the dS / P operands of the running
       // products would leave ptxas too few registers to keep the wgmmas asynchronous (C7512).
       Tensor acc_dq = partition_fragment_C(mma_q, Shape<Int<kBlockM>, Int<Traits::kDqColumns>>{});
@@ -315,6 +348,7 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
         warpgroup_wait<0>();
         warpgroup_fence_operand(acc_dq);
       }
+      next_key_words_to_bits();
       // The accumulator map: query rows k0 (+ 8), columns col0 + 8 (j / 2) (+ 1).
       Tensor dq = gmma_rows_cols(acc_dq);
       if (dq_map.enabled) {

@@ -168,25 +168,32 @@ __device__ __forceinline__ void key_words_allowed_bits(const uint32_t (&words)[k
   }
 }
 
-// The same from the key-major words in global memory (where the stage holds none: D 128), for a partial visit whose
-// Q tile starts at a word boundary; false (allowed untouched) for a full visit, one that does not, or a mask not
-// packed by key (visit_allowed_bits covers those).
+// The key-major words of a partial visit in global memory (where the stage holds none: D 128), for this thread's key
+// rows key_index[i][0], when the visit's Q tile starts at a word boundary; false (words untouched) for a full visit,
+// one that does not, or a mask not packed by key (visit_allowed_bits covers those).
 template <int kRows>
-__device__ __forceinline__ bool loaded_key_words_allowed_bits(const fmha::FmhaBackwardParams& p, int32_t batch,
-                                                              const fmha::QVisit& v,
-                                                              const int32_t (&key_index)[kRows][fmha::kMaxDims],
-                                                              int col0, uint32_t (&allowed)[kRows]) {
+__device__ __forceinline__ bool load_visit_key_words(const fmha::FmhaBackwardParams& p, int32_t batch,
+                                                     const fmha::QVisit& v,
+                                                     const int32_t (&key_index)[kRows][fmha::kMaxDims],
+                                                     uint32_t (&words)[kRows][2]) {
   const int32_t q0 = v.origin.index[0];
   if (v.full || p.list.key_bits == nullptr || q0 % 32 != 0) return false;
   const int32_t seq_k = p.kv_space.flat_extent;
 #pragma unroll
   for (int i = 0; i < kRows; ++i) {
     const int32_t k = key_index[i][0];
-    uint32_t words[2] = {};
-    if (k < seq_k) fmha::load_key_bit_words(p.list, seq_k, batch, v.head, k, q0, words);
-    allowed[i] = column_pair_bits(words[0], words[1], col0);
+    words[i][0] = words[i][1] = 0u;
+    if (k < seq_k) fmha::load_key_bit_words(p.list, seq_k, batch, v.head, k, q0, words[i]);
   }
   return true;
+}
+
+// Bit j of allowed[i] from the words of key row i (load_visit_key_words): query column col0 + 8 (j / 2) + j % 2.
+template <int kRows>
+__device__ __forceinline__ void visit_key_words_bits(const uint32_t (&words)[kRows][2], int col0,
+                                                     uint32_t (&allowed)[kRows]) {
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) allowed[i] = column_pair_bits(words[i][0], words[i][1], col0);
 }
 
 }  // namespace attnkit::cuda::fmha_sm90

@@ -5,15 +5,13 @@
 // bounds-checked, zero outside), and each thread accumulates a 4 x 4 sub-tile whose rows and columns are
 // 16 apart (conflict-free shared reads). The epilogue writes alpha * acc + beta * C in C's dtype and reads
 // C only when beta != 0, so a NaN-poisoned C with beta 0 is overwritten.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
 
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/gemm/gemm_element.cuh"
 #include "cuda/gemm/gemm_simt.hpp"
 
 namespace attnkit::cuda::gemm {
@@ -32,25 +30,6 @@ struct SimtParams {
   void* c;
   float alpha, beta;
 };
-
-__device__ __forceinline__ float to_float(float x) { return x; }
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-template <class T>
-__device__ __forceinline__ T from_float(float x);
-template <>
-__device__ __forceinline__ float from_float<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ __half from_float<__half>(float x) {
-  return __float2half_rn(x);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
 
 template <class T>
 __global__ void __launch_bounds__(kThreads) simt_gemm_kernel(const SimtParams p) {

@@ -6,38 +6,18 @@
 // griddepcontrol.wait until the GEMM grid has finished, so its launch overlaps the GEMM's tail instead of following it.
 #include "cuda/gemm/gemm_split_k.hpp"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <algorithm>
 #include <cstdint>
 
 #include "attnkit/error.hpp"
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/gemm/gemm_element.cuh"
 
 namespace attnkit::cuda::gemm {
 namespace {
 
 constexpr int kSumThreads = 256;
 constexpr int64_t kPartialAlignment = 256;
-
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float to_float(float x) { return x; }
-template <class T>
-__device__ __forceinline__ T from_float(float x);
-template <>
-__device__ __forceinline__ __half from_float<__half>(float x) {
-  return __float2half_rn(x);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
-template <>
-__device__ __forceinline__ float from_float<float>(float x) {
-  return x;
-}
 
 template <class T>
 struct alignas(4 * sizeof(T)) Quad {

@@ -95,20 +95,28 @@ def make(lib, create, args, device: torch.device, no_tuning: bool, count: int) -
 # graph's pool per call, as before. Each buffer is as large as the largest workspace asked for on its stream, at
 # most _MAX_KEPT_WORKSPACE (larger ones are allocated per call); clear_workspaces() lets them go.
 _MAX_KEPT_WORKSPACE = 64 << 20
-_kept_workspaces = {}
 _stream_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None)
 _current_device = getattr(torch._C, "_cuda_getDevice", None)
 
 
-# The run arguments of a kept workspace by the same key: (its bytes, the stream and the workspace as the C pointers
-# attnkit_plan_run takes), so that a run on it builds no ctypes object.
-_kept_arguments = {}
+class KeptWorkspace:
+    """A kept workspace with the run arguments that point at it: the stream and the buffer as the C pointers
+    attnkit_plan_run takes, made once so that a run on it builds no ctypes object."""
+
+    __slots__ = ("tensor", "stream", "pointer")
+
+    def __init__(self, tensor: torch.Tensor, stream: int):
+        self.tensor = tensor
+        self.stream = _VoidPtr(stream)
+        self.pointer = _VoidPtr(tensor.data_ptr())
+
+
+_kept_workspaces = {}  # (device index, stream) -> KeptWorkspace
 
 
 def clear_workspaces() -> None:
     """Drops the workspaces kept for reuse (the caching allocator frees them in stream order)."""
     _kept_workspaces.clear()
-    _kept_arguments.clear()
 
 
 def _stream_arguments(bytes_needed: int, device: torch.device, stream: int):
@@ -120,13 +128,11 @@ def _stream_arguments(bytes_needed: int, device: torch.device, stream: int):
             or _current_device() != device.index or _stream_capturing()):
         return _VoidPtr(stream), None
     key = (device.index, stream)
-    kept = _kept_arguments.get(key)
-    if kept is None or kept[0] < bytes_needed:
-        workspace = torch.empty(bytes_needed, dtype=torch.uint8, device=device)
-        _kept_workspaces[key] = workspace
-        kept = (bytes_needed, _VoidPtr(stream), _VoidPtr(workspace.data_ptr()))
-        _kept_arguments[key] = kept
-    return kept[1], kept[2]
+    kept = _kept_workspaces.get(key)
+    if kept is None or kept.tensor.numel() < bytes_needed:
+        kept = KeptWorkspace(torch.empty(bytes_needed, dtype=torch.uint8, device=device), stream)
+        _kept_workspaces[key] = kept
+    return kept.stream, kept.pointer
 
 
 def _run_function():

@@ -172,11 +172,11 @@ def test_cuda_runs_on_one_stream_share_its_kept_workspace_and_other_streams_get_
     a, b = _split_k_operands()
     first = _workspace_plan_or_skip(a, b)
     assert len(_plans._kept_workspaces) == 1
-    (kept,) = _plans._kept_workspaces.values()
+    (kept,) = [k.tensor for k in _plans._kept_workspaces.values()]
     for _ in range(3):
         c = attnkit.gemm(a, b)
         assert torch.equal(c, first), "runs on the kept workspace differ"
-        assert next(iter(_plans._kept_workspaces.values())).data_ptr() == kept.data_ptr()
+        assert next(iter(_plans._kept_workspaces.values())).tensor.data_ptr() == kept.data_ptr()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -195,11 +195,11 @@ def test_cuda_graph_capture_takes_its_own_workspace_not_the_kept_one():
     _plans.clear_workspaces()
     a, b = _split_k_operands()
     _workspace_plan_or_skip(a, b)
-    before = {key: kept.data_ptr() for key, kept in _plans._kept_workspaces.items()}
+    before = {key: kept.tensor.data_ptr() for key, kept in _plans._kept_workspaces.items()}
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         c = attnkit.gemm(a, b)
-    assert {key: kept.data_ptr() for key, kept in _plans._kept_workspaces.items()} == before
+    assert {key: kept.tensor.data_ptr() for key, kept in _plans._kept_workspaces.items()} == before
     _plans.clear_workspaces()  # the graph does not depend on the kept buffers
     attnkit.gemm(a, b)  # eager runs on a new kept workspace meanwhile
     a.copy_(torch.randn_like(a))

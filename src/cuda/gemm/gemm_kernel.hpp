@@ -15,7 +15,8 @@
 
 namespace attnkit::cuda::gemm {
 
-// narrow: the fp32 kernel for a few rows of A (gemm_narrow.hpp), bound by B's bytes; listed before the others.
+// narrow: the SIMT kernel for a few rows of A (gemm_narrow.hpp: fp32, and 16-bit for M <= 4), bound by B's bytes;
+// listed before the others.
 enum class GemmTier : int32_t { simt = 0, sm80 = 1, sm90 = 2, narrow = 3 };
 
 // What the multiply-adds are: fp32 FMA (simt), tensor cores on f16/bf16, TF32 tensor cores (fp32 in,

@@ -1,22 +1,27 @@
-// The narrow-M fp32 GEMM (gemm_narrow.hpp). Grid: column blocks x row blocks (blockIdx.x = column block x row
-// blocks + row block) x the K slices (blockIdx.y); 256 threads a CTA. A CTA walks its K slice in chunks of 256 rows
-// of K, A's chunk staged in shared memory (rows < M, zeros above M and past K). kRows (4, 16 or 32) bounds the rows a
-// CTA computes at compile time so that the accumulators stay in registers (M <= 4: 4, M <= 16: 16, else 32); the
+// The narrow-M GEMM (gemm_narrow.hpp): fp32, and bf16 / f16 for M <= 4 (the element type T is a template parameter;
+// A and B are widened to fp32 as they are read, C written in T). Grid: column blocks x row blocks (blockIdx.x = column
+// block x row blocks + row block) x the K slices (blockIdx.y); 256 threads a CTA. A CTA walks its K slice in chunks of
+// 256 rows of K, A's chunk staged in shared memory (rows < M, zeros above M and past K). kRows (4, 16 or 32) bounds the
+// rows a CTA computes at compile time so that the accumulators stay in registers (M <= 4: 4, M <= 16: 16, else 32); the
 // 32-row instances (over 200 registers a thread) run one CTA per SM, the others two. M of 33-64 runs in two row
 // blocks of 32, adjacent in the grid, so that the second reads B's columns from L2 while the first streams them.
 // Each CTA writes alpha * sum + beta * C when K is one slice, else its slice's fp32 partial sums, which the split-K
 // sum (gemm_split_k.hpp) adds in slice order into C.
-// B MN-major (x @ W): 128 columns a CTA; A's chunk as [k][row]; each warp takes the chunk's rows w, w + 8, ... of B,
-// loading 8 of them (16 bytes a lane: the warp reads 512 contiguous bytes of a row) before multiplying them into its
-// lane's kRows x 4 accumulators, one broadcast shared-memory read of A's column per row of B; the 8 warps' sums are
-// added in warp order in shared memory.
-// B K-major (x @ W^T): narrow_gemm_k_major_kernel, below.
+// B MN-major (x @ W): 32 lanes x 16 bytes of columns a CTA (128 fp32, 256 16-bit); A's chunk as [k][row]; each warp
+// takes the chunk's rows w, w + 8, ... of B, loading 8 of them (16 bytes a lane: the warp reads 512 contiguous bytes
+// of a row) before multiplying them into its lane's kRows x (4 or 8) accumulators, one broadcast shared-memory read of
+// A's column per row of B; the 8 warps' sums are added in warp order in shared memory. B K-major (x @ W^T):
+// narrow_gemm_k_major_kernel, below.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
 
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/gemm/gemm_element.cuh"
 #include "cuda/gemm/gemm_narrow.hpp"
 #include "cuda/gemm/gemm_split_k.hpp"
 
@@ -33,53 +38,78 @@ struct NarrowParams {
   int64_t a_row, a_col, b_row, b_col, c_row;
   int64_t slice;   // rows of K per slice (the last may be shorter)
   int64_t passes;  // row blocks of kRows: blockIdx.x is column block x passes + row block
-  const float* a;
-  const float* b;
-  float* c;
+  const void* a;   // T (the entry's element type)
+  const void* b;
+  void* c;
   float* partials;  // slices x M x N fp32, or null when K is one slice
   float alpha, beta;
 };
 
-template <int kRows>
+template <class T>
+constexpr int kVector = 16 / static_cast<int>(sizeof(T));  // elements of a 16-byte load
+
+// The 16 bytes at `raw` as kVector<T> floats.
+template <class T>
+__device__ __forceinline__ void widen(const uint4& raw, float (&out)[kVector<T>]) {
+  const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < kVector<T>; ++i) out[i] = to_float(e[i]);
+}
+
+// C's element (row, col) = alpha * sum + beta * C (C not read when beta is 0).
+template <class T>
+__device__ __forceinline__ void write_c(const NarrowParams& p, int64_t row, int64_t col, float sum) {
+  T& out = static_cast<T*>(p.c)[row * p.c_row + col];
+  out = from_float<T>(p.beta != 0.0f ? fmaf(p.beta, to_float(out), p.alpha * sum) : p.alpha * sum);
+}
+
+template <class T, int kRows>
 __global__ void __launch_bounds__(kThreads, kRows <= 16 ? kNarrowCtasPerSm : 1)
     narrow_gemm_kernel(const NarrowParams p) {
+  constexpr int kV = kVector<T>;
+  constexpr int kColumns = 32 * kV;  // 128 (fp32) or 256 (16-bit) columns of C
   __shared__ __align__(16) float sa[kChunk][kRows];
-  __shared__ __align__(16) float sums[kRows][kNarrowColumns];
+  __shared__ __align__(16) float sums[kRows][kColumns];
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int64_t column_block = static_cast<int64_t>(blockIdx.x) / p.passes;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) % p.passes * kRows;
   const int64_t rows = p.m - row0 < kRows ? p.m - row0 : kRows;
-  const float* a_rows = p.a + row0 * p.a_row;
-  const int64_t column = column_block * kNarrowColumns + lane * 4;
-  const bool column_in = column < p.n;
+  const T* a_rows = static_cast<const T*>(p.a) + row0 * p.a_row;
+  const int64_t column = column_block * kColumns + lane * kV;
+  const bool column_in = column < p.n;  // N is a multiple of kV: a vector is wholly in or out
   const int64_t k_begin = static_cast<int64_t>(blockIdx.y) * p.slice;
   const int64_t k_end = k_begin + p.slice < p.k ? k_begin + p.slice : p.k;
-  const float* b_column = p.b + column;
+  const T* b_column = static_cast<const T*>(p.b) + column;
 
-  float4 acc[kRows];
+  float acc[kRows][kV];
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) acc[r] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+    for (int v = 0; v < kV; ++v) acc[r][v] = 0.0f;
+  }
 
   for (int64_t chunk = k_begin; chunk < k_end; chunk += kChunk) {
     // A's chunk, row index fastest (consecutive shared-memory words).
     for (int e = static_cast<int>(threadIdx.x); e < kChunk * kRows; e += kThreads) {
       const int r = e % kRows, kk = e / kRows;
       const int64_t kg = chunk + kk;
-      sa[kk][r] = r < rows && kg < k_end ? a_rows[r * p.a_row + kg * p.a_col] : 0.0f;
+      sa[kk][r] = r < rows && kg < k_end ? to_float(a_rows[r * p.a_row + kg * p.a_col]) : 0.0f;
     }
     __syncthreads();
 #pragma unroll 1
     for (int base = warp; base < kChunk; base += kWarps * kUnroll) {
-      float4 bv[kUnroll];
+      uint4 raw[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t kg = chunk + base + u * kWarps;
-        bv[u] = column_in && kg < k_end ? __ldcs(reinterpret_cast<const float4*>(b_column + kg * p.b_row))
-                                        : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        raw[u] = column_in && kg < k_end ? __ldcs(reinterpret_cast<const uint4*>(b_column + kg * p.b_row))
+                                         : make_uint4(0u, 0u, 0u, 0u);
       }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
+        float bv[kV];
+        widen<T>(raw[u], bv);
         const float* a_column = sa[base + u * kWarps];
 #pragma unroll
         for (int r4 = 0; r4 < kRows; r4 += 4) {
@@ -87,11 +117,8 @@ __global__ void __launch_bounds__(kThreads, kRows <= 16 ? kNarrowCtasPerSm : 1)
           const float av[4] = {a4.x, a4.y, a4.z, a4.w};
 #pragma unroll
           for (int q = 0; q < 4; ++q) {
-            float4& s = acc[r4 + q];
-            s.x = fmaf(av[q], bv[u].x, s.x);
-            s.y = fmaf(av[q], bv[u].y, s.y);
-            s.z = fmaf(av[q], bv[u].z, s.z);
-            s.w = fmaf(av[q], bv[u].w, s.w);
+#pragma unroll
+            for (int v = 0; v < kV; ++v) acc[r4 + q][v] = fmaf(av[q], bv[v], acc[r4 + q][v]);
           }
         }
       }
@@ -104,58 +131,59 @@ __global__ void __launch_bounds__(kThreads, kRows <= 16 ? kNarrowCtasPerSm : 1)
     if (warp == w) {
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
-        auto* s = reinterpret_cast<float4*>(&sums[r][lane * 4]);
-        if (w == 0) {
-          *s = acc[r];
-        } else {
-          float4 v = *s;
-          v.x += acc[r].x, v.y += acc[r].y, v.z += acc[r].z, v.w += acc[r].w;
-          *s = v;
+#pragma unroll
+        for (int v = 0; v < kV; v += 4) {
+          auto* s = reinterpret_cast<float4*>(&sums[r][lane * kV + v]);
+          if (w == 0) {
+            *s = make_float4(acc[r][v], acc[r][v + 1], acc[r][v + 2], acc[r][v + 3]);
+          } else {
+            float4 x = *s;
+            x.x += acc[r][v], x.y += acc[r][v + 1], x.z += acc[r][v + 2], x.w += acc[r][v + 3];
+            *s = x;
+          }
         }
       }
     }
     __syncthreads();
   }
 
-  const int64_t first = column_block * kNarrowColumns;
-  for (int e = static_cast<int>(threadIdx.x); e < kRows * (kNarrowColumns / 4); e += kThreads) {
-    const int r = e / (kNarrowColumns / 4), j = e % (kNarrowColumns / 4) * 4;
+  const int64_t first = column_block * kColumns;
+  for (int e = static_cast<int>(threadIdx.x); e < kRows * (kColumns / 4); e += kThreads) {
+    const int r = e / (kColumns / 4), j = e % (kColumns / 4) * 4;
     const int64_t col = first + j;
     if (r >= rows || col >= p.n) continue;
     const float4 v = *reinterpret_cast<const float4*>(&sums[r][j]);
     if (p.partials != nullptr) {
       *reinterpret_cast<float4*>(p.partials + (static_cast<int64_t>(blockIdx.y) * p.m + row0 + r) * p.n + col) = v;
     } else {
-      auto* out = reinterpret_cast<float4*>(p.c + (row0 + r) * p.c_row + col);
-      float4 result = make_float4(p.alpha * v.x, p.alpha * v.y, p.alpha * v.z, p.alpha * v.w);
-      if (p.beta != 0.0f) {
-        const float4 old = *out;
-        result.x = fmaf(p.beta, old.x, result.x);
-        result.y = fmaf(p.beta, old.y, result.y);
-        result.z = fmaf(p.beta, old.z, result.z);
-        result.w = fmaf(p.beta, old.w, result.w);
-      }
-      *out = result;
+      write_c<T>(p, row0 + r, col, v.x);
+      write_c<T>(p, row0 + r, col + 1, v.y);
+      write_c<T>(p, row0 + r, col + 2, v.z);
+      write_c<T>(p, row0 + r, col + 3, v.w);
     }
   }
 }
 
-// B K-major (x @ W^T with a row-major W [N, K]): a warp owns 4 columns of C, its lanes 4 consecutive K each (the warp
-// reads 512 contiguous bytes of each of the 4 rows of W per step of 128 along K), A's chunk staged as [row][k] and
-// read as one 16-byte vector a row; each lane's kRows x 4 partial dot products are summed over the warp by an xor
-// butterfly (every lane ends with the same sums, in the same order) and written by the lane of their index.
-template <int kRows>
+// B K-major (x @ W^T with a row-major W [N, K]): a warp owns 4 columns of C, its lanes 16 bytes of consecutive K each
+// (4 fp32 or 8 16-bit values: the warp reads 512 contiguous bytes of each of the 4 rows of W per step along K), A's
+// chunk staged as [row][k] and read as 16-byte vectors a row; each lane's kRows x 4 partial dot products are summed
+// over the warp by an xor butterfly (every lane ends with the same sums, in the same order) and written by the lane of
+// their index. A chunk is 256 rows of K for fp32 and 512 for 16-bit types (two steps of the warp either way).
+template <class T, int kRows>
 __global__ void __launch_bounds__(kThreads, kRows <= 16 ? kNarrowCtasPerSm : 1)
     narrow_gemm_k_major_kernel(const NarrowParams p) {
+  constexpr int kV = kVector<T>;
   constexpr int kColumnsPerWarp = kNarrowKMajorColumns / kWarps;
-  constexpr int kStep = 32 * 4;
-  __shared__ __align__(16) float sa[kRows][kChunk];
+  constexpr int kStep = 32 * kV;
+  constexpr int kKChunk = kChunk * 4 / static_cast<int>(sizeof(T));
+  __shared__ __align__(16) float sa[kRows][kKChunk];
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int64_t column_block = static_cast<int64_t>(blockIdx.x) / p.passes;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) % p.passes * kRows;
   const int64_t rows = p.m - row0 < kRows ? p.m - row0 : kRows;
-  const float* a_rows = p.a + row0 * p.a_row;
+  const T* a_rows = static_cast<const T*>(p.a) + row0 * p.a_row;
+  const T* b = static_cast<const T*>(p.b);
   const int64_t column0 = column_block * kNarrowKMajorColumns + warp * kColumnsPerWarp;
   const int64_t k_begin = static_cast<int64_t>(blockIdx.y) * p.slice;
   const int64_t k_end = k_begin + p.slice < p.k ? k_begin + p.slice : p.k;
@@ -167,34 +195,40 @@ __global__ void __launch_bounds__(kThreads, kRows <= 16 ? kNarrowCtasPerSm : 1)
     for (int r = 0; r < kRows; ++r) acc[c][r] = 0.0f;
   }
 
-  for (int64_t chunk = k_begin; chunk < k_end; chunk += kChunk) {
-    for (int e = static_cast<int>(threadIdx.x); e < kChunk * kRows; e += kThreads) {
-      const int r = e / kChunk, kk = e % kChunk;
+  for (int64_t chunk = k_begin; chunk < k_end; chunk += kKChunk) {
+    for (int e = static_cast<int>(threadIdx.x); e < kKChunk * kRows; e += kThreads) {
+      const int r = e / kKChunk, kk = e % kKChunk;
       const int64_t kg = chunk + kk;
-      sa[r][kk] = r < rows && kg < k_end ? a_rows[r * p.a_row + kg * p.a_col] : 0.0f;
+      sa[r][kk] = r < rows && kg < k_end ? to_float(a_rows[r * p.a_row + kg * p.a_col]) : 0.0f;
     }
     __syncthreads();
 #pragma unroll 1
-    for (int step = 0; step < kChunk; step += kStep) {
-      const int kk = step + lane * 4;
-      const int64_t kg = chunk + kk;  // k_end and kg are multiples of 4: a vector is wholly in or out
-      float4 w[kColumnsPerWarp];
+    for (int step = 0; step < kKChunk; step += kStep) {
+      const int kk = step + lane * kV;
+      const int64_t kg = chunk + kk;  // k_end and kg are multiples of kV: a vector is wholly in or out
+      uint4 w[kColumnsPerWarp];
 #pragma unroll
       for (int c = 0; c < kColumnsPerWarp; ++c) {
         const int64_t n = column0 + c;
-        w[c] = n < p.n && kg < k_end ? __ldcs(reinterpret_cast<const float4*>(p.b + n * p.b_col + kg))
-                                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        w[c] = n < p.n && kg < k_end ? __ldcs(reinterpret_cast<const uint4*>(b + n * p.b_col + kg))
+                                     : make_uint4(0u, 0u, 0u, 0u);
       }
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        const float4 a4 = *reinterpret_cast<const float4*>(&sa[r][kk]);
+      for (int c = 0; c < kColumnsPerWarp; ++c) {
+        float wv[kV];
+        widen<T>(w[c], wv);
 #pragma unroll
-        for (int c = 0; c < kColumnsPerWarp; ++c) {
+        for (int r = 0; r < kRows; ++r) {
           float v = acc[c][r];
-          v = fmaf(a4.x, w[c].x, v);
-          v = fmaf(a4.y, w[c].y, v);
-          v = fmaf(a4.z, w[c].z, v);
-          acc[c][r] = fmaf(a4.w, w[c].w, v);
+#pragma unroll
+          for (int i = 0; i < kV; i += 4) {
+            const float4 a4 = *reinterpret_cast<const float4*>(&sa[r][kk + i]);
+            v = fmaf(a4.x, wv[i], v);
+            v = fmaf(a4.y, wv[i + 1], v);
+            v = fmaf(a4.z, wv[i + 2], v);
+            v = fmaf(a4.w, wv[i + 3], v);
+          }
+          acc[c][r] = v;
         }
       }
     }
@@ -213,15 +247,19 @@ __global__ void __launch_bounds__(kThreads, kRows <= 16 ? kNarrowCtasPerSm : 1)
       if (p.partials != nullptr) {
         p.partials[(static_cast<int64_t>(blockIdx.y) * p.m + row0 + r) * p.n + n] = v;
       } else {
-        float& out = p.c[(row0 + r) * p.c_row + n];
-        out = p.beta != 0.0f ? fmaf(p.beta, out, p.alpha * v) : p.alpha * v;
+        write_c<T>(p, row0 + r, n, v);
       }
     }
   }
 }
 
-// Columns of C per CTA: 128 with B MN-major (32 lanes x 4), 32 with B K-major (8 warps x 4).
-int64_t columns_per_cta(const GemmShape& s) { return s.b_k_major() ? kNarrowKMajorColumns : kNarrowColumns; }
+// Elements of a 16-byte vector of the problem's type.
+int64_t vector_elements(const GemmShape& s) { return 16 / static_cast<int64_t>(dtype_size(s.dtype)); }
+
+// Columns of C per CTA: with B MN-major 32 lanes x a vector (128 fp32, 256 16-bit), with B K-major 32 (8 warps x 4).
+int64_t columns_per_cta(const GemmShape& s) {
+  return s.b_k_major() ? kNarrowKMajorColumns : kNarrowColumns * 4 / static_cast<int64_t>(dtype_size(s.dtype));
+}
 
 int64_t column_blocks(const GemmShape& s) { return (s.n + columns_per_cta(s) - 1) / columns_per_cta(s); }
 
@@ -231,6 +269,16 @@ int64_t row_passes(const GemmShape& s) {
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+// The 16-bit entries' one instance per B majorness (M <= 4).
+template <class T>
+void launch_four_rows(const GemmShape& s, dim3 grid, const NarrowParams& p, cudaStream_t stream) {
+  if (s.b_k_major()) {
+    narrow_gemm_k_major_kernel<T, kNarrow16MaxRows><<<grid, kThreads, 0, stream>>>(p);
+  } else {
+    narrow_gemm_kernel<T, kNarrow16MaxRows><<<grid, kThreads, 0, stream>>>(p);
+  }
+}
 
 class NarrowRunner final : public GemmRunner {
  public:
@@ -247,28 +295,31 @@ class NarrowRunner final : public GemmRunner {
     p.m = s.m, p.n = s.n, p.k = s.k;
     p.a_row = s.a_row, p.a_col = s.a_col, p.b_row = s.b_row, p.b_col = s.b_col, p.c_row = s.c_row;
     p.slice = (s.k + slices_ - 1) / slices_;
-    if (s.b_k_major()) p.slice = (p.slice + 3) / 4 * 4;  // whole 16-byte vectors of B's rows in each slice
+    const int64_t v = vector_elements(s);
+    if (s.b_k_major()) p.slice = (p.slice + v - 1) / v * v;  // whole 16-byte vectors of B's rows in each slice
     p.passes = row_passes(s);
-    p.a = static_cast<const float*>(s.a);
-    p.b = static_cast<const float*>(s.b);
-    p.c = static_cast<float*>(s.c);
+    p.a = s.a, p.b = s.b, p.c = s.c;
     p.partials = slices_ > 1 ? static_cast<float*>(workspace) : nullptr;
     p.alpha = alpha, p.beta = beta;
     const dim3 grid(static_cast<unsigned>(column_blocks(s) * p.passes), static_cast<unsigned>(slices_));
-    if (s.b_k_major()) {
+    if (s.dtype == DType::bf16) {
+      launch_four_rows<__nv_bfloat16>(s, grid, p, stream);
+    } else if (s.dtype == DType::f16) {
+      launch_four_rows<__half>(s, grid, p, stream);
+    } else if (s.b_k_major()) {
       if (s.m <= 4) {
-        narrow_gemm_k_major_kernel<4><<<grid, kThreads, 0, stream>>>(p);
+        narrow_gemm_k_major_kernel<float, 4><<<grid, kThreads, 0, stream>>>(p);
       } else if (s.m <= 16) {
-        narrow_gemm_k_major_kernel<16><<<grid, kThreads, 0, stream>>>(p);
+        narrow_gemm_k_major_kernel<float, 16><<<grid, kThreads, 0, stream>>>(p);
       } else {
-        narrow_gemm_k_major_kernel<kNarrowMaxRows><<<grid, kThreads, 0, stream>>>(p);
+        narrow_gemm_k_major_kernel<float, kNarrowMaxRows><<<grid, kThreads, 0, stream>>>(p);
       }
     } else if (s.m <= 4) {
-      narrow_gemm_kernel<4><<<grid, kThreads, 0, stream>>>(p);
+      narrow_gemm_kernel<float, 4><<<grid, kThreads, 0, stream>>>(p);
     } else if (s.m <= 16) {
-      narrow_gemm_kernel<16><<<grid, kThreads, 0, stream>>>(p);
+      narrow_gemm_kernel<float, 16><<<grid, kThreads, 0, stream>>>(p);
     } else {
-      narrow_gemm_kernel<kNarrowMaxRows><<<grid, kThreads, 0, stream>>>(p);
+      narrow_gemm_kernel<float, kNarrowMaxRows><<<grid, kThreads, 0, stream>>>(p);
     }
     check_launch("narrow_gemm_kernel");
     if (slices_ > 1) sum_split_k_slices(s, p.partials, slices_, alpha, beta, multiprocessors_, stream);
@@ -295,21 +346,25 @@ int narrow_gemm_slices(const GemmShape& s, int multiprocessors) {
 
 namespace {
 
-std::string refusal_for_rows(const GemmShape& s, const GemmDevice& device, bool k_major, int64_t least, int64_t most) {
-  if (s.dtype != DType::f32) return "fp32 only";
+std::string refusal_for_rows(const GemmShape& s, const GemmDevice& device, DType dtype, bool k_major, int64_t least,
+                             int64_t most) {
+  if (s.dtype != dtype) return std::string(dtype_name(dtype)) + " only";
   if (s.batch != 1) return "batch 1 only (a batch sharing B is folded into M before)";
   if (s.m < least || s.m > most || s.n < 1 || s.k < 1) {
     return "M from " + std::to_string(least) + " to " + std::to_string(most) + " rows, N and K at least 1";
   }
   if (s.b_k_major() != k_major)
     return k_major ? "B must be K-major (K contiguous)" : "B must be MN-major (N contiguous)";
-  if (s.n % 4 != 0 || s.c_row % 4 != 0 || !aligned16(s.b) || !aligned16(s.c)) {
-    return "N and C's row stride must be multiples of 4 elements and B and C 16-byte aligned (16-byte loads of B, "
-           "4-element stores of C)";
+  const int64_t v = vector_elements(s);
+  const std::string vector = std::to_string(v) + " elements (16-byte loads along B's ";
+  if (s.n % v != 0 || s.c_row % 4 != 0 || !aligned16(s.b) || !aligned16(s.c)) {
+    return "N must be a multiple of " + std::to_string(v) +
+           " elements, C's row stride of 4, and B and C 16-byte "
+           "aligned (16-byte loads of B, 4-element stores of C)";
   }
-  if (k_major ? s.k % 4 != 0 || s.b_col % 4 != 0 : s.b_row % 4 != 0) {
-    return k_major ? "K and B's column stride must be multiples of 4 elements (16-byte loads along B's columns)"
-                   : "B's row stride must be a multiple of 4 elements (16-byte loads along B's rows)";
+  if (k_major ? s.k % v != 0 || s.b_col % v != 0 : s.b_row % v != 0) {
+    return k_major ? "K and B's column stride must be multiples of " + vector + "columns)"
+                   : "B's row stride must be a multiple of " + vector + "rows)";
   }
   const int64_t ctas = column_blocks(s) * row_passes(s) * narrow_gemm_slices(s, device.multiprocessors);
   if (ctas < std::max(device.multiprocessors, 1)) {
@@ -321,26 +376,31 @@ std::string refusal_for_rows(const GemmShape& s, const GemmDevice& device, bool 
 
 template <bool kKMajor>
 std::string refusal_up_to_32(const GemmShape& s, const GemmDevice& device) {
-  return refusal_for_rows(s, device, kKMajor, 1, kNarrowMaxRows);
+  return refusal_for_rows(s, device, DType::f32, kKMajor, 1, kNarrowMaxRows);
 }
 
 template <bool kKMajor>
 std::string refusal_33_to_64(const GemmShape& s, const GemmDevice& device) {
-  return refusal_for_rows(s, device, kKMajor, kNarrowMaxRows + 1, kNarrowExactMaxRows);
+  return refusal_for_rows(s, device, DType::f32, kKMajor, kNarrowMaxRows + 1, kNarrowExactMaxRows);
+}
+
+template <DType kDType, bool kKMajor>
+std::string refusal_16_bit(const GemmShape& s, const GemmDevice& device) {
+  return refusal_for_rows(s, device, kDType, kKMajor, 1, kNarrow16MaxRows);
 }
 
 GemmKernel narrow_entry(const char* name, bool k_major, int tile_m, bool exact_only,
-                        std::string (*refusal)(const GemmShape&, const GemmDevice&)) {
+                        std::string (*refusal)(const GemmShape&, const GemmDevice&), DType dtype = DType::f32) {
   GemmKernel k;
   k.name = name;
   k.tier = GemmTier::narrow;
-  k.dtype = DType::f32;
+  k.dtype = dtype;
   k.math = GemmMath::simt;
   k.a_k_major = -1;
   k.b_k_major = k_major ? 1 : 0;
   k.architecture = 0;
   k.tile_m = tile_m;
-  k.tile_n = k_major ? kNarrowKMajorColumns : kNarrowColumns;
+  k.tile_n = k_major ? kNarrowKMajorColumns : kNarrowColumns * 4 / static_cast<int>(dtype_size(dtype));
   k.exact_only = exact_only;
   k.refusal = refusal;
   k.make_runner = &make_narrow_runner;
@@ -375,6 +435,19 @@ const GemmKernel& narrow_k_major_exact_gemm_kernel() {
   static const GemmKernel kernel =
       narrow_entry("narrow_f32_bk_m64x32_exact", true, kNarrowExactMaxRows, true, &refusal_33_to_64<true>);
   return kernel;
+}
+
+const GemmKernel& narrow_16_bit_gemm_kernel(DType dtype, bool b_k_major) {
+  static const GemmKernel bf16_mn = narrow_entry("narrow_bf16_bmn_m4x256", false, kNarrow16MaxRows, false,
+                                                 &refusal_16_bit<DType::bf16, false>, DType::bf16);
+  static const GemmKernel bf16_k = narrow_entry("narrow_bf16_bk_m4x32", true, kNarrow16MaxRows, false,
+                                                &refusal_16_bit<DType::bf16, true>, DType::bf16);
+  static const GemmKernel f16_mn = narrow_entry("narrow_f16_bmn_m4x256", false, kNarrow16MaxRows, false,
+                                                &refusal_16_bit<DType::f16, false>, DType::f16);
+  static const GemmKernel f16_k =
+      narrow_entry("narrow_f16_bk_m4x32", true, kNarrow16MaxRows, false, &refusal_16_bit<DType::f16, true>, DType::f16);
+  if (dtype == DType::bf16) return b_k_major ? bf16_k : bf16_mn;
+  return b_k_major ? f16_k : f16_mn;
 }
 
 }  // namespace attnkit::cuda::gemm

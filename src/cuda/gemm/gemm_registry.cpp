@@ -107,8 +107,14 @@ int choose_gemm_candidate(int64_t m, int64_t n, int64_t k, int64_t batch, const 
 #define ATTNKIT_GEMM_ENTRY(function, id) &function(),
 const std::vector<const GemmKernel*>& gemm_kernels() {
   static const std::vector<const GemmKernel*> kernels = [] {
-    std::vector<const GemmKernel*> list{&narrow_gemm_kernel(), &narrow_exact_gemm_kernel(),
-                                        &narrow_k_major_gemm_kernel(), &narrow_k_major_exact_gemm_kernel(),
+    std::vector<const GemmKernel*> list{&narrow_gemm_kernel(),
+                                        &narrow_exact_gemm_kernel(),
+                                        &narrow_k_major_gemm_kernel(),
+                                        &narrow_k_major_exact_gemm_kernel(),
+                                        &narrow_16_bit_gemm_kernel(DType::bf16, false),
+                                        &narrow_16_bit_gemm_kernel(DType::bf16, true),
+                                        &narrow_16_bit_gemm_kernel(DType::f16, false),
+                                        &narrow_16_bit_gemm_kernel(DType::f16, true),
                                         ATTNKIT_GEMM_KERNELS(ATTNKIT_GEMM_ENTRY)};
     for (DType dtype : {DType::f16, DType::bf16, DType::f32}) list.push_back(&simt_gemm_kernel(dtype));
     return list;

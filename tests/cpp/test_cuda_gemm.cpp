@@ -980,36 +980,30 @@ TEST(CudaGemmSelection, Fp32DecodeShapesOnHopperSelectTheSwappedSplitKRows) {
   EXPECT_EQ(name.find("_swapped_splitk"), std::string::npos) << name;
 }
 
-// 16-bit decode of one to four rows against a weight whose column blocks x K slices cover the SMs run on the narrow
-// kernel's 16-bit entry of B's majorness, A either majorness, on any device: B MN-major at N 16384 (64 blocks of 256
-// columns x 4 slices) and 8448 (33 x 8), B K-major also at N 4096 (128 blocks of 32 x 2). Five rows, B MN-major at N
-// 4096 (16 blocks x 8 slices: 128 CTAs), a B one element off 16 bytes, N or a K-major K not a multiple of 8 run
-// elsewhere.
+// 16-bit decode of one to four rows against a weight whose column blocks x K slices cover the SMs, B MN-major, runs on
+// the narrow kernel's 16-bit entry, A either majorness, on any device: N 16384 (64 blocks of 256 columns x 4 slices),
+// 8448 (33 x 8), 14336. Five rows, N 4096 (16 blocks x 8 slices: 128 CTAs), a B one element off 16 bytes, N not a
+// multiple of 8, and every B K-major (x @ W^T) run elsewhere.
 TEST(CudaGemmSelection, Narrow16BitDecodeShapesSelectTheNarrowKernel) {
   for (const DType dtype : {DType::bf16, DType::f16}) {
-    for (const bool transpose_b : {false, true}) {
-      const std::string narrow = cuda::gemm::narrow_16_bit_gemm_kernel(dtype, transpose_b).name;
-      std::vector<std::array<int64_t, 2> > accepted = {{16384, 4096}, {8448, 4096}, {14336, 4096}};
-      if (transpose_b) accepted.push_back({4096, 4096});
-      for (const int capability : {80, 90}) {
-        for (const auto& [n, k] : accepted) {
-          for (const int64_t m : {1, 2, 3, 4}) {
-            for (const bool transpose_a : {false, true}) {
-              EXPECT_EQ(selected_on(capability, dtype, false, m, n, k, transpose_a, transpose_b, false), narrow)
-                  << m << "x" << n << "x" << k << " cc " << capability;
-            }
+    const std::string narrow = cuda::gemm::narrow_16_bit_gemm_kernel(dtype).name;
+    const std::vector<std::array<int64_t, 2> > accepted = {{16384, 4096}, {8448, 4096}, {14336, 4096}};
+    for (const int capability : {80, 90}) {
+      for (const auto& [n, k] : accepted) {
+        for (const int64_t m : {1, 2, 3, 4}) {
+          for (const bool transpose_a : {false, true}) {
+            EXPECT_EQ(selected_on(capability, dtype, false, m, n, k, transpose_a, false, false), narrow)
+                << m << "x" << n << "x" << k << " cc " << capability;
+            EXPECT_NE(selected_on(capability, dtype, false, m, n, k, transpose_a, true, false), narrow)
+                << m << "x" << n << "x" << k << " B K-major, cc " << capability;
           }
-          EXPECT_NE(selected_on(capability, dtype, false, 5, n, k, false, transpose_b, false), narrow);
-          EXPECT_NE(selected_on(capability, dtype, false, 1, n, k, false, transpose_b, false, 1), narrow);
         }
-        EXPECT_NE(selected_on(capability, dtype, false, 1, 16388, 4096, false, transpose_b, false), narrow);
+        EXPECT_NE(selected_on(capability, dtype, false, 5, n, k, false, false, false), narrow);
+        EXPECT_NE(selected_on(capability, dtype, false, 1, n, k, false, false, false, 1), narrow);
       }
-      if (!transpose_b) {
-        EXPECT_NE(selected_on(90, dtype, false, 1, 4096, 4096, false, false, false), narrow);
-      }
+      EXPECT_NE(selected_on(capability, dtype, false, 1, 16388, 4096, false, false, false), narrow);
     }
-    EXPECT_NE(selected_on(90, dtype, false, 2, 16384, 4100, false, true, false),
-              cuda::gemm::narrow_16_bit_gemm_kernel(dtype, true).name);
+    EXPECT_NE(selected_on(90, dtype, false, 1, 4096, 4096, false, false, false), narrow);
   }
   auto slices = [](int64_t m, int64_t n, int64_t k, bool b_k_major) {
     cuda::gemm::GemmShape s;
@@ -1020,8 +1014,6 @@ TEST(CudaGemmSelection, Narrow16BitDecodeShapesSelectTheNarrowKernel) {
   EXPECT_EQ(slices(1, 16384, 4096, false), 4);  // 64 blocks of 256 columns
   EXPECT_EQ(slices(1, 8448, 4096, false), 8);   // 33 blocks
   EXPECT_EQ(slices(1, 4096, 4096, false), 8);   // 16 blocks: 128 CTAs (refused)
-  EXPECT_EQ(slices(1, 4096, 4096, true), 2);    // 128 blocks of 32 columns
-  EXPECT_EQ(slices(1, 16384, 4096, true), 1);   // 512 blocks
 }
 
 // TF32, A K-major and B MN-major on Hopper: the 128 x 128 cooperative row (C^T's tile; the problem's 128 x 128) takes
@@ -1967,33 +1959,29 @@ TEST_F(CudaGemmKernelChoice, ForcedNarrowExactRowMatchesTheOracle) {
   EXPECT_EQ(runs, 6);
 }
 
-// The narrow kernel's 16-bit entries (M <= 4) forced against the oracle, f16 and bf16, B MN-major and K-major, A
-// either majorness: 1 x 16384 x 4096 (B MN-major: 4 slices of 1024; K-major: 512 blocks in one slice, C written by the
-// kernel), 4 x 16392 x 2048 with beta (a partial column block, C's rows padded; MN-major 4 slices of 512), 3 x 8448 x
-// 4104 with a negative beta (MN-major 8 slices of 513 rows, partial chunks; K-major one slice of partial chunks).
+// The narrow kernel's 16-bit entries (M <= 4, B MN-major) forced against the oracle, f16 and bf16, A either majorness:
+// 1 x 16384 x 4096 (4 slices of 1024), 4 x 16392 x 2048 with beta (a partial column block, C's rows padded; 4 slices of
+// 512), 3 x 8448 x 4104 with a negative beta (8 slices of 513 rows, partial chunks), 2 x 34816 x 300 (136 blocks in one
+// slice, C written by the kernel, a partial chunk).
 TEST_F(CudaGemmKernelChoice, ForcedNarrow16BitRowsMatchTheOracle) {
   struct Decode {
     int64_t m, n, k;
     double alpha, beta;
   };
   const std::vector<Decode> shapes = {
-      {1, 16384, 4096, 1.0, 0.0}, {4, 16392, 2048, 0.75, 0.5}, {3, 8448, 4104, 1.25, -1.0}};
+      {1, 16384, 4096, 1.0, 0.0}, {4, 16392, 2048, 0.75, 0.5}, {3, 8448, 4104, 1.25, -1.0}, {2, 34816, 300, 1.0, 0.0}};
   int runs = 0, expected = 0;
   for (const Precision* precision : {&kF16, &kBF16}) {
-    for (const bool transpose_b : {false, true}) {
-      const cuda::gemm::GemmKernel& kernel = cuda::gemm::narrow_16_bit_gemm_kernel(precision->dtype, transpose_b);
-      const test::ScopedEnvironment forced(cuda::gemm::kForcedGemmConfigVariable, kernel.name);
-      detail::clear_gemm_plans();
-      for (size_t i = 0; i < shapes.size(); ++i) {
-        for (const bool transpose_a : {false, true}) {
-          GemmSpec s;
-          s.m = shapes[i].m, s.n = shapes[i].n, s.k = shapes[i].k;
-          s.transpose_a = transpose_a, s.transpose_b = transpose_b;
-          s.alpha = shapes[i].alpha, s.beta = shapes[i].beta;
-          const uint64_t seed = 451 + i * 4 + (transpose_a ? 1 : 0) + (transpose_b ? 2 : 0);
-          if (forced_run_matches_oracle(kernel, s, *precision, seed)) ++runs;
-          ++expected;
-        }
+    const cuda::gemm::GemmKernel& kernel = cuda::gemm::narrow_16_bit_gemm_kernel(precision->dtype);
+    const test::ScopedEnvironment forced(cuda::gemm::kForcedGemmConfigVariable, kernel.name);
+    detail::clear_gemm_plans();
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      for (const bool transpose_a : {false, true}) {
+        GemmSpec s;
+        s.m = shapes[i].m, s.n = shapes[i].n, s.k = shapes[i].k, s.transpose_a = transpose_a;
+        s.alpha = shapes[i].alpha, s.beta = shapes[i].beta;
+        if (forced_run_matches_oracle(kernel, s, *precision, 451 + i * 2 + (transpose_a ? 1 : 0))) ++runs;
+        ++expected;
       }
     }
   }

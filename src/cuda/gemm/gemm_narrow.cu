@@ -1,17 +1,17 @@
-// The narrow-M GEMM (gemm_narrow.hpp): fp32, and bf16 / f16 for M <= 4 (the element type T is a template parameter;
-// A and B are widened to fp32 as they are read, C written in T). Grid: column blocks x row blocks (blockIdx.x = column
-// block x row blocks + row block) x the K slices (blockIdx.y); 256 threads a CTA. A CTA walks its K slice in chunks of
-// 256 rows of K, A's chunk staged in shared memory (rows < M, zeros above M and past K). kRows (4, 16 or 32) bounds the
-// rows a CTA computes at compile time so that the accumulators stay in registers (M <= 4: 4, M <= 16: 16, else 32); the
-// 32-row instances (over 200 registers a thread) run one CTA per SM, the others two. M of 33-64 runs in two row
-// blocks of 32, adjacent in the grid, so that the second reads B's columns from L2 while the first streams them.
-// Each CTA writes alpha * sum + beta * C when K is one slice, else its slice's fp32 partial sums, which the split-K
-// sum (gemm_split_k.hpp) adds in slice order into C.
-// B MN-major (x @ W): 32 lanes x 16 bytes of columns a CTA (128 fp32, 256 16-bit); A's chunk as [k][row]; each warp
-// takes the chunk's rows w, w + 8, ... of B, loading 8 of them (16 bytes a lane: the warp reads 512 contiguous bytes
-// of a row) before multiplying them into its lane's kRows x (4 or 8) accumulators, one broadcast shared-memory read of
-// A's column per row of B; the 8 warps' sums are added in warp order in shared memory. B K-major (x @ W^T):
-// narrow_gemm_k_major_kernel, below.
+// The narrow-M GEMM (gemm_narrow.hpp): fp32, and bf16 / f16 for M <= 4 with B MN-major (the element type T is a
+// template parameter; A and B are widened to fp32 as they are read, C written in T). Grid: column blocks x row blocks
+// (blockIdx.x = column block x row blocks + row block) x the K slices (blockIdx.y); 256 threads a CTA. A CTA walks its
+// K slice in chunks of 256 rows of K, A's chunk staged in shared memory (rows < M, zeros above M and past K). kRows (4,
+// 16 or 32) bounds the rows a CTA computes at compile time so that the accumulators stay in registers (M <= 4: 4, M <=
+// 16: 16, else 32); the 32-row instances (over 200 registers a thread) run one CTA per SM, the others two. M of 33-64
+// runs in two row blocks of 32, adjacent in the grid, so that the second reads B's columns from L2 while the first
+// streams them. Each CTA writes alpha * sum + beta * C when K is one slice, else its slice's fp32 partial sums, which
+// the split-K sum (gemm_split_k.hpp) adds in slice order into C. B MN-major (x @ W): 32 lanes x 16 bytes of columns a
+// CTA (128 fp32, 256 16-bit); A's chunk as [k][row]; each warp takes the chunk's rows w, w + 8, ... of B, loading 8 of
+// them (16 bytes a lane: the warp reads 512 contiguous bytes of a row) before multiplying them into its lane's kRows x
+// (4 or 8) accumulators, one broadcast shared-memory read of A's column per row of B (one row only when M is 1); the 8
+// warps' sums are added in warp order in shared memory. A's next chunk is read into registers during the current one
+// (instances of at most 16 rows). B K-major (x @ W^T): narrow_gemm_k_major_kernel, below.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -56,6 +56,37 @@ __device__ __forceinline__ void widen(const uint4& raw, float (&out)[kVector<T>]
   for (int i = 0; i < kVector<T>; ++i) out[i] = to_float(e[i]);
 }
 
+// acc[r][v] += A(r, k_u) * B(k_u, v) for the kUnroll rows k_u of B a warp loaded (raw[u] is row base + u * kWarps of
+// the chunk, sa[k][r] its A values), rows r < kActive: kActive is kRows, or 1 when M is 1 (a quarter of the 4-row
+// instance's multiply-adds, without a branch per row).
+template <int kActive, class T, int kRows>
+__device__ __forceinline__ void multiply_loaded_rows(const uint4 (&raw)[kUnroll], const float (*sa)[kRows], int base,
+                                                     float (&acc)[kRows][kVector<T>]) {
+  constexpr int kV = kVector<T>;
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    float bv[kV];
+    widen<T>(raw[u], bv);
+    const float* a_column = sa[base + u * kWarps];
+    if constexpr (kActive == 1) {
+      const float a = a_column[0];
+#pragma unroll
+      for (int v = 0; v < kV; ++v) acc[0][v] = fmaf(a, bv[v], acc[0][v]);
+    } else {
+#pragma unroll
+      for (int r4 = 0; r4 < kActive; r4 += 4) {
+        const float4 a4 = *reinterpret_cast<const float4*>(a_column + r4);
+        const float av[4] = {a4.x, a4.y, a4.z, a4.w};
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+#pragma unroll
+          for (int v = 0; v < kV; ++v) acc[r4 + q][v] = fmaf(av[q], bv[v], acc[r4 + q][v]);
+        }
+      }
+    }
+  }
+}
+
 // C's element (row, col) = alpha * sum + beta * C (C not read when beta is 0).
 template <class T>
 __device__ __forceinline__ void write_c(const NarrowParams& p, int64_t row, int64_t col, float sum) {
@@ -89,14 +120,45 @@ __global__ void __launch_bounds__(kThreads, kRows <= 16 ? kNarrowCtasPerSm : 1)
     for (int v = 0; v < kV; ++v) acc[r][v] = 0.0f;
   }
 
+  // A's next chunk, read into registers before the current chunk's B loop and stored (widened) after it, so that no
+  // chunk waits on A's loads: the 4-row instance only (the others' registers are full; they load A at the chunk's
+  // start).
+  constexpr int kAPerThread = kChunk * kRows / kThreads;
+  constexpr bool kAHeld = kRows == 4;
+  T a_next[kAHeld ? kAPerThread : 1];
+  auto load_a = [&](int64_t chunk, int i) -> T {
+    const int e = static_cast<int>(threadIdx.x) + i * kThreads;
+    const int r = e % kRows, kk = e / kRows;
+    const int64_t kg = chunk + kk;
+    return r < rows && kg < k_end ? a_rows[r * p.a_row + kg * p.a_col] : from_float<T>(0.0f);
+  };
+  if constexpr (kAHeld) {
+#pragma unroll
+    for (int i = 0; i < kAPerThread; ++i) a_next[i] = load_a(k_begin, i);
+  }
+
   for (int64_t chunk = k_begin; chunk < k_end; chunk += kChunk) {
     // A's chunk, row index fastest (consecutive shared-memory words).
-    for (int e = static_cast<int>(threadIdx.x); e < kChunk * kRows; e += kThreads) {
-      const int r = e % kRows, kk = e / kRows;
-      const int64_t kg = chunk + kk;
-      sa[kk][r] = r < rows && kg < k_end ? to_float(a_rows[r * p.a_row + kg * p.a_col]) : 0.0f;
+    if constexpr (kAHeld) {
+#pragma unroll
+      for (int i = 0; i < kAPerThread; ++i) {
+        const int e = static_cast<int>(threadIdx.x) + i * kThreads;
+        sa[e / kRows][e % kRows] = to_float(a_next[i]);
+      }
+    } else {
+#pragma unroll 1
+      for (int i = 0; i < kAPerThread; ++i) {
+        const int e = static_cast<int>(threadIdx.x) + i * kThreads;
+        sa[e / kRows][e % kRows] = to_float(load_a(chunk, i));
+      }
     }
     __syncthreads();
+    if constexpr (kAHeld) {
+      if (chunk + kChunk < k_end) {
+#pragma unroll
+        for (int i = 0; i < kAPerThread; ++i) a_next[i] = load_a(chunk + kChunk, i);
+      }
+    }
 #pragma unroll 1
     for (int base = warp; base < kChunk; base += kWarps * kUnroll) {
       uint4 raw[kUnroll];
@@ -106,21 +168,10 @@ __global__ void __launch_bounds__(kThreads, kRows <= 16 ? kNarrowCtasPerSm : 1)
         raw[u] = column_in && kg < k_end ? __ldcs(reinterpret_cast<const uint4*>(b_column + kg * p.b_row))
                                          : make_uint4(0u, 0u, 0u, 0u);
       }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        float bv[kV];
-        widen<T>(raw[u], bv);
-        const float* a_column = sa[base + u * kWarps];
-#pragma unroll
-        for (int r4 = 0; r4 < kRows; r4 += 4) {
-          const float4 a4 = *reinterpret_cast<const float4*>(a_column + r4);
-          const float av[4] = {a4.x, a4.y, a4.z, a4.w};
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-#pragma unroll
-            for (int v = 0; v < kV; ++v) acc[r4 + q][v] = fmaf(av[q], bv[v], acc[r4 + q][v]);
-          }
-        }
+      if (kRows == 4 && rows == 1) {
+        multiply_loaded_rows<1, T>(raw, sa, base, acc);
+      } else {
+        multiply_loaded_rows<kRows, T>(raw, sa, base, acc);
       }
     }
     __syncthreads();
@@ -168,7 +219,9 @@ __global__ void __launch_bounds__(kThreads, kRows <= 16 ? kNarrowCtasPerSm : 1)
 // (4 fp32 or 8 16-bit values: the warp reads 512 contiguous bytes of each of the 4 rows of W per step along K), A's
 // chunk staged as [row][k] and read as 16-byte vectors a row; each lane's kRows x 4 partial dot products are summed
 // over the warp by an xor butterfly (every lane ends with the same sums, in the same order) and written by the lane of
-// their index. A chunk is 256 rows of K for fp32 and 512 for 16-bit types (two steps of the warp either way).
+// their index. A chunk is 256 rows of K for fp32 and 512 for 16-bit types (two steps of the warp either way). Rows past
+// M are skipped. Compiled for fp32: with a 16-bit B K-major this kernel ran 0.65-0.84x cuBLAS at M = 1 (H200,
+// 2026-11-27, docs/perf.md), behind the tensor-core rows.
 template <class T, int kRows>
 __global__ void __launch_bounds__(kThreads, kRows <= 16 ? kNarrowCtasPerSm : 1)
     narrow_gemm_k_major_kernel(const NarrowParams p) {
@@ -219,6 +272,7 @@ __global__ void __launch_bounds__(kThreads, kRows <= 16 ? kNarrowCtasPerSm : 1)
         widen<T>(w[c], wv);
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
+          if (r >= rows) break;  // rows past M: skipped
           float v = acc[c][r];
 #pragma unroll
           for (int i = 0; i < kV; i += 4) {
@@ -239,6 +293,7 @@ __global__ void __launch_bounds__(kThreads, kRows <= 16 ? kNarrowCtasPerSm : 1)
   for (int c = 0; c < kColumnsPerWarp; ++c) {
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
+      if (r >= rows) break;
       float v = acc[c][r];
 #pragma unroll
       for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
@@ -270,16 +325,6 @@ int64_t row_passes(const GemmShape& s) {
 
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
-// The 16-bit entries' one instance per B majorness (M <= 4).
-template <class T>
-void launch_four_rows(const GemmShape& s, dim3 grid, const NarrowParams& p, cudaStream_t stream) {
-  if (s.b_k_major()) {
-    narrow_gemm_k_major_kernel<T, kNarrow16MaxRows><<<grid, kThreads, 0, stream>>>(p);
-  } else {
-    narrow_gemm_kernel<T, kNarrow16MaxRows><<<grid, kThreads, 0, stream>>>(p);
-  }
-}
-
 class NarrowRunner final : public GemmRunner {
  public:
   NarrowRunner(const GemmShape& shape, const GemmDevice& device)
@@ -303,9 +348,9 @@ class NarrowRunner final : public GemmRunner {
     p.alpha = alpha, p.beta = beta;
     const dim3 grid(static_cast<unsigned>(column_blocks(s) * p.passes), static_cast<unsigned>(slices_));
     if (s.dtype == DType::bf16) {
-      launch_four_rows<__nv_bfloat16>(s, grid, p, stream);
+      narrow_gemm_kernel<__nv_bfloat16, kNarrow16MaxRows><<<grid, kThreads, 0, stream>>>(p);
     } else if (s.dtype == DType::f16) {
-      launch_four_rows<__half>(s, grid, p, stream);
+      narrow_gemm_kernel<__half, kNarrow16MaxRows><<<grid, kThreads, 0, stream>>>(p);
     } else if (s.b_k_major()) {
       if (s.m <= 4) {
         narrow_gemm_k_major_kernel<float, 4><<<grid, kThreads, 0, stream>>>(p);
@@ -384,9 +429,9 @@ std::string refusal_33_to_64(const GemmShape& s, const GemmDevice& device) {
   return refusal_for_rows(s, device, DType::f32, kKMajor, kNarrowMaxRows + 1, kNarrowExactMaxRows);
 }
 
-template <DType kDType, bool kKMajor>
+template <DType kDType>
 std::string refusal_16_bit(const GemmShape& s, const GemmDevice& device) {
-  return refusal_for_rows(s, device, kDType, kKMajor, 1, kNarrow16MaxRows);
+  return refusal_for_rows(s, device, kDType, false, 1, kNarrow16MaxRows);
 }
 
 GemmKernel narrow_entry(const char* name, bool k_major, int tile_m, bool exact_only,
@@ -437,17 +482,12 @@ const GemmKernel& narrow_k_major_exact_gemm_kernel() {
   return kernel;
 }
 
-const GemmKernel& narrow_16_bit_gemm_kernel(DType dtype, bool b_k_major) {
-  static const GemmKernel bf16_mn = narrow_entry("narrow_bf16_bmn_m4x256", false, kNarrow16MaxRows, false,
-                                                 &refusal_16_bit<DType::bf16, false>, DType::bf16);
-  static const GemmKernel bf16_k = narrow_entry("narrow_bf16_bk_m4x32", true, kNarrow16MaxRows, false,
-                                                &refusal_16_bit<DType::bf16, true>, DType::bf16);
-  static const GemmKernel f16_mn = narrow_entry("narrow_f16_bmn_m4x256", false, kNarrow16MaxRows, false,
-                                                &refusal_16_bit<DType::f16, false>, DType::f16);
-  static const GemmKernel f16_k =
-      narrow_entry("narrow_f16_bk_m4x32", true, kNarrow16MaxRows, false, &refusal_16_bit<DType::f16, true>, DType::f16);
-  if (dtype == DType::bf16) return b_k_major ? bf16_k : bf16_mn;
-  return b_k_major ? f16_k : f16_mn;
+const GemmKernel& narrow_16_bit_gemm_kernel(DType dtype) {
+  static const GemmKernel bf16 =
+      narrow_entry("narrow_bf16_bmn_m4x256", false, kNarrow16MaxRows, false, &refusal_16_bit<DType::bf16>, DType::bf16);
+  static const GemmKernel f16 =
+      narrow_entry("narrow_f16_bmn_m4x256", false, kNarrow16MaxRows, false, &refusal_16_bit<DType::f16>, DType::f16);
+  return dtype == DType::bf16 ? bf16 : f16;
 }
 
 }  // namespace attnkit::cuda::gemm

@@ -16,10 +16,11 @@
 // of 4 (the slices' sum writes 4 elements at a time), and enough columns x row blocks x K slices for the CTAs to
 // cover every SM (narrow_gemm_slices); A through its strides, any alignment. Other problems run on the registry's
 // other rows.
-// 16-bit operands (bf16, f16; narrow_16_bit_gemm_kernel) run the same kernels for M <= 4, B MN-major on 256 columns a
-// CTA so that a warp still reads 512 contiguous bytes of a row of B per load, N (and K with B K-major) multiples of 8.
-// Why (H200, docs/perf.md, 2026-11-27): at 1 x 16384 x 4096 bf16 every tensor-core row streamed the 32 MiB weight at
-// about 3.4 TB/s (38-41 us; cuBLAS 33), where this kernel's fp32 form streams its 256 MiB at 4.0-4.1 TB/s.
+// 16-bit operands (bf16, f16; narrow_16_bit_gemm_kernel) run the B MN-major kernel for M <= 4 on 256 columns a CTA so
+// that a warp still reads 512 contiguous bytes of a row of B per load, N a multiple of 8; a 16-bit B K-major runs on
+// the tensor-core rows (the K-major form of this kernel measured slower there). Why (H200, docs/perf.md, 2026-11-27):
+// at 1 x 16384 x 4096 bf16 every tensor-core row streamed the 32 MiB weight at about 3.4 TB/s (38-41 us; cuBLAS 33),
+// where this kernel's fp32 form streams its 256 MiB at 4.0-4.1 TB/s.
 #pragma once
 #include <string>
 
@@ -28,7 +29,7 @@
 namespace attnkit::cuda::gemm {
 
 inline constexpr int kNarrowMaxRows = 32;
-inline constexpr int kNarrow16MaxRows = 4;       // the 16-bit entries' rows (one 4-row instance per B majorness)
+inline constexpr int kNarrow16MaxRows = 4;       // the 16-bit entries' rows (one 4-row instance, B MN-major)
 inline constexpr int kNarrowExactMaxRows = 64;   // the exact-only entry: 33-64 rows, two row blocks of 32
 inline constexpr int kNarrowColumns = 128;       // columns of C per CTA, B MN-major: 32 lanes x 4
 inline constexpr int kNarrowKMajorColumns = 32;  // columns of C per CTA, B K-major: 8 warps x 4
@@ -67,8 +68,8 @@ const GemmKernel& narrow_exact_gemm_kernel();
 // The same for a K-major B (x @ W^T, W row-major [N, K]: nn.Linear's layout), K and B's column stride multiples of 4.
 const GemmKernel& narrow_k_major_gemm_kernel();
 const GemmKernel& narrow_k_major_exact_gemm_kernel();
-// The 16-bit (bf16, f16) entries, M 1-4, B MN-major (256 columns a CTA: 32 lanes x 8) or K-major (32 columns): the
-// same kernels on 16-bit operands (fp32 multiply-adds, C in its type), N, and K for a K-major B, multiples of 8.
-const GemmKernel& narrow_16_bit_gemm_kernel(DType dtype, bool b_k_major);
+// The 16-bit (bf16, f16) entries, M 1-4, B MN-major (256 columns a CTA: 32 lanes x 8): the same kernel on 16-bit
+// operands (fp32 multiply-adds, C in its type), N a multiple of 8.
+const GemmKernel& narrow_16_bit_gemm_kernel(DType dtype);
 
 }  // namespace attnkit::cuda::gemm

@@ -111,10 +111,8 @@ const std::vector<const GemmKernel*>& gemm_kernels() {
                                         &narrow_exact_gemm_kernel(),
                                         &narrow_k_major_gemm_kernel(),
                                         &narrow_k_major_exact_gemm_kernel(),
-                                        &narrow_16_bit_gemm_kernel(DType::bf16, false),
-                                        &narrow_16_bit_gemm_kernel(DType::bf16, true),
-                                        &narrow_16_bit_gemm_kernel(DType::f16, false),
-                                        &narrow_16_bit_gemm_kernel(DType::f16, true),
+                                        &narrow_16_bit_gemm_kernel(DType::bf16),
+                                        &narrow_16_bit_gemm_kernel(DType::f16),
                                         ATTNKIT_GEMM_KERNELS(ATTNKIT_GEMM_ENTRY)};
     for (DType dtype : {DType::f16, DType::bf16, DType::f32}) list.push_back(&simt_gemm_kernel(dtype));
     return list;

@@ -587,7 +587,7 @@ TEST(CudaGemmSelection, SmallGridsRunThe64x128PingPongRowsAndLargeOnesThe128x256
       };
       expect(1024, 1024, 1024, 1, "64x128x64_c1x1_pingpong");
       expect(256, 4096, 4096, 1, "64x128x64_c1x1_pingpong");
-      for (const int64_t m : {5, 16, 64}) {  // M <= 4: Narrow16BitDecodeShapesSelectTheNarrowKernel
+      for (const int64_t m : {2, 16, 64}) {  // M = 1: Narrow16BitDecodeShapesSelectTheNarrowKernel
         expect(m, 16384, 4096, 1, "64x128x64_c1x1_pingpong");
         expect(m, 16384, 16384, 1, "64x128x64_c1x1_pingpong");
         // Long K on a small grid: split-K's rule holds (32 tiles of 64 x 128, 4 slices), on the swapped rows.
@@ -980,25 +980,27 @@ TEST(CudaGemmSelection, Fp32DecodeShapesOnHopperSelectTheSwappedSplitKRows) {
   EXPECT_EQ(name.find("_swapped_splitk"), std::string::npos) << name;
 }
 
-// 16-bit decode of one to four rows against a weight whose column blocks x K slices cover the SMs, B MN-major, runs on
-// the narrow kernel's 16-bit entry, A either majorness, on any device: N 16384 (64 blocks of 256 columns x 4 slices),
-// 8448 (33 x 8), 14336. Five rows, N 4096 (16 blocks x 8 slices: 128 CTAs), a B one element off 16 bytes, N not a
-// multiple of 8, and every B K-major (x @ W^T) run elsewhere.
+// 16-bit decode of one row against a weight whose column blocks x K slices cover the SMs, B MN-major, runs on the
+// narrow kernel's 16-bit entry, A either majorness, on any device: N 16384 (64 blocks of 256 columns x 4 slices), 8448
+// (33 x 8), 14336. Two to five rows (the entry takes up to four, forced or tuned), N 4096 (16 blocks x 8 slices: 128
+// CTAs), a B one element off 16 bytes, N not a multiple of 8, and every B K-major (x @ W^T) run elsewhere.
 TEST(CudaGemmSelection, Narrow16BitDecodeShapesSelectTheNarrowKernel) {
   for (const DType dtype : {DType::bf16, DType::f16}) {
     const std::string narrow = cuda::gemm::narrow_16_bit_gemm_kernel(dtype).name;
     const std::vector<std::array<int64_t, 2> > accepted = {{16384, 4096}, {8448, 4096}, {14336, 4096}};
     for (const int capability : {80, 90}) {
       for (const auto& [n, k] : accepted) {
-        for (const int64_t m : {1, 2, 3, 4}) {
-          for (const bool transpose_a : {false, true}) {
-            EXPECT_EQ(selected_on(capability, dtype, false, m, n, k, transpose_a, false, false), narrow)
-                << m << "x" << n << "x" << k << " cc " << capability;
+        for (const bool transpose_a : {false, true}) {
+          EXPECT_EQ(selected_on(capability, dtype, false, 1, n, k, transpose_a, false, false), narrow)
+              << "1x" << n << "x" << k << " cc " << capability;
+          for (const int64_t m : {1, 2, 4}) {
             EXPECT_NE(selected_on(capability, dtype, false, m, n, k, transpose_a, true, false), narrow)
                 << m << "x" << n << "x" << k << " B K-major, cc " << capability;
           }
         }
-        EXPECT_NE(selected_on(capability, dtype, false, 5, n, k, false, false, false), narrow);
+        for (const int64_t m : {2, 3, 4, 5}) {
+          EXPECT_NE(selected_on(capability, dtype, false, m, n, k, false, false, false), narrow) << m;
+        }
         EXPECT_NE(selected_on(capability, dtype, false, 1, n, k, false, false, false, 1), narrow);
       }
       EXPECT_NE(selected_on(capability, dtype, false, 1, 16388, 4096, false, false, false), narrow);

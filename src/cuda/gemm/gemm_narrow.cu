@@ -11,7 +11,7 @@
 // them (16 bytes a lane: the warp reads 512 contiguous bytes of a row) before multiplying them into its lane's kRows x
 // (4 or 8) accumulators, one broadcast shared-memory read of A's column per row of B (one row only when M is 1); the 8
 // warps' sums are added in warp order in shared memory. A's next chunk is read into registers during the current one
-// (instances of at most 16 rows). B K-major (x @ W^T): narrow_gemm_k_major_kernel, below.
+// (the 4-row instance). B K-major (x @ W^T): narrow_gemm_k_major_kernel, below.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -146,10 +146,10 @@ __global__ void __launch_bounds__(kThreads, kRows <= 16 ? kNarrowCtasPerSm : 1)
         sa[e / kRows][e % kRows] = to_float(a_next[i]);
       }
     } else {
-#pragma unroll 1
-      for (int i = 0; i < kAPerThread; ++i) {
-        const int e = static_cast<int>(threadIdx.x) + i * kThreads;
-        sa[e / kRows][e % kRows] = to_float(load_a(chunk, i));
+      for (int e = static_cast<int>(threadIdx.x); e < kChunk * kRows; e += kThreads) {
+        const int r = e % kRows, kk = e / kRows;
+        const int64_t kg = chunk + kk;
+        sa[kk][r] = r < rows && kg < k_end ? to_float(a_rows[r * p.a_row + kg * p.a_col]) : 0.0f;
       }
     }
     __syncthreads();
@@ -219,8 +219,8 @@ __global__ void __launch_bounds__(kThreads, kRows <= 16 ? kNarrowCtasPerSm : 1)
 // (4 fp32 or 8 16-bit values: the warp reads 512 contiguous bytes of each of the 4 rows of W per step along K), A's
 // chunk staged as [row][k] and read as 16-byte vectors a row; each lane's kRows x 4 partial dot products are summed
 // over the warp by an xor butterfly (every lane ends with the same sums, in the same order) and written by the lane of
-// their index. A chunk is 256 rows of K for fp32 and 512 for 16-bit types (two steps of the warp either way). Rows past
-// M are skipped. Compiled for fp32: with a 16-bit B K-major this kernel ran 0.65-0.84x cuBLAS at M = 1 (H200,
+// their index. A chunk is 256 rows of K for fp32 and 512 for 16-bit types (two steps of the warp either way). Compiled
+// for fp32: with a 16-bit B K-major this kernel ran 0.65-0.84x cuBLAS at M = 1 (H200,
 // 2026-11-27, docs/perf.md), behind the tensor-core rows.
 template <class T, int kRows>
 __global__ void __launch_bounds__(kThreads, kRows <= 16 ? kNarrowCtasPerSm : 1)
@@ -272,7 +272,6 @@ __global__ void __launch_bounds__(kThreads, kRows <= 16 ? kNarrowCtasPerSm : 1)
         widen<T>(w[c], wv);
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
-          if (r >= rows) break;  // rows past M: skipped
           float v = acc[c][r];
 #pragma unroll
           for (int i = 0; i < kV; i += 4) {
@@ -293,7 +292,6 @@ __global__ void __launch_bounds__(kThreads, kRows <= 16 ? kNarrowCtasPerSm : 1)
   for (int c = 0; c < kColumnsPerWarp; ++c) {
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      if (r >= rows) break;
       float v = acc[c][r];
 #pragma unroll
       for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);

@@ -29,7 +29,11 @@
 namespace attnkit::cuda::gemm {
 
 inline constexpr int kNarrowMaxRows = 32;
-inline constexpr int kNarrow16MaxRows = 4;       // the 16-bit entries' rows (one 4-row instance, B MN-major)
+inline constexpr int kNarrow16MaxRows = 4;  // the 16-bit entries' rows (one 4-row instance, B MN-major)
+// The automatic choice runs the 16-bit entries for M = 1 only (a forced config or the tuner for M 2-4): on an H200
+// (2026-11-27, docs/perf.md) M = 1 ran 0.86-0.98x cuBLAS on them against 0.52-0.82x on the 64 x 128 ping-pong rows, M =
+// 2 and 4 level with those rows (bf16 0.80 against 0.83, f16 0.83-0.84 against 0.82-0.83 at N 16384, K 4096).
+inline constexpr int kNarrow16AutoMaxRows = 1;
 inline constexpr int kNarrowExactMaxRows = 64;   // the exact-only entry: 33-64 rows, two row blocks of 32
 inline constexpr int kNarrowColumns = 128;       // columns of C per CTA, B MN-major: 32 lanes x 4
 inline constexpr int kNarrowKMajorColumns = 32;  // columns of C per CTA, B K-major: 8 warps x 4

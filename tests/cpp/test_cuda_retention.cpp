@@ -30,6 +30,9 @@
 
 #if defined(ATTNKIT_WITH_CUDA)
 #include <cuda_runtime_api.h>
+
+#include "cuda/retention/retention_chunk_registry.hpp"
+#include "cuda/retention/retention_jobs.hpp"
 #endif
 
 namespace attnkit {
@@ -176,8 +179,9 @@ std::string describe(const Case& c) {
   return text.str();
 }
 
-// Runs the forward on the GPU and on the CPU (float64) and compares out and the final state.
-void expect_forward_matches_cpu(const Case& c) {
+// Runs the forward on the GPU and on the CPU (float64) and compares out and the final state. With `kernel_family`,
+// the plan's kernel must be of that family ("wgmma_chunk64") or, with `expect_family` false, must not be.
+void expect_forward_matches_cpu(const Case& c, const char* kernel_family = nullptr, bool expect_family = true) {
   SCOPED_TRACE(describe(c));
   const std::vector<int64_t> pad = padding_for(c.layout);
   const std::vector<int64_t> state_pad{0, 1, 0, 0};
@@ -200,6 +204,10 @@ void expect_forward_matches_cpu(const Case& c) {
   p.mode = c.mode;
   p.chunk_size = c.chunk_size;
   p.normalize = c.normalize;
+  if (kernel_family != nullptr) {
+    const std::string name = detail::retention_forward_plan(p, on_cuda())->config().name;
+    EXPECT_EQ(name.find(kernel_family) != std::string::npos, expect_family) << name;
+  }
   retention_forward(p, on_cuda());
   expect_cuda(cudaDeviceSynchronize(), "retention_forward");
   out.download();
@@ -743,6 +751,237 @@ TEST_F(CudaRetention, AnUnknownForcedConfigIsRefusedNamingTheAllowedItems) {
   } catch (const Error& e) {
     EXPECT_EQ(e.status(), Status::invalid_argument);
     EXPECT_NE(std::string(e.what()).find("block=32|64, segments=N"), std::string::npos) << e.what();
+  }
+}
+
+// ---- the Hopper wgmma chunk kernel (wgmma=1; retention_wgmma_chunk_kernel.cuh) -----------------------------------
+
+// Why the wgmma chunk kernel cannot run here, or empty when it can (a compute capability 9.0 device and a build with
+// the sm_90a target).
+std::string wgmma_chunk_unavailable() {
+  int major = 0, minor = 0;
+  expect_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), "cudaDeviceGetAttribute");
+  expect_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0), "cudaDeviceGetAttribute");
+  if (major != 9 || minor != 0) {
+    return "the wgmma chunk kernel needs a compute capability 9.0 device; device 0 is " + std::to_string(major) + "." +
+           std::to_string(minor);
+  }
+  if (cuda::retention::find_wgmma_chunk_kernel(DType::bf16, 64, 64) == nullptr) {
+    return "this build has no wgmma chunk kernel (ATTNKIT_CUDA_ARCHS without 90a)";
+  }
+  return "";
+}
+
+constexpr const char* kWgmmaFamily = "wgmma_chunk64";
+// Every wgmma test forces decode=0 too, so that sequences of at most 16 tokens run the chunk kernel as well.
+constexpr const char* kForcedWgmma = "wgmma=1,decode=0";
+
+TEST_F(CudaRetention, WgmmaChunkForwardMatchesCpuForOddLengthsAndBothDtypes) {
+  if (const std::string why = wgmma_chunk_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  const ScopedRetentionConfig forced(kForcedWgmma);
+  for (const int64_t tokens : {1, 63, 64, 65, 200, 1000}) {
+    for (const DType dtype : {DType::bf16, DType::f16}) {
+      Case c;
+      c.tokens = tokens;
+      c.dtype = dtype;
+      c.seed = static_cast<uint64_t>(tokens);
+      expect_forward_matches_cpu(c, kWgmmaFamily);
+    }
+  }
+}
+
+TEST_F(CudaRetention, WgmmaChunkForwardMatchesCpuForEachHeadDimAndValueDim) {
+  if (const std::string why = wgmma_chunk_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  const ScopedRetentionConfig forced(kForcedWgmma);
+  for (const auto& [dk, dv] :
+       std::vector<std::pair<int64_t, int64_t> >{{64, 64}, {128, 128}, {128, 64}, {64, 128}, {64, 256}, {128, 192}}) {
+    for (const DType dtype : {DType::bf16, DType::f16}) {
+      Case c;
+      c.dk = dk;
+      c.dv = dv;
+      c.dtype = dtype;
+      c.tokens = 130;
+      c.final_state = true;
+      expect_forward_matches_cpu(c, kWgmmaFamily);
+    }
+  }
+  // Dv no multiple of 64 (value blocks of 32): the mma.sync kernel runs, with the same results.
+  Case c;
+  c.dk = 128;
+  c.dv = 96;
+  c.tokens = 130;
+  c.final_state = true;
+  expect_forward_matches_cpu(c, kWgmmaFamily, false);
+}
+
+TEST_F(CudaRetention, WgmmaChunkForwardCarriesInitialStateAndWritesFinalState) {
+  if (const std::string why = wgmma_chunk_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  const ScopedRetentionConfig forced(kForcedWgmma);
+  for (const DType dtype : {DType::bf16, DType::f16}) {
+    for (const int64_t tokens : {0, 1, 65, 300}) {
+      for (const int64_t dk : {64, 128}) {
+        Case c;
+        c.dtype = dtype;
+        c.tokens = tokens;
+        c.dk = dk;
+        c.dv = 128;
+        c.initial_state = true;
+        c.final_state = true;
+        expect_forward_matches_cpu(c, kWgmmaFamily);
+      }
+    }
+  }
+}
+
+TEST_F(CudaRetention, WgmmaChunkForwardUsesPerHeadGammaIncludingAFastDecayAndCustomScale) {
+  if (const std::string why = wgmma_chunk_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  const ScopedRetentionConfig forced(kForcedWgmma);
+  for (const int64_t dk : {64, 128}) {
+    Case c;
+    c.heads = 4;
+    c.tokens = 257;
+    c.dk = dk;
+    c.gamma = {0.5, 0.9, 0.99, 0.999};
+    c.scale = 0.3;
+    c.initial_state = true;
+    c.final_state = true;
+    expect_forward_matches_cpu(c, kWgmmaFamily);
+    Case fast = c;  // a fast decay whose last chunk is 3 tokens long
+    fast.gamma = {0.05, 0.5, 0.7, 0.8};
+    fast.tokens = 131;
+    fast.scale.reset();
+    expect_forward_matches_cpu(fast, kWgmmaFamily);
+  }
+  Case many;  // more heads than the params' per-head decays: the default gamma computed on the device
+  many.batch = 1;
+  many.heads = 600;
+  many.tokens = 70;
+  many.final_state = true;
+  expect_forward_matches_cpu(many, kWgmmaFamily);
+}
+
+TEST_F(CudaRetention, WgmmaChunkForwardReadsPackedPaddedAndMisalignedViews) {
+  if (const std::string why = wgmma_chunk_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  const ScopedRetentionConfig forced(kForcedWgmma);
+  for (const Layout layout : {Layout::packed, Layout::padded, Layout::misaligned}) {
+    for (const DType dtype : {DType::bf16, DType::f16}) {
+      Case c;
+      c.layout = layout;
+      c.dtype = dtype;
+      c.dk = 128;
+      c.tokens = 100;
+      c.initial_state = true;
+      c.final_state = true;
+      expect_forward_matches_cpu(c, kWgmmaFamily);
+    }
+  }
+}
+
+// Segments: the state-only launch (producer and state warpgroup alone), then each segment from the states before it;
+// forced counts, and the rule's for few heads of a long sequence.
+TEST_F(CudaRetention, WgmmaChunkForwardMatchesCpuWithSegments) {
+  if (const std::string why = wgmma_chunk_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  {
+    const ScopedRetentionConfig forced("wgmma=1,decode=0,segments=5");
+    for (const auto& [dk, dv] : std::vector<std::pair<int64_t, int64_t> >{{64, 64}, {64, 128}, {128, 64}}) {
+      Case c;
+      c.batch = 2;
+      c.heads = 2;
+      c.tokens = 611;
+      c.dk = dk;
+      c.dv = dv;
+      c.gamma = {0.97, 0.999};
+      c.initial_state = true;
+      c.final_state = true;
+      expect_forward_matches_cpu(c, kWgmmaFamily);
+    }
+  }
+  const ScopedRetentionConfig forced(kForcedWgmma);
+  for (const int64_t tokens : {700, 3001}) {
+    Case c;
+    c.batch = 1;
+    c.heads = 1;
+    c.tokens = tokens;
+    c.dk = 128;
+    c.dv = 128;
+    c.gamma = {0.999};
+    c.initial_state = true;
+    c.final_state = true;
+    expect_forward_matches_cpu(c, kWgmmaFamily);
+  }
+}
+
+// The selection: wgmma=1 picks the wgmma kernel on a 9.0 device; without the item (or with wgmma=0) the mma.sync one.
+TEST_F(CudaRetention, WgmmaChunkKernelIsSelectedOnlyUnderWgmma1) {
+  if (const std::string why = wgmma_chunk_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  const std::vector<int64_t> pad{0, 0, 0, 0};
+  TestTensor q = input({2, 300, 4, 128}, DType::bf16, pad, 1);
+  TestTensor out = output({2, 300, 4, 128}, DType::bf16, pad);
+  RetentionForward p;
+  p.q = q.device;
+  p.k = q.device;
+  p.v = q.device;
+  p.out = out.device;
+  auto kernel_name = [&] { return detail::retention_forward_plan(p, on_cuda())->config().name; };
+  {
+    const ScopedRetentionConfig forced("wgmma=1");
+    EXPECT_NE(kernel_name().find(kWgmmaFamily), std::string::npos) << kernel_name();
+  }
+  for (const char* config : {"", "wgmma=0", "block=64"}) {
+    const ScopedRetentionConfig forced(config);
+    EXPECT_EQ(kernel_name().find("wgmma"), std::string::npos) << config << ": " << kernel_name();
+    EXPECT_NE(kernel_name().find("chunk64"), std::string::npos) << config << ": " << kernel_name();
+  }
+}
+
+// The predicate alone (no device needed): only a 9.0 device, only the mma.sync chunk kernel's jobs with a compiled
+// wgmma instance (value block 64), never the decode kernel.
+TEST(CudaRetentionSelection, WgmmaChunkKernelReplacesOnlyTheChunkKernelOnComputeCapability90) {
+  using cuda::retention::find_chunk_kernel;
+  using cuda::retention::find_decode_kernel;
+  using cuda::retention::find_wgmma_chunk_kernel;
+  using cuda::retention::JobShape;
+  using cuda::retention::wgmma_chunk_kernel_for;
+  for (const DType dtype : {DType::bf16, DType::f16}) {
+    for (const int dk : {64, 128}) {
+      JobShape job;
+      job.kernel = find_chunk_kernel(dtype, dk, 64);
+      ASSERT_NE(job.kernel, nullptr);
+      EXPECT_EQ(wgmma_chunk_kernel_for(job, 80), nullptr);
+      EXPECT_EQ(wgmma_chunk_kernel_for(job, 89), nullptr);
+      EXPECT_EQ(wgmma_chunk_kernel_for(job, 100), nullptr);
+      const cuda::retention::ChunkKernel* wgmma = wgmma_chunk_kernel_for(job, 90);
+      EXPECT_EQ(wgmma, find_wgmma_chunk_kernel(dtype, dk, 64));  // null in builds without sm_90a
+      if (wgmma != nullptr) {
+        EXPECT_STREQ(wgmma->family, "wgmma_chunk64");
+        EXPECT_EQ(wgmma->dtype, dtype);
+        EXPECT_EQ(wgmma->head_dim, dk);
+        EXPECT_EQ(wgmma->value_block, 64);
+      }
+      job.kernel = find_chunk_kernel(dtype, dk, 32);
+      EXPECT_EQ(wgmma_chunk_kernel_for(job, 90), nullptr) << "no value block 32 instance";
+      job.kernel = find_decode_kernel(dtype, dk);
+      EXPECT_EQ(wgmma_chunk_kernel_for(job, 90), nullptr) << "decode jobs keep their kernel";
+    }
+  }
+}
+
+TEST_F(CudaRetention, AMalformedWgmmaItemIsRefusedNamingTheAllowedItems) {
+  const ScopedRetentionConfig forced("wgmma=2");
+  const std::vector<int64_t> pad{0, 0, 0, 0};
+  TestTensor q = input({1, 70, 1, 64}, DType::bf16, pad, 1);
+  TestTensor out = output({1, 70, 1, 64}, DType::bf16, pad);
+  RetentionForward p;
+  p.q = q.device;
+  p.k = q.device;
+  p.v = q.device;
+  p.out = out.device;
+  try {
+    retention_forward(p, on_cuda());
+    ADD_FAILURE() << "expected Status::invalid_argument";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("wgmma=0|1"), std::string::npos) << e.what();
   }
 }
 

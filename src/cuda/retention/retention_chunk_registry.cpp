@@ -20,6 +20,20 @@ const ChunkKernel* find_chunk_kernel(DType dtype, int head_dim, int value_block)
   return nullptr;
 }
 
+const ChunkKernel* find_wgmma_chunk_kernel(DType dtype, int head_dim, int value_block) {
+  int count = 0;
+  const ChunkKernel* table = nullptr;
+  if (dtype == DType::f16) {
+    table = wgmma_chunk_kernels_f16(&count);
+  } else if (dtype == DType::bf16) {
+    table = wgmma_chunk_kernels_bf16(&count);
+  }
+  for (int i = 0; i < count; ++i) {
+    if (table[i].head_dim == head_dim && table[i].value_block == value_block) return &table[i];
+  }
+  return nullptr;
+}
+
 std::vector<const ChunkKernel*> chunk_kernels() {
   std::vector<const ChunkKernel*> kernels;
   for (const auto table_of : {&chunk_kernels_f16, &chunk_kernels_bf16}) {

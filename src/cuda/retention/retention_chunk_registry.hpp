@@ -17,8 +17,9 @@
 namespace attnkit::cuda::retention {
 
 struct ChunkKernel {
-  const char* family;  // "chunk64", "decode", "normalized", "normalized_grouped", "parallel_bwd_query",
-                       // "parallel_bwd_key", "parallel_bwd_query_grouped" or "parallel_bwd_key_grouped"
+  const char*
+      family;  // "chunk64", "wgmma_chunk64", "decode", "normalized", "normalized_grouped", "parallel_bwd_query",
+               // "parallel_bwd_key", "parallel_bwd_query_grouped" or "parallel_bwd_key_grouped"
   DType dtype;
   int head_dim;     // Dk of the job
   int value_block;  // value columns per CTA; the job's Dv is a multiple of it
@@ -40,6 +41,9 @@ const ChunkKernel* find_chunk_kernel(DType dtype, int head_dim, int value_block)
 // Every compiled instance of the chunkwise kernel, both element types (the tuner's retention spaces
 // enumerate their value blocks from it).
 std::vector<const ChunkKernel*> chunk_kernels();
+// The Hopper chunkwise kernel (retention_wgmma_chunk_kernel.cuh, family "wgmma_chunk64") for (dtype, Dk, value
+// block), or null when none is compiled (builds without the sm_90a target have none).
+const ChunkKernel* find_wgmma_chunk_kernel(DType dtype, int head_dim, int value_block);
 // The recurrent decode kernel (retention_decode_kernel.cuh) for (dtype, Dk): value block 64, or null.
 const ChunkKernel* find_decode_kernel(DType dtype, int head_dim);
 // The normalised parallel forward (retention_normalized_kernel.cuh) for (dtype, Dk) with `members` (batch, value
@@ -57,6 +61,8 @@ std::string chunk_head_dims_text();
 // Registered by each instance file.
 const ChunkKernel* chunk_kernels_f16(int* count);
 const ChunkKernel* chunk_kernels_bf16(int* count);
+const ChunkKernel* wgmma_chunk_kernels_f16(int* count);
+const ChunkKernel* wgmma_chunk_kernels_bf16(int* count);
 const ChunkKernel* decode_kernels_f16(int* count);
 const ChunkKernel* decode_kernels_bf16(int* count);
 const ChunkKernel* normalized_kernels_f16(int* count);

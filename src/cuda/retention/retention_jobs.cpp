@@ -114,7 +114,7 @@ void require_gamma_fits(const std::vector<double>& gamma, int64_t heads) {
               " heads with an explicit gamma, or the default gamma for any head count");
 }
 
-// ATTNKIT_RETENTION_CONFIG's items: "block=32", "segments=8", "decode=0", comma-separated.
+// ATTNKIT_RETENTION_CONFIG's items: "block=32", "segments=8", "decode=0", "joint=1", "wgmma=1", comma-separated.
 ChunkShapeChoice parse_forced_choice(const std::string& text) {
   ChunkShapeChoice choice;
   std::string rest = text;
@@ -133,10 +133,12 @@ ChunkShapeChoice parse_forced_choice(const std::string& text) {
       choice.decode = value == 1;
     } else if (key == "joint" && (value == 0 || value == 1)) {
       choice.joint_backward = value == 1;
+    } else if (key == "wgmma" && (value == 0 || value == 1)) {
+      choice.wgmma = value == 1;
     } else {
       throw Error(Status::invalid_argument, "ATTNKIT_RETENTION_CONFIG: item '" + item +
                                                 "'; allowed: comma-separated block=32|64, segments=N (N >= 1), "
-                                                "decode=0|1, joint=0|1");
+                                                "decode=0|1, joint=0|1, wgmma=0|1");
     }
   }
   return choice;
@@ -371,7 +373,14 @@ ForwardSelection select_forward(const RetentionForward& problem, int multiproces
   selection.job = select_job(problem.q.dtype, dk, dv, batch_heads, tokens, multiprocessors, choice, "q: head dim Dk",
                              "v: head dim Dv", "a multiple of 32");
   selection.workspace_bytes = selection.job.workspace_bytes;
+  selection.wgmma = choice.wgmma;
   return selection;
+}
+
+const ChunkKernel* wgmma_chunk_kernel_for(const JobShape& job, int compute_capability) {
+  const ChunkKernel* kernel = job.kernel;
+  if (compute_capability != 90 || kernel == nullptr || std::strcmp(kernel->family, "chunk64") != 0) return nullptr;
+  return find_wgmma_chunk_kernel(kernel->dtype, kernel->head_dim, kernel->value_block);
 }
 
 BackwardSelection select_backward(const RetentionBackward& problem, int multiprocessors) {

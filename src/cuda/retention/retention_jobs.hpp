@@ -28,9 +28,10 @@
 // kernel instead (retention_decode_kernel.cuh: fp32 on CUDA cores, the state read and written once).
 // These choices (value block, segments, decode, joint backward) are a ChunkShapeChoice: ChunkShapeChoice{} is the rule
 // above, the tuner's retention configs are others (src/cuda/tune/retention_config_space.hpp), and
-// ATTNKIT_RETENTION_CONFIG="block=32|64,segments=N,decode=0|1,joint=0|1" (any subset) forces one where it is valid,
-// read when a plan is made (plans are keyed by its value, core/retention_plan.cpp); a forced choice keeps
-// priority over the tuner's.
+// ATTNKIT_RETENTION_CONFIG="block=32|64,segments=N,decode=0|1,joint=0|1,wgmma=0|1" (any subset) forces one where it
+// is valid, read when a plan is made (plans are keyed by its value, core/retention_plan.cpp); a forced choice keeps
+// priority over the tuner's. wgmma=1 runs a forward's chunkwise job on the Hopper wgmma kernel
+// (retention_wgmma_chunk_kernel.cuh) where wgmma_chunk_kernel_for allows it, else on the mma.sync kernel as before.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -63,6 +64,9 @@ struct JobShape {
 struct ForwardSelection {
   JobShape job;
   int64_t workspace_bytes = 0;
+  // The choice asked for the Hopper wgmma kernel: the plan, which knows the device, swaps it in for the job's
+  // mma.sync kernel where wgmma_chunk_kernel_for allows (retention_plan.cpp).
+  bool wgmma = false;
 };
 
 struct BackwardSelection {
@@ -96,6 +100,8 @@ struct ChunkShapeChoice {
   // the segment rule then counts their CTAs together. false: one launch (pair) per job, in turn. Measured on an
   // H200 (docs/perf.md, retention "Eighth step"), joint was as fast or faster on every chunk row.
   bool joint_backward = true;
+  // A forward's chunkwise job runs the Hopper wgmma kernel where wgmma_chunk_kernel_for gives one (opt-in).
+  bool wgmma = false;
 
   friend bool operator==(const ChunkShapeChoice&, const ChunkShapeChoice&) = default;
 };
@@ -127,6 +133,15 @@ BackwardSharing backward_sharing(const ChunkShapeChoice& choice, int64_t dk, int
 // The decode kernel a forward of these sizes runs under `choice`, or null when the chunkwise job runs it.
 const ChunkKernel* decode_kernel_for(DType dtype, int64_t batch_heads, int64_t tokens, int64_t dk, int64_t dv,
                                      const ChunkShapeChoice& choice);
+
+// The Hopper wgmma chunk kernel (retention_wgmma_chunk_kernel.cuh) that runs a forward's chunkwise job `job` on a
+// device of compute capability `compute_capability` (major * 10 + minor), or null: then the job's own kernel runs.
+// It runs the forward job only (the backward's jobs keep the mma.sync kernel, and the selection never asks for it
+// there) and only where: the device is 9.0 (sm_90a code), the job's kernel is the mma.sync chunk kernel
+// ("chunk64", not decode) and an instance with its dtype, Dk and value block is compiled (bf16 and f16, Dk 64 and
+// 128, value block 64; none in builds without the sm_90a target). Segments, initial and final states, per-head
+// gamma, scale and unaligned views are all supported.
+const ChunkKernel* wgmma_chunk_kernel_for(const JobShape& job, int compute_capability);
 
 // Throw Status::unsupported, naming what is allowed, when no compiled kernel runs the problem. Without a
 // choice: ATTNKIT_RETENTION_CONFIG's when it is set, else the rule.

@@ -1,0 +1,57 @@
+// Defines the instances of the Hopper chunkwise retention kernel (retention_wgmma_chunk_kernel.cuh) for one element
+// type: Dk 64 and 128, value block 64 (included once by each retention_wgmma_chunk_instances_<dtype>.cu). Compiled
+// only where the build targets sm_90a (CMakeLists.txt defines ATTNKIT_RETENTION_WGMMA for these files then);
+// elsewhere the tables are empty and the plans keep the mma.sync kernel.
+#pragma once
+#include "cuda/retention/retention_chunk_registry.hpp"
+
+#if defined(ATTNKIT_RETENTION_WGMMA)
+#include "cuda/retention/retention_wgmma_chunk_kernel.cuh"
+#include "cuda/retention/retention_wgmma_chunk_traits.cuh"
+
+namespace attnkit::cuda::retention {
+
+template <class Traits>
+void launch_wgmma_chunk_kernel(const ChunkParams& params, int64_t ctas, cudaStream_t stream) {
+  retention_wgmma_chunk_kernel<Traits>
+      <<<static_cast<unsigned>(ctas), Traits::kThreads, Traits::kSharedBytes, stream>>>(params);
+}
+
+template <class Element, int HeadDim>
+ChunkKernel wgmma_chunk_kernel_entry(DType dtype) {
+  using Traits = WgmmaChunkTraits<Element, HeadDim, 64>;
+  return ChunkKernel{"wgmma_chunk64",
+                     dtype,
+                     HeadDim,
+                     Traits::kValueBlock,
+                     Traits::kThreads,
+                     Traits::kSharedBytes,
+                     reinterpret_cast<const void*>(&retention_wgmma_chunk_kernel<Traits>),
+                     &launch_wgmma_chunk_kernel<Traits>};
+}
+
+template <class Element>
+const ChunkKernel* wgmma_chunk_kernel_table(DType dtype, int* count) {
+  static const ChunkKernel table[] = {
+      wgmma_chunk_kernel_entry<Element, 64>(dtype),
+      wgmma_chunk_kernel_entry<Element, 128>(dtype),
+  };
+  *count = static_cast<int>(sizeof(table) / sizeof(table[0]));
+  return table;
+}
+
+}  // namespace attnkit::cuda::retention
+
+#else
+
+namespace attnkit::cuda::retention {
+
+template <class Element>
+const ChunkKernel* wgmma_chunk_kernel_table(DType, int* count) {
+  *count = 0;
+  return nullptr;
+}
+
+}  // namespace attnkit::cuda::retention
+
+#endif

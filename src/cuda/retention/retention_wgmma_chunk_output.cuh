@@ -1,0 +1,138 @@
+// The output warpgroup of the Hopper chunkwise retention kernel (retention_wgmma_chunk_kernel.cuh): the 64 rows of
+// each chunk, O = diag(scale * gamma^(i+1)) Q S + P V with P_ij = scale * gamma^(i-j) (Q K^T)_ij for j <= i.
+//
+// Per chunk: issue Q K^T (m64n64, both operands in shared memory) as one wgmma batch, wait for the state tile
+// (state_ready: the state warpgroup has written the state before this chunk), issue Q S (m64nE, the 16-bit state
+// tile MN-major) as a second batch; once Q K^T completes, mask and scale the scores and pack them to 16 bits in the
+// A-operand registers of P V while Q S still runs; once Q S completes, release the state tile (state_free), scale
+// its rows by scale * gamma^(i+1) and issue P V (register A, V MN-major) into the same accumulators; then release
+// the stage and store the rows below the chunk's length. A thread's accumulator value v of an m64nN tile is row
+// 16 warp + lane / 4 + 8 ((v / 2) % 2), column 8 (v / 4) + 2 (lane % 4) + v % 2 (the wgmma D fragment).
+#pragma once
+#include <cute/tensor.hpp>
+
+#include <cstdint>
+
+#include "cuda/fmha/fmha_operand_convert.cuh"
+#include "cuda/fmha_sm90/fmha_sm90_gmma.cuh"
+#include "cuda/fmha_sm90/fmha_sm90_sync.cuh"
+#include "cuda/retention/retention_params.hpp"
+#include "cuda/retention/retention_wgmma_chunk_walk.cuh"
+
+namespace attnkit::cuda::retention {
+
+template <class Traits>
+__device__ __forceinline__ void wgmma_chunk_outputs(const ChunkParams& p, const WgmmaChunkWalk& w,
+                                                    typename Traits::SharedStorage& ss, int wg_tid) {
+  using namespace cute;
+  using Element = typename Traits::Element;
+  using fmha_sm90::barrier_arrive;
+  using fmha_sm90::barrier_wait;
+  using fmha_sm90::issue_gemm;
+  constexpr int kValueBlock = Traits::kValueBlock;
+  typename Traits::MmaScores mma_scores;
+  typename Traits::MmaQueryState mma_query_state;
+  typename Traits::MmaProbabilityValues mma_values;
+  auto thread_scores = mma_scores.get_thread_slice(wg_tid);
+  auto thread_query_state = mma_query_state.get_thread_slice(wg_tid);
+  auto thread_values = mma_values.get_thread_slice(wg_tid);
+  Tensor acc_s = partition_fragment_C(mma_scores, Shape<_64, _64>{});
+  Tensor acc_o = partition_fragment_C(mma_query_state, Shape<_64, Int<kValueBlock>>{});
+  Tensor tOrP = make_tensor<Element>(partition_shape_A(mma_values, Shape<_64, _64>{}));
+  static_assert(decltype(size(tOrP))::value == decltype(size(acc_s))::value, "P fills the A fragment");
+  static_assert(decltype(size(acc_o))::value == kValueBlock / 2, "one m64nE accumulator");
+
+  const int lane = wg_tid % 32;
+  const int row_lo = 16 * (wg_tid / 32) + lane / 4;  // the thread's rows: row_lo and row_lo + 8
+  const int col0 = 2 * (lane % 4);
+  const float log2_gamma = w.log2_gamma;
+  const float scale = w.scale;
+  const float state_factor_lo = scale * wgmma_decay_power(log2_gamma, static_cast<float>(row_lo + 1));
+  const float state_factor_hi = scale * wgmma_decay_power(log2_gamma, static_cast<float>(row_lo + 9));
+  auto* out_base = static_cast<Element*>(const_cast<void*>(p.out.data)) + w.b * p.out.batch + w.h * p.out.head +
+                   static_cast<int64_t>(w.slice) * kValueBlock;
+  const bool vector_access = p.vector_access != 0;
+
+#pragma unroll 1
+  for (int64_t chunk = 0; chunk < w.chunks; ++chunk) {
+    const int stage = static_cast<int>(chunk & 1);
+    // The stage's operand descriptors, built here from opaque addresses: hoisted out of the loop, every k-step's
+    // descriptor of both stages would stay in registers.
+    Tensor sQ = make_tensor(make_smem_ptr(opaque(ss.q + stage * Traits::kQkStageElements)),
+                            typename Traits::LayoutQKStage{});  // (token, d)
+    Tensor sK =
+        make_tensor(make_smem_ptr(opaque(ss.k + stage * Traits::kQkStageElements)), typename Traits::LayoutQKStage{});
+    Tensor sS = make_tensor(make_smem_ptr(opaque(ss.state)), typename Traits::LayoutState{});  // (e, d)
+    Tensor tSrQ = thread_scores.partition_fragment_A(sQ);                                      // (MMA, 1, K)
+    Tensor tSrK = thread_scores.partition_fragment_B(sK);
+    Tensor tOrQ = thread_query_state.partition_fragment_A(sQ);
+    Tensor tOrS = thread_query_state.partition_fragment_B(sS);
+    barrier_wait(&ss.full[stage], static_cast<uint32_t>((chunk >> 1) & 1));
+    warpgroup_fence_operand(acc_s);
+    warpgroup_fence_operand(acc_o);
+    warpgroup_arrive();
+    issue_gemm<false>(mma_scores, tSrQ, tSrK, acc_s);
+    warpgroup_commit_batch();
+    barrier_wait(&ss.state_ready, static_cast<uint32_t>(chunk & 1));
+    warpgroup_arrive();
+    issue_gemm<false>(mma_query_state, tOrQ, tOrS, acc_o);
+    warpgroup_commit_batch();
+
+    // Scores -> P while Q S runs. The mask's powers are the same every chunk; they are recomputed (opaque) rather
+    // than held in 32 registers across the loop.
+    warpgroup_wait<1>();
+    warpgroup_fence_operand(acc_s);
+    const float chunk_log2_gamma = opaque(log2_gamma);
+    CUTE_UNROLL
+    for (int v = 0; v < size(acc_s); ++v) {
+      const int i = row_lo + 8 * ((v >> 1) & 1);
+      const int j = 8 * (v >> 2) + col0 + (v & 1);
+      acc_s(v) = j <= i ? acc_s(v) * scale * wgmma_decay_power(chunk_log2_gamma, static_cast<float>(i - j)) : 0.0f;
+    }
+    fmha_sm90::pack_accumulator<Element>(acc_s, tOrP);
+
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(acc_o);
+    barrier_arrive(&ss.state_free);
+    CUTE_UNROLL
+    for (int v = 0; v < size(acc_o); ++v) acc_o(v) *= ((v >> 1) & 1) ? state_factor_hi : state_factor_lo;
+    warpgroup_fence_operand(acc_o);
+    warpgroup_fence_operand(tOrP);
+    warpgroup_arrive();
+    Tensor sV = make_tensor(make_smem_ptr(opaque(ss.v + stage * Traits::kVStageElements)),
+                            typename Traits::LayoutVStage{});  // (e, token)
+    Tensor tOrV = thread_values.partition_fragment_B(sV);      // (MMA, 1, keys / 16)
+    issue_gemm<true>(mma_values, tOrP, tOrV, acc_o);
+    warpgroup_commit_batch();
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(acc_o);
+    warpgroup_fence_operand(tOrP);
+    barrier_arrive(&ss.empty[stage]);
+
+    // Rows past the sequence's end are not written.
+    const int length = w.chunk_length(chunk);
+    Element* const row_starts[2] = {out_base + (w.chunk_begin(chunk) + row_lo) * p.out.token + col0,
+                                    out_base + (w.chunk_begin(chunk) + row_lo + 8) * p.out.token + col0};
+    if (vector_access) {
+      CUTE_UNROLL
+      for (int pair = 0; pair < size(acc_o) / 2; ++pair) {
+        if (row_lo + 8 * (pair & 1) < length) {
+          *reinterpret_cast<uint32_t*>(row_starts[pair & 1] + 8 * (pair >> 1)) =
+              fmha::pack_pair<Element>(acc_o(2 * pair), acc_o(2 * pair + 1));
+        }
+      }
+    } else {
+      CUTE_UNROLL
+      for (int pair = 0; pair < size(acc_o) / 2; ++pair) {
+        if (row_lo + 8 * (pair & 1) < length) {
+          const uint32_t bits = fmha::pack_pair<Element>(acc_o(2 * pair), acc_o(2 * pair + 1));
+          auto* halves = reinterpret_cast<uint16_t*>(row_starts[pair & 1] + 8 * (pair >> 1));
+          halves[0] = static_cast<uint16_t>(bits & 0xffffu);
+          halves[1] = static_cast<uint16_t>(bits >> 16);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace attnkit::cuda::retention

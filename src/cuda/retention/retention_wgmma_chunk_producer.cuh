@@ -1,0 +1,114 @@
+// The producer warpgroup of the Hopper chunkwise retention kernel (retention_wgmma_chunk_kernel.cuh): copies each
+// chunk's Q, K and V rows (V: the CTA's value slice) into the chunk's stage of the swizzled tiles, rows past the
+// segment's end as zeros, and announces the stage on its `full` barrier once the copies have landed and been fenced
+// for the async proxy (the wgmma operand reads). A stage is refilled after both consumers released it (`empty`).
+// Chunk c's copies are issued before chunk c - 1 is announced, so one chunk's copies are always in flight.
+// 16-byte cp.async where every operand start and stride allows it (ChunkParams::vector_access), else element-wise
+// loads and shared stores. The state-only launch copies K and V only.
+#pragma once
+#include <cute/tensor.hpp>
+
+#include <cstdint>
+
+#include "cuda/common/async_copy.cuh"
+#include "cuda/fmha_sm90/fmha_sm90_sync.cuh"
+#include "cuda/retention/retention_params.hpp"
+#include "cuda/retention/retention_wgmma_chunk_walk.cuh"
+
+namespace attnkit::cuda::retention {
+
+// Rows [t0, t0 + 64) x Cols of one sequence operand into a tile of 128-byte swizzled rows at shared address `tile`
+// (Cols / 64 blocks of 64 rows x 64 columns, `block_bytes` apart); element-wise, element (row, col) at
+// destination(row, col). Rows at or past `tokens` become zeros. The 128 producer threads share the copies: with
+// 16-byte copies thread `ptid` takes column piece ptid % (Cols / 8) of every 128 / (Cols / 8)-th row, so its
+// destination advances by a constant (rows 8 apart keep their swizzle).
+template <class Element, int Cols, class Destination>
+__device__ __forceinline__ void wgmma_copy_rows(uint32_t tile, int block_bytes, const Destination& destination,
+                                                const Element* base, int64_t token_stride, int64_t t0, int64_t tokens,
+                                                bool vector_access, int ptid) {
+  constexpr int kRows = 64;
+  constexpr int kVectorsPerRow = Cols / 8;
+  constexpr int kRowsPerPass = 128 / kVectorsPerRow;
+  static_assert(kRowsPerPass % 8 == 0, "a thread's rows share their swizzle");
+  const int64_t left = tokens - t0;
+  const int rows = static_cast<int>(left < kRows ? (left > 0 ? left : 0) : kRows);
+  if (vector_access) {
+    const int col = (ptid % kVectorsPerRow) * 8;
+    const int row0 = ptid / kVectorsPerRow;
+    const Element* source = base + (t0 + row0) * token_stride + col;
+    const uint32_t target = tile + (col / 64) * block_bytes + swizzled_offset(row0, col % 64);
+#pragma unroll
+    for (int pass = 0; pass < kRows / kRowsPerPass; ++pass) {
+      const int row = row0 + pass * kRowsPerPass;
+      const bool valid = row < rows;
+      copy_16_bytes_async(target + pass * kRowsPerPass * 128,
+                          valid ? static_cast<const void*>(source + pass * kRowsPerPass * token_stride)
+                                : static_cast<const void*>(base),
+                          valid);
+    }
+  } else {
+#pragma unroll 1
+    for (int i = ptid; i < kRows * Cols; i += 128) {
+      const int row = i / Cols;
+      const int col = i % Cols;
+      *destination(row, col) = row < rows ? base[(t0 + row) * token_stride + col] : Element(0.0f);
+    }
+  }
+}
+
+template <class Traits>
+__device__ __forceinline__ void wgmma_chunk_produce(const ChunkParams& p, const WgmmaChunkWalk& w,
+                                                    typename Traits::SharedStorage& ss, int ptid) {
+  using namespace cute;
+  using Element = typename Traits::Element;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  constexpr int kValueBlock = Traits::kValueBlock;
+  Tensor sQ = make_tensor(make_smem_ptr(ss.q), typename Traits::LayoutQK{});  // (token, d, stage)
+  Tensor sK = make_tensor(make_smem_ptr(ss.k), typename Traits::LayoutQK{});
+  Tensor sV = make_tensor(make_smem_ptr(ss.v), typename Traits::LayoutV{});  // (e, token, stage)
+  const auto* q_base = static_cast<const Element*>(p.q.data) + w.b * p.q.batch + w.h * p.q.head;
+  const auto* k_base = static_cast<const Element*>(p.k.data) + w.b * p.k.batch + w.h * p.k.head;
+  const auto* v_base = static_cast<const Element*>(p.v.data) + w.b * p.v.batch + w.h * p.v.head +
+                       static_cast<int64_t>(w.slice) * kValueBlock;
+  const bool vector_access = p.vector_access != 0;
+  constexpr int kBlockBytes = 64 * 128;  // 64 rows of 64 columns
+  constexpr int kQkStageBytes = 64 * kHeadDim * 2;
+  constexpr int kVStageBytes = 64 * kValueBlock * 2;
+  const uint32_t q_tiles = shared_address(ss.q);
+  const uint32_t k_tiles = shared_address(ss.k);
+  const uint32_t v_tiles = shared_address(ss.v);
+#pragma unroll 1
+  for (int64_t chunk = 0; chunk < w.chunks; ++chunk) {
+    const int stage = static_cast<int>(chunk & 1);
+    if (chunk >= Traits::kStages)
+      fmha_sm90::barrier_wait(&ss.empty[stage], static_cast<uint32_t>(((chunk >> 1) + 1) & 1));
+    const int64_t t0 = w.chunk_begin(chunk);
+    if (!w.state_only) {
+      wgmma_copy_rows<Element, kHeadDim>(
+          q_tiles + stage * kQkStageBytes, kBlockBytes,
+          [&](int row, int col) { return raw_pointer_cast(&sQ(row, col, stage)); }, q_base, p.q.token, t0, w.tokens,
+          vector_access, ptid);
+    }
+    wgmma_copy_rows<Element, kHeadDim>(
+        k_tiles + stage * kQkStageBytes, kBlockBytes,
+        [&](int row, int col) { return raw_pointer_cast(&sK(row, col, stage)); }, k_base, p.k.token, t0, w.tokens,
+        vector_access, ptid);
+    wgmma_copy_rows<Element, kValueBlock>(
+        v_tiles + stage * kVStageBytes, kBlockBytes,
+        [&](int row, int col) { return raw_pointer_cast(&sV(col, row, stage)); }, v_base, p.v.token, t0, w.tokens,
+        vector_access, ptid);
+    commit_async_copies();
+    if (chunk > 0) {
+      wait_async_copies<1>();  // the previous chunk's copies have landed
+      fmha_sm90::fence_generic_to_async_shared();
+      fmha_sm90::barrier_arrive(&ss.full[(chunk - 1) & 1]);
+    }
+  }
+  if (w.chunks > 0) {
+    wait_async_copies<0>();
+    fmha_sm90::fence_generic_to_async_shared();
+    fmha_sm90::barrier_arrive(&ss.full[(w.chunks - 1) & 1]);
+  }
+}
+
+}  // namespace attnkit::cuda::retention

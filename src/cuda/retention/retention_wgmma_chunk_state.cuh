@@ -1,0 +1,196 @@
+// The state warpgroup of the Hopper chunkwise retention kernel (retention_wgmma_chunk_kernel.cuh): the fp32 state
+// slice S [D, E] in wgmma accumulators (D / 64 m64nE tiles, E / 2 values a thread each), read once (the initial
+// state, and with segments the states of the segments before this one) and written once (the final state, or the
+// segment's own state in the state-only launch).
+//
+// Per chunk of L tokens: V~ = diag(gamma^(L-1-j)) V into the scaled-V tile (rows j >= L: factor 0, never an
+// overflowed power; a V row is one 128-byte swizzled row, so it is scaled in place of the swizzle), S <- gamma^L S,
+// then S += K^T V~ as D / 64 m64nEk16 x 4 wgmmas with K^T read MN-major from the K tile; the stage is released, and
+// once the output warpgroup has read the state tile with this chunk's Q S (state_free) the new S goes into it as
+// 16 bits (state_ready) for the next chunk. The update of chunk c thus runs beside the output warpgroup's P V and
+// stores of chunk c and its Q K^T of chunk c + 1.
+#pragma once
+#include <cute/tensor.hpp>
+
+#include <cstdint>
+
+#include "cuda/common/named_barrier.cuh"
+#include "cuda/fmha/fmha_operand_convert.cuh"
+#include "cuda/fmha_sm90/fmha_sm90_gmma.cuh"
+#include "cuda/fmha_sm90/fmha_sm90_sync.cuh"
+#include "cuda/retention/retention_params.hpp"
+#include "cuda/retention/retention_wgmma_chunk_walk.cuh"
+
+namespace attnkit::cuda::retention {
+
+// x * (lo, hi) on a word of two 16-bit elements, rounded back to 16 bits.
+template <class Element>
+__device__ __forceinline__ uint32_t wgmma_scale_pair(uint32_t bits, float factor) {
+  return fmha::pack_pair<Element>(fmha::unpack_value<Element>(bits & 0xffffu) * factor,
+                                  fmha::unpack_value<Element>(bits >> 16) * factor);
+}
+
+template <class Traits>
+__device__ __forceinline__ void wgmma_chunk_state(const ChunkParams& p, const WgmmaChunkWalk& w,
+                                                  typename Traits::SharedStorage& ss, int wg_tid) {
+  using namespace cute;
+  using Element = typename Traits::Element;
+  using fmha_sm90::barrier_arrive;
+  using fmha_sm90::barrier_wait;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  constexpr int kValueBlock = Traits::kValueBlock;
+  constexpr int kStateBarrier = 1;  // named barrier among this warpgroup's 128 threads
+  typename Traits::MmaStateUpdate mma;
+  auto thread_mma = mma.get_thread_slice(wg_tid);
+  Tensor acc = partition_fragment_C(mma, Shape<Int<kHeadDim>, Int<kValueBlock>>{});  // (MMA, D / 64, 1)
+  constexpr int kTileValues = kValueBlock / 2;  // values of one m64nE tile a thread holds
+  static_assert(decltype(size(acc))::value == kTileValues * (kHeadDim / 64), "D / 64 m64nE tiles");
+
+  const int lane = wg_tid % 32;
+  const int row_lo = 16 * (wg_tid / 32) + lane / 4;
+  const int col0 = 2 * (lane % 4);
+  // State row and column of value pair `pair` (values 2 pair, 2 pair + 1: columns col, col + 1) of acc.
+  auto row_of = [&](int pair) { return (pair / (kTileValues / 2)) * 64 + row_lo + 8 * (pair & 1); };
+  auto col_of = [&](int pair) { return 8 * ((pair % (kTileValues / 2)) >> 1) + col0; };
+  constexpr int kPairs = decltype(size(acc))::value / 2;
+
+  const float log2_gamma = w.log2_gamma;
+  const float gamma = exp2f(log2_gamma);
+  // This CTA's block of segment s's own state in segment_states.
+  auto segment_state = [&](int s) {
+    return p.segment_states + (((w.b * p.heads + w.h) * (p.segments - 1) + s) * kHeadDim) * p.value_columns +
+           static_cast<int64_t>(w.slice) * kValueBlock;
+  };
+
+  if (w.state_only) {
+    clear(acc);
+  } else {
+    const float factor = p.gradient_state_factors ? 1.0f / (w.scale * gamma) : 1.0f;
+    const StateOperand& s0 = p.initial_state;
+    const float* s0_base = s0.data == nullptr ? nullptr
+                                              : s0.data + w.b * s0.batch + w.h * s0.head +
+                                                    static_cast<int64_t>(w.slice) * kValueBlock * s0.col;
+    CUTE_UNROLL
+    for (int pair = 0; pair < kPairs; ++pair) {
+      const int row = row_of(pair);
+      const int col = col_of(pair);
+      float2 values = make_float2(0.0f, 0.0f);
+      if (s0_base != nullptr && s0.pairs) {
+        values = *reinterpret_cast<const float2*>(s0_base + row * s0.row + col);
+      } else if (s0_base != nullptr) {
+        values = make_float2(s0_base[row * s0.row + col * s0.col], s0_base[row * s0.row + (col + 1) * s0.col]);
+      }
+      acc(2 * pair) = factor * values.x;
+      acc(2 * pair + 1) = factor * values.y;
+    }
+    // The earlier segments' own states, oldest first: S <- gamma^segment_tokens S + S_j.
+    const float segment_decay = wgmma_decay_power(log2_gamma, static_cast<float>(p.segment_tokens));
+#pragma unroll 1
+    for (int j = 0; j < w.segment; ++j) {
+      const float* own = segment_state(j);
+      CUTE_UNROLL
+      for (int pair = 0; pair < kPairs; ++pair) {
+        const float2 values =
+            *reinterpret_cast<const float2*>(own + static_cast<int64_t>(row_of(pair)) * p.value_columns + col_of(pair));
+        acc(2 * pair) = segment_decay * acc(2 * pair) + values.x;
+        acc(2 * pair + 1) = segment_decay * acc(2 * pair + 1) + values.y;
+      }
+    }
+  }
+  // The state as 16 bits into the state tile (whose readers have finished), announced on state_ready.
+  // Value pair `pair` goes to row row_of(pair) = 64 m + row_lo + 8 h: its swizzled piece is
+  // ((pair % (E / 4)) / 2) ^ (row_lo % 8), row_lo % 8 = lane / 4 (swizzled_offset).
+  const uint32_t state_tile = shared_address(ss.state);
+  auto publish_state = [&] {
+    const uint32_t thread_base = opaque(state_tile + static_cast<uint32_t>(row_lo * 128 + col0 * 2));
+    const uint32_t row_class = static_cast<uint32_t>(lane / 4);
+    CUTE_UNROLL
+    for (int pair = 0; pair < kPairs; ++pair) {
+      const uint32_t piece = static_cast<uint32_t>((pair % (kTileValues / 2)) >> 1) ^ row_class;
+      const uint32_t address = thread_base + static_cast<uint32_t>((pair / (kTileValues / 2)) * 64 * 128) +
+                               static_cast<uint32_t>((pair & 1) * 8 * 128) + (piece << 4);
+      const uint32_t bits = fmha::pack_pair<Element>(acc(2 * pair), acc(2 * pair + 1));
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(bits) : "memory");
+    }
+    fmha_sm90::fence_generic_to_async_shared();
+    barrier_arrive(&ss.state_ready);
+  };
+  if (!w.state_only && w.chunks > 0) publish_state();
+
+  // The scaled V copy: 64 token rows of 128 bytes, 4 16-byte pieces a thread.
+  constexpr int kPiecesPerThread = kValueBlock * Traits::kChunk * 2 / 16 / 128;
+  auto* v_words = reinterpret_cast<uint4*>(ss.v);
+  auto* v_scaled_words = reinterpret_cast<uint4*>(ss.v_scaled);
+  constexpr int kVStageWords = Traits::kVStageElements * 2 / 16;
+
+#pragma unroll 1
+  for (int64_t chunk = 0; chunk < w.chunks; ++chunk) {
+    const int stage = static_cast<int>(chunk & 1);
+    const int length = w.chunk_length(chunk);
+    barrier_wait(&ss.full[stage], static_cast<uint32_t>((chunk >> 1) & 1));
+    uint4 scaled[kPiecesPerThread];
+    CUTE_UNROLL
+    for (int k = 0; k < kPiecesPerThread; ++k) {
+      const int piece = wg_tid + 128 * k;
+      const int token = piece / 8;  // 8 pieces of 16 bytes a row
+      const float factor =
+          token < length ? wgmma_decay_power(log2_gamma, static_cast<float>(length - 1 - token)) : 0.0f;
+      const uint4 bits = v_words[stage * kVStageWords + piece];
+      scaled[k] = make_uint4(wgmma_scale_pair<Element>(bits.x, factor), wgmma_scale_pair<Element>(bits.y, factor),
+                             wgmma_scale_pair<Element>(bits.z, factor), wgmma_scale_pair<Element>(bits.w, factor));
+    }
+    named_barrier_sync(kStateBarrier, 128);  // the previous chunk's update has read the scaled tile (all warps)
+    CUTE_UNROLL
+    for (int k = 0; k < kPiecesPerThread; ++k) v_scaled_words[wg_tid + 128 * k] = scaled[k];
+    fmha_sm90::fence_generic_to_async_shared();
+    named_barrier_sync(kStateBarrier, 128);
+
+    const float chunk_decay = wgmma_decay_power(log2_gamma, static_cast<float>(length));
+    CUTE_UNROLL
+    for (int i = 0; i < size(acc); ++i) acc(i) *= chunk_decay;
+    warpgroup_fence_operand(acc);
+    warpgroup_arrive();
+    // The operand descriptors, built here from opaque addresses (hoisted, each k-step's would hold registers).
+    Tensor sKt = make_tensor(make_smem_ptr(opaque(ss.k + stage * Traits::kQkStageElements)),
+                             typename Traits::LayoutKtStage{});                                      // (d, token)
+    Tensor sVs = make_tensor(make_smem_ptr(opaque(ss.v_scaled)), typename Traits::LayoutVScaled{});  // (e, token)
+    Tensor tArK = thread_mma.partition_fragment_A(sKt);  // (MMA, D / 64, tokens / 16)
+    Tensor tBrV = thread_mma.partition_fragment_B(sVs);  // (MMA, 1, tokens / 16)
+    fmha_sm90::issue_gemm<true>(mma, tArK, tBrV, acc);
+    warpgroup_commit_batch();
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(acc);
+    barrier_arrive(&ss.empty[stage]);
+    if (!w.state_only && chunk + 1 < w.chunks) {
+      barrier_wait(&ss.state_free, static_cast<uint32_t>(chunk & 1));
+      publish_state();
+    }
+  }
+
+  if (w.state_only) {
+    float* own = segment_state(w.segment);
+    CUTE_UNROLL
+    for (int pair = 0; pair < kPairs; ++pair) {
+      *reinterpret_cast<float2*>(own + static_cast<int64_t>(row_of(pair)) * p.value_columns + col_of(pair)) =
+          make_float2(acc(2 * pair), acc(2 * pair + 1));
+    }
+  } else if (p.final_state.data != nullptr && w.segment == p.segments - 1) {
+    const float factor = p.gradient_state_factors ? w.scale * gamma : 1.0f;
+    const StateOperand& s1 = p.final_state;
+    float* s1_base = s1.data + w.b * s1.batch + w.h * s1.head + static_cast<int64_t>(w.slice) * kValueBlock * s1.col;
+    CUTE_UNROLL
+    for (int pair = 0; pair < kPairs; ++pair) {
+      const int row = row_of(pair);
+      const int col = col_of(pair);
+      const float2 values = make_float2(factor * acc(2 * pair), factor * acc(2 * pair + 1));
+      if (s1.pairs) {
+        *reinterpret_cast<float2*>(s1_base + row * s1.row + col) = values;
+      } else {
+        s1_base[row * s1.row + col * s1.col] = values.x;
+        s1_base[row * s1.row + (col + 1) * s1.col] = values.y;
+      }
+    }
+  }
+}
+
+}  // namespace attnkit::cuda::retention

@@ -1,0 +1,79 @@
+// What one CTA of the Hopper chunkwise retention kernel (retention_wgmma_chunk_kernel.cuh) walks: its (batch, head,
+// value slice, segment), decay, scale and chunk range, from ChunkParams and the CTA index, in the order of the
+// mma.sync chunk kernel (retention_chunk_kernel.cuh): the slices of one head and segment are neighbours.
+#pragma once
+#include <cstdint>
+
+#include "cuda/retention/retention_params.hpp"
+
+namespace attnkit::cuda::retention {
+
+struct WgmmaChunkWalk {
+  int64_t b = 0;
+  int h = 0;
+  int slice = 0;
+  int segment = 0;
+  int64_t segment_begin = 0;  // the segment's first token
+  int64_t tokens = 0;         // one past its last token (the sequence's end in the last segment)
+  int64_t chunks = 0;
+  float log2_gamma = 0.0f;
+  float scale = 1.0f;
+  bool state_only = false;
+  bool idle = false;  // the state-only launch's last segment: its own state is never needed
+
+  __device__ __forceinline__ int64_t chunk_begin(int64_t chunk) const { return segment_begin + chunk * 64; }
+  // Real tokens of a chunk, 1..64.
+  __device__ __forceinline__ int chunk_length(int64_t chunk) const {
+    const int64_t left = tokens - chunk_begin(chunk);
+    return static_cast<int>(left < 64 ? left : 64);
+  }
+};
+
+__device__ __forceinline__ WgmmaChunkWalk wgmma_chunk_walk(const ChunkParams& p, int64_t cta) {
+  WgmmaChunkWalk w;
+  w.slice = static_cast<int>(cta % p.dv_slices);
+  const int64_t segment_index = cta / p.dv_slices;
+  w.segment = static_cast<int>(segment_index % p.segments);
+  const int64_t head_index = segment_index / p.segments;
+  w.h = static_cast<int>(head_index % p.heads);
+  w.b = head_index / p.heads;
+  w.state_only = p.state_only != 0;
+  w.idle = w.state_only && w.segment == p.segments - 1;
+  w.log2_gamma =
+      p.default_gamma ? static_cast<float>(log1p(-exp2(-5.0 - w.h)) / 0.69314718055994530942) : p.log2_gamma[w.h];
+  w.scale = p.scale;
+  w.segment_begin = w.segment * p.segment_tokens;
+  const int64_t segment_end = w.segment_begin + p.segment_tokens;
+  w.tokens = p.tokens < segment_end ? p.tokens : segment_end;
+  w.chunks = w.tokens > w.segment_begin ? (w.tokens - w.segment_begin + 63) / 64 : 0;
+  return w;
+}
+
+// Byte offset of 16-bit element (row, col), col < 64, in a tile of 128-byte rows with the 128-byte swizzle (the GMMA
+// SW128 atoms, retention_wgmma_chunk_traits.cuh): row r at 128 r, its 16-byte piece col / 8 at position
+// (col / 8) ^ (r % 8). The tile must be 1024-byte aligned.
+__device__ __forceinline__ uint32_t swizzled_offset(int row, int col) {
+  return static_cast<uint32_t>(row * 128 + ((((col >> 3) ^ row) & 7) << 4) + (col & 7) * 2);
+}
+
+// x, which the compiler may no longer assume equal to the x it was: values computed from it inside a loop stay
+// inside the loop instead of being hoisted out and held in registers across it.
+__device__ __forceinline__ float opaque(float x) {
+  asm volatile("" : "+f"(x));
+  return x;
+}
+__device__ __forceinline__ uint32_t opaque(uint32_t x) {
+  asm volatile("" : "+r"(x));
+  return x;
+}
+
+template <class T>
+__device__ __forceinline__ T* opaque(T* x) {
+  asm volatile("" : "+l"(x));
+  return x;
+}
+
+// gamma^n for a real exponent n.
+__device__ __forceinline__ float wgmma_decay_power(float log2_gamma, float n) { return exp2f(n * log2_gamma); }
+
+}  // namespace attnkit::cuda::retention

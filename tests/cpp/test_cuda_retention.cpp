@@ -932,6 +932,21 @@ TEST_F(CudaRetention, WgmmaChunkKernelIsSelectedOnlyUnderWgmma1) {
     EXPECT_EQ(kernel_name().find("wgmma"), std::string::npos) << config << ": " << kernel_name();
     EXPECT_NE(kernel_name().find("chunk64"), std::string::npos) << config << ": " << kernel_name();
   }
+  // Two CTAs per multiprocessor (the kernel's launch bound, registers and shared memory are sized for it).
+  for (const DType dtype : {DType::bf16, DType::f16}) {
+    for (const int dk : {64, 128}) {
+      const cuda::retention::ChunkKernel* kernel = cuda::retention::find_wgmma_chunk_kernel(dtype, dk, 64);
+      ASSERT_NE(kernel, nullptr);
+      expect_cuda(
+          cudaFuncSetAttribute(kernel->function, cudaFuncAttributeMaxDynamicSharedMemorySize, kernel->shared_bytes),
+          "cudaFuncSetAttribute");
+      int blocks = 0;
+      expect_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel->function, kernel->threads,
+                                                                static_cast<size_t>(kernel->shared_bytes)),
+                  "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+      EXPECT_EQ(blocks, 2) << dtype_name(dtype) << " Dk " << dk;
+    }
+  }
 }
 
 // The predicate alone (no device needed): only a 9.0 device, only the mma.sync chunk kernel's jobs with a compiled

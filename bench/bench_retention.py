@@ -414,7 +414,8 @@ def main():
     parser.add_argument("--json", help="write the results to this file")
     forcing = parser.add_mutually_exclusive_group()
     forcing.add_argument("--config",
-                         help="ATTNKIT_RETENTION_CONFIG for attnkit: block=32|64,segments=N,decode=0|1,joint=0|1")
+                         help="ATTNKIT_RETENTION_CONFIG for attnkit: "
+                              "block=32|64,segments=N,decode=0|1,joint=0|1,wgmma=0|1")
     forcing.add_argument("--configs", nargs="+", metavar="CONFIG",
                          help='several of them, each timed in this process ("" = none), fla once per row')
     parser.add_argument("--fla-last", action="store_true",

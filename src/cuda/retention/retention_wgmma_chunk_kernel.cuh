@@ -17,14 +17,16 @@
 // chunk c - 1 (and its writing of the tile) overlaps the output warpgroup's P V and stores of chunk c - 1 and Q K^T
 // of chunk c.
 //
-// Work per chunk and CTA at D = 128, E = 64 (one m64n64k16 wgmma = 131 kFLOP, ~64 tensor cycles of an SM): output
-// Q K^T 1.05 MFLOP (8 wgmmas: the causal half is computed, not skipped) + Q S 1.05 (8) + P V 0.52 (4) = 2.6 MFLOP,
-// state 1.05 MFLOP (8): 28 wgmmas, ~1 800 tensor cycles, of which the output warpgroup's 20 are its critical path;
-// 64 chunks x 2 CTAs per SM at B8 T4096 H16 D128 (256 CTAs, one wave of 264 slots on 132 SMs) is ~230 000 cycles,
-// ~0.13 ms at 1.75 GHz. Shared-memory operand reads per chunk (wgmma) ~150 KB (Q twice, K twice, V twice, the state
-// tile, the scaled V), writes 48 KB (copies, scaled V, state tile); DRAM per chunk: Q, K 16 KB each (shared by the
-// Dv / E slices of a head through L2), V 8 KB, out 8 KB: at B8 T4096 H16 D128 the 537 MB of q, k, v, out take
-// 0.16 ms at 3.35 TB/s (H100), the floor.
+// Work per chunk and CTA at D = 128, E = 64 (one m64n64k16 wgmma = 131 kFLOP, 32 cycles of an SM's tensor cores at
+// 4 096 FLOP/cycle: H100 SXM dense bf16, 989 TFLOP/s on 132 SMs at 1.83 GHz): output Q K^T 1.05 MFLOP (8 wgmmas: the
+// causal half is computed, not skipped) + Q S 1.05 (8) + P V 0.52 (4), state 1.05 (8): 28 wgmmas, ~900 tensor
+// cycles, of which the output warpgroup's 20 are its chain. Shared memory per chunk and CTA: wgmma operand reads
+// 104 KB (an SS m64n64k16 reads 2 KB of A and 2 KB of B: Q K^T 32, Q S 32, P V 8 (B only), state 32), V read for the
+// scaling 8 KB, writes 64 KB (copies 40, scaled V 8, state tile 16): ~176 KB, ~1 400 cycles at 128 B/cycle, more
+// than the tensor cycles. B8 T4096 H16 D128 (256 CTAs, one wave of 2 per SM on 132 SMs, 64 chunks each): ~115 000
+// tensor and ~176 000 shared-memory cycles per SM, 0.06 and 0.10 ms at 1.83 GHz; DRAM reads q, k, v and writes out
+// once (Q and K are shared by the Dv / E slices of a head through L2; the CTA order makes them neighbours): 537 MB,
+// 0.16 ms at 3.35 TB/s (H100), 0.11 ms at 4.8 TB/s (H200), the floor.
 //
 // Shared memory (16-bit elements, 128-byte swizzled rows: retention_wgmma_chunk_traits.cuh): Q, K [2][64][D],
 // V [2][64][E], scaled V [64][E], state tile [D][E]: 104 KiB at D = 128, 64 KiB at D = 64 (two CTAs per SM).

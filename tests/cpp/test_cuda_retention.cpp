@@ -735,8 +735,9 @@ TEST_F(CudaRetention, JointBackwardMatchesCpuWithAndWithoutSegments) {
   }
 }
 
-TEST_F(CudaRetention, AnUnknownForcedConfigIsRefusedNamingTheAllowedItems) {
-  const ScopedRetentionConfig forced("tiles=3");
+// A forward under ATTNKIT_RETENTION_CONFIG=`config` is refused as an invalid argument whose message holds `allowed`.
+void expect_forced_config_refused(const char* config, const std::string& allowed) {
+  const ScopedRetentionConfig forced(config);
   const std::vector<int64_t> pad{0, 0, 0, 0};
   TestTensor q = input({1, 70, 1, 64}, DType::bf16, pad, 1);
   TestTensor out = output({1, 70, 1, 64}, DType::bf16, pad);
@@ -747,11 +748,15 @@ TEST_F(CudaRetention, AnUnknownForcedConfigIsRefusedNamingTheAllowedItems) {
   p.out = out.device;
   try {
     retention_forward(p, on_cuda());
-    ADD_FAILURE() << "expected Status::invalid_argument";
+    ADD_FAILURE() << config << ": expected Status::invalid_argument";
   } catch (const Error& e) {
     EXPECT_EQ(e.status(), Status::invalid_argument);
-    EXPECT_NE(std::string(e.what()).find("block=32|64, segments=N"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(allowed), std::string::npos) << e.what();
   }
+}
+
+TEST_F(CudaRetention, AnUnknownForcedConfigIsRefusedNamingTheAllowedItems) {
+  expect_forced_config_refused("tiles=3", "block=32|64, segments=N");
 }
 
 // ---- the Hopper wgmma chunk kernel (wgmma=1; retention_wgmma_chunk_kernel.cuh) -----------------------------------
@@ -982,22 +987,7 @@ TEST(CudaRetentionSelection, WgmmaChunkKernelReplacesOnlyTheChunkKernelOnCompute
 }
 
 TEST_F(CudaRetention, AMalformedWgmmaItemIsRefusedNamingTheAllowedItems) {
-  const ScopedRetentionConfig forced("wgmma=2");
-  const std::vector<int64_t> pad{0, 0, 0, 0};
-  TestTensor q = input({1, 70, 1, 64}, DType::bf16, pad, 1);
-  TestTensor out = output({1, 70, 1, 64}, DType::bf16, pad);
-  RetentionForward p;
-  p.q = q.device;
-  p.k = q.device;
-  p.v = q.device;
-  p.out = out.device;
-  try {
-    retention_forward(p, on_cuda());
-    ADD_FAILURE() << "expected Status::invalid_argument";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.status(), Status::invalid_argument);
-    EXPECT_NE(std::string(e.what()).find("wgmma=0|1"), std::string::npos) << e.what();
-  }
+  expect_forced_config_refused("wgmma=2", "wgmma=0|1");
 }
 
 // ---- what the CUDA backend refuses, and how it says so ---------------------------------------------

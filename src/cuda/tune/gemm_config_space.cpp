@@ -179,9 +179,9 @@ tune::ConfigSpace gemm_space() {
   space.op = tune::TuneOp::gemm;
   space.backend = Backend::cuda;
   space.description =
-      "gemm v1: one config per GEMM registry entry (narrow fp32 kernels for a few rows of A; Hopper wgmma/TMA rows: "
-      "data-parallel, stream-K, split-K; SM80 mma.sync rows; SIMT fallbacks), named by its row id; operands that miss "
-      "a row's layout rule are staged";
+      "gemm v1: one config per GEMM registry entry (narrow kernels for a few rows of A: fp32, and bf16 / f16 for "
+      "M <= 4 with B MN-major; Hopper wgmma/TMA rows: data-parallel, stream-K, split-K; SM80 mma.sync rows; SIMT "
+      "fallbacks), named by its row id; operands that miss a row's layout rule are staged";
   std::set<std::string> seen;
   for (const GemmKernel* kernel : gemm_kernels()) {
     tune::Config config;

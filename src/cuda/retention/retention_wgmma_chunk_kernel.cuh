@@ -74,17 +74,13 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   const int wg_tid = tid % Traits::kWarpgroupThreads;
   if (warp_group == 0) {
     fmha_sm90::warpgroup_registers_shrink<Traits::kProducerRegisters>();
-#ifndef XNO_PROD
     wgmma_chunk_produce<Traits>(p, walk, ss, wg_tid);
-#endif
   } else if (warp_group == 1) {
     fmha_sm90::warpgroup_registers_grow<Traits::kConsumerRegisters>();
     if (!walk.state_only) wgmma_chunk_outputs<Traits>(p, walk, ss, wg_tid);
   } else {
     fmha_sm90::warpgroup_registers_grow<Traits::kConsumerRegisters>();
-#ifndef XNO_STATE
     wgmma_chunk_state<Traits>(p, walk, ss, wg_tid);
-#endif
   }
 #endif
 }

@@ -9,9 +9,9 @@
 // the split-K sum (gemm_split_k.hpp) adds in slice order into C. B MN-major (x @ W): 32 lanes x 16 bytes of columns a
 // CTA (128 fp32, 256 16-bit); A's chunk as [k][row]; each warp takes the chunk's rows w, w + 8, ... of B, loading 8 of
 // them (16 bytes a lane: the warp reads 512 contiguous bytes of a row) before multiplying them into its lane's kRows x
-// (4 or 8) accumulators, one broadcast shared-memory read of A's column per row of B (one row only when M is 1); the 8
-// warps' sums are added in warp order in shared memory. A's next chunk is read into registers during the current one
-// (the 4-row instance). B K-major (x @ W^T): narrow_gemm_k_major_kernel, below.
+// (4 or 8) accumulators, one broadcast shared-memory read of A's column per row of B (one or two rows only when M is);
+// the 8 warps' sums are added in warp order in shared memory. A's next chunk is read into registers during the current
+// one (the 4-row instance). B K-major (x @ W^T): narrow_gemm_k_major_kernel, below.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -59,8 +59,8 @@ __device__ __forceinline__ void widen(const uint4& raw, float (&out)[kVector<T>]
 }
 
 // acc[r][v] += A(r, k_u) * B(k_u, v) for the kUnroll rows k_u of B a warp loaded (raw[u] is row base + u * kWarps of
-// the chunk, sa[k][r] its A values), rows r < kActive: kActive is kRows, or 1 when M is 1 (a quarter of the 4-row
-// instance's multiply-adds, without a branch per row).
+// the chunk, sa[k][r] its A values), rows r < kActive: kActive is kRows, or 1 or 2 when M is (a quarter or a half of
+// the 4-row instance's multiply-adds, without a branch per row).
 template <int kActive, class T, int kRows>
 __device__ __forceinline__ void multiply_loaded_rows(const uint4 (&raw)[kUnroll], const float (*sa)[kRows], int base,
                                                      float (&acc)[kRows][kVector<T>]) {
@@ -74,6 +74,13 @@ __device__ __forceinline__ void multiply_loaded_rows(const uint4 (&raw)[kUnroll]
       const float a = a_column[0];
 #pragma unroll
       for (int v = 0; v < kV; ++v) acc[0][v] = fmaf(a, bv[v], acc[0][v]);
+    } else if constexpr (kActive == 2) {
+      const float2 a2 = *reinterpret_cast<const float2*>(a_column);
+#pragma unroll
+      for (int v = 0; v < kV; ++v) {
+        acc[0][v] = fmaf(a2.x, bv[v], acc[0][v]);
+        acc[1][v] = fmaf(a2.y, bv[v], acc[1][v]);
+      }
     } else {
 #pragma unroll
       for (int r4 = 0; r4 < kActive; r4 += 4) {
@@ -172,6 +179,8 @@ __global__ void __launch_bounds__(kThreads, kRows <= 16 ? kNarrowCtasPerSm : 1)
       }
       if (kRows == 4 && rows == 1) {
         multiply_loaded_rows<1, T>(raw, sa, base, acc);
+      } else if (kRows == 4 && rows == 2) {
+        multiply_loaded_rows<2, T>(raw, sa, base, acc);
       } else {
         multiply_loaded_rows<kRows, T>(raw, sa, base, acc);
       }

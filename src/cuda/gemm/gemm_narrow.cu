@@ -215,28 +215,27 @@ __global__ void __launch_bounds__(kThreads, kRows <= 16 ? kNarrowCtasPerSm : 1)
   }
 }
 
-// B K-major (x @ W^T with a row-major W [N, K]): a warp owns 4 columns of C, its lanes 16 bytes of consecutive K each
-// (4 fp32 or 8 16-bit values: the warp reads 512 contiguous bytes of each of the 4 rows of W per step along K), A's
-// chunk staged as [row][k] and read as 16-byte vectors a row; each lane's kRows x 4 partial dot products are summed
-// over the warp by an xor butterfly (every lane ends with the same sums, in the same order) and written by the lane of
-// their index. A chunk is 256 rows of K for fp32 and 512 for 16-bit types (two steps of the warp either way). Compiled
-// for fp32: with a 16-bit B K-major this kernel ran 0.65-0.84x cuBLAS at M = 1 (H200,
-// 2026-11-27, docs/perf.md), behind the tensor-core rows.
-template <class T, int kRows>
+// B K-major (x @ W^T with a row-major W [N, K]), fp32: a warp owns 4 columns of C, its lanes 4 consecutive values of K
+// each (the warp reads 512 contiguous bytes of each of the 4 rows of W per step along K), A's chunk of 256 values of K
+// staged as [row][k] and read as 16-byte vectors a row; each lane's kRows x 4 partial dot products are summed over the
+// warp by an xor butterfly (every lane ends with the same sums, in the same order) and written by the lane of their
+// index. A 16-bit B K-major runs on the tensor-core rows: this loop on 16-bit operands ran 0.65-0.84x cuBLAS at M = 1
+// (H200, 2026-11-27, docs/perf.md).
+template <int kRows>
 __global__ void __launch_bounds__(kThreads, kRows <= 16 ? kNarrowCtasPerSm : 1)
     narrow_gemm_k_major_kernel(const NarrowParams p) {
-  constexpr int kV = kVector<T>;
+  constexpr int kV = kVector<float>;
   constexpr int kColumnsPerWarp = kNarrowKMajorColumns / kWarps;
   constexpr int kStep = 32 * kV;
-  constexpr int kKChunk = kChunk * 4 / static_cast<int>(sizeof(T));
+  constexpr int kKChunk = kChunk;
   __shared__ __align__(16) float sa[kRows][kKChunk];
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int64_t column_block = static_cast<int64_t>(blockIdx.x) / p.passes;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) % p.passes * kRows;
   const int64_t rows = p.m - row0 < kRows ? p.m - row0 : kRows;
-  const T* a_rows = static_cast<const T*>(p.a) + row0 * p.a_row;
-  const T* b = static_cast<const T*>(p.b);
+  const float* a_rows = static_cast<const float*>(p.a) + row0 * p.a_row;
+  const float* b = static_cast<const float*>(p.b);
   const int64_t column0 = column_block * kNarrowKMajorColumns + warp * kColumnsPerWarp;
   const int64_t k_begin = static_cast<int64_t>(blockIdx.y) * p.slice;
   const int64_t k_end = k_begin + p.slice < p.k ? k_begin + p.slice : p.k;
@@ -252,7 +251,7 @@ __global__ void __launch_bounds__(kThreads, kRows <= 16 ? kNarrowCtasPerSm : 1)
     for (int e = static_cast<int>(threadIdx.x); e < kKChunk * kRows; e += kThreads) {
       const int r = e / kKChunk, kk = e % kKChunk;
       const int64_t kg = chunk + kk;
-      sa[r][kk] = r < rows && kg < k_end ? to_float(a_rows[r * p.a_row + kg * p.a_col]) : 0.0f;
+      sa[r][kk] = r < rows && kg < k_end ? a_rows[r * p.a_row + kg * p.a_col] : 0.0f;
     }
     __syncthreads();
 #pragma unroll 1
@@ -269,7 +268,7 @@ __global__ void __launch_bounds__(kThreads, kRows <= 16 ? kNarrowCtasPerSm : 1)
 #pragma unroll
       for (int c = 0; c < kColumnsPerWarp; ++c) {
         float wv[kV];
-        widen<T>(w[c], wv);
+        widen<float>(w[c], wv);
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
           float v = acc[c][r];
@@ -300,7 +299,7 @@ __global__ void __launch_bounds__(kThreads, kRows <= 16 ? kNarrowCtasPerSm : 1)
       if (p.partials != nullptr) {
         p.partials[(static_cast<int64_t>(blockIdx.y) * p.m + row0 + r) * p.n + n] = v;
       } else {
-        write_c<T>(p, row0 + r, n, v);
+        write_c<float>(p, row0 + r, n, v);
       }
     }
   }
@@ -351,11 +350,11 @@ class NarrowRunner final : public GemmRunner {
       narrow_gemm_kernel<__half, kNarrow16MaxRows><<<grid, kThreads, 0, stream>>>(p);
     } else if (s.b_k_major()) {
       if (s.m <= 4) {
-        narrow_gemm_k_major_kernel<float, 4><<<grid, kThreads, 0, stream>>>(p);
+        narrow_gemm_k_major_kernel<4><<<grid, kThreads, 0, stream>>>(p);
       } else if (s.m <= 16) {
-        narrow_gemm_k_major_kernel<float, 16><<<grid, kThreads, 0, stream>>>(p);
+        narrow_gemm_k_major_kernel<16><<<grid, kThreads, 0, stream>>>(p);
       } else {
-        narrow_gemm_k_major_kernel<float, kNarrowMaxRows><<<grid, kThreads, 0, stream>>>(p);
+        narrow_gemm_k_major_kernel<kNarrowMaxRows><<<grid, kThreads, 0, stream>>>(p);
       }
     } else if (s.m <= 4) {
       narrow_gemm_kernel<float, 4><<<grid, kThreads, 0, stream>>>(p);

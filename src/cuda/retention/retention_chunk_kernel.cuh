@@ -77,6 +77,7 @@
 
 #include "cuda/common/async_copy.cuh"
 #include "cuda/common/named_barrier.cuh"
+#include "cuda/retention/retention_decay.cuh"
 #include "cuda/retention/retention_fragments.cuh"
 #include "cuda/retention/retention_mma.cuh"
 #include "cuda/retention/retention_params.hpp"
@@ -114,9 +115,6 @@ struct ChunkTraits {
   static_assert(HeadDim % 64 == 0, "each state warp's rows are whole 16-row MMA tiles");
   static_assert(ValueBlock % 16 == 0, "value columns come in pairs of 8-wide MMA tiles");
 };
-
-// gamma^n for a real exponent n.
-__device__ __forceinline__ float decay_power(float log2_gamma, float n) { return exp2f(n * log2_gamma); }
 
 // Rows [t0, t0 + kChunk) x `Cols` columns starting at `col0` of one (batch, head) sequence operand into
 // a shared tile; rows at or past `tokens` become zeros. `Threads` threads share the copies, `thread` being this
@@ -363,12 +361,7 @@ __device__ __forceinline__ void chunk_walk(const ChunkParams& p, int64_t cta) {
   const bool state_only = p.state_only != 0;
   if (state_only && segment == p.segments - 1) return;  // the last segment's own state is never needed
 
-  float log2_gamma;
-  if (p.default_gamma) {
-    log2_gamma = static_cast<float>(log1p(-exp2(-5.0 - h)) / 0.69314718055994530942);
-  } else {
-    log2_gamma = p.log2_gamma[h];
-  }
+  const float log2_gamma = head_log2_gamma(p, h);
   const float gamma = exp2f(log2_gamma);
   const float scale = p.scale;
 

@@ -32,6 +32,7 @@
 #include <type_traits>
 
 #include "cuda/common/async_copy.cuh"
+#include "cuda/common/opaque.cuh"
 #include "cuda/retention/retention_mma.cuh"
 #include "cuda/retention/retention_params.hpp"
 
@@ -110,13 +111,6 @@ __device__ __forceinline__ void stage_decay_tile(Entry* tile, const DecayMatrixO
       destination += kRowsPerPass * kPitch;
     }
   }
-}
-
-// `value` as the compiler cannot see through: what a kernel computes from it inside its main loop is recomputed there
-// (a few integer instructions) rather than hoisted before the loop into a register held through every MMA.
-__device__ __forceinline__ int opaque(int value) {
-  asm volatile("" : "+r"(value));
-  return value;
 }
 
 // Entries (row, col) and (row, col + 1) of a staged tile (col even), as float.

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 
+#include "cuda/retention/retention_decay.cuh"
 #include "cuda/retention/retention_params.hpp"
 
 namespace attnkit::cuda::retention {
@@ -54,12 +55,7 @@ __global__ void __launch_bounds__(DecodeTraits<Element, HeadDim>::kThreads)
   const int h = static_cast<int>(head_index % p.heads);
   const int64_t b = head_index / p.heads;
 
-  float log2_gamma;
-  if (p.default_gamma) {
-    log2_gamma = static_cast<float>(log1p(-exp2(-5.0 - h)) / 0.69314718055994530942);
-  } else {
-    log2_gamma = p.log2_gamma[h];
-  }
+  const float log2_gamma = head_log2_gamma(p, h);
   const float gamma = exp2f(log2_gamma);
   const int col = 2 * pair;
   const int64_t column0 = static_cast<int64_t>(slice) * kValueBlock;

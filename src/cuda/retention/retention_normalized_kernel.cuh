@@ -51,6 +51,7 @@
 
 #include "cuda/common/async_copy.cuh"
 #include "cuda/retention/retention_chunk_kernel.cuh"
+#include "cuda/retention/retention_decay.cuh"
 #include "cuda/retention/retention_decay_tile.cuh"
 #include "cuda/retention/retention_fragments.cuh"
 #include "cuda/retention/retention_mma.cuh"
@@ -154,12 +155,6 @@ __device__ __forceinline__ void weigh_key_rows(const ChunkParams& p, bool decay_
     for (int e = 0; e < 4; ++e) {
       weigh(nt, e, gamma_decay_weight(log2_gamma, q0 + nt * 8 + 2 * quad + e % 2, key_lo + 8 * (e / 2)));
     }
-}
-
-// log2(gamma_h): from the params, or the default 1 - 2^(-5-h) computed here.
-__device__ __forceinline__ float head_log2_gamma(const ChunkParams& p, int h) {
-  if (p.default_gamma) return static_cast<float>(log1p(-exp2(-5.0 - h)) / 0.69314718055994530942);
-  return p.log2_gamma[h];
 }
 
 // The factor every score of query row t is multiplied by besides the decay power: scale / sqrt(sum_{j<=t}

@@ -47,8 +47,8 @@ __device__ __forceinline__ void wgmma_chunk_outputs(const ChunkParams& p, const 
   const int col0 = 2 * (lane % 4);
   const float log2_gamma = w.log2_gamma;
   const float scale = w.scale;
-  const float state_factor_lo = scale * wgmma_decay_power(log2_gamma, static_cast<float>(row_lo + 1));
-  const float state_factor_hi = scale * wgmma_decay_power(log2_gamma, static_cast<float>(row_lo + 9));
+  const float state_factor_lo = scale * decay_power(log2_gamma, static_cast<float>(row_lo + 1));
+  const float state_factor_hi = scale * decay_power(log2_gamma, static_cast<float>(row_lo + 9));
   auto* out_base = static_cast<Element*>(const_cast<void*>(p.out.data)) + w.b * p.out.batch + w.h * p.out.head +
                    static_cast<int64_t>(w.slice) * kValueBlock;
   const bool vector_access = p.vector_access != 0;
@@ -87,7 +87,7 @@ __device__ __forceinline__ void wgmma_chunk_outputs(const ChunkParams& p, const 
     for (int v = 0; v < size(acc_s); ++v) {
       const int i = row_lo + 8 * ((v >> 1) & 1);
       const int j = 8 * (v >> 2) + col0 + (v & 1);
-      acc_s(v) = j <= i ? acc_s(v) * scale * wgmma_decay_power(chunk_log2_gamma, static_cast<float>(i - j)) : 0.0f;
+      acc_s(v) = j <= i ? acc_s(v) * scale * decay_power(chunk_log2_gamma, static_cast<float>(i - j)) : 0.0f;
     }
     fmha_sm90::pack_accumulator<Element>(acc_s, tOrP);
 

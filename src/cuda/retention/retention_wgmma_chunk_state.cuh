@@ -84,7 +84,7 @@ __device__ __forceinline__ void wgmma_chunk_state(const ChunkParams& p, const Wg
       acc(2 * pair + 1) = factor * values.y;
     }
     // The earlier segments' own states, oldest first: S <- gamma^segment_tokens S + S_j.
-    const float segment_decay = wgmma_decay_power(log2_gamma, static_cast<float>(p.segment_tokens));
+    const float segment_decay = decay_power(log2_gamma, static_cast<float>(p.segment_tokens));
 #pragma unroll 1
     for (int j = 0; j < w.segment; ++j) {
       const float* own = segment_state(j);
@@ -133,8 +133,7 @@ __device__ __forceinline__ void wgmma_chunk_state(const ChunkParams& p, const Wg
     for (int k = 0; k < kPiecesPerThread; ++k) {
       const int piece = wg_tid + 128 * k;
       const int token = piece / 8;  // 8 pieces of 16 bytes a row
-      const float factor =
-          token < length ? wgmma_decay_power(log2_gamma, static_cast<float>(length - 1 - token)) : 0.0f;
+      const float factor = token < length ? decay_power(log2_gamma, static_cast<float>(length - 1 - token)) : 0.0f;
       const uint4 bits = v_words[stage * kVStageWords + piece];
       scaled[k] = make_uint4(wgmma_scale_pair<Element>(bits.x, factor), wgmma_scale_pair<Element>(bits.y, factor),
                              wgmma_scale_pair<Element>(bits.z, factor), wgmma_scale_pair<Element>(bits.w, factor));
@@ -145,7 +144,7 @@ __device__ __forceinline__ void wgmma_chunk_state(const ChunkParams& p, const Wg
     fmha_sm90::fence_generic_to_async_shared();
     named_barrier_sync(kStateBarrier, 128);
 
-    const float chunk_decay = wgmma_decay_power(log2_gamma, static_cast<float>(length));
+    const float chunk_decay = decay_power(log2_gamma, static_cast<float>(length));
     CUTE_UNROLL
     for (int i = 0; i < size(acc); ++i) acc(i) *= chunk_decay;
     warpgroup_fence_operand(acc);

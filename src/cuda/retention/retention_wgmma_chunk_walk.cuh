@@ -4,6 +4,8 @@
 #pragma once
 #include <cstdint>
 
+#include "cuda/common/opaque.cuh"
+#include "cuda/retention/retention_decay.cuh"
 #include "cuda/retention/retention_params.hpp"
 
 namespace attnkit::cuda::retention {
@@ -39,8 +41,7 @@ __device__ __forceinline__ WgmmaChunkWalk wgmma_chunk_walk(const ChunkParams& p,
   w.b = head_index / p.heads;
   w.state_only = p.state_only != 0;
   w.idle = w.state_only && w.segment == p.segments - 1;
-  w.log2_gamma =
-      p.default_gamma ? static_cast<float>(log1p(-exp2(-5.0 - w.h)) / 0.69314718055994530942) : p.log2_gamma[w.h];
+  w.log2_gamma = head_log2_gamma(p, w.h);
   w.scale = p.scale;
   w.segment_begin = w.segment * p.segment_tokens;
   const int64_t segment_end = w.segment_begin + p.segment_tokens;
@@ -55,25 +56,5 @@ __device__ __forceinline__ WgmmaChunkWalk wgmma_chunk_walk(const ChunkParams& p,
 __device__ __forceinline__ uint32_t swizzled_offset(int row, int col) {
   return static_cast<uint32_t>(row * 128 + ((((col >> 3) ^ row) & 7) << 4) + (col & 7) * 2);
 }
-
-// x, which the compiler may no longer assume equal to the x it was: values computed from it inside a loop stay
-// inside the loop instead of being hoisted out and held in registers across it.
-__device__ __forceinline__ float opaque(float x) {
-  asm volatile("" : "+f"(x));
-  return x;
-}
-__device__ __forceinline__ uint32_t opaque(uint32_t x) {
-  asm volatile("" : "+r"(x));
-  return x;
-}
-
-template <class T>
-__device__ __forceinline__ T* opaque(T* x) {
-  asm volatile("" : "+l"(x));
-  return x;
-}
-
-// gamma^n for a real exponent n.
-__device__ __forceinline__ float wgmma_decay_power(float log2_gamma, float n) { return exp2f(n * log2_gamma); }
 
 }  // namespace attnkit::cuda::retention

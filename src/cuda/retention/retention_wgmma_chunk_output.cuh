@@ -68,6 +68,7 @@ __device__ __forceinline__ void wgmma_chunk_outputs(const ChunkParams& p, const 
     Tensor tOrQ = thread_query_state.partition_fragment_A(sQ);
     Tensor tOrS = thread_query_state.partition_fragment_B(sS);
     barrier_wait(&ss.full[stage], static_cast<uint32_t>((chunk >> 1) & 1));
+    fmha_sm90::fence_generic_to_async_shared();  // the copies, for this thread's wgmma reads
     warpgroup_fence_operand(acc_s);
     warpgroup_fence_operand(acc_o);
     warpgroup_arrive();

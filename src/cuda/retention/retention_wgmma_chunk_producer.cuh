@@ -1,10 +1,12 @@
 // The producer warpgroup of the Hopper chunkwise retention kernel (retention_wgmma_chunk_kernel.cuh): copies each
 // chunk's Q, K and V rows (V: the CTA's value slice) into the chunk's stage of the swizzled tiles, rows past the
-// segment's end as zeros, and announces the stage on its `full` barrier once the copies have landed and been fenced
-// for the async proxy (the wgmma operand reads). A stage is refilled after both consumers released it (`empty`).
-// Chunk c's copies are issued before chunk c - 1 is announced, so one chunk's copies are always in flight.
-// 16-byte cp.async where every operand start and stride allows it (ChunkParams::vector_access), else element-wise
-// loads and shared stores. The state-only launch copies K and V only.
+// segment's end as zeros, and announces the stage on its `full` barrier. A stage is refilled after both consumers
+// released it (`empty`): chunk c + 1's copies go out as soon as chunk c - 1 is released, i.e. while chunk c is
+// computed. With 16-byte cp.async (every operand start and stride allows it: ChunkParams::vector_access) each
+// thread's arrival is asynchronous (cp.async.mbarrier.arrive.noinc: it happens when the thread's copies have landed),
+// so a chunk is announced as soon as its copies land, whatever the producer waits for then; the consumers fence
+// the generic proxy's writes for their wgmma reads after waiting. Element-wise (other strides): loads and shared
+// stores, fenced and announced by the producer. The state-only launch copies K and V only.
 #pragma once
 #include <cute/tensor.hpp>
 
@@ -97,18 +99,17 @@ __device__ __forceinline__ void wgmma_chunk_produce(const ChunkParams& p, const 
         v_tiles + stage * kVStageBytes, kBlockBytes,
         [&](int row, int col) { return raw_pointer_cast(&sV(col, row, stage)); }, v_base, p.v.token, t0, w.tokens,
         vector_access, ptid);
-    commit_async_copies();
-    if (chunk > 0) {
-      wait_async_copies<1>();  // the previous chunk's copies have landed
+    if (vector_access) {
+      // Arrives once this thread's copies so far have landed; the producer goes on to the next chunk at once.
+      asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(shared_address(&ss.full[stage]))
+                   : "memory");
+    } else {
       fmha_sm90::fence_generic_to_async_shared();
-      fmha_sm90::barrier_arrive(&ss.full[(chunk - 1) & 1]);
+      fmha_sm90::barrier_arrive(&ss.full[stage]);
     }
   }
-  if (w.chunks > 0) {
-    wait_async_copies<0>();
-    fmha_sm90::fence_generic_to_async_shared();
-    fmha_sm90::barrier_arrive(&ss.full[(w.chunks - 1) & 1]);
-  }
+  commit_async_copies();
+  wait_async_copies<0>();  // nothing in flight when the thread leaves
 }
 
 }  // namespace attnkit::cuda::retention

@@ -128,6 +128,7 @@ __device__ __forceinline__ void wgmma_chunk_state(const ChunkParams& p, const Wg
     const int stage = static_cast<int>(chunk & 1);
     const int length = w.chunk_length(chunk);
     barrier_wait(&ss.full[stage], static_cast<uint32_t>((chunk >> 1) & 1));
+    fmha_sm90::fence_generic_to_async_shared();  // the copies, for this thread's wgmma reads
     uint4 scaled[kPiecesPerThread];
     CUTE_UNROLL
     for (int k = 0; k < kPiecesPerThread; ++k) {

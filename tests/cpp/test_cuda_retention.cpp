@@ -918,8 +918,8 @@ TEST_F(CudaRetention, WgmmaChunkForwardMatchesCpuWithSegments) {
   }
 }
 
-// The value block 128 instance (Dk 128, Dv 128 and 256: one and two CTAs per head): odd lengths (a last chunk of 1,
-// 3 and 63 tokens), both dtypes, initial and final states, per-head gamma with a fast decay and a custom scale.
+// The value block 128 instance (Dk 128, Dv 128 and 256: one and two CTAs per head): odd lengths (last chunks of 1, 3,
+// 35 and 63 tokens), both dtypes, initial and final states, per-head gamma with a fast decay and a custom scale.
 TEST_F(CudaRetention, WgmmaWideChunkForwardMatchesCpuForOddLengthsStatesAndDecays) {
   if (const std::string why = wgmma_chunk_unavailable(); !why.empty()) GTEST_SKIP() << why;
   const ScopedRetentionConfig forced(kForcedWgmma);

@@ -1907,11 +1907,12 @@ TEST_F(CudaGemmKernelChoice, NarrowRowInOneSliceMatchesTheOracle) {
   EXPECT_EQ(runs, 16);
 }
 
-// The narrow kernel's K-major entries (x @ W^T: W row-major [N, K], lanes along K, warp sums by butterfly) forced
-// against the oracle: K 4096 in 2 slices, 4100 in 2 slices of 2052 (rounded up to 16-byte vectors: a shorter last
-// slice), in 2 slices with M 64 (two row blocks), in one slice (K 700 and 1028: partial 256-row chunks, with beta), N
-// not a multiple of the CTA's 32 columns (16388, C's rows padded), M from 1 to 64 (the 4-, 16- and 32-row instances),
-// TF32 allowed, A either majorness.
+// The narrow kernel's K-major entries (x @ W^T: W row-major [N, K], lanes along K, warp sums by butterfly; A's chunks
+// of 2048, 512 or 256 values of K double-buffered) forced against the oracle: K 4096 in 2 slices, 4100 in 2 slices of
+// 2052 (rounded up to 16-byte vectors: a shorter last slice), in 2 slices with M 64 (two row blocks), in one slice (K
+// 700, 1028 and 8200: several chunks, a partial last one, with beta), N not a multiple of the CTA's 32 columns (16388,
+// C's rows padded), M from 1 to 64 (the 4-, 16- and 32-row instances), TF32 allowed, A either majorness (16-byte and
+// 4-byte copies of A).
 TEST_F(CudaGemmKernelChoice, ForcedNarrowKMajorRowsMatchTheOracle) {
   struct Decode {
     int64_t m, n, k;
@@ -1920,7 +1921,8 @@ TEST_F(CudaGemmKernelChoice, ForcedNarrowKMajorRowsMatchTheOracle) {
   };
   const std::vector<Decode> shapes = {{1, 4096, 4096, 0.0, &kF32},   {16, 4096, 4100, 0.5, &kF32},
                                       {7, 16388, 1028, -1.0, &kF32}, {29, 14336, 4096, 0.0, &kTF32},
-                                      {32, 16384, 700, 0.25, &kF32}, {64, 2048, 4096, 0.5, &kF32}};
+                                      {32, 16384, 700, 0.25, &kF32}, {64, 2048, 4096, 0.5, &kF32},
+                                      {3, 8192, 8200, 0.5, &kF32}};
   int runs = 0;
   for (size_t i = 0; i < shapes.size(); ++i) {
     const cuda::gemm::GemmKernel& kernel = shapes[i].m > cuda::gemm::kNarrowMaxRows

@@ -778,6 +778,8 @@ std::string wgmma_chunk_unavailable() {
 }
 
 constexpr const char* kWgmmaFamily = "wgmma_chunk64";
+// The instance whose CTAs own 128 value columns (Dk 128, Dv a multiple of 128, no forced block=).
+constexpr const char* kWgmmaWide = "wgmma_chunk64_dk128_dv128";
 // Every wgmma test forces decode=0 too, so that sequences of at most 16 tokens run the chunk kernel as well.
 constexpr const char* kForcedWgmma = "wgmma=1,decode=0";
 
@@ -916,6 +918,79 @@ TEST_F(CudaRetention, WgmmaChunkForwardMatchesCpuWithSegments) {
   }
 }
 
+// The value block 128 instance (Dk 128, Dv 128 and 256: one and two CTAs per head): odd lengths (last chunks of 1, 3,
+// 35 and 63 tokens), both dtypes, initial and final states, per-head gamma with a fast decay and a custom scale.
+TEST_F(CudaRetention, WgmmaWideChunkForwardMatchesCpuForOddLengthsStatesAndDecays) {
+  if (const std::string why = wgmma_chunk_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  const ScopedRetentionConfig forced(kForcedWgmma);
+  for (const int64_t dv : {128, 256}) {
+    for (const DType dtype : {DType::bf16, DType::f16}) {
+      for (const int64_t tokens : {1, 63, 65, 131, 611}) {
+        Case c;
+        c.batch = 2;
+        c.heads = 2;
+        c.dk = 128;
+        c.dv = dv;
+        c.dtype = dtype;
+        c.tokens = tokens;
+        c.gamma = {0.05, 0.999};
+        c.scale = 0.3;
+        c.initial_state = tokens != 63;
+        c.final_state = true;
+        c.seed = static_cast<uint64_t>(tokens + dv);
+        expect_forward_matches_cpu(c, kWgmmaWide);
+      }
+    }
+  }
+}
+
+// The value block 128 instance on packed and misaligned views (the element-wise copies) and with segments (the
+// state-only launch with both state warpgroups, then the outputs from the states before each segment).
+TEST_F(CudaRetention, WgmmaWideChunkForwardReadsMisalignedViewsAndRunsSegments) {
+  if (const std::string why = wgmma_chunk_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  {
+    const ScopedRetentionConfig forced(kForcedWgmma);
+    for (const Layout layout : {Layout::packed, Layout::misaligned}) {
+      Case c;
+      c.layout = layout;
+      c.dk = 128;
+      c.dv = 256;
+      c.tokens = 100;
+      c.initial_state = true;
+      c.final_state = true;
+      expect_forward_matches_cpu(c, kWgmmaWide);
+    }
+  }
+  const ScopedRetentionConfig forced("wgmma=1,decode=0,segments=5");
+  for (const int64_t dv : {128, 256}) {
+    Case c;
+    c.batch = 2;
+    c.heads = 2;
+    c.tokens = 611;
+    c.dk = 128;
+    c.dv = dv;
+    c.gamma = {0.97, 0.999};
+    c.initial_state = true;
+    c.final_state = true;
+    expect_forward_matches_cpu(c, kWgmmaWide);
+  }
+}
+
+// block=64 keeps the value block 64 instance at Dk 128 and Dv 128 (the cases the wide instance takes otherwise).
+TEST_F(CudaRetention, WgmmaChunkForwardKeepsValueBlock64WhenForced) {
+  if (const std::string why = wgmma_chunk_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  const ScopedRetentionConfig forced("wgmma=1,decode=0,block=64");
+  for (const int64_t tokens : {65, 300}) {
+    Case c;
+    c.dk = 128;
+    c.dv = 128;
+    c.tokens = tokens;
+    c.initial_state = true;
+    c.final_state = true;
+    expect_forward_matches_cpu(c, "wgmma_chunk64_dk128_dv64");
+  }
+}
+
 // The selection: wgmma=1 picks the wgmma kernel on a 9.0 device; without the item (or with wgmma=0) the mma.sync one.
 TEST_F(CudaRetention, WgmmaChunkKernelIsSelectedOnlyUnderWgmma1) {
   if (const std::string why = wgmma_chunk_unavailable(); !why.empty()) GTEST_SKIP() << why;
@@ -929,18 +1004,24 @@ TEST_F(CudaRetention, WgmmaChunkKernelIsSelectedOnlyUnderWgmma1) {
   p.out = out.device;
   auto kernel_name = [&] { return detail::retention_forward_plan(p, on_cuda())->config().name; };
   {
+    // Dk 128, Dv 128: CTAs of 128 value columns, unless block=64 is forced too.
     const ScopedRetentionConfig forced("wgmma=1");
-    EXPECT_NE(kernel_name().find(kWgmmaFamily), std::string::npos) << kernel_name();
+    EXPECT_NE(kernel_name().find(kWgmmaWide), std::string::npos) << kernel_name();
+  }
+  {
+    const ScopedRetentionConfig forced("wgmma=1,block=64");
+    EXPECT_NE(kernel_name().find(std::string(kWgmmaFamily) + "_dk128_dv64"), std::string::npos) << kernel_name();
   }
   for (const char* config : {"", "wgmma=0", "block=64"}) {
     const ScopedRetentionConfig forced(config);
     EXPECT_EQ(kernel_name().find("wgmma"), std::string::npos) << config << ": " << kernel_name();
     EXPECT_NE(kernel_name().find("chunk64"), std::string::npos) << config << ": " << kernel_name();
   }
-  // Two CTAs per multiprocessor (the kernel's launch bound, registers and shared memory are sized for it).
+  // Two CTAs per multiprocessor at value block 64, one at 128 (the kernel's launch bound, registers and shared memory
+  // are sized for it).
   for (const DType dtype : {DType::bf16, DType::f16}) {
-    for (const int dk : {64, 128}) {
-      const cuda::retention::ChunkKernel* kernel = cuda::retention::find_wgmma_chunk_kernel(dtype, dk, 64);
+    for (const auto& [dk, value_block] : std::vector<std::pair<int, int> >{{64, 64}, {128, 64}, {128, 128}}) {
+      const cuda::retention::ChunkKernel* kernel = cuda::retention::find_wgmma_chunk_kernel(dtype, dk, value_block);
       ASSERT_NE(kernel, nullptr);
       expect_cuda(
           cudaFuncSetAttribute(kernel->function, cudaFuncAttributeMaxDynamicSharedMemorySize, kernel->shared_bytes),
@@ -949,13 +1030,14 @@ TEST_F(CudaRetention, WgmmaChunkKernelIsSelectedOnlyUnderWgmma1) {
       expect_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel->function, kernel->threads,
                                                                 static_cast<size_t>(kernel->shared_bytes)),
                   "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-      EXPECT_EQ(blocks, 2) << dtype_name(dtype) << " Dk " << dk;
+      EXPECT_EQ(blocks, value_block == 64 ? 2 : 1) << dtype_name(dtype) << " Dk " << dk << " block " << value_block;
     }
   }
 }
 
 // The predicate alone (no device needed): only a 9.0 device, only the mma.sync chunk kernel's jobs with a compiled
-// wgmma instance (value block 64), never the decode kernel.
+// wgmma instance (value block 64), never the decode kernel; value block 128 at Dk 128 when the wide Dv is a multiple
+// of 128.
 TEST(CudaRetentionSelection, WgmmaChunkKernelReplacesOnlyTheChunkKernelOnComputeCapability90) {
   using cuda::retention::find_chunk_kernel;
   using cuda::retention::find_decode_kernel;
@@ -967,10 +1049,10 @@ TEST(CudaRetentionSelection, WgmmaChunkKernelReplacesOnlyTheChunkKernelOnCompute
       JobShape job;
       job.kernel = find_chunk_kernel(dtype, dk, 64);
       ASSERT_NE(job.kernel, nullptr);
-      EXPECT_EQ(wgmma_chunk_kernel_for(job, 80), nullptr);
-      EXPECT_EQ(wgmma_chunk_kernel_for(job, 89), nullptr);
-      EXPECT_EQ(wgmma_chunk_kernel_for(job, 100), nullptr);
-      const cuda::retention::ChunkKernel* wgmma = wgmma_chunk_kernel_for(job, 90);
+      EXPECT_EQ(wgmma_chunk_kernel_for(job, 0, 80), nullptr);
+      EXPECT_EQ(wgmma_chunk_kernel_for(job, 128, 89), nullptr);
+      EXPECT_EQ(wgmma_chunk_kernel_for(job, 0, 100), nullptr);
+      const cuda::retention::ChunkKernel* wgmma = wgmma_chunk_kernel_for(job, 0, 90);
       EXPECT_EQ(wgmma, find_wgmma_chunk_kernel(dtype, dk, 64));  // null in builds without sm_90a
       if (wgmma != nullptr) {
         EXPECT_STREQ(wgmma->family, "wgmma_chunk64");
@@ -978,10 +1060,29 @@ TEST(CudaRetentionSelection, WgmmaChunkKernelReplacesOnlyTheChunkKernelOnCompute
         EXPECT_EQ(wgmma->head_dim, dk);
         EXPECT_EQ(wgmma->value_block, 64);
       }
+      // Dv 192 is no multiple of 128, and Dk 64 has no value block 128 instance: value block 64.
+      EXPECT_EQ(wgmma_chunk_kernel_for(job, 192, 90), wgmma);
+      if (dk == 64) {
+        EXPECT_EQ(wgmma_chunk_kernel_for(job, 256, 90), wgmma);
+      }
+      if (dk == 128) {
+        for (const int64_t dv : {128, 256}) {
+          const cuda::retention::ChunkKernel* wide = wgmma_chunk_kernel_for(job, dv, 90);
+          EXPECT_EQ(wide, find_wgmma_chunk_kernel(dtype, dk, 128)) << "Dv " << dv;
+          if (wide != nullptr) {
+            EXPECT_STREQ(wide->family, "wgmma_chunk64");
+            EXPECT_EQ(wide->head_dim, 128);
+            EXPECT_EQ(wide->value_block, 128);
+          }
+        }
+        EXPECT_EQ(wgmma_chunk_kernel_for(job, 256, 80), nullptr);
+      }
       job.kernel = find_chunk_kernel(dtype, dk, 32);
-      EXPECT_EQ(wgmma_chunk_kernel_for(job, 90), nullptr) << "no value block 32 instance";
+      EXPECT_EQ(wgmma_chunk_kernel_for(job, 0, 90), nullptr) << "no value block 32 instance";
+      EXPECT_EQ(wgmma_chunk_kernel_for(job, 128, 90), nullptr) << "a forced value block 32 keeps the mma.sync kernel";
       job.kernel = find_decode_kernel(dtype, dk);
-      EXPECT_EQ(wgmma_chunk_kernel_for(job, 90), nullptr) << "decode jobs keep their kernel";
+      EXPECT_EQ(wgmma_chunk_kernel_for(job, 0, 90), nullptr) << "decode jobs keep their kernel";
+      EXPECT_EQ(wgmma_chunk_kernel_for(job, 128, 90), nullptr) << "decode jobs keep their kernel";
     }
   }
 }

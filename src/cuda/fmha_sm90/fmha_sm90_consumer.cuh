@@ -99,6 +99,13 @@ struct Sm90Consumer {
         pack_accumulator<Element>(acc_s, tOrP);
         walk.advance(policy, i);
       };
+      // A tile's mask bits (tile-list policies) are loaded a turn ahead: tile i + 1's once turn i's products are
+      // issued (its list entry, walk.ahead, was read at the end of turn i - 1), so the load has the rest of turn i
+      // to arrive instead of part of its own turn.
+      typename Policy::TileBits next_bits{};
+      auto fetch_next_bits = [&](int i) {
+        if (i + 1 < count) next_bits = policy.fetch_bits(policy.next_tile(walk.tile, walk.ahead), p, ctid);
+      };
       if (count > 0) {
         // First turn: S(0) only.
         const int stage = base % Traits::kStages;
@@ -110,6 +117,7 @@ struct Sm90Consumer {
         issue_gemm<false>(mma_s, tSrQ, tSrK(_, _, _, stage), acc_s);
         warpgroup_commit_batch();
         named_barrier_arrive(kTurnBarrier + other, 256);
+        fetch_next_bits(0);
         warpgroup_wait<0>();
         warpgroup_fence_operand(acc_s);
         barrier_arrive(&ss.k_empty[stage]);
@@ -121,7 +129,7 @@ struct Sm90Consumer {
         const int tile = base + i;
         const int stage = tile % Traits::kStages;
         const int previous = (tile - 1) % Traits::kStages;
-        const typename Policy::TileBits bits = policy.fetch_bits(walk.tile, p, ctid);
+        const typename Policy::TileBits bits = next_bits;
         barrier_wait(&ss.k_full[stage], (tile / Traits::kStages) & 1);
         barrier_wait(&ss.v_full[previous], ((tile - 1) / Traits::kStages) & 1);
         named_barrier_sync(kTurnBarrier + group, 256);
@@ -134,6 +142,7 @@ struct Sm90Consumer {
         issue_gemm<true>(mma_o, tOrP, tOrV(_, _, _, previous), acc_o);
         warpgroup_commit_batch();
         named_barrier_arrive(kTurnBarrier + other, 256);
+        fetch_next_bits(i);
         warpgroup_wait<1>();  // S(i) is complete; P(i-1) * V(i-1) may still run during the exponentials
         warpgroup_fence_operand(acc_s);
         barrier_arrive(&ss.k_empty[stage]);

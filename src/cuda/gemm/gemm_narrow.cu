@@ -9,9 +9,9 @@
 // the split-K sum (gemm_split_k.hpp) adds in slice order into C. B MN-major (x @ W): 32 lanes x 16 bytes of columns a
 // CTA (128 fp32, 256 16-bit); A's chunk as [k][row]; each warp takes the chunk's rows w, w + 8, ... of B, loading 8 of
 // them (16 bytes a lane: the warp reads 512 contiguous bytes of a row) before multiplying them into its lane's kRows x
-// (4 or 8) accumulators, one broadcast shared-memory read of A's column per row of B (one row only when M is 1); the 8
-// warps' sums are added in warp order in shared memory. A's next chunk is read into registers during the current one
-// (the 4-row instance). B K-major (x @ W^T): narrow_gemm_k_major_kernel, below.
+// (4 or 8) accumulators, one broadcast shared-memory read of A's column per row of B (one or two rows only when M is);
+// the 8 warps' sums are added in warp order in shared memory. A's next chunk is read into registers during the current
+// one (the 4-row instance). B K-major (x @ W^T): narrow_gemm_k_major_kernel, below.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -20,7 +20,9 @@
 #include <memory>
 #include <string>
 
+#include "cuda/common/async_copy.cuh"
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/kernel_attributes.hpp"
 #include "cuda/gemm/gemm_element.cuh"
 #include "cuda/gemm/gemm_narrow.hpp"
 #include "cuda/gemm/gemm_split_k.hpp"
@@ -57,8 +59,8 @@ __device__ __forceinline__ void widen(const uint4& raw, float (&out)[kVector<T>]
 }
 
 // acc[r][v] += A(r, k_u) * B(k_u, v) for the kUnroll rows k_u of B a warp loaded (raw[u] is row base + u * kWarps of
-// the chunk, sa[k][r] its A values), rows r < kActive: kActive is kRows, or 1 when M is 1 (a quarter of the 4-row
-// instance's multiply-adds, without a branch per row).
+// the chunk, sa[k][r] its A values), rows r < kActive: kActive is kRows, or 1 or 2 when M is (a quarter or a half of
+// the 4-row instance's multiply-adds, without a branch per row).
 template <int kActive, class T, int kRows>
 __device__ __forceinline__ void multiply_loaded_rows(const uint4 (&raw)[kUnroll], const float (*sa)[kRows], int base,
                                                      float (&acc)[kRows][kVector<T>]) {
@@ -72,6 +74,13 @@ __device__ __forceinline__ void multiply_loaded_rows(const uint4 (&raw)[kUnroll]
       const float a = a_column[0];
 #pragma unroll
       for (int v = 0; v < kV; ++v) acc[0][v] = fmaf(a, bv[v], acc[0][v]);
+    } else if constexpr (kActive == 2) {
+      const float2 a2 = *reinterpret_cast<const float2*>(a_column);
+#pragma unroll
+      for (int v = 0; v < kV; ++v) {
+        acc[0][v] = fmaf(a2.x, bv[v], acc[0][v]);
+        acc[1][v] = fmaf(a2.y, bv[v], acc[1][v]);
+      }
     } else {
 #pragma unroll
       for (int r4 = 0; r4 < kActive; r4 += 4) {
@@ -170,6 +179,8 @@ __global__ void __launch_bounds__(kThreads, kRows <= 16 ? kNarrowCtasPerSm : 1)
       }
       if (kRows == 4 && rows == 1) {
         multiply_loaded_rows<1, T>(raw, sa, base, acc);
+      } else if (kRows == 4 && rows == 2) {
+        multiply_loaded_rows<2, T>(raw, sa, base, acc);
       } else {
         multiply_loaded_rows<kRows, T>(raw, sa, base, acc);
       }
@@ -216,19 +227,49 @@ __global__ void __launch_bounds__(kThreads, kRows <= 16 ? kNarrowCtasPerSm : 1)
 }
 
 // B K-major (x @ W^T with a row-major W [N, K]), fp32: a warp owns 4 columns of C, its lanes 4 consecutive values of K
-// each (the warp reads 512 contiguous bytes of each of the 4 rows of W per step along K), A's chunk of 256 values of K
-// staged as [row][k] and read as 16-byte vectors a row; each lane's kRows x 4 partial dot products are summed over the
-// warp by an xor butterfly (every lane ends with the same sums, in the same order) and written by the lane of their
-// index. A 16-bit B K-major runs on the tensor-core rows: this loop on 16-bit operands ran 0.65-0.84x cuBLAS at M = 1
-// (H200, 2026-11-27, docs/perf.md).
+// each (the warp reads 512 contiguous bytes of each of the 4 rows of W per step along K), A's chunk staged as [row][k]
+// and read as 16-byte vectors a row; each lane's kRows x 4 partial dot products are summed over the warp by an xor
+// butterfly (every lane ends with the same sums, in the same order) and written by the lane of their index. A chunk is
+// kKMajorChunkElements / kRows values of K (2048, 512 or 256: 8 to 2 steps of every warp), and A's next chunk is
+// copied into the second of two shared buffers (cp.async, 16-byte copies when A's rows are K-contiguous and aligned)
+// while the current one is multiplied, so no chunk waits on A's loads and a barrier comes every 8 KB of B a warp (2 KB
+// a chunk when the chunk was 256 values, staged between the chunks: 0.25-0.70x cuBLAS at M 16-32 on an H200).
+constexpr int kKMajorChunkElements = 8192;  // A's values per chunk buffer: 32 KB, two buffers 64 KB of shared memory
+constexpr int kKMajorSharedBytes = 2 * kKMajorChunkElements * static_cast<int>(sizeof(float));
+
+template <int kRows>
+__device__ __forceinline__ void copy_a_chunk_async(const NarrowParams& p, const float* a_rows, int64_t rows,
+                                                   int64_t chunk, int64_t k_end, bool a_vectors, float* buffer) {
+  constexpr int kKChunk = kKMajorChunkElements / kRows;
+  // Rolled loops: a cp.async does not wait for its data.
+  if (a_vectors) {  // A K-contiguous, rows and base 16-byte aligned: k_end, chunk and kk are multiples of 4
+#pragma unroll 1
+    for (int e = static_cast<int>(threadIdx.x); e < kKMajorChunkElements / 4; e += kThreads) {
+      const int r = e / (kKChunk / 4), kk = e % (kKChunk / 4) * 4;
+      const int64_t kg = chunk + kk;
+      const bool valid = r < rows && kg < k_end;
+      copy_16_bytes_async(shared_address(buffer + r * kKChunk + kk), valid ? a_rows + r * p.a_row + kg : p.a, valid);
+    }
+  } else {
+#pragma unroll 1
+    for (int e = static_cast<int>(threadIdx.x); e < kKMajorChunkElements; e += kThreads) {
+      const int r = e / kKChunk, kk = e % kKChunk;
+      const int64_t kg = chunk + kk;
+      const bool valid = r < rows && kg < k_end;
+      copy_4_bytes_async(shared_address(buffer + r * kKChunk + kk), valid ? a_rows + r * p.a_row + kg * p.a_col : p.a,
+                         valid);
+    }
+  }
+  commit_async_copies();
+}
+
 template <int kRows>
 __global__ void __launch_bounds__(kThreads, kRows <= 16 ? kNarrowCtasPerSm : 1)
     narrow_gemm_k_major_kernel(const NarrowParams p) {
-  constexpr int kV = kVector<float>;
   constexpr int kColumnsPerWarp = kNarrowKMajorColumns / kWarps;
-  constexpr int kStep = 32 * kV;
-  constexpr int kKChunk = kChunk;
-  __shared__ __align__(16) float sa[kRows][kKChunk];
+  constexpr int kStep = 32 * 4;
+  constexpr int kKChunk = kKMajorChunkElements / kRows;
+  extern __shared__ __align__(16) float sa_buffers[];  // [2][kRows][kKChunk]
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int64_t column_block = static_cast<int64_t>(blockIdx.x) / p.passes;
@@ -239,6 +280,7 @@ __global__ void __launch_bounds__(kThreads, kRows <= 16 ? kNarrowCtasPerSm : 1)
   const int64_t column0 = column_block * kNarrowKMajorColumns + warp * kColumnsPerWarp;
   const int64_t k_begin = static_cast<int64_t>(blockIdx.y) * p.slice;
   const int64_t k_end = k_begin + p.slice < p.k ? k_begin + p.slice : p.k;
+  const bool a_vectors = p.a_col == 1 && p.a_row % 4 == 0 && reinterpret_cast<uintptr_t>(p.a) % 16 == 0;
 
   float acc[kColumnsPerWarp][kRows];
 #pragma unroll
@@ -247,17 +289,23 @@ __global__ void __launch_bounds__(kThreads, kRows <= 16 ? kNarrowCtasPerSm : 1)
     for (int r = 0; r < kRows; ++r) acc[c][r] = 0.0f;
   }
 
-  for (int64_t chunk = k_begin; chunk < k_end; chunk += kKChunk) {
-    for (int e = static_cast<int>(threadIdx.x); e < kKChunk * kRows; e += kThreads) {
-      const int r = e / kKChunk, kk = e % kKChunk;
-      const int64_t kg = chunk + kk;
-      sa[r][kk] = r < rows && kg < k_end ? a_rows[r * p.a_row + kg * p.a_col] : 0.0f;
+  if (k_begin < k_end) copy_a_chunk_async<kRows>(p, a_rows, rows, k_begin, k_end, a_vectors, sa_buffers);
+  int buffer = 0;
+  for (int64_t chunk = k_begin; chunk < k_end; chunk += kKChunk, buffer ^= 1) {
+    // The other buffer's readers finished at the previous chunk's closing barrier.
+    if (chunk + kKChunk < k_end) {
+      copy_a_chunk_async<kRows>(p, a_rows, rows, chunk + kKChunk, k_end, a_vectors,
+                                sa_buffers + (buffer ^ 1) * kKMajorChunkElements);
+      wait_async_copies<1>();
+    } else {
+      wait_async_copies<0>();
     }
     __syncthreads();
+    const float* sa = sa_buffers + buffer * kKMajorChunkElements;
 #pragma unroll 1
     for (int step = 0; step < kKChunk; step += kStep) {
-      const int kk = step + lane * kV;
-      const int64_t kg = chunk + kk;  // k_end and kg are multiples of kV: a vector is wholly in or out
+      const int kk = step + lane * 4;
+      const int64_t kg = chunk + kk;  // k_end and kg are multiples of 4: a vector is wholly in or out
       uint4 w[kColumnsPerWarp];
 #pragma unroll
       for (int c = 0; c < kColumnsPerWarp; ++c) {
@@ -267,19 +315,16 @@ __global__ void __launch_bounds__(kThreads, kRows <= 16 ? kNarrowCtasPerSm : 1)
       }
 #pragma unroll
       for (int c = 0; c < kColumnsPerWarp; ++c) {
-        float wv[kV];
+        float wv[4];
         widen<float>(w[c], wv);
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
+          const float4 a4 = *reinterpret_cast<const float4*>(&sa[r * kKChunk + kk]);
           float v = acc[c][r];
-#pragma unroll
-          for (int i = 0; i < kV; i += 4) {
-            const float4 a4 = *reinterpret_cast<const float4*>(&sa[r][kk + i]);
-            v = fmaf(a4.x, wv[i], v);
-            v = fmaf(a4.y, wv[i + 1], v);
-            v = fmaf(a4.z, wv[i + 2], v);
-            v = fmaf(a4.w, wv[i + 3], v);
-          }
+          v = fmaf(a4.x, wv[0], v);
+          v = fmaf(a4.y, wv[1], v);
+          v = fmaf(a4.z, wv[2], v);
+          v = fmaf(a4.w, wv[3], v);
           acc[c][r] = v;
         }
       }
@@ -322,6 +367,15 @@ int64_t row_passes(const GemmShape& s) {
 
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
+// The K-major instance of kRows, with its two A buffers of dynamic shared memory (over the 48 KB a launch gets unasked:
+// the limit is raised once per device).
+template <int kRows>
+void launch_k_major(dim3 grid, const NarrowParams& p, cudaStream_t stream) {
+  check_cuda(raise_dynamic_shared_memory_once(narrow_gemm_k_major_kernel<kRows>, kKMajorSharedBytes),
+             "cudaFuncSetAttribute(narrow_gemm_k_major_kernel)");
+  narrow_gemm_k_major_kernel<kRows><<<grid, kThreads, kKMajorSharedBytes, stream>>>(p);
+}
+
 class NarrowRunner final : public GemmRunner {
  public:
   NarrowRunner(const GemmShape& shape, const GemmDevice& device)
@@ -350,11 +404,11 @@ class NarrowRunner final : public GemmRunner {
       narrow_gemm_kernel<__half, kNarrow16MaxRows><<<grid, kThreads, 0, stream>>>(p);
     } else if (s.b_k_major()) {
       if (s.m <= 4) {
-        narrow_gemm_k_major_kernel<4><<<grid, kThreads, 0, stream>>>(p);
+        launch_k_major<4>(grid, p, stream);
       } else if (s.m <= 16) {
-        narrow_gemm_k_major_kernel<16><<<grid, kThreads, 0, stream>>>(p);
+        launch_k_major<16>(grid, p, stream);
       } else {
-        narrow_gemm_k_major_kernel<kNarrowMaxRows><<<grid, kThreads, 0, stream>>>(p);
+        launch_k_major<kNarrowMaxRows>(grid, p, stream);
       }
     } else if (s.m <= 4) {
       narrow_gemm_kernel<float, 4><<<grid, kThreads, 0, stream>>>(p);

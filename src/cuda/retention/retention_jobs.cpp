@@ -374,12 +374,16 @@ ForwardSelection select_forward(const RetentionForward& problem, int multiproces
                              "v: head dim Dv", "a multiple of 32");
   selection.workspace_bytes = selection.job.workspace_bytes;
   selection.wgmma = choice.wgmma;
+  selection.wgmma_wide_dv = choice.value_block == 0 ? dv : 0;
   return selection;
 }
 
-const ChunkKernel* wgmma_chunk_kernel_for(const JobShape& job, int compute_capability) {
+const ChunkKernel* wgmma_chunk_kernel_for(const JobShape& job, int64_t wide_dv, int compute_capability) {
   const ChunkKernel* kernel = job.kernel;
   if (compute_capability != 90 || kernel == nullptr || std::strcmp(kernel->family, "chunk64") != 0) return nullptr;
+  if (kernel->head_dim == 128 && kernel->value_block == 64 && wide_dv > 0 && wide_dv % 128 == 0) {
+    if (const ChunkKernel* wide = find_wgmma_chunk_kernel(kernel->dtype, 128, 128)) return wide;
+  }
   return find_wgmma_chunk_kernel(kernel->dtype, kernel->head_dim, kernel->value_block);
 }
 

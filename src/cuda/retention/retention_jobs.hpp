@@ -31,7 +31,9 @@
 // ATTNKIT_RETENTION_CONFIG="block=32|64,segments=N,decode=0|1,joint=0|1,wgmma=0|1" (any subset) forces one where it
 // is valid, read when a plan is made (plans are keyed by its value, core/retention_plan.cpp); a forced choice keeps
 // priority over the tuner's. wgmma=1 runs a forward's chunkwise job on the Hopper wgmma kernel
-// (retention_wgmma_chunk_kernel.cuh) where wgmma_chunk_kernel_for allows it, else on the mma.sync kernel as before.
+// (retention_wgmma_chunk_kernel.cuh) where wgmma_chunk_kernel_for allows it, else on the mma.sync kernel as before;
+// at Dk 128 with Dv a multiple of 128 its CTAs own 128 value columns unless block= is forced too (wgmma=1,block=64
+// keeps 64).
 #pragma once
 #include <array>
 #include <cstdint>
@@ -67,6 +69,8 @@ struct ForwardSelection {
   // The choice asked for the Hopper wgmma kernel: the plan, which knows the device, swaps it in for the job's
   // mma.sync kernel where wgmma_chunk_kernel_for allows (retention_plan.cpp).
   bool wgmma = false;
+  // Dv, when the wgmma kernel's CTAs may own 128 value columns (the choice forces no value block); else 0.
+  int64_t wgmma_wide_dv = 0;
 };
 
 struct BackwardSelection {
@@ -139,9 +143,11 @@ const ChunkKernel* decode_kernel_for(DType dtype, int64_t batch_heads, int64_t t
 // It runs the forward job only (the backward's jobs keep the mma.sync kernel, and the selection never asks for it
 // there) and only where: the device is 9.0 (sm_90a code), the job's kernel is the mma.sync chunk kernel
 // ("chunk64", not decode) and an instance with its dtype, Dk and value block is compiled (bf16 and f16, Dk 64 and
-// 128, value block 64; none in builds without the sm_90a target). Segments, initial and final states, per-head
-// gamma, scale and unaligned views are all supported.
-const ChunkKernel* wgmma_chunk_kernel_for(const JobShape& job, int compute_capability);
+// 128, value block 64; none in builds without the sm_90a target). A job of Dk 128 and value block 64 whose
+// `wide_dv` (the job's Dv, or 0 to keep its value block) is a multiple of 128 runs the value block 128 instance
+// instead (one CTA per multiprocessor, Q K^T once per 128 value columns). Segments, initial and final states,
+// per-head gamma, scale and unaligned views are all supported.
+const ChunkKernel* wgmma_chunk_kernel_for(const JobShape& job, int64_t wide_dv, int compute_capability);
 
 // Throw Status::unsupported, naming what is allowed, when no compiled kernel runs the problem. Without a
 // choice: ATTNKIT_RETENTION_CONFIG's when it is set, else the rule.

@@ -280,7 +280,9 @@ std::unique_ptr<detail::OpPlan<RetentionForward>> plan_of_selection(const Retent
   if (chosen.wgmma) {
     const int capability = 10 * device_attribute(cudaDevAttrComputeCapabilityMajor, device) +
                            device_attribute(cudaDevAttrComputeCapabilityMinor, device);
-    if (const ChunkKernel* wgmma = wgmma_chunk_kernel_for(chosen.job, capability)) chosen.job.kernel = wgmma;
+    if (const ChunkKernel* wgmma = wgmma_chunk_kernel_for(chosen.job, chosen.wgmma_wide_dv, capability)) {
+      chosen.job.kernel = wgmma;
+    }
   }
   raise_shared_memory(chosen.job.kernel);
   return std::make_unique<ForwardPlan>(problem, chosen, device, source);

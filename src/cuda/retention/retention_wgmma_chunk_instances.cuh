@@ -1,7 +1,7 @@
 // Defines the instances of the Hopper chunkwise retention kernel (retention_wgmma_chunk_kernel.cuh) for one element
-// type: Dk 64 and 128, value block 64 (included once by each retention_wgmma_chunk_instances_<dtype>.cu). Compiled
-// only where the build targets sm_90a (CMakeLists.txt defines ATTNKIT_RETENTION_WGMMA for these files then);
-// elsewhere the tables are empty and the plans keep the mma.sync kernel.
+// type: Dk 64 and 128 with value block 64, Dk 128 with value block 128 (included once by each
+// retention_wgmma_chunk_instances_<dtype>.cu). Compiled only where the build targets sm_90a (CMakeLists.txt defines
+// ATTNKIT_RETENTION_WGMMA for these files then); elsewhere the tables are empty and the plans keep the mma.sync kernel.
 #pragma once
 #include "cuda/retention/retention_chunk_registry.hpp"
 
@@ -17,9 +17,9 @@ void launch_wgmma_chunk_kernel(const ChunkParams& params, int64_t ctas, cudaStre
       <<<static_cast<unsigned>(ctas), Traits::kThreads, Traits::kSharedBytes, stream>>>(params);
 }
 
-template <class Element, int HeadDim>
+template <class Element, int HeadDim, int ValueBlock>
 ChunkKernel wgmma_chunk_kernel_entry(DType dtype) {
-  using Traits = WgmmaChunkTraits<Element, HeadDim, 64>;
+  using Traits = WgmmaChunkTraits<Element, HeadDim, ValueBlock>;
   return ChunkKernel{"wgmma_chunk64",
                      dtype,
                      HeadDim,
@@ -33,8 +33,9 @@ ChunkKernel wgmma_chunk_kernel_entry(DType dtype) {
 template <class Element>
 const ChunkKernel* wgmma_chunk_kernel_table(DType dtype, int* count) {
   static const ChunkKernel table[] = {
-      wgmma_chunk_kernel_entry<Element, 64>(dtype),
-      wgmma_chunk_kernel_entry<Element, 128>(dtype),
+      wgmma_chunk_kernel_entry<Element, 64, 64>(dtype),
+      wgmma_chunk_kernel_entry<Element, 128, 64>(dtype),
+      wgmma_chunk_kernel_entry<Element, 128, 128>(dtype),
   };
   *count = static_cast<int>(sizeof(table) / sizeof(table[0]));
   return table;

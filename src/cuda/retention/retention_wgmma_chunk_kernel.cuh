@@ -2,37 +2,49 @@
 // retention_params.hpp, computing what the mma.sync chunk kernel (retention_chunk_kernel.cuh) computes with the same
 // ChunkParams, CTA order, segments, initial/final state and factors.
 //
-// Algorithm. One CTA owns one (batch, head, slice of E = 64 value columns, segment) and walks its tokens in chunks
-// of C = 64 (rows past the end are zeros). Per chunk with L real tokens and S the state before it:
+// Algorithm. One CTA owns one (batch, head, slice of E value columns, segment) and walks its tokens in chunks of
+// C = 64 (rows past the end are zeros); E = 64, or E = 128 at D = 128 (retention_wgmma_chunk_traits.cuh). Per chunk
+// with L real tokens and S the state before it:
 //   scores   A = Q K^T
 //   masked   P_ij = scale * gamma^(i-j) * A_ij for i >= j, else 0 (fp32 accumulators, then 16 bits in registers)
 //   output   O = diag(scale * gamma^(i+1)) Q S + P V
 //   state    S <- gamma^L S + K^T diag(gamma^(L-1-j)) V
-// Three warpgroups: a producer (retention_wgmma_chunk_producer.cuh: cp.async of chunk c + 1's Q, K, V into the
-// second of two stages while chunk c is computed; it gives registers back with setmaxnreg), the output warpgroup
-// (retention_wgmma_chunk_output.cuh: the first three lines, 64 rows, wgmma m64) and the state warpgroup
-// (retention_wgmma_chunk_state.cuh: the last line, S fp32 [D, E] in wgmma accumulators). The roles share the
-// stage's tiles (mbarriers full / empty) and a 16-bit copy of S in shared memory (state_ready / state_free): the
-// output warpgroup issues chunk c's Q K^T before it waits for the state tile, so the state warpgroup's update of
-// chunk c - 1 (and its writing of the tile) overlaps the output warpgroup's P V and stores of chunk c - 1 and Q K^T
-// of chunk c.
+// Warpgroups: a producer (retention_wgmma_chunk_producer.cuh: cp.async of Q, K, V into a ring of kStages stages,
+// running ahead of the consumers until the ring is full; it gives registers back with setmaxnreg), the output
+// warpgroup (retention_wgmma_chunk_output.cuh: the first three lines, 64 rows, wgmma m64nE) and E / 64 state
+// warpgroups (retention_wgmma_chunk_state.cuh: the last line, S fp32 [D, E] in wgmma accumulators, D / (E / 64) rows
+// each). The roles share the stages' tiles (mbarriers full / empty) and a 16-bit copy of S in shared memory
+// (state_ready / state_free): the output warpgroup issues chunk c's Q K^T before it waits for the state tile, so the
+// state update of chunk c - 1 (and the writing of the tile) overlaps the output warpgroup's P V and stores of
+// chunk c - 1 and Q K^T of chunk c.
 //
-// Work per chunk and CTA at D = 128, E = 64 (one m64n64k16 wgmma = 131 kFLOP, 32 cycles of an SM's tensor cores at
-// 4 096 FLOP/cycle: H100 SXM dense bf16, 989 TFLOP/s on 132 SMs at 1.83 GHz): output Q K^T 1.05 MFLOP (8 wgmmas: the
-// causal half is computed, not skipped) + Q S 1.05 (8) + P V 0.52 (4), state 1.05 (8): 28 wgmmas, ~900 tensor
-// cycles, of which the output warpgroup's 20 are its chain. Shared memory per chunk and CTA: wgmma operand reads
-// 104 KB (an SS m64n64k16 reads 2 KB of A and 2 KB of B: Q K^T 32, Q S 32, P V 8 (B only), state 32), V read for the
-// scaling 8 KB, writes 64 KB (copies 40, scaled V 8, state tile 16): ~176 KB, ~1 400 cycles at 128 B/cycle, more
-// than the tensor cycles. B8 T4096 H16 D128 (256 CTAs, one wave of 2 per SM on 132 SMs, 64 chunks each): ~115 000
-// tensor and ~176 000 shared-memory cycles per SM, 0.06 and 0.10 ms at 1.83 GHz; DRAM reads q, k, v and writes out
-// once (Q and K are shared by the Dv / E slices of a head through L2; the CTA order makes them neighbours): 537 MB,
-// 0.16 ms at 3.35 TB/s (H100), 0.11 ms at 4.8 TB/s (H200), the floor.
+// Work per chunk (one m64nNk16 wgmma = N / 64 x 131 kFLOP, N / 2 cycles of an SM's tensor cores at 4 096 FLOP/cycle:
+// H100 SXM dense bf16, 989 TFLOP/s on 132 SMs at 1.83 GHz; an SS one reads 2 KB of A and N / 32 KB of B from shared
+// memory, an RS one B only):
+//   E = 64, D = 128 (a CTA; two per SM): output Q K^T 8 m64n64k16 (the causal half is computed, not skipped), Q S 8
+//     m64n64, P V 4 m64n64, state 8 m64n64: 28 wgmmas, 896 tensor cycles, the output warpgroup's 20 (640) its
+//     chain. Shared memory: operand reads 104 KB (Q K^T 32, Q S 32, P V 8, state 32), V read for the scaling 8 KB,
+//     writes 64 KB (copies 40, scaled V 8, state tile 16): ~176 KB, ~1 400 cycles at 128 B/cycle.
+//   E = 128, D = 128 (a CTA; one per SM; the same 128 value columns as two E = 64 CTAs): output Q K^T 8 m64n64
+//     (once per head, where two E = 64 CTAs compute it twice), Q S 8 m64n128, P V 4 m64n128, state 2 x 4 m64n128
+//     (one m64 tile per state warpgroup): 28 wgmmas, 1 536 tensor cycles (two E = 64 CTAs: 1 792), the output
+//     warpgroup's 20 (1 024) its chain. Shared memory: operand reads 144 KB (Q K^T 32, Q S 48, P V 16, state 48),
+//     V read 16 KB, writes 96 KB (copies 48, scaled V 16, state tile 32): ~256 KB, ~2 000 cycles (two E = 64 CTAs:
+//     352 KB, ~2 750). L2 to SM: 48 KB of copies where two E = 64 CTAs copy 80 KB.
+// B8 T4096 H16 D128, 64 chunks per CTA: E = 64 runs 256 CTAs in one wave of 2 per SM on 132 SMs, ~115 000 tensor and
+// ~176 000 shared-memory cycles per SM (0.06 and 0.10 ms at 1.83 GHz); E = 128 runs 128 CTAs in one wave of 1 per SM,
+// ~98 000 and ~128 000 cycles (0.054 and 0.07 ms). DRAM reads q, k, v and writes out once (Q and K are shared by the
+// Dv / E slices of a head through L2; the CTA order makes them neighbours): 537 MB, 0.16 ms at 3.35 TB/s (H100),
+// 0.11 ms at 4.8 TB/s (H200), the floor.
 //
-// Shared memory (16-bit elements, 128-byte swizzled rows: retention_wgmma_chunk_traits.cuh): Q, K [2][64][D],
-// V [2][64][E], scaled V [64][E], state tile [D][E]: 104 KiB at D = 128, 64 KiB at D = 64 (two CTAs per SM).
+// Registers a thread (setmaxnreg; the launch bound gives 80 at E = 64, 128 at E = 128): producer 32 / 48, output
+// 104 / 176 (E = 128: O 64 fp32, scores 32, P 16), state 104 / 144 (E = 128: S 64 fp32, scaled V 16).
+// Shared memory (16-bit elements, 128-byte swizzled rows): Q, K [kStages][64][D], V [kStages][64][E], scaled V
+// [64][E], state tile [D][E], with kStages as many as fit (at most 3): D = 64: 3 stages, 89 KiB; D = 128, E = 64:
+// 2 stages, 105 KiB (two CTAs per SM each); D = 128, E = 128: 3 stages, 193 KiB (one CTA per SM).
 //
 // The state-only launch of a segmented job (retention_params.hpp) runs the producer (K and V) and the state
-// warpgroup alone; the output warpgroup leaves at once. On other architectures the kernel body is empty: the plan
+// warpgroups alone; the output warpgroup leaves at once. On other architectures the kernel body is empty: the plan
 // selects this kernel only on a compute capability 9.0 device (retention_jobs.hpp, wgmma_chunk_kernel_for).
 #pragma once
 #include <cute/tensor.hpp>
@@ -63,10 +75,11 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   if (tid == 0) {
     for (int s = 0; s < Traits::kStages; ++s) {
       fmha_sm90::barrier_init(&ss.full[s], Traits::kWarpgroupThreads);
-      // The state-only launch has no output warpgroup: the state warpgroup alone releases a stage.
-      fmha_sm90::barrier_init(&ss.empty[s], (walk.state_only ? 1 : 2) * Traits::kWarpgroupThreads);
+      // The state-only launch has no output warpgroup: the state warpgroups alone release a stage.
+      fmha_sm90::barrier_init(&ss.empty[s],
+                              (Traits::kStateWarpgroups + (walk.state_only ? 0 : 1)) * Traits::kWarpgroupThreads);
     }
-    fmha_sm90::barrier_init(&ss.state_ready, Traits::kWarpgroupThreads);
+    fmha_sm90::barrier_init(&ss.state_ready, Traits::kStateWarpgroups * Traits::kWarpgroupThreads);
     fmha_sm90::barrier_init(&ss.state_free, Traits::kWarpgroupThreads);
     fmha_sm90::barrier_init_fence();
   }
@@ -76,11 +89,11 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     fmha_sm90::warpgroup_registers_shrink<Traits::kProducerRegisters>();
     wgmma_chunk_produce<Traits>(p, walk, ss, wg_tid);
   } else if (warp_group == 1) {
-    fmha_sm90::warpgroup_registers_grow<Traits::kConsumerRegisters>();
+    fmha_sm90::warpgroup_registers_grow<Traits::kOutputRegisters>();
     if (!walk.state_only) wgmma_chunk_outputs<Traits>(p, walk, ss, wg_tid);
   } else {
-    fmha_sm90::warpgroup_registers_grow<Traits::kConsumerRegisters>();
-    wgmma_chunk_state<Traits>(p, walk, ss, wg_tid);
+    fmha_sm90::warpgroup_registers_grow<Traits::kStateRegisters>();
+    wgmma_chunk_state<Traits>(p, walk, ss, warp_group - 2, wg_tid);
   }
 #endif
 }

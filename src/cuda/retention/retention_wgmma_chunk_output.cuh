@@ -53,9 +53,10 @@ __device__ __forceinline__ void wgmma_chunk_outputs(const ChunkParams& p, const 
                    static_cast<int64_t>(w.slice) * kValueBlock;
   const bool vector_access = p.vector_access != 0;
 
+  int stage = 0;
+  uint32_t phase = 0;  // (chunk / kStages) % 2
 #pragma unroll 1
   for (int64_t chunk = 0; chunk < w.chunks; ++chunk) {
-    const int stage = static_cast<int>(chunk & 1);
     // The stage's operand descriptors, built here from opaque addresses: hoisted out of the loop, every k-step's
     // descriptor of both stages would stay in registers.
     Tensor sQ = make_tensor(make_smem_ptr(opaque(ss.q + stage * Traits::kQkStageElements)),
@@ -67,7 +68,8 @@ __device__ __forceinline__ void wgmma_chunk_outputs(const ChunkParams& p, const 
     Tensor tSrK = thread_scores.partition_fragment_B(sK);
     Tensor tOrQ = thread_query_state.partition_fragment_A(sQ);
     Tensor tOrS = thread_query_state.partition_fragment_B(sS);
-    barrier_wait(&ss.full[stage], static_cast<uint32_t>((chunk >> 1) & 1));
+    barrier_wait(&ss.full[stage], phase);
+    fmha_sm90::fence_generic_to_async_shared();  // the copies, for this thread's wgmma reads
     warpgroup_fence_operand(acc_s);
     warpgroup_fence_operand(acc_o);
     warpgroup_arrive();
@@ -108,6 +110,10 @@ __device__ __forceinline__ void wgmma_chunk_outputs(const ChunkParams& p, const 
     warpgroup_fence_operand(acc_o);
     warpgroup_fence_operand(tOrP);
     barrier_arrive(&ss.empty[stage]);
+    if (++stage == Traits::kStages) {
+      stage = 0;
+      phase ^= 1u;
+    }
 
     // Rows past the sequence's end are not written.
     const int length = w.chunk_length(chunk);

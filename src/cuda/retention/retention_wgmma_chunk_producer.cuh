@@ -1,10 +1,13 @@
 // The producer warpgroup of the Hopper chunkwise retention kernel (retention_wgmma_chunk_kernel.cuh): copies each
 // chunk's Q, K and V rows (V: the CTA's value slice) into the chunk's stage of the swizzled tiles, rows past the
-// segment's end as zeros, and announces the stage on its `full` barrier once the copies have landed and been fenced
-// for the async proxy (the wgmma operand reads). A stage is refilled after both consumers released it (`empty`).
-// Chunk c's copies are issued before chunk c - 1 is announced, so one chunk's copies are always in flight.
-// 16-byte cp.async where every operand start and stride allows it (ChunkParams::vector_access), else element-wise
-// loads and shared stores. The state-only launch copies K and V only.
+// segment's end as zeros, and announces the stage on its `full` barrier. The producer runs ahead of the consumers
+// as far as the kStages stages allow: it waits for a stage's release (`empty`: the output and state warpgroups are
+// done with it) only to refill it, so chunk c + kStages - 1's copies go out as soon as chunk c - 1 is released. With
+// 16-byte cp.async (every operand start and stride allows it: ChunkParams::vector_access) each thread's arrival is
+// asynchronous (cp.async.mbarrier.arrive.noinc: it happens when the thread's copies have landed), so a chunk is
+// announced as soon as its copies land, whatever the producer waits for then; the consumers fence the generic proxy's
+// writes for their wgmma reads after waiting. Element-wise (other strides): loads and shared stores, fenced and
+// announced by the producer. The state-only launch copies K and V only.
 #pragma once
 #include <cute/tensor.hpp>
 
@@ -77,11 +80,12 @@ __device__ __forceinline__ void wgmma_chunk_produce(const ChunkParams& p, const 
   const uint32_t q_tiles = shared_address(ss.q);
   const uint32_t k_tiles = shared_address(ss.k);
   const uint32_t v_tiles = shared_address(ss.v);
+  int stage = 0;
+  uint32_t phase = 0;  // (chunk / kStages) % 2: the parity of the stage's barrier phases for this chunk
 #pragma unroll 1
   for (int64_t chunk = 0; chunk < w.chunks; ++chunk) {
-    const int stage = static_cast<int>(chunk & 1);
-    if (chunk >= Traits::kStages)
-      fmha_sm90::barrier_wait(&ss.empty[stage], static_cast<uint32_t>(((chunk >> 1) + 1) & 1));
+    // The ring is full: wait for the stage's release by the chunk kStages before this one.
+    if (chunk >= Traits::kStages) fmha_sm90::barrier_wait(&ss.empty[stage], phase ^ 1u);
     const int64_t t0 = w.chunk_begin(chunk);
     if (!w.state_only) {
       wgmma_copy_rows<Element, kHeadDim>(
@@ -97,18 +101,21 @@ __device__ __forceinline__ void wgmma_chunk_produce(const ChunkParams& p, const 
         v_tiles + stage * kVStageBytes, kBlockBytes,
         [&](int row, int col) { return raw_pointer_cast(&sV(col, row, stage)); }, v_base, p.v.token, t0, w.tokens,
         vector_access, ptid);
-    commit_async_copies();
-    if (chunk > 0) {
-      wait_async_copies<1>();  // the previous chunk's copies have landed
+    if (vector_access) {
+      // Arrives once this thread's copies so far have landed; the producer goes on to the next chunk at once.
+      asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(shared_address(&ss.full[stage]))
+                   : "memory");
+    } else {
       fmha_sm90::fence_generic_to_async_shared();
-      fmha_sm90::barrier_arrive(&ss.full[(chunk - 1) & 1]);
+      fmha_sm90::barrier_arrive(&ss.full[stage]);
+    }
+    if (++stage == Traits::kStages) {
+      stage = 0;
+      phase ^= 1u;
     }
   }
-  if (w.chunks > 0) {
-    wait_async_copies<0>();
-    fmha_sm90::fence_generic_to_async_shared();
-    fmha_sm90::barrier_arrive(&ss.full[(w.chunks - 1) & 1]);
-  }
+  commit_async_copies();
+  wait_async_copies<0>();  // nothing in flight when the thread leaves
 }
 
 }  // namespace attnkit::cuda::retention

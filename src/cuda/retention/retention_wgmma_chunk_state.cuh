@@ -1,14 +1,16 @@
-// The state warpgroup of the Hopper chunkwise retention kernel (retention_wgmma_chunk_kernel.cuh): the fp32 state
-// slice S [D, E] in wgmma accumulators (D / 64 m64nE tiles, E / 2 values a thread each), read once (the initial
-// state, and with segments the states of the segments before this one) and written once (the final state, or the
-// segment's own state in the state-only launch).
+// The state warpgroups of the Hopper chunkwise retention kernel (retention_wgmma_chunk_kernel.cuh): the fp32 state
+// slice S [D, E] in wgmma accumulators, state warpgroup w holding rows [kStateRows w, kStateRows (w + 1))
+// (kStateRows / 64 m64nE tiles, E / 2 values a thread each), read once (the initial state, and with segments the
+// states of the segments before this one) and written once (the final state, or the segment's own state in the
+// state-only launch).
 //
-// Per chunk of L tokens: V~ = diag(gamma^(L-1-j)) V into the scaled-V tile (rows j >= L: factor 0, never an
-// overflowed power; a V row is one 128-byte swizzled row, so it is scaled in place of the swizzle), S <- gamma^L S,
-// then S += K^T V~ as D / 64 m64nEk16 x 4 wgmmas with K^T read MN-major from the K tile; the stage is released, and
-// once the output warpgroup has read the state tile with this chunk's Q S (state_free) the new S goes into it as
-// 16 bits (state_ready) for the next chunk. The update of chunk c thus runs beside the output warpgroup's P V and
-// stores of chunk c and its Q K^T of chunk c + 1.
+// Per chunk of L tokens: V~ = diag(gamma^(L-1-j)) V into the scaled-V tile, its 16-byte pieces shared among the state
+// warpgroups' threads (rows j >= L: factor 0, never an overflowed power; a V row is a 128-byte swizzled row per 64
+// columns, so it is scaled in place of the swizzle), S <- gamma^L S, then S += K^T V~ as kStateRows / 64 m64nEk16 x 4
+// wgmmas per warpgroup with its rows of K^T read MN-major from the K tile; the stage is released, and once the output
+// warpgroup has read the state tile with this chunk's Q S (state_free) each warpgroup writes its rows of the new S
+// into it as 16 bits (state_ready, which counts every state thread) for the next chunk. The update of chunk c thus runs
+// beside the output warpgroup's P V and stores of chunk c and its Q K^T of chunk c + 1.
 #pragma once
 #include <cute/tensor.hpp>
 
@@ -32,25 +34,28 @@ __device__ __forceinline__ uint32_t wgmma_scale_pair(uint32_t bits, float factor
 
 template <class Traits>
 __device__ __forceinline__ void wgmma_chunk_state(const ChunkParams& p, const WgmmaChunkWalk& w,
-                                                  typename Traits::SharedStorage& ss, int wg_tid) {
+                                                  typename Traits::SharedStorage& ss, int state_warpgroup, int wg_tid) {
   using namespace cute;
   using Element = typename Traits::Element;
   using fmha_sm90::barrier_arrive;
   using fmha_sm90::barrier_wait;
   constexpr int kHeadDim = Traits::kHeadDim;
   constexpr int kValueBlock = Traits::kValueBlock;
-  constexpr int kStateBarrier = 1;  // named barrier among this warpgroup's 128 threads
+  constexpr int kStateRows = Traits::kStateRows;
+  constexpr int kStateThreads = Traits::kStateWarpgroups * Traits::kWarpgroupThreads;
+  constexpr int kStateBarrier = 1;  // named barrier among the state warpgroups' threads
   typename Traits::MmaStateUpdate mma;
   auto thread_mma = mma.get_thread_slice(wg_tid);
-  Tensor acc = partition_fragment_C(mma, Shape<Int<kHeadDim>, Int<kValueBlock>>{});  // (MMA, D / 64, 1)
+  Tensor acc = partition_fragment_C(mma, Shape<Int<kStateRows>, Int<kValueBlock>>{});  // (MMA, kStateRows / 64, 1)
   constexpr int kTileValues = kValueBlock / 2;  // values of one m64nE tile a thread holds
-  static_assert(decltype(size(acc))::value == kTileValues * (kHeadDim / 64), "D / 64 m64nE tiles");
+  static_assert(decltype(size(acc))::value == kTileValues * (kStateRows / 64), "kStateRows / 64 m64nE tiles");
 
   const int lane = wg_tid % 32;
+  const int row0 = state_warpgroup * kStateRows;  // this warpgroup's first state row
   const int row_lo = 16 * (wg_tid / 32) + lane / 4;
   const int col0 = 2 * (lane % 4);
   // State row and column of value pair `pair` (values 2 pair, 2 pair + 1: columns col, col + 1) of acc.
-  auto row_of = [&](int pair) { return (pair / (kTileValues / 2)) * 64 + row_lo + 8 * (pair & 1); };
+  auto row_of = [&](int pair) { return row0 + (pair / (kTileValues / 2)) * 64 + row_lo + 8 * (pair & 1); };
   auto col_of = [&](int pair) { return 8 * ((pair % (kTileValues / 2)) >> 1) + col0; };
   constexpr int kPairs = decltype(size(acc))::value / 2;
 
@@ -97,17 +102,21 @@ __device__ __forceinline__ void wgmma_chunk_state(const ChunkParams& p, const Wg
       }
     }
   }
-  // The state as 16 bits into the state tile (whose readers have finished), announced on state_ready.
-  // Value pair `pair` goes to row row_of(pair) = 64 m + row_lo + 8 h: its swizzled piece is
-  // ((pair % (E / 4)) / 2) ^ (row_lo % 8), row_lo % 8 = lane / 4 (swizzled_offset).
+  // This warpgroup's rows of the state as 16 bits into the state tile (whose readers have finished), announced on
+  // state_ready. The tile is E / 64 blocks of D rows of 128 bytes (column block c at c x D x 128 bytes). Value pair
+  // `pair` goes to row row_of(pair) = row0 + 64 m + row_lo + 8 h and columns col_of(pair) = 8 q + col0,
+  // q = (pair % (E / 4)) / 2: block q / 8, swizzled piece (q % 8) ^ (row_lo % 8), row_lo % 8 = lane / 4
+  // (swizzled_offset).
   const uint32_t state_tile = shared_address(ss.state);
   auto publish_state = [&] {
-    const uint32_t thread_base = opaque(state_tile + static_cast<uint32_t>(row_lo * 128 + col0 * 2));
+    const uint32_t thread_base = opaque(state_tile + static_cast<uint32_t>((row0 + row_lo) * 128 + col0 * 2));
     const uint32_t row_class = static_cast<uint32_t>(lane / 4);
     CUTE_UNROLL
     for (int pair = 0; pair < kPairs; ++pair) {
-      const uint32_t piece = static_cast<uint32_t>((pair % (kTileValues / 2)) >> 1) ^ row_class;
-      const uint32_t address = thread_base + static_cast<uint32_t>((pair / (kTileValues / 2)) * 64 * 128) +
+      const int q = (pair % (kTileValues / 2)) >> 1;
+      const uint32_t piece = static_cast<uint32_t>(q & 7) ^ row_class;
+      const uint32_t address = thread_base + static_cast<uint32_t>((q >> 3) * kHeadDim * 128) +
+                               static_cast<uint32_t>((pair / (kTileValues / 2)) * 64 * 128) +
                                static_cast<uint32_t>((pair & 1) * 8 * 128) + (piece << 4);
       const uint32_t bits = fmha::pack_pair<Element>(acc(2 * pair), acc(2 * pair + 1));
       asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(bits) : "memory");
@@ -117,32 +126,39 @@ __device__ __forceinline__ void wgmma_chunk_state(const ChunkParams& p, const Wg
   };
   if (!w.state_only && w.chunks > 0) publish_state();
 
-  // The scaled V copy: 64 token rows of 128 bytes, 4 16-byte pieces a thread.
-  constexpr int kPiecesPerThread = kValueBlock * Traits::kChunk * 2 / 16 / 128;
+  // The scaled V copy: E / 64 blocks of 64 token rows of 128 bytes, its 16-byte pieces shared among the state
+  // threads (4 a thread).
+  constexpr int kPiecesPerThread = kValueBlock * Traits::kChunk * 2 / 16 / kStateThreads;
+  static_assert(kPiecesPerThread * kStateThreads * 16 == kValueBlock * Traits::kChunk * 2, "whole pieces a thread");
+  const int state_tid = state_warpgroup * Traits::kWarpgroupThreads + wg_tid;
   auto* v_words = reinterpret_cast<uint4*>(ss.v);
   auto* v_scaled_words = reinterpret_cast<uint4*>(ss.v_scaled);
   constexpr int kVStageWords = Traits::kVStageElements * 2 / 16;
 
+  int stage = 0;
+  uint32_t phase = 0;  // (chunk / kStages) % 2
 #pragma unroll 1
   for (int64_t chunk = 0; chunk < w.chunks; ++chunk) {
-    const int stage = static_cast<int>(chunk & 1);
     const int length = w.chunk_length(chunk);
-    barrier_wait(&ss.full[stage], static_cast<uint32_t>((chunk >> 1) & 1));
+    barrier_wait(&ss.full[stage], phase);
+    fmha_sm90::fence_generic_to_async_shared();  // the copies, for this thread's wgmma reads
     uint4 scaled[kPiecesPerThread];
     CUTE_UNROLL
     for (int k = 0; k < kPiecesPerThread; ++k) {
-      const int piece = wg_tid + 128 * k;
-      const int token = piece / 8;  // 8 pieces of 16 bytes a row
-      const float factor = token < length ? decay_power(log2_gamma, static_cast<float>(length - 1 - token)) : 0.0f;
+      const int piece = state_tid + kStateThreads * k;
+      const int token = (piece / 8) % Traits::kChunk;  // 8 pieces of 16 bytes a row, 64 rows a block
+      const float factor =
+          token < length ? decay_power(log2_gamma, static_cast<float>(length - 1 - token)) : 0.0f;
       const uint4 bits = v_words[stage * kVStageWords + piece];
       scaled[k] = make_uint4(wgmma_scale_pair<Element>(bits.x, factor), wgmma_scale_pair<Element>(bits.y, factor),
                              wgmma_scale_pair<Element>(bits.z, factor), wgmma_scale_pair<Element>(bits.w, factor));
     }
-    named_barrier_sync(kStateBarrier, 128);  // the previous chunk's update has read the scaled tile (all warps)
+    // The previous chunk's updates have read the scaled tile (every state warp waited for its wgmmas).
+    named_barrier_sync(kStateBarrier, kStateThreads);
     CUTE_UNROLL
-    for (int k = 0; k < kPiecesPerThread; ++k) v_scaled_words[wg_tid + 128 * k] = scaled[k];
+    for (int k = 0; k < kPiecesPerThread; ++k) v_scaled_words[state_tid + kStateThreads * k] = scaled[k];
     fmha_sm90::fence_generic_to_async_shared();
-    named_barrier_sync(kStateBarrier, 128);
+    named_barrier_sync(kStateBarrier, kStateThreads);
 
     const float chunk_decay = decay_power(log2_gamma, static_cast<float>(length));
     CUTE_UNROLL
@@ -150,16 +166,20 @@ __device__ __forceinline__ void wgmma_chunk_state(const ChunkParams& p, const Wg
     warpgroup_fence_operand(acc);
     warpgroup_arrive();
     // The operand descriptors, built here from opaque addresses (hoisted, each k-step's would hold registers).
-    Tensor sKt = make_tensor(make_smem_ptr(opaque(ss.k + stage * Traits::kQkStageElements)),
-                             typename Traits::LayoutKtStage{});                                      // (d, token)
+    Tensor sKt = make_tensor(make_smem_ptr(opaque(ss.k + stage * Traits::kQkStageElements + row0 * Traits::kChunk)),
+                             typename Traits::LayoutKtRows{});  // (d - row0, token)
     Tensor sVs = make_tensor(make_smem_ptr(opaque(ss.v_scaled)), typename Traits::LayoutVScaled{});  // (e, token)
-    Tensor tArK = thread_mma.partition_fragment_A(sKt);  // (MMA, D / 64, tokens / 16)
+    Tensor tArK = thread_mma.partition_fragment_A(sKt);  // (MMA, kStateRows / 64, tokens / 16)
     Tensor tBrV = thread_mma.partition_fragment_B(sVs);  // (MMA, 1, tokens / 16)
     fmha_sm90::issue_gemm<true>(mma, tArK, tBrV, acc);
     warpgroup_commit_batch();
     warpgroup_wait<0>();
     warpgroup_fence_operand(acc);
     barrier_arrive(&ss.empty[stage]);
+    if (++stage == Traits::kStages) {
+      stage = 0;
+      phase ^= 1u;
+    }
     if (!w.state_only && chunk + 1 < w.chunks) {
       barrier_wait(&ss.state_free, static_cast<uint32_t>(chunk & 1));
       publish_state();

@@ -1,11 +1,12 @@
 // Compile-time shape of one instance of the Hopper chunkwise retention kernel (retention_wgmma_chunk_kernel.cuh):
-// element type, key dim D, value block E, the warpgroup MMAs, the shared-memory layouts and the shared storage.
+// element type, key dim D, value block E, the roles' warpgroups and registers, the load stages, the warpgroup MMAs,
+// the shared-memory layouts and the shared storage.
 //
 // Every tile is stored in 128-byte swizzled rows (the GMMA SW128 atoms), so that one buffer serves as a K-major and
-// an MN-major operand: a chunk's K tile, 64 token rows of D elements in chunks of 64 columns, is K for Q K^T
+// an MN-major operand: a chunk's K tile, 64 token rows of D elements in blocks of 64 columns, is K for Q K^T
 // (N = keys, K-major) and, read transposed, K^T for the state update (M = D, MN-major A: the SW128 K-major atom
 // read as (column, row) is the MN-major atom). V, the scaled copy of V and the 16-bit state tile are MN-major B
-// operands: one 128-byte row per token (V) or per state row (S), E = 64 columns wide.
+// operands: one 128-byte row per token (V) or per state row (S) and 64-column block, E / 64 blocks.
 #pragma once
 #include <cutlass/numeric_types.h>
 #include <cute/arch/mma_sm90.hpp>
@@ -26,37 +27,55 @@ struct WgmmaChunkTraits {
   static constexpr int kHeadDim = HeadDim_;
   static constexpr int kValueBlock = ValueBlock_;
   static constexpr int kChunk = 64;
-  static constexpr int kStages = 2;
   static constexpr int kWarpgroupThreads = 128;
-  static constexpr int kThreads = 3 * kWarpgroupThreads;  // producer, output, state
-  static constexpr int kMinBlocksPerSm = 2;
-  // Registers per thread after setmaxnreg. Two CTAs of 384 threads start at 80 each (the launch bound); the
-  // producer gives some back so the output and state warpgroups may grow: 32 + 2 x 104 <= 3 x 80 (ptxas -v, bf16:
-  // 44 bytes of spill stores at D = 128, 12 at D = 64; at 40 + 2 x 96 the output warpgroup spilled 180).
-  static constexpr int kProducerRegisters = 32;
-  static constexpr int kConsumerRegisters = 104;
+  // E = 64: one state warpgroup holds S [D, 64] (D / 64 m64n64 tiles), two CTAs per multiprocessor. E = 128 (D = 128
+  // only): two state warpgroups hold 64 rows of S [128, 128] each (one m64n128 tile, 64 fp32 values a thread), one
+  // CTA per multiprocessor.
+  static constexpr int kStateWarpgroups = kValueBlock / 64;
+  static constexpr int kStateRows = kHeadDim / kStateWarpgroups;               // rows of S one state warpgroup holds
+  static constexpr int kThreads = (2 + kStateWarpgroups) * kWarpgroupThreads;  // producer, output, state(s)
+  static constexpr int kMinBlocksPerSm = kValueBlock == 64 ? 2 : 1;
   static_assert(kHeadDim == 64 || kHeadDim == 128, "the state's rows are whole m64 tiles; rows of 128-byte chunks");
-  static_assert(kValueBlock == 64, "a V row, a scaled V row and a state row are one 128-byte swizzled row");
+  static_assert(kValueBlock == 64 || (kValueBlock == 128 && kHeadDim == 128),
+                "value blocks of 64 columns; 128 at D = 128 (two state warpgroups of one m64 tile each)");
+  // Registers per thread after setmaxnreg; the launch gives 65536 / (kMinBlocksPerSm x kThreads) each (80 at E = 64,
+  // 128 at E = 128) and the producer gives some back. E = 64: 32 + 2 x 104 <= 3 x 80 (at 40 + 2 x 96 the output
+  // warpgroup spilled). E = 128: 48 + 176 + 2 x 144 <= 4 x 128: the output warpgroup holds O (64 fp32), the scores (32)
+  // and P (16), a state warpgroup its 64 values of S and 4 scaled V pieces (16 registers); ptxas -v (bf16) spills
+  // 20 bytes, outside the chunk loops of the output and state warpgroups (at 40 + 216 + 2 x 128: 104 bytes).
+  static constexpr int kProducerRegisters = kValueBlock == 64 ? 32 : 48;
+  static constexpr int kOutputRegisters = kValueBlock == 64 ? 104 : 176;
+  static constexpr int kStateRegisters = kValueBlock == 64 ? 104 : 144;
+  static_assert(kProducerRegisters + kOutputRegisters + kStateWarpgroups * kStateRegisters <=
+                    (65536 / kMinBlocksPerSm / kThreads) * (2 + kStateWarpgroups),
+                "the roles' registers fit the launch's");
+  // Load stages: as many as the shared memory of kMinBlocksPerSm CTAs allows, at most 3 (D = 64: 3, D = 128 and
+  // E = 64: 2, E = 128: 3). Bytes per stage: Q, K 64 x D and V 64 x E; besides the stages: scaled V 64 x E, the state
+  // tile D x E and 1 KiB of barriers (the storage's 1024-byte alignment).
+  static constexpr int kStageBytes = kChunk * (2 * kHeadDim + kValueBlock) * 2;
+  static constexpr int kFixedBytes = (kChunk + kHeadDim) * kValueBlock * 2 + 1024;
+  static constexpr int kCtaBytes = 228 * 1024 / kMinBlocksPerSm - 1024;  // 1 KiB reserved per CTA
+  static constexpr int kStages =
+      (kCtaBytes - kFixedBytes) / kStageBytes < 3 ? (kCtaBytes - kFixedBytes) / kStageBytes : 3;
+  static_assert(kStages >= 2, "two stages at least");
 
   using AtomK = cute::GMMA::Layout_K_SW128_Atom<Element>;    // 8 rows x 64 contiguous columns
   using AtomMN = cute::GMMA::Layout_MN_SW128_Atom<Element>;  // 64 contiguous rows x 8 columns: AtomK transposed
   // Q and K as (token, d, stage): the A operand of Q K^T and Q S, the B operand of Q K^T.
   using LayoutQK =
       decltype(cute::tile_to_shape(AtomK{}, cute::Shape<cute::Int<kChunk>, cute::Int<kHeadDim>, cute::Int<kStages>>{}));
-  // The same K bytes as (d, token, stage): the MN-major A operand K^T of the state update.
-  using LayoutKt =
-      decltype(cute::tile_to_shape(AtomMN{}, cute::Shape<cute::Int<kHeadDim>, cute::Int<kChunk>, cute::Int<kStages>>{},
-                                   cute::Step<cute::_2, cute::_1, cute::_3>{}));
   // V as (e, token, stage): the MN-major B operand of P V; its scaled copy (e, token) that of the state update.
   using LayoutV = decltype(cute::tile_to_shape(
       AtomMN{}, cute::Shape<cute::Int<kValueBlock>, cute::Int<kChunk>, cute::Int<kStages>>{},
       cute::Step<cute::_2, cute::_1, cute::_3>{}));
   using LayoutVScaled = decltype(cute::tile_to_shape(AtomMN{}, cute::Shape<cute::Int<kValueBlock>, cute::Int<kChunk>>{},
                                                      cute::Step<cute::_2, cute::_1>{}));
-  // One stage of each: what the consumers build their operand descriptors on, chunk by chunk.
+  // One stage of each: what the consumers build their operand descriptors on, chunk by chunk. The K tile read as K^T
+  // (d, token) by a state warpgroup: its rows d in [kStateRows w, kStateRows (w + 1)) are whole 64-column blocks of
+  // the K tile, kStateRows x kChunk elements apart.
   using LayoutQKStage = decltype(cute::tile_to_shape(AtomK{}, cute::Shape<cute::Int<kChunk>, cute::Int<kHeadDim>>{}));
-  using LayoutKtStage = decltype(cute::tile_to_shape(AtomMN{}, cute::Shape<cute::Int<kHeadDim>, cute::Int<kChunk>>{},
-                                                     cute::Step<cute::_2, cute::_1>{}));
+  using LayoutKtRows = decltype(cute::tile_to_shape(AtomMN{}, cute::Shape<cute::Int<kStateRows>, cute::Int<kChunk>>{},
+                                                    cute::Step<cute::_2, cute::_1>{}));
   using LayoutVStage = LayoutVScaled;
   static constexpr int kQkStageElements = kChunk * kHeadDim;
   // The 16-bit state as (e, d): the MN-major B operand of Q S.
@@ -75,7 +94,8 @@ struct WgmmaChunkTraits {
   using MmaProbabilityValues = decltype(cute::make_tiled_mma(
       cute::GMMA::rs_op_selector<Element, Element, float, cute::Shape<cute::_64, cute::Int<kValueBlock>, cute::_64>,
                                  cute::GMMA::Major::K, cute::GMMA::Major::MN>()));
-  // State update K'^T V~: m(D) nE k64 (D / 64 m64 tiles), both operands MN-major.
+  // State update K'^T V~ of a state warpgroup's rows: m(kStateRows) nE k64 (kStateRows / 64 m64 tiles), both operands
+  // MN-major.
   using MmaStateUpdate = decltype(cute::make_tiled_mma(
       cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<cute::_64, cute::Int<kValueBlock>, cute::_64>,
                                  cute::GMMA::Major::MN, cute::GMMA::Major::MN>()));
@@ -89,12 +109,13 @@ struct WgmmaChunkTraits {
     alignas(1024) Element v_scaled[cute::cosize_v<LayoutVScaled>];
     alignas(1024) Element state[cute::cosize_v<LayoutState>];
     uint64_t full[kStages];   // a stage's Q, K, V have landed (producer -> output and state warpgroups)
-    uint64_t empty[kStages];  // both consumers are done with a stage (-> producer)
-    uint64_t state_ready;     // the state tile holds the state before the output warpgroup's next chunk
+    uint64_t empty[kStages];  // the output and state warpgroups are done with a stage (-> producer)
+    uint64_t state_ready;     // the state tile holds the state before the output warpgroup's next chunk (all rows)
     uint64_t state_free;      // the output warpgroup's Q S has read the state tile
   };
   static constexpr int kSharedBytes = int(sizeof(SharedStorage));
-  static_assert(2 * (kSharedBytes + 1024) <= 228 * 1024, "two CTAs per SM90 multiprocessor");
+  static_assert(kMinBlocksPerSm * (kSharedBytes + 1024) <= 228 * 1024, "kMinBlocksPerSm CTAs per SM90 multiprocessor");
+  static_assert(kSharedBytes <= 227 * 1024, "an SM90 CTA's opt-in shared memory");
 };
 
 }  // namespace attnkit::cuda::retention

@@ -587,7 +587,8 @@ TEST(CudaGemmSelection, SmallGridsRunThe64x128PingPongRowsAndLargeOnesThe128x256
       };
       expect(1024, 1024, 1024, 1, "64x128x64_c1x1_pingpong");
       expect(256, 4096, 4096, 1, "64x128x64_c1x1_pingpong");
-      for (const int64_t m : {2, 16, 64}) {  // M = 1: Narrow16BitDecodeShapesSelectTheNarrowKernel
+      for (const int64_t m : {2, 16, 64}) {  // M 1-2, B MN-major: Narrow16BitDecodeShapesSelectTheNarrowKernel
+        if (m == 2 && !b_k_major) continue;
         expect(m, 16384, 4096, 1, "64x128x64_c1x1_pingpong");
         expect(m, 16384, 16384, 1, "64x128x64_c1x1_pingpong");
         // Long K on a small grid: split-K's rule holds (32 tiles of 64 x 128, 4 slices), on the swapped rows.
@@ -998,7 +999,8 @@ TEST(CudaGemmSelection, Narrow16BitDecodeShapesSelectTheNarrowKernel) {
                 << m << "x" << n << "x" << k << " B K-major, cc " << capability;
           }
         }
-        for (const int64_t m : {2, 3, 4, 5}) {
+        EXPECT_EQ(selected_on(capability, dtype, false, 2, n, k, false, false, false), narrow) << "2x" << n;
+        for (const int64_t m : {3, 4, 5}) {
           EXPECT_NE(selected_on(capability, dtype, false, m, n, k, false, false, false), narrow) << m;
         }
         EXPECT_NE(selected_on(capability, dtype, false, 1, n, k, false, false, false, 1), narrow);
@@ -1006,6 +1008,11 @@ TEST(CudaGemmSelection, Narrow16BitDecodeShapesSelectTheNarrowKernel) {
       EXPECT_NE(selected_on(capability, dtype, false, 1, 16388, 4096, false, false, false), narrow);
     }
     EXPECT_NE(selected_on(90, dtype, false, 1, 4096, 4096, false, false, false), narrow);
+    // M = 2 with K > N (a down projection) keeps the tensor-core rows; M = 1 takes the narrow kernel there too.
+    for (const int capability : {80, 90}) {
+      EXPECT_NE(selected_on(capability, dtype, false, 2, 4096, 16384, false, false, false), narrow);
+      EXPECT_EQ(selected_on(capability, dtype, false, 1, 4096, 16384, false, false, false), narrow);
+    }
   }
   auto slices = [](int64_t m, int64_t n, int64_t k, bool b_k_major) {
     cuda::gemm::GemmShape s;
@@ -1908,11 +1915,11 @@ TEST_F(CudaGemmKernelChoice, NarrowRowInOneSliceMatchesTheOracle) {
 }
 
 // The narrow kernel's K-major entries (x @ W^T: W row-major [N, K], lanes along K, warp sums by butterfly; A's chunks
-// of 2048, 512 or 256 values of K double-buffered) forced against the oracle: K 4096 in 2 slices, 4100 in 2 slices of
-// 2052 (rounded up to 16-byte vectors: a shorter last slice), in 2 slices with M 64 (two row blocks), in one slice (K
+// of 2048 or 512 values of K double-buffered) forced against the oracle: K 4096 in 2 slices, 4100 in 2 slices of 2052
+// (rounded up to 16-byte vectors: a shorter last slice), in 2 slices with M 64 (four row blocks of 16), in one slice (K
 // 700, 1028 and 8200: several chunks, a partial last one, with beta), N not a multiple of the CTA's 32 columns (16388,
-// C's rows padded), M from 1 to 64 (the 4-, 16- and 32-row instances), TF32 allowed, A either majorness (16-byte and
-// 4-byte copies of A).
+// C's rows padded), M from 1 to 64 (the 4- and 16-row instances; M 29 and 45 end in a partial row block), TF32
+// allowed, A either majorness (16-byte and 4-byte copies of A).
 TEST_F(CudaGemmKernelChoice, ForcedNarrowKMajorRowsMatchTheOracle) {
   struct Decode {
     int64_t m, n, k;
@@ -1922,7 +1929,7 @@ TEST_F(CudaGemmKernelChoice, ForcedNarrowKMajorRowsMatchTheOracle) {
   const std::vector<Decode> shapes = {{1, 4096, 4096, 0.0, &kF32},   {16, 4096, 4100, 0.5, &kF32},
                                       {7, 16388, 1028, -1.0, &kF32}, {29, 14336, 4096, 0.0, &kTF32},
                                       {32, 16384, 700, 0.25, &kF32}, {64, 2048, 4096, 0.5, &kF32},
-                                      {3, 8192, 8200, 0.5, &kF32}};
+                                      {3, 8192, 8200, 0.5, &kF32},   {45, 8192, 1028, 1.0, &kF32}};
   int runs = 0;
   for (size_t i = 0; i < shapes.size(); ++i) {
     const cuda::gemm::GemmKernel& kernel = shapes[i].m > cuda::gemm::kNarrowMaxRows

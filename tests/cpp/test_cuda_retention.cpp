@@ -239,7 +239,28 @@ void expect_forward_matches_cpu(const Case& c, const char* kernel_family = nullp
   }
 }
 
+// Forces ATTNKIT_RETENTION_CONFIG for the lifetime of the object; plans read it when they are made, so
+// the cached retention plans are dropped on both ends.
+class ScopedRetentionConfig {
+ public:
+  explicit ScopedRetentionConfig(const char* value) {
+    setenv("ATTNKIT_RETENTION_CONFIG", value, 1);
+    detail::clear_retention_plans();
+  }
+  ~ScopedRetentionConfig() {
+    unsetenv("ATTNKIT_RETENTION_CONFIG");
+    detail::clear_retention_plans();
+  }
+  ScopedRetentionConfig(const ScopedRetentionConfig&) = delete;
+  ScopedRetentionConfig& operator=(const ScopedRetentionConfig&) = delete;
+};
+
+// The forward tests that the Wgmma* tests below repeat run on the mma.sync chunk kernel (the default's on devices
+// other than 9.0); on a 9.0 device the other forward tests run the default, the wgmma kernel.
+constexpr const char* kMmaSyncForward = "wgmma=0";
+
 TEST_F(CudaRetention, ForwardMatchesCpuForLengthsThatAreNoMultipleOfTheChunk) {
+  const ScopedRetentionConfig mma_sync(kMmaSyncForward);
   for (const int64_t tokens : {1, 63, 64, 65, 200, 1000}) {
     for (const DType dtype : {DType::bf16, DType::f16}) {
       Case c;
@@ -252,6 +273,7 @@ TEST_F(CudaRetention, ForwardMatchesCpuForLengthsThatAreNoMultipleOfTheChunk) {
 }
 
 TEST_F(CudaRetention, ForwardMatchesCpuForEachHeadDimAndValueDim) {
+  const ScopedRetentionConfig mma_sync(kMmaSyncForward);
   for (const auto& [dk, dv] : std::vector<std::pair<int64_t, int64_t> >{
            {64, 64}, {128, 128}, {128, 64}, {64, 128}, {64, 32}, {128, 96}, {64, 256}}) {
     Case c;
@@ -264,6 +286,7 @@ TEST_F(CudaRetention, ForwardMatchesCpuForEachHeadDimAndValueDim) {
 }
 
 TEST_F(CudaRetention, ForwardCarriesInitialStateAndWritesFinalState) {
+  const ScopedRetentionConfig mma_sync(kMmaSyncForward);
   for (const DType dtype : {DType::bf16, DType::f16}) {
     for (const int64_t tokens : {1, 65, 300}) {
       Case c;
@@ -287,6 +310,7 @@ TEST_F(CudaRetention, ForwardWithoutTokensWritesTheInitialStateAsFinalState) {
 }
 
 TEST_F(CudaRetention, ForwardUsesPerHeadGammaAndCustomScale) {
+  const ScopedRetentionConfig mma_sync(kMmaSyncForward);
   Case c;
   c.heads = 4;
   c.tokens = 257;
@@ -307,6 +331,7 @@ TEST_F(CudaRetention, ForwardDefaultGammaBeyondThePerHeadParamsIsComputedOnTheDe
 }
 
 TEST_F(CudaRetention, ForwardReadsPackedPaddedAndMisalignedViews) {
+  const ScopedRetentionConfig mma_sync(kMmaSyncForward);
   for (const Layout layout : {Layout::packed, Layout::padded, Layout::misaligned}) {
     for (const DType dtype : {DType::bf16, DType::f16}) {
       Case c;
@@ -649,25 +674,9 @@ TEST_F(CudaRetention, NormalizedParallelBackwardWithAWideValueDimAndCustomScale)
   expect_backward_matches_cpu(bc);
 }
 
-// Forces ATTNKIT_RETENTION_CONFIG for the lifetime of the object; plans read it when they are made, so
-// the cached retention plans are dropped on both ends.
-class ScopedRetentionConfig {
- public:
-  explicit ScopedRetentionConfig(const char* value) {
-    setenv("ATTNKIT_RETENTION_CONFIG", value, 1);
-    detail::clear_retention_plans();
-  }
-  ~ScopedRetentionConfig() {
-    unsetenv("ATTNKIT_RETENTION_CONFIG");
-    detail::clear_retention_plans();
-  }
-  ScopedRetentionConfig(const ScopedRetentionConfig&) = delete;
-  ScopedRetentionConfig& operator=(const ScopedRetentionConfig&) = delete;
-};
-
 TEST_F(CudaRetention, EveryForcedValueBlockSegmentCountAndDecodeChoiceGivesTheSameResults) {
   for (const char* config : {"block=32", "segments=3", "block=32,segments=7", "decode=0", "segments=1", "joint=0",
-                             "joint=0,segments=3", "joint=0,block=32,segments=7"}) {
+                             "joint=0,segments=3", "joint=0,block=32,segments=7", "wgmma=0,segments=3"}) {
     SCOPED_TRACE(config);
     const ScopedRetentionConfig forced(config);
     Case c;
@@ -759,7 +768,7 @@ TEST_F(CudaRetention, AnUnknownForcedConfigIsRefusedNamingTheAllowedItems) {
   expect_forced_config_refused("tiles=3", "block=32|64, segments=N");
 }
 
-// ---- the Hopper wgmma chunk kernel (wgmma=1; retention_wgmma_chunk_kernel.cuh) -----------------------------------
+// ---- the Hopper wgmma chunk kernel (the default on 9.0; retention_wgmma_chunk_kernel.cuh) ----------------------
 
 // Why the wgmma chunk kernel cannot run here, or empty when it can (a compute capability 9.0 device and a build with
 // the sm_90a target).
@@ -991,8 +1000,9 @@ TEST_F(CudaRetention, WgmmaChunkForwardKeepsValueBlock64WhenForced) {
   }
 }
 
-// The selection: wgmma=1 picks the wgmma kernel on a 9.0 device; without the item (or with wgmma=0) the mma.sync one.
-TEST_F(CudaRetention, WgmmaChunkKernelIsSelectedOnlyUnderWgmma1) {
+// The selection on a 9.0 device: the wgmma kernel by default (CTAs of 128 value columns at Dk = Dv = 128, 64 when
+// block=64 is forced); wgmma=0 keeps the mma.sync one.
+TEST_F(CudaRetention, WgmmaChunkKernelIsTheDefaultAndWgmma0KeepsTheMmaSyncKernel) {
   if (const std::string why = wgmma_chunk_unavailable(); !why.empty()) GTEST_SKIP() << why;
   const std::vector<int64_t> pad{0, 0, 0, 0};
   TestTensor q = input({2, 300, 4, 128}, DType::bf16, pad, 1);
@@ -1003,16 +1013,17 @@ TEST_F(CudaRetention, WgmmaChunkKernelIsSelectedOnlyUnderWgmma1) {
   p.v = q.device;
   p.out = out.device;
   auto kernel_name = [&] { return detail::retention_forward_plan(p, on_cuda())->config().name; };
-  {
-    // Dk 128, Dv 128: CTAs of 128 value columns, unless block=64 is forced too.
-    const ScopedRetentionConfig forced("wgmma=1");
-    EXPECT_NE(kernel_name().find(kWgmmaWide), std::string::npos) << kernel_name();
+  for (const char* config : {"", "wgmma=1"}) {
+    // Dk 128, Dv 128: CTAs of 128 value columns, unless block=64 is forced.
+    const ScopedRetentionConfig forced(config);
+    EXPECT_NE(kernel_name().find(kWgmmaWide), std::string::npos) << config << ": " << kernel_name();
   }
-  {
-    const ScopedRetentionConfig forced("wgmma=1,block=64");
-    EXPECT_NE(kernel_name().find(std::string(kWgmmaFamily) + "_dk128_dv64"), std::string::npos) << kernel_name();
+  for (const char* config : {"block=64", "wgmma=1,block=64"}) {
+    const ScopedRetentionConfig forced(config);
+    EXPECT_NE(kernel_name().find(std::string(kWgmmaFamily) + "_dk128_dv64"), std::string::npos)
+        << config << ": " << kernel_name();
   }
-  for (const char* config : {"", "wgmma=0", "block=64"}) {
+  for (const char* config : {"wgmma=0", "wgmma=0,block=64"}) {
     const ScopedRetentionConfig forced(config);
     EXPECT_EQ(kernel_name().find("wgmma"), std::string::npos) << config << ": " << kernel_name();
     EXPECT_NE(kernel_name().find("chunk64"), std::string::npos) << config << ": " << kernel_name();

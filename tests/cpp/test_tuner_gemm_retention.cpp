@@ -452,8 +452,9 @@ struct Launch {
   bool operator==(const Launch&) const = default;
 };
 
+// On a device of compute capability `capability` (the forward's wgmma swap, retention_plan.cpp).
 std::vector<Launch> launches_of(const cuda::retention::ChunkShapeChoice& choice, const tune::ProblemSpec& s,
-                                int multiprocessors) {
+                                int multiprocessors, int capability = 90) {
   using cuda::retention::chunk_job_shape;
   const int64_t bh = s.batch * s.heads_q, t = s.tokens[0];
   if (s.op == tune::TuneOp::retention_forward) {
@@ -461,7 +462,12 @@ std::vector<Launch> launches_of(const cuda::retention::ChunkShapeChoice& choice,
       return {{decode, 1, t}};
     }
     const auto job = chunk_job_shape(s.dtype, s.head_dim, s.head_dim_v, bh, t, multiprocessors, choice);
-    return {{job.kernel, job.segments, job.segment_tokens}};
+    const cuda::retention::ChunkKernel* kernel = job.kernel;
+    if (choice.wgmma && kernel != nullptr) {
+      const int64_t wide_dv = cuda::retention::wgmma_wide_dv(choice, s.head_dim_v);
+      if (const auto* wgmma = cuda::retention::wgmma_chunk_kernel_for(job, wide_dv, capability)) kernel = wgmma;
+    }
+    return {{kernel, job.segments, job.segment_tokens}};
   }
   // The backward's jobs that share an instance run in one launch (joint, the rule): their segment count follows it.
   const auto sharing = cuda::retention::backward_sharing(choice, s.head_dim, s.head_dim_v);
@@ -510,6 +516,17 @@ TEST(TunerCudaRetentionSpace, ConfigIdsAreStableNames) {
       }
     }
   }
+  // The forward's wgmma configs: the rule's value block (CTAs of 128 value columns where they can be) and each block.
+  for (const std::string& prefix : std::vector<std::string>{"wgmma_wide_seg", "wgmma_block64_seg"}) {
+    for (const std::string& tail : {std::string("fill"), std::string("8")}) {
+      const tune::Config* config = forward.find(prefix + tail);
+      ASSERT_NE(config, nullptr) << prefix << tail;
+      EXPECT_TRUE(cuda::retention::chunk_shape_of(*config).wgmma) << prefix << tail;
+      EXPECT_EQ(cuda::retention::chunk_shape_of(*config).value_block, prefix == "wgmma_wide_seg" ? 0 : 64);
+      EXPECT_EQ(backward.find(prefix + tail), nullptr) << "the backward has no wgmma kernel";
+    }
+  }
+  EXPECT_FALSE(cuda::retention::chunk_shape_of(*forward.find("chunk64_block64_segfill")).wgmma);
   EXPECT_NE(tune::builtin_config_spaces().find(tune::TuneOp::retention_forward, Backend::cuda), nullptr);
   EXPECT_NE(tune::builtin_config_spaces().find(tune::TuneOp::retention_backward, Backend::cuda), nullptr);
 }
@@ -527,9 +544,16 @@ TEST(TunerCudaRetentionSpace, TheDefaultMakesTheRulesLaunches) {
         continue;
       }
       ASSERT_FALSE(id.empty()) << text;
-      const auto rule = launches_of(cuda::retention::ChunkShapeChoice{}, spec, limits.processors);
-      EXPECT_EQ(launches_of(cuda::retention::chunk_shape_of(*space.find(id)), spec, limits.processors), rule)
+      const int capability = limits.compute_capability;
+      const auto rule = launches_of(cuda::retention::ChunkShapeChoice{}, spec, limits.processors, capability);
+      EXPECT_EQ(launches_of(cuda::retention::chunk_shape_of(*space.find(id)), spec, limits.processors, capability),
+                rule)
           << text << " default " << id;
+      // On a 9.0 device with the wgmma instances compiled, the rule's forward chunk job runs the wgmma kernel.
+      const bool wgmma_built = cuda::retention::find_wgmma_chunk_kernel(DType::bf16, 64, 64) != nullptr;
+      if (spec.op == tune::TuneOp::retention_forward && id != "decode" && wgmma_built) {
+        EXPECT_EQ(id.rfind("wgmma_", 0) == 0, capability == 90) << text << " default " << id;
+      }
       const bool decode =
           spec.op == tune::TuneOp::retention_forward && spec.tokens[0] <= 16 && spec.head_dim_v % 64 == 0;
       EXPECT_EQ(id == "decode", decode) << text;

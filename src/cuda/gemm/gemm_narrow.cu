@@ -3,15 +3,16 @@
 // (blockIdx.x = column block x row blocks + row block) x the K slices (blockIdx.y); 256 threads a CTA. A CTA walks its
 // K slice in chunks of 256 rows of K, A's chunk staged in shared memory (rows < M, zeros above M and past K). kRows (4,
 // 16 or 32) bounds the rows a CTA computes at compile time so that the accumulators stay in registers (M <= 4: 4, M <=
-// 16: 16, else 32); the 32-row instances (over 200 registers a thread) run one CTA per SM, the others two. M of 33-64
-// runs in two row blocks of 32, adjacent in the grid, so that the second reads B's columns from L2 while the first
-// streams them. Each CTA writes alpha * sum + beta * C when K is one slice, else its slice's fp32 partial sums, which
-// the split-K sum (gemm_split_k.hpp) adds in slice order into C. B MN-major (x @ W): 32 lanes x 16 bytes of columns a
-// CTA (128 fp32, 256 16-bit); A's chunk as [k][row]; each warp takes the chunk's rows w, w + 8, ... of B, loading 8 of
-// them (16 bytes a lane: the warp reads 512 contiguous bytes of a row) before multiplying them into its lane's kRows x
-// (4 or 8) accumulators, one broadcast shared-memory read of A's column per row of B (one or two rows only when M is);
-// the 8 warps' sums are added in warp order in shared memory. A's next chunk is read into registers during the current
-// one (the 4-row instance). B K-major (x @ W^T): narrow_gemm_k_major_kernel, below.
+// 16: 16, else 32, rows_per_block); the 32-row instance (over 200 registers a thread) runs one CTA per SM, the others
+// two. Larger M runs in row blocks (two of 32 for M 33-64 with B MN-major; blocks of 16 with B K-major), adjacent in
+// the grid, so that the later ones read B's columns from L2 while the first streams them. Each CTA writes alpha * sum +
+// beta * C when K is one slice, else its slice's fp32 partial sums, which the split-K sum (gemm_split_k.hpp) adds in
+// slice order into C. B MN-major (x @ W): 32 lanes x 16 bytes of columns a CTA (128 fp32, 256 16-bit); A's chunk as
+// [k][row]; each warp takes the chunk's rows w, w + 8, ... of B, loading 8 of them (16 bytes a lane: the warp reads 512
+// contiguous bytes of a row) before multiplying them into its lane's kRows x (4 or 8) accumulators, one broadcast
+// shared-memory read of A's column per row of B (one or two rows only when M is); the 8 warps' sums are added in warp
+// order in shared memory. A's next chunk is read into registers during the current one (the 4-row instance). B K-major
+// (x @ W^T): narrow_gemm_k_major_kernel, below.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -229,11 +230,11 @@ __global__ void __launch_bounds__(kThreads, kRows <= 16 ? kNarrowCtasPerSm : 1)
 // B K-major (x @ W^T with a row-major W [N, K]), fp32: a warp owns 4 columns of C, its lanes 4 consecutive values of K
 // each (the warp reads 512 contiguous bytes of each of the 4 rows of W per step along K), A's chunk staged as [row][k]
 // and read as 16-byte vectors a row; each lane's kRows x 4 partial dot products are summed over the warp by an xor
-// butterfly (every lane ends with the same sums, in the same order) and written by the lane of their index. A chunk is
-// kKMajorChunkElements / kRows values of K (2048, 512 or 256: 8 to 2 steps of every warp), and A's next chunk is
-// copied into the second of two shared buffers (cp.async, 16-byte copies when A's rows are K-contiguous and aligned)
-// while the current one is multiplied, so no chunk waits on A's loads and a barrier comes every 8 KB of B a warp (2 KB
-// a chunk when the chunk was 256 values, staged between the chunks: 0.25-0.70x cuBLAS at M 16-32 on an H200).
+// butterfly (every lane ends with the same sums, in the same order) and written by the lane of their index. kRows is 4
+// or 16 (M above 16 runs in row blocks of 16, rows_per_block). A chunk is kKMajorChunkElements / kRows values of K
+// (2048 or 512: 16 or 4 steps of every warp), and A's next chunk is copied into the second of two shared buffers
+// (cp.async, 16-byte copies when A's rows are K-contiguous and aligned) while the current one is multiplied, so no
+// chunk waits on A's loads and a barrier comes every 8 KB of B a warp.
 constexpr int kKMajorChunkElements = 8192;  // A's values per chunk buffer: 32 KB, two buffers 64 KB of shared memory
 constexpr int kKMajorSharedBytes = 2 * kKMajorChunkElements * static_cast<int>(sizeof(float));
 
@@ -264,8 +265,8 @@ __device__ __forceinline__ void copy_a_chunk_async(const NarrowParams& p, const 
 }
 
 template <int kRows>
-__global__ void __launch_bounds__(kThreads, kRows <= 16 ? kNarrowCtasPerSm : 1)
-    narrow_gemm_k_major_kernel(const NarrowParams p) {
+__global__ void __launch_bounds__(kThreads, kNarrowCtasPerSm) narrow_gemm_k_major_kernel(const NarrowParams p) {
+  static_assert(kRows <= 16, "two CTAs an SM: M above 16 runs in row blocks of 16");
   constexpr int kColumnsPerWarp = kNarrowKMajorColumns / kWarps;
   constexpr int kStep = 32 * 4;
   constexpr int kKChunk = kKMajorChunkElements / kRows;
@@ -360,10 +361,17 @@ int64_t columns_per_cta(const GemmShape& s) {
 
 int64_t column_blocks(const GemmShape& s) { return (s.n + columns_per_cta(s) - 1) / columns_per_cta(s); }
 
-// Row blocks of the 32-row instance (M <= 16 runs in one block of a smaller instance).
-int64_t row_passes(const GemmShape& s) {
-  return s.m <= kNarrowMaxRows ? 1 : (s.m + kNarrowMaxRows - 1) / kNarrowMaxRows;
+// Rows of one row block: B MN-major 4, 16 or 32 (two blocks of 32 for M 33-64); B K-major 4 or 16 (blocks of 16 from
+// M = 17: on an H200 its 32-row instance ran 32 x 14336 x 4096 at 0.69x cuBLAS, its 16-row one 16 x 16384 x 4096 at
+// 1.29x, docs/perf.md).
+int64_t rows_per_block(const GemmShape& s) {
+  if (s.m <= 4) return 4;
+  if (s.m <= 16 || s.b_k_major()) return 16;
+  return kNarrowMaxRows;
 }
+
+// Row blocks (adjacent in the grid, so that the later ones read B's columns from L2 while the first streams them).
+int64_t row_passes(const GemmShape& s) { return (s.m + rows_per_block(s) - 1) / rows_per_block(s); }
 
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
@@ -405,10 +413,8 @@ class NarrowRunner final : public GemmRunner {
     } else if (s.b_k_major()) {
       if (s.m <= 4) {
         launch_k_major<4>(grid, p, stream);
-      } else if (s.m <= 16) {
-        launch_k_major<16>(grid, p, stream);
       } else {
-        launch_k_major<kNarrowMaxRows>(grid, p, stream);
+        launch_k_major<16>(grid, p, stream);
       }
     } else if (s.m <= 4) {
       narrow_gemm_kernel<float, 4><<<grid, kThreads, 0, stream>>>(p);

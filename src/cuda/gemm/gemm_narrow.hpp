@@ -30,11 +30,13 @@ namespace attnkit::cuda::gemm {
 
 inline constexpr int kNarrowMaxRows = 32;
 inline constexpr int kNarrow16MaxRows = 4;  // the 16-bit entries' rows (one 4-row instance, B MN-major)
-// The automatic choice runs the 16-bit entries for M = 1 only (a forced config or the tuner for M 2-4): on an H200
-// (2026-11-27, docs/perf.md) M = 1 ran 0.86-0.98x cuBLAS on them against 0.52-0.82x on the 64 x 128 ping-pong rows, M =
-// 2 and 4 level with those rows (bf16 0.80 against 0.83, f16 0.83-0.84 against 0.82-0.83 at N 16384, K 4096).
-inline constexpr int kNarrow16AutoMaxRows = 1;
-inline constexpr int kNarrowExactMaxRows = 64;   // the exact-only entry: 33-64 rows, two row blocks of 32
+// The automatic choice runs the 16-bit entries for M = 1, and for M = 2 when N >= K (narrow_16_bit_automatic; a forced
+// config or the tuner for the rest of M <= 4). Measured on an H200 (2026-11-27, docs/perf.md), kernel-only against
+// cuBLAS: M = 1 0.86-0.98x on them against 0.52-0.82x on the 64 x 128 ping-pong rows; M = 2 (the 4-row instance's
+// two-row path) 0.87-0.91x against the registry's 0.81-0.83x at N 14336-16384, K 4096, but 0.88 / 0.96x (bf16 / f16)
+// against the swapped split-K rows' 0.90 / 1.00x at 2 x 4096 x 16384; M = 4 level with the ping-pong rows.
+inline constexpr int kNarrow16AutoMaxRows = 2;
+inline constexpr int kNarrowExactMaxRows = 64;   // the exact-only entries: 33-64 rows (row blocks, gemm_narrow.cu)
 inline constexpr int kNarrowColumns = 128;       // columns of C per CTA, B MN-major: 32 lanes x 4
 inline constexpr int kNarrowKMajorColumns = 32;  // columns of C per CTA, B K-major: 8 warps x 4
 // The automatic choice (gemm_registry.cpp) measured on an H200 (docs/perf.md, 2026-11-26): with TF32 allowed the narrow
@@ -75,5 +77,10 @@ const GemmKernel& narrow_k_major_exact_gemm_kernel();
 // The 16-bit (bf16, f16) entries, M 1-4, B MN-major (256 columns a CTA: 32 lanes x 8): the same kernel on 16-bit
 // operands (fp32 multiply-adds, C in its type), N a multiple of 8.
 const GemmKernel& narrow_16_bit_gemm_kernel(DType dtype);
+
+// Whether the automatic choice may run the 16-bit entries on `shape` (the rule above kNarrow16AutoMaxRows).
+inline bool narrow_16_bit_automatic(const GemmShape& shape) {
+  return shape.m == 1 || (shape.m <= kNarrow16AutoMaxRows && shape.n >= shape.k);
+}
 
 }  // namespace attnkit::cuda::gemm

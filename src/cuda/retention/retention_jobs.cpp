@@ -374,7 +374,7 @@ ForwardSelection select_forward(const RetentionForward& problem, int multiproces
                              "v: head dim Dv", "a multiple of 32");
   selection.workspace_bytes = selection.job.workspace_bytes;
   selection.wgmma = choice.wgmma;
-  selection.wgmma_wide_dv = choice.value_block == 0 ? dv : 0;
+  selection.wgmma_wide_dv = wgmma_wide_dv(choice, dv);
   return selection;
 }
 

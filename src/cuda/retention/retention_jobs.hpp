@@ -30,10 +30,11 @@
 // above, the tuner's retention configs are others (src/cuda/tune/retention_config_space.hpp), and
 // ATTNKIT_RETENTION_CONFIG="block=32|64,segments=N,decode=0|1,joint=0|1,wgmma=0|1" (any subset) forces one where it
 // is valid, read when a plan is made (plans are keyed by its value, core/retention_plan.cpp); a forced choice keeps
-// priority over the tuner's. wgmma=1 runs a forward's chunkwise job on the Hopper wgmma kernel
-// (retention_wgmma_chunk_kernel.cuh) where wgmma_chunk_kernel_for allows it, else on the mma.sync kernel as before;
-// at Dk 128 with Dv a multiple of 128 its CTAs own 128 value columns unless block= is forced too (wgmma=1,block=64
-// keeps 64).
+// priority over the tuner's. A forward's chunkwise job runs on the Hopper wgmma kernel
+// (retention_wgmma_chunk_kernel.cuh) where wgmma_chunk_kernel_for allows it (a 9.0 device), else on the mma.sync
+// kernel; at Dk 128 with Dv a multiple of 128 its CTAs own 128 value columns unless block= is forced (block=64 keeps
+// 64). wgmma=0 keeps the mma.sync kernel. Measured on an H200 (docs/perf.md, retention "Eleventh step"): forward GPU
+// time at B8 T4096 H16 D128 0.228 ms against the mma.sync kernel's 0.290, at B2 T16384 0.289 against 0.438.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -66,7 +67,7 @@ struct JobShape {
 struct ForwardSelection {
   JobShape job;
   int64_t workspace_bytes = 0;
-  // The choice asked for the Hopper wgmma kernel: the plan, which knows the device, swaps it in for the job's
+  // The choice asks for the Hopper wgmma kernel: the plan, which knows the device, swaps it in for the job's
   // mma.sync kernel where wgmma_chunk_kernel_for allows (retention_plan.cpp).
   bool wgmma = false;
   // Dv, when the wgmma kernel's CTAs may own 128 value columns (the choice forces no value block); else 0.
@@ -104,8 +105,9 @@ struct ChunkShapeChoice {
   // the segment rule then counts their CTAs together. false: one launch (pair) per job, in turn. Measured on an
   // H200 (docs/perf.md, retention "Eighth step"), joint was as fast or faster on every chunk row.
   bool joint_backward = true;
-  // A forward's chunkwise job runs the Hopper wgmma kernel where wgmma_chunk_kernel_for gives one (opt-in).
-  bool wgmma = false;
+  // A forward's chunkwise job runs the Hopper wgmma kernel where wgmma_chunk_kernel_for gives one; false: the
+  // mma.sync kernel everywhere.
+  bool wgmma = true;
 
   friend bool operator==(const ChunkShapeChoice&, const ChunkShapeChoice&) = default;
 };
@@ -148,6 +150,10 @@ const ChunkKernel* decode_kernel_for(DType dtype, int64_t batch_heads, int64_t t
 // instead (one CTA per multiprocessor, Q K^T once per 128 value columns). Segments, initial and final states,
 // per-head gamma, scale and unaligned views are all supported.
 const ChunkKernel* wgmma_chunk_kernel_for(const JobShape& job, int64_t wide_dv, int compute_capability);
+
+// wgmma_chunk_kernel_for's `wide_dv` under `choice` for a forward of value dim `dv`: dv when the choice forces no
+// value block, else 0.
+inline int64_t wgmma_wide_dv(const ChunkShapeChoice& choice, int64_t dv) { return choice.value_block == 0 ? dv : 0; }
 
 // Throw Status::unsupported, naming what is allowed, when no compiled kernel runs the problem. Without a
 // choice: ATTNKIT_RETENTION_CONFIG's when it is set, else the rule.

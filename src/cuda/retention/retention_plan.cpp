@@ -276,7 +276,8 @@ std::unique_ptr<detail::OpPlan<RetentionForward>> plan_of_selection(const Retent
     if (const ChunkKernel* single = find_normalized_kernel(kernel->dtype, kernel->head_dim, 1))
       chosen.job.kernel = single;
   }
-  // wgmma=1 (ATTNKIT_RETENTION_CONFIG): the Hopper kernel where the device and the job allow it, else the job's own.
+  // The Hopper wgmma kernel where the choice asks for it (the rule does) and the device and the job allow it, else the
+  // job's own.
   if (chosen.wgmma) {
     const int capability = 10 * device_attribute(cudaDevAttrComputeCapabilityMajor, device) +
                            device_attribute(cudaDevAttrComputeCapabilityMinor, device);

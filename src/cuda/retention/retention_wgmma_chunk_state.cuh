@@ -147,8 +147,7 @@ __device__ __forceinline__ void wgmma_chunk_state(const ChunkParams& p, const Wg
     for (int k = 0; k < kPiecesPerThread; ++k) {
       const int piece = state_tid + kStateThreads * k;
       const int token = (piece / 8) % Traits::kChunk;  // 8 pieces of 16 bytes a row, 64 rows a block
-      const float factor =
-          token < length ? decay_power(log2_gamma, static_cast<float>(length - 1 - token)) : 0.0f;
+      const float factor = token < length ? decay_power(log2_gamma, static_cast<float>(length - 1 - token)) : 0.0f;
       const uint4 bits = v_words[stage * kVStageWords + piece];
       scaled[k] = make_uint4(wgmma_scale_pair<Element>(bits.x, factor), wgmma_scale_pair<Element>(bits.y, factor),
                              wgmma_scale_pair<Element>(bits.z, factor), wgmma_scale_pair<Element>(bits.w, factor));

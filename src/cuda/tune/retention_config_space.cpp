@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <memory>
 #include <set>
+#include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -60,7 +62,14 @@ Resolution resolve(const ChunkShapeChoice& choice, bool decode_config, const tun
               " tokens with Dv a multiple of 64 and Dk " + chunk_head_dims_text();
       return r;
     }
-    r.jobs.push_back(chunk_launch(spec, dk, dv, multiprocessors, choice));
+    JobLaunch launch = chunk_launch(spec, dk, dv, multiprocessors, choice);
+    if (choice.wgmma && launch.kernel != nullptr) {  // the plan's swap (retention_plan.cpp), on the limits' device
+      JobShape job;
+      job.kernel = launch.kernel;
+      const ChunkKernel* wgmma = wgmma_chunk_kernel_for(job, wgmma_wide_dv(choice, dv), limits.compute_capability);
+      if (wgmma != nullptr) launch.kernel = wgmma;
+    }
+    r.jobs.push_back(launch);
   } else {
     // dQ and dK carry the state transposed (Dk' = Dv, Dv' = Dk); dV is the forward's shape. An empty sequence keeps
     // its jobs apart (select_backward).
@@ -87,6 +96,7 @@ ChunkShapeChoice choice_of(const tune::Config& config) {
   choice.value_block = static_cast<int>(config.param("value_block"));
   choice.segments = config.param("segments");
   choice.decode = config.param("decode") != 0;
+  choice.wgmma = config.param("wgmma") != 0;
   return choice;
 }
 
@@ -95,30 +105,29 @@ Resolution resolve(const tune::Config& config, const tune::ProblemSpec& spec, co
 }
 
 // The configs of one space, in the order the default and the duplicate rule read them (see the header).
-std::vector<tune::Config> make_configs(bool with_decode) {
+std::vector<tune::Config> make_configs(bool forward) {
   std::vector<tune::Config> configs;
-  if (with_decode) {
-    tune::Config decode;
-    decode.id = kDecodeId;
-    decode.params = {{"value_block", 0}, {"segments", 0}, {"decode", 1}};
-    configs.push_back(std::move(decode));
-  }
+  auto add_config = [&](std::string id, int block, int64_t segments, int decode, int wgmma) {
+    tune::Config config;
+    config.id = std::move(id);
+    config.params = {{"value_block", block}, {"segments", segments}, {"decode", decode}, {"wgmma", wgmma}};
+    configs.push_back(std::move(config));
+  };
+  if (forward) add_config(kDecodeId, 0, 0, 1, 0);
+  // (prefix, value block, wgmma): the mma.sync kernel's blocks, then (forward) the wgmma kernel's: CTAs of 128 value
+  // columns where Dk 128 and Dv allow ("wide": no forced block), and each block of the mma.sync kernel.
+  std::vector<std::tuple<std::string, int, int>> shapes;
   std::set<std::pair<int, std::string>> blocks;  // (value block, family), ascending blocks
   for (const ChunkKernel* kernel : chunk_kernels()) blocks.emplace(kernel->value_block, kernel->family);
-  for (const auto& [block, family] : blocks) {
-    const std::string prefix = family + "_block" + std::to_string(block) + "_seg";
-    tune::Config fill;
-    fill.id = prefix + "fill";
-    fill.params = {{"value_block", block}, {"segments", 0}, {"decode", 0}};
-    configs.push_back(std::move(fill));
+  for (const auto& [block, family] : blocks) shapes.emplace_back(family + "_block" + std::to_string(block), block, 0);
+  if (forward) {
+    shapes.emplace_back("wgmma_wide", 0, 1);
+    for (const auto& [block, family] : blocks) shapes.emplace_back("wgmma_block" + std::to_string(block), block, 1);
   }
-  for (const auto& [block, family] : blocks) {
-    const std::string prefix = family + "_block" + std::to_string(block) + "_seg";
+  for (const auto& [prefix, block, wgmma] : shapes) add_config(prefix + "_segfill", block, 0, 0, wgmma);
+  for (const auto& [prefix, block, wgmma] : shapes) {
     for (const int64_t segments : kRetentionSegmentCounts) {
-      tune::Config split;
-      split.id = prefix + std::to_string(segments);
-      split.params = {{"value_block", block}, {"segments", segments}, {"decode", 0}};
-      configs.push_back(std::move(split));
+      add_config(prefix + "_seg" + std::to_string(segments), block, segments, 0, wgmma);
     }
   }
   return configs;
@@ -216,8 +225,11 @@ tune::ConfigSpace make_space(tune::TuneOp op) {
   space.backend = Backend::cuda;
   space.description =
       std::string(forward ? "retention forward" : "retention backward (dQ, dK, dV jobs)") +
-      " v2: chunkwise kernel (output and state warps) value blocks and sequence segments (the rule's or a count)" +
-      (forward ? ", recurrent decode kernel for short calls" : "") + "; chunk 64";
+      " v3: chunkwise kernel (output and state warps) value blocks and sequence segments (the rule's or a count)" +
+      (forward ? ", on the mma.sync or (compute capability 9.0) the wgmma kernel, recurrent decode kernel for short "
+                 "calls"
+               : "") +
+      "; chunk 64";
   space.configs = make_configs(forward);
   // The validity rule compares a config with the others of its space, which the space holds: the lambdas
   // read them through `configs`, a copy that lives as long as the space's functions.

@@ -902,8 +902,10 @@ TEST(CudaGemmSelection, Fp32DecodeShapesSelectTheNarrowKernel) {
   // B K-major: 32 columns a CTA.
   EXPECT_EQ(slices(16, 16384, 4096, true), 1);  // 512 column blocks
   EXPECT_EQ(slices(1, 4096, 4096, true), 2);    // 128 blocks
-  EXPECT_EQ(slices(64, 4096, 4096, true), 1);   // 256 blocks of rows x columns
-  EXPECT_EQ(slices(64, 2048, 4096, true), 2);   // 128
+  EXPECT_EQ(slices(64, 4096, 4096, true), 1);   // 512 blocks of rows (four of 16) x columns
+  EXPECT_EQ(slices(64, 2048, 4096, true), 1);   // 256
+  EXPECT_EQ(slices(32, 1024, 4096, true), 4);   // 64: two row blocks of 16 x 32 column blocks
+  EXPECT_EQ(slices(16, 1024, 4096, true), 8);   // 32
   for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3> >{
            {1, 4096, 16384}, {16, 16384, 4096}, {7, 16388, 1027}, {64, 4096, 4096}, {29, 14336, 4096}}) {
     const int64_t blocks = (n + 127) / 128 * (m > 32 ? 2 : 1);
@@ -1916,8 +1918,8 @@ TEST_F(CudaGemmKernelChoice, NarrowRowInOneSliceMatchesTheOracle) {
 
 // The narrow kernel's K-major entries (x @ W^T: W row-major [N, K], lanes along K, warp sums by butterfly; A's chunks
 // of 2048 or 512 values of K double-buffered) forced against the oracle: K 4096 in 2 slices, 4100 in 2 slices of 2052
-// (rounded up to 16-byte vectors: a shorter last slice), in 2 slices with M 64 (four row blocks of 16), in one slice (K
-// 700, 1028 and 8200: several chunks, a partial last one, with beta), N not a multiple of the CTA's 32 columns (16388,
+// (rounded up to 16-byte vectors: a shorter last slice), in one slice with M 64 (four row blocks of 16) and K 700,
+// 1028 and 8200 (several chunks, a partial last one, with beta), N not a multiple of the CTA's 32 columns (16388,
 // C's rows padded), M from 1 to 64 (the 4- and 16-row instances; M 29 and 45 end in a partial row block), TF32
 // allowed, A either majorness (16-byte and 4-byte copies of A).
 TEST_F(CudaGemmKernelChoice, ForcedNarrowKMajorRowsMatchTheOracle) {

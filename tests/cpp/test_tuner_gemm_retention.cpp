@@ -549,10 +549,13 @@ TEST(TunerCudaRetentionSpace, TheDefaultMakesTheRulesLaunches) {
       EXPECT_EQ(launches_of(cuda::retention::chunk_shape_of(*space.find(id)), spec, limits.processors, capability),
                 rule)
           << text << " default " << id;
-      // On a 9.0 device with the wgmma instances compiled, the rule's forward chunk job runs the wgmma kernel.
+      // On a 9.0 device with the wgmma instances compiled, the rule's forward chunk job runs the wgmma kernel where
+      // an instance has its value block (Dv a multiple of 64), and the default is a wgmma config exactly then.
       const bool wgmma_built = cuda::retention::find_wgmma_chunk_kernel(DType::bf16, 64, 64) != nullptr;
       if (spec.op == tune::TuneOp::retention_forward && id != "decode" && wgmma_built) {
-        EXPECT_EQ(id.rfind("wgmma_", 0) == 0, capability == 90) << text << " default " << id;
+        const bool wgmma_rule = std::string(rule.front().kernel->family) == "wgmma_chunk64";
+        EXPECT_EQ(wgmma_rule, capability == 90 && spec.head_dim_v % 64 == 0) << text;
+        EXPECT_EQ(id.rfind("wgmma_", 0) == 0, wgmma_rule) << text << " default " << id;
       }
       const bool decode =
           spec.op == tune::TuneOp::retention_forward && spec.tokens[0] <= 16 && spec.head_dim_v % 64 == 0;

@@ -34,6 +34,7 @@ attnkit's relative L2 distance to fla's output (a sanity check, not a test).
   python3 bench/bench_retention.py                 # all rows
   python3 bench/bench_retention.py --only 'chunk*' --json out.json
   python3 bench/bench_retention.py --config block=32,segments=4   # force attnkit's shape choice
+  python3 bench/bench_retention.py --only 'chunk_b4*' --row chunk,4,8192,8,128   # a row of your own shape
   python3 bench/bench_retention.py --only 'chunk*' --configs "" joint=1   # both, fla timed once per row
   python3 bench/bench_retention.py --only 'parallel_decay*,chunk*' --configs "" joint=1 --fla-last
                                    # rows in that order; every attnkit candidate before fla's first (autotuning) call
@@ -193,6 +194,17 @@ ROWS = [
     ("parallel_decay_b8_t4096_h16_d128", "parallel_decay", 8, 4096, 16, 128),
     ("decode_b64_h16_d128", "decode", 64, 1, 16, 128),
 ]
+
+
+def extra_row(text: str):
+    """A --row "KIND,B,T,H,D" as a ROWS entry."""
+    parts = [p.strip() for p in text.split(",")]
+    kinds = ("chunk", "parallel", "parallel_decay")
+    if len(parts) != 5 or parts[0] not in kinds or not all(p.isdigit() and int(p) > 0 for p in parts[1:]):
+        sys.exit(f"bench_retention: --row {text!r}; allowed: KIND,B,T,H,D with KIND chunk, parallel or "
+                 "parallel_decay and positive integers")
+    kind, (b, t, h, d) = parts[0], (int(p) for p in parts[1:])
+    return (f"{kind}_b{b}_t{t}_h{h}_d{d}", kind, b, t, h, d)
 
 
 def seed_row(name: str) -> None:
@@ -418,6 +430,9 @@ def main():
                               "block=32|64,segments=N,decode=0|1,joint=0|1,wgmma=0|1")
     forcing.add_argument("--configs", nargs="+", metavar="CONFIG",
                          help='several of them, each timed in this process ("" = none), fla once per row')
+    parser.add_argument("--row", action="append", default=[], metavar="KIND,B,T,H,D",
+                        help="a further row (chunk, parallel or parallel_decay), named like the built-in ones, "
+                             "e.g. chunk,4,8192,8,128; repeatable; --only selects among all rows")
     parser.add_argument("--fla-last", action="store_true",
                         help="time every row's attnkit candidates first, then fla's (whose first calls autotune): a "
                              "run cut short keeps attnkit's rows")
@@ -437,8 +452,11 @@ def main():
         layout = "[B, H, T, D]" if fla_head_first(chunk_retention) else "[B, T, H, D]"
         print(f"fla {getattr(fla, '__version__', '?')}: layout {layout} (read from chunk_retention's signature)")
     results = []
-    first_match = {row[0]: next((i for i, p in enumerate(patterns) if fnmatch.fnmatch(row[0], p)), None) for row in ROWS}
-    selected = sorted((row for row in ROWS if first_match[row[0]] is not None), key=lambda row: first_match[row[0]])
+    rows_known = ROWS + [extra_row(text) for text in args.row]
+    first_match = {row[0]: next((i for i, p in enumerate(patterns) if fnmatch.fnmatch(row[0], p)), None)
+                   for row in rows_known}
+    selected = sorted((row for row in rows_known if first_match[row[0]] is not None),
+                      key=lambda row: first_match[row[0]])
     # Passes over the rows: attnkit and fla together, or (--fla-last) every attnkit candidate first.
     passes = [{"attnkit"}, {"fla"}] if args.fla_last else [{"attnkit", "fla"}]
     for sides in passes:

@@ -56,7 +56,17 @@ struct RetentionTensors {
   std::vector<HostTensor*> outputs() { return {&out, &final_state, &grad_q, &grad_k, &grad_v, &grad_initial_state}; }
 };
 
-// Per-head gamma and a custom scale: both belong to the plan.
+// Per-head gamma and a custom scale (both belong to the plan), chunkwise with chunks of 16.
+template <class Args>
+void set_common(Args& args, const double* gamma) {
+  args.gamma = gamma;
+  args.gamma_count = RetentionTensors::kH;
+  args.mode = ATTNKIT_RETENTION_CHUNKWISE;
+  args.chunk_size = 16;
+  args.has_scale = 1;
+  args.scale = 0.3;
+}
+
 attnkit_retention_forward_args forward_args(const RetentionTensors& t, const double* gamma) {
   attnkit_retention_forward_args args;
   attnkit_retention_forward_args_init(&args);
@@ -66,12 +76,7 @@ attnkit_retention_forward_args forward_args(const RetentionTensors& t, const dou
   args.out = capi::to_c_tensor(t.out.view);
   args.initial_state = capi::to_c_tensor(t.initial_state.view);
   args.final_state = capi::to_c_tensor(t.final_state.view);
-  args.gamma = gamma;
-  args.gamma_count = RetentionTensors::kH;
-  args.mode = ATTNKIT_RETENTION_CHUNKWISE;
-  args.chunk_size = 16;
-  args.has_scale = 1;
-  args.scale = 0.3;
+  set_common(args, gamma);
   return args;
 }
 
@@ -88,12 +93,7 @@ attnkit_retention_backward_args backward_args(const RetentionTensors& t, const d
   args.grad_k = capi::to_c_tensor(t.grad_k.view);
   args.grad_v = capi::to_c_tensor(t.grad_v.view);
   args.grad_initial_state = capi::to_c_tensor(t.grad_initial_state.view);
-  args.gamma = gamma;
-  args.gamma_count = RetentionTensors::kH;
-  args.mode = ATTNKIT_RETENTION_CHUNKWISE;
-  args.chunk_size = 16;
-  args.has_scale = 1;
-  args.scale = 0.3;
+  set_common(args, gamma);
   return args;
 }
 

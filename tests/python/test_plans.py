@@ -13,7 +13,7 @@ import attnkit
 import reference
 from attnkit import _attention_ops, _mask_spec, _plans, functional, tuner
 from conftest import randn
-from gpu_support import require_cuda, skip_if_unsupported
+from gpu_support import replay_on_fresh_inputs, require_cuda, skip_if_unsupported
 
 
 class _Forwarding(TorchDispatchMode):
@@ -323,24 +323,7 @@ def test_cuda_graph_capture_and_replay_of_forward_and_backward():
 
     with skip_if_unsupported("causal forward and backward bf16 d64"):
         step()  # plans (and any tuning) outside capture
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for t in static:
-            t.grad = None
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    for t in static:
-        t.grad = None
-    with torch.cuda.graph(graph):
-        static_out = step()
-    fresh = [torch.randn_like(t) for t in static]
-    with torch.no_grad():
-        for buffer, value in zip(static, fresh):
-            buffer.copy_(value)
-    graph.replay()
-    torch.cuda.synchronize()
+    static_out, fresh = replay_on_fresh_inputs(step, static)
     eager = [t.detach().clone().requires_grad_() for t in fresh]
     expected = attnkit.attention(*eager, is_causal=True)
     expected.backward(grad)

@@ -11,7 +11,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import attnkit
 from attnkit import _retention_ops
 from conftest import randn
-from gpu_support import require_cuda, skip_if_unsupported
+from gpu_support import replay_on_fresh_inputs, require_cuda, skip_if_unsupported
 
 
 class _Forwarding(TorchDispatchMode):
@@ -153,24 +153,7 @@ def test_cuda_eager_path_matches_the_custom_ops_and_replays_in_a_cuda_graph():
         return out
 
     step()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for t in static:
-            t.grad = None
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    for t in static:
-        t.grad = None
-    with torch.cuda.graph(graph):
-        static_out = step()
-    fresh = [torch.randn_like(t) for t in static]
-    with torch.no_grad():
-        for buffer, value in zip(static, fresh):
-            buffer.copy_(value)
-    graph.replay()
-    torch.cuda.synchronize()
+    static_out, fresh = replay_on_fresh_inputs(step, static)
     eager = [t.detach().clone().requires_grad_() for t in fresh]
     expected, _ = call(*eager)
     expected.backward(grad)

@@ -69,15 +69,16 @@ def _set_common(args, gamma, mode, chunk_size, normalize, scale):
     return gamma_array
 
 
-def _forward_args(lib, q, k, v, out, initial_state, final_state, decay, normalize):
-    """The forward's argument struct but the shared fields (_set_common)."""
+def _forward_args(lib, q, k, v, out, initial_state, final_state, decay, stateless):
+    """The forward's argument struct but the shared fields (_set_common); final_state is left out when `stateless`
+    (the normalised and decay-matrix forms have none; an eager call may not want it)."""
     args = _capi.RetentionForwardArgs()
     lib.attnkit_retention_forward_args_init(ctypes.byref(args))
     same = _launch.same_dtype(q, "q")
     args.q, args.k, args.v = _launch.view(q, "q"), _launch.view(k, "k", same), _launch.view(v, "v", same)
     args.out = _launch.view(out, "out")
     args.initial_state = _launch.view(initial_state, "initial_state", _STATE_DTYPE)
-    if not normalize and decay is None:
+    if not stateless:
         args.final_state = _launch.view(final_state, "final_state", _STATE_DTYPE)
     args.decay = _launch.view(decay, "decay", _DECAY_DTYPE)
     return args
@@ -91,7 +92,7 @@ def _call_forward(q, k, v, initial_state, gamma, mode, chunk_size, normalize, sc
     q, k, v, initial_state, decay = (_launch.contiguous_last(t) for t in (q, k, v, initial_state, decay))
     out = torch.empty(q.shape[:-1] + v.shape[-1:], dtype=q.dtype, device=device)
     final_state = torch.empty(_final_state_shape(q, v, normalize, decay), dtype=state_dtype(q.dtype), device=device)
-    args = _forward_args(lib, q, k, v, out, initial_state, final_state, decay, normalize)
+    args = _forward_args(lib, q, k, v, out, initial_state, final_state, decay, normalize or decay is not None)
     keep = _set_common(args, gamma, mode, chunk_size, normalize, scale)
     with _launch.device_guard(device):
         _launch.call(lib.attnkit_retention_forward, args, _launch.run_options(lib, device))
@@ -273,16 +274,17 @@ class _ForwardEntry:
         self.writes_state = writes_state
 
 
-def run_forward(q, k, v, initial_state, gamma, mode, chunk_size, normalize, scale, decay):
+def run_forward(q, k, v, initial_state, gamma, mode, chunk_size, normalize, scale, decay, want_state=True):
     """(out, final_state) as the custom op returns them, through a cached plan of the call's shape. `gamma`: a list or
-    tuple of floats, or None."""
+    tuple of floats, or None. want_state False: the final state is neither written nor returned (None)."""
     if not _plans_available():
-        return _call_forward(q, k, v, initial_state, gamma, mode, chunk_size, normalize, scale, decay)
+        out, final_state = _call_forward(q, k, v, initial_state, gamma, mode, chunk_size, normalize, scale, decay)
+        return out, final_state if want_state else None
     q, k, v, initial_state, decay = (_launch.contiguous_last(t) for t in (q, k, v, initial_state, decay))
     gamma = None if gamma is None else tuple(gamma)
     params = (gamma, mode, chunk_size, normalize, scale)
     key = (_plans.tensor_key(q), _plans.tensor_key(k), _plans.tensor_key(v), _plans.tensor_key(initial_state),
-           _plans.tensor_key(decay), params, torch.are_deterministic_algorithms_enabled())
+           _plans.tensor_key(decay), params, want_state, torch.are_deterministic_algorithms_enabled())
     entry = _forward_plans.get(key)
     if entry is None:
         _check_ranks(q, k, v)
@@ -291,16 +293,17 @@ def run_forward(q, k, v, initial_state, gamma, mode, chunk_size, normalize, scal
         out = torch.empty(q.shape[:-1] + v.shape[-1:], dtype=q.dtype, device=device)
         final_state = torch.empty(_final_state_shape(q, v, normalize, decay), dtype=state_dtype(q.dtype),
                                   device=device)
-        args = _forward_args(lib, q, k, v, out, initial_state, final_state, decay, normalize)
+        writes_state = want_state and not normalize and decay is None
+        args = _forward_args(lib, q, k, v, out, initial_state, final_state, decay, not writes_state)
         plan = _make_plan("attnkit_retention_forward_plan", args, params, device, _FORWARD_TENSORS)
-        entry = _ForwardEntry(plan, out.shape, final_state.shape, not normalize and decay is None)
+        entry = _ForwardEntry(plan, out.shape, final_state.shape, writes_state)
         _forward_plans.put(key, entry)
     else:
         out = q.new_empty(entry.out_shape)
-        final_state = q.new_empty(entry.state_shape, dtype=state_dtype(q.dtype))
+        final_state = q.new_empty(entry.state_shape, dtype=state_dtype(q.dtype)) if want_state else None
     _plans.run(entry.plan, (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), _pointer(initial_state),
                             final_state.data_ptr() if entry.writes_state else 0, _pointer(decay)), q.device)
-    return out, final_state
+    return out, final_state if want_state else None
 
 
 def run_backward(grad_out, grad_final_state, q, k, v, initial_state, gamma, mode, chunk_size, normalize, scale,
@@ -338,8 +341,9 @@ class RetentionFunction(torch.autograd.Function):
     """Eager autograd over run_forward / run_backward (the custom ops' formula, without their dispatch)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, initial_state, gamma, mode, chunk_size, normalize, scale, decay):
-        out, final_state = run_forward(q, k, v, initial_state, gamma, mode, chunk_size, normalize, scale, decay)
+    def forward(ctx, q, k, v, initial_state, gamma, mode, chunk_size, normalize, scale, decay, want_state):
+        out, final_state = run_forward(q, k, v, initial_state, gamma, mode, chunk_size, normalize, scale, decay,
+                                       want_state)
         ctx.save_for_backward(q, k, v, initial_state, decay)
         ctx.set_materialize_grads(False)  # an unused final state's gradient stays None, not zeros
         ctx.params = (gamma, mode, chunk_size, normalize, scale)
@@ -352,12 +356,14 @@ class RetentionFunction(torch.autograd.Function):
                                                                   *ctx.params, decay)
         # The decay matrix is a constant: no gradient.
         return (grad_q, grad_k, grad_v, grad_initial_state if initial_state is not None else None, None, None, None,
-                None, None, None)
+                None, None, None, None)
 
 
-def eager_retention(q, k, v, initial_state, gamma, mode, chunk_size, normalize, scale, decay):
-    """The eager front door (plain tensors, no tracing or mode active: functional.retention checks)."""
+def eager_retention(q, k, v, initial_state, gamma, mode, chunk_size, normalize, scale, decay, want_state=True):
+    """The eager front door (plain tensors, no tracing or mode active: functional.retention checks). want_state
+    False: no final state is written (None in its place)."""
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad
                                     or (initial_state is not None and initial_state.requires_grad)):
-        return RetentionFunction.apply(q, k, v, initial_state, gamma, mode, chunk_size, normalize, scale, decay)
-    return run_forward(q, k, v, initial_state, gamma, mode, chunk_size, normalize, scale, decay)
+        return RetentionFunction.apply(q, k, v, initial_state, gamma, mode, chunk_size, normalize, scale, decay,
+                                       want_state)
+    return run_forward(q, k, v, initial_state, gamma, mode, chunk_size, normalize, scale, decay, want_state)

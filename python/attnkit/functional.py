@@ -488,7 +488,7 @@ def retention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
                  _check_scale(scale), decay)
     plain = all(t is None or type(t) in _PLAIN_TENSORS for t in (q, k, v, initial_state, decay))
     if plain and _eager_call_allowed():
-        out, final_state = _retention_ops.eager_retention(*arguments)
+        out, final_state = _retention_ops.eager_retention(*arguments, bool(output_final_state))
     else:
         out, final_state = _retention_op(*arguments)
     return out, (final_state if output_final_state else None)

@@ -1,8 +1,9 @@
 """The retention's eager call path (attnkit._retention_ops.eager_retention: library plans by call shape, autograd
 without the custom ops' dispatch) against the custom ops: the same bits in value and gradient for every form (chunk
-with per-head gamma, scale and states, recurrent, normalised parallel, an explicit decay matrix, no tokens); a
-repeated call shape reuses its plan, another gamma or shape makes one; a dispatch mode sees the custom ops; on a GPU,
-the same on CUDA tensors and a CUDA-graph capture of forward and backward (skips with the reason without one)."""
+with per-head gamma, scale and states, recurrent, normalised parallel, an explicit decay matrix, no tokens), with or
+without the final state written; a repeated call shape reuses its plan, another gamma or shape makes one; a dispatch
+mode sees the custom ops; on a GPU, the same on CUDA tensors and a CUDA-graph capture of forward and backward (skips
+with the reason without one)."""
 
 import pytest
 import torch
@@ -107,6 +108,20 @@ def test_a_repeated_call_shape_reuses_its_plan_and_another_gamma_makes_one():
     assert len(_retention_ops._forward_plans) == 2
     expected, _ = _retention_ops.retention_forward(q, k, v, None, [0.6, 0.9, 0.99], 1, 64, False, None, None)
     assert torch.equal(out, expected)
+
+
+def test_a_call_without_output_final_state_writes_none_and_gives_the_same_output_and_gradients():
+    _retention_ops.clear_plans()
+    q, k, v, s0 = _chunk_inputs()
+    with_state, state = attnkit.retention(q, k, v, initial_state=s0, output_final_state=True)
+    without_state, none = attnkit.retention(q, k, v, initial_state=s0)
+    assert none is None and state is not None
+    assert torch.equal(with_state, without_state)
+    assert len(_retention_ops._forward_plans) == 2, "a plan with the final state and one without"
+    grads = torch.autograd.grad(without_state.sum(), (q, k, v, s0))
+    expected = torch.autograd.grad(with_state.sum(), (q, k, v, s0))
+    for g, e in zip(grads, expected):
+        assert torch.equal(g, e)
 
 
 def test_a_repeated_backward_shape_reuses_its_plan():

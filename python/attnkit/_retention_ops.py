@@ -5,10 +5,10 @@ run_backward (library plans, attnkit_retention_*_plan, cached by call shape and 
 stream and the stream's kept workspace) and RetentionFunction for autograd, without the custom op's dispatch; under
 torch.compile / export, or with a dispatch mode or tensor subclass active, the custom ops below.
 
-The forward always writes the final state [B, H, Dk, Dv] (float32; float64 for float64 inputs):
-it is cheap next to the output and keeps the op's schema fixed; the functional API returns it
-only when asked. The normalised form (parallel only) has no state and returns an empty one. The backward takes the incoming gradients of the output and of the final state
-(either may be absent) and returns the gradients of q, k, v and of the initial state (an empty
+The custom op's forward always writes the final state [B, H, Dk, Dv] (float32; float64 for float64 inputs), which
+keeps its schema fixed; the eager path writes it only when the call asks for it (output_final_state). The normalised
+and decay-matrix forms have no state and return an empty one. The backward takes the incoming gradients of the output
+and of the final state (either may be absent) and returns the gradients of q, k, v and of the initial state (an empty
 tensor when there was no initial state).
 """
 

@@ -15,6 +15,7 @@ tensor when there was no initial state).
 from __future__ import annotations
 
 import ctypes
+import os
 from typing import List, Optional, Tuple
 
 import torch
@@ -229,6 +230,10 @@ _BACKWARD_TENSORS = 11
 _forward_plans = _plans.PlanCache()
 _backward_plans = _plans.PlanCache()
 _has_plans = None
+# The library reads this variable when it makes a retention plan and keys its plans on its value (a forced kernel
+# shape for benchmarks and tests): so do these caches, so that a process that changes it runs what it asks for.
+_FORCED_CONFIG = "ATTNKIT_RETENTION_CONFIG"
+_environ_get = os.environ.get
 
 
 def _plans_available() -> bool:
@@ -284,7 +289,8 @@ def run_forward(q, k, v, initial_state, gamma, mode, chunk_size, normalize, scal
     gamma = None if gamma is None else tuple(gamma)
     params = (gamma, mode, chunk_size, normalize, scale)
     key = (_plans.tensor_key(q), _plans.tensor_key(k), _plans.tensor_key(v), _plans.tensor_key(initial_state),
-           _plans.tensor_key(decay), params, want_state, torch.are_deterministic_algorithms_enabled())
+           _plans.tensor_key(decay), params, want_state, torch.are_deterministic_algorithms_enabled(),
+           _environ_get(_FORCED_CONFIG))
     entry = _forward_plans.get(key)
     if entry is None:
         _check_ranks(q, k, v)
@@ -320,7 +326,7 @@ def run_backward(grad_out, grad_final_state, q, k, v, initial_state, gamma, mode
     # The gradients are fresh contiguous tensors shaped like their inputs: the inputs' entries key them.
     key = (_plans.tensor_key(q), _plans.tensor_key(k), _plans.tensor_key(v), _plans.tensor_key(grad_out),
            _plans.tensor_key(initial_state), _plans.tensor_key(grad_final_state), _plans.tensor_key(decay), params,
-           torch.are_deterministic_algorithms_enabled())
+           torch.are_deterministic_algorithms_enabled(), _environ_get(_FORCED_CONFIG))
     plan = _backward_plans.get(key)
     if plan is None:
         _check_ranks(q, k, v)

@@ -1,7 +1,7 @@
 """The retention's eager call path (attnkit._retention_ops.eager_retention: library plans by call shape, autograd
 without the custom ops' dispatch) against the custom ops: the same bits in value and gradient for every form (chunk
 with per-head gamma, scale and states, recurrent, normalised parallel, an explicit decay matrix, no tokens), with or
-without the final state written; a repeated call shape reuses its plan, another gamma or shape makes one; a dispatch
+without the final state written; a repeated call shape reuses its plan, another gamma, shape or forced config makes one; a dispatch
 mode sees the custom ops; on a GPU, the same on CUDA tensors and a CUDA-graph capture of forward and backward (skips
 with the reason without one)."""
 
@@ -122,6 +122,21 @@ def test_a_call_without_output_final_state_writes_none_and_gives_the_same_output
     expected = torch.autograd.grad(with_state.sum(), (q, k, v, s0))
     for g, e in zip(grads, expected):
         assert torch.equal(g, e)
+
+
+def test_a_forced_config_set_after_a_plan_was_made_gets_its_own_plan(monkeypatch):
+    # The library keys its retention plans on ATTNKIT_RETENTION_CONFIG (read when a plan is made); so does the
+    # eager path's cache: a benchmark that switches it between candidates in one process runs each.
+    _retention_ops.clear_plans()
+    q, k, v, _ = (t.detach() for t in _chunk_inputs(dtype=torch.float32))
+    expected, _ = attnkit.retention(q, k, v)
+    monkeypatch.setenv("ATTNKIT_RETENTION_CONFIG", "segments=2")  # a CUDA shape: the CPU backend computes alike
+    out, _ = attnkit.retention(q, k, v)
+    assert len(_retention_ops._forward_plans) == 2
+    assert torch.equal(out, expected)
+    monkeypatch.delenv("ATTNKIT_RETENTION_CONFIG")
+    attnkit.retention(q, k, v)
+    assert len(_retention_ops._forward_plans) == 2, "back to the first plan"
 
 
 def test_a_repeated_backward_shape_reuses_its_plan():

@@ -7,24 +7,11 @@ with the reason without one)."""
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import attnkit
 from attnkit import _retention_ops
-from conftest import randn
+from conftest import Forwarding, randn
 from gpu_support import replay_on_fresh_inputs, require_cuda, skip_if_unsupported
-
-
-class _Forwarding(TorchDispatchMode):
-    """Runs every op as it is and records its name: while it is active the functional API takes the custom ops."""
-
-    def __init__(self):
-        super().__init__()
-        self.ops = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops.append(str(func))
-        return func(*args, **(kwargs or {}))
 
 
 def _chunk_inputs(dtype=torch.float64, tokens=37, device="cpu"):
@@ -69,7 +56,7 @@ def test_eager_path_and_custom_ops_give_identical_values_and_gradients(name):
         inputs[3].requires_grad_(False)
     torch.manual_seed(3)
     fast = _value_and_grads(call, inputs)
-    mode = _Forwarding()
+    mode = Forwarding()
     with mode:
         torch.manual_seed(3)
         slow = _value_and_grads(call, inputs)
@@ -88,7 +75,7 @@ def test_a_call_without_tokens_passes_the_state_through_on_both_paths():
     out, state = attnkit.retention(q, k, v, initial_state=s0, output_final_state=True)
     assert out.shape == (2, 0, 3, 6)
     assert torch.equal(state, s0.detach())
-    with _Forwarding():
+    with Forwarding():
         _, slow_state = attnkit.retention(q, k, v, initial_state=s0, output_final_state=True)
     assert torch.equal(slow_state, state)
 
@@ -168,7 +155,7 @@ def test_cuda_eager_path_matches_the_custom_ops_and_replays_in_a_cuda_graph():
     with skip_if_unsupported("chunkwise retention bf16 d64 forward and backward"):
         fast = _value_and_grads(lambda *a: attnkit.retention(*a[:3], initial_state=a[3], output_final_state=True),
                                 [q, k, v, s0])
-    with _Forwarding():
+    with Forwarding():
         slow = _value_and_grads(lambda *a: attnkit.retention(*a[:3], initial_state=a[3], output_final_state=True),
                                 [q, k, v, s0])
     for i, (a, b) in enumerate(zip(fast, slow)):

@@ -205,6 +205,18 @@ RunOptions plan_options(const attnkit_run_options* options, int32_t flags) {
   return run;
 }
 
+// The body of every attnkit_*_plan: `args` (named `args_name` in the message when NULL) converted by `convert` into
+// the problem of a new handle in *plan.
+template <class Problem, class Args, class Convert>
+attnkit_status make_plan(const Args* args, const char* args_name, Convert convert, const attnkit_run_options* options,
+                         int32_t flags, attnkit_plan** plan) {
+  return guarded_call([&] {
+    require_args(args, args_name);
+    require_args(plan, "plan");
+    *plan = new PlanHandle<Problem>(convert(*args), plan_options(options, flags));
+  });
+}
+
 }  // namespace
 }  // namespace attnkit::capi
 
@@ -214,47 +226,31 @@ extern "C" {
 
 attnkit_status attnkit_attention_forward_plan(const attnkit_attention_forward_args* args,
                                               const attnkit_run_options* options, int32_t flags, attnkit_plan** plan) {
-  return guarded_call([&] {
-    require_args(args, "attnkit_attention_forward_args");
-    require_args(plan, "plan");
-    *plan = new PlanHandle<attnkit::AttentionForward>(to_attention_forward(*args), plan_options(options, flags));
-  });
+  return make_plan<attnkit::AttentionForward>(args, "attnkit_attention_forward_args", to_attention_forward, options,
+                                              flags, plan);
 }
 
 attnkit_status attnkit_attention_backward_plan(const attnkit_attention_backward_args* args,
                                                const attnkit_run_options* options, int32_t flags, attnkit_plan** plan) {
-  return guarded_call([&] {
-    require_args(args, "attnkit_attention_backward_args");
-    require_args(plan, "plan");
-    *plan = new PlanHandle<attnkit::AttentionBackward>(to_attention_backward(*args), plan_options(options, flags));
-  });
+  return make_plan<attnkit::AttentionBackward>(args, "attnkit_attention_backward_args", to_attention_backward, options,
+                                               flags, plan);
 }
 
 attnkit_status attnkit_retention_forward_plan(const attnkit_retention_forward_args* args,
                                               const attnkit_run_options* options, int32_t flags, attnkit_plan** plan) {
-  return guarded_call([&] {
-    require_args(args, "attnkit_retention_forward_args");
-    require_args(plan, "plan");
-    *plan = new PlanHandle<attnkit::RetentionForward>(to_retention_forward(*args), plan_options(options, flags));
-  });
+  return make_plan<attnkit::RetentionForward>(args, "attnkit_retention_forward_args", to_retention_forward, options,
+                                              flags, plan);
 }
 
 attnkit_status attnkit_retention_backward_plan(const attnkit_retention_backward_args* args,
                                                const attnkit_run_options* options, int32_t flags, attnkit_plan** plan) {
-  return guarded_call([&] {
-    require_args(args, "attnkit_retention_backward_args");
-    require_args(plan, "plan");
-    *plan = new PlanHandle<attnkit::RetentionBackward>(to_retention_backward(*args), plan_options(options, flags));
-  });
+  return make_plan<attnkit::RetentionBackward>(args, "attnkit_retention_backward_args", to_retention_backward, options,
+                                               flags, plan);
 }
 
 attnkit_status attnkit_gemm_plan(const attnkit_gemm_args* args, const attnkit_run_options* options, int32_t flags,
                                  attnkit_plan** plan) {
-  return guarded_call([&] {
-    require_args(args, "attnkit_gemm_args");
-    require_args(plan, "plan");
-    *plan = new PlanHandle<attnkit::GemmProblem>(to_gemm(*args), plan_options(options, flags));
-  });
+  return make_plan<attnkit::GemmProblem>(args, "attnkit_gemm_args", to_gemm, options, flags, plan);
 }
 
 attnkit_status attnkit_plan_workspace_size(const attnkit_plan* plan, int64_t* bytes) {

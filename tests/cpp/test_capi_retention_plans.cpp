@@ -13,24 +13,16 @@
 #include "attnkit/attnkit.h"
 #include "attnkit/attnkit.hpp"
 #include "capi/c_api_convert.hpp"
+#include "test_capi_plan_support.hpp"
 #include "test_support.hpp"
 
 namespace attnkit {
 namespace {
 
+using test::c_cpu_options;
 using test::HostTensor;
-
-struct PlanDestroyer {
-  void operator()(attnkit_plan* plan) const { attnkit_plan_destroy(plan); }
-};
-using PlanHandle = std::unique_ptr<attnkit_plan, PlanDestroyer>;
-
-attnkit_run_options cpu_options() {
-  attnkit_run_options options;
-  attnkit_run_options_init(&options);
-  options.backend = ATTNKIT_BACKEND_CPU;
-  return options;
-}
+using test::PlanHandle;
+using test::run_plan;
 
 // One retention call's tensors: q, k [B, T, H, Dk], v [B, T, H, Dv], the states [B, H, Dk, Dv] (fp32), and for the
 // backward the incoming gradients and the outputs; random inputs from `seed`.
@@ -119,7 +111,7 @@ std::vector<void*> backward_data(const RetentionTensors& t) {
 
 PlanHandle forward_plan(const RetentionTensors& t, const double* gamma) {
   const attnkit_retention_forward_args args = forward_args(t, gamma);
-  const attnkit_run_options options = cpu_options();
+  const attnkit_run_options options = c_cpu_options();
   attnkit_plan* plan = nullptr;
   EXPECT_EQ(attnkit_retention_forward_plan(&args, &options, 0, &plan), ATTNKIT_OK) << attnkit_last_error();
   return PlanHandle(plan);
@@ -127,14 +119,10 @@ PlanHandle forward_plan(const RetentionTensors& t, const double* gamma) {
 
 PlanHandle backward_plan(const RetentionTensors& t, const double* gamma) {
   const attnkit_retention_backward_args args = backward_args(t, gamma);
-  const attnkit_run_options options = cpu_options();
+  const attnkit_run_options options = c_cpu_options();
   attnkit_plan* plan = nullptr;
   EXPECT_EQ(attnkit_retention_backward_plan(&args, &options, 0, &plan), ATTNKIT_OK) << attnkit_last_error();
   return PlanHandle(plan);
-}
-
-attnkit_status run_plan(const PlanHandle& plan, const std::vector<void*>& data) {
-  return attnkit_plan_run(plan.get(), data.data(), static_cast<int32_t>(data.size()), nullptr, nullptr, 0);
 }
 
 bool same_alignment(const HostTensor& a, const HostTensor& b) {
@@ -173,7 +161,7 @@ TEST(CApiRetentionPlan, AForwardPlanRunOnNewTensorsGivesTheOperationsOutputAndSt
   test::poison_nan(b.out.view);
   test::poison_nan(b.final_state.view);
   const attnkit_retention_forward_args args = forward_args(b, gamma);
-  const attnkit_run_options options = cpu_options();
+  const attnkit_run_options options = c_cpu_options();
   ASSERT_EQ(attnkit_retention_forward(&args, &options), ATTNKIT_OK) << attnkit_last_error();
   EXPECT_EQ(out, test::to_doubles(b.out.view));
   EXPECT_EQ(state, test::to_doubles(b.final_state.view));
@@ -193,7 +181,7 @@ TEST(CApiRetentionPlan, ABackwardPlanRunOnNewTensorsGivesTheOperationsGradients)
     test::poison_nan(grad->view);
   }
   const attnkit_retention_backward_args args = backward_args(b, gamma);
-  const attnkit_run_options options = cpu_options();
+  const attnkit_run_options options = c_cpu_options();
   ASSERT_EQ(attnkit_retention_backward(&args, &options), ATTNKIT_OK) << attnkit_last_error();
   EXPECT_EQ(grads[0], test::to_doubles(b.grad_q.view));
   EXPECT_EQ(grads[1], test::to_doubles(b.grad_k.view));
@@ -207,7 +195,7 @@ TEST(CApiRetentionPlan, ThePlanKeepsItsOwnGamma) {
   const PlanHandle plan = forward_plan(t, gamma);
   ASSERT_NE(plan, nullptr);
   const attnkit_retention_forward_args args = forward_args(t, gamma);
-  const attnkit_run_options options = cpu_options();
+  const attnkit_run_options options = c_cpu_options();
   ASSERT_EQ(attnkit_retention_forward(&args, &options), ATTNKIT_OK) << attnkit_last_error();
   const std::vector<double> expected = test::to_doubles(t.out.view);
   gamma[0] = gamma[1] = gamma[2] = 0.1;  // the caller's array changes after the plan was made
@@ -245,7 +233,7 @@ TEST(CApiRetentionPlan, AnInvalidCallShapeReturnsTheOperationsStatusAndMessage) 
   attnkit_retention_forward_args args = forward_args(t, nullptr);
   args.gamma_count = 0;
   args.chunk_size = 0;
-  const attnkit_run_options options = cpu_options();
+  const attnkit_run_options options = c_cpu_options();
   attnkit_plan* plan = nullptr;
   const attnkit_status call = attnkit_retention_forward(&args, &options);
   const std::string call_message = attnkit_last_error();

@@ -41,8 +41,9 @@ attnkit's relative L2 distance to fla's output (a sanity check, not a test).
 
 --configs times attnkit once per configuration in the same process (fla once per row, its autotune paid once):
 each attnkit candidate is named "attnkit" (empty configuration) or "attnkit:<config>", and gets its own ratios.
-ATTNKIT_RETENTION_CONFIG is set before each candidate's calls; attnkit's plans are keyed by its value
-(src/core/retention_plan.cpp), so every configuration runs the plan made under it.
+ATTNKIT_RETENTION_CONFIG is set before each candidate's calls; attnkit's plans are keyed by its value (the library's,
+src/core/retention_plan.cpp, and the Python eager path's, attnkit/_retention_ops.py), so every configuration runs the
+plan made under it.
 """
 
 from __future__ import annotations

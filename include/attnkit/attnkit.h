@@ -270,6 +270,14 @@ ATTNKIT_C_API attnkit_status attnkit_attention_forward_plan(const attnkit_attent
 ATTNKIT_C_API attnkit_status attnkit_attention_backward_plan(const attnkit_attention_backward_args* args,
                                                              const attnkit_run_options* options, int32_t flags,
                                                              attnkit_plan** plan);
+/* Retention plans; gamma, the mode, chunk size, scale and normalize are the plan's (the args' gamma array is copied).
+ */
+ATTNKIT_C_API attnkit_status attnkit_retention_forward_plan(const attnkit_retention_forward_args* args,
+                                                            const attnkit_run_options* options, int32_t flags,
+                                                            attnkit_plan** plan);
+ATTNKIT_C_API attnkit_status attnkit_retention_backward_plan(const attnkit_retention_backward_args* args,
+                                                             const attnkit_run_options* options, int32_t flags,
+                                                             attnkit_plan** plan);
 /* A gemm plan; alpha and beta are the plan's (they are run-time values of its kernel, not part of its choice). */
 ATTNKIT_C_API attnkit_status attnkit_gemm_plan(const attnkit_gemm_args* args, const attnkit_run_options* options,
                                                int32_t flags, attnkit_plan** plan);
@@ -278,7 +286,9 @@ ATTNKIT_C_API attnkit_status attnkit_plan_workspace_size(const attnkit_plan* pla
 /* Runs the plan on new tensors of its call shape: data[i] is the data pointer of the i-th tensor field
  * of the args struct, in declaration order (attention forward: q, k, v, out, lse, mask.block_mask,
  * mask.element_mask, mask.rpb: 8 pointers; attention backward: q, k, v, out, lse, grad_out, grad_q, grad_k,
- * grad_v, mask.block_mask, mask.element_mask, mask.rpb, grad_rpb: 13; gemm: a, b, c: 3). A tensor absent from
+ * grad_v, mask.block_mask, mask.element_mask, mask.rpb, grad_rpb: 13; retention forward: q, k, v, out,
+ * initial_state, final_state, decay: 7; retention backward: q, k, v, grad_out, initial_state, grad_final_state,
+ * grad_q, grad_k, grad_v, grad_initial_state, decay: 11; gemm: a, b, c: 3). A tensor absent from
  * the plan's args stays NULL; a present one needs the alignment (address mod 16) it had there. A tensor with no
  * elements in the plan's args may be NULL in every run (NULL counts as address mod 16 = 0). workspace: as in
  * attnkit_run_options. */

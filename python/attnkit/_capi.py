@@ -368,6 +368,14 @@ _OPTIONAL_PROTOTYPES = {
         _status,
         [ctypes.POINTER(GemmArgs), ctypes.POINTER(RunOptions), _i32, ctypes.POINTER(_ptr)],
     ),
+    "attnkit_retention_forward_plan": (
+        _status,
+        [ctypes.POINTER(RetentionForwardArgs), ctypes.POINTER(RunOptions), _i32, ctypes.POINTER(_ptr)],
+    ),
+    "attnkit_retention_backward_plan": (
+        _status,
+        [ctypes.POINTER(RetentionBackwardArgs), ctypes.POINTER(RunOptions), _i32, ctypes.POINTER(_ptr)],
+    ),
     "attnkit_tuner_get_settings": (_status, [ctypes.POINTER(TunerSettings)]),
     "attnkit_tuner_configure": (_status, [ctypes.POINTER(TunerSettings)]),
     "attnkit_bytes_append": (None, [BytesHandle, ctypes.c_char_p, _i64]),

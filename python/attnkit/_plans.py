@@ -69,6 +69,11 @@ class PlanCache(dict):
         self[key] = plan
 
 
+def pointer(t) -> int:
+    """t's data pointer for run(); 0 (NULL) for an absent tensor."""
+    return 0 if t is None else t.data_ptr()
+
+
 def tensor_key(t):
     """What the library's plan key takes from a tensor (None for an absent one)."""
     if t is None:

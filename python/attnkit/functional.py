@@ -23,6 +23,7 @@ from . import _mask_spec
 from ._attention_ops import attention_forward as _attention_op
 from . import _gemm_ops
 from ._gemm_ops import gemm as _gemm_op
+from . import _retention_ops
 from ._retention_ops import retention_forward as _retention_op
 
 __all__ = ["attention", "na1d", "na2d", "na3d", "sparse_attention", "retention", "gemm", "merge_attentions"]
@@ -483,8 +484,13 @@ def retention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
                          "gamma and has no recurrent state; allowed: decay alone, or gamma with states")
     heads = q.shape[2] if q.dim() == 4 else 0
     gammas = None if decay is not None else _gamma_list(gamma, heads)
-    out, final_state = _retention_op(q, k, v, initial_state, gammas, _RETENTION_MODES[mode], chunk_size,
-                                     bool(normalize), _check_scale(scale), decay)
+    arguments = (q, k, v, initial_state, gammas, _RETENTION_MODES[mode], chunk_size, bool(normalize),
+                 _check_scale(scale), decay)
+    plain = all(t is None or type(t) in _PLAIN_TENSORS for t in (q, k, v, initial_state, decay))
+    if plain and _eager_call_allowed():
+        out, final_state = _retention_ops.eager_retention(*arguments, bool(output_final_state))
+    else:
+        out, final_state = _retention_op(*arguments)
     return out, (final_state if output_final_state else None)
 
 

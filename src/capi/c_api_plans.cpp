@@ -1,7 +1,7 @@
-// The C ABI's plans (attnkit_attention_*_plan, attnkit_gemm_plan, attnkit_plan_run): a handle owns the
-// call shape it was made from (the problem with its views) and the cached plan of that shape (core/attention_plan.hpp).
-// A run copies the shape, puts the caller's data pointers into its tensor fields (checking presence and
-// alignment against the shape, the only things a pointer can change about a plan; a field with no elements
+// The C ABI's plans (attnkit_attention_*_plan, attnkit_retention_*_plan, attnkit_gemm_plan, attnkit_plan_run): a handle
+// owns the call shape it was made from (the problem with its views) and the cached plan of that shape
+// (core/attention_plan.hpp). A run copies the shape, puts the caller's data pointers into its tensor fields (checking
+// presence and alignment against the shape, the only things a pointer can change about a plan; a field with no elements
 // is present whatever its pointer, NULL included) and runs the plan;
 // when the tuner's settings have changed since (plan generation), or the plan was made for one call only
 // (a default taken during CUDA-graph capture while tuning is on), it first takes the current plan.
@@ -18,6 +18,7 @@
 #include "capi/c_api_errors.hpp"
 #include "core/attention_plan.hpp"
 #include "core/gemm_plan.hpp"
+#include "core/retention_plan.hpp"
 #include "core/zero_size.hpp"
 
 struct attnkit_plan {
@@ -78,6 +79,31 @@ struct PlanTraits<AttentionBackward> {
   }
   static std::shared_ptr<const OpPlan<AttentionBackward>> plan(const AttentionBackward& p, const RunOptions& o) {
     return detail::attention_backward_plan(p, o);
+  }
+};
+
+template <>
+struct PlanTraits<RetentionForward> {
+  static constexpr const char* kNames[] = {"q", "k", "v", "out", "initial_state", "final_state", "decay"};
+  static std::array<TensorView*, 7> fields(RetentionForward& p) {
+    return {&p.q, &p.k, &p.v, &p.out, &p.initial_state, &p.final_state, &p.decay};
+  }
+  static std::shared_ptr<const OpPlan<RetentionForward>> plan(const RetentionForward& p, const RunOptions& o) {
+    return detail::retention_forward_plan(p, o);
+  }
+};
+
+template <>
+struct PlanTraits<RetentionBackward> {
+  static constexpr const char* kNames[] = {
+      "q",      "k",      "v",      "grad_out",           "initial_state", "grad_final_state",
+      "grad_q", "grad_k", "grad_v", "grad_initial_state", "decay"};
+  static std::array<TensorView*, 11> fields(RetentionBackward& p) {
+    return {&p.q,      &p.k,      &p.v,      &p.grad_out,           &p.initial_state, &p.grad_final_state,
+            &p.grad_q, &p.grad_k, &p.grad_v, &p.grad_initial_state, &p.decay};
+  }
+  static std::shared_ptr<const OpPlan<RetentionBackward>> plan(const RetentionBackward& p, const RunOptions& o) {
+    return detail::retention_backward_plan(p, o);
   }
 };
 
@@ -179,6 +205,18 @@ RunOptions plan_options(const attnkit_run_options* options, int32_t flags) {
   return run;
 }
 
+// The body of every attnkit_*_plan: `args` (named `args_name` in the message when NULL) converted by `convert` into
+// the problem of a new handle in *plan.
+template <class Problem, class Args, class Convert>
+attnkit_status make_plan(const Args* args, const char* args_name, Convert convert, const attnkit_run_options* options,
+                         int32_t flags, attnkit_plan** plan) {
+  return guarded_call([&] {
+    require_args(args, args_name);
+    require_args(plan, "plan");
+    *plan = new PlanHandle<Problem>(convert(*args), plan_options(options, flags));
+  });
+}
+
 }  // namespace
 }  // namespace attnkit::capi
 
@@ -188,29 +226,31 @@ extern "C" {
 
 attnkit_status attnkit_attention_forward_plan(const attnkit_attention_forward_args* args,
                                               const attnkit_run_options* options, int32_t flags, attnkit_plan** plan) {
-  return guarded_call([&] {
-    require_args(args, "attnkit_attention_forward_args");
-    require_args(plan, "plan");
-    *plan = new PlanHandle<attnkit::AttentionForward>(to_attention_forward(*args), plan_options(options, flags));
-  });
+  return make_plan<attnkit::AttentionForward>(args, "attnkit_attention_forward_args", to_attention_forward, options,
+                                              flags, plan);
 }
 
 attnkit_status attnkit_attention_backward_plan(const attnkit_attention_backward_args* args,
                                                const attnkit_run_options* options, int32_t flags, attnkit_plan** plan) {
-  return guarded_call([&] {
-    require_args(args, "attnkit_attention_backward_args");
-    require_args(plan, "plan");
-    *plan = new PlanHandle<attnkit::AttentionBackward>(to_attention_backward(*args), plan_options(options, flags));
-  });
+  return make_plan<attnkit::AttentionBackward>(args, "attnkit_attention_backward_args", to_attention_backward, options,
+                                               flags, plan);
+}
+
+attnkit_status attnkit_retention_forward_plan(const attnkit_retention_forward_args* args,
+                                              const attnkit_run_options* options, int32_t flags, attnkit_plan** plan) {
+  return make_plan<attnkit::RetentionForward>(args, "attnkit_retention_forward_args", to_retention_forward, options,
+                                              flags, plan);
+}
+
+attnkit_status attnkit_retention_backward_plan(const attnkit_retention_backward_args* args,
+                                               const attnkit_run_options* options, int32_t flags, attnkit_plan** plan) {
+  return make_plan<attnkit::RetentionBackward>(args, "attnkit_retention_backward_args", to_retention_backward, options,
+                                               flags, plan);
 }
 
 attnkit_status attnkit_gemm_plan(const attnkit_gemm_args* args, const attnkit_run_options* options, int32_t flags,
                                  attnkit_plan** plan) {
-  return guarded_call([&] {
-    require_args(args, "attnkit_gemm_args");
-    require_args(plan, "plan");
-    *plan = new PlanHandle<attnkit::GemmProblem>(to_gemm(*args), plan_options(options, flags));
-  });
+  return make_plan<attnkit::GemmProblem>(args, "attnkit_gemm_args", to_gemm, options, flags, plan);
 }
 
 attnkit_status attnkit_plan_workspace_size(const attnkit_plan* plan, int64_t* bytes) {

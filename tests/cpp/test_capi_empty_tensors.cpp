@@ -18,6 +18,7 @@
 #include "attnkit/attnkit.h"
 #include "attnkit/attnkit.hpp"
 #include "capi/c_api_convert.hpp"
+#include "test_capi_plan_support.hpp"
 #include "test_support.hpp"
 
 namespace attnkit::test {
@@ -130,10 +131,7 @@ struct AttentionCall {
   }
 };
 
-struct PlanDestroyer {
-  void operator()(attnkit_plan* plan) const { attnkit_plan_destroy(plan); }
-};
-using Plan = std::unique_ptr<attnkit_plan, PlanDestroyer>;
+using Plan = PlanHandle;
 
 Plan forward_plan(const attnkit_attention_forward_args& args) {
   attnkit_plan* plan = nullptr;

@@ -801,6 +801,22 @@ constexpr const char* kWgmmaFamily = "wgmma_chunk64";
 constexpr const char* kWgmmaWide = "wgmma_chunk64_dk128_dv128";
 // Every wgmma test forces decode=0 too, so that sequences of at most 16 tokens run the chunk kernel as well.
 constexpr const char* kForcedWgmma = "wgmma=1,decode=0";
+constexpr const char* kForcedWgmmaSegments = "wgmma=1,decode=0,segments=5";
+
+// The forced-segments case: B2 H2 T611 (10 chunks: five segments of two, the last chunk of 35 tokens), per-head gamma,
+// both states.
+Case segments_case(int64_t dk, int64_t dv) {
+  Case c;
+  c.batch = 2;
+  c.heads = 2;
+  c.tokens = 611;
+  c.dk = dk;
+  c.dv = dv;
+  c.gamma = {0.97, 0.999};
+  c.initial_state = true;
+  c.final_state = true;
+  return c;
+}
 
 TEST_F(CudaRetention, WgmmaChunkForwardMatchesCpuForOddLengthsAndBothDtypes) {
   if (const std::string why = wgmma_chunk_unavailable(); !why.empty()) GTEST_SKIP() << why;
@@ -908,18 +924,9 @@ TEST_F(CudaRetention, WgmmaChunkForwardReadsPackedPaddedAndMisalignedViews) {
 TEST_F(CudaRetention, WgmmaChunkForwardMatchesCpuWithSegments) {
   if (const std::string why = wgmma_chunk_unavailable(); !why.empty()) GTEST_SKIP() << why;
   {
-    const ScopedRetentionConfig forced("wgmma=1,decode=0,segments=5");
+    const ScopedRetentionConfig forced(kForcedWgmmaSegments);
     for (const auto& [dk, dv] : std::vector<std::pair<int64_t, int64_t> >{{64, 64}, {64, 128}, {128, 64}}) {
-      Case c;
-      c.batch = 2;
-      c.heads = 2;
-      c.tokens = 611;
-      c.dk = dk;
-      c.dv = dv;
-      c.gamma = {0.97, 0.999};
-      c.initial_state = true;
-      c.final_state = true;
-      expect_forward_matches_cpu(c, kWgmmaFamily);
+      expect_forward_matches_cpu(segments_case(dk, dv), kWgmmaFamily);
     }
   }
   const ScopedRetentionConfig forced(kForcedWgmma);
@@ -980,19 +987,8 @@ TEST_F(CudaRetention, WgmmaWideChunkForwardReadsMisalignedViewsAndRunsSegments) 
       expect_forward_matches_cpu(c, kWgmmaWide);
     }
   }
-  const ScopedRetentionConfig forced("wgmma=1,decode=0,segments=5");
-  for (const int64_t dv : {128, 256}) {
-    Case c;
-    c.batch = 2;
-    c.heads = 2;
-    c.tokens = 611;
-    c.dk = 128;
-    c.dv = dv;
-    c.gamma = {0.97, 0.999};
-    c.initial_state = true;
-    c.final_state = true;
-    expect_forward_matches_cpu(c, kWgmmaWide);
-  }
+  const ScopedRetentionConfig forced(kForcedWgmmaSegments);
+  for (const int64_t dv : {128, 256}) expect_forward_matches_cpu(segments_case(128, dv), kWgmmaWide);
 }
 
 // block=64 keeps the value block 64 instance at Dk 128 and Dv 128 (the cases the wide instance takes otherwise).

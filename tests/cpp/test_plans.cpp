@@ -23,6 +23,7 @@
 #include "capi/c_api_convert.hpp"
 #include "core/attention_plan.hpp"
 #include "core/plan_key.hpp"
+#include "test_capi_plan_support.hpp"
 #include "test_cpu_attention_problem.hpp"
 #include "test_support.hpp"
 #include "test_tune_support.hpp"
@@ -33,7 +34,10 @@ namespace {
 
 using test::AttentionCase;
 using test::AttentionTensors;
+using test::c_cpu_options;
 using test::HostTensor;
+using test::PlanHandle;
+using test::run_plan;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 using tune::testing::TempDir;
@@ -780,18 +784,6 @@ std::vector<void*> backward_data(const AttentionBackward& p) {
           p.grad_rpb.data};
 }
 
-attnkit_run_options c_cpu_options() {
-  attnkit_run_options options;
-  attnkit_run_options_init(&options);
-  options.backend = ATTNKIT_BACKEND_CPU;
-  return options;
-}
-
-struct PlanDestroyer {
-  void operator()(attnkit_plan* plan) const { attnkit_plan_destroy(plan); }
-};
-using PlanHandle = std::unique_ptr<attnkit_plan, PlanDestroyer>;
-
 PlanHandle forward_plan(const AttentionForward& p, int32_t flags = 0) {
   const attnkit_attention_forward_args args = c_forward_args(p);
   const attnkit_run_options options = c_cpu_options();
@@ -808,10 +800,6 @@ PlanHandle backward_plan(const AttentionBackward& p, int32_t flags = 0) {
   const attnkit_status status = attnkit_attention_backward_plan(&args, &options, flags, &plan);
   EXPECT_EQ(status, ATTNKIT_OK) << attnkit_last_error();
   return PlanHandle(plan);
-}
-
-attnkit_status run_plan(const PlanHandle& plan, const std::vector<void*>& data) {
-  return attnkit_plan_run(plan.get(), data.data(), static_cast<int32_t>(data.size()), nullptr, nullptr, 0);
 }
 
 using CApiPlan = PlanTest;

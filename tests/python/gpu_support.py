@@ -37,3 +37,28 @@ def poison_allocator(shape, dtype, device="cuda"):
     of that size most likely reuses it: an op that fails to write every element then shows NaN."""
     block = torch.full(shape, float("nan"), dtype=dtype, device=device)
     del block
+
+
+def replay_on_fresh_inputs(step, static):
+    """Captures step() (a forward and backward on the leaf tensors `static`, after one warm-up on a side stream so that
+    plans and tuning happen outside the capture) in a CUDA graph, copies fresh random values into `static` and replays
+    it. Returns (the captured step's output, the fresh values)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for t in static:
+            t.grad = None
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    for t in static:
+        t.grad = None
+    with torch.cuda.graph(graph):
+        static_out = step()
+    fresh = [torch.randn_like(t) for t in static]
+    with torch.no_grad():
+        for buffer, value in zip(static, fresh):
+            buffer.copy_(value)
+    graph.replay()
+    torch.cuda.synchronize()
+    return static_out, fresh

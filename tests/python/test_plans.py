@@ -7,26 +7,12 @@ a GPU (skips with the reason without one)."""
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import attnkit
 import reference
 from attnkit import _attention_ops, _mask_spec, _plans, functional, tuner
-from conftest import randn
-from gpu_support import require_cuda, skip_if_unsupported
-
-
-class _Forwarding(TorchDispatchMode):
-    """A dispatch mode that runs every op as it is and records its name: while it is active the
-    functional API must take the custom ops (the slow path)."""
-
-    def __init__(self):
-        super().__init__()
-        self.ops = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops.append(str(func))
-        return func(*args, **(kwargs or {}))
+from conftest import Forwarding, randn
+from gpu_support import replay_on_fresh_inputs, require_cuda, skip_if_unsupported
 
 
 # Calls of the functional API, each returning (out, lse), on inputs made by _inputs.
@@ -69,7 +55,7 @@ def test_eager_fast_path_and_custom_op_path_give_identical_values_and_gradients(
         out, lse = _CALLS[name](*inputs)
     grad_out, grad_lse = torch.randn_like(out), torch.randn_like(lse)
     fast = _value_and_grads(_CALLS[name], inputs, grad_out, grad_lse)
-    mode = _Forwarding()
+    mode = Forwarding()
     with mode:
         assert not functional._eager_fast_path(*inputs)
         slow = _value_and_grads(_CALLS[name], inputs, grad_out, grad_lse)
@@ -102,7 +88,7 @@ def test_the_custom_op_path_reuses_the_fast_paths_plan():
     q, k, v = (randn(1, 19, 3, 8) for _ in range(3))
     attnkit.attention(q, k, v, is_causal=True, return_lse=True)
     plans = len(_attention_ops._forward_plans)
-    with _Forwarding():
+    with Forwarding():
         attnkit.attention(q, k, v, is_causal=True, return_lse=True)
     assert len(_attention_ops._forward_plans) == plans
 
@@ -227,7 +213,7 @@ def test_merge_gradients_through_the_lse_equal_full_attention_gradients(path):
     q, k, v = (randn(1, 7, 2, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
     grad_out, grad_lse = torch.randn(1, 7, 2, 4, dtype=torch.float64), torch.randn(1, 7, 2, dtype=torch.float64)
     cuts = [(0, 2), (2, 5), (5, 7)]
-    mode = _Forwarding() if path == "custom_op" else None
+    mode = Forwarding() if path == "custom_op" else None
     if mode is not None:
         mode.__enter__()
     try:
@@ -323,24 +309,7 @@ def test_cuda_graph_capture_and_replay_of_forward_and_backward():
 
     with skip_if_unsupported("causal forward and backward bf16 d64"):
         step()  # plans (and any tuning) outside capture
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for t in static:
-            t.grad = None
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    for t in static:
-        t.grad = None
-    with torch.cuda.graph(graph):
-        static_out = step()
-    fresh = [torch.randn_like(t) for t in static]
-    with torch.no_grad():
-        for buffer, value in zip(static, fresh):
-            buffer.copy_(value)
-    graph.replay()
-    torch.cuda.synchronize()
+    static_out, fresh = replay_on_fresh_inputs(step, static)
     eager = [t.detach().clone().requires_grad_() for t in fresh]
     expected = attnkit.attention(*eager, is_causal=True)
     expected.backward(grad)

@@ -136,15 +136,15 @@ __global__ void __launch_bounds__(kThreads, kRows <= 16 ? kNarrowCtasPerSm : 1)
   constexpr int kAPerThread = kChunk * kRows / kThreads;
   constexpr bool kAHeld = kRows == 4;
   T a_next[kAHeld ? kAPerThread : 1];
-  auto load_a = [&](int64_t chunk, int i) -> T {
-    const int e = static_cast<int>(threadIdx.x) + i * kThreads;
+  // Element e of A's chunk starting at K index `chunk` (row e % kRows, K offset e / kRows): zero above M and past K.
+  auto load_a = [&](int64_t chunk, int e) -> T {
     const int r = e % kRows, kk = e / kRows;
     const int64_t kg = chunk + kk;
     return r < rows && kg < k_end ? a_rows[r * p.a_row + kg * p.a_col] : from_float<T>(0.0f);
   };
   if constexpr (kAHeld) {
 #pragma unroll
-    for (int i = 0; i < kAPerThread; ++i) a_next[i] = load_a(k_begin, i);
+    for (int i = 0; i < kAPerThread; ++i) a_next[i] = load_a(k_begin, static_cast<int>(threadIdx.x) + i * kThreads);
   }
 
   for (int64_t chunk = k_begin; chunk < k_end; chunk += kChunk) {
@@ -157,16 +157,16 @@ __global__ void __launch_bounds__(kThreads, kRows <= 16 ? kNarrowCtasPerSm : 1)
       }
     } else {
       for (int e = static_cast<int>(threadIdx.x); e < kChunk * kRows; e += kThreads) {
-        const int r = e % kRows, kk = e / kRows;
-        const int64_t kg = chunk + kk;
-        sa[kk][r] = r < rows && kg < k_end ? to_float(a_rows[r * p.a_row + kg * p.a_col]) : 0.0f;
+        sa[e / kRows][e % kRows] = to_float(load_a(chunk, e));
       }
     }
     __syncthreads();
     if constexpr (kAHeld) {
       if (chunk + kChunk < k_end) {
 #pragma unroll
-        for (int i = 0; i < kAPerThread; ++i) a_next[i] = load_a(chunk + kChunk, i);
+        for (int i = 0; i < kAPerThread; ++i) {
+          a_next[i] = load_a(chunk + kChunk, static_cast<int>(threadIdx.x) + i * kThreads);
+        }
       }
     }
 #pragma unroll 1
@@ -410,15 +410,15 @@ class NarrowRunner final : public GemmRunner {
       narrow_gemm_kernel<__nv_bfloat16, kNarrow16MaxRows><<<grid, kThreads, 0, stream>>>(p);
     } else if (s.dtype == DType::f16) {
       narrow_gemm_kernel<__half, kNarrow16MaxRows><<<grid, kThreads, 0, stream>>>(p);
-    } else if (s.b_k_major()) {
-      if (s.m <= 4) {
+    } else if (s.b_k_major()) {  // the instance of rows_per_block, which p.passes counts in
+      if (rows_per_block(s) == 4) {
         launch_k_major<4>(grid, p, stream);
       } else {
         launch_k_major<16>(grid, p, stream);
       }
-    } else if (s.m <= 4) {
+    } else if (rows_per_block(s) == 4) {
       narrow_gemm_kernel<float, 4><<<grid, kThreads, 0, stream>>>(p);
-    } else if (s.m <= 16) {
+    } else if (rows_per_block(s) == 16) {
       narrow_gemm_kernel<float, 16><<<grid, kThreads, 0, stream>>>(p);
     } else {
       narrow_gemm_kernel<float, kNarrowMaxRows><<<grid, kThreads, 0, stream>>>(p);

@@ -255,12 +255,28 @@ class ScopedRetentionConfig {
   ScopedRetentionConfig& operator=(const ScopedRetentionConfig&) = delete;
 };
 
+// Why the wgmma chunk kernel cannot run here, or empty when it can (a compute capability 9.0 device and a build with
+// the sm_90a target).
+std::string wgmma_chunk_unavailable() {
+  int major = 0, minor = 0;
+  expect_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), "cudaDeviceGetAttribute");
+  expect_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0), "cudaDeviceGetAttribute");
+  if (major != 9 || minor != 0) {
+    return "the wgmma chunk kernel needs a compute capability 9.0 device; device 0 is " + std::to_string(major) + "." +
+           std::to_string(minor);
+  }
+  if (cuda::retention::find_wgmma_chunk_kernel(DType::bf16, 64, 64) == nullptr) {
+    return "this build has no wgmma chunk kernel (ATTNKIT_CUDA_ARCHS without 90a)";
+  }
+  return "";
+}
+
 // The forward tests that the Wgmma* tests below repeat run on the mma.sync chunk kernel (the default's on devices
-// other than 9.0); on a 9.0 device the other forward tests run the default, the wgmma kernel.
-constexpr const char* kMmaSyncForward = "wgmma=0";
+// other than 9.0); on a 9.0 device the other forward and backward tests run the default, the wgmma kernel.
+constexpr const char* kMmaSyncKernel = "wgmma=0";
 
 TEST_F(CudaRetention, ForwardMatchesCpuForLengthsThatAreNoMultipleOfTheChunk) {
-  const ScopedRetentionConfig mma_sync(kMmaSyncForward);
+  const ScopedRetentionConfig mma_sync(kMmaSyncKernel);
   for (const int64_t tokens : {1, 63, 64, 65, 200, 1000}) {
     for (const DType dtype : {DType::bf16, DType::f16}) {
       Case c;
@@ -273,7 +289,7 @@ TEST_F(CudaRetention, ForwardMatchesCpuForLengthsThatAreNoMultipleOfTheChunk) {
 }
 
 TEST_F(CudaRetention, ForwardMatchesCpuForEachHeadDimAndValueDim) {
-  const ScopedRetentionConfig mma_sync(kMmaSyncForward);
+  const ScopedRetentionConfig mma_sync(kMmaSyncKernel);
   for (const auto& [dk, dv] : std::vector<std::pair<int64_t, int64_t> >{
            {64, 64}, {128, 128}, {128, 64}, {64, 128}, {64, 32}, {128, 96}, {64, 256}}) {
     Case c;
@@ -286,7 +302,7 @@ TEST_F(CudaRetention, ForwardMatchesCpuForEachHeadDimAndValueDim) {
 }
 
 TEST_F(CudaRetention, ForwardCarriesInitialStateAndWritesFinalState) {
-  const ScopedRetentionConfig mma_sync(kMmaSyncForward);
+  const ScopedRetentionConfig mma_sync(kMmaSyncKernel);
   for (const DType dtype : {DType::bf16, DType::f16}) {
     for (const int64_t tokens : {1, 65, 300}) {
       Case c;
@@ -310,7 +326,7 @@ TEST_F(CudaRetention, ForwardWithoutTokensWritesTheInitialStateAsFinalState) {
 }
 
 TEST_F(CudaRetention, ForwardUsesPerHeadGammaAndCustomScale) {
-  const ScopedRetentionConfig mma_sync(kMmaSyncForward);
+  const ScopedRetentionConfig mma_sync(kMmaSyncKernel);
   Case c;
   c.heads = 4;
   c.tokens = 257;
@@ -331,7 +347,7 @@ TEST_F(CudaRetention, ForwardDefaultGammaBeyondThePerHeadParamsIsComputedOnTheDe
 }
 
 TEST_F(CudaRetention, ForwardReadsPackedPaddedAndMisalignedViews) {
-  const ScopedRetentionConfig mma_sync(kMmaSyncForward);
+  const ScopedRetentionConfig mma_sync(kMmaSyncKernel);
   for (const Layout layout : {Layout::packed, Layout::padded, Layout::misaligned}) {
     for (const DType dtype : {DType::bf16, DType::f16}) {
       Case c;
@@ -477,7 +493,9 @@ struct BackwardCase {
   bool grad_initial_state = false;
 };
 
-void expect_backward_matches_cpu(const BackwardCase& bc) {
+// With `wgmma_jobs` >= 0, the plan must run that many of its two named job kernels (dQ/dK's and dV's) on the wgmma
+// kernel.
+void expect_backward_matches_cpu(const BackwardCase& bc, int wgmma_jobs = -1) {
   const Case& c = bc.shape;
   SCOPED_TRACE(describe(c) + (bc.grad_final_state ? " +dS1" : "") + (bc.grad_initial_state ? " +dS0" : ""));
   const std::vector<int64_t> pad = padding_for(c.layout);
@@ -503,6 +521,14 @@ void expect_backward_matches_cpu(const BackwardCase& bc) {
   p.mode = c.mode;
   p.chunk_size = c.chunk_size;
   p.normalize = c.normalize;
+  if (wgmma_jobs >= 0) {
+    const std::string name = detail::retention_backward_plan(p, on_cuda())->config().name;
+    int found = 0;
+    for (size_t at = name.find("wgmma_chunk64"); at != std::string::npos; at = name.find("wgmma_chunk64", at + 1)) {
+      ++found;
+    }
+    EXPECT_EQ(found, wgmma_jobs) << name;
+  }
   retention_backward(p, on_cuda());
   expect_cuda(cudaDeviceSynchronize(), "retention_backward");
   for (TestTensor* t : {&dq, &dk, &dv, &ds0}) t->download();
@@ -556,7 +582,7 @@ TEST_F(CudaRetention, BackwardMatchesCpuForEachHeadDimPair) {
     bc.shape.initial_state = true;
     bc.grad_final_state = true;
     bc.grad_initial_state = true;
-    expect_backward_matches_cpu(bc);
+    expect_backward_matches_cpu(bc, wgmma_chunk_unavailable().empty() ? 2 : 0);  // the default's kernel
   }
 }
 
@@ -770,22 +796,6 @@ TEST_F(CudaRetention, AnUnknownForcedConfigIsRefusedNamingTheAllowedItems) {
 
 // ---- the Hopper wgmma chunk kernel (the default on 9.0; retention_wgmma_chunk_kernel.cuh) ----------------------
 
-// Why the wgmma chunk kernel cannot run here, or empty when it can (a compute capability 9.0 device and a build with
-// the sm_90a target).
-std::string wgmma_chunk_unavailable() {
-  int major = 0, minor = 0;
-  expect_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), "cudaDeviceGetAttribute");
-  expect_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0), "cudaDeviceGetAttribute");
-  if (major != 9 || minor != 0) {
-    return "the wgmma chunk kernel needs a compute capability 9.0 device; device 0 is " + std::to_string(major) + "." +
-           std::to_string(minor);
-  }
-  if (cuda::retention::find_wgmma_chunk_kernel(DType::bf16, 64, 64) == nullptr) {
-    return "this build has no wgmma chunk kernel (ATTNKIT_CUDA_ARCHS without 90a)";
-  }
-  return "";
-}
-
 constexpr const char* kWgmmaFamily = "wgmma_chunk64";
 // The instance whose CTAs own 128 value columns (Dk 128, Dv a multiple of 128, no forced block=).
 constexpr const char* kWgmmaWide = "wgmma_chunk64_dk128_dv128";
@@ -993,6 +1003,81 @@ TEST_F(CudaRetention, WgmmaChunkForwardKeepsValueBlock64WhenForced) {
     c.initial_state = true;
     c.final_state = true;
     expect_forward_matches_cpu(c, "wgmma_chunk64_dk128_dv64");
+  }
+}
+
+// The backward's three jobs (time-reversed and operand-swapped forwards) on the wgmma kernel, joint and in turn: odd
+// lengths, both dtypes, each head-dim pair (dQ and dK carry Dk value columns: CTAs of 128 of them at Dk 128), state
+// gradients both ways with per-head gamma and scale, segments, misaligned views.
+TEST_F(CudaRetention, WgmmaChunkBackwardMatchesCpu) {
+  if (const std::string why = wgmma_chunk_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  for (const char* config : {kForcedWgmma, "wgmma=1,decode=0,joint=0"}) {
+    SCOPED_TRACE(config);
+    const ScopedRetentionConfig forced(config);
+    for (const int64_t tokens : {1, 63, 65, 200}) {
+      for (const DType dtype : {DType::bf16, DType::f16}) {
+        BackwardCase bc;
+        bc.shape.tokens = tokens;
+        bc.shape.dtype = dtype;
+        bc.shape.seed = static_cast<uint64_t>(tokens) + 31;
+        expect_backward_matches_cpu(bc, 2);
+      }
+    }
+    for (const auto& [dk, dv] : std::vector<std::pair<int64_t, int64_t> >{{64, 64}, {128, 128}, {128, 64}, {64, 128}}) {
+      BackwardCase bc;
+      bc.shape.dk = dk;
+      bc.shape.dv = dv;
+      bc.shape.tokens = 130;
+      bc.shape.initial_state = true;
+      bc.shape.gamma = {0.6, 0.95, 0.999};
+      bc.shape.scale = 0.2;
+      bc.grad_final_state = true;
+      bc.grad_initial_state = true;
+      expect_backward_matches_cpu(bc, 2);
+    }
+  }
+  const ScopedRetentionConfig forced(kForcedWgmma);
+  BackwardCase segmented;  // one batch of two heads: the rule cuts the sequence into segments
+  segmented.shape.batch = 1;
+  segmented.shape.heads = 2;
+  segmented.shape.tokens = 1500;
+  segmented.shape.dk = 128;
+  segmented.shape.dv = 128;
+  segmented.shape.gamma = {0.99, 0.9995};
+  segmented.shape.initial_state = true;
+  segmented.grad_final_state = true;
+  segmented.grad_initial_state = true;
+  expect_backward_matches_cpu(segmented, 2);
+  for (const Layout layout : {Layout::packed, Layout::misaligned}) {
+    BackwardCase bc;
+    bc.shape.layout = layout;
+    bc.shape.dtype = DType::f16;
+    bc.shape.tokens = 97;
+    bc.shape.initial_state = true;
+    bc.grad_final_state = true;
+    bc.grad_initial_state = true;
+    expect_backward_matches_cpu(bc, 2);
+  }
+}
+
+// The backward on the mma.sync kernel (wgmma=0; the rule's on devices other than 9.0).
+TEST_F(CudaRetention, BackwardOnTheMmaSyncKernelMatchesCpu) {
+  const ScopedRetentionConfig forced(kMmaSyncKernel);
+  for (const int64_t tokens : {1, 65, 200}) {
+    BackwardCase bc;
+    bc.shape.tokens = tokens;
+    bc.shape.seed = static_cast<uint64_t>(tokens) + 41;
+    expect_backward_matches_cpu(bc, 0);
+  }
+  for (const auto& [dk, dv] : std::vector<std::pair<int64_t, int64_t> >{{128, 128}, {128, 64}}) {
+    BackwardCase bc;
+    bc.shape.dk = dk;
+    bc.shape.dv = dv;
+    bc.shape.tokens = 130;
+    bc.shape.initial_state = true;
+    bc.grad_final_state = true;
+    bc.grad_initial_state = true;
+    expect_backward_matches_cpu(bc, 0);
   }
 }
 

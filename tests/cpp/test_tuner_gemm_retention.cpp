@@ -473,7 +473,14 @@ std::vector<Launch> launches_of(const cuda::retention::ChunkShapeChoice& choice,
   const auto sharing = cuda::retention::backward_sharing(choice, s.head_dim, s.head_dim_v);
   const auto dq = chunk_job_shape(s.dtype, s.head_dim_v, s.head_dim, bh, t, multiprocessors, choice, sharing.dq);
   const auto dv = chunk_job_shape(s.dtype, s.head_dim, s.head_dim_v, bh, t, multiprocessors, choice, sharing.dv);
-  return {{dq.kernel, dq.segments, dq.segment_tokens}, {dv.kernel, dv.segments, dv.segment_tokens}};
+  auto kernel_of = [&](const cuda::retention::JobShape& job, int64_t value_dim) {
+    if (!choice.wgmma || job.kernel == nullptr) return job.kernel;
+    const int64_t wide_dv = cuda::retention::wgmma_wide_dv(choice, value_dim);
+    const auto* wgmma = cuda::retention::wgmma_chunk_kernel_for(job, wide_dv, capability);
+    return wgmma != nullptr ? wgmma : job.kernel;
+  };
+  return {{kernel_of(dq, s.head_dim), dq.segments, dq.segment_tokens},
+          {kernel_of(dv, s.head_dim_v), dv.segments, dv.segment_tokens}};
 }
 
 // Whether the rule finds an instance for every job (a backward with Dv = 96 needs a Dk' = 96 instance).
@@ -516,14 +523,14 @@ TEST(TunerCudaRetentionSpace, ConfigIdsAreStableNames) {
       }
     }
   }
-  // The forward's wgmma configs: the rule's value block (CTAs of 128 value columns where they can be) and each block.
+  // The wgmma configs: the rule's value block (CTAs of 128 value columns where they can be) and each block.
   for (const std::string& prefix : std::vector<std::string>{"wgmma_wide_seg", "wgmma_block64_seg"}) {
     for (const std::string& tail : {std::string("fill"), std::string("8")}) {
       const tune::Config* config = forward.find(prefix + tail);
       ASSERT_NE(config, nullptr) << prefix << tail;
       EXPECT_TRUE(cuda::retention::chunk_shape_of(*config).wgmma) << prefix << tail;
       EXPECT_EQ(cuda::retention::chunk_shape_of(*config).value_block, prefix == "wgmma_wide_seg" ? 0 : 64);
-      EXPECT_EQ(backward.find(prefix + tail), nullptr) << "the backward has no wgmma kernel";
+      EXPECT_NE(backward.find(prefix + tail), nullptr) << prefix << tail;
     }
   }
   EXPECT_FALSE(cuda::retention::chunk_shape_of(*forward.find("chunk64_block64_segfill")).wgmma);
@@ -552,9 +559,13 @@ TEST(TunerCudaRetentionSpace, TheDefaultMakesTheRulesLaunches) {
       // On a 9.0 device with the wgmma instances compiled, the rule's forward chunk job runs the wgmma kernel where
       // an instance has its value block (Dv a multiple of 64), and the default is a wgmma config exactly then.
       const bool wgmma_built = cuda::retention::find_wgmma_chunk_kernel(DType::bf16, 64, 64) != nullptr;
-      if (spec.op == tune::TuneOp::retention_forward && id != "decode" && wgmma_built) {
-        const bool wgmma_rule = std::string(rule.front().kernel->family) == "wgmma_chunk64";
-        EXPECT_EQ(wgmma_rule, capability == 90 && spec.head_dim_v % 64 == 0) << text;
+      if (id != "decode" && wgmma_built) {
+        // Every job's Dv' a multiple of 64 (the backward's dQ and dK carry Dk value columns).
+        const bool blocks_of_64 =
+            spec.head_dim_v % 64 == 0 && (spec.op == tune::TuneOp::retention_forward || spec.head_dim % 64 == 0);
+        bool wgmma_rule = true;
+        for (const Launch& l : rule) wgmma_rule = wgmma_rule && std::string(l.kernel->family) == "wgmma_chunk64";
+        EXPECT_EQ(wgmma_rule, capability == 90 && blocks_of_64) << text;
         EXPECT_EQ(id.rfind("wgmma_", 0) == 0, wgmma_rule) << text << " default " << id;
       }
       const bool decode =

@@ -413,6 +413,8 @@ BackwardSelection select_backward(const RetentionBackward& problem, int multipro
                             "q: head dim Dk", both.c_str(), sharing.dq);
   selection.dk = selection.dq;
   selection.joint = used.joint_backward;
+  selection.wgmma = choice.wgmma;
+  selection.wgmma_wide = choice.value_block == 0;
   selection.workspace_bytes = selection.joint ? 2 * selection.dq.workspace_bytes + selection.dv.workspace_bytes
                                               : std::max(selection.dv.workspace_bytes, selection.dq.workspace_bytes);
   return selection;

@@ -30,7 +30,7 @@
 // above, the tuner's retention configs are others (src/cuda/tune/retention_config_space.hpp), and
 // ATTNKIT_RETENTION_CONFIG="block=32|64,segments=N,decode=0|1,joint=0|1,wgmma=0|1" (any subset) forces one where it
 // is valid, read when a plan is made (plans are keyed by its value, core/retention_plan.cpp); a forced choice keeps
-// priority over the tuner's. A forward's chunkwise job runs on the Hopper wgmma kernel
+// priority over the tuner's. A chunkwise job (forward and backward) runs on the Hopper wgmma kernel
 // (retention_wgmma_chunk_kernel.cuh) where wgmma_chunk_kernel_for allows it (a 9.0 device), else on the mma.sync
 // kernel; at Dk 128 with Dv a multiple of 128 its CTAs own 128 value columns unless block= is forced (block=64 keeps
 // 64). wgmma=0 keeps the mma.sync kernel. Measured on an H200 (docs/perf.md, retention "Eleventh step"): forward GPU
@@ -86,6 +86,11 @@ struct BackwardSelection {
   // The parallel form (normalize=true or a decay matrix): dq holds the query-side kernel, dk and dv the
   // key-side one, and the workspace is the row terms [B, H, Tq, 2] fp32 (none without normalisation).
   bool parallel_form = false;
+  // The choice asks for the Hopper wgmma kernel: the plan swaps it in for each chunkwise job's mma.sync kernel where
+  // wgmma_chunk_kernel_for allows (retention_plan.cpp); `wgmma_wide`: its CTAs may own 128 value columns (the choice
+  // forces no value block).
+  bool wgmma = false;
+  bool wgmma_wide = false;
 };
 
 inline constexpr const char* kForcedRetentionConfigVariable = "ATTNKIT_RETENTION_CONFIG";
@@ -105,8 +110,8 @@ struct ChunkShapeChoice {
   // the segment rule then counts their CTAs together. false: one launch (pair) per job, in turn. Measured on an
   // H200 (docs/perf.md, retention "Eighth step"), joint was as fast or faster on every chunk row.
   bool joint_backward = true;
-  // A forward's chunkwise job runs the Hopper wgmma kernel where wgmma_chunk_kernel_for gives one; false: the
-  // mma.sync kernel everywhere.
+  // A chunkwise job (forward and backward) runs the Hopper wgmma kernel where wgmma_chunk_kernel_for gives one; false:
+  // the mma.sync kernel everywhere.
   bool wgmma = true;
 
   friend bool operator==(const ChunkShapeChoice&, const ChunkShapeChoice&) = default;
@@ -140,12 +145,11 @@ BackwardSharing backward_sharing(const ChunkShapeChoice& choice, int64_t dk, int
 const ChunkKernel* decode_kernel_for(DType dtype, int64_t batch_heads, int64_t tokens, int64_t dk, int64_t dv,
                                      const ChunkShapeChoice& choice);
 
-// The Hopper wgmma chunk kernel (retention_wgmma_chunk_kernel.cuh) that runs a forward's chunkwise job `job` on a
-// device of compute capability `compute_capability` (major * 10 + minor), or null: then the job's own kernel runs.
-// It runs the forward job only (the backward's jobs keep the mma.sync kernel, and the selection never asks for it
-// there) and only where: the device is 9.0 (sm_90a code), the job's kernel is the mma.sync chunk kernel
-// ("chunk64", not decode) and an instance with its dtype, Dk and value block is compiled (bf16 and f16, Dk 64 and
-// 128, value block 64; none in builds without the sm_90a target). A job of Dk 128 and value block 64 whose
+// The Hopper wgmma chunk kernel (retention_wgmma_chunk_kernel.cuh) that runs a chunkwise job `job` (the forward's, or
+// one of the backward's three) on a device of compute capability `compute_capability` (major * 10 + minor), or null:
+// then the job's own kernel runs. Only where: the device is 9.0 (sm_90a code), the job's kernel is the mma.sync chunk
+// kernel ("chunk64", not decode) and an instance with its dtype, Dk and value block is compiled (bf16 and f16, Dk 64
+// and 128, value block 64; none in builds without the sm_90a target). A job of Dk 128 and value block 64 whose
 // `wide_dv` (the job's Dv, or 0 to keep its value block) is a multiple of 128 runs the value block 128 instance
 // instead (one CTA per multiprocessor, Q K^T once per 128 value columns). Segments, initial and final states,
 // per-head gamma, scale and unaligned views are all supported.

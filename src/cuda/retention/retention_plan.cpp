@@ -299,6 +299,20 @@ std::unique_ptr<detail::OpPlan<RetentionBackward>> plan_of_selection(const Reten
       chosen.dq.shared_bytes > device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device)) {
     one_member_parallel_backward(problem, chosen);
   }
+  // The Hopper wgmma kernel for each chunkwise job where the choice asks for it (the rule does) and the device and
+  // the job allow it. dQ and dK carry Dk value columns, dV Dv.
+  if (chosen.wgmma && !chosen.parallel_form) {
+    const int capability = 10 * device_attribute(cudaDevAttrComputeCapabilityMajor, device) +
+                           device_attribute(cudaDevAttrComputeCapabilityMinor, device);
+    const int64_t dk = problem.q.extents[3], dv = problem.v.extents[3];
+    for (auto [job, value_dim] : {std::pair{&chosen.dq, dk}, std::pair{&chosen.dk, dk}, std::pair{&chosen.dv, dv}}) {
+      const ChunkKernel* wgmma = wgmma_chunk_kernel_for(*job, chosen.wgmma_wide ? value_dim : 0, capability);
+      if (wgmma != nullptr) {
+        job->kernel = wgmma;
+        job->shared_bytes = 0;
+      }
+    }
+  }
   for (const JobShape* job : {&chosen.dq, &chosen.dk, &chosen.dv}) require_shared_memory(*job, device);
   for (const JobShape* job : {&chosen.dq, &chosen.dk, &chosen.dv}) {
     raise_shared_memory(job->kernel, job->shared_bytes);

@@ -17,6 +17,12 @@ void launch_wgmma_chunk_kernel(const ChunkParams& params, int64_t ctas, cudaStre
       <<<static_cast<unsigned>(ctas), Traits::kThreads, Traits::kSharedBytes, stream>>>(params);
 }
 
+template <class Traits>
+void launch_wgmma_chunk_jobs(const ChunkJobs& jobs, int64_t ctas, cudaStream_t stream) {
+  retention_wgmma_chunk_jobs_kernel<Traits>
+      <<<static_cast<unsigned>(ctas), Traits::kThreads, Traits::kSharedBytes, stream>>>(jobs);
+}
+
 template <class Element, int HeadDim, int ValueBlock>
 ChunkKernel wgmma_chunk_kernel_entry(DType dtype) {
   using Traits = WgmmaChunkTraits<Element, HeadDim, ValueBlock>;
@@ -27,7 +33,9 @@ ChunkKernel wgmma_chunk_kernel_entry(DType dtype) {
                      Traits::kThreads,
                      Traits::kSharedBytes,
                      reinterpret_cast<const void*>(&retention_wgmma_chunk_kernel<Traits>),
-                     &launch_wgmma_chunk_kernel<Traits>};
+                     &launch_wgmma_chunk_kernel<Traits>,
+                     reinterpret_cast<const void*>(&retention_wgmma_chunk_jobs_kernel<Traits>),
+                     &launch_wgmma_chunk_jobs<Traits>};
 }
 
 template <class Element>

@@ -1,6 +1,8 @@
-// Chunkwise retention on Hopper (SM90a: wgmma, mbarriers, warp specialisation): the forward job of
-// retention_params.hpp, computing what the mma.sync chunk kernel (retention_chunk_kernel.cuh) computes with the same
-// ChunkParams, CTA order, segments, initial/final state and factors.
+// Chunkwise retention on Hopper (SM90a: wgmma, mbarriers, warp specialisation): the jobs of retention_params.hpp (the
+// forward, and the backward's three time-reversed or operand-swapped forwards, retention_jobs.hpp), computing what the
+// mma.sync chunk kernel (retention_chunk_kernel.cuh) computes with the same ChunkParams, CTA order, segments,
+// initial/final state and factors (the backward's state-gradient factors included); retention_wgmma_chunk_jobs_kernel
+// runs several jobs of one instance in one grid, as retention_chunk_jobs_kernel does.
 //
 // Algorithm. One CTA owns one (batch, head, slice of E value columns, segment) and walks its tokens in chunks of
 // C = 64 (rows past the end are zeros); E = 64, or E = 128 at D = 128 (retention_wgmma_chunk_traits.cuh). Per chunk
@@ -59,14 +61,14 @@
 
 namespace attnkit::cuda::retention {
 
+// One CTA's walk: CTA `cta` of the job `p`.
 template <class Traits>
-__global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
-    retention_wgmma_chunk_kernel(const __grid_constant__ ChunkParams p) {
+__device__ __forceinline__ void wgmma_chunk_cta(const ChunkParams& p, int64_t cta) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Storage = typename Traits::SharedStorage;
   extern __shared__ __align__(1024) char smem[];
   Storage& ss = *reinterpret_cast<Storage*>(smem);
-  const WgmmaChunkWalk walk = wgmma_chunk_walk(p, blockIdx.x);
+  const WgmmaChunkWalk walk = wgmma_chunk_walk(p, cta);
   if (walk.idle) return;
   const int tid = static_cast<int>(threadIdx.x);
   // Broadcast from lane 0 so that the compiler sees the role branches as warp-uniform (wgmma in a branch it thinks
@@ -96,6 +98,23 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     wgmma_chunk_state<Traits>(p, walk, ss, warp_group - 2, wg_tid);
   }
 #endif
+}
+
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
+    retention_wgmma_chunk_kernel(const __grid_constant__ ChunkParams p) {
+  wgmma_chunk_cta<Traits>(p, blockIdx.x);
+}
+
+// Several jobs in one grid (retention_params.hpp's ChunkJobs: the backward's jobs that share an instance): job j owns
+// CTAs [first_cta[j], first_cta[j + 1]).
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
+    retention_wgmma_chunk_jobs_kernel(const __grid_constant__ ChunkJobs jobs) {
+  const int64_t cta = blockIdx.x;
+  int job = 0;
+  while (job + 1 < jobs.count && cta >= jobs.first_cta[job + 1]) ++job;
+  wgmma_chunk_cta<Traits>(jobs.jobs[job], cta - jobs.first_cta[job]);
 }
 
 }  // namespace attnkit::cuda::retention

@@ -62,14 +62,7 @@ Resolution resolve(const ChunkShapeChoice& choice, bool decode_config, const tun
               " tokens with Dv a multiple of 64 and Dk " + chunk_head_dims_text();
       return r;
     }
-    JobLaunch launch = chunk_launch(spec, dk, dv, multiprocessors, choice);
-    if (choice.wgmma && launch.kernel != nullptr) {  // the plan's swap (retention_plan.cpp), on the limits' device
-      JobShape job;
-      job.kernel = launch.kernel;
-      const ChunkKernel* wgmma = wgmma_chunk_kernel_for(job, wgmma_wide_dv(choice, dv), limits.compute_capability);
-      if (wgmma != nullptr) launch.kernel = wgmma;
-    }
-    r.jobs.push_back(launch);
+    r.jobs.push_back(chunk_launch(spec, dk, dv, multiprocessors, choice));
   } else {
     // dQ and dK carry the state transposed (Dk' = Dv, Dv' = Dk); dV is the forward's shape. An empty sequence keeps
     // its jobs apart (select_backward).
@@ -78,6 +71,15 @@ Resolution resolve(const ChunkShapeChoice& choice, bool decode_config, const tun
     const BackwardSharing sharing = backward_sharing(used, dk, dv);
     const JobLaunch dq = chunk_launch(spec, dv, dk, multiprocessors, used, sharing.dq);
     r.jobs = {dq, dq, chunk_launch(spec, dk, dv, multiprocessors, used, sharing.dv)};
+  }
+  // The plans' swap to the Hopper wgmma kernel (retention_plan.cpp), on the limits' device.
+  for (JobLaunch& launch : r.jobs) {
+    if (!choice.wgmma || launch.kernel == nullptr) continue;
+    JobShape job;
+    job.kernel = launch.kernel;
+    const ChunkKernel* wgmma =
+        wgmma_chunk_kernel_for(job, wgmma_wide_dv(choice, launch.value_dim), limits.compute_capability);
+    if (wgmma != nullptr) launch.kernel = wgmma;
   }
   for (const JobLaunch& job : r.jobs) {
     if (job.kernel == nullptr) {
@@ -114,16 +116,14 @@ std::vector<tune::Config> make_configs(bool forward) {
     configs.push_back(std::move(config));
   };
   if (forward) add_config(kDecodeId, 0, 0, 1, 0);
-  // (prefix, value block, wgmma): the mma.sync kernel's blocks, then (forward) the wgmma kernel's: CTAs of 128 value
+  // (prefix, value block, wgmma): the mma.sync kernel's blocks, then the wgmma kernel's: CTAs of 128 value
   // columns where Dk 128 and Dv allow ("wide": no forced block), and each block of the mma.sync kernel.
   std::vector<std::tuple<std::string, int, int>> shapes;
   std::set<std::pair<int, std::string>> blocks;  // (value block, family), ascending blocks
   for (const ChunkKernel* kernel : chunk_kernels()) blocks.emplace(kernel->value_block, kernel->family);
   for (const auto& [block, family] : blocks) shapes.emplace_back(family + "_block" + std::to_string(block), block, 0);
-  if (forward) {
-    shapes.emplace_back("wgmma_wide", 0, 1);
-    for (const auto& [block, family] : blocks) shapes.emplace_back("wgmma_block" + std::to_string(block), block, 1);
-  }
+  shapes.emplace_back("wgmma_wide", 0, 1);
+  for (const auto& [block, family] : blocks) shapes.emplace_back("wgmma_block" + std::to_string(block), block, 1);
   for (const auto& [prefix, block, wgmma] : shapes) add_config(prefix + "_segfill", block, 0, 0, wgmma);
   for (const auto& [prefix, block, wgmma] : shapes) {
     for (const int64_t segments : kRetentionSegmentCounts) {
@@ -225,11 +225,9 @@ tune::ConfigSpace make_space(tune::TuneOp op) {
   space.backend = Backend::cuda;
   space.description =
       std::string(forward ? "retention forward" : "retention backward (dQ, dK, dV jobs)") +
-      " v3: chunkwise kernel (output and state warps) value blocks and sequence segments (the rule's or a count)" +
-      (forward ? ", on the mma.sync or (compute capability 9.0) the wgmma kernel, recurrent decode kernel for short "
-                 "calls"
-               : "") +
-      "; chunk 64";
+      " v4: chunkwise kernel (output and state warps) value blocks and sequence segments (the rule's or a count)" +
+      ", on the mma.sync or (compute capability 9.0) the wgmma kernel" +
+      (forward ? ", recurrent decode kernel for short calls" : "") + "; chunk 64";
   space.configs = make_configs(forward);
   // The validity rule compares a config with the others of its space, which the space holds: the lambdas
   // read them through `configs`, a copy that lives as long as the space's functions.

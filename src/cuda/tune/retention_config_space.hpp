@@ -9,7 +9,7 @@
 //    kRetentionSegmentCounts, e.g. chunk64_block32_seg8;
 //  - forward only, "decode": the recurrent decode kernel, for calls of at most kDecodeMaxTokens tokens with
 //    Dv a multiple of 64;
-//  - forward only, "wgmma_wide_segfill" / "wgmma_wide_seg<S>" and "wgmma_block<B>_segfill" / "wgmma_block<B>_seg<S>":
+//  - "wgmma_wide_segfill" / "wgmma_wide_seg<S>" and "wgmma_block<B>_segfill" / "wgmma_block<B>_seg<S>":
 //    the same shapes on the Hopper wgmma kernel (retention_jobs.hpp's wgmma_chunk_kernel_for, on a compute
 //    capability 9.0 device; elsewhere they make the mma.sync launches and are rejected as duplicates), "wide" with
 //    CTAs of 128 value columns where Dk is 128 and Dv a multiple of 128 (the rule's block elsewhere).

@@ -378,8 +378,7 @@ ForwardSelection select_forward(const RetentionForward& problem, int multiproces
   return selection;
 }
 
-const ChunkKernel* wgmma_chunk_kernel_for(const JobShape& job, int64_t wide_dv, int compute_capability) {
-  const ChunkKernel* kernel = job.kernel;
+const ChunkKernel* wgmma_chunk_kernel_for(const ChunkKernel* kernel, int64_t wide_dv, int compute_capability) {
   if (compute_capability != 90 || kernel == nullptr || std::strcmp(kernel->family, "chunk64") != 0) return nullptr;
   if (kernel->head_dim == 128 && kernel->value_block == 64 && wide_dv > 0 && wide_dv % 128 == 0) {
     if (const ChunkKernel* wide = find_wgmma_chunk_kernel(kernel->dtype, 128, 128)) return wide;

@@ -145,15 +145,15 @@ BackwardSharing backward_sharing(const ChunkShapeChoice& choice, int64_t dk, int
 const ChunkKernel* decode_kernel_for(DType dtype, int64_t batch_heads, int64_t tokens, int64_t dk, int64_t dv,
                                      const ChunkShapeChoice& choice);
 
-// The Hopper wgmma chunk kernel (retention_wgmma_chunk_kernel.cuh) that runs a chunkwise job `job` (the forward's, or
-// one of the backward's three) on a device of compute capability `compute_capability` (major * 10 + minor), or null:
-// then the job's own kernel runs. Only where: the device is 9.0 (sm_90a code), the job's kernel is the mma.sync chunk
-// kernel ("chunk64", not decode) and an instance with its dtype, Dk and value block is compiled (bf16 and f16, Dk 64
-// and 128, value block 64; none in builds without the sm_90a target). A job of Dk 128 and value block 64 whose
-// `wide_dv` (the job's Dv, or 0 to keep its value block) is a multiple of 128 runs the value block 128 instance
-// instead (one CTA per multiprocessor, Q K^T once per 128 value columns). Segments, initial and final states,
+// The Hopper wgmma chunk kernel (retention_wgmma_chunk_kernel.cuh) that runs a chunkwise job whose own kernel is
+// `kernel` (the forward's job, or one of the backward's three) on a device of compute capability `compute_capability`
+// (major * 10 + minor), or null: then the job's own kernel runs. Only where: the device is 9.0 (sm_90a code), `kernel`
+// is the mma.sync chunk kernel ("chunk64", not decode) and an instance with its dtype, Dk and value block is compiled
+// (bf16 and f16, Dk 64 and 128, value block 64; none in builds without the sm_90a target). A job of Dk 128 and value
+// block 64 whose `wide_dv` (the job's Dv, or 0 to keep its value block) is a multiple of 128 runs the value block 128
+// instance instead (one CTA per multiprocessor, Q K^T once per 128 value columns). Segments, initial and final states,
 // per-head gamma, scale and unaligned views are all supported.
-const ChunkKernel* wgmma_chunk_kernel_for(const JobShape& job, int64_t wide_dv, int compute_capability);
+const ChunkKernel* wgmma_chunk_kernel_for(const ChunkKernel* kernel, int64_t wide_dv, int compute_capability);
 
 // wgmma_chunk_kernel_for's `wide_dv` under `choice` for a forward of value dim `dv`: dv when the choice forces no
 // value block, else 0.

@@ -281,7 +281,7 @@ std::unique_ptr<detail::OpPlan<RetentionForward>> plan_of_selection(const Retent
   if (chosen.wgmma) {
     const int capability = 10 * device_attribute(cudaDevAttrComputeCapabilityMajor, device) +
                            device_attribute(cudaDevAttrComputeCapabilityMinor, device);
-    if (const ChunkKernel* wgmma = wgmma_chunk_kernel_for(chosen.job, chosen.wgmma_wide_dv, capability)) {
+    if (const ChunkKernel* wgmma = wgmma_chunk_kernel_for(chosen.job.kernel, chosen.wgmma_wide_dv, capability)) {
       chosen.job.kernel = wgmma;
     }
   }
@@ -306,7 +306,7 @@ std::unique_ptr<detail::OpPlan<RetentionBackward>> plan_of_selection(const Reten
                            device_attribute(cudaDevAttrComputeCapabilityMinor, device);
     const int64_t dk = problem.q.extents[3], dv = problem.v.extents[3];
     for (auto [job, value_dim] : {std::pair{&chosen.dq, dk}, std::pair{&chosen.dk, dk}, std::pair{&chosen.dv, dv}}) {
-      const ChunkKernel* wgmma = wgmma_chunk_kernel_for(*job, chosen.wgmma_wide ? value_dim : 0, capability);
+      const ChunkKernel* wgmma = wgmma_chunk_kernel_for(job->kernel, chosen.wgmma_wide ? value_dim : 0, capability);
       if (wgmma != nullptr) {
         job->kernel = wgmma;
         job->shared_bytes = 0;

@@ -75,10 +75,8 @@ Resolution resolve(const ChunkShapeChoice& choice, bool decode_config, const tun
   // The plans' swap to the Hopper wgmma kernel (retention_plan.cpp), on the limits' device.
   for (JobLaunch& launch : r.jobs) {
     if (!choice.wgmma || launch.kernel == nullptr) continue;
-    JobShape job;
-    job.kernel = launch.kernel;
     const ChunkKernel* wgmma =
-        wgmma_chunk_kernel_for(job, wgmma_wide_dv(choice, launch.value_dim), limits.compute_capability);
+        wgmma_chunk_kernel_for(launch.kernel, wgmma_wide_dv(choice, launch.value_dim), limits.compute_capability);
     if (wgmma != nullptr) launch.kernel = wgmma;
   }
   for (const JobLaunch& job : r.jobs) {

@@ -228,7 +228,7 @@ __device__ __forceinline__ void chunk_outputs(const Element* q_tile, const Eleme
       for (int e = 0; e < 4; ++e) {
         const int i = row_lo + 8 * (e / 2);
         const int j = nt * 8 + 2 * quad + e % 2;
-        scores[nt][e] = j <= i ? scores[nt][e] * scale * decay_power(log2_gamma, static_cast<float>(i - j)) : 0.0f;
+        scores[nt][e] = masked_decayed_score(scores[nt][e], log2_gamma, i, j, scale);
       }
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) score_a_fragment<Element>(probabilities[ks], scores, ks);

@@ -6,8 +6,11 @@
 // tile MN-major) as a second batch; once Q K^T completes, mask and scale the scores and pack them to 16 bits in the
 // A-operand registers of P V while Q S still runs; once Q S completes, release the state tile (state_free), scale
 // its rows by scale * gamma^(i+1) and issue P V (register A, V MN-major) into the same accumulators; then release
-// the stage and store the rows below the chunk's length. A thread's accumulator value v of an m64nN tile is row
-// 16 warp + lane / 4 + 8 ((v / 2) % 2), column 8 (v / 4) + 2 (lane % 4) + v % 2 (the wgmma D fragment).
+// the stage. The rows below the chunk's length are stored once the next chunk's Q K^T is issued (after its wait and
+// proxy fence: a fence orders the thread's earlier stores, so it would wait for stores issued just before it). The mask
+// is branch-free (masked_decayed_score), so a thread's 32 exponentials pipeline. A thread's accumulator value v of an
+// m64nN tile is row 16 warp + lane / 4 + 8 ((v / 2) % 2), column 8 (v / 4) + 2 (lane % 4) + v % 2 (the wgmma D
+// fragment).
 #pragma once
 #include <cute/tensor.hpp>
 
@@ -16,6 +19,7 @@
 #include "cuda/fmha/fmha_operand_convert.cuh"
 #include "cuda/fmha_sm90/fmha_sm90_gmma.cuh"
 #include "cuda/fmha_sm90/fmha_sm90_sync.cuh"
+#include "cuda/retention/retention_decay.cuh"
 #include "cuda/retention/retention_params.hpp"
 #include "cuda/retention/retention_wgmma_chunk_walk.cuh"
 
@@ -53,6 +57,32 @@ __device__ __forceinline__ void wgmma_chunk_outputs(const ChunkParams& p, const 
                    static_cast<int64_t>(w.slice) * kValueBlock;
   const bool vector_access = p.vector_access != 0;
 
+  // Chunk `chunk`'s rows from acc_o; rows past the sequence's end are not written.
+  auto store_rows = [&](int64_t chunk) {
+    const int length = w.chunk_length(chunk);
+    Element* const row_starts[2] = {out_base + (w.chunk_begin(chunk) + row_lo) * p.out.token + col0,
+                                    out_base + (w.chunk_begin(chunk) + row_lo + 8) * p.out.token + col0};
+    if (vector_access) {
+      CUTE_UNROLL
+      for (int pair = 0; pair < size(acc_o) / 2; ++pair) {
+        if (row_lo + 8 * (pair & 1) < length) {
+          *reinterpret_cast<uint32_t*>(row_starts[pair & 1] + 8 * (pair >> 1)) =
+              fmha::pack_pair<Element>(acc_o(2 * pair), acc_o(2 * pair + 1));
+        }
+      }
+    } else {
+      CUTE_UNROLL
+      for (int pair = 0; pair < size(acc_o) / 2; ++pair) {
+        if (row_lo + 8 * (pair & 1) < length) {
+          const uint32_t bits = fmha::pack_pair<Element>(acc_o(2 * pair), acc_o(2 * pair + 1));
+          auto* halves = reinterpret_cast<uint16_t*>(row_starts[pair & 1] + 8 * (pair >> 1));
+          halves[0] = static_cast<uint16_t>(bits & 0xffffu);
+          halves[1] = static_cast<uint16_t>(bits >> 16);
+        }
+      }
+    }
+  };
+
   int stage = 0;
   uint32_t phase = 0;  // (chunk / kStages) % 2
 #pragma unroll 1
@@ -75,6 +105,8 @@ __device__ __forceinline__ void wgmma_chunk_outputs(const ChunkParams& p, const 
     warpgroup_arrive();
     issue_gemm<false>(mma_scores, tSrQ, tSrK, acc_s);
     warpgroup_commit_batch();
+    // The previous chunk's rows go out after this chunk's proxy fence, which would otherwise wait for their stores.
+    if (chunk > 0) store_rows(chunk - 1);
     barrier_wait(&ss.state_ready, static_cast<uint32_t>(chunk & 1));
     warpgroup_arrive();
     issue_gemm<false>(mma_query_state, tOrQ, tOrS, acc_o);
@@ -89,7 +121,7 @@ __device__ __forceinline__ void wgmma_chunk_outputs(const ChunkParams& p, const 
     for (int v = 0; v < size(acc_s); ++v) {
       const int i = row_lo + 8 * ((v >> 1) & 1);
       const int j = 8 * (v >> 2) + col0 + (v & 1);
-      acc_s(v) = j <= i ? acc_s(v) * scale * decay_power(chunk_log2_gamma, static_cast<float>(i - j)) : 0.0f;
+      acc_s(v) = masked_decayed_score(acc_s(v), chunk_log2_gamma, i, j, scale);
     }
     fmha_sm90::pack_accumulator<Element>(acc_s, tOrP);
 
@@ -114,31 +146,8 @@ __device__ __forceinline__ void wgmma_chunk_outputs(const ChunkParams& p, const 
       stage = 0;
       phase ^= 1u;
     }
-
-    // Rows past the sequence's end are not written.
-    const int length = w.chunk_length(chunk);
-    Element* const row_starts[2] = {out_base + (w.chunk_begin(chunk) + row_lo) * p.out.token + col0,
-                                    out_base + (w.chunk_begin(chunk) + row_lo + 8) * p.out.token + col0};
-    if (vector_access) {
-      CUTE_UNROLL
-      for (int pair = 0; pair < size(acc_o) / 2; ++pair) {
-        if (row_lo + 8 * (pair & 1) < length) {
-          *reinterpret_cast<uint32_t*>(row_starts[pair & 1] + 8 * (pair >> 1)) =
-              fmha::pack_pair<Element>(acc_o(2 * pair), acc_o(2 * pair + 1));
-        }
-      }
-    } else {
-      CUTE_UNROLL
-      for (int pair = 0; pair < size(acc_o) / 2; ++pair) {
-        if (row_lo + 8 * (pair & 1) < length) {
-          const uint32_t bits = fmha::pack_pair<Element>(acc_o(2 * pair), acc_o(2 * pair + 1));
-          auto* halves = reinterpret_cast<uint16_t*>(row_starts[pair & 1] + 8 * (pair >> 1));
-          halves[0] = static_cast<uint16_t>(bits & 0xffffu);
-          halves[1] = static_cast<uint16_t>(bits >> 16);
-        }
-      }
-    }
   }
+  if (w.chunks > 0) store_rows(w.chunks - 1);
 }
 
 }  // namespace attnkit::cuda::retention

@@ -1134,17 +1134,15 @@ TEST(CudaRetentionSelection, WgmmaChunkKernelReplacesOnlyTheChunkKernelOnCompute
   using cuda::retention::find_chunk_kernel;
   using cuda::retention::find_decode_kernel;
   using cuda::retention::find_wgmma_chunk_kernel;
-  using cuda::retention::JobShape;
   using cuda::retention::wgmma_chunk_kernel_for;
   for (const DType dtype : {DType::bf16, DType::f16}) {
     for (const int dk : {64, 128}) {
-      JobShape job;
-      job.kernel = find_chunk_kernel(dtype, dk, 64);
-      ASSERT_NE(job.kernel, nullptr);
-      EXPECT_EQ(wgmma_chunk_kernel_for(job, 0, 80), nullptr);
-      EXPECT_EQ(wgmma_chunk_kernel_for(job, 128, 89), nullptr);
-      EXPECT_EQ(wgmma_chunk_kernel_for(job, 0, 100), nullptr);
-      const cuda::retention::ChunkKernel* wgmma = wgmma_chunk_kernel_for(job, 0, 90);
+      const cuda::retention::ChunkKernel* kernel = find_chunk_kernel(dtype, dk, 64);
+      ASSERT_NE(kernel, nullptr);
+      EXPECT_EQ(wgmma_chunk_kernel_for(kernel, 0, 80), nullptr);
+      EXPECT_EQ(wgmma_chunk_kernel_for(kernel, 128, 89), nullptr);
+      EXPECT_EQ(wgmma_chunk_kernel_for(kernel, 0, 100), nullptr);
+      const cuda::retention::ChunkKernel* wgmma = wgmma_chunk_kernel_for(kernel, 0, 90);
       EXPECT_EQ(wgmma, find_wgmma_chunk_kernel(dtype, dk, 64));  // null in builds without sm_90a
       if (wgmma != nullptr) {
         EXPECT_STREQ(wgmma->family, "wgmma_chunk64");
@@ -1153,13 +1151,13 @@ TEST(CudaRetentionSelection, WgmmaChunkKernelReplacesOnlyTheChunkKernelOnCompute
         EXPECT_EQ(wgmma->value_block, 64);
       }
       // Dv 192 is no multiple of 128, and Dk 64 has no value block 128 instance: value block 64.
-      EXPECT_EQ(wgmma_chunk_kernel_for(job, 192, 90), wgmma);
+      EXPECT_EQ(wgmma_chunk_kernel_for(kernel, 192, 90), wgmma);
       if (dk == 64) {
-        EXPECT_EQ(wgmma_chunk_kernel_for(job, 256, 90), wgmma);
+        EXPECT_EQ(wgmma_chunk_kernel_for(kernel, 256, 90), wgmma);
       }
       if (dk == 128) {
         for (const int64_t dv : {128, 256}) {
-          const cuda::retention::ChunkKernel* wide = wgmma_chunk_kernel_for(job, dv, 90);
+          const cuda::retention::ChunkKernel* wide = wgmma_chunk_kernel_for(kernel, dv, 90);
           EXPECT_EQ(wide, find_wgmma_chunk_kernel(dtype, dk, 128)) << "Dv " << dv;
           if (wide != nullptr) {
             EXPECT_STREQ(wide->family, "wgmma_chunk64");
@@ -1167,14 +1165,15 @@ TEST(CudaRetentionSelection, WgmmaChunkKernelReplacesOnlyTheChunkKernelOnCompute
             EXPECT_EQ(wide->value_block, 128);
           }
         }
-        EXPECT_EQ(wgmma_chunk_kernel_for(job, 256, 80), nullptr);
+        EXPECT_EQ(wgmma_chunk_kernel_for(kernel, 256, 80), nullptr);
       }
-      job.kernel = find_chunk_kernel(dtype, dk, 32);
-      EXPECT_EQ(wgmma_chunk_kernel_for(job, 0, 90), nullptr) << "no value block 32 instance";
-      EXPECT_EQ(wgmma_chunk_kernel_for(job, 128, 90), nullptr) << "a forced value block 32 keeps the mma.sync kernel";
-      job.kernel = find_decode_kernel(dtype, dk);
-      EXPECT_EQ(wgmma_chunk_kernel_for(job, 0, 90), nullptr) << "decode jobs keep their kernel";
-      EXPECT_EQ(wgmma_chunk_kernel_for(job, 128, 90), nullptr) << "decode jobs keep their kernel";
+      kernel = find_chunk_kernel(dtype, dk, 32);
+      EXPECT_EQ(wgmma_chunk_kernel_for(kernel, 0, 90), nullptr) << "no value block 32 instance";
+      EXPECT_EQ(wgmma_chunk_kernel_for(kernel, 128, 90), nullptr)
+          << "a forced value block 32 keeps the mma.sync kernel";
+      kernel = find_decode_kernel(dtype, dk);
+      EXPECT_EQ(wgmma_chunk_kernel_for(kernel, 0, 90), nullptr) << "decode jobs keep their kernel";
+      EXPECT_EQ(wgmma_chunk_kernel_for(kernel, 128, 90), nullptr) << "decode jobs keep their kernel";
     }
   }
 }

@@ -465,7 +465,7 @@ std::vector<Launch> launches_of(const cuda::retention::ChunkShapeChoice& choice,
     const cuda::retention::ChunkKernel* kernel = job.kernel;
     if (choice.wgmma && kernel != nullptr) {
       const int64_t wide_dv = cuda::retention::wgmma_wide_dv(choice, s.head_dim_v);
-      if (const auto* wgmma = cuda::retention::wgmma_chunk_kernel_for(job, wide_dv, capability)) kernel = wgmma;
+      if (const auto* wgmma = cuda::retention::wgmma_chunk_kernel_for(kernel, wide_dv, capability)) kernel = wgmma;
     }
     return {{kernel, job.segments, job.segment_tokens}};
   }
@@ -476,7 +476,7 @@ std::vector<Launch> launches_of(const cuda::retention::ChunkShapeChoice& choice,
   auto kernel_of = [&](const cuda::retention::JobShape& job, int64_t value_dim) {
     if (!choice.wgmma || job.kernel == nullptr) return job.kernel;
     const int64_t wide_dv = cuda::retention::wgmma_wide_dv(choice, value_dim);
-    const auto* wgmma = cuda::retention::wgmma_chunk_kernel_for(job, wide_dv, capability);
+    const auto* wgmma = cuda::retention::wgmma_chunk_kernel_for(job.kernel, wide_dv, capability);
     return wgmma != nullptr ? wgmma : job.kernel;
   };
   return {{kernel_of(dq, s.head_dim), dq.segments, dq.segment_tokens},

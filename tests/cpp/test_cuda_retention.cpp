@@ -491,6 +491,12 @@ struct BackwardCase {
   Case shape;
   bool grad_final_state = false;
   bool grad_initial_state = false;
+  // An initial state in, and gradients for both states.
+  void with_states() {
+    shape.initial_state = true;
+    grad_final_state = true;
+    grad_initial_state = true;
+  }
 };
 
 // With `wgmma_jobs` >= 0, the plan must run that many of its two named job kernels (dQ/dK's and dV's) on the wgmma
@@ -579,9 +585,7 @@ TEST_F(CudaRetention, BackwardMatchesCpuForEachHeadDimPair) {
     bc.shape.dk = dk;
     bc.shape.dv = dv;
     bc.shape.tokens = 130;
-    bc.shape.initial_state = true;
-    bc.grad_final_state = true;
-    bc.grad_initial_state = true;
+    bc.with_states();
     expect_backward_matches_cpu(bc, wgmma_chunk_unavailable().empty() ? 2 : 0);  // the default's kernel
   }
 }
@@ -626,9 +630,7 @@ TEST_F(CudaRetention, BackwardSplitsLongSequencesOfFewHeadsIntoSegments) {
   bc.shape.dk = 64;
   bc.shape.dv = 128;
   bc.shape.gamma = {0.99, 0.9995};
-  bc.shape.initial_state = true;
-  bc.grad_final_state = true;
-  bc.grad_initial_state = true;
+  bc.with_states();
   expect_backward_matches_cpu(bc);
 }
 
@@ -638,9 +640,7 @@ TEST_F(CudaRetention, BackwardReadsPaddedAndMisalignedViews) {
     bc.shape.layout = layout;
     bc.shape.dtype = DType::f16;
     bc.shape.tokens = 97;
-    bc.shape.initial_state = true;
-    bc.grad_final_state = true;
-    bc.grad_initial_state = true;
+    bc.with_states();
     expect_backward_matches_cpu(bc);
   }
 }
@@ -763,9 +763,7 @@ TEST_F(CudaRetention, JointBackwardMatchesCpuWithAndWithoutSegments) {
     bc.shape.tokens = tokens;
     bc.shape.dk = dk;
     bc.shape.dv = dv;
-    bc.shape.initial_state = true;
-    bc.grad_final_state = true;
-    bc.grad_initial_state = true;
+    bc.with_states();
     expect_backward_matches_cpu(bc);
   }
 }
@@ -1044,18 +1042,14 @@ TEST_F(CudaRetention, WgmmaChunkBackwardMatchesCpu) {
   segmented.shape.dk = 128;
   segmented.shape.dv = 128;
   segmented.shape.gamma = {0.99, 0.9995};
-  segmented.shape.initial_state = true;
-  segmented.grad_final_state = true;
-  segmented.grad_initial_state = true;
+  segmented.with_states();
   expect_backward_matches_cpu(segmented, 2);
   for (const Layout layout : {Layout::packed, Layout::misaligned}) {
     BackwardCase bc;
     bc.shape.layout = layout;
     bc.shape.dtype = DType::f16;
     bc.shape.tokens = 97;
-    bc.shape.initial_state = true;
-    bc.grad_final_state = true;
-    bc.grad_initial_state = true;
+    bc.with_states();
     expect_backward_matches_cpu(bc, 2);
   }
 }
@@ -1074,9 +1068,7 @@ TEST_F(CudaRetention, BackwardOnTheMmaSyncKernelMatchesCpu) {
     bc.shape.dk = dk;
     bc.shape.dv = dv;
     bc.shape.tokens = 130;
-    bc.shape.initial_state = true;
-    bc.grad_final_state = true;
-    bc.grad_initial_state = true;
+    bc.with_states();
     expect_backward_matches_cpu(bc, 0);
   }
 }

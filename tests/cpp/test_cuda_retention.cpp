@@ -567,17 +567,21 @@ void expect_forward_and_backward_match_cpu(const Case& c) {
   expect_backward_matches_cpu(bc);
 }
 
-TEST_F(CudaRetention, BackwardMatchesCpuForOddLengths) {
+// Lengths around the 64-token chunk, both dtypes (seeds tokens + seed_offset); `wgmma_jobs` as in
+// expect_backward_matches_cpu.
+void expect_odd_length_backwards_match_cpu(uint64_t seed_offset, int wgmma_jobs = -1) {
   for (const int64_t tokens : {1, 63, 65, 200}) {
     for (const DType dtype : {DType::bf16, DType::f16}) {
       BackwardCase bc;
       bc.shape.tokens = tokens;
       bc.shape.dtype = dtype;
-      bc.shape.seed = static_cast<uint64_t>(tokens) + 11;
-      expect_backward_matches_cpu(bc);
+      bc.shape.seed = static_cast<uint64_t>(tokens) + seed_offset;
+      expect_backward_matches_cpu(bc, wgmma_jobs);
     }
   }
 }
+
+TEST_F(CudaRetention, BackwardMatchesCpuForOddLengths) { expect_odd_length_backwards_match_cpu(11); }
 
 TEST_F(CudaRetention, BackwardMatchesCpuForEachHeadDimPair) {
   for (const auto& [dk, dv] : std::vector<std::pair<int64_t, int64_t> >{{64, 64}, {128, 128}, {128, 64}, {64, 128}}) {
@@ -590,14 +594,20 @@ TEST_F(CudaRetention, BackwardMatchesCpuForEachHeadDimPair) {
   }
 }
 
+// `tokens` with an initial state, per-head gamma (a fast decay among them) and a custom scale.
+BackwardCase decayed_case_with_initial_state(int64_t tokens) {
+  BackwardCase bc;
+  bc.shape.tokens = tokens;
+  bc.shape.initial_state = true;
+  bc.shape.gamma = {0.6, 0.95, 0.999};
+  bc.shape.scale = 0.2;
+  return bc;
+}
+
 TEST_F(CudaRetention, BackwardCarriesStateGradientsBothWays) {
   for (const bool grad_final : {false, true}) {
     for (const bool grad_initial : {false, true}) {
-      BackwardCase bc;
-      bc.shape.tokens = 190;
-      bc.shape.initial_state = true;
-      bc.shape.gamma = {0.6, 0.95, 0.999};
-      bc.shape.scale = 0.2;
+      BackwardCase bc = decayed_case_with_initial_state(190);
       bc.grad_final_state = grad_final;
       bc.grad_initial_state = grad_initial;
       expect_backward_matches_cpu(bc);
@@ -622,28 +632,37 @@ TEST_F(CudaRetention, AFastDecayWithAShortLastChunkMatchesCpuForwardAndBackward)
   }
 }
 
-TEST_F(CudaRetention, BackwardSplitsLongSequencesOfFewHeadsIntoSegments) {
+// One batch of two heads and 1500 tokens with both states: the rule cuts the sequence into segments.
+BackwardCase segmented_backward_case(int64_t dk, int64_t dv) {
   BackwardCase bc;
   bc.shape.batch = 1;
   bc.shape.heads = 2;
   bc.shape.tokens = 1500;
-  bc.shape.dk = 64;
-  bc.shape.dv = 128;
+  bc.shape.dk = dk;
+  bc.shape.dv = dv;
   bc.shape.gamma = {0.99, 0.9995};
   bc.with_states();
-  expect_backward_matches_cpu(bc);
+  return bc;
 }
 
-TEST_F(CudaRetention, BackwardReadsPaddedAndMisalignedViews) {
+TEST_F(CudaRetention, BackwardSplitsLongSequencesOfFewHeadsIntoSegments) {
+  expect_backward_matches_cpu(segmented_backward_case(64, 128));
+}
+
+// f16, 97 tokens with both states, in packed-padded and misaligned views; `wgmma_jobs` as in
+// expect_backward_matches_cpu.
+void expect_padded_and_misaligned_backwards_match_cpu(int wgmma_jobs = -1) {
   for (const Layout layout : {Layout::packed, Layout::misaligned}) {
     BackwardCase bc;
     bc.shape.layout = layout;
     bc.shape.dtype = DType::f16;
     bc.shape.tokens = 97;
     bc.with_states();
-    expect_backward_matches_cpu(bc);
+    expect_backward_matches_cpu(bc, wgmma_jobs);
   }
 }
+
+TEST_F(CudaRetention, BackwardReadsPaddedAndMisalignedViews) { expect_padded_and_misaligned_backwards_match_cpu(); }
 
 TEST_F(CudaRetention, BackwardWithoutTokensPassesTheFinalStateGradientThrough) {
   BackwardCase bc;
@@ -1012,46 +1031,19 @@ TEST_F(CudaRetention, WgmmaChunkBackwardMatchesCpu) {
   for (const char* config : {kForcedWgmma, "wgmma=1,decode=0,joint=0"}) {
     SCOPED_TRACE(config);
     const ScopedRetentionConfig forced(config);
-    for (const int64_t tokens : {1, 63, 65, 200}) {
-      for (const DType dtype : {DType::bf16, DType::f16}) {
-        BackwardCase bc;
-        bc.shape.tokens = tokens;
-        bc.shape.dtype = dtype;
-        bc.shape.seed = static_cast<uint64_t>(tokens) + 31;
-        expect_backward_matches_cpu(bc, 2);
-      }
-    }
+    expect_odd_length_backwards_match_cpu(31, 2);
     for (const auto& [dk, dv] : std::vector<std::pair<int64_t, int64_t> >{{64, 64}, {128, 128}, {128, 64}, {64, 128}}) {
-      BackwardCase bc;
+      BackwardCase bc = decayed_case_with_initial_state(130);
       bc.shape.dk = dk;
       bc.shape.dv = dv;
-      bc.shape.tokens = 130;
-      bc.shape.initial_state = true;
-      bc.shape.gamma = {0.6, 0.95, 0.999};
-      bc.shape.scale = 0.2;
       bc.grad_final_state = true;
       bc.grad_initial_state = true;
       expect_backward_matches_cpu(bc, 2);
     }
   }
   const ScopedRetentionConfig forced(kForcedWgmma);
-  BackwardCase segmented;  // one batch of two heads: the rule cuts the sequence into segments
-  segmented.shape.batch = 1;
-  segmented.shape.heads = 2;
-  segmented.shape.tokens = 1500;
-  segmented.shape.dk = 128;
-  segmented.shape.dv = 128;
-  segmented.shape.gamma = {0.99, 0.9995};
-  segmented.with_states();
-  expect_backward_matches_cpu(segmented, 2);
-  for (const Layout layout : {Layout::packed, Layout::misaligned}) {
-    BackwardCase bc;
-    bc.shape.layout = layout;
-    bc.shape.dtype = DType::f16;
-    bc.shape.tokens = 97;
-    bc.with_states();
-    expect_backward_matches_cpu(bc, 2);
-  }
+  expect_backward_matches_cpu(segmented_backward_case(128, 128), 2);
+  expect_padded_and_misaligned_backwards_match_cpu(2);
 }
 
 // The backward on the mma.sync kernel (wgmma=0; the rule's on devices other than 9.0).

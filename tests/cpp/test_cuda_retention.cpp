@@ -745,6 +745,21 @@ TEST_F(CudaRetention, EveryForcedValueBlockSegmentCountAndDecodeChoiceGivesTheSa
   }
 }
 
+// The forced-segments case: B2 H2 T611 (10 chunks: five segments of two, the last chunk of 35 tokens), per-head gamma,
+// both states.
+Case segments_case(int64_t dk, int64_t dv) {
+  Case c;
+  c.batch = 2;
+  c.heads = 2;
+  c.tokens = 611;
+  c.dk = dk;
+  c.dv = dv;
+  c.gamma = {0.97, 0.999};
+  c.initial_state = true;
+  c.final_state = true;
+  return c;
+}
+
 // Forced segments run the state-only launch (the state warps alone) for every head dim pair and value block, with
 // the sequence's end inside a segment's last chunk.
 TEST_F(CudaRetention, ForcedSegmentsMatchCpuForEachHeadDimPairAndValueBlock) {
@@ -753,16 +768,7 @@ TEST_F(CudaRetention, ForcedSegmentsMatchCpuForEachHeadDimPairAndValueBlock) {
     SCOPED_TRACE(config);
     const ScopedRetentionConfig forced(config);
     for (const auto& [dk, dv] : std::vector<std::pair<int64_t, int64_t> >{{64, 64}, {64, 128}, {128, 64}}) {
-      Case c;
-      c.batch = 2;
-      c.heads = 2;
-      c.tokens = 611;
-      c.dk = dk;
-      c.dv = dv;
-      c.gamma = {0.97, 0.999};
-      c.initial_state = true;
-      c.final_state = true;
-      expect_forward_and_backward_match_cpu(c);
+      expect_forward_and_backward_match_cpu(segments_case(dk, dv));
     }
   }
 }
@@ -819,21 +825,6 @@ constexpr const char* kWgmmaWide = "wgmma_chunk64_dk128_dv128";
 // Every wgmma test forces decode=0 too, so that sequences of at most 16 tokens run the chunk kernel as well.
 constexpr const char* kForcedWgmma = "wgmma=1,decode=0";
 constexpr const char* kForcedWgmmaSegments = "wgmma=1,decode=0,segments=5";
-
-// The forced-segments case: B2 H2 T611 (10 chunks: five segments of two, the last chunk of 35 tokens), per-head gamma,
-// both states.
-Case segments_case(int64_t dk, int64_t dv) {
-  Case c;
-  c.batch = 2;
-  c.heads = 2;
-  c.tokens = 611;
-  c.dk = dk;
-  c.dv = dv;
-  c.gamma = {0.97, 0.999};
-  c.initial_state = true;
-  c.final_state = true;
-  return c;
-}
 
 TEST_F(CudaRetention, WgmmaChunkForwardMatchesCpuForOddLengthsAndBothDtypes) {
   if (const std::string why = wgmma_chunk_unavailable(); !why.empty()) GTEST_SKIP() << why;

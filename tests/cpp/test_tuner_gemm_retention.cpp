@@ -453,9 +453,10 @@ struct Launch {
 };
 
 // On a device of compute capability `capability` (the forward's wgmma swap, retention_plan.cpp).
-std::vector<Launch> launches_of(const cuda::retention::ChunkShapeChoice& choice, const tune::ProblemSpec& s,
+std::vector<Launch> launches_of(const cuda::retention::ChunkShapeChoice& asked, const tune::ProblemSpec& s,
                                 int multiprocessors, int capability = 90) {
   using cuda::retention::chunk_job_shape;
+  const cuda::retention::ChunkShapeChoice choice = cuda::retention::on_device(asked, capability);
   const int64_t bh = s.batch * s.heads_q, t = s.tokens[0];
   if (s.op == tune::TuneOp::retention_forward) {
     if (const auto* decode = cuda::retention::decode_kernel_for(s.dtype, bh, t, s.head_dim, s.head_dim_v, choice)) {
@@ -625,13 +626,15 @@ TEST(TunerCudaRetentionSpace, TheEstimatePrefersSegmentsForFewLongSequences) {
   EXPECT_LT(best * 4, seg1) << "one CTA per value block leaves most SMs idle";
 }
 
-// The joint backward (retention_jobs.hpp) counts the CTAs of the jobs that share a launch together: at B2 H16 T16384
-// D128 three jobs of 64 CTAs need no segments on 132 multiprocessors, where one job alone takes 4; at D64 (three jobs
-// of 32 CTAs) the wave model takes 8. A forced count still wins.
+// The joint backward (retention_jobs.hpp) counts the CTAs of the jobs that share a launch together. On the mma.sync
+// kernel (two CTAs a multiprocessor at full speed): at B2 H16 T16384 D128 three jobs of 64 CTAs need no segments on
+// 132 multiprocessors, where one job alone takes 4; at D64 (three jobs of 32 CTAs) the wave model takes 8. A forced
+// count still wins.
 TEST(RetentionChunkShape, AJointBackwardCountsTheCtasOfTheJobsInItsLaunchTogether) {
   using cuda::retention::backward_sharing;
   using cuda::retention::chunk_job_shape;
   cuda::retention::ChunkShapeChoice joint, separate;
+  joint.wgmma = separate.wgmma = false;
   separate.joint_backward = false;
   EXPECT_TRUE(cuda::retention::ChunkShapeChoice{}.joint_backward) << "the rule runs the joint backward";
   EXPECT_EQ(backward_sharing(joint, 128, 128).dq, 3);
@@ -646,8 +649,36 @@ TEST(RetentionChunkShape, AJointBackwardCountsTheCtasOfTheJobsInItsLaunchTogethe
   // An empty sequence (no chunk) or a device that reports no multiprocessors: one segment, no division by zero.
   EXPECT_EQ(chunk_job_shape(DType::bf16, 128, 128, 32, 0, 132, joint, 3).segments, 1);
   EXPECT_EQ(chunk_job_shape(DType::bf16, 128, 128, 32, 16384, 0, joint, 3).segments, 1);
+  EXPECT_EQ(chunk_job_shape(DType::bf16, 128, 128, 32, 16384, 0, separate).segments, 1);
   joint.segments = 4;
   EXPECT_EQ(chunk_job_shape(DType::bf16, 128, 128, 32, 16384, 132, joint, 3).segments, 4);
+}
+
+// The rule's segments for the wgmma kernel (the default choice on a 9.0 device): one CTA fills a multiprocessor's
+// throughput, so segments only fill idle multiprocessors, and no more CTAs than fit at once (two of 64 value columns,
+// one of 128). Each count below was the fastest or within 6 % of it on an H200 (docs/perf.md, retention "Twelfth
+// step"); the old rule (two CTAs per multiprocessor) took 2 at B8 H16 D64 and B6 H16 D64, 25 % and 17 % slower.
+TEST(RetentionChunkShape, TheWgmmaRuleFillsEachMultiprocessorOnce) {
+  if (cuda::retention::find_wgmma_chunk_kernel(DType::bf16, 64, 64) == nullptr) {
+    GTEST_SKIP() << "this build has no wgmma retention kernel (ATTNKIT_CUDA_ARCHS without 90a)";
+  }
+  const cuda::retention::ChunkShapeChoice rule;
+  struct Row {
+    int64_t batch_heads, tokens, head_dim, segments;
+  };
+  const Row rows[] = {
+      {128, 4096, 64, 1}, {96, 4096, 64, 1},   {64, 4096, 64, 2},   {36, 8192, 64, 7},
+      {32, 16384, 64, 4}, {16, 16384, 64, 8},  {128, 4096, 128, 1}, {64, 4096, 128, 2},
+      {36, 4096, 128, 3}, {32, 16384, 128, 4}, {16, 16384, 128, 8},
+  };
+  for (const Row& row : rows) {
+    const auto shape = cuda::retention::chunk_job_shape(DType::bf16, row.head_dim, row.head_dim, row.batch_heads,
+                                                        row.tokens, 132, rule);
+    EXPECT_EQ(shape.segments, row.segments)
+        << "B*H " << row.batch_heads << " T " << row.tokens << " D " << row.head_dim;
+  }
+  // The joint backward at B4 H16 D64 (three jobs of 64 CTAs): one segment (0.181 ms measured against 0.192 with two).
+  EXPECT_EQ(cuda::retention::chunk_job_shape(DType::bf16, 64, 64, 64, 4096, 132, rule, 3).segments, 1);
 }
 
 // The parallel form's backward over a decay matrix runs kDecayMatrixMembers (batch, value slice) pairs per CTA where

@@ -153,14 +153,13 @@ int value_block_for(int64_t dv, const ChunkShapeChoice& choice) {
   return 0;
 }
 
-// The segments of a joint launch (retention_jobs.hpp): the count, at most `max_segments`, that minimises a wave model
-// of its two launches in units of one chunk step of a CTA at two CTAs per multiprocessor (`slots` CTAs at once, all
-// CTAs equally long): ceil(ctas * s / slots) waves of ceil(chunks / s) steps, plus the state-only launch's
-// ceil(ctas * (s - 1) / slots) waves of as many steps at half the cost (the state warps alone). More segments must
-// cost 5 % less than fewer (the model leaves out each segment's reads of the states before it). Example, 132
-// multiprocessors, B2 T16384 H16 D128 (three jobs of 64 CTAs, 256 chunks): 1 segment, 256 steps (2, 4, 8: 320, 288,
-// 288), against 3 x (64 + 64 / 2) = 288 for the jobs in turn with 4 segments each.
-int64_t joint_segments(int64_t ctas, int64_t chunks, int64_t slots, int64_t max_segments) {
+// The segment count, at most `max_segments`, that minimises a wave model of a job's two launches in units of one
+// chunk step of a CTA: the outputs launch holds ctas * s CTAs of ceil(chunks / s) steps, `slots` of them advancing at
+// full speed at once (ceil(ctas * s / slots) rounds of steps), the state-only launch ctas * (s - 1) CTAs at half the
+// cost (the state warps alone). More segments must cost 5 % less than fewer (the model leaves out each segment's reads
+// of the states before it). Example, 132 multiprocessors of one slot (the wgmma kernel), B2 T16384 H16 D128 forward
+// (32 CTAs of 128 value columns, 256 chunks, at most 4 segments): 1, 2, 4 segments cost 512, 384, 192 half steps.
+int64_t segments_by_wave_model(int64_t ctas, int64_t chunks, int64_t slots, int64_t max_segments) {
   if (ctas <= 0 || chunks <= 0) return 1;  // an empty sequence or grid: nothing to split
   slots = std::max<int64_t>(slots, 1);
   int64_t best = 1;
@@ -179,26 +178,44 @@ int64_t joint_segments(int64_t ctas, int64_t chunks, int64_t slots, int64_t max_
   return best;
 }
 
-// Segments when the CTAs of the launch (B * H * slices) leave multiprocessors idle: as many as fit in one wave of two
-// CTAs per multiprocessor, each segment at least 4 chunks long; in a joint launch (`sharing_jobs` jobs of this shape
-// in one grid) joint_segments' count.
+// How the segment rule counts a kernel's CTAs on a multiprocessor. `resident`: how many fit at once (shared memory:
+// two of every instance but the wgmma kernel's 128-column one, 193 KiB). `slots`: how many advance at full speed
+// together. The mma.sync kernel's CTAs wait mostly on latency, so two share a multiprocessor at full speed each; one
+// wgmma CTA already draws what a multiprocessor gives (measured on an H200, docs/perf.md, retention "Fourteenth step":
+// B8 T4096 H16 D64, 128 CTAs, 0.091 ms with one segment against 0.116 ms with two, i.e. 256 CTAs two to a
+// multiprocessor), so it has one slot.
+struct MultiprocessorModel {
+  int64_t resident;
+  int64_t slots;
+};
+MultiprocessorModel multiprocessor_model(const ChunkKernel& kernel) {
+  constexpr int kSm90SharedBytes = 228 * 1024;
+  constexpr int kReservedBytesPerCta = 1024;
+  const bool wgmma = std::strcmp(kernel.family, "wgmma_chunk64") == 0;
+  const int64_t resident = 2 * (kernel.shared_bytes + kReservedBytesPerCta) <= kSm90SharedBytes ? 2 : 1;
+  return {resident, wgmma ? 1 : resident};
+}
+
+// The rule's segments, counted for the kernel the job runs: the wgmma kernel where the choice asks for it and an
+// instance is compiled (the plan swaps it in on a 9.0 device, retention_plan.cpp; on_device clears the choice's wgmma
+// for other devices), else the job's own: segments of at least 4 chunks, the wave
+// model's count (segments_by_wave_model) over the job's CTAs, in a joint launch (`sharing_jobs` jobs of this shape in
+// one grid) those of all its jobs together; a job alone makes no more CTAs than fit on the device at once.
 JobShape shape_job(const ChunkKernel* kernel, int64_t batch_heads, int64_t dk, int64_t dv, int64_t tokens,
                    int multiprocessors, const ChunkShapeChoice& choice, int64_t sharing_jobs) {
   constexpr int64_t kMinChunksPerSegment = 4;
   JobShape shape;
   shape.kernel = kernel;
   const int64_t chunks = (tokens + kRetentionChunk - 1) / kRetentionChunk;
-  const int64_t ctas = batch_heads * (dv / kernel->value_block) * sharing_jobs;
-  int64_t segments = 1;
-  if (sharing_jobs > 1) {
-    segments = joint_segments(ctas, chunks, 2 * static_cast<int64_t>(multiprocessors),
-                              std::max<int64_t>(1, chunks / kMinChunksPerSegment));
-  } else if (ctas < multiprocessors) {
-    // Rounded down: every kernel instance fits two CTAs per multiprocessor on SM90 (8 warps at <= 128 registers,
-    // <= 105 KiB of shared memory), and a second, partial wave would cost as much as the first.
-    const int64_t wanted = 2 * static_cast<int64_t>(multiprocessors) / ctas;
-    segments = std::max<int64_t>(1, std::min(wanted, chunks / kMinChunksPerSegment));
+  const ChunkKernel* wgmma = choice.wgmma ? wgmma_chunk_kernel_for(kernel, wgmma_wide_dv(choice, dv), 90) : nullptr;
+  const ChunkKernel& modelled = wgmma != nullptr ? *wgmma : *kernel;
+  const MultiprocessorModel model = multiprocessor_model(modelled);
+  const int64_t ctas = batch_heads * (dv / modelled.value_block) * sharing_jobs;
+  int64_t max_segments = std::max<int64_t>(1, chunks / kMinChunksPerSegment);
+  if (sharing_jobs == 1 && ctas > 0) {
+    max_segments = std::min(max_segments, std::max<int64_t>(1, model.resident * multiprocessors / ctas));
   }
+  int64_t segments = segments_by_wave_model(ctas, chunks, model.slots * multiprocessors, max_segments);
   if (choice.segments != 0) segments = std::max<int64_t>(1, std::min(choice.segments, chunks));
   const int64_t chunks_per_segment = segments > 1 ? (chunks + segments - 1) / segments : chunks;
   shape.segment_tokens = chunks_per_segment * kRetentionChunk;

@@ -16,12 +16,13 @@
 // which is pointer and stride arithmetic plus the per-head decay, reused when gamma is unchanged.
 //
 // Parallelism: one CTA per (batch, head, value block of 64 columns, or 32 when Dv is no multiple of
-// 64). When that is fewer CTAs than multiprocessors, the sequence is also cut into segments of whole
-// chunks (at least 4 chunks each) to fill about two CTAs per multiprocessor; each segment's own state
-// is computed first (K^T V work only) and the segments then start from the states before them. The
+// 64; 128 on the wgmma kernel at Dk = Dv = 128). When that leaves multiprocessors idle, the sequence is also cut into
+// segments of whole chunks (at least 4 chunks each); each segment's own state is computed first (K^T V work only) and
+// the segments then start from the states before them. The count follows a wave model of the CTAs of the kernel a 9.0
+// device runs (retention_jobs.cpp's segments_by_wave_model: one wgmma CTA fills a multiprocessor's throughput, two
+// mma.sync CTAs share one at full speed each); a job alone makes no more CTAs than fit on the device at once. The
 // backward's jobs that share an instance run in one launch of retention_chunk_jobs_kernel (joint), whose segment
-// count then follows a wave model of the jobs' CTAs together (retention_jobs.cpp's joint_segments; the counts and
-// predictions are in retention_chunk_kernel.cuh); joint=0 runs them one after the other.
+// count counts the jobs' CTAs together; joint=0 runs them one after the other.
 // normalize=true and the explicit decay matrix run the parallel forward (retention_normalized_kernel.cuh)
 // and the parallel backward (retention_parallel_backward_common.cuh: four launches of two kernels).
 // Forward calls of at most kDecodeMaxTokens tokens with Dv a multiple of 64 run the recurrent decode
@@ -101,8 +102,8 @@ struct ChunkShapeChoice {
   // Value columns per CTA: this block for every job whose value dim is a multiple of it, the rule's (64,
   // or 32 when the value dim is no multiple of 64) for the others. 0: the rule everywhere.
   int value_block = 0;
-  // Sequence segments per (batch, head, value block): this many, at most one per chunk. 0: the rule's
-  // (fill about two CTAs per multiprocessor with segments of at least 4 chunks).
+  // Sequence segments per (batch, head, value block): this many, at most one per chunk. 0: the rule's (the wave
+  // model above, segments of at least 4 chunks).
   int64_t segments = 0;
   // Forward calls of at most kDecodeMaxTokens tokens with Dv a multiple of 64 run the decode kernel.
   bool decode = true;
@@ -158,6 +159,13 @@ const ChunkKernel* wgmma_chunk_kernel_for(const ChunkKernel* kernel, int64_t wid
 // wgmma_chunk_kernel_for's `wide_dv` under `choice` for a forward of value dim `dv`: dv when the choice forces no
 // value block, else 0.
 inline int64_t wgmma_wide_dv(const ChunkShapeChoice& choice, int64_t dv) { return choice.value_block == 0 ? dv : 0; }
+
+// The choice as a device of `compute_capability` runs it: the wgmma kernel only on 9.0. Selecting with it lets the
+// segment rule count the CTAs of the kernel that runs (the plans' callers and the tuner's estimate do).
+inline ChunkShapeChoice on_device(ChunkShapeChoice choice, int compute_capability) {
+  choice.wgmma = choice.wgmma && compute_capability == 90;
+  return choice;
+}
 
 // Throw Status::unsupported, naming what is allowed, when no compiled kernel runs the problem. Without a
 // choice: ATTNKIT_RETENTION_CONFIG's when it is set, else the rule.

@@ -279,8 +279,7 @@ std::unique_ptr<detail::OpPlan<RetentionForward>> plan_of_selection(const Retent
   // The Hopper wgmma kernel where the choice asks for it (the rule does) and the device and the job allow it, else the
   // job's own.
   if (chosen.wgmma) {
-    const int capability = 10 * device_attribute(cudaDevAttrComputeCapabilityMajor, device) +
-                           device_attribute(cudaDevAttrComputeCapabilityMinor, device);
+    const int capability = compute_capability_of(device);
     if (const ChunkKernel* wgmma = wgmma_chunk_kernel_for(chosen.job.kernel, chosen.wgmma_wide_dv, capability)) {
       chosen.job.kernel = wgmma;
     }
@@ -302,8 +301,7 @@ std::unique_ptr<detail::OpPlan<RetentionBackward>> plan_of_selection(const Reten
   // The Hopper wgmma kernel for each chunkwise job where the choice asks for it (the rule does) and the device and
   // the job allow it. dQ and dK carry Dk value columns, dV Dv.
   if (chosen.wgmma && !chosen.parallel_form) {
-    const int capability = 10 * device_attribute(cudaDevAttrComputeCapabilityMajor, device) +
-                           device_attribute(cudaDevAttrComputeCapabilityMinor, device);
+    const int capability = compute_capability_of(device);
     const int64_t dk = problem.q.extents[3], dv = problem.v.extents[3];
     for (auto [job, value_dim] : {std::pair{&chosen.dq, dk}, std::pair{&chosen.dk, dk}, std::pair{&chosen.dv, dv}}) {
       const ChunkKernel* wgmma = wgmma_chunk_kernel_for(job->kernel, chosen.wgmma_wide ? value_dim : 0, capability);
@@ -327,6 +325,11 @@ std::unique_ptr<detail::OpPlan<RetentionBackward>> plan_of_selection(const Reten
 }
 
 int multiprocessors_of(int device) { return prepare_device(device); }
+
+int compute_capability_of(int device) {
+  return 10 * device_attribute(cudaDevAttrComputeCapabilityMajor, device) +
+         device_attribute(cudaDevAttrComputeCapabilityMinor, device);
+}
 
 detail::MadePlan<RetentionForward> make_forward_plan(const RetentionForward& problem, const RunOptions& options) {
   const int device = problem.q.device.index;

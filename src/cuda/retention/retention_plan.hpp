@@ -37,5 +37,7 @@ std::unique_ptr<detail::OpPlan<RetentionBackward>> plan_of_selection(const Reten
 // The multiprocessors of `device`, after throwing Status::unsupported unless it has compute capability 8.0 or
 // newer (the retention kernels use mma.sync bf16 and cp.async).
 int multiprocessors_of(int device);
+// 10 * major + minor of `device`'s compute capability.
+int compute_capability_of(int device);
 
 }  // namespace attnkit::cuda::retention

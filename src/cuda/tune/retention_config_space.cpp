@@ -42,9 +42,11 @@ JobLaunch chunk_launch(const tune::ProblemSpec& spec, int64_t key_dim, int64_t v
   return {shape.kernel, shape.segments, shape.segment_tokens, key_dim, value_dim};
 }
 
-// The launches `choice` makes on `spec` (retention_jobs.hpp's select_forward / select_backward, as numbers).
-Resolution resolve(const ChunkShapeChoice& choice, bool decode_config, const tune::ProblemSpec& spec,
+// The launches `choice` makes on `spec` on the limits' device (retention_jobs.hpp's select_forward / select_backward
+// with the choice on_device, as numbers).
+Resolution resolve(const ChunkShapeChoice& asked, bool decode_config, const tune::ProblemSpec& spec,
                    const tune::DeviceLimits& limits) {
+  const ChunkShapeChoice choice = on_device(asked, limits.compute_capability);
   Resolution r;
   if (spec.dtype != DType::f16 && spec.dtype != DType::bf16) {
     r.why = "the CUDA retention kernels run float16 and bfloat16";

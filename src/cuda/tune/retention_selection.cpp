@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/log.hpp"
+#include "cuda/retention/retention_plan.hpp"
 #include "cuda/tune/cuda_config_choice.hpp"
 #include "cuda/tune/gpu_run_timer.hpp"
 #include "cuda/tune/retention_config_space.hpp"
@@ -67,14 +68,18 @@ TunedSelection<ForwardSelection> tuned_forward_selection(const RetentionForward&
                                                          int device, int multiprocessors) {
   return tuned_selection<ForwardSelection>(
       tune::TuneOp::retention_forward, problem, options, device,
-      [&](const ChunkShapeChoice& choice) { return select_forward(problem, multiprocessors, choice); });
+      [&, capability = compute_capability_of(device)](const ChunkShapeChoice& choice) {
+        return select_forward(problem, multiprocessors, on_device(choice, capability));
+      });
 }
 
 TunedSelection<BackwardSelection> tuned_backward_selection(const RetentionBackward& problem, const RunOptions& options,
                                                            int device, int multiprocessors) {
   return tuned_selection<BackwardSelection>(
       tune::TuneOp::retention_backward, problem, options, device,
-      [&](const ChunkShapeChoice& choice) { return select_backward(problem, multiprocessors, choice); });
+      [&, capability = compute_capability_of(device)](const ChunkShapeChoice& choice) {
+        return select_backward(problem, multiprocessors, on_device(choice, capability));
+      });
 }
 
 }  // namespace attnkit::cuda::retention

@@ -50,6 +50,7 @@ class RetentionTuningRunner : public tune::Runner {
   tune::ProblemSpec spec_;
   int device_ = 0;
   int multiprocessors_ = 0;
+  int capability_ = 0;  // 10 * major + minor
   std::unique_ptr<GpuRunTimer> timer_;
   std::vector<BufferSet> sets_;
   std::map<std::string, ConfigPlans> plans_;  // by config id

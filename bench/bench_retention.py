@@ -26,7 +26,9 @@ on all of them alike. The backward is timed alone: torch.autograd.grad on a reta
 ("graph"): --graph-calls calls of each candidate captured in one CUDA graph and replayed in the same interleaved
 rounds, so that a candidate whose host work per call outlasts its kernels (many small launches) is also seen without
 it (forward only: a captured autograd backward is not supported here, and a failed capture leaves torch's CUDA
-generator unusable for the rows after it). "TF/s" uses the issue's
+generator unusable for the rows after it). The backward's GPU-only column ("bwd kern"): --kernel-calls backward calls
+under torch.profiler, the durations of the kernels they launch summed per call (bench_timing.kernel_ms), once per
+candidate after the timed rounds. "TF/s" uses the issue's
 nominal count: forward 2*B*H*T*64*2*D + 4*B*H*T*D^2 FLOPs, backward 2x that; decode rows report
 GB/s of the state read and written (2 * B*H*D*D * 4 bytes) plus q, k, v, out. Each row also prints
 attnkit's relative L2 distance to fla's output (a sanity check, not a test).
@@ -64,7 +66,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "python"))
 
 import attnkit  # noqa: E402
-from bench_timing import back_to_back_run, event_ms, interleaved_rounds  # noqa: E402
+from bench_timing import back_to_back_run, event_ms, interleaved_rounds, kernel_ms  # noqa: E402
 
 try:
     from fla.ops.retention import chunk_retention, fused_recurrent_retention, parallel_retention
@@ -286,6 +288,15 @@ def run_chunk_like(name, kind, b, t, h, d, args, sides):
         for candidate, timing in timings.items():
             record_time(rows[candidate], "backward_ms", timing)
             rows[candidate]["backward_tflops"] = nominal_flops(b, t, h, d, backward=True) / timing[0] / 1e9
+        if args.kernel_calls > 0:
+            for candidate, backward, config in backwards:
+                if candidate in errors:
+                    continue
+                try:
+                    with retention_config(config or ""):
+                        rows[candidate]["backward_kernel_ms"] = kernel_ms(backward, args.kernel_calls)
+                except Exception as error:  # noqa: BLE001 - the profiler's failure costs this column only
+                    rows[candidate]["kernel_error"] = f"{type(error).__name__}: {error}"
         del backwards
     for row in rows.values():
         results.append(row)
@@ -379,7 +390,7 @@ def add_ratios(results):
         for candidate, ours in candidates.items():
             if not is_attnkit(candidate):
                 continue
-            for key in ("forward_ms", "backward_ms", "forward_graph_ms"):
+            for key in ("forward_ms", "backward_ms", "forward_graph_ms", "backward_kernel_ms"):
                 if key in ours and key in theirs:
                     ours[key.replace("_ms", "_speedup_vs_fla")] = theirs[key] / ours[key]
 
@@ -390,13 +401,16 @@ def print_measured(row):
                      f"{row[key.replace('_ms', '_spread_ms')][1]:.3f})"
                      for key in ("forward_ms", "backward_ms", "forward_graph_ms")
                      if key in row)
-    notes = " ".join(f"[{key}: {row[key]}]" for key in ("error", "graph_error") if key in row)
+    if "backward_kernel_ms" in row:
+        times += f" backward_kernel_ms {row['backward_kernel_ms']:.3f}"
+    notes = " ".join(f"[{key}: {row[key]}]" for key in ("error", "graph_error", "kernel_error") if key in row)
     print(f"  measured {row['row']} {row['candidate']}: {times} {notes}".rstrip(), flush=True)
 
 
 def print_table(results):
     header = f"{'row':32} {'candidate':20} {'fwd ms':>9} {'fwd TF/s':>9} {'bwd ms':>9} {'bwd TF/s':>9} " \
-             f"{'GB/s':>8} {'fwd x':>6} {'bwd x':>6} {'L2 vs fla':>10} {'fwd graph':>9} {'g.fwd x':>7}"
+             f"{'GB/s':>8} {'fwd x':>6} {'bwd x':>6} {'L2 vs fla':>10} {'fwd graph':>9} {'g.fwd x':>7} " \
+             f"{'bwd kern':>9} {'k.bwd x':>7}"
     print(header)
     for r in results:
         if "error" in r:
@@ -409,7 +423,8 @@ def print_table(results):
               f"{cell('backward_ms', 9, '.3f')} {cell('backward_tflops', 9, '.1f')} {cell('gbps', 8, '.0f')} "
               f"{cell('forward_speedup_vs_fla', 6, '.2f')} {cell('backward_speedup_vs_fla', 6, '.2f')} "
               f"{cell('relative_l2_to_fla', 10, '.2e')} {cell('forward_graph_ms', 9, '.3f')} "
-              f"{cell('forward_graph_speedup_vs_fla', 7, '.2f')}")
+              f"{cell('forward_graph_speedup_vs_fla', 7, '.2f')} {cell('backward_kernel_ms', 9, '.3f')} "
+              f"{cell('backward_kernel_speedup_vs_fla', 7, '.2f')}")
 
 
 def main():
@@ -424,6 +439,9 @@ def main():
     parser.add_argument("--graph-calls", type=int, default=10,
                         help="calls per CUDA graph for the GPU-only columns (0: none); see time_graphs")
     parser.add_argument("--no-backward", action="store_true")
+    parser.add_argument("--kernel-calls", type=int, default=5,
+                        help="backward calls profiled for the GPU-only backward column (torch.profiler: the kernels' "
+                             "own durations; 0: none); see kernel_ms")
     parser.add_argument("--json", help="write the results to this file")
     forcing = parser.add_mutually_exclusive_group()
     forcing.add_argument("--config",

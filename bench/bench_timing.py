@@ -24,6 +24,28 @@ def event_ms(work) -> float:
     return start.elapsed_time(end)
 
 
+def device_ms_per_call(averages, calls: int) -> float:
+    """The GPU time per call in a profile of `calls` calls: the sum of the operations' self device time (each kernel,
+    copy and set counted once, under the operation that launched it), in ms. `averages`: torch.profiler's
+    key_averages() (entries with self_device_time_total in microseconds)."""
+    total_us = sum(getattr(entry, "self_device_time_total", 0.0) for entry in averages)
+    return total_us / 1000.0 / max(calls, 1)
+
+
+def kernel_ms(call, calls: int) -> float:
+    """GPU time per call of call(): its kernels' durations summed by torch.profiler (CUPTI) over `calls` calls after
+    one warm call, so neither the host's work per call nor the gaps between launches count (what a CUDA graph's
+    replay approaches). For calls that cannot be captured in a graph (an autograd backward)."""
+    call()
+    torch.cuda.synchronize()
+    activities = [torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as profile:
+        for _ in range(calls):
+            call()
+        torch.cuda.synchronize()
+    return device_ms_per_call(profile.key_averages(), calls)
+
+
 def interleaved_rounds(runs, rounds):
     """runs: {name: run}, each run() timing one run of its candidate and returning ms per call. Every round runs each
     candidate once, starting one further along each round. Returns {name: (median, lowest, highest)}."""

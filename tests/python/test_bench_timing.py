@@ -44,3 +44,16 @@ def test_a_run_holds_the_calls_that_fill_its_length_inside_its_context(monkeypat
     calls.clear()
     fast = bench_timing.back_to_back_run(calls.append, one_call_ms=0.0, run_ms=3.0, max_calls=7)
     assert fast() == 12.0 / 7 and len(calls) == 7
+
+
+def test_the_device_time_per_call_sums_every_operations_self_device_time():
+    class Average:
+        def __init__(self, us):
+            self.self_device_time_total = us
+
+    class HostOnly:  # an entry without device time (a CPU-side operation)
+        pass
+
+    averages = [Average(1500.0), Average(500.0), HostOnly(), Average(0.0)]
+    assert bench_timing.device_ms_per_call(averages, 4) == 0.5  # 2000 us over 4 calls
+    assert bench_timing.device_ms_per_call([], 3) == 0.0

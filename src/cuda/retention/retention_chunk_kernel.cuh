@@ -107,7 +107,7 @@ struct ChunkTraits {
 #else
   static constexpr int kSharedBytesPerSm = 228 * 1024;
 #endif
-  static constexpr int kMinBlocksPerSm = 2 * (kSharedBytes + 1024) <= kSharedBytesPerSm ? 2 : 1;
+  static constexpr int kMinBlocksPerSm = resident_ctas(kSharedBytes, kSharedBytesPerSm);
   // Named barriers (0 is __syncthreads): a chunk's tiles and the state tile are ready (all warps); the output
   // warps have read the state tile, which the state warps may then overwrite.
   static constexpr int kChunkReadyBarrier = 1;

@@ -67,6 +67,14 @@ constexpr int parallel_backward_grouped_shared_bytes(int dk, int dv, int element
 // Opt-in shared memory per block on SM90 (227 KiB): every instance's largest launch fits it. SM80 allows 163 KiB,
 // which the parallel backward's largest launches (Dv = 256 with a decay matrix) exceed; the plan refuses those there.
 inline constexpr int kMaxSharedBytesPerBlock = 227 * 1024;
+// SM90's shared memory per multiprocessor, and what each resident CTA reserves of it.
+inline constexpr int kSm90SharedBytesPerSm = 228 * 1024;
+inline constexpr int kReservedSharedBytesPerCta = 1024;
+// How many CTAs of `shared_bytes` each a multiprocessor of `per_sm` bytes holds at once, counted up to two (the chunk
+// kernels are built for one or two a multiprocessor).
+constexpr int resident_ctas(int shared_bytes, int per_sm = kSm90SharedBytesPerSm) {
+  return 2 * (shared_bytes + kReservedSharedBytesPerCta) <= per_sm ? 2 : 1;
+}
 
 // What one launch of the parallel form's backward computes (retention_parallel_backward_common.cuh).
 enum ParallelBackwardRole : int32_t { kRowTermsRole = 0, kGradQRole = 1, kGradKRole = 2, kGradVRole = 3 };

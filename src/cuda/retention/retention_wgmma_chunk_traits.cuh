@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/retention/retention_params.hpp"
+
 namespace attnkit::cuda::retention {
 
 template <class Element_, int HeadDim_, int ValueBlock_>
@@ -54,7 +56,7 @@ struct WgmmaChunkTraits {
   // tile D x E and 1 KiB of barriers (the storage's 1024-byte alignment).
   static constexpr int kStageBytes = kChunk * (2 * kHeadDim + kValueBlock) * 2;
   static constexpr int kFixedBytes = (kChunk + kHeadDim) * kValueBlock * 2 + 1024;
-  static constexpr int kCtaBytes = 228 * 1024 / kMinBlocksPerSm - 1024;  // 1 KiB reserved per CTA
+  static constexpr int kCtaBytes = kSm90SharedBytesPerSm / kMinBlocksPerSm - kReservedSharedBytesPerCta;
   static constexpr int kStages =
       (kCtaBytes - kFixedBytes) / kStageBytes < 3 ? (kCtaBytes - kFixedBytes) / kStageBytes : 3;
   static_assert(kStages >= 2, "two stages at least");
@@ -114,8 +116,8 @@ struct WgmmaChunkTraits {
     uint64_t state_free;      // the output warpgroup's Q S has read the state tile
   };
   static constexpr int kSharedBytes = int(sizeof(SharedStorage));
-  static_assert(kMinBlocksPerSm * (kSharedBytes + 1024) <= 228 * 1024, "kMinBlocksPerSm CTAs per SM90 multiprocessor");
-  static_assert(kSharedBytes <= 227 * 1024, "an SM90 CTA's opt-in shared memory");
+  static_assert(resident_ctas(kSharedBytes) >= kMinBlocksPerSm, "kMinBlocksPerSm CTAs per SM90 multiprocessor");
+  static_assert(kSharedBytes <= kMaxSharedBytesPerBlock, "an SM90 CTA's opt-in shared memory");
 };
 
 }  // namespace attnkit::cuda::retention

@@ -42,8 +42,8 @@
 // Registers a thread (setmaxnreg; the launch bound gives 80 at E = 64, 128 at E = 128): producer 32 / 48, output
 // 104 / 176 (E = 128: O 64 fp32, scores 32, P 16), state 104 / 144 (E = 128: S 64 fp32, scaled V 16).
 // Shared memory (16-bit elements, 128-byte swizzled rows): Q, K [kStages][64][D], V [kStages][64][E], scaled V
-// [64][E], state tile [D][E], with kStages as many as fit (at most 3): D = 64: 3 stages, 89 KiB; D = 128, E = 64:
-// 2 stages, 105 KiB (two CTAs per SM each); D = 128, E = 128: 3 stages, 193 KiB (one CTA per SM).
+// [64][E], output rows [64][E], state tile [D][E], with kStages as many as fit (at most 3): D = 64: 3 stages, 97 KiB;
+// D = 128, E = 64: 2 stages, 113 KiB (two CTAs per SM each); D = 128, E = 128: 3 stages, 209 KiB (one CTA per SM).
 //
 // The state-only launch of a segmented job (retention_params.hpp) runs the producer (K and V) and the state
 // warpgroups alone; the output warpgroup leaves at once. On other architectures the kernel body is empty: the plan

@@ -6,8 +6,12 @@
 // tile MN-major) as a second batch; once Q K^T completes, mask and scale the scores and pack them to 16 bits in the
 // A-operand registers of P V while Q S still runs; once Q S completes, release the state tile (state_free), scale
 // its rows by scale * gamma^(i+1) and issue P V (register A, V MN-major) into the same accumulators; then release
-// the stage. The rows below the chunk's length are stored once the next chunk's Q K^T is issued (after its wait and
-// proxy fence: a fence orders the thread's earlier stores, so it would wait for stores issued just before it). The mask
+// the stage. With 16-byte global access the finished rows go as 16 bits into the output-rows tile (128-byte swizzled
+// rows: a warp's 4-byte stores hit 32 banks) and, once the next chunk's Q K^T is issued, from there to global memory
+// in 16-byte pieces, 8 threads a 128-byte row: a quarter of the store instructions, and each row one L2 request
+// instead of eight 16-byte pieces. Without it the accumulators are stored element-wise at the same point. Either way
+// the stores come after the next chunk's wait and proxy fence (a fence orders the thread's earlier stores, so it
+// would wait for stores issued just before it). The mask
 // is branch-free (masked_decayed_score), so a thread's 32 exponentials pipeline. A thread's accumulator value v of an
 // m64nN tile is row 16 warp + lane / 4 + 8 ((v / 2) % 2), column 8 (v / 4) + 2 (lane % 4) + v % 2 (the wgmma D
 // fragment).
@@ -16,6 +20,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/named_barrier.cuh"
 #include "cuda/fmha/fmha_operand_convert.cuh"
 #include "cuda/fmha_sm90/fmha_sm90_gmma.cuh"
 #include "cuda/fmha_sm90/fmha_sm90_sync.cuh"
@@ -56,30 +61,59 @@ __device__ __forceinline__ void wgmma_chunk_outputs(const ChunkParams& p, const 
   auto* out_base = static_cast<Element*>(const_cast<void*>(p.out.data)) + w.b * p.out.batch + w.h * p.out.head +
                    static_cast<int64_t>(w.slice) * kValueBlock;
   const bool vector_access = p.vector_access != 0;
+  constexpr int kOutputBarrier = 2;  // named barrier among the output warpgroup's threads (the state's is 1)
+  const uint32_t out_rows = shared_address(ss.out_rows);
 
-  // Chunk `chunk`'s rows from acc_o; rows past the sequence's end are not written.
+  // Chunk `chunk`'s rows from acc_o, element-wise (any stride); rows past the sequence's end are not written.
   auto store_rows = [&](int64_t chunk) {
     const int length = w.chunk_length(chunk);
     Element* const row_starts[2] = {out_base + (w.chunk_begin(chunk) + row_lo) * p.out.token + col0,
                                     out_base + (w.chunk_begin(chunk) + row_lo + 8) * p.out.token + col0};
-    if (vector_access) {
-      CUTE_UNROLL
-      for (int pair = 0; pair < size(acc_o) / 2; ++pair) {
-        if (row_lo + 8 * (pair & 1) < length) {
-          *reinterpret_cast<uint32_t*>(row_starts[pair & 1] + 8 * (pair >> 1)) =
-              fmha::pack_pair<Element>(acc_o(2 * pair), acc_o(2 * pair + 1));
-        }
+    CUTE_UNROLL
+    for (int pair = 0; pair < size(acc_o) / 2; ++pair) {
+      if (row_lo + 8 * (pair & 1) < length) {
+        const uint32_t bits = fmha::pack_pair<Element>(acc_o(2 * pair), acc_o(2 * pair + 1));
+        auto* halves = reinterpret_cast<uint16_t*>(row_starts[pair & 1] + 8 * (pair >> 1));
+        halves[0] = static_cast<uint16_t>(bits & 0xffffu);
+        halves[1] = static_cast<uint16_t>(bits >> 16);
       }
-    } else {
-      CUTE_UNROLL
-      for (int pair = 0; pair < size(acc_o) / 2; ++pair) {
-        if (row_lo + 8 * (pair & 1) < length) {
-          const uint32_t bits = fmha::pack_pair<Element>(acc_o(2 * pair), acc_o(2 * pair + 1));
-          auto* halves = reinterpret_cast<uint16_t*>(row_starts[pair & 1] + 8 * (pair >> 1));
-          halves[0] = static_cast<uint16_t>(bits & 0xffffu);
-          halves[1] = static_cast<uint16_t>(bits >> 16);
-        }
-      }
+    }
+  };
+  // acc_o as 16 bits into the output-rows tile, once every output thread has read the previous chunk's rows from it.
+  // Value pair `pair`: row row_lo + 8 (pair % 2), columns 8 (pair / 2) + col0 (+ 1), in block (pair / 2) / 8.
+  // The swizzled piece is (pair / 2) % 8 ^ row_lo % 8, row_lo % 8 = lane / 4 (swizzled_offset); the thread's base is
+  // opaque so that the compiler forms the 16 addresses here instead of holding them across the loop.
+  auto stage_rows = [&] {
+    named_barrier_sync(kOutputBarrier, Traits::kWarpgroupThreads);
+    const uint32_t thread_base = opaque(out_rows + static_cast<uint32_t>(row_lo * 128 + col0 * 2));
+    const uint32_t row_class = static_cast<uint32_t>(lane / 4);
+    CUTE_UNROLL
+    for (int pair = 0; pair < size(acc_o) / 2; ++pair) {
+      const int q = pair >> 1;  // the 8-column group
+      const uint32_t address = thread_base + static_cast<uint32_t>((q >> 3) * 64 * 128 + (pair & 1) * 8 * 128) +
+                               (((static_cast<uint32_t>(q) & 7u) ^ row_class) << 4);
+      const uint32_t bits = fmha::pack_pair<Element>(acc_o(2 * pair), acc_o(2 * pair + 1));
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(bits) : "memory");
+    }
+  };
+  // Chunk `chunk`'s staged rows to global memory: thread t takes 16-byte piece t % 8 of rows t / 8 + 16 k of each
+  // 64-column block; rows past the sequence's end are not written.
+  auto store_staged_rows = [&](int64_t chunk) {
+    constexpr int kPasses = 64 * kValueBlock * 2 / 16 / Traits::kWarpgroupThreads;  // pieces a thread
+    named_barrier_sync(kOutputBarrier, Traits::kWarpgroupThreads);
+    const int length = w.chunk_length(chunk);
+    Element* const chunk_out = out_base + w.chunk_begin(chunk) * p.out.token;
+#pragma unroll 1
+    for (int k = 0; k < kPasses; ++k) {
+      const int piece = wg_tid + Traits::kWarpgroupThreads * k;
+      const int block = piece / (64 * 8);
+      const int row = (piece / 8) % 64;
+      const int col = 8 * (piece % 8);
+      uint4 bits;
+      asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(bits.x), "=r"(bits.y), "=r"(bits.z), "=r"(bits.w)
+                   : "r"(out_rows + static_cast<uint32_t>(block * 64 * 128) + swizzled_offset(row, col)));
+      if (row < length) *reinterpret_cast<uint4*>(chunk_out + row * p.out.token + 64 * block + col) = bits;
     }
   };
 
@@ -106,7 +140,13 @@ __device__ __forceinline__ void wgmma_chunk_outputs(const ChunkParams& p, const 
     issue_gemm<false>(mma_scores, tSrQ, tSrK, acc_s);
     warpgroup_commit_batch();
     // The previous chunk's rows go out after this chunk's proxy fence, which would otherwise wait for their stores.
-    if (chunk > 0) store_rows(chunk - 1);
+    if (chunk > 0) {
+      if (vector_access) {
+        store_staged_rows(chunk - 1);
+      } else {
+        store_rows(chunk - 1);
+      }
+    }
     barrier_wait(&ss.state_ready, static_cast<uint32_t>(chunk & 1));
     warpgroup_arrive();
     issue_gemm<false>(mma_query_state, tOrQ, tOrS, acc_o);
@@ -142,12 +182,19 @@ __device__ __forceinline__ void wgmma_chunk_outputs(const ChunkParams& p, const 
     warpgroup_fence_operand(acc_o);
     warpgroup_fence_operand(tOrP);
     barrier_arrive(&ss.empty[stage]);
+    if (vector_access) stage_rows();
     if (++stage == Traits::kStages) {
       stage = 0;
       phase ^= 1u;
     }
   }
-  if (w.chunks > 0) store_rows(w.chunks - 1);
+  if (w.chunks > 0) {
+    if (vector_access) {
+      store_staged_rows(w.chunks - 1);
+    } else {
+      store_rows(w.chunks - 1);
+    }
+  }
 }
 
 }  // namespace attnkit::cuda::retention

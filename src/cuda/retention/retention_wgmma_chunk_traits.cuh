@@ -52,10 +52,10 @@ struct WgmmaChunkTraits {
                     (65536 / kMinBlocksPerSm / kThreads) * (2 + kStateWarpgroups),
                 "the roles' registers fit the launch's");
   // Load stages: as many as the shared memory of kMinBlocksPerSm CTAs allows, at most 3 (D = 64: 3, D = 128 and
-  // E = 64: 2, E = 128: 3). Bytes per stage: Q, K 64 x D and V 64 x E; besides the stages: scaled V 64 x E, the state
-  // tile D x E and 1 KiB of barriers (the storage's 1024-byte alignment).
+  // E = 64: 2, E = 128: 3). Bytes per stage: Q, K 64 x D and V 64 x E; besides the stages: scaled V 64 x E, the
+  // output rows 64 x E, the state tile D x E and 1 KiB of barriers (the storage's 1024-byte alignment).
   static constexpr int kStageBytes = kChunk * (2 * kHeadDim + kValueBlock) * 2;
-  static constexpr int kFixedBytes = (kChunk + kHeadDim) * kValueBlock * 2 + 1024;
+  static constexpr int kFixedBytes = (2 * kChunk + kHeadDim) * kValueBlock * 2 + 1024;
   static constexpr int kCtaBytes = kSm90SharedBytesPerSm / kMinBlocksPerSm - kReservedSharedBytesPerCta;
   static constexpr int kStages =
       (kCtaBytes - kFixedBytes) / kStageBytes < 3 ? (kCtaBytes - kFixedBytes) / kStageBytes : 3;
@@ -110,6 +110,9 @@ struct WgmmaChunkTraits {
     alignas(1024) Element v[cute::cosize_v<LayoutV>];
     alignas(1024) Element v_scaled[cute::cosize_v<LayoutVScaled>];
     alignas(1024) Element state[cute::cosize_v<LayoutState>];
+    // A chunk's output rows (E / 64 blocks of 64 rows of 128 swizzled bytes) between the output warpgroup's
+    // accumulators and its 16-byte global stores.
+    alignas(1024) Element out_rows[kChunk * kValueBlock];
     uint64_t full[kStages];   // a stage's Q, K, V have landed (producer -> output and state warpgroups)
     uint64_t empty[kStages];  // the output and state warpgroups are done with a stage (-> producer)
     uint64_t state_ready;     // the state tile holds the state before the output warpgroup's next chunk (all rows)

@@ -74,11 +74,12 @@ const GemmKernel& narrow_exact_gemm_kernel();
 // The same for a K-major B (x @ W^T, W row-major [N, K]: nn.Linear's layout), K and B's column stride multiples of 4.
 const GemmKernel& narrow_k_major_gemm_kernel();
 const GemmKernel& narrow_k_major_exact_gemm_kernel();
-// The 3xTF32 tensor-core entry for a K-major B (gemm_narrow_3xtf32.cu): fp32, M kNarrow3xTf32MinRows-64, fp32-level
-// error (three TF32 products a multiply-add, mma.sync, compute capability 8.0 and newer); listed before the SIMT
-// K-major entries, so the automatic choice runs it on those rows without TF32 (with TF32 allowed the TF32 rows take M
-// above narrow_tf32_max_rows, as for every narrow entry). Where it refuses (too few CTAs for the SMs) the SIMT entries
-// and then the tensor-core rows are next.
+// The 3xTF32 tensor-core entry for a K-major B (gemm_narrow_3xtf32.cu): fp32, M kNarrow3xTf32MinRows-32, fp32-level
+// error (three TF32 products a multiply-add, mma.sync, compute capability 8.0 and newer), where the SIMT K-major entry
+// ran 0.79-0.80x cuBLAS SGEMM (H200, docs/perf.md: 20-32 x 4096 x 4096); listed before the SIMT K-major entries, so the
+// automatic choice runs it on those rows without TF32 (with TF32 allowed the TF32 rows take M above
+// narrow_tf32_max_rows, as for every narrow entry). Where it refuses (too few CTAs for the SMs) the SIMT entries and
+// then the tensor-core rows are next.
 inline constexpr int kNarrow3xTf32MinRows = 17;
 const GemmKernel& narrow_3xtf32_k_major_gemm_kernel();
 // The 16-bit (bf16, f16) entries, M 1-4, B MN-major (256 columns a CTA: 32 lanes x 8): the same kernel on 16-bit

@@ -1,26 +1,25 @@
-// The narrow fp32 GEMM on tensor cores for x @ W^T (gemm_narrow.hpp): M 17-64 rows of x against a K-contiguous W
+// The narrow fp32 GEMM on tensor cores for x @ W^T (gemm_narrow.hpp): M 17-32 rows of x against a K-contiguous W
 // [N, K], 3xTF32 mma.sync with fp32-level error, for the rows where the SIMT K-major kernel's fp32 multiply-adds,
 // not W's bytes, set its time.
 //
 // Algorithm. C^T = W x^T: W is the MMA's A operand (m16: 16 columns of C), x its B operand (n8: 8 rows of x),
 // m16n8k8 TF32 with fp32 accumulators. Each value v is split as big + small (big = tf32(v) rounded to nearest, small
 // = tf32(v - big)); a product is small_w big_x + big_w small_x + big_w big_x (small x small, below 2^-22 of the
-// product, is dropped). A warp owns 16 columns of C and the kRows (32) rows of x of its row pass, as 4 n-tiles, over
-// its CTA's slice of K; a CTA is 8 warps (128 columns). Grid: column blocks x row passes (blockIdx.x = column block x
-// passes + pass: M 33-64 runs two passes, adjacent so that the second reads W from L2) x K slices (blockIdx.y), whose
-// fp32 partial sums the split-K sum (gemm_split_k.hpp) adds in slice order.
+// product, is dropped). A warp owns 16 columns of C and the kRows (32) rows of x, as 4 n-tiles, over its CTA's slice of
+// K; a CTA is 8 warps (128 columns). Grid: column blocks (blockIdx.x) x K slices (blockIdx.y), whose fp32 partial sums
+// the split-K sum (gemm_split_k.hpp) adds in slice order.
 //
 // K order inside a 32-value block: lane (g, t) (g = lane / 4, t = lane % 4) loads rows g and g + 8 of the warp's W
 // tile at offsets 8t .. 8t + 7 (two 16-byte loads a row: a warp reads 8 rows x 128 contiguous bytes twice), and MMA
 // step s (0..3) takes offsets 8t + 2s and 8t + 2s + 1 as its K slots t and t + 4: a permutation of K applied to both
-// operands, which a sum over K does not see. x's chunk of 96 values of K is staged in shared memory already split
-// (a big and a small plane, [row][k] with rows of 98 words: in a half warp the lanes' 8-byte reads at row g, word 8t +
+// operands, which a sum over K does not see. x's chunk of 64 values of K is staged in shared memory already split
+// (a big and a small plane, [row][k] with rows of 66 words: in a half warp the lanes' 8-byte reads at row g, word 8t +
 // 2s take distinct bank pairs), double-buffered: the next chunk is loaded into registers while the current one is
 // multiplied and is split and stored after it, one barrier a chunk. W streams with 16-byte evict-first loads, each
-// 32-value block loaded two blocks before its MMAs (three register sets in rotation, one chunk of three blocks an
-// iteration). Per block a warp issues 4 steps x 4 n-tiles x 3 MMAs into a zeroed block accumulator and adds that to
-// its running sums in fp32 (the tensor cores' own additions truncate, a bias that grows with their count:
-// gemm_sm90_3xtf32_mainloop.cuh).
+// 32-value block loaded a block before its MMAs (two register sets in rotation, one chunk of two blocks an
+// iteration). Per block a warp issues 4 steps x 4 n-tiles x 3 MMAs, each step's three of an n-tile into a zeroed
+// accumulator that is then added to the running sums in fp32 (the tensor cores' own additions truncate, a bias that
+// grows with their count: gemm_sm90_3xtf32_mainloop.cuh).
 //
 // Counts (24 x 4096 x 4096, M padded to 32; estimates, not measurements): W's 64 MiB stream once (about 16 us at
 // 4.2 TB/s); 3 x 32 x 4096 x 4096 multiply-adds are 1.6 M MMAs of 2 048 FLOP; shared memory gives a warp's MMAs of a
@@ -44,23 +43,22 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kWarpColumns = 16;                    // an m16 tile of W
 constexpr int kCtaColumns = kWarps * kWarpColumns;  // 128
-constexpr int kRows = 32;                           // rows of x a pass: 4 n8 tiles
+constexpr int kRows = 32;                           // rows of x at most: 4 n8 tiles
 constexpr int kTiles = kRows / 8;
 constexpr int kBlock = 32;                        // values of K per MMA block (4 steps of 8)
-constexpr int kBlocksPerChunk = 3;                // the W register sets in rotation
+constexpr int kBlocksPerChunk = 2;                // the W register sets in rotation
 constexpr int kChunk = kBlock * kBlocksPerChunk;  // values of K per staged chunk of x
 constexpr int kRowWords = kChunk + 2;             // a staged row's words (bank pairs, above)
 constexpr int kPlaneWords = kRows * kRowWords;
 constexpr int kBufferWords = 2 * kPlaneWords;                // big and small planes
-constexpr int kSharedBytes = 2 * kBufferWords * 4;           // two buffers: 50 176 bytes
-constexpr int kStagedPerThread = kRows * kChunk / kThreads;  // 12
+constexpr int kSharedBytes = 2 * kBufferWords * 4;           // two buffers: 33 792 bytes
+constexpr int kStagedPerThread = kRows * kChunk / kThreads;  // 8
 static_assert(kRows * kChunk % kThreads == 0, "whole staged values a thread");
 
 struct Params {
   int64_t m, n, k;
   int64_t a_row, a_col, b_col, c_row;  // W's element (k, n) at n * b_col + k
   int64_t slice;                       // values of K per slice (a multiple of 4; the last may be shorter)
-  int64_t passes;                      // row passes of kRows
   const float* a;
   const float* b;
   float* c;
@@ -114,15 +112,10 @@ __device__ __forceinline__ float element(const float4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
-// acc += W block x the staged x block at word `word0` of `buffer` (the block's first value of K in the chunk).
+// acc += W block x the staged x block at word `word0` of `buffer` (the block's first value of K in the chunk). Each
+// step's three MMAs of an n-tile go into a zeroed accumulator that is then added to acc in fp32.
 __device__ __forceinline__ void multiply_block(float (&acc)[kTiles][4], const WBlock& w, const float* buffer, int word0,
                                                int g, int t) {
-  float block[kTiles][4];
-#pragma unroll
-  for (int j = 0; j < kTiles; ++j) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) block[j][i] = 0.0f;
-  }
 #pragma unroll
   for (int s = 0; s < 4; ++s) {
     // Step s's K slots t and t + 4 are offsets 8t + 2s and 8t + 2s + 1: elements 2s % 4 and 2s % 4 + 1 of vector s / 2.
@@ -138,36 +131,38 @@ __device__ __forceinline__ void multiply_block(float (&acc)[kTiles][4], const WB
       const float2 small = *reinterpret_cast<const float2*>(buffer + kPlaneWords + word);
       const uint32_t b_big[2] = {__float_as_uint(big.x), __float_as_uint(big.y)};
       const uint32_t b_small[2] = {__float_as_uint(small.x), __float_as_uint(small.y)};
-      mma_tf32(block[j], a_small, b_big);
-      mma_tf32(block[j], a_big, b_small);
-      mma_tf32(block[j], a_big, b_big);
+      float step[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      mma_tf32(step, a_small, b_big);
+      mma_tf32(step, a_big, b_small);
+      mma_tf32(step, a_big, b_big);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[j][i] += step[i];
     }
-  }
-#pragma unroll
-  for (int j = 0; j < kTiles; ++j) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) acc[j][i] += block[j][i];
   }
 }
 
-// The thread's kStagedPerThread values of x's chunk at `chunk` (zeros past the pass's rows and the slice).
+// The thread's kStagedPerThread values of x's chunk at `chunk` (zeros past the pass's rows and the slice): column
+// threadIdx % kChunk of rows threadIdx / kChunk + kRowsPerStaging i.
+constexpr int kRowsPerStaging = kThreads / kChunk;
+static_assert(kThreads % kChunk == 0, "a thread's staged values share their column");
 __device__ __forceinline__ void load_x_chunk(const Params& p, const float* x_rows, int64_t rows, int64_t chunk,
                                              int64_t k_end, float (&staged)[kStagedPerThread]) {
+  const int r0 = static_cast<int>(threadIdx.x) / kChunk;
+  const int64_t k = chunk + static_cast<int>(threadIdx.x) % kChunk;
+  const float* source = x_rows + r0 * p.a_row + k * p.a_col;
+  const int64_t row_step = kRowsPerStaging * p.a_row;
 #pragma unroll
   for (int i = 0; i < kStagedPerThread; ++i) {
-    const int e = static_cast<int>(threadIdx.x) + kThreads * i;
-    const int r = e / kChunk;
-    const int64_t k = chunk + e % kChunk;
-    staged[i] = r < rows && k < k_end ? x_rows[r * p.a_row + k * p.a_col] : 0.0f;
+    staged[i] = k < k_end && r0 + kRowsPerStaging * i < rows ? source[i * row_step] : 0.0f;
   }
 }
 
 // Those values split into the buffer's big and small planes.
 __device__ __forceinline__ void store_x_chunk(const float (&staged)[kStagedPerThread], float* buffer) {
+  const int word0 = static_cast<int>(threadIdx.x) / kChunk * kRowWords + static_cast<int>(threadIdx.x) % kChunk;
 #pragma unroll
   for (int i = 0; i < kStagedPerThread; ++i) {
-    const int e = static_cast<int>(threadIdx.x) + kThreads * i;
-    const int word = e / kChunk * kRowWords + e % kChunk;
+    const int word = word0 + kRowsPerStaging * kRowWords * i;
     uint32_t big, small;
     split_tf32(staged[i], big, small);
     buffer[word] = __uint_as_float(big);
@@ -180,11 +175,9 @@ __global__ void __launch_bounds__(kThreads, 2) narrow_3xtf32_k_major_kernel(cons
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int g = lane / 4, t = lane % 4;
-  const int64_t column_block = static_cast<int64_t>(blockIdx.x) / p.passes;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) % p.passes * kRows;
-  const int64_t rows = p.m - row0 < kRows ? p.m - row0 : kRows;
-  const float* x_rows = p.a + row0 * p.a_row;
-  const int64_t column_g = column_block * kCtaColumns + warp * kWarpColumns + g;
+  const int64_t rows = p.m;  // at most kRows
+  const float* x_rows = p.a;
+  const int64_t column_g = static_cast<int64_t>(blockIdx.x) * kCtaColumns + warp * kWarpColumns + g;
   const int64_t k_begin = static_cast<int64_t>(blockIdx.y) * p.slice;
   const int64_t k_end = k_begin + p.slice < p.k ? k_begin + p.slice : p.k;
 
@@ -199,10 +192,9 @@ __global__ void __launch_bounds__(kThreads, 2) narrow_3xtf32_k_major_kernel(cons
     load_x_chunk(p, x_rows, rows, k_begin, k_end, staged);
     store_x_chunk(staged, buffers);
   }
-  WBlock w0, w1, w2;
+  WBlock w0, w1;
   load_w_block(p, w0, column_g, k_begin, t, k_end);
   load_w_block(p, w1, column_g, k_begin + kBlock, t, k_end);
-  load_w_block(p, w2, column_g, k_begin + 2 * kBlock, t, k_end);
   __syncthreads();
   int buffer = 0;
 #pragma unroll 1
@@ -210,13 +202,11 @@ __global__ void __launch_bounds__(kThreads, 2) narrow_3xtf32_k_major_kernel(cons
     const bool more = chunk + kChunk < k_end;
     if (more) load_x_chunk(p, x_rows, rows, chunk + kChunk, k_end, staged);
     const float* current = buffers + buffer * kBufferWords;
-    // Each set's block, then the same set's block of the next chunk: two blocks stay in flight.
+    // Each set's block, then the same set's block of the next chunk: a block stays in flight while one multiplies.
     multiply_block(acc, w0, current, 0, g, t);
     load_w_block(p, w0, column_g, chunk + kChunk, t, k_end);
     multiply_block(acc, w1, current, kBlock, g, t);
     load_w_block(p, w1, column_g, chunk + kChunk + kBlock, t, k_end);
-    multiply_block(acc, w2, current, 2 * kBlock, g, t);
-    load_w_block(p, w2, column_g, chunk + kChunk + 2 * kBlock, t, k_end);
     // The other buffer's readers finished before the previous chunk's barrier.
     if (more) store_x_chunk(staged, buffers + (buffer ^ 1) * kBufferWords);
     __syncthreads();
@@ -231,9 +221,9 @@ __global__ void __launch_bounds__(kThreads, 2) narrow_3xtf32_k_major_kernel(cons
       const int64_t column = column_g + 8 * (i / 2);
       if (row >= rows || column >= p.n) continue;
       if (p.partials != nullptr) {
-        p.partials[(static_cast<int64_t>(blockIdx.y) * p.m + row0 + row) * p.n + column] = acc[j][i];
+        p.partials[(static_cast<int64_t>(blockIdx.y) * p.m + row) * p.n + column] = acc[j][i];
       } else {
-        float& out = p.c[(row0 + row) * p.c_row + column];
+        float& out = p.c[row * p.c_row + column];
         out = p.beta != 0.0f ? fmaf(p.beta, out, p.alpha * acc[j][i]) : p.alpha * acc[j][i];
       }
     }
@@ -241,12 +231,11 @@ __global__ void __launch_bounds__(kThreads, 2) narrow_3xtf32_k_major_kernel(cons
 }
 
 int64_t column_blocks(const GemmShape& s) { return (s.n + kCtaColumns - 1) / kCtaColumns; }
-int64_t row_passes(const GemmShape& s) { return (s.m + kRows - 1) / kRows; }
 
 // K slices: as many as keep the CTAs within two per SM (one wave), at most kNarrowMaxSlices and at least
 // kNarrowMinSliceK values of K each.
 int slices_of(const GemmShape& s, int multiprocessors) {
-  const int64_t blocks = std::max<int64_t>(column_blocks(s) * row_passes(s), 1);
+  const int64_t blocks = std::max<int64_t>(column_blocks(s), 1);
   const int64_t wanted = std::max<int64_t>(2 * int64_t{std::max(multiprocessors, 1)} / blocks, 1);
   const int64_t most = std::max<int64_t>(s.k / kNarrowMinSliceK, 1);
   return static_cast<int>(std::clamp<int64_t>(std::min(wanted, most), 1, kNarrowMaxSlices));
@@ -266,13 +255,12 @@ class Narrow3xTf32Runner final : public GemmRunner {
     p.m = s.m, p.n = s.n, p.k = s.k;
     p.a_row = s.a_row, p.a_col = s.a_col, p.b_col = s.b_col, p.c_row = s.c_row;
     p.slice = ((s.k + slices_ - 1) / slices_ + 3) / 4 * 4;  // whole 16-byte vectors of W's rows in each slice
-    p.passes = row_passes(s);
     p.a = static_cast<const float*>(s.a), p.b = static_cast<const float*>(s.b), p.c = static_cast<float*>(s.c);
     p.partials = slices_ > 1 ? static_cast<float*>(workspace) : nullptr;
     p.alpha = alpha, p.beta = beta;
     check_cuda(raise_dynamic_shared_memory_once(narrow_3xtf32_k_major_kernel, kSharedBytes),
                "cudaFuncSetAttribute(narrow_3xtf32_k_major_kernel)");
-    const dim3 grid(static_cast<unsigned>(column_blocks(s) * p.passes), static_cast<unsigned>(slices_));
+    const dim3 grid(static_cast<unsigned>(column_blocks(s)), static_cast<unsigned>(slices_));
     narrow_3xtf32_k_major_kernel<<<grid, kThreads, kSharedBytes, stream>>>(p);
     check_launch("narrow_3xtf32_k_major_kernel");
     if (slices_ > 1) sum_split_k_slices(s, p.partials, slices_, alpha, beta, multiprocessors_, stream);
@@ -293,8 +281,8 @@ bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 
 std::string refusal(const GemmShape& s, const GemmDevice& device) {
   if (s.dtype != DType::f32) return "float32 only";
   if (s.batch != 1) return "batch 1 only (a batch sharing B is folded into M before)";
-  if (s.m < kNarrow3xTf32MinRows || s.m > kNarrowExactMaxRows || s.n < 1 || s.k < 1) {
-    return "M from " + std::to_string(kNarrow3xTf32MinRows) + " to " + std::to_string(kNarrowExactMaxRows) +
+  if (s.m < kNarrow3xTf32MinRows || s.m > kRows || s.n < 1 || s.k < 1) {
+    return "M from " + std::to_string(kNarrow3xTf32MinRows) + " to " + std::to_string(kRows) +
            " rows, N and K at least 1";
   }
   if (!s.b_k_major()) return "B must be K-major (K contiguous: x @ W^T)";
@@ -306,10 +294,10 @@ std::string refusal(const GemmShape& s, const GemmDevice& device) {
     return "N and C's row stride must be multiples of 4 elements and C 16-byte aligned (the slices' sum writes 4 "
            "elements at a time)";
   }
-  const int64_t ctas = column_blocks(s) * row_passes(s) * slices_of(s, device.multiprocessors);
+  const int64_t ctas = column_blocks(s) * slices_of(s, device.multiprocessors);
   if (ctas < std::max(device.multiprocessors, 1)) {
-    return "its CTAs (" + std::to_string(kCtaColumns) + " columns x row passes of " + std::to_string(kRows) +
-           " x K slices of at least " + std::to_string(kNarrowMinSliceK) + " values) would not cover every SM";
+    return "its CTAs (" + std::to_string(kCtaColumns) + " columns x K slices of at least " +
+           std::to_string(kNarrowMinSliceK) + " values) would not cover every SM";
   }
   return "";
 }
@@ -319,14 +307,14 @@ std::string refusal(const GemmShape& s, const GemmDevice& device) {
 const GemmKernel& narrow_3xtf32_k_major_gemm_kernel() {
   static const GemmKernel kernel = [] {
     GemmKernel k;
-    k.name = "narrow_f32_bk_m64x128_3xtf32";
+    k.name = "narrow_f32_bk_m32x128_3xtf32";
     k.tier = GemmTier::narrow;
     k.dtype = DType::f32;
     k.math = GemmMath::fast_f32;
     k.a_k_major = -1;
     k.b_k_major = 1;
     k.architecture = 80;
-    k.tile_m = kNarrowExactMaxRows;
+    k.tile_m = kRows;
     k.tile_n = kCtaColumns;
     k.refusal = &refusal;
     k.make_runner = &make_runner;

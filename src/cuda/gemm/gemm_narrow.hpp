@@ -62,6 +62,8 @@ inline constexpr int kNarrowCtasPerSm = 2;
 // The K slices of `shape` on `multiprocessors` SMs: as many as keep column blocks x row blocks x slices CTAs within two
 // per SM (one wave), at most 32 and at least 512 rows of B each (at least 1).
 int narrow_gemm_slices(const GemmShape& shape, int multiprocessors);
+// The same rule for `blocks` CTAs a slice and K values of K (the 3xTF32 entry's blocks are its own).
+int narrow_slices_for(int64_t blocks, int64_t k, int multiprocessors);
 
 // Empty when the narrow kernel's first entry (M <= 32, B MN-major) computes `shape` on `device`, else why not.
 std::string narrow_gemm_refusal(const GemmShape& shape, const GemmDevice& device);

@@ -232,44 +232,37 @@ __global__ void __launch_bounds__(kThreads, 2) narrow_3xtf32_k_major_kernel(cons
 
 int64_t column_blocks(const GemmShape& s) { return (s.n + kCtaColumns - 1) / kCtaColumns; }
 
-// K slices: as many as keep the CTAs within two per SM (one wave), at most kNarrowMaxSlices and at least
-// kNarrowMinSliceK values of K each.
+// K slices: gemm_narrow.hpp's rule for this kernel's column blocks.
 int slices_of(const GemmShape& s, int multiprocessors) {
-  const int64_t blocks = std::max<int64_t>(column_blocks(s), 1);
-  const int64_t wanted = std::max<int64_t>(2 * int64_t{std::max(multiprocessors, 1)} / blocks, 1);
-  const int64_t most = std::max<int64_t>(s.k / kNarrowMinSliceK, 1);
-  return static_cast<int>(std::clamp<int64_t>(std::min(wanted, most), 1, kNarrowMaxSlices));
+  return narrow_slices_for(column_blocks(s), s.k, multiprocessors);
 }
 
 class Narrow3xTf32Runner final : public GemmRunner {
  public:
   Narrow3xTf32Runner(const GemmShape& shape, const GemmDevice& device)
-      : multiprocessors_(std::max(device.multiprocessors, 1)), slices_(slices_of(shape, device.multiprocessors)) {
-    if (slices_ > 1) partial_bytes_ = gemm_split_k_partial_bytes(shape, slices_);
-  }
+      : slices_(shape, slices_of(shape, device.multiprocessors), device.multiprocessors) {}
 
-  int64_t workspace_bytes() const override { return partial_bytes_; }
+  int64_t workspace_bytes() const override { return slices_.workspace_bytes(); }
 
   void run(const GemmShape& s, float alpha, float beta, void* workspace, cudaStream_t stream) const override {
     Params p{};
     p.m = s.m, p.n = s.n, p.k = s.k;
     p.a_row = s.a_row, p.a_col = s.a_col, p.b_col = s.b_col, p.c_row = s.c_row;
-    p.slice = ((s.k + slices_ - 1) / slices_ + 3) / 4 * 4;  // whole 16-byte vectors of W's rows in each slice
+    const int slices = slices_.count();
+    p.slice = ((s.k + slices - 1) / slices + 3) / 4 * 4;  // whole 16-byte vectors of W's rows in each slice
     p.a = static_cast<const float*>(s.a), p.b = static_cast<const float*>(s.b), p.c = static_cast<float*>(s.c);
-    p.partials = slices_ > 1 ? static_cast<float*>(workspace) : nullptr;
+    p.partials = slices_.partials(workspace);
     p.alpha = alpha, p.beta = beta;
     check_cuda(raise_dynamic_shared_memory_once(narrow_3xtf32_k_major_kernel, kSharedBytes),
                "cudaFuncSetAttribute(narrow_3xtf32_k_major_kernel)");
-    const dim3 grid(static_cast<unsigned>(column_blocks(s)), static_cast<unsigned>(slices_));
+    const dim3 grid(static_cast<unsigned>(column_blocks(s)), static_cast<unsigned>(slices));
     narrow_3xtf32_k_major_kernel<<<grid, kThreads, kSharedBytes, stream>>>(p);
     check_launch("narrow_3xtf32_k_major_kernel");
-    if (slices_ > 1) sum_split_k_slices(s, p.partials, slices_, alpha, beta, multiprocessors_, stream);
+    slices_.sum(s, workspace, alpha, beta, stream);
   }
 
  private:
-  int multiprocessors_;
-  int slices_;
-  int64_t partial_bytes_ = 0;
+  SplitKSlices slices_;
 };
 
 std::unique_ptr<GemmRunner> make_runner(const GemmShape& shape, const GemmDevice& device) {

@@ -824,8 +824,10 @@ TEST(CudaGemmSelection, Fp32DecodeShapesSelectTheNarrowKernel) {
   const std::string exact[2] = {cuda::gemm::narrow_exact_gemm_kernel().name,
                                 cuda::gemm::narrow_k_major_exact_gemm_kernel().name};
   const std::string tensor_cores = cuda::gemm::narrow_3xtf32_k_major_gemm_kernel().name;
+  const std::string tensor_cores_exact = cuda::gemm::narrow_3xtf32_k_major_two_pass_gemm_kernel().name;
   auto is_narrow = [&](const std::string& name) {
-    return name == narrow[0] || name == narrow[1] || name == exact[0] || name == exact[1] || name == tensor_cores;
+    return name == narrow[0] || name == narrow[1] || name == exact[0] || name == exact[1] || name == tensor_cores ||
+           name == tensor_cores_exact;
   };
   for (const int capability : {80, 90}) {
     for (const bool tf32 : {false, true}) {
@@ -1955,26 +1957,25 @@ TEST_F(CudaGemmKernelChoice, ForcedNarrowKMajorRowsMatchTheOracle) {
   EXPECT_EQ(runs, static_cast<int>(2 * shapes.size()));
 }
 
-// The narrow 3xTF32 entry (x @ W^T, M 17-32 on mma.sync TF32 with split operands) forced against the oracle within
-// fp32's tolerance: K 4096 in 8 slices, 11008 in 8 (partial 64-value chunks at the slices' ends), 1028 in 2 with beta,
-// and 700 in one slice (alpha * sum + beta * C written by the kernel) on 132 column blocks; M 17, 20, 29 and 32 (rows
-// masked in the last n-tile); N not a multiple of the CTA's 128 columns (4100); A either majorness (strided loads of
-// x's chunks).
+// The narrow 3xTF32 entries (x @ W^T on mma.sync TF32 with split operands: M 17-32, and M 33-64 in two row passes)
+// forced against the oracle within fp32's tolerance: K 4096 in 8 slices, 11008 in 8 (partial 64-value chunks at the
+// slices' ends), 1028 in 2 with beta, and 700 in one slice (alpha * sum + beta * C written by the kernel) on 132 column
+// blocks; M 17, 20, 29, 32, 33, 45 and 64 (rows masked in the last n-tile or pass); N not a multiple of the CTA's 128
+// columns (4100); A either majorness (strided loads of x's chunks).
 TEST_F(CudaGemmKernelChoice, ForcedNarrow3xTf32RowsMatchTheOracle) {
   struct Decode {
     int64_t m, n, k;
     double beta;
   };
-  const std::vector<Decode> shapes = {{17, 4096, 4096, 0.0},
-                                      {20, 4096, 11008, 0.0},
-                                      {29, 16384, 1028, 0.5},
-                                      {32, 16896, 700, -1.0},
-                                      {24, 4100, 4096, 0.25}};
-  const cuda::gemm::GemmKernel& kernel = cuda::gemm::narrow_3xtf32_k_major_gemm_kernel();
-  const test::ScopedEnvironment forced(cuda::gemm::kForcedGemmConfigVariable, kernel.name);
-  detail::clear_gemm_plans();
+  const std::vector<Decode> shapes = {{17, 4096, 4096, 0.0},  {20, 4096, 11008, 0.0}, {29, 16384, 1028, 0.5},
+                                      {32, 16896, 700, -1.0}, {24, 4100, 4096, 0.25}, {64, 16384, 4096, 0.0},
+                                      {33, 8192, 1028, 0.5},  {45, 4100, 4096, 1.0}};
   int runs = 0;
   for (size_t i = 0; i < shapes.size(); ++i) {
+    const cuda::gemm::GemmKernel& kernel = shapes[i].m > 32 ? cuda::gemm::narrow_3xtf32_k_major_two_pass_gemm_kernel()
+                                                            : cuda::gemm::narrow_3xtf32_k_major_gemm_kernel();
+    const test::ScopedEnvironment forced(cuda::gemm::kForcedGemmConfigVariable, kernel.name);
+    detail::clear_gemm_plans();
     for (const bool transpose_a : {false, true}) {
       GemmSpec s;
       s.m = shapes[i].m, s.n = shapes[i].n, s.k = shapes[i].k, s.transpose_a = transpose_a, s.transpose_b = true;

@@ -84,6 +84,9 @@ const GemmKernel& narrow_k_major_exact_gemm_kernel();
 // then the tensor-core rows are next.
 inline constexpr int kNarrow3xTf32MinRows = 17;
 const GemmKernel& narrow_3xtf32_k_major_gemm_kernel();
+// The same kernel on M 33-64 in two row passes of 32 (the second reads W from L2), exact-only (forced or tuned, as
+// the SIMT exact entries: the Hopper 3xTF32 swapped split-K rows take these M in the automatic choice).
+const GemmKernel& narrow_3xtf32_k_major_two_pass_gemm_kernel();
 // The 16-bit (bf16, f16) entries, M 1-4, B MN-major (256 columns a CTA: 32 lanes x 8): the same kernel on 16-bit
 // operands (fp32 multiply-adds, C in its type), N a multiple of 8.
 const GemmKernel& narrow_16_bit_gemm_kernel(DType dtype);

@@ -1,13 +1,14 @@
-// The narrow fp32 GEMM on tensor cores for x @ W^T (gemm_narrow.hpp): M 17-32 rows of x against a K-contiguous W
+// The narrow fp32 GEMM on tensor cores for x @ W^T (gemm_narrow.hpp): M 17-64 rows of x against a K-contiguous W
 // [N, K], 3xTF32 mma.sync with fp32-level error, for the rows where the SIMT K-major kernel's fp32 multiply-adds,
 // not W's bytes, set its time.
 //
 // Algorithm. C^T = W x^T: W is the MMA's A operand (m16: 16 columns of C), x its B operand (n8: 8 rows of x),
 // m16n8k8 TF32 with fp32 accumulators. Each value v is split as big + small (big = tf32(v) rounded to nearest, small
 // = tf32(v - big)); a product is small_w big_x + big_w small_x + big_w big_x (small x small, below 2^-22 of the
-// product, is dropped). A warp owns 16 columns of C and the kRows (32) rows of x, as 4 n-tiles, over its CTA's slice of
-// K; a CTA is 8 warps (128 columns). Grid: column blocks (blockIdx.x) x K slices (blockIdx.y), whose fp32 partial sums
-// the split-K sum (gemm_split_k.hpp) adds in slice order.
+// product, is dropped). A warp owns 16 columns of C and the kRows (32) rows of x of its row pass, as 4 n-tiles, over
+// its CTA's slice of K; a CTA is 8 warps (128 columns). Grid: column blocks x row passes (blockIdx.x = column block x
+// passes + pass: M 33-64 runs two, adjacent so that the second reads W from L2) x K slices (blockIdx.y), whose fp32
+// partial sums the split-K sum (gemm_split_k.hpp) adds in slice order.
 //
 // K order inside a 32-value block: lane (g, t) (g = lane / 4, t = lane % 4) loads rows g and g + 8 of the warp's W
 // tile at offsets 8t .. 8t + 7 (two 16-byte loads a row: a warp reads 8 rows x 128 contiguous bytes twice), and MMA
@@ -59,6 +60,7 @@ struct Params {
   int64_t m, n, k;
   int64_t a_row, a_col, b_col, c_row;  // W's element (k, n) at n * b_col + k
   int64_t slice;                       // values of K per slice (a multiple of 4; the last may be shorter)
+  int64_t passes;                      // row passes of kRows
   const float* a;
   const float* b;
   float* c;
@@ -175,9 +177,11 @@ __global__ void __launch_bounds__(kThreads, 2) narrow_3xtf32_k_major_kernel(cons
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int g = lane / 4, t = lane % 4;
-  const int64_t rows = p.m;  // at most kRows
-  const float* x_rows = p.a;
-  const int64_t column_g = static_cast<int64_t>(blockIdx.x) * kCtaColumns + warp * kWarpColumns + g;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) % p.passes * kRows;
+  const int64_t rows = p.m - row0 < kRows ? p.m - row0 : kRows;
+  const float* x_rows = p.a + row0 * p.a_row;
+  const int64_t column_block = static_cast<int64_t>(blockIdx.x) / p.passes;
+  const int64_t column_g = column_block * kCtaColumns + warp * kWarpColumns + g;
   const int64_t k_begin = static_cast<int64_t>(blockIdx.y) * p.slice;
   const int64_t k_end = k_begin + p.slice < p.k ? k_begin + p.slice : p.k;
 
@@ -221,9 +225,9 @@ __global__ void __launch_bounds__(kThreads, 2) narrow_3xtf32_k_major_kernel(cons
       const int64_t column = column_g + 8 * (i / 2);
       if (row >= rows || column >= p.n) continue;
       if (p.partials != nullptr) {
-        p.partials[(static_cast<int64_t>(blockIdx.y) * p.m + row) * p.n + column] = acc[j][i];
+        p.partials[(static_cast<int64_t>(blockIdx.y) * p.m + row0 + row) * p.n + column] = acc[j][i];
       } else {
-        float& out = p.c[row * p.c_row + column];
+        float& out = p.c[(row0 + row) * p.c_row + column];
         out = p.beta != 0.0f ? fmaf(p.beta, out, p.alpha * acc[j][i]) : p.alpha * acc[j][i];
       }
     }
@@ -231,10 +235,11 @@ __global__ void __launch_bounds__(kThreads, 2) narrow_3xtf32_k_major_kernel(cons
 }
 
 int64_t column_blocks(const GemmShape& s) { return (s.n + kCtaColumns - 1) / kCtaColumns; }
+int64_t row_passes(const GemmShape& s) { return (s.m + kRows - 1) / kRows; }
 
 // K slices: gemm_narrow.hpp's rule for this kernel's column blocks.
 int slices_of(const GemmShape& s, int multiprocessors) {
-  return narrow_slices_for(column_blocks(s), s.k, multiprocessors);
+  return narrow_slices_for(column_blocks(s) * row_passes(s), s.k, multiprocessors);
 }
 
 class Narrow3xTf32Runner final : public GemmRunner {
@@ -255,7 +260,8 @@ class Narrow3xTf32Runner final : public GemmRunner {
     p.alpha = alpha, p.beta = beta;
     check_cuda(raise_dynamic_shared_memory_once(narrow_3xtf32_k_major_kernel, kSharedBytes),
                "cudaFuncSetAttribute(narrow_3xtf32_k_major_kernel)");
-    const dim3 grid(static_cast<unsigned>(column_blocks(s)), static_cast<unsigned>(slices));
+    p.passes = row_passes(s);
+    const dim3 grid(static_cast<unsigned>(column_blocks(s) * p.passes), static_cast<unsigned>(slices));
     narrow_3xtf32_k_major_kernel<<<grid, kThreads, kSharedBytes, stream>>>(p);
     check_launch("narrow_3xtf32_k_major_kernel");
     slices_.sum(s, workspace, alpha, beta, stream);
@@ -271,12 +277,12 @@ std::unique_ptr<GemmRunner> make_runner(const GemmShape& shape, const GemmDevice
 
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
-std::string refusal(const GemmShape& s, const GemmDevice& device) {
+// Empty when the kernel runs `s` with M in [least, most], else why not.
+std::string refusal_for_rows(const GemmShape& s, const GemmDevice& device, int64_t least, int64_t most) {
   if (s.dtype != DType::f32) return "float32 only";
   if (s.batch != 1) return "batch 1 only (a batch sharing B is folded into M before)";
-  if (s.m < kNarrow3xTf32MinRows || s.m > kRows || s.n < 1 || s.k < 1) {
-    return "M from " + std::to_string(kNarrow3xTf32MinRows) + " to " + std::to_string(kRows) +
-           " rows, N and K at least 1";
+  if (s.m < least || s.m > most || s.n < 1 || s.k < 1) {
+    return "M from " + std::to_string(least) + " to " + std::to_string(most) + " rows, N and K at least 1";
   }
   if (!s.b_k_major()) return "B must be K-major (K contiguous: x @ W^T)";
   if (s.k % 4 != 0 || s.b_col % 4 != 0 || !aligned16(s.b)) {
@@ -287,32 +293,50 @@ std::string refusal(const GemmShape& s, const GemmDevice& device) {
     return "N and C's row stride must be multiples of 4 elements and C 16-byte aligned (the slices' sum writes 4 "
            "elements at a time)";
   }
-  const int64_t ctas = column_blocks(s) * slices_of(s, device.multiprocessors);
+  const int64_t ctas = column_blocks(s) * row_passes(s) * slices_of(s, device.multiprocessors);
   if (ctas < std::max(device.multiprocessors, 1)) {
-    return "its CTAs (" + std::to_string(kCtaColumns) + " columns x K slices of at least " +
-           std::to_string(kNarrowMinSliceK) + " values) would not cover every SM";
+    return "its CTAs (" + std::to_string(kCtaColumns) + " columns x row passes of " + std::to_string(kRows) +
+           " x K slices of at least " + std::to_string(kNarrowMinSliceK) + " values) would not cover every SM";
   }
   return "";
+}
+
+std::string refusal_up_to_32(const GemmShape& s, const GemmDevice& device) {
+  return refusal_for_rows(s, device, kNarrow3xTf32MinRows, kRows);
+}
+
+std::string refusal_33_to_64(const GemmShape& s, const GemmDevice& device) {
+  return refusal_for_rows(s, device, kRows + 1, kNarrowExactMaxRows);
+}
+
+GemmKernel entry(const char* name, int tile_m, bool exact_only,
+                 std::string (*refusal)(const GemmShape&, const GemmDevice&)) {
+  GemmKernel k;
+  k.name = name;
+  k.tier = GemmTier::narrow;
+  k.dtype = DType::f32;
+  k.math = GemmMath::fast_f32;
+  k.a_k_major = -1;
+  k.b_k_major = 1;
+  k.architecture = 80;
+  k.tile_m = tile_m;
+  k.tile_n = kCtaColumns;
+  k.exact_only = exact_only;
+  k.refusal = refusal;
+  k.make_runner = &make_runner;
+  return k;
 }
 
 }  // namespace
 
 const GemmKernel& narrow_3xtf32_k_major_gemm_kernel() {
-  static const GemmKernel kernel = [] {
-    GemmKernel k;
-    k.name = "narrow_f32_bk_m32x128_3xtf32";
-    k.tier = GemmTier::narrow;
-    k.dtype = DType::f32;
-    k.math = GemmMath::fast_f32;
-    k.a_k_major = -1;
-    k.b_k_major = 1;
-    k.architecture = 80;
-    k.tile_m = kRows;
-    k.tile_n = kCtaColumns;
-    k.refusal = &refusal;
-    k.make_runner = &make_runner;
-    return k;
-  }();
+  static const GemmKernel kernel = entry("narrow_f32_bk_m32x128_3xtf32", kRows, false, &refusal_up_to_32);
+  return kernel;
+}
+
+const GemmKernel& narrow_3xtf32_k_major_two_pass_gemm_kernel() {
+  static const GemmKernel kernel =
+      entry("narrow_f32_bk_m64x128_3xtf32_exact", kNarrowExactMaxRows, true, &refusal_33_to_64);
   return kernel;
 }
 

@@ -1251,6 +1251,31 @@ class CudaGemmKernelChoice : public ::testing::Test {
     expect_matches_oracle(s, precision, seed);
     return true;
   }
+
+  // x @ W^T decode rows, each forced on kernel_for(m) and run with A either majorness (seed seed0 + 2 i, + 1 with A
+  // transposed); returns how many runs the forced kernel accepted.
+  struct ForcedDecode {
+    int64_t m, n, k;
+    double beta;
+    const Precision* precision;
+  };
+  template <class KernelFor>
+  static int forced_k_major_decode_runs(const std::vector<ForcedDecode>& shapes, KernelFor kernel_for, uint64_t seed0) {
+    int runs = 0;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const cuda::gemm::GemmKernel& kernel = kernel_for(shapes[i].m);
+      const test::ScopedEnvironment forced(cuda::gemm::kForcedGemmConfigVariable, kernel.name);
+      detail::clear_gemm_plans();
+      for (const bool transpose_a : {false, true}) {
+        GemmSpec s;
+        s.m = shapes[i].m, s.n = shapes[i].n, s.k = shapes[i].k, s.transpose_a = transpose_a, s.transpose_b = true;
+        s.alpha = 0.75, s.beta = shapes[i].beta;
+        if (forced_run_matches_oracle(kernel, s, *shapes[i].precision, seed0 + i * 2 + (transpose_a ? 1 : 0))) ++runs;
+      }
+    }
+    detail::clear_gemm_plans();
+    return runs;
+  }
 };
 
 TEST_F(CudaGemmKernelChoice, AlignedHalfPrecisionRunsTheHopperKernelOnA90Device) {
@@ -1929,30 +1954,17 @@ TEST_F(CudaGemmKernelChoice, NarrowRowInOneSliceMatchesTheOracle) {
 // C's rows padded), M from 1 to 64 (the 4- and 16-row instances; M 29 and 45 end in a partial row block), TF32
 // allowed, A either majorness (16-byte and 4-byte copies of A).
 TEST_F(CudaGemmKernelChoice, ForcedNarrowKMajorRowsMatchTheOracle) {
-  struct Decode {
-    int64_t m, n, k;
-    double beta;
-    const Precision* precision;
-  };
-  const std::vector<Decode> shapes = {{1, 4096, 4096, 0.0, &kF32},   {16, 4096, 4100, 0.5, &kF32},
-                                      {7, 16388, 1028, -1.0, &kF32}, {29, 14336, 4096, 0.0, &kTF32},
-                                      {32, 16384, 700, 0.25, &kF32}, {64, 2048, 4096, 0.5, &kF32},
-                                      {3, 8192, 8200, 0.5, &kF32},   {45, 8192, 1028, 1.0, &kF32}};
-  int runs = 0;
-  for (size_t i = 0; i < shapes.size(); ++i) {
-    const cuda::gemm::GemmKernel& kernel = shapes[i].m > cuda::gemm::kNarrowMaxRows
-                                               ? cuda::gemm::narrow_k_major_exact_gemm_kernel()
-                                               : cuda::gemm::narrow_k_major_gemm_kernel();
-    const test::ScopedEnvironment forced(cuda::gemm::kForcedGemmConfigVariable, kernel.name);
-    detail::clear_gemm_plans();
-    for (const bool transpose_a : {false, true}) {
-      GemmSpec s;
-      s.m = shapes[i].m, s.n = shapes[i].n, s.k = shapes[i].k, s.transpose_a = transpose_a, s.transpose_b = true;
-      s.alpha = 0.75, s.beta = shapes[i].beta;
-      if (forced_run_matches_oracle(kernel, s, *shapes[i].precision, 361 + i * 2 + (transpose_a ? 1 : 0))) ++runs;
-    }
-  }
-  detail::clear_gemm_plans();
+  const std::vector<ForcedDecode> shapes = {{1, 4096, 4096, 0.0, &kF32},   {16, 4096, 4100, 0.5, &kF32},
+                                            {7, 16388, 1028, -1.0, &kF32}, {29, 14336, 4096, 0.0, &kTF32},
+                                            {32, 16384, 700, 0.25, &kF32}, {64, 2048, 4096, 0.5, &kF32},
+                                            {3, 8192, 8200, 0.5, &kF32},   {45, 8192, 1028, 1.0, &kF32}};
+  const int runs = forced_k_major_decode_runs(
+      shapes,
+      [](int64_t m) -> const cuda::gemm::GemmKernel& {
+        return m > cuda::gemm::kNarrowMaxRows ? cuda::gemm::narrow_k_major_exact_gemm_kernel()
+                                              : cuda::gemm::narrow_k_major_gemm_kernel();
+      },
+      361);
   if (cuda::gemm::gemm_device(0).multiprocessors > 132) GTEST_SKIP() << "more SMs than the shapes cover";
   EXPECT_EQ(runs, static_cast<int>(2 * shapes.size()));
 }
@@ -1963,27 +1975,17 @@ TEST_F(CudaGemmKernelChoice, ForcedNarrowKMajorRowsMatchTheOracle) {
 // blocks; M 17, 20, 29, 32, 33, 45 and 64 (rows masked in the last n-tile or pass); N not a multiple of the CTA's 128
 // columns (4100); A either majorness (strided loads of x's chunks).
 TEST_F(CudaGemmKernelChoice, ForcedNarrow3xTf32RowsMatchTheOracle) {
-  struct Decode {
-    int64_t m, n, k;
-    double beta;
-  };
-  const std::vector<Decode> shapes = {{17, 4096, 4096, 0.0},  {20, 4096, 11008, 0.0}, {29, 16384, 1028, 0.5},
-                                      {32, 16896, 700, -1.0}, {24, 4100, 4096, 0.25}, {64, 16384, 4096, 0.0},
-                                      {33, 8192, 1028, 0.5},  {45, 4100, 4096, 1.0}};
-  int runs = 0;
-  for (size_t i = 0; i < shapes.size(); ++i) {
-    const cuda::gemm::GemmKernel& kernel = shapes[i].m > 32 ? cuda::gemm::narrow_3xtf32_k_major_two_pass_gemm_kernel()
-                                                            : cuda::gemm::narrow_3xtf32_k_major_gemm_kernel();
-    const test::ScopedEnvironment forced(cuda::gemm::kForcedGemmConfigVariable, kernel.name);
-    detail::clear_gemm_plans();
-    for (const bool transpose_a : {false, true}) {
-      GemmSpec s;
-      s.m = shapes[i].m, s.n = shapes[i].n, s.k = shapes[i].k, s.transpose_a = transpose_a, s.transpose_b = true;
-      s.alpha = 0.75, s.beta = shapes[i].beta;
-      if (forced_run_matches_oracle(kernel, s, kF32, 401 + i * 2 + (transpose_a ? 1 : 0))) ++runs;
-    }
-  }
-  detail::clear_gemm_plans();
+  const std::vector<ForcedDecode> shapes = {{17, 4096, 4096, 0.0, &kF32},  {20, 4096, 11008, 0.0, &kF32},
+                                            {29, 16384, 1028, 0.5, &kF32}, {32, 16896, 700, -1.0, &kF32},
+                                            {24, 4100, 4096, 0.25, &kF32}, {64, 16384, 4096, 0.0, &kF32},
+                                            {33, 8192, 1028, 0.5, &kF32},  {45, 4100, 4096, 1.0, &kF32}};
+  const int runs = forced_k_major_decode_runs(
+      shapes,
+      [](int64_t m) -> const cuda::gemm::GemmKernel& {
+        return m > cuda::gemm::kNarrowMaxRows ? cuda::gemm::narrow_3xtf32_k_major_two_pass_gemm_kernel()
+                                              : cuda::gemm::narrow_3xtf32_k_major_gemm_kernel();
+      },
+      401);
   if (cuda::gemm::gemm_device(0).multiprocessors > 132) GTEST_SKIP() << "more SMs than the shapes cover";
   EXPECT_EQ(runs, static_cast<int>(2 * shapes.size()));
 }

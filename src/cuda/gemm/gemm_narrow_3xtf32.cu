@@ -114,10 +114,11 @@ __device__ __forceinline__ float element(const float4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
-// acc += W block x the staged x block at word `word0` of `buffer` (the block's first value of K in the chunk). Each
-// step's three MMAs of an n-tile go into a zeroed accumulator that is then added to acc in fp32.
+// acc += W block x the staged x block at word `word0` of `buffer` (the block's first value of K in the chunk), for
+// the n-tiles below `tiles` (those holding rows of x; the CTA's uniform count). Each step's three MMAs of an n-tile go
+// into a zeroed accumulator that is then added to acc in fp32.
 __device__ __forceinline__ void multiply_block(float (&acc)[kTiles][4], const WBlock& w, const float* buffer, int word0,
-                                               int g, int t) {
+                                               int tiles, int g, int t) {
 #pragma unroll
   for (int s = 0; s < 4; ++s) {
     // Step s's K slots t and t + 4 are offsets 8t + 2s and 8t + 2s + 1: elements 2s % 4 and 2s % 4 + 1 of vector s / 2.
@@ -128,6 +129,7 @@ __device__ __forceinline__ void multiply_block(float (&acc)[kTiles][4], const WB
     split_tf32(element(w.hi[s / 2], 2 * (s % 2) + 1), a_big[3], a_small[3]);
 #pragma unroll
     for (int j = 0; j < kTiles; ++j) {
+      if (j >= tiles) break;
       const int word = (8 * j + g) * kRowWords + word0 + 8 * t + 2 * s;
       const float2 big = *reinterpret_cast<const float2*>(buffer + word);
       const float2 small = *reinterpret_cast<const float2*>(buffer + kPlaneWords + word);
@@ -179,6 +181,7 @@ __global__ void __launch_bounds__(kThreads, 2) narrow_3xtf32_k_major_kernel(cons
   const int g = lane / 4, t = lane % 4;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) % p.passes * kRows;
   const int64_t rows = p.m - row0 < kRows ? p.m - row0 : kRows;
+  const int tiles = static_cast<int>((rows + 7) / 8);  // n-tiles holding rows of x (M 17-24: 3 of 4)
   const float* x_rows = p.a + row0 * p.a_row;
   const int64_t column_block = static_cast<int64_t>(blockIdx.x) / p.passes;
   const int64_t column_g = column_block * kCtaColumns + warp * kWarpColumns + g;
@@ -207,9 +210,9 @@ __global__ void __launch_bounds__(kThreads, 2) narrow_3xtf32_k_major_kernel(cons
     if (more) load_x_chunk(p, x_rows, rows, chunk + kChunk, k_end, staged);
     const float* current = buffers + buffer * kBufferWords;
     // Each set's block, then the same set's block of the next chunk: a block stays in flight while one multiplies.
-    multiply_block(acc, w0, current, 0, g, t);
+    multiply_block(acc, w0, current, 0, tiles, g, t);
     load_w_block(p, w0, column_g, chunk + kChunk, t, k_end);
-    multiply_block(acc, w1, current, kBlock, g, t);
+    multiply_block(acc, w1, current, kBlock, tiles, g, t);
     load_w_block(p, w1, column_g, chunk + kChunk + kBlock, t, k_end);
     // The other buffer's readers finished before the previous chunk's barrier.
     if (more) store_x_chunk(staged, buffers + (buffer ^ 1) * kBufferWords);

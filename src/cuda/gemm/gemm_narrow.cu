@@ -24,6 +24,7 @@
 #include "cuda/common/async_copy.cuh"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/kernel_attributes.hpp"
+#include "cuda/gemm/gemm_dependents.cuh"
 #include "cuda/gemm/gemm_element.cuh"
 #include "cuda/gemm/gemm_narrow.hpp"
 #include "cuda/gemm/gemm_split_k.hpp"
@@ -188,6 +189,7 @@ __global__ void __launch_bounds__(kThreads, kRows <= 16 ? kNarrowCtasPerSm : 1)
     }
     __syncthreads();
   }
+  signal_dependents();
 
   // The warps' sums, added in warp order.
   for (int w = 0; w < kWarps; ++w) {
@@ -332,6 +334,7 @@ __global__ void __launch_bounds__(kThreads, kNarrowCtasPerSm) narrow_gemm_k_majo
     }
     __syncthreads();
   }
+  signal_dependents();
 
 #pragma unroll
   for (int c = 0; c < kColumnsPerWarp; ++c) {
@@ -387,7 +390,8 @@ void launch_k_major(dim3 grid, const NarrowParams& p, cudaStream_t stream) {
 class NarrowRunner final : public GemmRunner {
  public:
   NarrowRunner(const GemmShape& shape, const GemmDevice& device)
-      : slices_(shape, narrow_gemm_slices(shape, device.multiprocessors), device.multiprocessors) {}
+      : slices_(shape, narrow_gemm_slices(shape, device.multiprocessors), device.multiprocessors,
+                device.capability >= 90) {}
 
   int64_t workspace_bytes() const override { return slices_.workspace_bytes(); }
 

@@ -7,8 +7,9 @@
 // H100's or H200's 33.5 TFMA/s (67 TFLOP/s fp32), 16 rows half that. This kernel streams B once with 16-byte loads
 // and multiplies on the CUDA cores in fp32 (exact to fp32 rounding, like the SIMT fallback), a CTA on a block of
 // columns of C and a slice of K (gemm_narrow.cu: 128 columns with B N-contiguous, 32 with B K-contiguous); partial
-// sums are added in a fixed order (warps, lanes, then the K slices by the split-K sum, gemm_split_k.hpp), so results
-// are bitwise repeatable.
+// sums are added in a fixed order (warps, lanes, then the K slices by the split-K sum, gemm_split_k.hpp, launched as a
+// programmatic dependent on compute capability 9.0 so that it is scheduled during the kernel's tail), so results are
+// bitwise repeatable.
 //
 // The rule (refusals of the entries below): fp32, batch 1 (a batch sharing B is folded into M first), 1 <= M <= 32
 // (33-64 for the exact-only entries), B of the entry's majorness with a 16-byte aligned base and a leading dimension

@@ -34,6 +34,7 @@
 
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/kernel_attributes.hpp"
+#include "cuda/gemm/gemm_dependents.cuh"
 #include "cuda/gemm/gemm_narrow.hpp"
 #include "cuda/gemm/gemm_split_k.hpp"
 
@@ -219,6 +220,7 @@ __global__ void __launch_bounds__(kThreads, 2) narrow_3xtf32_k_major_kernel(cons
     __syncthreads();
   }
 
+  signal_dependents();
   // acc[j][i]: C row 8j + 2t + i % 2, column g + 8 (i / 2) of the warp's tile.
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
@@ -248,7 +250,7 @@ int slices_of(const GemmShape& s, int multiprocessors) {
 class Narrow3xTf32Runner final : public GemmRunner {
  public:
   Narrow3xTf32Runner(const GemmShape& shape, const GemmDevice& device)
-      : slices_(shape, slices_of(shape, device.multiprocessors), device.multiprocessors) {}
+      : slices_(shape, slices_of(shape, device.multiprocessors), device.multiprocessors, device.capability >= 90) {}
 
   int64_t workspace_bytes() const override { return slices_.workspace_bytes(); }
 

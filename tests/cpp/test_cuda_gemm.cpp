@@ -815,15 +815,19 @@ TEST(CudaGemmSelection, Fp32SelectsTf32OnlyWhenAllowedAnd3xTf32Otherwise) {
 }
 
 // fp32 decode shapes (M <= 32 against a weight B, N-contiguous x @ W or K-contiguous x @ W^T) run on the narrow
-// kernel's entry of B's majorness on any device, with or without TF32 (it is exact fp32), M 33-64 on its exact-only
-// entries without TF32 only; more rows of A, a misaligned B or grids too small to cover the SMs (the split-K rows'
-// small problems) run elsewhere. Its slice rule: two CTAs per SM, slices of >= 512 rows.
+// kernel's entry of B's majorness on any device, with or without TF32 (it is exact fp32), x @ W^T at M 17-32 on its
+// 3xTF32 entry (fp32-level error), M 33-64 on its exact-only entries without TF32 only; more rows of A, a misaligned B
+// or grids too small to cover the SMs (the split-K rows' small problems) run elsewhere. Its slice rule: two CTAs per
+// SM, slices of >= 512 rows.
 TEST(CudaGemmSelection, Fp32DecodeShapesSelectTheNarrowKernel) {
   const std::string narrow[2] = {cuda::gemm::narrow_gemm_kernel().name, cuda::gemm::narrow_k_major_gemm_kernel().name};
   const std::string exact[2] = {cuda::gemm::narrow_exact_gemm_kernel().name,
                                 cuda::gemm::narrow_k_major_exact_gemm_kernel().name};
+  const std::string tensor_cores = cuda::gemm::narrow_3xtf32_k_major_gemm_kernel().name;
+  const std::string tensor_cores_exact = cuda::gemm::narrow_3xtf32_k_major_two_pass_gemm_kernel().name;
   auto is_narrow = [&](const std::string& name) {
-    return name == narrow[0] || name == narrow[1] || name == exact[0] || name == exact[1];
+    return name == narrow[0] || name == narrow[1] || name == exact[0] || name == exact[1] || name == tensor_cores ||
+           name == tensor_cores_exact;
   };
   for (const int capability : {80, 90}) {
     for (const bool tf32 : {false, true}) {
@@ -840,7 +844,7 @@ TEST(CudaGemmSelection, Fp32DecodeShapesSelectTheNarrowKernel) {
                 selected_on(capability, DType::f32, tf32, m, n, k, transpose_a, transpose_b, false);
             // With TF32 allowed the tensor-core rows take M above narrow_tf32_max_rows.
             if (!tf32 || m <= cuda::gemm::narrow_tf32_max_rows(capability)) {
-              EXPECT_EQ(name, narrow[transpose_b])
+              EXPECT_EQ(name, transpose_b && m >= cuda::gemm::kNarrow3xTf32MinRows ? tensor_cores : narrow[transpose_b])
                   << m << "x" << n << "x" << k << " cc " << capability << " tf32 " << tf32 << " ta " << transpose_a;
             } else {
               EXPECT_FALSE(is_narrow(name)) << name << " " << m << "x" << n << "x" << k;
@@ -917,7 +921,8 @@ TEST(CudaGemmSelection, Fp32DecodeShapesSelectTheNarrowKernel) {
 // fp32 decode on Hopper (A K-major, B either majorness): the swapped split-K rows (C^T = B^T A^T on tiles of 128 of N x
 // 64 of M) take what the narrow kernel leaves, TF32 from M 5 and 3xTF32 from M 33 to 64, in K slices where the weight's
 // tiles leave SMs idle and in one slice where they alone fill the device (N 14336-16384), instead of the 128-row
-// tiles; the narrow kernel keeps M <= 4 with TF32 and M <= 32 without; M 65, unfolded batches, K not a multiple of 4
+// tiles; the narrow kernel keeps M <= 4 with TF32 and M <= 32 without (x @ W^T from M 17 on its 3xTF32 entry); M 65,
+// unfolded batches, K not a multiple of 4
 // and pre-Hopper devices run elsewhere. The slice rule of those rows on 132 SMs.
 TEST(CudaGemmSelection, Fp32DecodeShapesOnHopperSelectTheSwappedSplitKRows) {
   auto slices = [](int64_t m, int64_t n, int64_t k, DType dtype = DType::f32, int64_t batch = 1) {
@@ -961,7 +966,8 @@ TEST(CudaGemmSelection, Fp32DecodeShapesOnHopperSelectTheSwappedSplitKRows) {
             << m << "x" << n << "x" << k;
       }
       EXPECT_EQ(selected_on(90, DType::f32, true, 4, n, k, false, transpose_b, false), narrow[transpose_b]);
-      EXPECT_EQ(selected_on(90, DType::f32, false, 32, n, k, false, transpose_b, false), narrow[transpose_b]);
+      EXPECT_EQ(selected_on(90, DType::f32, false, 32, n, k, false, transpose_b, false),
+                transpose_b ? std::string(cuda::gemm::narrow_3xtf32_k_major_gemm_kernel().name) : narrow[0]);
     }
     for (const bool tf32 : {false, true}) {
       const std::string wide = selected_on(90, DType::f32, tf32, 65, 16384, 4096, false, transpose_b, false);
@@ -1244,6 +1250,31 @@ class CudaGemmKernelChoice : public ::testing::Test {
     EXPECT_EQ(detail::gemm_plan(probe.problem, RunOptions{})->config().name.rfind(kernel.name, 0), 0u) << s.describe();
     expect_matches_oracle(s, precision, seed);
     return true;
+  }
+
+  // x @ W^T decode rows, each forced on kernel_for(m) and run with A either majorness (seed seed0 + 2 i, + 1 with A
+  // transposed); returns how many runs the forced kernel accepted.
+  struct ForcedDecode {
+    int64_t m, n, k;
+    double beta;
+    const Precision* precision;
+  };
+  template <class KernelFor>
+  static int forced_k_major_decode_runs(const std::vector<ForcedDecode>& shapes, KernelFor kernel_for, uint64_t seed0) {
+    int runs = 0;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const cuda::gemm::GemmKernel& kernel = kernel_for(shapes[i].m);
+      const test::ScopedEnvironment forced(cuda::gemm::kForcedGemmConfigVariable, kernel.name);
+      detail::clear_gemm_plans();
+      for (const bool transpose_a : {false, true}) {
+        GemmSpec s;
+        s.m = shapes[i].m, s.n = shapes[i].n, s.k = shapes[i].k, s.transpose_a = transpose_a, s.transpose_b = true;
+        s.alpha = 0.75, s.beta = shapes[i].beta;
+        if (forced_run_matches_oracle(kernel, s, *shapes[i].precision, seed0 + i * 2 + (transpose_a ? 1 : 0))) ++runs;
+      }
+    }
+    detail::clear_gemm_plans();
+    return runs;
   }
 };
 
@@ -1923,30 +1954,38 @@ TEST_F(CudaGemmKernelChoice, NarrowRowInOneSliceMatchesTheOracle) {
 // C's rows padded), M from 1 to 64 (the 4- and 16-row instances; M 29 and 45 end in a partial row block), TF32
 // allowed, A either majorness (16-byte and 4-byte copies of A).
 TEST_F(CudaGemmKernelChoice, ForcedNarrowKMajorRowsMatchTheOracle) {
-  struct Decode {
-    int64_t m, n, k;
-    double beta;
-    const Precision* precision;
-  };
-  const std::vector<Decode> shapes = {{1, 4096, 4096, 0.0, &kF32},   {16, 4096, 4100, 0.5, &kF32},
-                                      {7, 16388, 1028, -1.0, &kF32}, {29, 14336, 4096, 0.0, &kTF32},
-                                      {32, 16384, 700, 0.25, &kF32}, {64, 2048, 4096, 0.5, &kF32},
-                                      {3, 8192, 8200, 0.5, &kF32},   {45, 8192, 1028, 1.0, &kF32}};
-  int runs = 0;
-  for (size_t i = 0; i < shapes.size(); ++i) {
-    const cuda::gemm::GemmKernel& kernel = shapes[i].m > cuda::gemm::kNarrowMaxRows
-                                               ? cuda::gemm::narrow_k_major_exact_gemm_kernel()
-                                               : cuda::gemm::narrow_k_major_gemm_kernel();
-    const test::ScopedEnvironment forced(cuda::gemm::kForcedGemmConfigVariable, kernel.name);
-    detail::clear_gemm_plans();
-    for (const bool transpose_a : {false, true}) {
-      GemmSpec s;
-      s.m = shapes[i].m, s.n = shapes[i].n, s.k = shapes[i].k, s.transpose_a = transpose_a, s.transpose_b = true;
-      s.alpha = 0.75, s.beta = shapes[i].beta;
-      if (forced_run_matches_oracle(kernel, s, *shapes[i].precision, 361 + i * 2 + (transpose_a ? 1 : 0))) ++runs;
-    }
-  }
-  detail::clear_gemm_plans();
+  const std::vector<ForcedDecode> shapes = {{1, 4096, 4096, 0.0, &kF32},   {16, 4096, 4100, 0.5, &kF32},
+                                            {7, 16388, 1028, -1.0, &kF32}, {29, 14336, 4096, 0.0, &kTF32},
+                                            {32, 16384, 700, 0.25, &kF32}, {64, 2048, 4096, 0.5, &kF32},
+                                            {3, 8192, 8200, 0.5, &kF32},   {45, 8192, 1028, 1.0, &kF32}};
+  const int runs = forced_k_major_decode_runs(
+      shapes,
+      [](int64_t m) -> const cuda::gemm::GemmKernel& {
+        return m > cuda::gemm::kNarrowMaxRows ? cuda::gemm::narrow_k_major_exact_gemm_kernel()
+                                              : cuda::gemm::narrow_k_major_gemm_kernel();
+      },
+      361);
+  if (cuda::gemm::gemm_device(0).multiprocessors > 132) GTEST_SKIP() << "more SMs than the shapes cover";
+  EXPECT_EQ(runs, static_cast<int>(2 * shapes.size()));
+}
+
+// The narrow 3xTF32 entries (x @ W^T on mma.sync TF32 with split operands: M 17-32, and M 33-64 in two row passes)
+// forced against the oracle within fp32's tolerance: K 4096 in 8 slices, 11008 in 8 (partial 64-value chunks at the
+// slices' ends), 1028 in 2 with beta, and 700 in one slice (alpha * sum + beta * C written by the kernel) on 132 column
+// blocks; M 17, 20, 29, 32, 33, 45 and 64 (rows masked in the last n-tile or pass); N not a multiple of the CTA's 128
+// columns (4100); A either majorness (strided loads of x's chunks).
+TEST_F(CudaGemmKernelChoice, ForcedNarrow3xTf32RowsMatchTheOracle) {
+  const std::vector<ForcedDecode> shapes = {{17, 4096, 4096, 0.0, &kF32},  {20, 4096, 11008, 0.0, &kF32},
+                                            {29, 16384, 1028, 0.5, &kF32}, {32, 16896, 700, -1.0, &kF32},
+                                            {24, 4100, 4096, 0.25, &kF32}, {64, 16384, 4096, 0.0, &kF32},
+                                            {33, 8192, 1028, 0.5, &kF32},  {45, 4100, 4096, 1.0, &kF32}};
+  const int runs = forced_k_major_decode_runs(
+      shapes,
+      [](int64_t m) -> const cuda::gemm::GemmKernel& {
+        return m > cuda::gemm::kNarrowMaxRows ? cuda::gemm::narrow_3xtf32_k_major_two_pass_gemm_kernel()
+                                              : cuda::gemm::narrow_3xtf32_k_major_gemm_kernel();
+      },
+      401);
   if (cuda::gemm::gemm_device(0).multiprocessors > 132) GTEST_SKIP() << "more SMs than the shapes cover";
   EXPECT_EQ(runs, static_cast<int>(2 * shapes.size()));
 }

@@ -24,6 +24,7 @@
 #include "cuda/common/async_copy.cuh"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/kernel_attributes.hpp"
+#include "cuda/gemm/gemm_dependents.cuh"
 #include "cuda/gemm/gemm_element.cuh"
 #include "cuda/gemm/gemm_narrow.hpp"
 #include "cuda/gemm/gemm_split_k.hpp"
@@ -188,6 +189,7 @@ __global__ void __launch_bounds__(kThreads, kRows <= 16 ? kNarrowCtasPerSm : 1)
     }
     __syncthreads();
   }
+  signal_dependents();
 
   // The warps' sums, added in warp order.
   for (int w = 0; w < kWarps; ++w) {
@@ -332,6 +334,7 @@ __global__ void __launch_bounds__(kThreads, kNarrowCtasPerSm) narrow_gemm_k_majo
     }
     __syncthreads();
   }
+  signal_dependents();
 
 #pragma unroll
   for (int c = 0; c < kColumnsPerWarp; ++c) {
@@ -387,25 +390,23 @@ void launch_k_major(dim3 grid, const NarrowParams& p, cudaStream_t stream) {
 class NarrowRunner final : public GemmRunner {
  public:
   NarrowRunner(const GemmShape& shape, const GemmDevice& device)
-      : multiprocessors_(std::max(device.multiprocessors, 1)),
-        slices_(narrow_gemm_slices(shape, device.multiprocessors)) {
-    if (slices_ > 1) partial_bytes_ = gemm_split_k_partial_bytes(shape, slices_);
-  }
+      : slices_(shape, narrow_gemm_slices(shape, device.multiprocessors), device.multiprocessors,
+                device.capability >= 90) {}
 
-  int64_t workspace_bytes() const override { return partial_bytes_; }
+  int64_t workspace_bytes() const override { return slices_.workspace_bytes(); }
 
   void run(const GemmShape& s, float alpha, float beta, void* workspace, cudaStream_t stream) const override {
     NarrowParams p{};
     p.m = s.m, p.n = s.n, p.k = s.k;
     p.a_row = s.a_row, p.a_col = s.a_col, p.b_row = s.b_row, p.b_col = s.b_col, p.c_row = s.c_row;
-    p.slice = (s.k + slices_ - 1) / slices_;
+    p.slice = (s.k + slices_.count() - 1) / slices_.count();
     const int64_t v = vector_elements(s);
     if (s.b_k_major()) p.slice = (p.slice + v - 1) / v * v;  // whole 16-byte vectors of B's rows in each slice
     p.passes = row_passes(s);
     p.a = s.a, p.b = s.b, p.c = s.c;
-    p.partials = slices_ > 1 ? static_cast<float*>(workspace) : nullptr;
+    p.partials = slices_.partials(workspace);
     p.alpha = alpha, p.beta = beta;
-    const dim3 grid(static_cast<unsigned>(column_blocks(s) * p.passes), static_cast<unsigned>(slices_));
+    const dim3 grid(static_cast<unsigned>(column_blocks(s) * p.passes), static_cast<unsigned>(slices_.count()));
     if (s.dtype == DType::bf16) {
       narrow_gemm_kernel<__nv_bfloat16, kNarrow16MaxRows><<<grid, kThreads, 0, stream>>>(p);
     } else if (s.dtype == DType::f16) {
@@ -424,13 +425,11 @@ class NarrowRunner final : public GemmRunner {
       narrow_gemm_kernel<float, kNarrowMaxRows><<<grid, kThreads, 0, stream>>>(p);
     }
     check_launch("narrow_gemm_kernel");
-    if (slices_ > 1) sum_split_k_slices(s, p.partials, slices_, alpha, beta, multiprocessors_, stream);
+    slices_.sum(s, workspace, alpha, beta, stream);
   }
 
  private:
-  int multiprocessors_;
-  int slices_;
-  int64_t partial_bytes_ = 0;
+  SplitKSlices slices_;
 };
 
 std::unique_ptr<GemmRunner> make_narrow_runner(const GemmShape& shape, const GemmDevice& device) {
@@ -439,11 +438,15 @@ std::unique_ptr<GemmRunner> make_narrow_runner(const GemmShape& shape, const Gem
 
 }  // namespace
 
-int narrow_gemm_slices(const GemmShape& s, int multiprocessors) {
-  const int64_t blocks = std::max<int64_t>(column_blocks(s) * row_passes(s), 1);
+int narrow_slices_for(int64_t blocks, int64_t k, int multiprocessors) {
+  blocks = std::max<int64_t>(blocks, 1);
   const int64_t wanted = std::max<int64_t>(int64_t{kNarrowCtasPerSm} * std::max(multiprocessors, 1) / blocks, 1);
-  const int64_t most = std::max<int64_t>(s.k / kNarrowMinSliceK, 1);
+  const int64_t most = std::max<int64_t>(k / kNarrowMinSliceK, 1);
   return static_cast<int>(std::clamp<int64_t>(std::min(wanted, most), 1, kNarrowMaxSlices));
+}
+
+int narrow_gemm_slices(const GemmShape& s, int multiprocessors) {
+  return narrow_slices_for(column_blocks(s) * row_passes(s), s.k, multiprocessors);
 }
 
 namespace {

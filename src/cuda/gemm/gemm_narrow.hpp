@@ -7,8 +7,9 @@
 // H100's or H200's 33.5 TFMA/s (67 TFLOP/s fp32), 16 rows half that. This kernel streams B once with 16-byte loads
 // and multiplies on the CUDA cores in fp32 (exact to fp32 rounding, like the SIMT fallback), a CTA on a block of
 // columns of C and a slice of K (gemm_narrow.cu: 128 columns with B N-contiguous, 32 with B K-contiguous); partial
-// sums are added in a fixed order (warps, lanes, then the K slices by the split-K sum, gemm_split_k.hpp), so results
-// are bitwise repeatable.
+// sums are added in a fixed order (warps, lanes, then the K slices by the split-K sum, gemm_split_k.hpp, launched as a
+// programmatic dependent on compute capability 9.0 so that it is scheduled during the kernel's tail), so results are
+// bitwise repeatable.
 //
 // The rule (refusals of the entries below): fp32, batch 1 (a batch sharing B is folded into M first), 1 <= M <= 32
 // (33-64 for the exact-only entries), B of the entry's majorness with a 16-byte aligned base and a leading dimension
@@ -62,6 +63,8 @@ inline constexpr int kNarrowCtasPerSm = 2;
 // The K slices of `shape` on `multiprocessors` SMs: as many as keep column blocks x row blocks x slices CTAs within two
 // per SM (one wave), at most 32 and at least 512 rows of B each (at least 1).
 int narrow_gemm_slices(const GemmShape& shape, int multiprocessors);
+// The same rule for `blocks` CTAs a slice and K values of K (the 3xTF32 entry's blocks are its own).
+int narrow_slices_for(int64_t blocks, int64_t k, int multiprocessors);
 
 // Empty when the narrow kernel's first entry (M <= 32, B MN-major) computes `shape` on `device`, else why not.
 std::string narrow_gemm_refusal(const GemmShape& shape, const GemmDevice& device);
@@ -74,6 +77,17 @@ const GemmKernel& narrow_exact_gemm_kernel();
 // The same for a K-major B (x @ W^T, W row-major [N, K]: nn.Linear's layout), K and B's column stride multiples of 4.
 const GemmKernel& narrow_k_major_gemm_kernel();
 const GemmKernel& narrow_k_major_exact_gemm_kernel();
+// The 3xTF32 tensor-core entry for a K-major B (gemm_narrow_3xtf32.cu): fp32, M kNarrow3xTf32MinRows-32, fp32-level
+// error (three TF32 products a multiply-add, mma.sync, compute capability 8.0 and newer), where the SIMT K-major entry
+// ran 0.79-0.80x cuBLAS SGEMM (H200, docs/perf.md: 20-32 x 4096 x 4096); listed before the SIMT K-major entries, so the
+// automatic choice runs it on those rows without TF32 (with TF32 allowed the TF32 rows take M above
+// narrow_tf32_max_rows, as for every narrow entry). Where it refuses (too few CTAs for the SMs) the SIMT entries and
+// then the tensor-core rows are next.
+inline constexpr int kNarrow3xTf32MinRows = 17;
+const GemmKernel& narrow_3xtf32_k_major_gemm_kernel();
+// The same kernel on M 33-64 in two row passes of 32 (the second reads W from L2), exact-only (forced or tuned, as
+// the SIMT exact entries: the Hopper 3xTF32 swapped split-K rows take these M in the automatic choice).
+const GemmKernel& narrow_3xtf32_k_major_two_pass_gemm_kernel();
 // The 16-bit (bf16, f16) entries, M 1-4, B MN-major (256 columns a CTA: 32 lanes x 8): the same kernel on 16-bit
 // operands (fp32 multiply-adds, C in its type), N a multiple of 8.
 const GemmKernel& narrow_16_bit_gemm_kernel(DType dtype);

@@ -109,6 +109,8 @@ const std::vector<const GemmKernel*>& gemm_kernels() {
   static const std::vector<const GemmKernel*> kernels = [] {
     std::vector<const GemmKernel*> list{&narrow_gemm_kernel(),
                                         &narrow_exact_gemm_kernel(),
+                                        &narrow_3xtf32_k_major_gemm_kernel(),
+                                        &narrow_3xtf32_k_major_two_pass_gemm_kernel(),
                                         &narrow_k_major_gemm_kernel(),
                                         &narrow_k_major_exact_gemm_kernel(),
                                         &narrow_16_bit_gemm_kernel(DType::bf16),

@@ -100,6 +100,17 @@ int64_t gemm_split_k_partial_bytes(const GemmShape& s, int slices) {
   return (bytes + kPartialAlignment - 1) / kPartialAlignment * kPartialAlignment;
 }
 
+SplitKSlices::SplitKSlices(const GemmShape& shape, int slices, int multiprocessors, bool programmatic)
+    : slices_(slices), multiprocessors_(multiprocessors < 1 ? 1 : multiprocessors), programmatic_(programmatic) {
+  if (slices_ > 1) partial_bytes_ = gemm_split_k_partial_bytes(shape, slices_);
+}
+
+void SplitKSlices::sum(const GemmShape& shape, void* workspace, float alpha, float beta, cudaStream_t stream) const {
+  if (slices_ > 1) {
+    sum_split_k_slices(shape, partials(workspace), slices_, alpha, beta, multiprocessors_, stream, programmatic_);
+  }
+}
+
 void sum_split_k_slices(const GemmShape& s, const float* partials, int slices, float alpha, float beta,
                         int multiprocessors, cudaStream_t stream, bool programmatic) {
   if (s.n % 4 != 0) throw Error(Status::internal, "split-K sum: N must be a multiple of 4");

@@ -55,4 +55,25 @@ int64_t gemm_split_k_partial_bytes(const GemmShape& shape, int slices);
 void sum_split_k_slices(const GemmShape& shape, const float* partials, int slices, float alpha, float beta,
                         int multiprocessors, cudaStream_t stream, bool programmatic = false);
 
+// What a runner holds for a kernel whose CTAs each write one K slice's fp32 partial sums (C itself when K is one
+// slice), which sum_split_k_slices then adds into C in slice order (the narrow kernels, gemm_narrow.hpp).
+// programmatic: the sum is launched as a programmatic dependent (compute capability 9.0 and newer; the kernel calls
+// signal_dependents once its CTA's partial sums are computed, before it writes them).
+class SplitKSlices {
+ public:
+  SplitKSlices(const GemmShape& shape, int slices, int multiprocessors, bool programmatic);
+  int count() const { return slices_; }
+  int64_t workspace_bytes() const { return partial_bytes_; }
+  // The partial sums' place in the run's workspace; null with one slice (the kernel writes C).
+  float* partials(void* workspace) const { return slices_ > 1 ? static_cast<float*>(workspace) : nullptr; }
+  // After the kernel: the ordered sum into C (nothing with one slice).
+  void sum(const GemmShape& shape, void* workspace, float alpha, float beta, cudaStream_t stream) const;
+
+ private:
+  int slices_;
+  int multiprocessors_;
+  bool programmatic_;
+  int64_t partial_bytes_ = 0;
+};
+
 }  // namespace attnkit::cuda::gemm

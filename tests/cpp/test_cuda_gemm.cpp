@@ -814,20 +814,26 @@ TEST(CudaGemmSelection, Fp32SelectsTf32OnlyWhenAllowedAnd3xTf32Otherwise) {
   }
 }
 
-// fp32 decode shapes (M <= 32 against a weight B, N-contiguous x @ W or K-contiguous x @ W^T) run on the narrow
-// kernel's entry of B's majorness on any device, with or without TF32 (it is exact fp32), x @ W^T at M 17-32 on its
-// 3xTF32 entry (fp32-level error), M 33-64 on its exact-only entries without TF32 only; more rows of A, a misaligned B
-// or grids too small to cover the SMs (the split-K rows' small problems) run elsewhere. Its slice rule: two CTAs per
-// SM, slices of >= 512 rows.
+// fp32 decode shapes (M <= 64 against a weight B, N-contiguous x @ W or K-contiguous x @ W^T) run on the narrow
+// kernel's entries of B's majorness on any device: M 1-16 on the SIMT entry with or without TF32 (it is exact fp32),
+// M 17-32 and 33-64 on the 3xTF32 entries (fp32-level error) without TF32; more rows of A, a misaligned B or grids too
+// small to cover the SMs (the split-K rows' small problems) run elsewhere. Its slice rule: two CTAs per SM, slices of
+// >= 512 rows.
 TEST(CudaGemmSelection, Fp32DecodeShapesSelectTheNarrowKernel) {
   const std::string narrow[2] = {cuda::gemm::narrow_gemm_kernel().name, cuda::gemm::narrow_k_major_gemm_kernel().name};
   const std::string exact[2] = {cuda::gemm::narrow_exact_gemm_kernel().name,
                                 cuda::gemm::narrow_k_major_exact_gemm_kernel().name};
-  const std::string tensor_cores = cuda::gemm::narrow_3xtf32_k_major_gemm_kernel().name;
-  const std::string tensor_cores_exact = cuda::gemm::narrow_3xtf32_k_major_two_pass_gemm_kernel().name;
+  auto tensor_cores = [](bool b_k_major, int64_t m) {
+    return std::string(cuda::gemm::narrow_3xtf32_gemm_kernel(b_k_major, m > 32 ? 64 : 32).name);
+  };
   auto is_narrow = [&](const std::string& name) {
-    return name == narrow[0] || name == narrow[1] || name == exact[0] || name == exact[1] || name == tensor_cores ||
-           name == tensor_cores_exact;
+    for (const bool b_k_major : {false, true}) {
+      if (name == narrow[b_k_major] || name == exact[b_k_major] || name == tensor_cores(b_k_major, 32) ||
+          name == tensor_cores(b_k_major, 64)) {
+        return true;
+      }
+    }
+    return false;
   };
   for (const int capability : {80, 90}) {
     for (const bool tf32 : {false, true}) {
@@ -844,7 +850,8 @@ TEST(CudaGemmSelection, Fp32DecodeShapesSelectTheNarrowKernel) {
                 selected_on(capability, DType::f32, tf32, m, n, k, transpose_a, transpose_b, false);
             // With TF32 allowed the tensor-core rows take M above narrow_tf32_max_rows.
             if (!tf32 || m <= cuda::gemm::narrow_tf32_max_rows(capability)) {
-              EXPECT_EQ(name, transpose_b && m >= cuda::gemm::kNarrow3xTf32MinRows ? tensor_cores : narrow[transpose_b])
+              EXPECT_EQ(name,
+                        m >= cuda::gemm::kNarrow3xTf32MinRows ? tensor_cores(transpose_b, m) : narrow[transpose_b])
                   << m << "x" << n << "x" << k << " cc " << capability << " tf32 " << tf32 << " ta " << transpose_a;
             } else {
               EXPECT_FALSE(is_narrow(name)) << name << " " << m << "x" << n << "x" << k;
@@ -856,7 +863,11 @@ TEST(CudaGemmSelection, Fp32DecodeShapesSelectTheNarrowKernel) {
           for (const bool transpose_a : {false, true}) {
             const std::string name =
                 selected_on(capability, DType::f32, tf32, m, n, k, transpose_a, transpose_b, false);
-            EXPECT_FALSE(is_narrow(name)) << name << " " << m << "x" << n << "x" << k;  // forced or tuned only
+            if (tf32) {
+              EXPECT_FALSE(is_narrow(name)) << name << " " << m << "x" << n << "x" << k;
+            } else {
+              EXPECT_EQ(name, tensor_cores(transpose_b, m)) << m << "x" << n << "x" << k << " cc " << capability;
+            }
           }
         }
         for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3> >{
@@ -919,11 +930,11 @@ TEST(CudaGemmSelection, Fp32DecodeShapesSelectTheNarrowKernel) {
 }
 
 // fp32 decode on Hopper (A K-major, B either majorness): the swapped split-K rows (C^T = B^T A^T on tiles of 128 of N x
-// 64 of M) take what the narrow kernel leaves, TF32 from M 5 and 3xTF32 from M 33 to 64, in K slices where the weight's
-// tiles leave SMs idle and in one slice where they alone fill the device (N 14336-16384), instead of the 128-row
-// tiles; the narrow kernel keeps M <= 4 with TF32 and M <= 32 without (x @ W^T from M 17 on its 3xTF32 entry); M 65,
-// unfolded batches, K not a multiple of 4
-// and pre-Hopper devices run elsewhere. The slice rule of those rows on 132 SMs.
+// 64 of M) take what the narrow kernel leaves, TF32 from M 5 to 64, in K slices where the weight's tiles leave SMs
+// idle and in one slice where they alone fill the device (N 14336-16384), instead of the 128-row tiles; the narrow
+// kernel keeps M <= 4 with TF32 and M <= 64 without (from M 17 on its 3xTF32 entries; the 3xTF32 swapped split-K rows
+// remain in the space, forced or tuned); M 65, unfolded batches, K not a multiple of 4 and pre-Hopper devices run
+// elsewhere. The slice rule of those rows on 132 SMs.
 TEST(CudaGemmSelection, Fp32DecodeShapesOnHopperSelectTheSwappedSplitKRows) {
   auto slices = [](int64_t m, int64_t n, int64_t k, DType dtype = DType::f32, int64_t batch = 1) {
     cuda::gemm::GemmShape s;
@@ -962,12 +973,13 @@ TEST(CudaGemmSelection, Fp32DecodeShapesOnHopperSelectTheSwappedSplitKRows) {
             << m << "x" << n << "x" << k;
       }
       for (const int64_t m : {33, 48, 64}) {
-        EXPECT_EQ(selected_on(90, DType::f32, false, m, n, k, false, transpose_b, false), exact_rows[transpose_b])
+        EXPECT_EQ(selected_on(90, DType::f32, false, m, n, k, false, transpose_b, false),
+                  cuda::gemm::narrow_3xtf32_gemm_kernel(transpose_b, 64).name)
             << m << "x" << n << "x" << k;
       }
       EXPECT_EQ(selected_on(90, DType::f32, true, 4, n, k, false, transpose_b, false), narrow[transpose_b]);
       EXPECT_EQ(selected_on(90, DType::f32, false, 32, n, k, false, transpose_b, false),
-                transpose_b ? std::string(cuda::gemm::narrow_3xtf32_k_major_gemm_kernel().name) : narrow[0]);
+                cuda::gemm::narrow_3xtf32_gemm_kernel(transpose_b, 32).name);
     }
     for (const bool tf32 : {false, true}) {
       const std::string wide = selected_on(90, DType::f32, tf32, 65, 16384, 4096, false, transpose_b, false);
@@ -980,7 +992,9 @@ TEST(CudaGemmSelection, Fp32DecodeShapesOnHopperSelectTheSwappedSplitKRows) {
   }
   // A column-major C [16384 x 40] is the row-major C^T [40 x 16384] = B^T A^T: a decode problem whose weight, A, is
   // K-major as B^T's B' and whose tokens' B^T, K-major, is A'.
-  EXPECT_EQ(selected_on(90, DType::f32, false, 16384, 40, 4096, false, true, true), exact_rows[1]);
+  EXPECT_EQ(selected_on(90, DType::f32, false, 16384, 40, 4096, false, true, true),
+            cuda::gemm::narrow_3xtf32_gemm_kernel(true, 64).name);
+  EXPECT_EQ(selected_on(90, DType::f32, true, 16384, 40, 4096, false, true, true), tf32_rows[1]);
   // A batch of 3 x 16 tokens with its own B each: not folded, batched rows.
   const cuda::gemm::GemmDevice device{0, 90, 132, 227 * 1024};
   GemmProblem batched = batched_problem(3, 16, 4096, 4096, 3, 16 * 4096);
@@ -1252,15 +1266,16 @@ class CudaGemmKernelChoice : public ::testing::Test {
     return true;
   }
 
-  // x @ W^T decode rows, each forced on kernel_for(m) and run with A either majorness (seed seed0 + 2 i, + 1 with A
-  // transposed); returns how many runs the forced kernel accepted.
+  // Decode rows, x @ W^T (transpose_b) or x @ W, each forced on kernel_for(m) and run with A either majorness (seed
+  // seed0 + 2 i, + 1 with A transposed); returns how many runs the forced kernel accepted.
   struct ForcedDecode {
     int64_t m, n, k;
     double beta;
     const Precision* precision;
   };
   template <class KernelFor>
-  static int forced_k_major_decode_runs(const std::vector<ForcedDecode>& shapes, KernelFor kernel_for, uint64_t seed0) {
+  static int forced_decode_runs(const std::vector<ForcedDecode>& shapes, KernelFor kernel_for, uint64_t seed0,
+                                bool transpose_b) {
     int runs = 0;
     for (size_t i = 0; i < shapes.size(); ++i) {
       const cuda::gemm::GemmKernel& kernel = kernel_for(shapes[i].m);
@@ -1268,7 +1283,8 @@ class CudaGemmKernelChoice : public ::testing::Test {
       detail::clear_gemm_plans();
       for (const bool transpose_a : {false, true}) {
         GemmSpec s;
-        s.m = shapes[i].m, s.n = shapes[i].n, s.k = shapes[i].k, s.transpose_a = transpose_a, s.transpose_b = true;
+        s.m = shapes[i].m, s.n = shapes[i].n, s.k = shapes[i].k, s.transpose_a = transpose_a;
+        s.transpose_b = transpose_b;
         s.alpha = 0.75, s.beta = shapes[i].beta;
         if (forced_run_matches_oracle(kernel, s, *shapes[i].precision, seed0 + i * 2 + (transpose_a ? 1 : 0))) ++runs;
       }
@@ -1958,36 +1974,40 @@ TEST_F(CudaGemmKernelChoice, ForcedNarrowKMajorRowsMatchTheOracle) {
                                             {7, 16388, 1028, -1.0, &kF32}, {29, 14336, 4096, 0.0, &kTF32},
                                             {32, 16384, 700, 0.25, &kF32}, {64, 2048, 4096, 0.5, &kF32},
                                             {3, 8192, 8200, 0.5, &kF32},   {45, 8192, 1028, 1.0, &kF32}};
-  const int runs = forced_k_major_decode_runs(
+  const int runs = forced_decode_runs(
       shapes,
       [](int64_t m) -> const cuda::gemm::GemmKernel& {
         return m > cuda::gemm::kNarrowMaxRows ? cuda::gemm::narrow_k_major_exact_gemm_kernel()
                                               : cuda::gemm::narrow_k_major_gemm_kernel();
       },
-      361);
+      361, true);
   if (cuda::gemm::gemm_device(0).multiprocessors > 132) GTEST_SKIP() << "more SMs than the shapes cover";
   EXPECT_EQ(runs, static_cast<int>(2 * shapes.size()));
 }
 
-// The narrow 3xTF32 entries (x @ W^T on mma.sync TF32 with split operands: M 17-32, and M 33-64 in two row passes)
-// forced against the oracle within fp32's tolerance: K 4096 in 8 slices, 11008 in 8 (partial 64-value chunks at the
-// slices' ends), 1028 in 2 with beta, and 700 in one slice (alpha * sum + beta * C written by the kernel) on 132 column
-// blocks; M 17, 20, 29, 32, 33, 45 and 64 (rows masked in the last n-tile or pass); N not a multiple of the CTA's 128
-// columns (4100); A either majorness (strided loads of x's chunks).
+// The narrow 3xTF32 entries (x @ W^T and x @ W on mma.sync TF32 with split operands: M 17-32 and M 33-64) forced
+// against the oracle within fp32's tolerance: K 4096 in 8 slices, 11008 in 8 (partial 64-value chunks at the slices'
+// ends), 1028 in 2 with beta, and 700 in one slice (alpha * sum + beta * C written by the kernel) on 132 column blocks;
+// M 17, 20, 24, 29, 32, 33, 45 and 64 (rows masked in the last n-tile); N not a multiple of the CTA's 128 columns
+// (4100); A either majorness (strided loads of x's chunks); with W N-major also K 1027 (not a multiple of 4: rows of W
+// masked one by one).
 TEST_F(CudaGemmKernelChoice, ForcedNarrow3xTf32RowsMatchTheOracle) {
   const std::vector<ForcedDecode> shapes = {{17, 4096, 4096, 0.0, &kF32},  {20, 4096, 11008, 0.0, &kF32},
                                             {29, 16384, 1028, 0.5, &kF32}, {32, 16896, 700, -1.0, &kF32},
                                             {24, 4100, 4096, 0.25, &kF32}, {64, 16384, 4096, 0.0, &kF32},
                                             {33, 8192, 1028, 0.5, &kF32},  {45, 4100, 4096, 1.0, &kF32}};
-  const int runs = forced_k_major_decode_runs(
-      shapes,
-      [](int64_t m) -> const cuda::gemm::GemmKernel& {
-        return m > cuda::gemm::kNarrowMaxRows ? cuda::gemm::narrow_3xtf32_k_major_two_pass_gemm_kernel()
-                                              : cuda::gemm::narrow_3xtf32_k_major_gemm_kernel();
-      },
-      401);
-  if (cuda::gemm::gemm_device(0).multiprocessors > 132) GTEST_SKIP() << "more SMs than the shapes cover";
-  EXPECT_EQ(runs, static_cast<int>(2 * shapes.size()));
+  for (const bool transpose_b : {true, false}) {
+    std::vector<ForcedDecode> layout_shapes = shapes;
+    if (!transpose_b) layout_shapes.push_back({40, 16896, 1027, 0.5, &kF32});
+    const int runs = forced_decode_runs(
+        layout_shapes,
+        [transpose_b](int64_t m) -> const cuda::gemm::GemmKernel& {
+          return cuda::gemm::narrow_3xtf32_gemm_kernel(transpose_b, m > 32 ? 64 : 32);
+        },
+        401, transpose_b);
+    if (cuda::gemm::gemm_device(0).multiprocessors > 132) GTEST_SKIP() << "more SMs than the shapes cover";
+    EXPECT_EQ(runs, static_cast<int>(2 * layout_shapes.size())) << "transpose_b " << transpose_b;
+  }
 }
 
 // The narrow kernel's exact-only entry (M 33-64 in two row blocks of 32, the second partly masked) forced against

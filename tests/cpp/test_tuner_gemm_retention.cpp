@@ -35,6 +35,7 @@
 #include "attnkit/tuner.hpp"
 #include "core/gemm_plan.hpp"
 #include "core/retention_plan.hpp"
+#include "cuda/gemm/gemm_narrow.hpp"
 #include "cuda/gemm/gemm_registry.hpp"
 #include "cuda/gemm/gemm_shape.hpp"
 #include "cuda/retention/retention_chunk_registry.hpp"
@@ -391,8 +392,9 @@ TEST(TunerCudaGemmSpace, Tf32RowsRunOnlyProblemsThatAllowTf32) {
 }
 
 // fp32 decode against a wide weight (x @ W and x @ W^T): the swapped split-K rows of 128 of N x 64 of M are valid
-// configs of the tuner's space, with a finite estimate, and the default (the registry's choice): TF32 at M 16, 3xTF32
-// at M 48; without TF32 no TF32 row is valid. Skipped where the build has no such rows.
+// configs of the tuner's space, with a finite estimate; the default (the registry's choice) is the TF32 row at M 16
+// with TF32 allowed and the narrow 3xTF32 entry of 64 rows at M 48 without; without TF32 no TF32 row is valid.
+// Skipped where the build has no such rows.
 TEST(TunerCudaGemmSpace, Fp32DecodeProblemsReachTheSwappedSplitKRows) {
   if (gemm_forced()) GTEST_SKIP() << "ATTNKIT_GEMM_CONFIG is set: the registry's choice is the forced entry";
   std::set<std::string> names;
@@ -416,7 +418,8 @@ TEST(TunerCudaGemmSpace, Fp32DecodeProblemsReachTheSwappedSplitKRows) {
         EXPECT_TRUE(std::isfinite(ranked.cost.seconds) && ranked.cost.seconds > 0.0) << row;
       }
       EXPECT_TRUE(valid) << row;
-      EXPECT_EQ(default_id(space, spec, hopper()), row);
+      EXPECT_EQ(default_id(space, spec, hopper()),
+                tf32 ? row : std::string(cuda::gemm::narrow_3xtf32_gemm_kernel(b_transposed, 64).name));
       if (!tf32) {
         for (const auto& ranked : ranking.valid) {
           EXPECT_NE(cuda::gemm::gemm_kernel_of(*ranked.config)->math, cuda::gemm::GemmMath::tf32) << ranked.config->id;

@@ -77,17 +77,15 @@ const GemmKernel& narrow_exact_gemm_kernel();
 // The same for a K-major B (x @ W^T, W row-major [N, K]: nn.Linear's layout), K and B's column stride multiples of 4.
 const GemmKernel& narrow_k_major_gemm_kernel();
 const GemmKernel& narrow_k_major_exact_gemm_kernel();
-// The 3xTF32 tensor-core entry for a K-major B (gemm_narrow_3xtf32.cu): fp32, M kNarrow3xTf32MinRows-32, fp32-level
-// error (three TF32 products a multiply-add, mma.sync, compute capability 8.0 and newer), where the SIMT K-major entry
-// ran 0.79-0.80x cuBLAS SGEMM (H200, docs/perf.md: 20-32 x 4096 x 4096); listed before the SIMT K-major entries, so the
-// automatic choice runs it on those rows without TF32 (with TF32 allowed the TF32 rows take M above
-// narrow_tf32_max_rows, as for every narrow entry). Where it refuses (too few CTAs for the SMs) the SIMT entries and
-// then the tensor-core rows are next.
+// The 3xTF32 tensor-core entries (gemm_narrow_3xtf32.cu): fp32, B K-major (x @ W^T; K and B's column stride multiples
+// of 4) or N-major (x @ W; B's row stride a multiple of 4), M kNarrow3xTf32MinRows-32 (`rows` 32) or 33-64 (`rows`
+// 64), fp32-level error (three TF32 products a multiply-add, mma.sync, compute capability 8.0 and newer). Measured on
+// an H200 (docs/perf.md, 2026-11-27): x @ W^T at M 17-32 1.13-1.56x cuBLAS SGEMM where the SIMT K-major entry ran
+// 0.74-0.95x. Listed before the SIMT entries, so the automatic choice runs them on those rows without TF32 (with TF32
+// allowed the TF32 rows take M above narrow_tf32_max_rows, as for every narrow entry). Where they refuse (too few CTAs
+// for the SMs) the SIMT entries and then the tensor-core rows are next.
 inline constexpr int kNarrow3xTf32MinRows = 17;
-const GemmKernel& narrow_3xtf32_k_major_gemm_kernel();
-// The same kernel on M 33-64 in two row passes of 32 (the second reads W from L2), exact-only (forced or tuned, as
-// the SIMT exact entries: the Hopper 3xTF32 swapped split-K rows take these M in the automatic choice).
-const GemmKernel& narrow_3xtf32_k_major_two_pass_gemm_kernel();
+const GemmKernel& narrow_3xtf32_gemm_kernel(bool b_k_major, int rows);
 // The 16-bit (bf16, f16) entries, M 1-4, B MN-major (256 columns a CTA: 32 lanes x 8): the same kernel on 16-bit
 // operands (fp32 multiply-adds, C in its type), N a multiple of 8.
 const GemmKernel& narrow_16_bit_gemm_kernel(DType dtype);

@@ -107,10 +107,12 @@ int choose_gemm_candidate(int64_t m, int64_t n, int64_t k, int64_t batch, const 
 #define ATTNKIT_GEMM_ENTRY(function, id) &function(),
 const std::vector<const GemmKernel*>& gemm_kernels() {
   static const std::vector<const GemmKernel*> kernels = [] {
-    std::vector<const GemmKernel*> list{&narrow_gemm_kernel(),
+    std::vector<const GemmKernel*> list{&narrow_3xtf32_gemm_kernel(false, 32),
+                                        &narrow_3xtf32_gemm_kernel(false, 64),
+                                        &narrow_gemm_kernel(),
                                         &narrow_exact_gemm_kernel(),
-                                        &narrow_3xtf32_k_major_gemm_kernel(),
-                                        &narrow_3xtf32_k_major_two_pass_gemm_kernel(),
+                                        &narrow_3xtf32_gemm_kernel(true, 32),
+                                        &narrow_3xtf32_gemm_kernel(true, 64),
                                         &narrow_k_major_gemm_kernel(),
                                         &narrow_k_major_exact_gemm_kernel(),
                                         &narrow_16_bit_gemm_kernel(DType::bf16),

@@ -816,9 +816,9 @@ TEST(CudaGemmSelection, Fp32SelectsTf32OnlyWhenAllowedAnd3xTf32Otherwise) {
 
 // fp32 decode shapes (M <= 64 against a weight B, N-contiguous x @ W or K-contiguous x @ W^T) run on the narrow
 // kernel's entries of B's majorness on any device: M 1-16 on the SIMT entry with or without TF32 (it is exact fp32),
-// M 17-32 and 33-64 on the 3xTF32 entries (fp32-level error) without TF32; more rows of A, a misaligned B or grids too
-// small to cover the SMs (the split-K rows' small problems) run elsewhere. Its slice rule: two CTAs per SM, slices of
-// >= 512 rows.
+// M 17-32 and 33-48 on the 3xTF32 entries (fp32-level error) without TF32 (M 49-64 forced or tuned); more rows of A,
+// a misaligned B or grids too small to cover the SMs (the split-K rows' small problems) run elsewhere. Its slice
+// rule: two CTAs per SM, slices of >= 512 rows.
 TEST(CudaGemmSelection, Fp32DecodeShapesSelectTheNarrowKernel) {
   const std::string narrow[2] = {cuda::gemm::narrow_gemm_kernel().name, cuda::gemm::narrow_k_major_gemm_kernel().name};
   const std::string exact[2] = {cuda::gemm::narrow_exact_gemm_kernel().name,
@@ -858,12 +858,12 @@ TEST(CudaGemmSelection, Fp32DecodeShapesSelectTheNarrowKernel) {
             }
           }
         }
-        for (const auto& [m, n, k] :
-             std::vector<std::array<int64_t, 3> >{{33, 16384, 4096}, {64, 4096, 4096}, {64, 16384, 4096}}) {
+        for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3> >{
+                 {33, 16384, 4096}, {48, 4096, 4096}, {49, 4096, 4096}, {64, 4096, 4096}, {64, 16384, 4096}}) {
           for (const bool transpose_a : {false, true}) {
             const std::string name =
                 selected_on(capability, DType::f32, tf32, m, n, k, transpose_a, transpose_b, false);
-            if (tf32) {
+            if (tf32 || m > cuda::gemm::kNarrow3xTf32AutoMaxRows) {
               EXPECT_FALSE(is_narrow(name)) << name << " " << m << "x" << n << "x" << k;
             } else {
               EXPECT_EQ(name, tensor_cores(transpose_b, m)) << m << "x" << n << "x" << k << " cc " << capability;
@@ -930,11 +930,11 @@ TEST(CudaGemmSelection, Fp32DecodeShapesSelectTheNarrowKernel) {
 }
 
 // fp32 decode on Hopper (A K-major, B either majorness): the swapped split-K rows (C^T = B^T A^T on tiles of 128 of N x
-// 64 of M) take what the narrow kernel leaves, TF32 from M 5 to 64, in K slices where the weight's tiles leave SMs
-// idle and in one slice where they alone fill the device (N 14336-16384), instead of the 128-row tiles; the narrow
-// kernel keeps M <= 4 with TF32 and M <= 64 without (from M 17 on its 3xTF32 entries; the 3xTF32 swapped split-K rows
-// remain in the space, forced or tuned); M 65, unfolded batches, K not a multiple of 4 and pre-Hopper devices run
-// elsewhere. The slice rule of those rows on 132 SMs.
+// 64 of M) take what the narrow kernel leaves, TF32 from M 5 and 3xTF32 from M 49 to 64, in K slices where the
+// weight's tiles leave SMs idle and in one slice where they alone fill the device (N 14336-16384), instead of the
+// 128-row tiles; the narrow kernel keeps M <= 4 with TF32 and M <= 48 without (from M 17 on its 3xTF32 entries); M
+// 65, unfolded batches, K not a multiple of 4 and pre-Hopper devices run elsewhere. The slice rule of those rows on
+// 132 SMs.
 TEST(CudaGemmSelection, Fp32DecodeShapesOnHopperSelectTheSwappedSplitKRows) {
   auto slices = [](int64_t m, int64_t n, int64_t k, DType dtype = DType::f32, int64_t batch = 1) {
     cuda::gemm::GemmShape s;
@@ -972,9 +972,13 @@ TEST(CudaGemmSelection, Fp32DecodeShapesOnHopperSelectTheSwappedSplitKRows) {
         EXPECT_EQ(selected_on(90, DType::f32, true, m, n, k, false, transpose_b, false), tf32_rows[transpose_b])
             << m << "x" << n << "x" << k;
       }
-      for (const int64_t m : {33, 48, 64}) {
+      for (const int64_t m : {33, 48}) {
         EXPECT_EQ(selected_on(90, DType::f32, false, m, n, k, false, transpose_b, false),
                   cuda::gemm::narrow_3xtf32_gemm_kernel(transpose_b, 64).name)
+            << m << "x" << n << "x" << k;
+      }
+      for (const int64_t m : {49, 64}) {
+        EXPECT_EQ(selected_on(90, DType::f32, false, m, n, k, false, transpose_b, false), exact_rows[transpose_b])
             << m << "x" << n << "x" << k;
       }
       EXPECT_EQ(selected_on(90, DType::f32, true, 4, n, k, false, transpose_b, false), narrow[transpose_b]);
@@ -1995,7 +1999,7 @@ TEST_F(CudaGemmKernelChoice, ForcedNarrow3xTf32RowsMatchTheOracle) {
   const std::vector<ForcedDecode> shapes = {{17, 4096, 4096, 0.0, &kF32},  {20, 4096, 11008, 0.0, &kF32},
                                             {29, 16384, 1028, 0.5, &kF32}, {32, 16896, 700, -1.0, &kF32},
                                             {24, 4100, 4096, 0.25, &kF32}, {64, 16384, 4096, 0.0, &kF32},
-                                            {33, 8192, 1028, 0.5, &kF32},  {45, 4100, 4096, 1.0, &kF32}};
+                                            {33, 16896, 1028, 0.5, &kF32}, {45, 4100, 4096, 1.0, &kF32}};
   for (const bool transpose_b : {true, false}) {
     std::vector<ForcedDecode> layout_shapes = shapes;
     if (!transpose_b) layout_shapes.push_back({40, 16896, 1027, 0.5, &kF32});

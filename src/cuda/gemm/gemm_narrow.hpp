@@ -26,6 +26,7 @@
 #include <string>
 
 #include "cuda/gemm/gemm_kernel.hpp"
+#include "cuda/gemm/gemm_shape.hpp"
 
 namespace attnkit::cuda::gemm {
 
@@ -86,6 +87,13 @@ const GemmKernel& narrow_k_major_exact_gemm_kernel();
 // for the SMs) the SIMT entries and then the tensor-core rows are next.
 inline constexpr int kNarrow3xTf32MinRows = 17;
 const GemmKernel& narrow_3xtf32_gemm_kernel(bool b_k_major, int rows);
+// The automatic choice runs the 64-row entries up to M 48 (narrow_3xtf32_automatic); M 49-64 only when forced or
+// tuned. Measured on an H200 (docs/perf.md, 2026-11-27, per call against cuBLAS SGEMM, x @ W / x @ W^T): M 33 1.03 /
+// 1.26x, 40 x 11008 x 4096 0.96 / 1.05x, M 48 0.93 / 1.15x (the registry's rows before: 0.57-0.89x), but M 64 0.74-0.80
+// / 0.79-0.99x against 0.80-0.89 / 0.80-1.02x on the 3xTF32 swapped split-K rows: the 64-row instance's MMA work,
+// not W's bytes, sets its time (242 us at 64 x 16384 x 4096, where 32 rows take 142).
+inline constexpr int kNarrow3xTf32AutoMaxRows = 48;
+inline bool narrow_3xtf32_automatic(const GemmShape& shape) { return shape.m <= kNarrow3xTf32AutoMaxRows; }
 // The 16-bit (bf16, f16) entries, M 1-4, B MN-major (256 columns a CTA: 32 lanes x 8): the same kernel on 16-bit
 // operands (fp32 multiply-adds, C in its type), N a multiple of 8.
 const GemmKernel& narrow_16_bit_gemm_kernel(DType dtype);

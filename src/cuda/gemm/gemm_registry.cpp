@@ -197,12 +197,14 @@ GemmChoice select_gemm_kernel(const GemmShape& shape, const GemmDevice& device, 
   std::vector<GemmCandidate> candidates;
   for (const GemmKernel* kernel : gemm_kernels()) {
     if (kernel->tier == GemmTier::simt || !gemm_kernel_matches(*kernel, shape, allow_tf32)) continue;
-    // Exact-only entries (the narrow 33-64-row ones), the narrow kernel above narrow_tf32_max_rows with TF32 allowed
-    // and its 16-bit entries outside narrow_16_bit_automatic measured slower than (or level with) the tensor-core rows:
-    // only a forced config or the tuner runs them.
+    // Exact-only entries (the SIMT narrow 33-64-row ones), the narrow kernel above narrow_tf32_max_rows with TF32
+    // allowed, its 16-bit entries outside narrow_16_bit_automatic and its 3xTF32 entries outside
+    // narrow_3xtf32_automatic measured slower than (or level with) the tensor-core rows: only a forced config or the
+    // tuner runs them.
     const bool narrow = kernel->tier == GemmTier::narrow;
     if (kernel->exact_only || (narrow && allow_tf32 && shape.m > narrow_tf32_max_rows(device.capability)) ||
-        (narrow && kernel->dtype != DType::f32 && !narrow_16_bit_automatic(shape))) {
+        (narrow && kernel->dtype != DType::f32 && !narrow_16_bit_automatic(shape)) ||
+        (narrow && kernel->math == GemmMath::fast_f32 && !narrow_3xtf32_automatic(shape))) {
       continue;
     }
     if (!gemm_architecture_runs_on(kernel->architecture, device.capability)) continue;

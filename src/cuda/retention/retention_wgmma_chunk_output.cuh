@@ -113,7 +113,13 @@ __device__ __forceinline__ void wgmma_chunk_outputs(const ChunkParams& p, const 
       asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
                    : "=r"(bits.x), "=r"(bits.y), "=r"(bits.z), "=r"(bits.w)
                    : "r"(out_rows + static_cast<uint32_t>(block * 64 * 128) + swizzled_offset(row, col)));
-      if (row < length) *reinterpret_cast<uint4*>(chunk_out + row * p.out.token + 64 * block + col) = bits;
+      // One 16-byte store, in PTX: nvcc splits a uint4 assignment through the Element pointer into four 4-byte stores.
+      if (row < length) {
+        asm volatile(
+            "st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(chunk_out + row * p.out.token + 64 * block + col),
+            "r"(bits.x), "r"(bits.y), "r"(bits.z), "r"(bits.w)
+            : "memory");
+      }
     }
   };
 

@@ -123,6 +123,17 @@ __device__ __forceinline__ void wgmma_chunk_outputs(const ChunkParams& p, const 
     }
   };
 
+  // The decay mask's values of the thread's scores (Traits::kHoldDecay: held across the chunk loop).
+  float decay[decltype(size(acc_s))::value];
+  if constexpr (Traits::kHoldDecay) {
+    CUTE_UNROLL
+    for (int v = 0; v < size(acc_s); ++v) {
+      const int i = row_lo + 8 * ((v >> 1) & 1);
+      const int j = 8 * (v >> 2) + col0 + (v & 1);
+      decay[v] = masked_decayed_score(1.0f, log2_gamma, i, j, scale);
+    }
+  }
+
   int stage = 0;
   uint32_t phase = 0;  // (chunk / kStages) % 2
 #pragma unroll 1
@@ -158,16 +169,21 @@ __device__ __forceinline__ void wgmma_chunk_outputs(const ChunkParams& p, const 
     issue_gemm<false>(mma_query_state, tOrQ, tOrS, acc_o);
     warpgroup_commit_batch();
 
-    // Scores -> P while Q S runs. The mask's powers are the same every chunk; they are recomputed (opaque) rather
-    // than held in 32 registers across the loop.
+    // Scores -> P while Q S runs. The mask's powers are the same every chunk: held in registers where the traits
+    // say so, else recomputed (opaque) rather than held across the loop.
     warpgroup_wait<1>();
     warpgroup_fence_operand(acc_s);
-    const float chunk_log2_gamma = opaque(log2_gamma);
-    CUTE_UNROLL
-    for (int v = 0; v < size(acc_s); ++v) {
-      const int i = row_lo + 8 * ((v >> 1) & 1);
-      const int j = 8 * (v >> 2) + col0 + (v & 1);
-      acc_s(v) = masked_decayed_score(acc_s(v), chunk_log2_gamma, i, j, scale);
+    if constexpr (Traits::kHoldDecay) {
+      CUTE_UNROLL
+      for (int v = 0; v < size(acc_s); ++v) acc_s(v) *= decay[v];
+    } else {
+      const float chunk_log2_gamma = opaque(log2_gamma);
+      CUTE_UNROLL
+      for (int v = 0; v < size(acc_s); ++v) {
+        const int i = row_lo + 8 * ((v >> 1) & 1);
+        const int j = 8 * (v >> 2) + col0 + (v & 1);
+        acc_s(v) = masked_decayed_score(acc_s(v), chunk_log2_gamma, i, j, scale);
+      }
     }
     fmha_sm90::pack_accumulator<Element>(acc_s, tOrP);
 

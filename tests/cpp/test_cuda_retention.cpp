@@ -1084,8 +1084,8 @@ TEST_F(CudaRetention, WgmmaChunkKernelIsTheDefaultAndWgmma0KeepsTheMmaSyncKernel
     EXPECT_EQ(kernel_name().find("wgmma"), std::string::npos) << config << ": " << kernel_name();
     EXPECT_NE(kernel_name().find("chunk64"), std::string::npos) << config << ": " << kernel_name();
   }
-  // Two CTAs per multiprocessor at value block 64, one at 128 (the kernel's launch bound, registers and shared memory
-  // are sized for it).
+  // Two CTAs per multiprocessor at Dk 128 with value block 64, one at Dk 64 and at value block 128 (the kernel's launch
+  // bound, registers and shared memory are sized for it), as the registry records.
   for (const DType dtype : {DType::bf16, DType::f16}) {
     for (const auto& [dk, value_block] : std::vector<std::pair<int, int> >{{64, 64}, {128, 64}, {128, 128}}) {
       const cuda::retention::ChunkKernel* kernel = cuda::retention::find_wgmma_chunk_kernel(dtype, dk, value_block);
@@ -1097,7 +1097,9 @@ TEST_F(CudaRetention, WgmmaChunkKernelIsTheDefaultAndWgmma0KeepsTheMmaSyncKernel
       expect_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel->function, kernel->threads,
                                                                 static_cast<size_t>(kernel->shared_bytes)),
                   "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-      EXPECT_EQ(blocks, value_block == 64 ? 2 : 1) << dtype_name(dtype) << " Dk " << dk << " block " << value_block;
+      EXPECT_EQ(blocks, dk == 128 && value_block == 64 ? 2 : 1)
+          << dtype_name(dtype) << " Dk " << dk << " block " << value_block;
+      EXPECT_EQ(kernel->resident, blocks) << dtype_name(dtype) << " Dk " << dk << " block " << value_block;
     }
   }
 }

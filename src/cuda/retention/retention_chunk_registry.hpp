@@ -34,6 +34,9 @@ struct ChunkKernel {
   // The normalised parallel forward and the parallel form's backward: the (batch, value slice) pairs one CTA computes
   // (4 warps each), sharing the decay matrix's tiles; 1 for every other kernel.
   int members = 1;
+  // CTAs a multiprocessor holds at once where registers, not shared memory, set it (the wgmma kernel's launch bound);
+  // 0: as many as its shared memory allows (resident_ctas).
+  int resident = 0;
 };
 
 // The instance for (dtype, Dk, value block), or null when none is compiled.

@@ -178,9 +178,9 @@ int64_t segments_by_wave_model(int64_t ctas, int64_t chunks, int64_t slots, int6
   return best;
 }
 
-// How the segment rule counts a kernel's CTAs on a multiprocessor. `resident`: how many its shared memory lets fit at
-// once (resident_ctas: two of every instance but the wgmma kernel's 128-column one, 193 KiB; the wgmma kernel at D =
-// 64 holds one by its registers, which its one slot already counts). `slots`: how many advance
+// How the segment rule counts a kernel's CTAs on a multiprocessor. `resident`: how many fit at once (the kernel's own
+// count where its launch bound sets it: one wgmma CTA at D = 64 or of 128 value columns, two of 64 at D = 128; else
+// resident_ctas of its shared memory: two of every mma.sync instance). `slots`: how many advance
 // at full speed together. The mma.sync kernel's CTAs wait mostly on latency, so two share a multiprocessor at full
 // speed each; one wgmma CTA already draws what a multiprocessor gives (measured on an H200, docs/perf.md, retention
 // "Fourteenth step": B8 T4096 H16 D64, 128 CTAs, 0.091 ms with one segment against 0.116 ms with two, i.e. 256 CTAs two
@@ -191,7 +191,7 @@ struct MultiprocessorModel {
 };
 MultiprocessorModel multiprocessor_model(const ChunkKernel& kernel) {
   const bool wgmma = std::strcmp(kernel.family, "wgmma_chunk64") == 0;
-  const int64_t resident = resident_ctas(kernel.shared_bytes);
+  const int64_t resident = kernel.resident > 0 ? kernel.resident : resident_ctas(kernel.shared_bytes);
   return {resident, wgmma ? 1 : resident};
 }
 

@@ -26,7 +26,7 @@ void launch_wgmma_chunk_jobs(const ChunkJobs& jobs, int64_t ctas, cudaStream_t s
 template <class Element, int HeadDim, int ValueBlock>
 ChunkKernel wgmma_chunk_kernel_entry(DType dtype) {
   using Traits = WgmmaChunkTraits<Element, HeadDim, ValueBlock>;
-  return ChunkKernel{"wgmma_chunk64",
+  ChunkKernel kernel{"wgmma_chunk64",
                      dtype,
                      HeadDim,
                      Traits::kValueBlock,
@@ -36,6 +36,8 @@ ChunkKernel wgmma_chunk_kernel_entry(DType dtype) {
                      &launch_wgmma_chunk_kernel<Traits>,
                      reinterpret_cast<const void*>(&retention_wgmma_chunk_jobs_kernel<Traits>),
                      &launch_wgmma_chunk_jobs<Traits>};
+  kernel.resident = Traits::kMinBlocksPerSm;
+  return kernel;
 }
 
 template <class Element>

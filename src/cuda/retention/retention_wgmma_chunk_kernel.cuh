@@ -39,11 +39,13 @@
 // Dv / E slices of a head through L2; the CTA order makes them neighbours): 537 MB, 0.16 ms at 3.35 TB/s (H100),
 // 0.11 ms at 4.8 TB/s (H200), the floor.
 //
-// Registers a thread (setmaxnreg; the launch bound gives 80 at E = 64, 128 at E = 128): producer 32 / 48, output
-// 104 / 176 (E = 128: O 64 fp32, scores 32, P 16), state 104 / 144 (E = 128: S 64 fp32, scaled V 16).
+// Registers a thread (setmaxnreg; the launch bound gives 168 at D = 64, 80 at D = 128 and E = 64, 128 at E = 128):
+// producer 40 / 32 / 48, output 232 / 104 / 176 (E = 128: O 64 fp32, scores 32, P 16; D = 64: also the 32 values of
+// the decay mask, held across the chunk loop), state 232 / 104 / 144 (E = 128: S 64 fp32, scaled V 16).
 // Shared memory (16-bit elements, 128-byte swizzled rows): Q, K [kStages][64][D], V [kStages][64][E], scaled V
-// [64][E], output rows [64][E], state tile [D][E], with kStages as many as fit (at most 3): D = 64: 3 stages, 97 KiB;
-// D = 128, E = 64: 2 stages, 113 KiB (two CTAs per SM each); D = 128, E = 128: 3 stages, 209 KiB (one CTA per SM).
+// [64][E], output rows [64][E], state tile [D][E], with kStages as many as fit (at most 3): D = 64: 3 stages, 97 KiB
+// (one CTA per SM, by its registers); D = 128, E = 64: 2 stages, 113 KiB (two CTAs per SM each); D = 128, E = 128: 3
+// stages, 209 KiB (one CTA per SM).
 //
 // The state-only launch of a segmented job (retention_params.hpp) runs the producer (K and V) and the state
 // warpgroups alone; the output warpgroup leaves at once. On other architectures the kernel body is empty: the plan

@@ -12,9 +12,10 @@
 // instead of eight 16-byte pieces. Without it the accumulators are stored element-wise at the same point. Either way
 // the stores come after the next chunk's wait and proxy fence (a fence orders the thread's earlier stores, so it
 // would wait for stores issued just before it). The mask
-// is branch-free (masked_decayed_score), so a thread's 32 exponentials pipeline. A thread's accumulator value v of an
-// m64nN tile is row 16 warp + lane / 4 + 8 ((v / 2) % 2), column 8 (v / 4) + 2 (lane % 4) + v % 2 (the wgmma D
-// fragment).
+// is branch-free (masked_decayed_score), so a thread's 32 exponentials pipeline; where the traits hold it
+// (kHoldDecay: D = 64, one CTA a multiprocessor) its 32 values are computed once and the scores multiplied by them. A
+// thread's accumulator value v of an m64nN tile is row 16 warp + lane / 4 + 8 ((v / 2) % 2), column 8 (v / 4) + 2 (lane
+// % 4) + v % 2 (the wgmma D fragment).
 #pragma once
 #include <cute/tensor.hpp>
 

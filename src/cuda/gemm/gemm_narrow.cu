@@ -449,10 +449,7 @@ int narrow_gemm_slices(const GemmShape& s, int multiprocessors) {
   return narrow_slices_for(column_blocks(s) * row_passes(s), s.k, multiprocessors);
 }
 
-namespace {
-
-std::string refusal_for_rows(const GemmShape& s, const GemmDevice& device, DType dtype, bool k_major, int64_t least,
-                             int64_t most) {
+std::string narrow_operand_refusal(const GemmShape& s, DType dtype, bool k_major, int64_t least, int64_t most) {
   if (s.dtype != dtype) return std::string(dtype_name(dtype)) + " only";
   if (s.batch != 1) return "batch 1 only (a batch sharing B is folded into M before)";
   if (s.m < least || s.m > most || s.n < 1 || s.k < 1) {
@@ -471,6 +468,14 @@ std::string refusal_for_rows(const GemmShape& s, const GemmDevice& device, DType
     return k_major ? "K and B's column stride must be multiples of " + vector + "columns)"
                    : "B's row stride must be a multiple of " + vector + "rows)";
   }
+  return "";
+}
+
+namespace {
+
+std::string refusal_for_rows(const GemmShape& s, const GemmDevice& device, DType dtype, bool k_major, int64_t least,
+                             int64_t most) {
+  if (std::string why = narrow_operand_refusal(s, dtype, k_major, least, most); !why.empty()) return why;
   const int64_t ctas = column_blocks(s) * row_passes(s) * narrow_gemm_slices(s, device.multiprocessors);
   if (ctas < std::max(device.multiprocessors, 1)) {
     return "its CTAs (" + std::to_string(columns_per_cta(s)) + " columns x row blocks x K slices of at least " +

@@ -67,6 +67,9 @@ int narrow_gemm_slices(const GemmShape& shape, int multiprocessors);
 // The same rule for `blocks` CTAs a slice and K values of K (the 3xTF32 entry's blocks are its own).
 int narrow_slices_for(int64_t blocks, int64_t k, int multiprocessors);
 
+// Empty when `shape` meets the narrow kernels' operand rule (above) for `dtype`, B's majorness and M in [least, most],
+// their CTA count aside, else why not.
+std::string narrow_operand_refusal(const GemmShape& shape, DType dtype, bool k_major, int64_t least, int64_t most);
 // Empty when the narrow kernel's first entry (M <= 32, B MN-major) computes `shape` on `device`, else why not.
 std::string narrow_gemm_refusal(const GemmShape& shape, const GemmDevice& device);
 

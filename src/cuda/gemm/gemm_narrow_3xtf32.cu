@@ -328,33 +328,13 @@ std::unique_ptr<GemmRunner> make_runner(const GemmShape& shape, const GemmDevice
   return std::make_unique<Narrow3xTf32Runner<Rows, WKMajor>>(shape, device);
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
-
-// Empty when the instance of `Rows` rows and W's majorness runs `s`, else why not.
+// Empty when the instance of `Rows` rows and W's majorness runs `s`, else why not: the narrow kernels' operand rule
+// (fp32: K-major W with K and its column stride multiples of 4, or N-major W with its row stride a multiple of 4;
+// 16-byte aligned W and C, N and C's row stride multiples of 4), and its CTAs covering the SMs.
 template <int Rows, bool WKMajor>
 std::string refusal(const GemmShape& s, const GemmDevice& device) {
   constexpr int64_t least = Rows == 32 ? kNarrow3xTf32MinRows : 33;
-  if (s.dtype != DType::f32) return "float32 only";
-  if (s.batch != 1) return "batch 1 only (a batch sharing B is folded into M before)";
-  if (s.m < least || s.m > Rows || s.n < 1 || s.k < 1) {
-    return "M from " + std::to_string(least) + " to " + std::to_string(Rows) + " rows, N and K at least 1";
-  }
-  if (WKMajor) {
-    if (!s.b_k_major()) return "B must be K-major (K contiguous: x @ W^T)";
-    if (s.k % 4 != 0 || s.b_col % 4 != 0 || !aligned16(s.b)) {
-      return "K and B's column stride must be multiples of 4 elements and B 16-byte aligned (16-byte loads along B's "
-             "columns)";
-    }
-  } else {
-    if (s.b_col != 1) return "B must be N-major (N contiguous: x @ W)";
-    if (s.b_row % 4 != 0 || !aligned16(s.b)) {
-      return "B's row stride must be a multiple of 4 elements and B 16-byte aligned (8-byte loads along B's rows)";
-    }
-  }
-  if (s.n % 4 != 0 || s.c_row % 4 != 0 || !aligned16(s.c)) {
-    return "N and C's row stride must be multiples of 4 elements and C 16-byte aligned (the slices' sum writes 4 "
-           "elements at a time)";
-  }
+  if (std::string why = narrow_operand_refusal(s, DType::f32, WKMajor, least, Rows); !why.empty()) return why;
   const int64_t ctas = column_blocks(s) * slices_of(s, device.multiprocessors);
   if (ctas < std::max(device.multiprocessors, 1)) {
     return "its CTAs (" + std::to_string(kCtaColumns) + " columns x K slices of at least " +

@@ -38,6 +38,7 @@
 #include "cuda/gemm/gemm_dependents.cuh"
 #include "cuda/gemm/gemm_narrow.hpp"
 #include "cuda/gemm/gemm_split_k.hpp"
+#include "cuda/gemm/gemm_tf32_split.cuh"
 
 namespace attnkit::cuda::gemm {
 namespace {
@@ -76,17 +77,6 @@ struct Params {
   float* partials;  // slices x M x N, or null when K is one slice
   float alpha, beta;
 };
-
-__device__ __forceinline__ uint32_t to_tf32(float x) {
-  uint32_t bits;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(bits) : "f"(x));
-  return bits;
-}
-
-__device__ __forceinline__ void split_tf32(float x, uint32_t& big, uint32_t& small) {
-  big = to_tf32(x);
-  small = to_tf32(x - __uint_as_float(big));
-}
 
 // d += a b, m16n8k8, TF32 in, fp32 accumulators.
 __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
@@ -172,7 +162,12 @@ __device__ __forceinline__ void multiply_block(float (&acc)[Tile::kTiles][4], co
     w.step_values(s, v);
     uint32_t a_big[4], a_small[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) split_tf32(v[i], a_big[i], a_small[i]);
+    for (int i = 0; i < 4; ++i) {
+      float big, small;
+      split_tf32(v[i], big, small);
+      a_big[i] = __float_as_uint(big);
+      a_small[i] = __float_as_uint(small);
+    }
 #pragma unroll
     for (int j = 0; j < Tile::kTiles; ++j) {
       if (j >= tiles) break;
@@ -215,10 +210,10 @@ __device__ __forceinline__ void store_x_chunk(const float (&staged)[Tile::kStage
 #pragma unroll
   for (int i = 0; i < Tile::kStagedPerThread; ++i) {
     const int word = word0 + kRowsPerStaging * kRowWords * i;
-    uint32_t big, small;
+    float big, small;
     split_tf32(staged[i], big, small);
-    buffer[word] = __uint_as_float(big);
-    buffer[Tile::kPlaneWords + word] = __uint_as_float(small);
+    buffer[word] = big;
+    buffer[Tile::kPlaneWords + word] = small;
   }
 }
 

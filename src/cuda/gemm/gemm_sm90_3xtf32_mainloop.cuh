@@ -37,6 +37,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "cuda/gemm/gemm_tf32_split.cuh"
 #include "cute/arch/cluster_sm90.hpp"
 #include "cute/atom/mma_atom.hpp"
 #include "cute/tensor.hpp"
@@ -49,19 +50,6 @@
 #include "cutlass/pipeline/pipeline.hpp"
 
 namespace attnkit::cuda::gemm::sm90 {
-
-// x rounded to nearest (ties away from zero) at TF32's 10 mantissa bits, as an fp32 value.
-CUTLASS_DEVICE float round_to_tf32(float x) {
-  uint32_t bits = 0;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(bits) : "f"(x));
-  return __uint_as_float(bits);
-}
-
-// The big and small parts of x (see above).
-CUTLASS_DEVICE void split_tf32(float x, float& big, float& small) {
-  big = round_to_tf32(x);
-  small = round_to_tf32(x - big);
-}
 
 // TileShape: (BLK_M, BLK_N, BLK_K); AKMajor / BKMajor: the operands' majorness in global memory (the canonical
 // form's, gemm_shape.hpp); EpilogueBytes: the epilogue's shared memory, which the stages leave room for.

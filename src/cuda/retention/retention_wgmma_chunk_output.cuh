@@ -124,15 +124,17 @@ __device__ __forceinline__ void wgmma_chunk_outputs(const ChunkParams& p, const 
     }
   };
 
+  // Score value v of the thread (query row i, key j in the chunk) after the decay mask.
+  auto masked_score = [&](int v, float score, float mask_log2_gamma) {
+    const int i = row_lo + 8 * ((v >> 1) & 1);
+    const int j = 8 * (v >> 2) + col0 + (v & 1);
+    return masked_decayed_score(score, mask_log2_gamma, i, j, scale);
+  };
   // The decay mask's values of the thread's scores (Traits::kHoldDecay: held across the chunk loop).
   float decay[decltype(size(acc_s))::value];
   if constexpr (Traits::kHoldDecay) {
     CUTE_UNROLL
-    for (int v = 0; v < size(acc_s); ++v) {
-      const int i = row_lo + 8 * ((v >> 1) & 1);
-      const int j = 8 * (v >> 2) + col0 + (v & 1);
-      decay[v] = masked_decayed_score(1.0f, log2_gamma, i, j, scale);
-    }
+    for (int v = 0; v < size(acc_s); ++v) decay[v] = masked_score(v, 1.0f, log2_gamma);
   }
 
   int stage = 0;
@@ -180,11 +182,7 @@ __device__ __forceinline__ void wgmma_chunk_outputs(const ChunkParams& p, const 
     } else {
       const float chunk_log2_gamma = opaque(log2_gamma);
       CUTE_UNROLL
-      for (int v = 0; v < size(acc_s); ++v) {
-        const int i = row_lo + 8 * ((v >> 1) & 1);
-        const int j = 8 * (v >> 2) + col0 + (v & 1);
-        acc_s(v) = masked_decayed_score(acc_s(v), chunk_log2_gamma, i, j, scale);
-      }
+      for (int v = 0; v < size(acc_s); ++v) acc_s(v) = masked_score(v, acc_s(v), chunk_log2_gamma);
     }
     fmha_sm90::pack_accumulator<Element>(acc_s, tOrP);
 

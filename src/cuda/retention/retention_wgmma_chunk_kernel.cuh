@@ -13,12 +13,14 @@
 //   state    S <- gamma^L S + K^T diag(gamma^(L-1-j)) V
 // Warpgroups: a producer (retention_wgmma_chunk_producer.cuh: cp.async of Q, K, V into a ring of kStages stages,
 // running ahead of the consumers until the ring is full; it gives registers back with setmaxnreg), the output
-// warpgroup (retention_wgmma_chunk_output.cuh: the first three lines, 64 rows, wgmma m64nE) and E / 64 state
-// warpgroups (retention_wgmma_chunk_state.cuh: the last line, S fp32 [D, E] in wgmma accumulators, D / (E / 64) rows
-// each). The roles share the stages' tiles (mbarriers full / empty) and a 16-bit copy of S in shared memory
-// (state_ready / state_free): the output warpgroup issues chunk c's Q K^T before it waits for the state tile, so the
-// state update of chunk c - 1 (and the writing of the tile) overlaps the output warpgroup's P V and stores of
-// chunk c - 1 and Q K^T of chunk c.
+// warpgroup (retention_wgmma_chunk_output.cuh: the first three lines, 64 rows, wgmma m64nE; at D = 64 two output
+// warpgroups taking alternate chunks) and E / 64 state warpgroups (retention_wgmma_chunk_state.cuh: the last line, S
+// fp32 [D, E] in wgmma accumulators, D / (E / 64) rows each). The roles share the stages' tiles (mbarriers full /
+// empty) and, per output warpgroup, a 16-bit copy of S in shared memory (state_ready / state_free): an output
+// warpgroup issues chunk c's Q K^T before it waits for the state tile, so the state update of chunk c - 1 (and the
+// writing of the tile) overlaps the P V and stores of chunk c - 1 and Q K^T of chunk c. At D = 64 the output work of a
+// chunk (the mask, the packing, the stores and the issue of 12 wgmmas against the state's 4) bounds a CTA alone on its
+// multiprocessor; two output warpgroups run two chunks' output at once.
 //
 // Work per chunk (one m64nNk16 wgmma = N / 64 x 131 kFLOP, N / 2 cycles of an SM's tensor cores at 4 096 FLOP/cycle:
 // H100 SXM dense bf16, 989 TFLOP/s on 132 SMs at 1.83 GHz; an SS one reads 2 KB of A and N / 32 KB of B from shared
@@ -39,16 +41,16 @@
 // Dv / E slices of a head through L2; the CTA order makes them neighbours): 537 MB, 0.16 ms at 3.35 TB/s (H100),
 // 0.11 ms at 4.8 TB/s (H200), the floor.
 //
-// Registers a thread (setmaxnreg; the launch bound gives 168 at D = 64, 80 at D = 128 and E = 64, 128 at E = 128):
-// producer 40 / 32 / 48, output 232 / 104 / 176 (E = 128: O 64 fp32, scores 32, P 16; D = 64: also the 32 values of
-// the decay mask, held across the chunk loop), state 232 / 104 / 144 (E = 128: S 64 fp32, scaled V 16).
+// Registers a thread (setmaxnreg; the launch bound gives 128 at D = 64 (512 threads), 80 at D = 128 and E = 64, 128 at
+// E = 128): producer 40 / 32 / 48, output 168 / 104 / 176 (E = 128: O 64 fp32, scores 32, P 16; D = 64: also the 32
+// values of the decay mask, held across the chunk loop), state 136 / 104 / 144 (E = 128: S 64 fp32, scaled V 16).
 // Shared memory (16-bit elements, 128-byte swizzled rows): Q, K [kStages][64][D], V [kStages][64][E], scaled V
-// [64][E], output rows [64][E], state tile [D][E], with kStages as many as fit (at most 3): D = 64: 3 stages, 97 KiB
-// (one CTA per SM, by its registers); D = 128, E = 64: 2 stages, 113 KiB (two CTAs per SM each); D = 128, E = 128: 3
-// stages, 209 KiB (one CTA per SM).
+// [64][E], per output warpgroup output rows [64][E] and a state tile [D][E], with kStages as many as fit (at most 3):
+// D = 64: 3 stages, 113 KiB (one CTA per SM, by its registers); D = 128, E = 64: 2 stages, 113 KiB (two CTAs per SM
+// each); D = 128, E = 128: 3 stages, 209 KiB (one CTA per SM).
 //
 // The state-only launch of a segmented job (retention_params.hpp) runs the producer (K and V) and the state
-// warpgroups alone; the output warpgroup leaves at once. On other architectures the kernel body is empty: the plan
+// warpgroups alone; the output warpgroups leave at once. On other architectures the kernel body is empty: the plan
 // selects this kernel only on a compute capability 9.0 device (retention_jobs.hpp, wgmma_chunk_kernel_for).
 #pragma once
 #include <cute/tensor.hpp>
@@ -83,8 +85,10 @@ __device__ __forceinline__ void wgmma_chunk_cta(const ChunkParams& p, int64_t ct
       fmha_sm90::barrier_init(&ss.empty[s],
                               (Traits::kStateWarpgroups + (walk.state_only ? 0 : 1)) * Traits::kWarpgroupThreads);
     }
-    fmha_sm90::barrier_init(&ss.state_ready, Traits::kStateWarpgroups * Traits::kWarpgroupThreads);
-    fmha_sm90::barrier_init(&ss.state_free, Traits::kWarpgroupThreads);
+    for (int o = 0; o < Traits::kOutputWarpgroups; ++o) {
+      fmha_sm90::barrier_init(&ss.state_ready[o], Traits::kStateWarpgroups * Traits::kWarpgroupThreads);
+      fmha_sm90::barrier_init(&ss.state_free[o], Traits::kWarpgroupThreads);
+    }
     fmha_sm90::barrier_init_fence();
   }
   __syncthreads();
@@ -92,12 +96,12 @@ __device__ __forceinline__ void wgmma_chunk_cta(const ChunkParams& p, int64_t ct
   if (warp_group == 0) {
     fmha_sm90::warpgroup_registers_shrink<Traits::kProducerRegisters>();
     wgmma_chunk_produce<Traits>(p, walk, ss, wg_tid);
-  } else if (warp_group == 1) {
+  } else if (warp_group <= Traits::kOutputWarpgroups) {
     fmha_sm90::warpgroup_registers_grow<Traits::kOutputRegisters>();
-    if (!walk.state_only) wgmma_chunk_outputs<Traits>(p, walk, ss, wg_tid);
+    if (!walk.state_only) wgmma_chunk_outputs<Traits>(p, walk, ss, warp_group - 1, wg_tid);
   } else {
     fmha_sm90::warpgroup_registers_grow<Traits::kStateRegisters>();
-    wgmma_chunk_state<Traits>(p, walk, ss, warp_group - 2, wg_tid);
+    wgmma_chunk_state<Traits>(p, walk, ss, warp_group - 1 - Traits::kOutputWarpgroups, wg_tid);
   }
 #endif
 }

@@ -1,5 +1,7 @@
-// The output warpgroup of the Hopper chunkwise retention kernel (retention_wgmma_chunk_kernel.cuh): the 64 rows of
-// each chunk, O = diag(scale * gamma^(i+1)) Q S + P V with P_ij = scale * gamma^(i-j) (Q K^T)_ij for j <= i.
+// The output warpgroups of the Hopper chunkwise retention kernel (retention_wgmma_chunk_kernel.cuh): the 64 rows of
+// each chunk, O = diag(scale * gamma^(i+1)) Q S + P V with P_ij = scale * gamma^(i-j) (Q K^T)_ij for j <= i. With
+// Traits::kOutputWarpgroups = 2 (D = 64) warpgroup o takes chunks o, o + 2, ..., with its own state tile, output-rows
+// tile, state_ready / state_free barriers and named barrier; otherwise one warpgroup takes every chunk.
 //
 // Per chunk: issue Q K^T (m64n64, both operands in shared memory) as one wgmma batch, wait for the state tile
 // (state_ready: the state warpgroup has written the state before this chunk), issue Q S (m64nE, the 16-bit state
@@ -33,7 +35,7 @@ namespace attnkit::cuda::retention {
 
 template <class Traits>
 __device__ __forceinline__ void wgmma_chunk_outputs(const ChunkParams& p, const WgmmaChunkWalk& w,
-                                                    typename Traits::SharedStorage& ss, int wg_tid) {
+                                                    typename Traits::SharedStorage& ss, int output, int wg_tid) {
   using namespace cute;
   using Element = typename Traits::Element;
   using fmha_sm90::barrier_arrive;
@@ -62,8 +64,9 @@ __device__ __forceinline__ void wgmma_chunk_outputs(const ChunkParams& p, const 
   auto* out_base = static_cast<Element*>(const_cast<void*>(p.out.data)) + w.b * p.out.batch + w.h * p.out.head +
                    static_cast<int64_t>(w.slice) * kValueBlock;
   const bool vector_access = p.vector_access != 0;
-  constexpr int kOutputBarrier = 2;  // named barrier among the output warpgroup's threads (the state's is 1)
-  const uint32_t out_rows = shared_address(ss.out_rows);
+  constexpr int kOutputs = Traits::kOutputWarpgroups;
+  const int output_barrier = 2 + output;  // named barrier among this warpgroup's threads (the state's is 1)
+  const uint32_t out_rows = shared_address(ss.out_rows[output]);
 
   // Chunk `chunk`'s rows from acc_o, element-wise (any stride); rows past the sequence's end are not written.
   auto store_rows = [&](int64_t chunk) {
@@ -85,7 +88,7 @@ __device__ __forceinline__ void wgmma_chunk_outputs(const ChunkParams& p, const 
   // The swizzled piece is (pair / 2) % 8 ^ row_lo % 8, row_lo % 8 = lane / 4 (swizzled_offset); the thread's base is
   // opaque so that the compiler forms the 16 addresses here instead of holding them across the loop.
   auto stage_rows = [&] {
-    named_barrier_sync(kOutputBarrier, Traits::kWarpgroupThreads);
+    named_barrier_sync(output_barrier, Traits::kWarpgroupThreads);
     const uint32_t thread_base = opaque(out_rows + static_cast<uint32_t>(row_lo * 128 + col0 * 2));
     const uint32_t row_class = static_cast<uint32_t>(lane / 4);
     CUTE_UNROLL
@@ -101,7 +104,7 @@ __device__ __forceinline__ void wgmma_chunk_outputs(const ChunkParams& p, const 
   // 64-column block; rows past the sequence's end are not written.
   auto store_staged_rows = [&](int64_t chunk) {
     constexpr int kPasses = 64 * kValueBlock * 2 / 16 / Traits::kWarpgroupThreads;  // pieces a thread
-    named_barrier_sync(kOutputBarrier, Traits::kWarpgroupThreads);
+    named_barrier_sync(output_barrier, Traits::kWarpgroupThreads);
     const int length = w.chunk_length(chunk);
     Element* const chunk_out = out_base + w.chunk_begin(chunk) * p.out.token;
 #pragma unroll 1
@@ -137,18 +140,25 @@ __device__ __forceinline__ void wgmma_chunk_outputs(const ChunkParams& p, const 
     for (int v = 0; v < size(acc_s); ++v) decay[v] = masked_score(v, 1.0f, log2_gamma);
   }
 
-  int stage = 0;
-  uint32_t phase = 0;  // (chunk / kStages) % 2
+  // This warpgroup's chunks: output, output + kOutputs, ...; chunk c in stage c % kStages, its phase (c / kStages) % 2.
+  // A parity wait skipping chunks is exact: the producer announces chunks in order (each thread's cp.async arrivals
+  // follow its copies in order), so the chunk this warpgroup saw before (c - kOutputs) implies that the stage's
+  // previous phase (chunk c - kStages < c - kOutputs) has completed; and chunk c + kStages cannot load before this
+  // warpgroup releases chunk c.
+  static_assert(kOutputs < Traits::kStages, "one wrap of the stage ring a step");
+  int stage = output;
+  uint32_t phase = 0;
+  uint32_t visit = 0;  // (chunk / kOutputs) % 2: the phase of this warpgroup's state_ready
 #pragma unroll 1
-  for (int64_t chunk = 0; chunk < w.chunks; ++chunk) {
+  for (int64_t chunk = output; chunk < w.chunks; chunk += kOutputs) {
     // The stage's operand descriptors, built here from opaque addresses: hoisted out of the loop, every k-step's
     // descriptor of both stages would stay in registers.
     Tensor sQ = make_tensor(make_smem_ptr(opaque(ss.q + stage * Traits::kQkStageElements)),
                             typename Traits::LayoutQKStage{});  // (token, d)
     Tensor sK =
         make_tensor(make_smem_ptr(opaque(ss.k + stage * Traits::kQkStageElements)), typename Traits::LayoutQKStage{});
-    Tensor sS = make_tensor(make_smem_ptr(opaque(ss.state)), typename Traits::LayoutState{});  // (e, d)
-    Tensor tSrQ = thread_scores.partition_fragment_A(sQ);                                      // (MMA, 1, K)
+    Tensor sS = make_tensor(make_smem_ptr(opaque(ss.state[output])), typename Traits::LayoutState{});  // (e, d)
+    Tensor tSrQ = thread_scores.partition_fragment_A(sQ);                                              // (MMA, 1, K)
     Tensor tSrK = thread_scores.partition_fragment_B(sK);
     Tensor tOrQ = thread_query_state.partition_fragment_A(sQ);
     Tensor tOrS = thread_query_state.partition_fragment_B(sS);
@@ -160,14 +170,15 @@ __device__ __forceinline__ void wgmma_chunk_outputs(const ChunkParams& p, const 
     issue_gemm<false>(mma_scores, tSrQ, tSrK, acc_s);
     warpgroup_commit_batch();
     // The previous chunk's rows go out after this chunk's proxy fence, which would otherwise wait for their stores.
-    if (chunk > 0) {
+    if (chunk >= kOutputs) {
       if (vector_access) {
-        store_staged_rows(chunk - 1);
+        store_staged_rows(chunk - kOutputs);
       } else {
-        store_rows(chunk - 1);
+        store_rows(chunk - kOutputs);
       }
     }
-    barrier_wait(&ss.state_ready, static_cast<uint32_t>(chunk & 1));
+    barrier_wait(&ss.state_ready[output], visit);
+    visit ^= 1u;
     warpgroup_arrive();
     issue_gemm<false>(mma_query_state, tOrQ, tOrS, acc_o);
     warpgroup_commit_batch();
@@ -188,7 +199,7 @@ __device__ __forceinline__ void wgmma_chunk_outputs(const ChunkParams& p, const 
 
     warpgroup_wait<0>();
     warpgroup_fence_operand(acc_o);
-    barrier_arrive(&ss.state_free);
+    barrier_arrive(&ss.state_free[output]);
     CUTE_UNROLL
     for (int v = 0; v < size(acc_o); ++v) acc_o(v) *= ((v >> 1) & 1) ? state_factor_hi : state_factor_lo;
     warpgroup_fence_operand(acc_o);
@@ -204,16 +215,18 @@ __device__ __forceinline__ void wgmma_chunk_outputs(const ChunkParams& p, const 
     warpgroup_fence_operand(tOrP);
     barrier_arrive(&ss.empty[stage]);
     if (vector_access) stage_rows();
-    if (++stage == Traits::kStages) {
-      stage = 0;
+    stage += kOutputs;
+    if (stage >= Traits::kStages) {
+      stage -= Traits::kStages;
       phase ^= 1u;
     }
   }
-  if (w.chunks > 0) {
+  if (output < w.chunks) {
+    const int64_t last = w.chunks - 1 - (w.chunks - 1 - output) % kOutputs;  // this warpgroup's last chunk
     if (vector_access) {
-      store_staged_rows(w.chunks - 1);
+      store_staged_rows(last);
     } else {
-      store_rows(w.chunks - 1);
+      store_rows(last);
     }
   }
 }

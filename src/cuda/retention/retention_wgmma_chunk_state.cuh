@@ -8,9 +8,10 @@
 // warpgroups' threads (rows j >= L: factor 0, never an overflowed power; a V row is a 128-byte swizzled row per 64
 // columns, so it is scaled in place of the swizzle), S <- gamma^L S, then S += K^T V~ as kStateRows / 64 m64nEk16 x 4
 // wgmmas per warpgroup with its rows of K^T read MN-major from the K tile; the stage is released, and once the output
-// warpgroup has read the state tile with this chunk's Q S (state_free) each warpgroup writes its rows of the new S
-// into it as 16 bits (state_ready, which counts every state thread) for the next chunk. The update of chunk c thus runs
-// beside the output warpgroup's P V and stores of chunk c and its Q K^T of chunk c + 1.
+// warpgroup of chunk c + 1 has read its state tile with its previous chunk's Q S (state_free) each warpgroup writes
+// its rows of the new S into that tile as 16 bits (state_ready, which counts every state thread). The update of chunk
+// c thus runs beside the output warpgroups' P V and stores of chunk c and Q K^T of chunk c + 1 (with two output
+// warpgroups, beside the whole of chunk c - 1's output).
 #pragma once
 #include <cute/tensor.hpp>
 
@@ -107,9 +108,16 @@ __device__ __forceinline__ void wgmma_chunk_state(const ChunkParams& p, const Wg
   // `pair` goes to row row_of(pair) = row0 + 64 m + row_lo + 8 h and columns col_of(pair) = 8 q + col0,
   // q = (pair % (E / 4)) / 2: block q / 8, swizzled piece (q % 8) ^ (row_lo % 8), row_lo % 8 = lane / 4
   // (swizzled_offset).
-  const uint32_t state_tile = shared_address(ss.state);
-  auto publish_state = [&] {
-    const uint32_t thread_base = opaque(state_tile + static_cast<uint32_t>((row0 + row_lo) * 128 + col0 * 2));
+  // The state before chunk m goes to the tile of output warpgroup m % kOutputWarpgroups, once that warpgroup's Q S of
+  // chunk m - kOutputWarpgroups has read it (state_free, its (m / kOutputWarpgroups - 1)-th phase).
+  constexpr int kOutputs = Traits::kOutputWarpgroups;
+  constexpr uint32_t kStateTileBytes = cute::cosize_v<typename Traits::LayoutState> * sizeof(Element);
+  const uint32_t state_tiles = shared_address(ss.state[0]);
+  auto publish_state = [&](int64_t m) {
+    const int tile = static_cast<int>(m % kOutputs);
+    if (m >= kOutputs) barrier_wait(&ss.state_free[tile], static_cast<uint32_t>((m / kOutputs - 1) & 1));
+    const uint32_t thread_base =
+        opaque(state_tiles + tile * kStateTileBytes + static_cast<uint32_t>((row0 + row_lo) * 128 + col0 * 2));
     const uint32_t row_class = static_cast<uint32_t>(lane / 4);
     CUTE_UNROLL
     for (int pair = 0; pair < kPairs; ++pair) {
@@ -122,9 +130,9 @@ __device__ __forceinline__ void wgmma_chunk_state(const ChunkParams& p, const Wg
       asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(bits) : "memory");
     }
     fmha_sm90::fence_generic_to_async_shared();
-    barrier_arrive(&ss.state_ready);
+    barrier_arrive(&ss.state_ready[tile]);
   };
-  if (!w.state_only && w.chunks > 0) publish_state();
+  if (!w.state_only && w.chunks > 0) publish_state(0);
 
   // The scaled V copy: E / 64 blocks of 64 token rows of 128 bytes, its 16-byte pieces shared among the state
   // threads (4 a thread).
@@ -179,10 +187,7 @@ __device__ __forceinline__ void wgmma_chunk_state(const ChunkParams& p, const Wg
       stage = 0;
       phase ^= 1u;
     }
-    if (!w.state_only && chunk + 1 < w.chunks) {
-      barrier_wait(&ss.state_free, static_cast<uint32_t>(chunk & 1));
-      publish_state();
-    }
+    if (!w.state_only && chunk + 1 < w.chunks) publish_state(chunk + 1);
   }
 
   if (w.state_only) {

@@ -30,43 +30,45 @@ struct WgmmaChunkTraits {
   static constexpr int kValueBlock = ValueBlock_;
   static constexpr int kChunk = 64;
   static constexpr int kWarpgroupThreads = 128;
-  // E = 64: one state warpgroup holds S [D, 64] (D / 64 m64n64 tiles); one CTA per multiprocessor at D = 64 (its
-  // registers hold the output warpgroup's decay mask, kHoldDecay), two at D = 128. E = 128 (D = 128 only): two state
-  // warpgroups hold 64 rows of S [128, 128] each (one m64n128 tile, 64 fp32 values a thread), one CTA per
-  // multiprocessor.
+  // E = 64: one state warpgroup holds S [D, 64] (D / 64 m64n64 tiles); one CTA per multiprocessor at D = 64, two at
+  // D = 128. E = 128 (D = 128 only): two state warpgroups hold 64 rows of S [128, 128] each (one m64n128 tile, 64 fp32
+  // values a thread), one CTA per multiprocessor.
   static constexpr int kStateWarpgroups = kValueBlock / 64;
-  static constexpr int kStateRows = kHeadDim / kStateWarpgroups;               // rows of S one state warpgroup holds
-  static constexpr int kThreads = (2 + kStateWarpgroups) * kWarpgroupThreads;  // producer, output, state(s)
+  static constexpr int kStateRows = kHeadDim / kStateWarpgroups;  // rows of S one state warpgroup holds
   static constexpr int kMinBlocksPerSm = kValueBlock == 64 && kHeadDim == 128 ? 2 : 1;
-  // The output warpgroup keeps its 32 values of the chunk's decay mask (scale * gamma^(i - j), 0 above the diagonal)
-  // in registers across the chunk loop instead of 32 exponentials a chunk: where one CTA has the multiprocessor's
-  // registers and E = 64.
+  // At D = 64 (E = 64, one CTA a multiprocessor) the output warpgroups' work sets the pace: two output warpgroups
+  // take alternate chunks, each with its own 16-bit state tile and output-rows tile, and each keeps its 32 values of
+  // the chunk's decay mask (scale * gamma^(i - j), 0 above the diagonal) in registers across the chunk loop instead of
+  // 32 exponentials a chunk (kHoldDecay).
+  static constexpr int kOutputWarpgroups = kMinBlocksPerSm == 1 && kValueBlock == 64 ? 2 : 1;
   static constexpr bool kHoldDecay = kMinBlocksPerSm == 1 && kValueBlock == 64;
+  static constexpr int kThreads = (1 + kOutputWarpgroups + kStateWarpgroups) * kWarpgroupThreads;  // producer first
   static_assert(kHeadDim == 64 || kHeadDim == 128, "the state's rows are whole m64 tiles; rows of 128-byte chunks");
   static_assert(kValueBlock == 64 || (kValueBlock == 128 && kHeadDim == 128),
                 "value blocks of 64 columns; 128 at D = 128 (two state warpgroups of one m64 tile each)");
-  // Registers per thread after setmaxnreg; the launch gives 65536 / (kMinBlocksPerSm x kThreads) each (80 at D = 128
-  // and E = 64, 168 at D = 64, 128 at E = 128) and the producer gives some back. D = 128, E = 64: 32 + 2 x 104 <= 3 x
-  // 80 (at 40 + 2 x 96 the output warpgroup spilled). D = 64: 40 + 2 x 232 <= 3 x 168. E = 128: 48 + 176 + 2 x 144 <=
-  // 4 x 128: the output warpgroup holds O (64 fp32), the scores (32) and P (16), a state warpgroup its 64 values of S
-  // and 4 scaled V pieces (16 registers); ptxas -v (bf16) spills 20 bytes, outside the chunk loops of the output and
-  // state warpgroups (at 40 + 216 + 2 x 128: 104 bytes).
+  // Registers per thread after setmaxnreg; the launch gives 65536 / (kMinBlocksPerSm x kThreads) each (128 at D = 64
+  // and at E = 128, 80 at D = 128 and E = 64) and the producer gives some back. D = 64: 40 + 2 x 168 + 136 <= 4 x 128:
+  // an output warpgroup holds O (32 fp32), the scores (32), P (16) and the decay mask (32), the state warpgroup S (32)
+  // and its scaled V pieces. D = 128, E = 64: 32 + 2 x 104 <= 3 x 80 (at 40 + 2 x 96 the output warpgroup spilled).
+  // E = 128: 48 + 176 + 2 x 144 <= 4 x 128: the output warpgroup holds O (64 fp32), the scores (32) and P (16), a state
+  // warpgroup its 64 values of S and 4 scaled V pieces (16 registers); ptxas -v (bf16) spills 20 bytes, outside the
+  // chunk loops of the output and state warpgroups (at 40 + 216 + 2 x 128: 104 bytes).
   static constexpr int kProducerRegisters = kValueBlock == 128 ? 48 : kMinBlocksPerSm == 1 ? 40 : 32;
-  static constexpr int kOutputRegisters = kValueBlock == 128 ? 176 : kMinBlocksPerSm == 1 ? 232 : 104;
-  static constexpr int kStateRegisters = kValueBlock == 128 ? 144 : kMinBlocksPerSm == 1 ? 232 : 104;
-  static_assert(kProducerRegisters + kOutputRegisters + kStateWarpgroups * kStateRegisters <=
-                    (65536 / kMinBlocksPerSm / kThreads) * (2 + kStateWarpgroups),
+  static constexpr int kOutputRegisters = kValueBlock == 128 ? 176 : kMinBlocksPerSm == 1 ? 168 : 104;
+  static constexpr int kStateRegisters = kValueBlock == 128 ? 144 : kMinBlocksPerSm == 1 ? 136 : 104;
+  static_assert(kProducerRegisters + kOutputWarpgroups * kOutputRegisters + kStateWarpgroups * kStateRegisters <=
+                    (65536 / kMinBlocksPerSm / kThreads) * (1 + kOutputWarpgroups + kStateWarpgroups),
                 "the roles' registers fit the launch's");
   // Load stages: as many as the shared memory of kMinBlocksPerSm CTAs allows, at most 3 (D = 64: 3, D = 128 and
-  // E = 64: 2, E = 128: 3; four measured no faster at D = 64). Bytes per stage: Q, K 64 x D and V 64 x E; besides the
-  // stages: scaled V 64 x E, the output rows 64 x E, the state tile D x E and 1 KiB of barriers (the storage's
-  // 1024-byte alignment).
+  // E = 64: 2, E = 128: 3). Bytes per stage: Q, K 64 x D and V 64 x E; besides the stages: scaled V 64 x E, per output
+  // warpgroup the output rows 64 x E and the state tile D x E, and 1 KiB of barriers (the storage's 1024-byte
+  // alignment).
   static constexpr int kStageBytes = kChunk * (2 * kHeadDim + kValueBlock) * 2;
-  static constexpr int kFixedBytes = (2 * kChunk + kHeadDim) * kValueBlock * 2 + 1024;
+  static constexpr int kFixedBytes = (kChunk + kOutputWarpgroups * (kChunk + kHeadDim)) * kValueBlock * 2 + 1024;
   static constexpr int kCtaBytes = kSm90SharedBytesPerSm / kMinBlocksPerSm - kReservedSharedBytesPerCta;
   static constexpr int kStages =
       (kCtaBytes - kFixedBytes) / kStageBytes < 3 ? (kCtaBytes - kFixedBytes) / kStageBytes : 3;
-  static_assert(kStages >= 2, "two stages at least");
+  static_assert(kStages >= kOutputWarpgroups + 1, "a stage loading while each output warpgroup has its own");
 
   using AtomK = cute::GMMA::Layout_K_SW128_Atom<Element>;    // 8 rows x 64 contiguous columns
   using AtomMN = cute::GMMA::Layout_MN_SW128_Atom<Element>;  // 64 contiguous rows x 8 columns: AtomK transposed
@@ -116,14 +118,16 @@ struct WgmmaChunkTraits {
     alignas(1024) Element k[cute::cosize_v<LayoutQK>];
     alignas(1024) Element v[cute::cosize_v<LayoutV>];
     alignas(1024) Element v_scaled[cute::cosize_v<LayoutVScaled>];
-    alignas(1024) Element state[cute::cosize_v<LayoutState>];
-    // A chunk's output rows (E / 64 blocks of 64 rows of 128 swizzled bytes) between the output warpgroup's
+    // Output warpgroup o's state tile: the state before chunks o, o + kOutputWarpgroups, ...
+    alignas(1024) Element state[kOutputWarpgroups][cute::cosize_v<LayoutState>];
+    // An output warpgroup's chunk's output rows (E / 64 blocks of 64 rows of 128 swizzled bytes) between its
     // accumulators and its 16-byte global stores.
-    alignas(1024) Element out_rows[kChunk * kValueBlock];
-    uint64_t full[kStages];   // a stage's Q, K, V have landed (producer -> output and state warpgroups)
-    uint64_t empty[kStages];  // the output and state warpgroups are done with a stage (-> producer)
-    uint64_t state_ready;     // the state tile holds the state before the output warpgroup's next chunk (all rows)
-    uint64_t state_free;      // the output warpgroup's Q S has read the state tile
+    alignas(1024) Element out_rows[kOutputWarpgroups][kChunk * kValueBlock];
+    uint64_t full[kStages];  // a stage's Q, K, V have landed (producer -> output and state warpgroups)
+    uint64_t
+        empty[kStages];  // the chunk's output warpgroup and the state warpgroups are done with a stage (-> producer)
+    uint64_t state_ready[kOutputWarpgroups];  // state tile o holds the state before output warpgroup o's next chunk
+    uint64_t state_free[kOutputWarpgroups];   // output warpgroup o's Q S has read its state tile
   };
   static constexpr int kSharedBytes = int(sizeof(SharedStorage));
   static_assert(resident_ctas(kSharedBytes) >= kMinBlocksPerSm, "kMinBlocksPerSm CTAs per SM90 multiprocessor");

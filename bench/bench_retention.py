@@ -446,7 +446,7 @@ def main():
     forcing = parser.add_mutually_exclusive_group()
     forcing.add_argument("--config",
                          help="ATTNKIT_RETENTION_CONFIG for attnkit: "
-                              "block=32|64,segments=N,decode=0|1,joint=0|1,wgmma=0|1")
+                              "block=32|64,segments=N,splits=N,decode=0|1,joint=0|1,wgmma=0|1")
     forcing.add_argument("--configs", nargs="+", metavar="CONFIG",
                          help='several of them, each timed in this process ("" = none), fla once per row')
     parser.add_argument("--row", action="append", default=[], metavar="KIND,B,T,H,D",

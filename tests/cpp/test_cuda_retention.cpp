@@ -763,8 +763,8 @@ Case segments_case(int64_t dk, int64_t dv) {
 // Forced segments run the state-only launch (the state warps alone) for every head dim pair and value block, with
 // the sequence's end inside a segment's last chunk.
 TEST_F(CudaRetention, ForcedSegmentsMatchCpuForEachHeadDimPairAndValueBlock) {
-  for (const char* config :
-       {"segments=5", "block=32,segments=3", "joint=0,segments=5", "joint=0,block=32,segments=3"}) {
+  for (const char* config : {"segments=5", "block=32,segments=3", "joint=0,segments=5", "joint=0,block=32,segments=3",
+                             "segments=2,splits=2", "joint=0,segments=3,splits=4"}) {
     SCOPED_TRACE(config);
     const ScopedRetentionConfig forced(config);
     for (const auto& [dk, dv] : std::vector<std::pair<int64_t, int64_t> >{{64, 64}, {64, 128}, {128, 64}}) {
@@ -931,9 +931,13 @@ TEST_F(CudaRetention, WgmmaChunkForwardReadsPackedPaddedAndMisalignedViews) {
 // forced counts, and the rule's for few heads of a long sequence.
 TEST_F(CudaRetention, WgmmaChunkForwardMatchesCpuWithSegments) {
   if (const std::string why = wgmma_chunk_unavailable(); !why.empty()) GTEST_SKIP() << why;
-  {
-    const ScopedRetentionConfig forced(kForcedWgmmaSegments);
-    for (const auto& [dk, dv] : std::vector<std::pair<int64_t, int64_t> >{{64, 64}, {64, 128}, {128, 64}}) {
+  // Segments of the state-only launch cut in parts (segments=2: two of 3 and 2 chunks; segments=3: four of one chunk),
+  // and the wide instance (Dk = Dv = 128).
+  for (const char* config :
+       {kForcedWgmmaSegments, "wgmma=1,decode=0,segments=2,splits=2", "wgmma=1,decode=0,segments=3,splits=4"}) {
+    SCOPED_TRACE(config);
+    const ScopedRetentionConfig forced(config);
+    for (const auto& [dk, dv] : std::vector<std::pair<int64_t, int64_t> >{{64, 64}, {64, 128}, {128, 64}, {128, 128}}) {
       expect_forward_matches_cpu(segments_case(dk, dv), kWgmmaFamily);
     }
   }

@@ -667,20 +667,39 @@ TEST(RetentionChunkShape, TheWgmmaRuleFillsEachMultiprocessorOnce) {
     GTEST_SKIP() << "this build has no wgmma retention kernel (ATTNKIT_CUDA_ARCHS without 90a)";
   }
   const cuda::retention::ChunkShapeChoice rule;
+  // The state-only launch's parts a segment (state_splits_for): as many as run in one round, 2 where the segments
+  // before the last are 64 CTAs, one where they are more than half the multiprocessors.
   struct Row {
-    int64_t batch_heads, tokens, head_dim, segments;
+    int64_t batch_heads, tokens, head_dim, segments, state_splits;
   };
   const Row rows[] = {
-      {128, 4096, 64, 1}, {96, 4096, 64, 1},   {64, 4096, 64, 2},   {36, 8192, 64, 3},
-      {32, 16384, 64, 4}, {16, 16384, 64, 8},  {128, 4096, 128, 1}, {64, 4096, 128, 2},
-      {36, 4096, 128, 3}, {32, 16384, 128, 4}, {16, 16384, 128, 8},
+      {128, 4096, 64, 1, 1}, {96, 4096, 64, 1, 1},   {64, 4096, 64, 2, 2},   {36, 8192, 64, 3, 1},
+      {32, 16384, 64, 4, 1}, {16, 16384, 64, 8, 1},  {128, 4096, 128, 1, 1}, {64, 4096, 128, 2, 2},
+      {36, 4096, 128, 3, 1}, {32, 16384, 128, 4, 1}, {16, 16384, 128, 8, 1}, {40, 4096, 64, 3, 1},
+      {24, 8192, 64, 5, 1},  {20, 4096, 64, 6, 1},
   };
   for (const Row& row : rows) {
     const auto shape = cuda::retention::chunk_job_shape(DType::bf16, row.head_dim, row.head_dim, row.batch_heads,
                                                         row.tokens, 132, rule);
     EXPECT_EQ(shape.segments, row.segments)
         << "B*H " << row.batch_heads << " T " << row.tokens << " D " << row.head_dim;
+    EXPECT_EQ(shape.state_splits, row.state_splits)
+        << "B*H " << row.batch_heads << " T " << row.tokens << " D " << row.head_dim;
+    // Whole chunks a part, and no part wholly past its segment's end.
+    EXPECT_EQ(shape.state_segment_tokens % 64, 0);
+    EXPECT_LT((shape.state_splits - 1) * shape.state_segment_tokens, shape.segment_tokens);
+    EXPECT_GE(shape.state_splits * shape.state_segment_tokens, shape.segment_tokens);
   }
+  // Forced parts are kept to whole chunks: 5 parts of a 32-chunk segment are 5 parts of 7 chunks; 40 parts are 32.
+  cuda::retention::ChunkShapeChoice forced;
+  forced.state_splits = 5;
+  auto shape = cuda::retention::chunk_job_shape(DType::bf16, 64, 64, 64, 4096, 132, forced);
+  EXPECT_EQ(shape.state_splits, 5);
+  EXPECT_EQ(shape.state_segment_tokens, 7 * 64);
+  forced.state_splits = 40;
+  shape = cuda::retention::chunk_job_shape(DType::bf16, 64, 64, 64, 4096, 132, forced);
+  EXPECT_EQ(shape.state_splits, 32);
+  EXPECT_EQ(shape.state_segment_tokens, 64);
   // The joint backward at B4 H16 D64 (three jobs of 64 CTAs): one segment (0.181 ms measured against 0.192 with two).
   EXPECT_EQ(cuda::retention::chunk_job_shape(DType::bf16, 64, 64, 64, 4096, 132, rule, 3).segments, 1);
 }

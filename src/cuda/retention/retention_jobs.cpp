@@ -114,7 +114,8 @@ void require_gamma_fits(const std::vector<double>& gamma, int64_t heads) {
               " heads with an explicit gamma, or the default gamma for any head count");
 }
 
-// ATTNKIT_RETENTION_CONFIG's items: "block=32", "segments=8", "decode=0", "joint=1", "wgmma=1", comma-separated.
+// ATTNKIT_RETENTION_CONFIG's items: "block=32", "segments=8", "splits=2", "decode=0", "joint=1", "wgmma=1",
+// comma-separated.
 ChunkShapeChoice parse_forced_choice(const std::string& text) {
   ChunkShapeChoice choice;
   std::string rest = text;
@@ -129,6 +130,8 @@ ChunkShapeChoice parse_forced_choice(const std::string& text) {
       choice.value_block = static_cast<int>(value);
     } else if (key == "segments" && value >= 1) {
       choice.segments = value;
+    } else if (key == "splits" && value >= 1) {
+      choice.state_splits = value;
     } else if (key == "decode" && (value == 0 || value == 1)) {
       choice.decode = value == 1;
     } else if (key == "joint" && (value == 0 || value == 1)) {
@@ -136,9 +139,10 @@ ChunkShapeChoice parse_forced_choice(const std::string& text) {
     } else if (key == "wgmma" && (value == 0 || value == 1)) {
       choice.wgmma = value == 1;
     } else {
-      throw Error(Status::invalid_argument, "ATTNKIT_RETENTION_CONFIG: item '" + item +
-                                                "'; allowed: comma-separated block=32|64, segments=N (N >= 1), "
-                                                "decode=0|1, joint=0|1, wgmma=0|1");
+      throw Error(Status::invalid_argument,
+                  "ATTNKIT_RETENTION_CONFIG: item '" + item +
+                      "'; allowed: comma-separated block=32|64, segments=N (N >= 1), splits=N (N >= 1), "
+                      "decode=0|1, joint=0|1, wgmma=0|1");
     }
   }
   return choice;
@@ -176,6 +180,22 @@ int64_t segments_by_wave_model(int64_t ctas, int64_t chunks, int64_t slots, int6
     }
   }
   return best;
+}
+
+// The parts a segment of the wgmma kernel's state-only launch (ChunkParams::state_splits): as many as still run in
+// one round on the device, at most 8, parts of at least 4 chunks. `active`: the launch's CTAs that compute a state
+// with one part a segment (every segment but the last). The state-only launch reads K and V of every segment but the
+// last: where its CTAs already fill most multiprocessors it runs at the memory's speed, and more parts only add their
+// states' writes and the outputs launch's reads of them (measured on an H200, docs/perf.md, retention "Seventeenth
+// step": B2 T16384 H16 forward, 96 active CTAs, 4 parts 0.124 / 0.254 ms at D64 / D128 against 0.115 / 0.225 with
+// one); where they leave multiprocessors idle, parts fill them (B4 T4096 H16 D64, 64 active CTAs: 2 parts 0.051 ms
+// against 0.055).
+int64_t state_splits_for(int64_t active, int64_t chunks_per_segment, int64_t slots) {
+  constexpr int64_t kMaxSplits = 8;
+  constexpr int64_t kMinChunksPerPart = 4;
+  if (active <= 0 || chunks_per_segment <= 0) return 1;
+  const int64_t fitting = std::max<int64_t>(1, slots / active);
+  return std::max<int64_t>(1, std::min({fitting, kMaxSplits, chunks_per_segment / kMinChunksPerPart}));
 }
 
 // How the segment rule counts a kernel's CTAs on a multiprocessor. `resident`: how many fit at once (the kernel's own
@@ -219,8 +239,19 @@ JobShape shape_job(const ChunkKernel* kernel, int64_t batch_heads, int64_t dk, i
   const int64_t chunks_per_segment = segments > 1 ? (chunks + segments - 1) / segments : chunks;
   shape.segment_tokens = chunks_per_segment * kRetentionChunk;
   shape.segments = segments > 1 ? static_cast<int32_t>((chunks + chunks_per_segment - 1) / chunks_per_segment) : 1;
+  shape.state_segment_tokens = shape.segment_tokens;
+  if (shape.segments > 1 && wgmma != nullptr) {
+    int64_t splits = choice.state_splits != 0 ? std::min(choice.state_splits, chunks_per_segment)
+                                              : state_splits_for(ctas * (shape.segments - 1), chunks_per_segment,
+                                                                 model.slots * multiprocessors);
+    const int64_t part_chunks = (chunks_per_segment + splits - 1) / splits;
+    splits = (chunks_per_segment + part_chunks - 1) / part_chunks;  // no part wholly past its segment's end
+    shape.state_splits = static_cast<int32_t>(splits);
+    shape.state_segment_tokens = part_chunks * kRetentionChunk;
+  }
   if (shape.segments > 1) {
-    shape.workspace_bytes = batch_heads * (shape.segments - 1) * dk * dv * static_cast<int64_t>(sizeof(float));
+    shape.workspace_bytes =
+        batch_heads * (shape.segments - 1) * shape.state_splits * dk * dv * static_cast<int64_t>(sizeof(float));
   }
   return shape;
 }
@@ -237,7 +268,7 @@ JobShape select_job(DType dtype, int64_t dk, int64_t dv, int64_t batch_heads, in
     unsupported(std::string(dv_name) + " = " + std::to_string(dv) + " on the CUDA backend's retention; allowed: " +
                 dv_allowed + " (other head dims run on the CPU backend)");
   }
-  if (batch_heads * (dv / shape.kernel->value_block) * shape.segments * sharing_jobs >
+  if (batch_heads * (dv / shape.kernel->value_block) * shape.segments * shape.state_splits * sharing_jobs >
       std::numeric_limits<int32_t>::max()) {
     unsupported("B * H = " + std::to_string(batch_heads) +
                 " (batch times heads) on the CUDA backend's retention; allowed: B * H * Dv / 32 below 2^31");
@@ -322,6 +353,10 @@ ChunkJob make_job(const JobShape& shape, const TensorView& q, const TensorView& 
   if (!log2_gamma.empty()) std::memcpy(p.log2_gamma, log2_gamma.data(), log2_gamma.size() * sizeof(float));
   p.segment_tokens = shape.segment_tokens;
   p.segments = shape.segments;
+  // Parts of a segment in the state-only launch: the wgmma kernel's (retention_wgmma_chunk_walk.cuh) alone.
+  const bool parts = std::strcmp(shape.kernel->family, "wgmma_chunk64") == 0;
+  p.state_splits = parts ? shape.state_splits : 1;
+  p.state_segment_tokens = parts ? shape.state_segment_tokens : shape.segment_tokens;
   p.value_columns = static_cast<int32_t>(v.extents[3]);
   job.ctas = q.extents[0] * q.extents[2] * p.dv_slices * p.segments;
   job.workspace_bytes = shape.workspace_bytes;

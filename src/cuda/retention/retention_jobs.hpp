@@ -62,7 +62,11 @@ struct JobShape {
   const ChunkKernel* kernel = nullptr;
   int32_t segments = 1;
   int64_t segment_tokens = 0;
-  int64_t workspace_bytes = 0;  // the segment states
+  // The wgmma kernel's state-only launch: parts a segment and their tokens (ChunkParams::state_splits); a job that
+  // runs another kernel keeps one part a segment.
+  int32_t state_splits = 1;
+  int64_t state_segment_tokens = 0;
+  int64_t workspace_bytes = 0;  // the segment states (every part's)
   int shared_bytes = 0;         // the opt-in shared memory its launches use; 0: the kernel's shared_bytes
 };
 
@@ -106,6 +110,9 @@ struct ChunkShapeChoice {
   // Sequence segments per (batch, head, value block): this many, at most one per chunk. 0: the rule's (the wave
   // model above, segments of at least 4 chunks).
   int64_t segments = 0;
+  // Parts a segment in the wgmma kernel's state-only launch: this many, at most one per chunk. 0: the rule's
+  // (state_splits_for).
+  int64_t state_splits = 0;
   // Forward calls of at most kDecodeMaxTokens tokens with Dv a multiple of 64 run the decode kernel.
   bool decode = true;
   // The backward's jobs that share an instance (all three when Dk == Dv, else dQ and dK) run in one launch;

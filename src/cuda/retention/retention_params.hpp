@@ -100,14 +100,21 @@ struct ChunkParams {
   // writes each segment's own state (from zero) to segment_states[b, h, s] for s < segments - 1; then
   // state_only = 0 starts segment s from S0 and those states (gamma^segment_tokens Horner), and the
   // last segment writes the final state.
+  // The wgmma kernel's state-only launch may cut each segment into state_splits parts of state_segment_tokens (a
+  // multiple of the chunk; the last part of a segment may be shorter or empty), one CTA each, so that it fills the
+  // device where the segments alone are too few: segment_states then holds every part's own state, and segment s
+  // starts from the s * state_splits parts before it (gamma^part_tokens Horner). 1: the parts are the segments (every
+  // other kernel).
   int64_t segment_tokens = 0;  // a multiple of the chunk
   int32_t segments = 1;
   int32_t state_only = 0;
-  float* segment_states = nullptr;  // [B, H, segments - 1, Dk, value_columns] fp32, dense
-  int32_t value_columns = 0;        // the job's Dv
-  DecayMatrixOperand decay;         // the parallel form over an explicit matrix (normalised-form kernel only)
-  int64_t tokens_k = 0;             // keys of that form (Tk); the other forms use `tokens`
-  int32_t batches = 0;              // B, for the parallel form's CTA order over a decay matrix
+  int32_t state_splits = 1;
+  int64_t state_segment_tokens = 0;  // segment_tokens where state_splits is 1
+  float* segment_states = nullptr;   // [B, H, (segments - 1) * state_splits, Dk, value_columns] fp32, dense
+  int32_t value_columns = 0;         // the job's Dv
+  DecayMatrixOperand decay;          // the parallel form over an explicit matrix (normalised-form kernel only)
+  int64_t tokens_k = 0;              // keys of that form (Tk); the other forms use `tokens`
+  int32_t batches = 0;               // B, for the parallel form's CTA order over a decay matrix
   // The parallel form's backward (retention_parallel_backward_common.cuh): dO, which gradient a launch
   // computes (ParallelBackwardRole; `out` is that gradient), and the per-query-row terms [B, H, Tq, 2] fp32
   // (1/n_t, c_t) written by the row-terms launch; null: 1 and 0 (no normalisation).

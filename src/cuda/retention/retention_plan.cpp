@@ -55,14 +55,15 @@ void raise_shared_memory(const ChunkKernel* kernel, int shared_bytes = 0) {
       "cudaFuncSetAttribute(retention kernel)");
 }
 
-// One job: with segments, first every segment's own state into the workspace, then the outputs.
+// One job: with segments, first every segment's own state into the workspace (one CTA a part of a segment:
+// state_splits parts each), then the outputs.
 void launch(const ChunkJob& job, float* segment_states, cudaStream_t stream) {
   if (job.kernel == nullptr || job.ctas == 0) return;
   if (job.params.segments > 1) {
     ChunkParams params = job.params;
     params.segment_states = segment_states;
     params.state_only = 1;
-    job.kernel->launch(params, job.ctas, stream);
+    job.kernel->launch(params, job.ctas * params.state_splits, stream);
     check_launch("retention_chunk_kernel (segment states)");
     params.state_only = 0;
     job.kernel->launch(params, job.ctas, stream);
@@ -95,7 +96,7 @@ void launch_together(const std::vector<const ChunkJob*>& jobs, float* segment_st
           params.segment_states = reinterpret_cast<float*>(reinterpret_cast<char*>(segment_states) + workspace_offset);
         }
         grid.first_cta[grid.count] = ctas;
-        ctas += job->ctas;
+        ctas += state_only ? job->ctas * params.state_splits : job->ctas;
         ++grid.count;
       }
       workspace_offset += job->workspace_bytes;

@@ -11,16 +11,38 @@
 
 namespace attnkit::cuda::retention {
 
+// An outputs launch of segmented jobs comes right after their state-only launch (retention_plan.cpp) and reads its
+// states only after griddepcontrol.wait: it launches as a programmatic dependent of it.
+template <class Kernel, class Arguments>
+void launch_wgmma(Kernel kernel, const Arguments& arguments, int64_t ctas, int threads, int shared_bytes,
+                  bool after_state_launch, cudaStream_t stream) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(ctas));
+  config.blockDim = dim3(static_cast<unsigned>(threads));
+  config.dynamicSmemBytes = static_cast<size_t>(shared_bytes);
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  if (after_state_launch) config.attrs = &attribute, config.numAttrs = 1;
+  // The caller checks the launch (cudaGetLastError).
+  (void)cudaLaunchKernelEx(&config, kernel, arguments);
+}
+
 template <class Traits>
 void launch_wgmma_chunk_kernel(const ChunkParams& params, int64_t ctas, cudaStream_t stream) {
-  retention_wgmma_chunk_kernel<Traits>
-      <<<static_cast<unsigned>(ctas), Traits::kThreads, Traits::kSharedBytes, stream>>>(params);
+  launch_wgmma(retention_wgmma_chunk_kernel<Traits>, params, ctas, Traits::kThreads, Traits::kSharedBytes,
+               params.segments > 1 && params.state_only == 0, stream);
 }
 
 template <class Traits>
 void launch_wgmma_chunk_jobs(const ChunkJobs& jobs, int64_t ctas, cudaStream_t stream) {
-  retention_wgmma_chunk_jobs_kernel<Traits>
-      <<<static_cast<unsigned>(ctas), Traits::kThreads, Traits::kSharedBytes, stream>>>(jobs);
+  bool after_state_launch = false;
+  for (int j = 0; j < jobs.count; ++j) {
+    after_state_launch = after_state_launch || (jobs.jobs[j].segments > 1 && jobs.jobs[j].state_only == 0);
+  }
+  launch_wgmma(retention_wgmma_chunk_jobs_kernel<Traits>, jobs, ctas, Traits::kThreads, Traits::kSharedBytes,
+               after_state_launch, stream);
 }
 
 template <class Element, int HeadDim, int ValueBlock>

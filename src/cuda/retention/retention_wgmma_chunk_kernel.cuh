@@ -50,7 +50,10 @@
 // each); D = 128, E = 128: 3 stages, 209 KiB (one CTA per SM).
 //
 // The state-only launch of a segmented job (retention_params.hpp) runs the producer (K and V) and the state
-// warpgroups alone; the output warpgroups leave at once. On other architectures the kernel body is empty: the plan
+// warpgroups alone, one CTA a part of a segment (ChunkParams::state_splits parts, so that the launch fills the device);
+// the output warpgroups leave at once. The outputs launch follows it as a programmatic dependent: its CTAs start as
+// multiprocessors free up, segment 0's run through, the others' state warpgroups wait for the state-only grid before
+// they read the parts' states. On other architectures the kernel body is empty: the plan
 // selects this kernel only on a compute capability 9.0 device (retention_jobs.hpp, wgmma_chunk_kernel_for).
 #pragma once
 #include <cute/tensor.hpp>
@@ -73,6 +76,9 @@ __device__ __forceinline__ void wgmma_chunk_cta(const ChunkParams& p, int64_t ct
   extern __shared__ __align__(1024) char smem[];
   Storage& ss = *reinterpret_cast<Storage*>(smem);
   const WgmmaChunkWalk walk = wgmma_chunk_walk(p, cta);
+  // The outputs launch that follows the state-only launch (a programmatic dependent) may start at once: its CTAs
+  // wait for this grid only where they read the parts' states (griddepcontrol.wait, retention_wgmma_chunk_state.cuh).
+  if (walk.state_only) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   if (walk.idle) return;
   const int tid = static_cast<int>(threadIdx.x);
   // Broadcast from lane 0 so that the compiler sees the role branches as warp-uniform (wgmma in a branch it thinks

@@ -62,9 +62,10 @@ __device__ __forceinline__ void wgmma_chunk_state(const ChunkParams& p, const Wg
 
   const float log2_gamma = w.log2_gamma;
   const float gamma = exp2f(log2_gamma);
-  // This CTA's block of segment s's own state in segment_states.
-  auto segment_state = [&](int s) {
-    return p.segment_states + (((w.b * p.heads + w.h) * (p.segments - 1) + s) * kHeadDim) * p.value_columns +
+  // This CTA's block of part j's own state in segment_states (the state-only launch's parts, state_splits a segment).
+  const int64_t parts = static_cast<int64_t>(p.segments - 1) * p.state_splits;
+  auto segment_state = [&](int64_t j) {
+    return p.segment_states + (((w.b * p.heads + w.h) * parts + j) * kHeadDim) * p.value_columns +
            static_cast<int64_t>(w.slice) * kValueBlock;
   };
 
@@ -89,10 +90,13 @@ __device__ __forceinline__ void wgmma_chunk_state(const ChunkParams& p, const Wg
       acc(2 * pair) = factor * values.x;
       acc(2 * pair + 1) = factor * values.y;
     }
-    // The earlier segments' own states, oldest first: S <- gamma^segment_tokens S + S_j.
-    const float segment_decay = decay_power(log2_gamma, static_cast<float>(p.segment_tokens));
+    // The earlier segments' parts' own states, oldest first: S <- gamma^part_tokens S + S_j. They are the
+    // state-only launch's, which this launch follows as a programmatic dependent on 9.0: wait for it here.
+    if (w.segment > 0) asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #pragma unroll 1
-    for (int j = 0; j < w.segment; ++j) {
+    for (int64_t j = 0; j < static_cast<int64_t>(w.segment) * p.state_splits; ++j) {
+      const TokenRange part = state_part_tokens(p, j);
+      const float segment_decay = decay_power(log2_gamma, static_cast<float>(part.end - part.begin));
       const float* own = segment_state(j);
       CUTE_UNROLL
       for (int pair = 0; pair < kPairs; ++pair) {

@@ -14,8 +14,8 @@ struct WgmmaChunkWalk {
   int64_t b = 0;
   int h = 0;
   int slice = 0;
-  int segment = 0;
-  int64_t segment_begin = 0;  // the segment's first token
+  int segment = 0;            // in the state-only launch: the part (ChunkParams::state_splits)
+  int64_t segment_begin = 0;  // the segment's (part's) first token
   int64_t tokens = 0;         // one past its last token (the sequence's end in the last segment)
   int64_t chunks = 0;
   float log2_gamma = 0.0f;
@@ -31,21 +31,45 @@ struct WgmmaChunkWalk {
   }
 };
 
+// Tokens [begin, end) of the state-only launch's part `part` (ChunkParams::state_splits parts a segment, parts
+// numbered across segments): empty where a segment's last parts fall past its end.
+struct TokenRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+__device__ __forceinline__ TokenRange state_part_tokens(const ChunkParams& p, int64_t part) {
+  const int64_t segment = part / p.state_splits;
+  const int64_t segment_end = (segment + 1) * p.segment_tokens < p.tokens ? (segment + 1) * p.segment_tokens : p.tokens;
+  int64_t begin = segment * p.segment_tokens + (part % p.state_splits) * p.state_segment_tokens;
+  begin = begin < segment_end ? begin : segment_end;
+  const int64_t end = begin + p.state_segment_tokens < segment_end ? begin + p.state_segment_tokens : segment_end;
+  return {begin, end};
+}
+
+// CTA `cta` of the job: (batch, head) slowest, then its segment (in the state-only launch its part, state_splits a
+// segment), then its value slice.
 __device__ __forceinline__ WgmmaChunkWalk wgmma_chunk_walk(const ChunkParams& p, int64_t cta) {
   WgmmaChunkWalk w;
+  w.state_only = p.state_only != 0;
+  const int64_t per_head = w.state_only ? static_cast<int64_t>(p.segments) * p.state_splits : p.segments;
   w.slice = static_cast<int>(cta % p.dv_slices);
   const int64_t segment_index = cta / p.dv_slices;
-  w.segment = static_cast<int>(segment_index % p.segments);
-  const int64_t head_index = segment_index / p.segments;
+  w.segment = static_cast<int>(segment_index % per_head);
+  const int64_t head_index = segment_index / per_head;
   w.h = static_cast<int>(head_index % p.heads);
   w.b = head_index / p.heads;
-  w.state_only = p.state_only != 0;
-  w.idle = w.state_only && w.segment == p.segments - 1;
   w.log2_gamma = head_log2_gamma(p, w.h);
   w.scale = p.scale;
-  w.segment_begin = w.segment * p.segment_tokens;
-  const int64_t segment_end = w.segment_begin + p.segment_tokens;
-  w.tokens = p.tokens < segment_end ? p.tokens : segment_end;
+  if (w.state_only) {
+    w.idle = w.segment / p.state_splits == p.segments - 1;  // the last segment's parts: never needed
+    const TokenRange range = state_part_tokens(p, w.segment);
+    w.segment_begin = range.begin;
+    w.tokens = range.end;
+  } else {
+    w.segment_begin = w.segment * p.segment_tokens;
+    const int64_t segment_end = w.segment_begin + p.segment_tokens;
+    w.tokens = p.tokens < segment_end ? p.tokens : segment_end;
+  }
   w.chunks = w.tokens > w.segment_begin ? (w.tokens - w.segment_begin + 63) / 64 : 0;
   return w;
 }

@@ -17,7 +17,8 @@
 //
 // Parallelism: one CTA per (batch, head, value block of 64 columns, or 32 when Dv is no multiple of
 // 64; 128 on the wgmma kernel at Dk = Dv = 128). When that leaves multiprocessors idle, the sequence is also cut into
-// segments of whole chunks (at least 4 chunks each); each segment's own state is computed first (K^T V work only) and
+// segments of whole chunks (at least 4 chunks each); each segment's own state is computed first (K^T V work only; on
+// the wgmma kernel in parts of a segment where the segments alone leave multiprocessors idle, state_splits_for) and
 // the segments then start from the states before them. The count follows a wave model of the CTAs of the kernel that
 // runs (the wgmma kernel on a 9.0 device, see on_device; retention_jobs.cpp's segments_by_wave_model: one wgmma CTA
 // fills a multiprocessor's throughput, two mma.sync CTAs share one at full speed each); a job alone makes no more CTAs

@@ -83,22 +83,11 @@ __device__ __forceinline__ void wgmma_chunk_outputs(const ChunkParams& p, const 
       }
     }
   };
-  // acc_o as 16 bits into the output-rows tile, once every output thread has read the previous chunk's rows from it.
-  // Value pair `pair`: row row_lo + 8 (pair % 2), columns 8 (pair / 2) + col0 (+ 1), in block (pair / 2) / 8.
-  // The swizzled piece is (pair / 2) % 8 ^ row_lo % 8, row_lo % 8 = lane / 4 (swizzled_offset); the thread's base is
-  // opaque so that the compiler forms the 16 addresses here instead of holding them across the loop.
+  // acc_o as 16 bits into the output-rows tile (stmatrix), once every output thread has read the previous chunk's rows
+  // from it.
   auto stage_rows = [&] {
     named_barrier_sync(output_barrier, Traits::kWarpgroupThreads);
-    const uint32_t thread_base = opaque(out_rows + static_cast<uint32_t>(row_lo * 128 + col0 * 2));
-    const uint32_t row_class = static_cast<uint32_t>(lane / 4);
-    CUTE_UNROLL
-    for (int pair = 0; pair < size(acc_o) / 2; ++pair) {
-      const int q = pair >> 1;  // the 8-column group
-      const uint32_t address = thread_base + static_cast<uint32_t>((q >> 3) * 64 * 128 + (pair & 1) * 8 * 128) +
-                               (((static_cast<uint32_t>(q) & 7u) ^ row_class) << 4);
-      const uint32_t bits = fmha::pack_pair<Element>(acc_o(2 * pair), acc_o(2 * pair + 1));
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(bits) : "memory");
-    }
+    store_accumulator_rows<Element, kValueBlock>(acc_o, 0, out_rows, 64 * 128, wg_tid);
   };
   // Chunk `chunk`'s staged rows to global memory: thread t takes 16-byte piece t % 8 of rows t / 8 + 16 k of each
   // 64-column block; rows past the sequence's end are not written.

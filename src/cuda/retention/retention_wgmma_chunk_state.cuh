@@ -6,16 +6,17 @@
 //
 // Per chunk of L tokens: V~ = diag(gamma^(L-1-j)) V into the scaled-V tile, its 16-byte pieces shared among the state
 // warpgroups' threads (rows j >= L: factor 0, never an overflowed power; a V row is a 128-byte swizzled row per 64
-// columns, so it is scaled in place of the swizzle), S <- gamma^L S, then S += K^T V~ as kStateRows / 64 m64nEk16 x 4
-// wgmmas per warpgroup with its rows of K^T read MN-major from the K tile; the stage is released, and once the output
-// warpgroup of chunk c + 1 has read its state tile with its previous chunk's Q S (state_free) each warpgroup writes
-// its rows of the new S into that tile as 16 bits (state_ready, which counts every state thread). The update of chunk
-// c thus runs beside the output warpgroups' P V and stores of chunk c and Q K^T of chunk c + 1 (with two output
-// warpgroups, beside the whole of chunk c - 1's output).
+// columns, so it is scaled in place of the swizzle; packed 16-bit multiplies by factors held for whole chunks), S <-
+// gamma^L S, then S += K^T V~ as kStateRows / 64 m64nEk16 x 4 wgmmas per warpgroup with its rows of K^T read MN-major
+// from the K tile; the stage is released, and once the output warpgroup of chunk c + 1 has read its state tile with its
+// previous chunk's Q S (state_free) each warpgroup writes its rows of the new S into that tile as 16 bits with stmatrix
+// (state_ready, which counts every state thread). The update of chunk c thus runs beside the output warpgroups' P V and
+// stores of chunk c and Q K^T of chunk c + 1 (with two output warpgroups, beside the whole of chunk c - 1's output).
 #pragma once
 #include <cute/tensor.hpp>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/named_barrier.cuh"
 #include "cuda/fmha/fmha_operand_convert.cuh"
@@ -26,11 +27,16 @@
 
 namespace attnkit::cuda::retention {
 
-// x * (lo, hi) on a word of two 16-bit elements, rounded back to 16 bits.
+// (lo, hi) * (f_lo, f_hi) on words of two 16-bit elements, each product rounded once to 16 bits (one instruction).
 template <class Element>
-__device__ __forceinline__ uint32_t wgmma_scale_pair(uint32_t bits, float factor) {
-  return fmha::pack_pair<Element>(fmha::unpack_value<Element>(bits & 0xffffu) * factor,
-                                  fmha::unpack_value<Element>(bits >> 16) * factor);
+__device__ __forceinline__ uint32_t wgmma_multiply_pairs(uint32_t bits, uint32_t factors) {
+  uint32_t product;
+  if constexpr (std::is_same_v<Element, cutlass::bfloat16_t>) {
+    asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(product) : "r"(bits), "r"(factors));
+  } else {
+    asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(product) : "r"(bits), "r"(factors));
+  }
+  return product;
 }
 
 template <class Traits>
@@ -108,10 +114,8 @@ __device__ __forceinline__ void wgmma_chunk_state(const ChunkParams& p, const Wg
     }
   }
   // This warpgroup's rows of the state as 16 bits into the state tile (whose readers have finished), announced on
-  // state_ready. The tile is E / 64 blocks of D rows of 128 bytes (column block c at c x D x 128 bytes). Value pair
-  // `pair` goes to row row_of(pair) = row0 + 64 m + row_lo + 8 h and columns col_of(pair) = 8 q + col0,
-  // q = (pair % (E / 4)) / 2: block q / 8, swizzled piece (q % 8) ^ (row_lo % 8), row_lo % 8 = lane / 4
-  // (swizzled_offset).
+  // state_ready. The tile is E / 64 blocks of D rows of 128 bytes (column block c at c x D x 128 bytes); the rows go
+  // with stmatrix (store_accumulator_rows), m64 tile t at row row0 + 64 t.
   // The state before chunk m goes to the tile of output warpgroup m % kOutputWarpgroups, once that warpgroup's Q S of
   // chunk m - kOutputWarpgroups has read it (state_free, its (m / kOutputWarpgroups - 1)-th phase).
   constexpr int kOutputs = Traits::kOutputWarpgroups;
@@ -120,18 +124,11 @@ __device__ __forceinline__ void wgmma_chunk_state(const ChunkParams& p, const Wg
   auto publish_state = [&](int64_t m) {
     const int tile = static_cast<int>(m % kOutputs);
     if (m >= kOutputs) barrier_wait(&ss.state_free[tile], static_cast<uint32_t>((m / kOutputs - 1) & 1));
-    const uint32_t thread_base =
-        opaque(state_tiles + tile * kStateTileBytes + static_cast<uint32_t>((row0 + row_lo) * 128 + col0 * 2));
-    const uint32_t row_class = static_cast<uint32_t>(lane / 4);
     CUTE_UNROLL
-    for (int pair = 0; pair < kPairs; ++pair) {
-      const int q = (pair % (kTileValues / 2)) >> 1;
-      const uint32_t piece = static_cast<uint32_t>(q & 7) ^ row_class;
-      const uint32_t address = thread_base + static_cast<uint32_t>((q >> 3) * kHeadDim * 128) +
-                               static_cast<uint32_t>((pair / (kTileValues / 2)) * 64 * 128) +
-                               static_cast<uint32_t>((pair & 1) * 8 * 128) + (piece << 4);
-      const uint32_t bits = fmha::pack_pair<Element>(acc(2 * pair), acc(2 * pair + 1));
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(bits) : "memory");
+    for (int t = 0; t < kStateRows / 64; ++t) {
+      store_accumulator_rows<Element, kValueBlock>(
+          acc, t * (kTileValues / 2),
+          state_tiles + tile * kStateTileBytes + static_cast<uint32_t>((row0 + 64 * t) * 128), kHeadDim * 128, wg_tid);
     }
     fmha_sm90::fence_generic_to_async_shared();
     barrier_arrive(&ss.state_ready[tile]);
@@ -147,6 +144,22 @@ __device__ __forceinline__ void wgmma_chunk_state(const ChunkParams& p, const Wg
   auto* v_scaled_words = reinterpret_cast<uint4*>(ss.v_scaled);
   constexpr int kVStageWords = Traits::kVStageElements * 2 / 16;
 
+  // A piece's factor gamma^(L - 1 - token) (0 past the chunk's end) twice in the element type (8 pieces of 16 bytes a
+  // row, 64 rows a block): held for whole chunks (L = 64, every chunk but a sequence's last), computed for a shorter
+  // one. The factor is rounded to 16 bits, then each product once.
+  auto piece_factors = [&](int k, int length) {
+    const int token = ((state_tid + kStateThreads * k) / 8) % Traits::kChunk;
+    const float factor = token < length ? decay_power(log2_gamma, static_cast<float>(length - 1 - token)) : 0.0f;
+    return fmha::pack_pair<Element>(factor, factor);
+  };
+  // Held where one CTA has the multiprocessor's registers (at D = 128, E = 64 the state warpgroup's 104 would spill).
+  constexpr bool kHoldFactors = Traits::kMinBlocksPerSm == 1;
+  uint32_t whole_chunk_factors[kPiecesPerThread];
+  if constexpr (kHoldFactors) {
+    CUTE_UNROLL
+    for (int k = 0; k < kPiecesPerThread; ++k) whole_chunk_factors[k] = piece_factors(k, Traits::kChunk);
+  }
+
   int stage = 0;
   uint32_t phase = 0;  // (chunk / kStages) % 2
 #pragma unroll 1
@@ -157,12 +170,12 @@ __device__ __forceinline__ void wgmma_chunk_state(const ChunkParams& p, const Wg
     uint4 scaled[kPiecesPerThread];
     CUTE_UNROLL
     for (int k = 0; k < kPiecesPerThread; ++k) {
-      const int piece = state_tid + kStateThreads * k;
-      const int token = (piece / 8) % Traits::kChunk;  // 8 pieces of 16 bytes a row, 64 rows a block
-      const float factor = token < length ? decay_power(log2_gamma, static_cast<float>(length - 1 - token)) : 0.0f;
-      const uint4 bits = v_words[stage * kVStageWords + piece];
-      scaled[k] = make_uint4(wgmma_scale_pair<Element>(bits.x, factor), wgmma_scale_pair<Element>(bits.y, factor),
-                             wgmma_scale_pair<Element>(bits.z, factor), wgmma_scale_pair<Element>(bits.w, factor));
+      const uint32_t factors =
+          kHoldFactors && length == Traits::kChunk ? whole_chunk_factors[k] : piece_factors(k, length);
+      const uint4 bits = v_words[stage * kVStageWords + state_tid + kStateThreads * k];
+      scaled[k] =
+          make_uint4(wgmma_multiply_pairs<Element>(bits.x, factors), wgmma_multiply_pairs<Element>(bits.y, factors),
+                     wgmma_multiply_pairs<Element>(bits.z, factors), wgmma_multiply_pairs<Element>(bits.w, factors));
     }
     // The previous chunk's updates have read the scaled tile (every state warp waited for its wgmmas).
     named_barrier_sync(kStateBarrier, kStateThreads);

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "cuda/common/opaque.cuh"
+#include "cuda/fmha/fmha_operand_convert.cuh"
 #include "cuda/retention/retention_decay.cuh"
 #include "cuda/retention/retention_params.hpp"
 
@@ -79,6 +80,35 @@ __device__ __forceinline__ WgmmaChunkWalk wgmma_chunk_walk(const ChunkParams& p,
 // (col / 8) ^ (r % 8). The tile must be 1024-byte aligned.
 __device__ __forceinline__ uint32_t swizzled_offset(int row, int col) {
   return static_cast<uint32_t>(row * 128 + ((((col >> 3) ^ row) & 7) << 4) + (col & 7) * 2);
+}
+
+// The 16-bit rows of an m64nN wgmma accumulator tile into a tile of 128-byte swizzled rows (N / 64 blocks of 64
+// columns, `block_bytes` apart; `tile`: the shared address of its row 0) with stmatrix. `acc` holds the warpgroup
+// thread's value pairs from `first_pair` on: pair p is row 16 warp + lane / 4 + 8 (p % 2), columns 8 (p / 2) +
+// 2 (lane % 4) and one more. One instruction stores four 8 x 8 matrices, pairs 2q .. 2q + 3 (rows lo / hi of the
+// warp's 16, column groups q and q + 1); lane l gives the address of row l % 8 of matrix l / 8, its 16-byte piece at
+// (group % 8) ^ (row % 8) (swizzled_offset).
+template <class Element, int Columns, class Acc>
+__device__ __forceinline__ void store_accumulator_rows(const Acc& acc, int first_pair, uint32_t tile,
+                                                       uint32_t block_bytes, int wg_tid) {
+  const int lane = wg_tid % 32;
+  const int matrix = lane / 8;
+  const uint32_t lane_base =
+      opaque(tile + static_cast<uint32_t>((16 * (wg_tid / 32) + lane % 8 + 8 * (matrix & 1)) * 128));
+  const uint32_t row_class = static_cast<uint32_t>(lane % 8);
+#pragma unroll
+  for (int q = 0; q < Columns / 8; q += 2) {
+    const int group = q + (matrix >> 1);
+    const uint32_t address = lane_base + static_cast<uint32_t>(group >> 3) * block_bytes +
+                             (((static_cast<uint32_t>(group) & 7u) ^ row_class) << 4);
+    const int p = first_pair + 2 * q;
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(address),
+                 "r"(fmha::pack_pair<Element>(acc(2 * p), acc(2 * p + 1))),
+                 "r"(fmha::pack_pair<Element>(acc(2 * p + 2), acc(2 * p + 3))),
+                 "r"(fmha::pack_pair<Element>(acc(2 * p + 4), acc(2 * p + 5))),
+                 "r"(fmha::pack_pair<Element>(acc(2 * p + 6), acc(2 * p + 7)))
+                 : "memory");
+  }
 }
 
 }  // namespace attnkit::cuda::retention

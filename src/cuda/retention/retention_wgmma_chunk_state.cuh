@@ -6,7 +6,7 @@
 //
 // Per chunk of L tokens: V~ = diag(gamma^(L-1-j)) V into the scaled-V tile, its 16-byte pieces shared among the state
 // warpgroups' threads (rows j >= L: factor 0, never an overflowed power; a V row is a 128-byte swizzled row per 64
-// columns, so it is scaled in place of the swizzle; packed 16-bit multiplies by factors held for whole chunks), S <-
+// columns, so it is scaled in place of the swizzle; fp32 factors held for whole chunks), S <-
 // gamma^L S, then S += K^T V~ as kStateRows / 64 m64nEk16 x 4 wgmmas per warpgroup with its rows of K^T read MN-major
 // from the K tile; the stage is released, and once the output warpgroup of chunk c + 1 has read its state tile with its
 // previous chunk's Q S (state_free) each warpgroup writes its rows of the new S into that tile as 16 bits with stmatrix
@@ -16,7 +16,6 @@
 #include <cute/tensor.hpp>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "cuda/common/named_barrier.cuh"
 #include "cuda/fmha/fmha_operand_convert.cuh"
@@ -27,16 +26,12 @@
 
 namespace attnkit::cuda::retention {
 
-// (lo, hi) * (f_lo, f_hi) on words of two 16-bit elements, each product rounded once to 16 bits (one instruction).
+// x * (lo, hi) on a word of two 16-bit elements, rounded back to 16 bits (the fp32 factor unrounded: a packed 16-bit
+// multiply would round it to 16 bits too, the same relative error for every chunk's token j).
 template <class Element>
-__device__ __forceinline__ uint32_t wgmma_multiply_pairs(uint32_t bits, uint32_t factors) {
-  uint32_t product;
-  if constexpr (std::is_same_v<Element, cutlass::bfloat16_t>) {
-    asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(product) : "r"(bits), "r"(factors));
-  } else {
-    asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(product) : "r"(bits), "r"(factors));
-  }
-  return product;
+__device__ __forceinline__ uint32_t wgmma_scale_pair(uint32_t bits, float factor) {
+  return fmha::pack_pair<Element>(fmha::unpack_value<Element>(bits & 0xffffu) * factor,
+                                  fmha::unpack_value<Element>(bits >> 16) * factor);
 }
 
 template <class Traits>
@@ -144,20 +139,18 @@ __device__ __forceinline__ void wgmma_chunk_state(const ChunkParams& p, const Wg
   auto* v_scaled_words = reinterpret_cast<uint4*>(ss.v_scaled);
   constexpr int kVStageWords = Traits::kVStageElements * 2 / 16;
 
-  // A piece's factor gamma^(L - 1 - token) (0 past the chunk's end) twice in the element type (8 pieces of 16 bytes a
-  // row, 64 rows a block): held for whole chunks (L = 64, every chunk but a sequence's last), computed for a shorter
-  // one. The factor is rounded to 16 bits, then each product once.
-  auto piece_factors = [&](int k, int length) {
+  // A piece's factor gamma^(L - 1 - token) (0 past the chunk's end; 8 pieces of 16 bytes a row, 64 rows a block):
+  // held for whole chunks (L = 64, every chunk but a sequence's last), computed for a shorter one.
+  auto piece_factor = [&](int k, int length) {
     const int token = ((state_tid + kStateThreads * k) / 8) % Traits::kChunk;
-    const float factor = token < length ? decay_power(log2_gamma, static_cast<float>(length - 1 - token)) : 0.0f;
-    return fmha::pack_pair<Element>(factor, factor);
+    return token < length ? decay_power(log2_gamma, static_cast<float>(length - 1 - token)) : 0.0f;
   };
   // Held where one CTA has the multiprocessor's registers (at D = 128, E = 64 the state warpgroup's 104 would spill).
   constexpr bool kHoldFactors = Traits::kMinBlocksPerSm == 1;
-  uint32_t whole_chunk_factors[kPiecesPerThread];
+  float whole_chunk_factors[kPiecesPerThread];
   if constexpr (kHoldFactors) {
     CUTE_UNROLL
-    for (int k = 0; k < kPiecesPerThread; ++k) whole_chunk_factors[k] = piece_factors(k, Traits::kChunk);
+    for (int k = 0; k < kPiecesPerThread; ++k) whole_chunk_factors[k] = piece_factor(k, Traits::kChunk);
   }
 
   int stage = 0;
@@ -170,12 +163,10 @@ __device__ __forceinline__ void wgmma_chunk_state(const ChunkParams& p, const Wg
     uint4 scaled[kPiecesPerThread];
     CUTE_UNROLL
     for (int k = 0; k < kPiecesPerThread; ++k) {
-      const uint32_t factors =
-          kHoldFactors && length == Traits::kChunk ? whole_chunk_factors[k] : piece_factors(k, length);
+      const float factor = kHoldFactors && length == Traits::kChunk ? whole_chunk_factors[k] : piece_factor(k, length);
       const uint4 bits = v_words[stage * kVStageWords + state_tid + kStateThreads * k];
-      scaled[k] =
-          make_uint4(wgmma_multiply_pairs<Element>(bits.x, factors), wgmma_multiply_pairs<Element>(bits.y, factors),
-                     wgmma_multiply_pairs<Element>(bits.z, factors), wgmma_multiply_pairs<Element>(bits.w, factors));
+      scaled[k] = make_uint4(wgmma_scale_pair<Element>(bits.x, factor), wgmma_scale_pair<Element>(bits.y, factor),
+                             wgmma_scale_pair<Element>(bits.z, factor), wgmma_scale_pair<Element>(bits.w, factor));
     }
     // The previous chunk's updates have read the scaled tile (every state warp waited for its wgmmas).
     named_barrier_sync(kStateBarrier, kStateThreads);

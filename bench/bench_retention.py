@@ -5,7 +5,9 @@ Rows (bf16 by default, default per-head decay gamma_h = 1 - 2^(-5-h), which is t
 retention ops take):
 
   chunk     B8 T4096 H16 D128, B2 T16384 H16 D128 and the same at D64: forward, and backward
-            (attnkit.retention(mode="chunk") against fla.ops.retention.chunk_retention)
+            (attnkit.retention(mode="chunk") against fla.ops.retention.chunk_retention); and the class's
+            rows with fewer (batch, head) pairs than multiprocessors: B6 / B4 T4096 H16 D64, B3 T8192 H12
+            D64, B4 T4096 H16 D128, B3 T4096 H12 D128
   parallel  B8 T4096 H16 D128 and D64: forward and backward (attnkit mode="parallel" against fla
             parallel_retention); the D128 row again with the same decay given as an explicit decay matrix
             [H, T, T] (attnkit decay=..., fp32, no gradient for the matrix; fla: its gamma form)
@@ -36,7 +38,7 @@ attnkit's relative L2 distance to fla's output (a sanity check, not a test).
   python3 bench/bench_retention.py                 # all rows
   python3 bench/bench_retention.py --only 'chunk*' --json out.json
   python3 bench/bench_retention.py --config block=32,segments=4   # force attnkit's shape choice
-  python3 bench/bench_retention.py --only 'chunk_b4*' --row chunk,4,8192,8,128   # a row of your own shape
+  python3 bench/bench_retention.py --only 'chunk_b4_t8192*' --row chunk,4,8192,8,128   # a row of your own shape
   python3 bench/bench_retention.py --only 'chunk*' --configs "" joint=1   # both, fla timed once per row
   python3 bench/bench_retention.py --only 'parallel_decay*,chunk*' --configs "" joint=1 --fla-last
                                    # rows in that order; every attnkit candidate before fla's first (autotuning) call
@@ -192,6 +194,12 @@ ROWS = [
     ("chunk_b2_t16384_h16_d128", "chunk", 2, 16384, 16, 128),
     ("chunk_b8_t4096_h16_d64", "chunk", 8, 4096, 16, 64),
     ("chunk_b2_t16384_h16_d64", "chunk", 2, 16384, 16, 64),
+    # Fewer (batch, head) pairs than an H100's or H200's 132 multiprocessors, and heads of 12.
+    ("chunk_b6_t4096_h16_d64", "chunk", 6, 4096, 16, 64),
+    ("chunk_b4_t4096_h16_d64", "chunk", 4, 4096, 16, 64),
+    ("chunk_b3_t8192_h12_d64", "chunk", 3, 8192, 12, 64),
+    ("chunk_b4_t4096_h16_d128", "chunk", 4, 4096, 16, 128),
+    ("chunk_b3_t4096_h12_d128", "chunk", 3, 4096, 12, 128),
     ("parallel_b8_t4096_h16_d128", "parallel", 8, 4096, 16, 128),
     ("parallel_b8_t4096_h16_d64", "parallel", 8, 4096, 16, 64),
     ("parallel_decay_b8_t4096_h16_d128", "parallel_decay", 8, 4096, 16, 128),
@@ -471,7 +479,7 @@ def main():
         layout = "[B, H, T, D]" if fla_head_first(chunk_retention) else "[B, T, H, D]"
         print(f"fla {getattr(fla, '__version__', '?')}: layout {layout} (read from chunk_retention's signature)")
     results = []
-    rows_known = ROWS + [extra_row(text) for text in args.row]
+    rows_known = ROWS + [row for row in map(extra_row, args.row) if row not in ROWS]  # a built-in row runs once
     first_match = {row[0]: next((i for i, p in enumerate(patterns) if fnmatch.fnmatch(row[0], p)), None)
                    for row in rows_known}
     selected = sorted((row for row in rows_known if first_match[row[0]] is not None),

@@ -1,6 +1,7 @@
 #include "cuda/tune/retention_config_space.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <set>
 #include <string>
@@ -21,8 +22,9 @@ struct JobLaunch {
   const ChunkKernel* kernel = nullptr;
   int32_t segments = 1;
   int64_t segment_tokens = 0;
-  int64_t key_dim = 0;    // the job's Dk'
-  int64_t value_dim = 0;  // the job's Dv'
+  int64_t key_dim = 0;       // the job's Dk'
+  int64_t value_dim = 0;     // the job's Dv'
+  int32_t state_splits = 1;  // the state-only launch's parts a segment (the wgmma kernel's)
   friend bool operator==(const JobLaunch&, const JobLaunch&) = default;
 };
 
@@ -39,7 +41,7 @@ JobLaunch chunk_launch(const tune::ProblemSpec& spec, int64_t key_dim, int64_t v
                        const ChunkShapeChoice& choice, int64_t sharing_jobs = 1) {
   const JobShape shape = chunk_job_shape(spec.dtype, key_dim, value_dim, batch_heads_of(spec), spec.tokens[0],
                                          multiprocessors, choice, sharing_jobs);
-  return {shape.kernel, shape.segments, shape.segment_tokens, key_dim, value_dim};
+  return {shape.kernel, shape.segments, shape.segment_tokens, key_dim, value_dim, shape.state_splits};
 }
 
 // The launches `choice` makes on `spec` on the limits' device (retention_jobs.hpp's select_forward / select_backward
@@ -56,7 +58,7 @@ Resolution resolve(const ChunkShapeChoice& asked, bool decode_config, const tune
   const int64_t dk = spec.head_dim, dv = spec.head_dim_v, tokens = spec.tokens[0];
   if (!is_backward_space(spec)) {
     if (const ChunkKernel* decode = decode_kernel_for(spec.dtype, batch_heads_of(spec), tokens, dk, dv, choice)) {
-      r.jobs.push_back({decode, 1, tokens, dk, dv});
+      r.jobs.push_back({decode, 1, tokens, dk, dv, 1});
       return r;
     }
     if (decode_config) {
@@ -80,6 +82,10 @@ Resolution resolve(const ChunkShapeChoice& asked, bool decode_config, const tune
     const ChunkKernel* wgmma =
         wgmma_chunk_kernel_for(launch.kernel, wgmma_wide_dv(choice, launch.value_dim), limits.compute_capability);
     if (wgmma != nullptr) launch.kernel = wgmma;
+  }
+  // Parts of a segment in the state-only launch: the wgmma kernel's alone (retention_jobs.cpp, make_job).
+  for (JobLaunch& launch : r.jobs) {
+    if (launch.kernel != nullptr && std::string(launch.kernel->family) != "wgmma_chunk64") launch.state_splits = 1;
   }
   for (const JobLaunch& job : r.jobs) {
     if (job.kernel == nullptr) {
@@ -209,10 +215,12 @@ tune::CostEstimate job_estimate(const JobLaunch& job, const tune::ProblemSpec& s
   main.bytes_per_tile = chunks * chunk * element * (2.0 * dk + 2.0 * block) + (job.segments > 1 ? state_bytes : 0.0);
   tune::CostEstimate cost = tune::roofline_estimate(main, limits.processors, occupancy, limits);
   if (job.segments > 1) {
+    // The state-only launch: state_splits parts a segment, one CTA each.
+    const double part_chunks = std::ceil(chunks / job.state_splits);
     tune::TileWork states;
-    states.tiles = main.tiles;
-    states.flops_per_tile = chunks * 2.0 * chunk * dk * block;
-    states.bytes_per_tile = chunks * chunk * element * (dk + block) + state_bytes;
+    states.tiles = main.tiles * job.state_splits;
+    states.flops_per_tile = part_chunks * 2.0 * chunk * dk * block;
+    states.bytes_per_tile = part_chunks * chunk * element * (dk + block) + state_bytes;
     add(cost, tune::roofline_estimate(states, limits.processors, occupancy, limits));
   }
   return cost;
@@ -225,7 +233,8 @@ tune::ConfigSpace make_space(tune::TuneOp op) {
   space.backend = Backend::cuda;
   space.description =
       std::string(forward ? "retention forward" : "retention backward (dQ, dK, dV jobs)") +
-      " v4: chunkwise kernel (output and state warps) value blocks and sequence segments (the rule's or a count)" +
+      " v5: chunkwise kernel (output and state warps) value blocks and sequence segments (the rule's or a count; the "
+      "segments' states in the rule's parts)" +
       ", on the mma.sync or (compute capability 9.0) the wgmma kernel" +
       (forward ? ", recurrent decode kernel for short calls" : "") + "; chunk 64";
   space.configs = make_configs(forward);

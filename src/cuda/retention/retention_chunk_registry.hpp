@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,10 @@ std::vector<const ChunkKernel*> chunk_kernels();
 // The Hopper chunkwise kernel (retention_wgmma_chunk_kernel.cuh, family "wgmma_chunk64") for (dtype, Dk, value
 // block), or null when none is compiled (builds without the sm_90a target have none).
 const ChunkKernel* find_wgmma_chunk_kernel(DType dtype, int head_dim, int value_block);
+// Whether `kernel` is one of those (its state-only launch cuts segments into parts, ChunkParams::state_splits).
+inline bool is_wgmma_chunk_kernel(const ChunkKernel& kernel) {
+  return std::strcmp(kernel.family, "wgmma_chunk64") == 0;
+}
 // The recurrent decode kernel (retention_decode_kernel.cuh) for (dtype, Dk): value block 64, or null.
 const ChunkKernel* find_decode_kernel(DType dtype, int head_dim);
 // The normalised parallel forward (retention_normalized_kernel.cuh) for (dtype, Dk) with `members` (batch, value

@@ -210,7 +210,7 @@ struct MultiprocessorModel {
   int64_t slots;
 };
 MultiprocessorModel multiprocessor_model(const ChunkKernel& kernel) {
-  const bool wgmma = std::strcmp(kernel.family, "wgmma_chunk64") == 0;
+  const bool wgmma = is_wgmma_chunk_kernel(kernel);
   const int64_t resident = kernel.resident > 0 ? kernel.resident : resident_ctas(kernel.shared_bytes);
   return {resident, wgmma ? 1 : resident};
 }
@@ -354,7 +354,7 @@ ChunkJob make_job(const JobShape& shape, const TensorView& q, const TensorView& 
   p.segment_tokens = shape.segment_tokens;
   p.segments = shape.segments;
   // Parts of a segment in the state-only launch: the wgmma kernel's (retention_wgmma_chunk_walk.cuh) alone.
-  const bool parts = std::strcmp(shape.kernel->family, "wgmma_chunk64") == 0;
+  const bool parts = is_wgmma_chunk_kernel(*shape.kernel);
   p.state_splits = parts ? shape.state_splits : 1;
   p.state_segment_tokens = parts ? shape.state_segment_tokens : shape.segment_tokens;
   p.value_columns = static_cast<int32_t>(v.extents[3]);

@@ -85,7 +85,7 @@ Resolution resolve(const ChunkShapeChoice& asked, bool decode_config, const tune
   }
   // Parts of a segment in the state-only launch: the wgmma kernel's alone (retention_jobs.cpp, make_job).
   for (JobLaunch& launch : r.jobs) {
-    if (launch.kernel != nullptr && std::string(launch.kernel->family) != "wgmma_chunk64") launch.state_splits = 1;
+    if (launch.kernel != nullptr && !is_wgmma_chunk_kernel(*launch.kernel)) launch.state_splits = 1;
   }
   for (const JobLaunch& job : r.jobs) {
     if (job.kernel == nullptr) {

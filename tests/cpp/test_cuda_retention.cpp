@@ -913,16 +913,20 @@ TEST_F(CudaRetention, WgmmaChunkForwardUsesPerHeadGammaIncludingAFastDecayAndCus
 TEST_F(CudaRetention, WgmmaChunkForwardReadsPackedPaddedAndMisalignedViews) {
   if (const std::string why = wgmma_chunk_unavailable(); !why.empty()) GTEST_SKIP() << why;
   const ScopedRetentionConfig forced(kForcedWgmma);
+  // Dk 128 (value block 64, two CTAs a multiprocessor) and Dk 64 (two output warpgroups, five stages), the latter also
+  // over more chunks than its ring has stages.
   for (const Layout layout : {Layout::packed, Layout::padded, Layout::misaligned}) {
     for (const DType dtype : {DType::bf16, DType::f16}) {
-      Case c;
-      c.layout = layout;
-      c.dtype = dtype;
-      c.dk = 128;
-      c.tokens = 100;
-      c.initial_state = true;
-      c.final_state = true;
-      expect_forward_matches_cpu(c, kWgmmaFamily);
+      for (const auto& [dk, tokens] : std::vector<std::pair<int64_t, int64_t> >{{128, 100}, {64, 100}, {64, 450}}) {
+        Case c;
+        c.layout = layout;
+        c.dtype = dtype;
+        c.dk = dk;
+        c.tokens = tokens;
+        c.initial_state = true;
+        c.final_state = true;
+        expect_forward_matches_cpu(c, kWgmmaFamily);
+      }
     }
   }
 }

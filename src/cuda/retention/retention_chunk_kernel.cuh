@@ -553,9 +553,8 @@ __global__ void __launch_bounds__(ChunkTraits<Element, HeadDim, ValueBlock>::kTh
                                   ChunkTraits<Element, HeadDim, ValueBlock>::kMinBlocksPerSm)
     retention_chunk_jobs_kernel(const __grid_constant__ ChunkJobs jobs) {
   const int64_t cta = blockIdx.x;
-  int job = 0;
-  while (job + 1 < jobs.count && cta >= jobs.first_cta[job + 1]) ++job;
-  chunk_walk<Element, HeadDim, ValueBlock>(jobs.jobs[job], cta - jobs.first_cta[job]);
+  const JobCta at = job_cta(jobs, cta);
+  chunk_walk<Element, HeadDim, ValueBlock>(jobs.jobs[at.job], at.cta);
 }
 
 }  // namespace attnkit::cuda::retention

@@ -24,7 +24,9 @@
 // fills a multiprocessor's throughput, two mma.sync CTAs share one at full speed each); a job alone makes no more CTAs
 // than fit on the device at once. The
 // backward's jobs that share an instance run in one launch of retention_chunk_jobs_kernel (joint), whose segment
-// count counts the jobs' CTAs together; joint=0 runs them one after the other.
+// count counts the jobs' CTAs together and which interleaves the jobs' CTAs where their counts are equal (a head's dQ,
+// dK and dV side by side: dK and dV read Q and dO in the same order, one from L2); joint=0 runs them one after the
+// other.
 // normalize=true and the explicit decay matrix run the parallel forward (retention_normalized_kernel.cuh)
 // and the parallel backward (retention_parallel_backward_common.cuh: four launches of two kernels).
 // Forward calls of at most kDecodeMaxTokens tokens with Dv a multiple of 64 run the recurrent decode

@@ -7,6 +7,8 @@
 #pragma once
 #include <cstdint>
 
+#include "core/host_device.hpp"
+
 namespace attnkit::cuda::retention {
 
 // Heads whose log2(gamma) travel in the params; beyond, only the default decay runs (computed on the device).
@@ -125,14 +127,29 @@ struct ChunkParams {
 };
 
 // One launch of retention_chunk_jobs_kernel: `count` jobs, job j owning CTAs [first_cta[j], first_cta[j + 1]) of the
-// grid (the last one up to the grid's end). The backward's jobs that share an instance run in one launch
-// (retention_jobs.hpp). 7.4 KB of kernel parameters (CUDA 12.1+ takes up to 32 764 bytes).
+// grid (the last one up to the grid's end); `interleaved` (jobs of equal CTA counts): grid CTA c is CTA c / count of
+// job c % count instead, so that the jobs' CTAs of one head run side by side (the backward's dK and dV jobs read Q and
+// dO of a head in the same time order, so one of them finds them in L2). The backward's jobs that share an instance
+// run in one launch (retention_jobs.hpp). 7.4 KB of kernel parameters (CUDA 12.1+ takes up to 32 764 bytes).
 inline constexpr int kMaxChunkJobs = 3;
 struct ChunkJobs {
   ChunkParams jobs[kMaxChunkJobs];
   int64_t first_cta[kMaxChunkJobs] = {};
   int32_t count = 0;
+  int32_t interleaved = 0;
 };
 static_assert(sizeof(ChunkJobs) <= 32764, "a kernel's parameters (CUDA 12.1+, SM70+)");
+
+// Which job, and which of its CTAs, grid CTA `cta` of a ChunkJobs launch is.
+struct JobCta {
+  int job = 0;
+  int64_t cta = 0;
+};
+ATTNKIT_HOST_DEVICE JobCta job_cta(const ChunkJobs& jobs, int64_t cta) {
+  if (jobs.interleaved != 0) return {static_cast<int>(cta % jobs.count), cta / jobs.count};
+  int job = 0;
+  while (job + 1 < jobs.count && cta >= jobs.first_cta[job + 1]) ++job;
+  return {job, cta - jobs.first_cta[job]};
+}
 
 }  // namespace attnkit::cuda::retention

@@ -74,8 +74,8 @@ void launch(const ChunkJob& job, float* segment_states, cudaStream_t stream) {
 }
 
 // Jobs of one instance in one grid (ChunkJobs), each job's segment states at its own offset in `segment_states`: with
-// segments, first the segmented jobs' own states (one launch), then every job's outputs (one launch). A job alone runs
-// the one-job kernel.
+// segments, first the segmented jobs' own states (one launch), then every job's outputs (one launch); jobs of equal CTA
+// counts interleaved (ChunkJobs::interleaved: a head's jobs side by side). A job alone runs the one-job kernel.
 void launch_together(const std::vector<const ChunkJob*>& jobs, float* segment_states, cudaStream_t stream) {
   if (jobs.size() == 1) {
     launch(*jobs.front(), segment_states, stream);
@@ -102,6 +102,10 @@ void launch_together(const std::vector<const ChunkJob*>& jobs, float* segment_st
       workspace_offset += job->workspace_bytes;
     }
     if (grid.count == 0) return;
+    const int64_t per_job = grid.count > 1 ? grid.first_cta[1] : 0;  // equal counts: job j's CTAs from j x per_job
+    bool equal = per_job > 0 && ctas == per_job * grid.count;
+    for (int j = 2; j < grid.count; ++j) equal = equal && grid.first_cta[j] == j * per_job;
+    grid.interleaved = equal ? 1 : 0;
     kernel->launch_jobs(grid, ctas, stream);
     check_launch(state_only ? "retention_chunk_kernel (joint segment states)" : "retention_chunk_kernel (joint)");
   };

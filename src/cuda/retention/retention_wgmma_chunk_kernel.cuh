@@ -45,9 +45,9 @@
 // E = 128): producer 40 / 32 / 48, output 168 / 104 / 176 (E = 128: O 64 fp32, scores 32, P 16; D = 64: also the 32
 // values of the decay mask, held across the chunk loop), state 136 / 104 / 144 (E = 128: S 64 fp32, scaled V 16).
 // Shared memory (16-bit elements, 128-byte swizzled rows): Q, K [kStages][64][D], V [kStages][64][E], scaled V
-// [64][E], per output warpgroup output rows [64][E] and a state tile [D][E], with kStages as many as fit (at most 3):
-// D = 64: 3 stages, 113 KiB (one CTA per SM, by its registers); D = 128, E = 64: 2 stages, 113 KiB (two CTAs per SM
-// each); D = 128, E = 128: 3 stages, 209 KiB (one CTA per SM).
+// [64][E], per output warpgroup output rows [64][E] and a state tile [D][E], with kStages as many as fit (at most 5 at
+// D = 64, 3 else): D = 64: 5 stages, 161 KiB (one CTA per SM, by its registers); D = 128, E = 64: 2 stages, 113 KiB
+// (two CTAs per SM each); D = 128, E = 128: 3 stages, 209 KiB (one CTA per SM).
 //
 // The state-only launch of a segmented job (retention_params.hpp) runs the producer (K and V) and the state
 // warpgroups alone, one CTA a part of a segment (ChunkParams::state_splits parts, so that the launch fills the device);
@@ -118,15 +118,14 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   wgmma_chunk_cta<Traits>(p, blockIdx.x);
 }
 
-// Several jobs in one grid (retention_params.hpp's ChunkJobs: the backward's jobs that share an instance): job j owns
-// CTAs [first_cta[j], first_cta[j + 1]).
+// Several jobs in one grid (retention_params.hpp's ChunkJobs: the backward's jobs that share an instance; job_cta maps
+// a grid CTA to its job's).
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     retention_wgmma_chunk_jobs_kernel(const __grid_constant__ ChunkJobs jobs) {
   const int64_t cta = blockIdx.x;
-  int job = 0;
-  while (job + 1 < jobs.count && cta >= jobs.first_cta[job + 1]) ++job;
-  wgmma_chunk_cta<Traits>(jobs.jobs[job], cta - jobs.first_cta[job]);
+  const JobCta at = job_cta(jobs, cta);
+  wgmma_chunk_cta<Traits>(jobs.jobs[at.job], at.cta);
 }
 
 }  // namespace attnkit::cuda::retention

@@ -59,15 +59,19 @@ struct WgmmaChunkTraits {
   static_assert(kProducerRegisters + kOutputWarpgroups * kOutputRegisters + kStateWarpgroups * kStateRegisters <=
                     (65536 / kMinBlocksPerSm / kThreads) * (1 + kOutputWarpgroups + kStateWarpgroups),
                 "the roles' registers fit the launch's");
-  // Load stages: as many as the shared memory of kMinBlocksPerSm CTAs allows, at most 3 (D = 64: 3, D = 128 and
-  // E = 64: 2, E = 128: 3). Bytes per stage: Q, K 64 x D and V 64 x E; besides the stages: scaled V 64 x E, per output
-  // warpgroup the output rows 64 x E and the state tile D x E, and 1 KiB of barriers (the storage's 1024-byte
+  // Load stages: as many as the shared memory of kMinBlocksPerSm CTAs allows, at most kMaxStages (D = 64: 5, D = 128
+  // and E = 64: 2, E = 128: 3). Bytes per stage: Q, K 64 x D and V 64 x E; besides the stages: scaled V 64 x E, per
+  // output warpgroup the output rows 64 x E and the state tile D x E, and 1 KiB of barriers (the storage's 1024-byte
   // alignment).
   static constexpr int kStageBytes = kChunk * (2 * kHeadDim + kValueBlock) * 2;
   static constexpr int kFixedBytes = (kChunk + kOutputWarpgroups * (kChunk + kHeadDim)) * kValueBlock * 2 + 1024;
   static constexpr int kCtaBytes = kSm90SharedBytesPerSm / kMinBlocksPerSm - kReservedSharedBytesPerCta;
+  // Two output warpgroups hold two stages between them while the state warpgroup reads the older one, so the ring
+  // needs more stages for the same load lookahead: at D = 64 five (measured on an H200: 5 and 6 stages alike, up to
+  // 9 % faster than 3; docs/perf.md, retention "Eighteenth step").
+  static constexpr int kMaxStages = kOutputWarpgroups == 2 ? 5 : 3;
   static constexpr int kStages =
-      (kCtaBytes - kFixedBytes) / kStageBytes < 3 ? (kCtaBytes - kFixedBytes) / kStageBytes : 3;
+      (kCtaBytes - kFixedBytes) / kStageBytes < kMaxStages ? (kCtaBytes - kFixedBytes) / kStageBytes : kMaxStages;
   static_assert(kStages >= kOutputWarpgroups + 1, "a stage loading while each output warpgroup has its own");
 
   using AtomK = cute::GMMA::Layout_K_SW128_Atom<Element>;    // 8 rows x 64 contiguous columns

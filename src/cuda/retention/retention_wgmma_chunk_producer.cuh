@@ -59,6 +59,37 @@ __device__ __forceinline__ void wgmma_copy_rows(uint32_t tile, int block_bytes, 
   }
 }
 
+// One operand's 16-byte copies of a whole chunk (64 rows, vector access) by producer thread `ptid`, with the pieces of
+// wgmma_copy_rows: the thread's first source piece of the current chunk and the byte steps between its rows and
+// between chunks are set once, so that a piece costs an address add and a cp.async (the walk's last chunk, when
+// shorter, goes through wgmma_copy_rows).
+template <class Element, int Cols>
+struct WholeChunkCopies {
+  static constexpr int kVectorsPerRow = Cols / 8;
+  static constexpr int kRowsPerPass = 128 / kVectorsPerRow;
+  const char* source;   // the thread's first piece of the current chunk
+  int64_t pass_bytes;   // kRowsPerPass rows
+  int64_t chunk_bytes;  // 64 rows
+  uint32_t target;      // the first piece's byte offset in a stage's tile
+  __device__ __forceinline__ WholeChunkCopies(const Element* base, int64_t token_stride, int64_t t0, int ptid) {
+    const int col = (ptid % kVectorsPerRow) * 8;
+    const int row0 = ptid / kVectorsPerRow;
+    source = reinterpret_cast<const char*>(base + (t0 + row0) * token_stride + col);
+    pass_bytes = kRowsPerPass * token_stride * static_cast<int64_t>(sizeof(Element));
+    chunk_bytes = 64 * token_stride * static_cast<int64_t>(sizeof(Element));
+    target = (col / 64) * (64 * 128) + swizzled_offset(row0, col % 64);
+  }
+  __device__ __forceinline__ void copy(uint32_t tile) const {
+    const char* from = source;
+#pragma unroll
+    for (int pass = 0; pass < 64 / kRowsPerPass; ++pass) {
+      copy_16_bytes_async(tile + target + pass * kRowsPerPass * 128, from, true);
+      from += pass_bytes;
+    }
+  }
+  __device__ __forceinline__ void next_chunk() { source += chunk_bytes; }
+};
+
 template <class Traits>
 __device__ __forceinline__ void wgmma_chunk_produce(const ChunkParams& p, const WgmmaChunkWalk& w,
                                                     typename Traits::SharedStorage& ss, int ptid) {
@@ -80,6 +111,12 @@ __device__ __forceinline__ void wgmma_chunk_produce(const ChunkParams& p, const 
   const uint32_t q_tiles = shared_address(ss.q);
   const uint32_t k_tiles = shared_address(ss.k);
   const uint32_t v_tiles = shared_address(ss.v);
+  // Whole chunks' copies from hoisted addresses where the producer's registers hold them (at D = 128 with value blocks
+  // of 64 its 32 registers would spill them).
+  constexpr bool kWholeChunkCopies = Traits::kProducerRegisters >= 40;
+  WholeChunkCopies<Element, kHeadDim> q_copies(q_base, p.q.token, w.segment_begin, ptid);
+  WholeChunkCopies<Element, kHeadDim> k_copies(k_base, p.k.token, w.segment_begin, ptid);
+  WholeChunkCopies<Element, kValueBlock> v_copies(v_base, p.v.token, w.segment_begin, ptid);
   int stage = 0;
   uint32_t phase = 0;  // (chunk / kStages) % 2: the parity of the stage's barrier phases for this chunk
 #pragma unroll 1
@@ -87,20 +124,31 @@ __device__ __forceinline__ void wgmma_chunk_produce(const ChunkParams& p, const 
     // The ring is full: wait for the stage's release by the chunk kStages before this one.
     if (chunk >= Traits::kStages) fmha_sm90::barrier_wait(&ss.empty[stage], phase ^ 1u);
     const int64_t t0 = w.chunk_begin(chunk);
-    if (!w.state_only) {
+    if (kWholeChunkCopies && vector_access && w.chunk_length(chunk) == 64) {
+      if (!w.state_only) q_copies.copy(q_tiles + stage * kQkStageBytes);
+      k_copies.copy(k_tiles + stage * kQkStageBytes);
+      v_copies.copy(v_tiles + stage * kVStageBytes);
+    } else {
+      if (!w.state_only) {
+        wgmma_copy_rows<Element, kHeadDim>(
+            q_tiles + stage * kQkStageBytes, kBlockBytes,
+            [&](int row, int col) { return raw_pointer_cast(&sQ(row, col, stage)); }, q_base, p.q.token, t0, w.tokens,
+            vector_access, ptid);
+      }
       wgmma_copy_rows<Element, kHeadDim>(
-          q_tiles + stage * kQkStageBytes, kBlockBytes,
-          [&](int row, int col) { return raw_pointer_cast(&sQ(row, col, stage)); }, q_base, p.q.token, t0, w.tokens,
+          k_tiles + stage * kQkStageBytes, kBlockBytes,
+          [&](int row, int col) { return raw_pointer_cast(&sK(row, col, stage)); }, k_base, p.k.token, t0, w.tokens,
+          vector_access, ptid);
+      wgmma_copy_rows<Element, kValueBlock>(
+          v_tiles + stage * kVStageBytes, kBlockBytes,
+          [&](int row, int col) { return raw_pointer_cast(&sV(col, row, stage)); }, v_base, p.v.token, t0, w.tokens,
           vector_access, ptid);
     }
-    wgmma_copy_rows<Element, kHeadDim>(
-        k_tiles + stage * kQkStageBytes, kBlockBytes,
-        [&](int row, int col) { return raw_pointer_cast(&sK(row, col, stage)); }, k_base, p.k.token, t0, w.tokens,
-        vector_access, ptid);
-    wgmma_copy_rows<Element, kValueBlock>(
-        v_tiles + stage * kVStageBytes, kBlockBytes,
-        [&](int row, int col) { return raw_pointer_cast(&sV(col, row, stage)); }, v_base, p.v.token, t0, w.tokens,
-        vector_access, ptid);
+    if constexpr (kWholeChunkCopies) {
+      q_copies.next_chunk();
+      k_copies.next_chunk();
+      v_copies.next_chunk();
+    }
     if (vector_access) {
       // Arrives once this thread's copies so far have landed; the producer goes on to the next chunk at once.
       asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(shared_address(&ss.full[stage]))

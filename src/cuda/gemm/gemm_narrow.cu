@@ -24,7 +24,7 @@
 #include "cuda/common/async_copy.cuh"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/kernel_attributes.hpp"
-#include "cuda/gemm/gemm_dependents.cuh"
+#include "cuda/common/programmatic_launch.cuh"
 #include "cuda/gemm/gemm_element.cuh"
 #include "cuda/gemm/gemm_narrow.hpp"
 #include "cuda/gemm/gemm_split_k.hpp"

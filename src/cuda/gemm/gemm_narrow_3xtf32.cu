@@ -35,7 +35,7 @@
 
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/kernel_attributes.hpp"
-#include "cuda/gemm/gemm_dependents.cuh"
+#include "cuda/common/programmatic_launch.cuh"
 #include "cuda/gemm/gemm_narrow.hpp"
 #include "cuda/gemm/gemm_split_k.hpp"
 #include "cuda/gemm/gemm_tf32_split.cuh"

@@ -11,6 +11,7 @@
 
 #include "attnkit/error.hpp"
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/programmatic_launch.cuh"
 #include "cuda/gemm/gemm_element.cuh"
 
 namespace attnkit::cuda::gemm {
@@ -28,11 +29,9 @@ template <class T>
 __global__ void __launch_bounds__(kSumThreads)
     sum_slices(const float4* partials, int64_t slice_quads, int slices, int64_t row_quads, T* c, int64_t c_row,
                float alpha, float beta) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // A programmatic dependent of the GEMM that wrote the partials: nothing is read before that grid has finished
   // and its writes are visible (returns at once for an ordinary launch).
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+  wait_for_preceding_grid();
   for (int64_t q = static_cast<int64_t>(blockIdx.x) * kSumThreads + threadIdx.x; q < slice_quads;
        q += static_cast<int64_t>(gridDim.x) * kSumThreads) {
     float4 sum = partials[q];
@@ -58,16 +57,8 @@ __global__ void __launch_bounds__(kSumThreads)
 template <class T>
 void launch_sum(unsigned blocks, bool programmatic, cudaStream_t stream, const float4* partials, int64_t slice_quads,
                 int slices, int64_t row_quads, void* c, int64_t c_row, float alpha, float beta) {
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(blocks);
-  config.blockDim = dim3(kSumThreads);
-  config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  if (programmatic) config.attrs = &attribute, config.numAttrs = 1;
-  check_cuda(cudaLaunchKernelEx(&config, sum_slices<T>, partials, slice_quads, slices, row_quads, static_cast<T*>(c),
-                                c_row, alpha, beta),
+  check_cuda(launch_kernel(sum_slices<T>, dim3(blocks), dim3(kSumThreads), 0, stream, programmatic, partials,
+                           slice_quads, slices, row_quads, static_cast<T*>(c), c_row, alpha, beta),
              "gemm split-K sum");
 }
 

@@ -6,33 +6,19 @@
 #include "cuda/retention/retention_chunk_registry.hpp"
 
 #if defined(ATTNKIT_RETENTION_WGMMA)
+#include "cuda/common/programmatic_launch.cuh"
 #include "cuda/retention/retention_wgmma_chunk_kernel.cuh"
 #include "cuda/retention/retention_wgmma_chunk_traits.cuh"
 
 namespace attnkit::cuda::retention {
 
 // An outputs launch of segmented jobs comes right after their state-only launch (retention_plan.cpp) and reads its
-// states only after griddepcontrol.wait: it launches as a programmatic dependent of it.
-template <class Kernel, class Arguments>
-void launch_wgmma(Kernel kernel, const Arguments& arguments, int64_t ctas, int threads, int shared_bytes,
-                  bool after_state_launch, cudaStream_t stream) {
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(ctas));
-  config.blockDim = dim3(static_cast<unsigned>(threads));
-  config.dynamicSmemBytes = static_cast<size_t>(shared_bytes);
-  config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  if (after_state_launch) config.attrs = &attribute, config.numAttrs = 1;
-  // The caller checks the launch (cudaGetLastError).
-  (void)cudaLaunchKernelEx(&config, kernel, arguments);
-}
-
+// states only after wait_for_preceding_grid: it launches as a programmatic dependent of it. The caller checks the
+// launch (cudaGetLastError).
 template <class Traits>
 void launch_wgmma_chunk_kernel(const ChunkParams& params, int64_t ctas, cudaStream_t stream) {
-  launch_wgmma(retention_wgmma_chunk_kernel<Traits>, params, ctas, Traits::kThreads, Traits::kSharedBytes,
-               params.segments > 1 && params.state_only == 0, stream);
+  (void)launch_kernel(retention_wgmma_chunk_kernel<Traits>, dim3(static_cast<unsigned>(ctas)), dim3(Traits::kThreads),
+                      Traits::kSharedBytes, stream, params.segments > 1 && params.state_only == 0, params);
 }
 
 template <class Traits>
@@ -41,8 +27,8 @@ void launch_wgmma_chunk_jobs(const ChunkJobs& jobs, int64_t ctas, cudaStream_t s
   for (int j = 0; j < jobs.count; ++j) {
     after_state_launch = after_state_launch || (jobs.jobs[j].segments > 1 && jobs.jobs[j].state_only == 0);
   }
-  launch_wgmma(retention_wgmma_chunk_jobs_kernel<Traits>, jobs, ctas, Traits::kThreads, Traits::kSharedBytes,
-               after_state_launch, stream);
+  (void)launch_kernel(retention_wgmma_chunk_jobs_kernel<Traits>, dim3(static_cast<unsigned>(ctas)),
+                      dim3(Traits::kThreads), Traits::kSharedBytes, stream, after_state_launch, jobs);
 }
 
 template <class Element, int HeadDim, int ValueBlock>

@@ -58,6 +58,7 @@
 #pragma once
 #include <cute/tensor.hpp>
 
+#include "cuda/common/programmatic_launch.cuh"
 #include "cuda/fmha_sm90/fmha_sm90_sync.cuh"
 #include "cuda/retention/retention_params.hpp"
 #include "cuda/retention/retention_wgmma_chunk_output.cuh"
@@ -77,8 +78,9 @@ __device__ __forceinline__ void wgmma_chunk_cta(const ChunkParams& p, int64_t ct
   Storage& ss = *reinterpret_cast<Storage*>(smem);
   const WgmmaChunkWalk walk = wgmma_chunk_walk(p, cta);
   // The outputs launch that follows the state-only launch (a programmatic dependent) may start at once: its CTAs
-  // wait for this grid only where they read the parts' states (griddepcontrol.wait, retention_wgmma_chunk_state.cuh).
-  if (walk.state_only) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  // wait for this grid only where they read the parts' states (wait_for_preceding_grid,
+  // retention_wgmma_chunk_state.cuh).
+  if (walk.state_only) signal_dependents();
   if (walk.idle) return;
   const int tid = static_cast<int>(threadIdx.x);
   // Broadcast from lane 0 so that the compiler sees the role branches as warp-uniform (wgmma in a branch it thinks

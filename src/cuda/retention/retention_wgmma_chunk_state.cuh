@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "cuda/common/named_barrier.cuh"
+#include "cuda/common/programmatic_launch.cuh"
 #include "cuda/fmha/fmha_operand_convert.cuh"
 #include "cuda/fmha_sm90/fmha_sm90_gmma.cuh"
 #include "cuda/fmha_sm90/fmha_sm90_sync.cuh"
@@ -93,7 +94,7 @@ __device__ __forceinline__ void wgmma_chunk_state(const ChunkParams& p, const Wg
     }
     // The earlier segments' parts' own states, oldest first: S <- gamma^part_tokens S + S_j. They are the
     // state-only launch's, which this launch follows as a programmatic dependent on 9.0: wait for it here.
-    if (w.segment > 0) asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    if (w.segment > 0) wait_for_preceding_grid();
 #pragma unroll 1
     for (int64_t j = 0; j < static_cast<int64_t>(w.segment) * p.state_splits; ++j) {
       const TokenRange part = state_part_tokens(p, j);

@@ -20,7 +20,10 @@
 // warpgroup issues chunk c's Q K^T before it waits for the state tile, so the state update of chunk c - 1 (and the
 // writing of the tile) overlaps the P V and stores of chunk c - 1 and Q K^T of chunk c. At D = 64 the output work of a
 // chunk (the mask, the packing, the stores and the issue of 12 wgmmas against the state's 4) bounds a CTA alone on its
-// multiprocessor; two output warpgroups run two chunks' output at once.
+// multiprocessor; two output warpgroups run two chunks' output at once, and each also scales its chunk's V for the
+// state update (values_scaled / values_free), so that the state warpgroup's chain a chunk is the update and the
+// state tile's round trip (clock traces on an H200: that chain and each output warpgroup's over its two chunk periods
+// set the pace together, ~1 750 cycles a chunk; docs/perf.md, retention "Nineteenth step").
 //
 // Work per chunk (one m64nNk16 wgmma = N / 64 x 131 kFLOP, N / 2 cycles of an SM's tensor cores at 4 096 FLOP/cycle:
 // H100 SXM dense bf16, 989 TFLOP/s on 132 SMs at 1.83 GHz; an SS one reads 2 KB of A and N / 32 KB of B from shared
@@ -45,9 +48,9 @@
 // E = 128): producer 40 / 32 / 48, output 168 / 104 / 176 (E = 128: O 64 fp32, scores 32, P 16; D = 64: also the 32
 // values of the decay mask, held across the chunk loop), state 136 / 104 / 144 (E = 128: S 64 fp32, scaled V 16).
 // Shared memory (16-bit elements, 128-byte swizzled rows): Q, K [kStages][64][D], V [kStages][64][E], scaled V
-// [64][E], per output warpgroup output rows [64][E] and a state tile [D][E], with kStages as many as fit (at most 5 at
-// D = 64, 3 else): D = 64: 5 stages, 161 KiB (one CTA per SM, by its registers); D = 128, E = 64: 2 stages, 113 KiB
-// (two CTAs per SM each); D = 128, E = 128: 3 stages, 209 KiB (one CTA per SM).
+// [64][E] (at D = 64 one per output warpgroup), per output warpgroup output rows [64][E] and a state tile [D][E], with
+// kStages as many as fit (at most 5 at D = 64, 3 else): D = 64: 5 stages, 169 KiB (one CTA per SM, by its registers);
+// D = 128, E = 64: 2 stages, 113 KiB (two CTAs per SM each); D = 128, E = 128: 3 stages, 209 KiB (one CTA per SM).
 //
 // The state-only launch of a segmented job (retention_params.hpp) runs the producer (K and V) and the state
 // warpgroups alone, one CTA a part of a segment (ChunkParams::state_splits parts, so that the launch fills the device);
@@ -96,6 +99,8 @@ __device__ __forceinline__ void wgmma_chunk_cta(const ChunkParams& p, int64_t ct
     for (int o = 0; o < Traits::kOutputWarpgroups; ++o) {
       fmha_sm90::barrier_init(&ss.state_ready[o], Traits::kStateWarpgroups * Traits::kWarpgroupThreads);
       fmha_sm90::barrier_init(&ss.state_free[o], Traits::kWarpgroupThreads);
+      fmha_sm90::barrier_init(&ss.values_scaled[o], Traits::kWarpgroupThreads);
+      fmha_sm90::barrier_init(&ss.values_free[o], Traits::kStateWarpgroups * Traits::kWarpgroupThreads);
     }
     fmha_sm90::barrier_init_fence();
   }

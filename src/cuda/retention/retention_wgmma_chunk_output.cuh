@@ -3,7 +3,9 @@
 // Traits::kOutputWarpgroups = 2 (D = 64) warpgroup o takes chunks o, o + 2, ..., with its own state tile, output-rows
 // tile, state_ready / state_free barriers and named barrier; otherwise one warpgroup takes every chunk.
 //
-// Per chunk: issue Q K^T (m64n64, both operands in shared memory) as one wgmma batch, wait for the state tile
+// Per chunk: issue Q K^T (m64n64, both operands in shared memory) as one wgmma batch; at D = 64 scale the chunk's V
+// for the state update into this warpgroup's scaled-V tile (retention_wgmma_chunk_scaled_values.cuh) once the update
+// of its previous chunk has read the tile (values_free), and announce it (values_scaled); wait for the state tile
 // (state_ready: the state warpgroup has written the state before this chunk), issue Q S (m64nE, the 16-bit state
 // tile MN-major) as a second batch; once Q K^T completes, mask and scale the scores and pack them to 16 bits in the
 // A-operand registers of P V while Q S still runs; once Q S completes, release the state tile (state_free), scale
@@ -29,6 +31,7 @@
 #include "cuda/fmha_sm90/fmha_sm90_sync.cuh"
 #include "cuda/retention/retention_decay.cuh"
 #include "cuda/retention/retention_params.hpp"
+#include "cuda/retention/retention_wgmma_chunk_scaled_values.cuh"
 #include "cuda/retention/retention_wgmma_chunk_walk.cuh"
 
 namespace attnkit::cuda::retention {
@@ -96,22 +99,35 @@ __device__ __forceinline__ void wgmma_chunk_outputs(const ChunkParams& p, const 
     named_barrier_sync(output_barrier, Traits::kWarpgroupThreads);
     const int length = w.chunk_length(chunk);
     Element* const chunk_out = out_base + w.chunk_begin(chunk) * p.out.token;
+    // A batch's shared loads first, then its stores: one shared-memory latency a batch. Every piece in one batch
+    // where two output warpgroups share the registers (D = 64); one piece a batch elsewhere, where a batch's loads
+    // would spill.
+    constexpr int kBatch = Traits::kOutputWarpgroups == 2 ? kPasses : 1;
 #pragma unroll 1
-    for (int k = 0; k < kPasses; ++k) {
-      const int piece = wg_tid + Traits::kWarpgroupThreads * k;
-      const int block = piece / (64 * 8);
-      const int row = (piece / 8) % 64;
-      const int col = 8 * (piece % 8);
-      uint4 bits;
-      asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-                   : "=r"(bits.x), "=r"(bits.y), "=r"(bits.z), "=r"(bits.w)
-                   : "r"(out_rows + static_cast<uint32_t>(block * 64 * 128) + swizzled_offset(row, col)));
-      // One 16-byte store, in PTX: nvcc splits a uint4 assignment through the Element pointer into four 4-byte stores.
-      if (row < length) {
-        asm volatile(
-            "st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(chunk_out + row * p.out.token + 64 * block + col),
-            "r"(bits.x), "r"(bits.y), "r"(bits.z), "r"(bits.w)
-            : "memory");
+    for (int first = 0; first < kPasses; first += kBatch) {
+      uint4 bits[kBatch];
+      CUTE_UNROLL
+      for (int k = 0; k < kBatch; ++k) {
+        const int piece = wg_tid + Traits::kWarpgroupThreads * (first + k);
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(bits[k].x), "=r"(bits[k].y), "=r"(bits[k].z), "=r"(bits[k].w)
+                     : "r"(out_rows + static_cast<uint32_t>(piece / (64 * 8) * 64 * 128) +
+                           swizzled_offset((piece / 8) % 64, 8 * (piece % 8))));
+      }
+      CUTE_UNROLL
+      for (int k = 0; k < kBatch; ++k) {
+        const int piece = wg_tid + Traits::kWarpgroupThreads * (first + k);
+        const int block = piece / (64 * 8);
+        const int row = (piece / 8) % 64;
+        const int col = 8 * (piece % 8);
+        // One 16-byte store, in PTX: nvcc splits a uint4 assignment through the Element pointer into four 4-byte
+        // stores.
+        if (row < length) {
+          asm volatile(
+              "st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(chunk_out + row * p.out.token + 64 * block + col),
+              "r"(bits[k].x), "r"(bits[k].y), "r"(bits[k].z), "r"(bits[k].w)
+              : "memory");
+        }
       }
     }
   };
@@ -128,6 +144,8 @@ __device__ __forceinline__ void wgmma_chunk_outputs(const ChunkParams& p, const 
     CUTE_UNROLL
     for (int v = 0; v < size(acc_s); ++v) decay[v] = masked_score(v, 1.0f, log2_gamma);
   }
+
+  const ValueScaling<Traits, Traits::kWarpgroupThreads, Traits::kHoldDecay> scaling(wg_tid, log2_gamma);
 
   // This warpgroup's chunks: output, output + kOutputs, ...; chunk c in stage c % kStages, its phase (c / kStages) % 2.
   // A parity wait skipping chunks is exact: the producer announces chunks in order (each thread's cp.async arrivals
@@ -158,6 +176,17 @@ __device__ __forceinline__ void wgmma_chunk_outputs(const ChunkParams& p, const 
     warpgroup_arrive();
     issue_gemm<false>(mma_scores, tSrQ, tSrK, acc_s);
     warpgroup_commit_batch();
+    if constexpr (Traits::kOutputsScaleValues) {
+      // V~ of this chunk for the state update, into this warpgroup's scaled-V tile once the update of its previous
+      // chunk has read it; fenced before the stores of the previous chunk's rows (a fence waits for the thread's
+      // earlier stores).
+      if (chunk >= kOutputs) barrier_wait(&ss.values_free[output], visit ^ 1u);
+      uint4 scaled[decltype(scaling)::kPieces];
+      scaling.load(ss, stage, w.chunk_length(chunk), scaled);
+      scaling.store(ss, output, scaled);
+      fmha_sm90::fence_generic_to_async_shared();
+      barrier_arrive(&ss.values_scaled[output]);
+    }
     // The previous chunk's rows go out after this chunk's proxy fence, which would otherwise wait for their stores.
     if (chunk >= kOutputs) {
       if (vector_access) {

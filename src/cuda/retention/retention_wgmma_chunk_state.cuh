@@ -4,14 +4,15 @@
 // states of the segments before this one) and written once (the final state, or the segment's own state in the
 // state-only launch).
 //
-// Per chunk of L tokens: V~ = diag(gamma^(L-1-j)) V into the scaled-V tile, its 16-byte pieces shared among the state
-// warpgroups' threads (rows j >= L: factor 0, never an overflowed power; a V row is a 128-byte swizzled row per 64
-// columns, so it is scaled in place of the swizzle; fp32 factors held for whole chunks), S <-
-// gamma^L S, then S += K^T V~ as kStateRows / 64 m64nEk16 x 4 wgmmas per warpgroup with its rows of K^T read MN-major
-// from the K tile; the stage is released, and once the output warpgroup of chunk c + 1 has read its state tile with its
-// previous chunk's Q S (state_free) each warpgroup writes its rows of the new S into that tile as 16 bits with stmatrix
-// (state_ready, which counts every state thread). The update of chunk c thus runs beside the output warpgroups' P V and
-// stores of chunk c and Q K^T of chunk c + 1 (with two output warpgroups, beside the whole of chunk c - 1's output).
+// Per chunk of L tokens: V~ = diag(gamma^(L-1-j)) V in a scaled-V tile (retention_wgmma_chunk_scaled_values.cuh: at
+// D = 64 written by the chunk's output warpgroup, values_scaled, and released after the update, values_free; else, and
+// in the state-only launch, scaled here by the state warpgroups' threads with fp32 factors held for whole chunks where
+// the registers allow), S <- gamma^L S, then S += K^T V~ as kStateRows / 64 m64nEk16 x 4 wgmmas per warpgroup with its
+// rows of K^T read MN-major from the K tile; the stage is released, and once the output warpgroup of chunk c + 1 has
+// read its state tile with its previous chunk's Q S (state_free) each warpgroup writes its rows of the new S into that
+// tile as 16 bits with stmatrix (state_ready, which counts every state thread). The update of chunk c thus runs beside
+// the output warpgroups' P V and stores of chunk c and Q K^T of chunk c + 1 (with two output warpgroups, beside the
+// whole of chunk c - 1's output).
 #pragma once
 #include <cute/tensor.hpp>
 
@@ -23,17 +24,10 @@
 #include "cuda/fmha_sm90/fmha_sm90_gmma.cuh"
 #include "cuda/fmha_sm90/fmha_sm90_sync.cuh"
 #include "cuda/retention/retention_params.hpp"
+#include "cuda/retention/retention_wgmma_chunk_scaled_values.cuh"
 #include "cuda/retention/retention_wgmma_chunk_walk.cuh"
 
 namespace attnkit::cuda::retention {
-
-// x * (lo, hi) on a word of two 16-bit elements, rounded back to 16 bits (the fp32 factor unrounded: a packed 16-bit
-// multiply would round it to 16 bits too, the same relative error for every chunk's token j).
-template <class Element>
-__device__ __forceinline__ uint32_t wgmma_scale_pair(uint32_t bits, float factor) {
-  return fmha::pack_pair<Element>(fmha::unpack_value<Element>(bits & 0xffffu) * factor,
-                                  fmha::unpack_value<Element>(bits >> 16) * factor);
-}
 
 template <class Traits>
 __device__ __forceinline__ void wgmma_chunk_state(const ChunkParams& p, const WgmmaChunkWalk& w,
@@ -131,28 +125,13 @@ __device__ __forceinline__ void wgmma_chunk_state(const ChunkParams& p, const Wg
   };
   if (!w.state_only && w.chunks > 0) publish_state(0);
 
-  // The scaled V copy: E / 64 blocks of 64 token rows of 128 bytes, its 16-byte pieces shared among the state
-  // threads (4 a thread).
-  constexpr int kPiecesPerThread = kValueBlock * Traits::kChunk * 2 / 16 / kStateThreads;
-  static_assert(kPiecesPerThread * kStateThreads * 16 == kValueBlock * Traits::kChunk * 2, "whole pieces a thread");
-  const int state_tid = state_warpgroup * Traits::kWarpgroupThreads + wg_tid;
-  auto* v_words = reinterpret_cast<uint4*>(ss.v);
-  auto* v_scaled_words = reinterpret_cast<uint4*>(ss.v_scaled);
-  constexpr int kVStageWords = Traits::kVStageElements * 2 / 16;
-
-  // A piece's factor gamma^(L - 1 - token) (0 past the chunk's end; 8 pieces of 16 bytes a row, 64 rows a block):
-  // held for whole chunks (L = 64, every chunk but a sequence's last), computed for a shorter one.
-  auto piece_factor = [&](int k, int length) {
-    const int token = ((state_tid + kStateThreads * k) / 8) % Traits::kChunk;
-    return token < length ? decay_power(log2_gamma, static_cast<float>(length - 1 - token)) : 0.0f;
-  };
-  // Held where one CTA has the multiprocessor's registers (at D = 128, E = 64 the state warpgroup's 104 would spill).
-  constexpr bool kHoldFactors = Traits::kMinBlocksPerSm == 1;
-  float whole_chunk_factors[kPiecesPerThread];
-  if constexpr (kHoldFactors) {
-    CUTE_UNROLL
-    for (int k = 0; k < kPiecesPerThread; ++k) whole_chunk_factors[k] = piece_factor(k, Traits::kChunk);
-  }
+  // V~ of each chunk: scaled here into tile 0 where the state warpgroups scale it (the state-only launch, and
+  // instances with one output warpgroup), else by the chunk's output warpgroup into its tile (values_scaled).
+  const bool outputs_scale = Traits::kOutputsScaleValues && !w.state_only;
+  // Factors held where one CTA has the multiprocessor's registers (at D = 128, E = 64 the state warpgroup's 104 would
+  // spill).
+  const ValueScaling<Traits, kStateThreads, Traits::kMinBlocksPerSm == 1> scaling(
+      state_warpgroup * Traits::kWarpgroupThreads + wg_tid, log2_gamma);
 
   int stage = 0;
   uint32_t phase = 0;  // (chunk / kStages) % 2
@@ -161,20 +140,18 @@ __device__ __forceinline__ void wgmma_chunk_state(const ChunkParams& p, const Wg
     const int length = w.chunk_length(chunk);
     barrier_wait(&ss.full[stage], phase);
     fmha_sm90::fence_generic_to_async_shared();  // the copies, for this thread's wgmma reads
-    uint4 scaled[kPiecesPerThread];
-    CUTE_UNROLL
-    for (int k = 0; k < kPiecesPerThread; ++k) {
-      const float factor = kHoldFactors && length == Traits::kChunk ? whole_chunk_factors[k] : piece_factor(k, length);
-      const uint4 bits = v_words[stage * kVStageWords + state_tid + kStateThreads * k];
-      scaled[k] = make_uint4(wgmma_scale_pair<Element>(bits.x, factor), wgmma_scale_pair<Element>(bits.y, factor),
-                             wgmma_scale_pair<Element>(bits.z, factor), wgmma_scale_pair<Element>(bits.w, factor));
+    const int values_tile = outputs_scale ? static_cast<int>(chunk % kOutputs) : 0;
+    if (outputs_scale) {
+      barrier_wait(&ss.values_scaled[values_tile], static_cast<uint32_t>((chunk / kOutputs) & 1));
+    } else {
+      uint4 scaled[decltype(scaling)::kPieces];
+      scaling.load(ss, stage, length, scaled);
+      // The previous chunk's updates have read the scaled tile (every state warp waited for its wgmmas).
+      named_barrier_sync(kStateBarrier, kStateThreads);
+      scaling.store(ss, 0, scaled);
+      fmha_sm90::fence_generic_to_async_shared();
+      named_barrier_sync(kStateBarrier, kStateThreads);
     }
-    // The previous chunk's updates have read the scaled tile (every state warp waited for its wgmmas).
-    named_barrier_sync(kStateBarrier, kStateThreads);
-    CUTE_UNROLL
-    for (int k = 0; k < kPiecesPerThread; ++k) v_scaled_words[state_tid + kStateThreads * k] = scaled[k];
-    fmha_sm90::fence_generic_to_async_shared();
-    named_barrier_sync(kStateBarrier, kStateThreads);
 
     const float chunk_decay = decay_power(log2_gamma, static_cast<float>(length));
     CUTE_UNROLL
@@ -184,13 +161,15 @@ __device__ __forceinline__ void wgmma_chunk_state(const ChunkParams& p, const Wg
     // The operand descriptors, built here from opaque addresses (hoisted, each k-step's would hold registers).
     Tensor sKt = make_tensor(make_smem_ptr(opaque(ss.k + stage * Traits::kQkStageElements + row0 * Traits::kChunk)),
                              typename Traits::LayoutKtRows{});  // (d - row0, token)
-    Tensor sVs = make_tensor(make_smem_ptr(opaque(ss.v_scaled)), typename Traits::LayoutVScaled{});  // (e, token)
+    Tensor sVs =
+        make_tensor(make_smem_ptr(opaque(ss.v_scaled[values_tile])), typename Traits::LayoutVScaled{});  // (e, token)
     Tensor tArK = thread_mma.partition_fragment_A(sKt);  // (MMA, kStateRows / 64, tokens / 16)
     Tensor tBrV = thread_mma.partition_fragment_B(sVs);  // (MMA, 1, tokens / 16)
     fmha_sm90::issue_gemm<true>(mma, tArK, tBrV, acc);
     warpgroup_commit_batch();
     warpgroup_wait<0>();
     warpgroup_fence_operand(acc);
+    if (outputs_scale) barrier_arrive(&ss.values_free[values_tile]);
     barrier_arrive(&ss.empty[stage]);
     if (++stage == Traits::kStages) {
       stage = 0;

@@ -42,6 +42,13 @@ struct WgmmaChunkTraits {
   // 32 exponentials a chunk (kHoldDecay).
   static constexpr int kOutputWarpgroups = kMinBlocksPerSm == 1 && kValueBlock == 64 ? 2 : 1;
   static constexpr bool kHoldDecay = kMinBlocksPerSm == 1 && kValueBlock == 64;
+  // With two output warpgroups, the output warpgroup of chunk c also scales its V for the state update (into its own
+  // scaled-V tile, announced on values_scaled, released on values_free), so that the state warpgroup's chain per chunk
+  // is the update and the state tile's round trip alone (measured on an H200: the D = 64 backward kernels 4-6 % faster,
+  // forwards within -4 % / +2 %; docs/perf.md, retention "Nineteenth step"). Elsewhere, and in the state-only launch,
+  // the state warpgroups scale V into tile 0 themselves.
+  static constexpr bool kOutputsScaleValues = kOutputWarpgroups == 2;
+  static constexpr int kScaledValueTiles = kOutputsScaleValues ? kOutputWarpgroups : 1;
   static constexpr int kThreads = (1 + kOutputWarpgroups + kStateWarpgroups) * kWarpgroupThreads;  // producer first
   static_assert(kHeadDim == 64 || kHeadDim == 128, "the state's rows are whole m64 tiles; rows of 128-byte chunks");
   static_assert(kValueBlock == 64 || (kValueBlock == 128 && kHeadDim == 128),
@@ -60,11 +67,12 @@ struct WgmmaChunkTraits {
                     (65536 / kMinBlocksPerSm / kThreads) * (1 + kOutputWarpgroups + kStateWarpgroups),
                 "the roles' registers fit the launch's");
   // Load stages: as many as the shared memory of kMinBlocksPerSm CTAs allows, at most kMaxStages (D = 64: 5, D = 128
-  // and E = 64: 2, E = 128: 3). Bytes per stage: Q, K 64 x D and V 64 x E; besides the stages: scaled V 64 x E, per
-  // output warpgroup the output rows 64 x E and the state tile D x E, and 1 KiB of barriers (the storage's 1024-byte
-  // alignment).
+  // and E = 64: 2, E = 128: 3). Bytes per stage: Q, K 64 x D and V 64 x E; besides the stages: 64 x E a scaled-V
+  // tile, per output warpgroup the output rows 64 x E and the state tile D x E, and 1 KiB of barriers (the storage's
+  // 1024-byte alignment).
   static constexpr int kStageBytes = kChunk * (2 * kHeadDim + kValueBlock) * 2;
-  static constexpr int kFixedBytes = (kChunk + kOutputWarpgroups * (kChunk + kHeadDim)) * kValueBlock * 2 + 1024;
+  static constexpr int kFixedBytes =
+      (kScaledValueTiles * kChunk + kOutputWarpgroups * (kChunk + kHeadDim)) * kValueBlock * 2 + 1024;
   static constexpr int kCtaBytes = kSm90SharedBytesPerSm / kMinBlocksPerSm - kReservedSharedBytesPerCta;
   // Two output warpgroups hold two stages between them while the state warpgroup reads the older one, so the ring
   // needs more stages for the same load lookahead: at D = 64 five (measured on an H200: 5 and 6 stages alike, up to
@@ -121,7 +129,7 @@ struct WgmmaChunkTraits {
     alignas(1024) Element q[cute::cosize_v<LayoutQK>];
     alignas(1024) Element k[cute::cosize_v<LayoutQK>];
     alignas(1024) Element v[cute::cosize_v<LayoutV>];
-    alignas(1024) Element v_scaled[cute::cosize_v<LayoutVScaled>];
+    alignas(1024) Element v_scaled[kScaledValueTiles][cute::cosize_v<LayoutVScaled>];
     // Output warpgroup o's state tile: the state before chunks o, o + kOutputWarpgroups, ...
     alignas(1024) Element state[kOutputWarpgroups][cute::cosize_v<LayoutState>];
     // An output warpgroup's chunk's output rows (E / 64 blocks of 64 rows of 128 swizzled bytes) between its
@@ -130,8 +138,10 @@ struct WgmmaChunkTraits {
     uint64_t full[kStages];  // a stage's Q, K, V have landed (producer -> output and state warpgroups)
     uint64_t
         empty[kStages];  // the chunk's output warpgroup and the state warpgroups are done with a stage (-> producer)
-    uint64_t state_ready[kOutputWarpgroups];  // state tile o holds the state before output warpgroup o's next chunk
-    uint64_t state_free[kOutputWarpgroups];   // output warpgroup o's Q S has read its state tile
+    uint64_t state_ready[kOutputWarpgroups];    // state tile o holds the state before output warpgroup o's next chunk
+    uint64_t state_free[kOutputWarpgroups];     // output warpgroup o's Q S has read its state tile
+    uint64_t values_scaled[kOutputWarpgroups];  // kOutputsScaleValues: scaled-V tile o holds output o's chunk's
+    uint64_t values_free[kOutputWarpgroups];    // kOutputsScaleValues: the state update has read scaled-V tile o
   };
   static constexpr int kSharedBytes = int(sizeof(SharedStorage));
   static_assert(resident_ctas(kSharedBytes) >= kMinBlocksPerSm, "kMinBlocksPerSm CTAs per SM90 multiprocessor");

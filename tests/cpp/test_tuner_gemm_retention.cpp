@@ -704,6 +704,51 @@ TEST(RetentionChunkShape, TheWgmmaRuleFillsEachMultiprocessorOnce) {
   EXPECT_EQ(cuda::retention::chunk_job_shape(DType::bf16, 64, 64, 64, 4096, 132, rule, 3).segments, 1);
 }
 
+// The rule told the device's DRAM rate (on_device with dram_bytes_per_step) takes fewer segments than the wave model
+// for a D64 wgmma job where a roofline of its bytes and chain steps finds them 5 % cheaper (segments_by_roofline). An
+// H100 SXM (memory 2619 MHz x 5120 bits, SM 1980 MHz) moves ~2.3 MB in a chunk step, an H200 (3201 MHz x 6144 bits)
+// ~3.4 MB. Measured on an H100 (docs/perf.md, retention "Twentieth step"): B4 T4096 H16 D64 one segment 0.053 ms
+// against two 0.064, B3 T8192 H12 two 0.076 against three 0.077, B2 T16384 H16 four 0.133 as two; on an H200 two
+// segments at B4 (0.048 against ~0.058 with one), the wave model's counts elsewhere. The joint backward and D128 keep
+// the wave model; a forced count still wins.
+TEST(RetentionChunkShape, TheRuleTakesFewerD64SegmentsWhereTheDeviceBandwidthBoundsThem) {
+  if (cuda::retention::find_wgmma_chunk_kernel(DType::bf16, 64, 64) == nullptr) {
+    GTEST_SKIP() << "this build has no wgmma retention kernel (ATTNKIT_CUDA_ARCHS without 90a)";
+  }
+  using cuda::retention::chunk_job_shape;
+  using cuda::retention::dram_bytes_per_step;
+  using cuda::retention::on_device;
+  const double h100 = dram_bytes_per_step(2619000, 5120, 1980000);
+  const double h200 = dram_bytes_per_step(3201000, 6144, 1980000);
+  EXPECT_NEAR(h100, 2.31e6, 0.01e6);
+  EXPECT_NEAR(h200, 3.39e6, 0.01e6);
+  EXPECT_EQ(dram_bytes_per_step(0, 5120, 1980000), 0.0) << "a device that does not say: the wave model";
+  const auto h100_rule = on_device({}, 90, h100);
+  const auto h200_rule = on_device({}, 90, h200);
+  struct Row {
+    int64_t batch_heads, tokens, h100_segments, h200_segments;
+  };
+  const Row rows[] = {{128, 4096, 1, 1}, {96, 4096, 1, 1},  {64, 4096, 1, 2},
+                      {36, 8192, 2, 3},  {32, 16384, 4, 4}, {16, 16384, 8, 8}};
+  for (const Row& row : rows) {
+    EXPECT_EQ(chunk_job_shape(DType::bf16, 64, 64, row.batch_heads, row.tokens, 132, h100_rule).segments,
+              row.h100_segments)
+        << "H100, B*H " << row.batch_heads << " T " << row.tokens;
+    EXPECT_EQ(chunk_job_shape(DType::bf16, 64, 64, row.batch_heads, row.tokens, 132, h200_rule).segments,
+              row.h200_segments)
+        << "H200, B*H " << row.batch_heads << " T " << row.tokens;
+  }
+  // D128 and the joint backward: the wave model's counts whatever the rate.
+  const cuda::retention::ChunkShapeChoice rule;
+  EXPECT_EQ(chunk_job_shape(DType::bf16, 128, 128, 64, 4096, 132, h100_rule).segments,
+            chunk_job_shape(DType::bf16, 128, 128, 64, 4096, 132, rule).segments);
+  EXPECT_EQ(chunk_job_shape(DType::bf16, 64, 64, 64, 4096, 132, h100_rule, 3).segments,
+            chunk_job_shape(DType::bf16, 64, 64, 64, 4096, 132, rule, 3).segments);
+  auto forced = h100_rule;
+  forced.segments = 2;
+  EXPECT_EQ(chunk_job_shape(DType::bf16, 64, 64, 64, 4096, 132, forced).segments, 2);
+}
+
 // The parallel form's backward over a decay matrix runs kDecayMatrixMembers (batch, value slice) pairs per CTA where
 // their shared memory fits SM90's (two members' tiles and one stage of the matrix's tile), one pair per CTA otherwise
 // and with gamma; the CTAs count the pairs in groups (an odd batch count leaves the last group short). No GPU needed.

@@ -198,6 +198,62 @@ int64_t state_splits_for(int64_t active, int64_t chunks_per_segment, int64_t slo
   return std::max<int64_t>(1, std::min({fitting, kMaxSplits, chunks_per_segment / kMinChunksPerPart}));
 }
 
+// A job as segments_by_roofline counts it.
+struct RooflineJob {
+  int64_t ctas;                   // of the outputs launch with one segment
+  int64_t batch_heads;            // sequences
+  int64_t chunks, tokens;         // of a sequence
+  int64_t bytes_per_token;        // the outputs launch's DRAM bytes per token of a sequence
+  int64_t state_bytes_per_token;  // the state-only launch's
+};
+
+// A roofline of a D64 wgmma job's two launches with `segments` segments, in chunk steps: each launch costs the larger
+// of its chain steps (as segments_by_wave_model counts them, the state-only launch in its parts, state_splits_for, at
+// half a step) and its DRAM bytes over `step_bytes`, what the device moves in a step (Q, K, V read and O written once
+// by the outputs launch; K and V of every segment but the last by the state-only launch).
+double roofline_steps(const RooflineJob& job, int64_t slots, int64_t segments, double step_bytes) {
+  slots = std::max<int64_t>(slots, 1);
+  const auto waves = [&](int64_t ctas) { return static_cast<double>((ctas + slots - 1) / slots); };
+  const double sequences = static_cast<double>(job.batch_heads);
+  const int64_t steps = (job.chunks + segments - 1) / segments;
+  segments = (job.chunks + steps - 1) / steps;
+  double cost = std::max(waves(job.ctas * segments) * static_cast<double>(steps),
+                         sequences * static_cast<double>(job.tokens * job.bytes_per_token) / step_bytes);
+  if (segments > 1) {
+    const int64_t active = job.ctas * (segments - 1);
+    int64_t splits = state_splits_for(active, steps, slots);
+    const int64_t part = (steps + splits - 1) / splits;
+    splits = (steps + part - 1) / part;
+    const int64_t state_tokens = std::min(job.tokens, (segments - 1) * steps * kRetentionChunk);
+    cost += std::max(waves(active * splits) * static_cast<double>(part) / 2.0,
+                     sequences * static_cast<double>(state_tokens * job.state_bytes_per_token) / step_bytes);
+  }
+  return cost;
+}
+
+// The rule's segments for a D64 job alone on the wgmma kernel where the device's DRAM rate is known: the wave
+// model's count `wave`, unless the roofline (roofline_steps) finds fewer segments at least 5 % cheaper than it by its
+// own measure (the count it would take, more segments only when 5 % cheaper, as segments_by_wave_model). Fewer
+// segments read K and V less: where the device's bandwidth, not the chain, bounds the segmented launches, one CTA
+// per sequence at the chain's pace wins. Measured on an H100 (docs/perf.md, retention "Twentieth step"): B4 T4096
+// H16 D64 one segment 0.053 ms against the wave model's two 0.064, where on an H200 the two are faster (and kept).
+int64_t segments_by_roofline(const RooflineJob& job, int64_t slots, int64_t max_segments, double step_bytes,
+                             int64_t wave) {
+  if (job.ctas <= 0 || job.chunks <= 0 || step_bytes <= 0) return wave;
+  int64_t lean = 1;
+  double lean_cost = 0;
+  for (int64_t wanted = 1; wanted <= max_segments; ++wanted) {
+    const double cost = roofline_steps(job, slots, wanted, step_bytes);
+    if (wanted == 1 || cost * 20 < lean_cost * 19) {
+      const int64_t steps = (job.chunks + wanted - 1) / wanted;
+      lean = (job.chunks + steps - 1) / steps;
+      lean_cost = cost;
+    }
+  }
+  const bool cheaper = lean_cost * 20 < roofline_steps(job, slots, wave, step_bytes) * 19;
+  return lean < wave && cheaper ? lean : wave;
+}
+
 // How the segment rule counts a kernel's CTAs on a multiprocessor. `resident`: how many fit at once (the kernel's own
 // count where its launch bound sets it: one wgmma CTA at D = 64 or of 128 value columns, two of 64 at D = 128; else
 // resident_ctas of its shared memory: two of every mma.sync instance). `slots`: how many advance
@@ -219,7 +275,9 @@ MultiprocessorModel multiprocessor_model(const ChunkKernel& kernel) {
 // instance is compiled (the plan swaps it in on a 9.0 device, retention_plan.cpp; on_device clears the choice's wgmma
 // for other devices), else the job's own: segments of at least 4 chunks, the wave
 // model's count (segments_by_wave_model) over the job's CTAs, in a joint launch (`sharing_jobs` jobs of this shape in
-// one grid) those of all its jobs together; a job alone makes no more CTAs than fit on the device at once.
+// one grid) those of all its jobs together, for a D64 job alone on the wgmma kernel, where the choice carries the
+// device's DRAM rate, fewer where a roofline of bytes and chain finds them cheaper (segments_by_roofline); a job alone
+// makes no more CTAs than fit on the device at once.
 JobShape shape_job(const ChunkKernel* kernel, int64_t batch_heads, int64_t dk, int64_t dv, int64_t tokens,
                    int multiprocessors, const ChunkShapeChoice& choice, int64_t sharing_jobs) {
   constexpr int64_t kMinChunksPerSegment = 4;
@@ -234,7 +292,17 @@ JobShape shape_job(const ChunkKernel* kernel, int64_t batch_heads, int64_t dk, i
   if (sharing_jobs == 1 && ctas > 0) {
     max_segments = std::min(max_segments, std::max<int64_t>(1, model.resident * multiprocessors / ctas));
   }
+  // D64 jobs alone on the wgmma kernel, where the device's bandwidth is known: fewer segments where the roofline finds
+  // them cheaper.
+  constexpr int64_t kElementBytes = 2;  // the CUDA retention dtypes (f16, bf16)
+  const bool roofline =
+      wgmma != nullptr && modelled.head_dim == 64 && sharing_jobs == 1 && choice.dram_bytes_per_step > 0;
   int64_t segments = segments_by_wave_model(ctas, chunks, model.slots * multiprocessors, max_segments);
+  if (roofline) {
+    const RooflineJob job{ctas, batch_heads, chunks, tokens, 2 * (dk + dv) * kElementBytes, (dk + dv) * kElementBytes};
+    segments =
+        segments_by_roofline(job, model.slots * multiprocessors, max_segments, choice.dram_bytes_per_step, segments);
+  }
   if (choice.segments != 0) segments = std::max<int64_t>(1, std::min(choice.segments, chunks));
   const int64_t chunks_per_segment = segments > 1 ? (chunks + segments - 1) / segments : chunks;
   shape.segment_tokens = chunks_per_segment * kRetentionChunk;

@@ -21,8 +21,9 @@
 // the wgmma kernel in parts of a segment where the segments alone leave multiprocessors idle, state_splits_for) and
 // the segments then start from the states before them. The count follows a wave model of the CTAs of the kernel that
 // runs (the wgmma kernel on a 9.0 device, see on_device; retention_jobs.cpp's segments_by_wave_model: one wgmma CTA
-// fills a multiprocessor's throughput, two mma.sync CTAs share one at full speed each); a job alone makes no more CTAs
-// than fit on the device at once. The
+// fills a multiprocessor's throughput, two mma.sync CTAs share one at full speed each), for a D64 job alone on the
+// wgmma kernel a roofline of its chain steps and its DRAM bytes at the device's rate (segments_by_roofline); a job
+// alone makes no more CTAs than fit on the device at once. The
 // backward's jobs that share an instance run in one launch of retention_chunk_jobs_kernel (joint), whose segment
 // count counts the jobs' CTAs together and which interleaves the jobs' CTAs where their counts are equal (a head's dQ,
 // dK and dV side by side: dK and dV read Q and dO in the same order, one from L2); joint=0 runs them one after the
@@ -125,6 +126,10 @@ struct ChunkShapeChoice {
   // A chunkwise job (forward and backward) runs the Hopper wgmma kernel where wgmma_chunk_kernel_for gives one; false:
   // the mma.sync kernel everywhere.
   bool wgmma = true;
+  // What the device's DRAM moves in one chunk step of a D64 wgmma CTA (dram_bytes_per_step_of, set by on_device):
+  // where given, the rule's segments for such a job take the larger of a phase's chain steps and its bytes in steps
+  // (segments_by_roofline). 0: chain steps only (segments_by_wave_model).
+  double dram_bytes_per_step = 0.0;
 
   friend bool operator==(const ChunkShapeChoice&, const ChunkShapeChoice&) = default;
 };
@@ -171,11 +176,22 @@ const ChunkKernel* wgmma_chunk_kernel_for(const ChunkKernel* kernel, int64_t wid
 // value block, else 0.
 inline int64_t wgmma_wide_dv(const ChunkShapeChoice& choice, int64_t dv) { return choice.value_block == 0 ? dv : 0; }
 
-// The choice as a device of `compute_capability` runs it: the wgmma kernel only on 9.0. Selecting with it lets the
-// segment rule count the CTAs of the kernel that runs (the plans' callers and the tuner's estimate do).
-inline ChunkShapeChoice on_device(ChunkShapeChoice choice, int compute_capability) {
+// The choice as a device of `compute_capability` runs it: the wgmma kernel only on 9.0, the segment rule told what
+// its DRAM moves in a chunk step (dram_bytes_per_step_of; 0 where unknown). Selecting with it lets the segment rule
+// count the CTAs and the bytes of the kernel that runs (the plans' callers and the tuner's estimate do).
+inline ChunkShapeChoice on_device(ChunkShapeChoice choice, int compute_capability, double dram_bytes_per_step = 0.0) {
   choice.wgmma = choice.wgmma && compute_capability == 90;
+  choice.dram_bytes_per_step = dram_bytes_per_step;
   return choice;
+}
+
+// The bytes a device's DRAM moves in one chunk step of a D64 wgmma CTA: its peak bandwidth (2 x memory clock x bus
+// width) times kDramEfficiency over kWgmmaStepCycles cycles of its SM clock; 0 where an input is 0.
+inline constexpr double kDramEfficiency = 0.78;
+inline constexpr double kWgmmaStepCycles = 1750.0;
+inline double dram_bytes_per_step(double memory_clock_khz, double bus_width_bits, double sm_clock_khz) {
+  if (memory_clock_khz <= 0 || bus_width_bits <= 0 || sm_clock_khz <= 0) return 0.0;
+  return 2.0 * memory_clock_khz * bus_width_bits / 8.0 * kDramEfficiency * kWgmmaStepCycles / sm_clock_khz;
 }
 
 // Throw Status::unsupported, naming what is allowed, when no compiled kernel runs the problem. Without a

@@ -336,6 +336,20 @@ int compute_capability_of(int device) {
          device_attribute(cudaDevAttrComputeCapabilityMinor, device);
 }
 
+double dram_bytes_per_step_of(int device) {
+  // A device that does not answer leaves the rule its wave model (0), not an error.
+  auto attribute = [device](cudaDeviceAttr which) {
+    int value = 0;
+    if (cudaDeviceGetAttribute(&value, which, device) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0.0;
+    }
+    return static_cast<double>(value);
+  };
+  return dram_bytes_per_step(attribute(cudaDevAttrMemoryClockRate), attribute(cudaDevAttrGlobalMemoryBusWidth),
+                             attribute(cudaDevAttrClockRate));
+}
+
 detail::MadePlan<RetentionForward> make_forward_plan(const RetentionForward& problem, const RunOptions& options) {
   const int device = problem.q.device.index;
   const DeviceGuard guard(device);

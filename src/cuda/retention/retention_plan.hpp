@@ -39,5 +39,8 @@ std::unique_ptr<detail::OpPlan<RetentionBackward>> plan_of_selection(const Reten
 int multiprocessors_of(int device);
 // 10 * major + minor of `device`'s compute capability.
 int compute_capability_of(int device);
+// What `device`'s DRAM moves in one chunk step of a D64 wgmma CTA (retention_jobs.hpp's dram_bytes_per_step, from its
+// memory clock, bus width and SM clock); 0 where the device does not say.
+double dram_bytes_per_step_of(int device);
 
 }  // namespace attnkit::cuda::retention

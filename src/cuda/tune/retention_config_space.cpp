@@ -45,7 +45,8 @@ JobLaunch chunk_launch(const tune::ProblemSpec& spec, int64_t key_dim, int64_t v
 }
 
 // The launches `choice` makes on `spec` on the limits' device (retention_jobs.hpp's select_forward / select_backward
-// with the choice on_device, as numbers).
+// with the choice on_device, as numbers; the limits carry no DRAM rate of the device, so the segment rule counts chain
+// steps here, where the plans and the tuning runner weigh a D64 job's bytes too).
 Resolution resolve(const ChunkShapeChoice& asked, bool decode_config, const tune::ProblemSpec& spec,
                    const tune::DeviceLimits& limits) {
   const ChunkShapeChoice choice = on_device(asked, limits.compute_capability);

@@ -68,8 +68,9 @@ TunedSelection<ForwardSelection> tuned_forward_selection(const RetentionForward&
                                                          int device, int multiprocessors) {
   return tuned_selection<ForwardSelection>(
       tune::TuneOp::retention_forward, problem, options, device,
-      [&, capability = compute_capability_of(device)](const ChunkShapeChoice& choice) {
-        return select_forward(problem, multiprocessors, on_device(choice, capability));
+      [&, capability = compute_capability_of(device),
+       step_bytes = dram_bytes_per_step_of(device)](const ChunkShapeChoice& choice) {
+        return select_forward(problem, multiprocessors, on_device(choice, capability, step_bytes));
       });
 }
 
@@ -77,8 +78,9 @@ TunedSelection<BackwardSelection> tuned_backward_selection(const RetentionBackwa
                                                            int device, int multiprocessors) {
   return tuned_selection<BackwardSelection>(
       tune::TuneOp::retention_backward, problem, options, device,
-      [&, capability = compute_capability_of(device)](const ChunkShapeChoice& choice) {
-        return select_backward(problem, multiprocessors, on_device(choice, capability));
+      [&, capability = compute_capability_of(device),
+       step_bytes = dram_bytes_per_step_of(device)](const ChunkShapeChoice& choice) {
+        return select_backward(problem, multiprocessors, on_device(choice, capability, step_bytes));
       });
 }
 

@@ -106,7 +106,7 @@ void RetentionTuningRunner::release() noexcept {
 const RetentionTuningRunner::ConfigPlans& RetentionTuningRunner::plans_for(const tune::Config& config) {
   const auto known = plans_.find(config.id);
   if (known != plans_.end()) return known->second;
-  const ChunkShapeChoice choice = on_device(chunk_shape_of(config), capability_);
+  const ChunkShapeChoice choice = on_device(chunk_shape_of(config), capability_, dram_bytes_per_step_of(device_));
   ConfigPlans plans;
   // A shape that cannot run the problem throws here (Status::unsupported), which excludes the config.
   if (spec_.op == tune::TuneOp::retention_backward) {

@@ -157,6 +157,16 @@ int value_block_for(int64_t dv, const ChunkShapeChoice& choice) {
   return 0;
 }
 
+// `chunks` cut into about `wanted` pieces of whole chunks: `size` chunks each (the last may be shorter) and their
+// `count`, none wholly past the end.
+struct ChunkPieces {
+  int64_t size, count;
+};
+ChunkPieces chunk_pieces(int64_t chunks, int64_t wanted) {
+  const int64_t size = (chunks + wanted - 1) / wanted;
+  return {size, (chunks + size - 1) / size};
+}
+
 // The segment count, at most `max_segments`, that minimises a wave model of a job's two launches in units of one
 // chunk step of a CTA: the outputs launch holds ctas * s CTAs of ceil(chunks / s) steps, `slots` of them advancing at
 // full speed at once (ceil(ctas * s / slots) rounds of steps), the state-only launch ctas * (s - 1) CTAs at half the
@@ -169,8 +179,7 @@ int64_t segments_by_wave_model(int64_t ctas, int64_t chunks, int64_t slots, int6
   int64_t best = 1;
   int64_t best_cost = 0;
   for (int64_t wanted = 1; wanted <= max_segments; ++wanted) {
-    const int64_t steps = (chunks + wanted - 1) / wanted;
-    const int64_t segments = (chunks + steps - 1) / steps;
+    const auto [steps, segments] = chunk_pieces(chunks, wanted);
     const int64_t outputs = (ctas * segments + slots - 1) / slots * steps;
     const int64_t states = (ctas * (segments - 1) + slots - 1) / slots * steps;
     const int64_t cost = 2 * outputs + states;  // in half steps
@@ -215,17 +224,16 @@ double roofline_steps(const RooflineJob& job, int64_t slots, int64_t segments, d
   slots = std::max<int64_t>(slots, 1);
   const auto waves = [&](int64_t ctas) { return static_cast<double>((ctas + slots - 1) / slots); };
   const double sequences = static_cast<double>(job.batch_heads);
-  const int64_t steps = (job.chunks + segments - 1) / segments;
-  segments = (job.chunks + steps - 1) / steps;
+  const ChunkPieces pieces = chunk_pieces(job.chunks, segments);
+  const int64_t steps = pieces.size;
+  segments = pieces.count;
   double cost = std::max(waves(job.ctas * segments) * static_cast<double>(steps),
                          sequences * static_cast<double>(job.tokens * job.bytes_per_token) / step_bytes);
   if (segments > 1) {
     const int64_t active = job.ctas * (segments - 1);
-    int64_t splits = state_splits_for(active, steps, slots);
-    const int64_t part = (steps + splits - 1) / splits;
-    splits = (steps + part - 1) / part;
+    const ChunkPieces parts = chunk_pieces(steps, state_splits_for(active, steps, slots));
     const int64_t state_tokens = std::min(job.tokens, (segments - 1) * steps * kRetentionChunk);
-    cost += std::max(waves(active * splits) * static_cast<double>(part) / 2.0,
+    cost += std::max(waves(active * parts.count) * static_cast<double>(parts.size) / 2.0,
                      sequences * static_cast<double>(state_tokens * job.state_bytes_per_token) / step_bytes);
   }
   return cost;
@@ -245,8 +253,7 @@ int64_t segments_by_roofline(const RooflineJob& job, int64_t slots, int64_t max_
   for (int64_t wanted = 1; wanted <= max_segments; ++wanted) {
     const double cost = roofline_steps(job, slots, wanted, step_bytes);
     if (wanted == 1 || cost * 20 < lean_cost * 19) {
-      const int64_t steps = (job.chunks + wanted - 1) / wanted;
-      lean = (job.chunks + steps - 1) / steps;
+      lean = chunk_pieces(job.chunks, wanted).count;
       lean_cost = cost;
     }
   }
@@ -304,18 +311,18 @@ JobShape shape_job(const ChunkKernel* kernel, int64_t batch_heads, int64_t dk, i
         segments_by_roofline(job, model.slots * multiprocessors, max_segments, choice.dram_bytes_per_step, segments);
   }
   if (choice.segments != 0) segments = std::max<int64_t>(1, std::min(choice.segments, chunks));
-  const int64_t chunks_per_segment = segments > 1 ? (chunks + segments - 1) / segments : chunks;
+  const ChunkPieces cut = segments > 1 ? chunk_pieces(chunks, segments) : ChunkPieces{chunks, 1};
+  const int64_t chunks_per_segment = cut.size;
   shape.segment_tokens = chunks_per_segment * kRetentionChunk;
-  shape.segments = segments > 1 ? static_cast<int32_t>((chunks + chunks_per_segment - 1) / chunks_per_segment) : 1;
+  shape.segments = static_cast<int32_t>(cut.count);
   shape.state_segment_tokens = shape.segment_tokens;
   if (shape.segments > 1 && wgmma != nullptr) {
-    int64_t splits = choice.state_splits != 0 ? std::min(choice.state_splits, chunks_per_segment)
-                                              : state_splits_for(ctas * (shape.segments - 1), chunks_per_segment,
-                                                                 model.slots * multiprocessors);
-    const int64_t part_chunks = (chunks_per_segment + splits - 1) / splits;
-    splits = (chunks_per_segment + part_chunks - 1) / part_chunks;  // no part wholly past its segment's end
-    shape.state_splits = static_cast<int32_t>(splits);
-    shape.state_segment_tokens = part_chunks * kRetentionChunk;
+    const int64_t splits = choice.state_splits != 0 ? std::min(choice.state_splits, chunks_per_segment)
+                                                    : state_splits_for(ctas * (shape.segments - 1), chunks_per_segment,
+                                                                       model.slots * multiprocessors);
+    const ChunkPieces parts = chunk_pieces(chunks_per_segment, splits);  // no part wholly past its segment's end
+    shape.state_splits = static_cast<int32_t>(parts.count);
+    shape.state_segment_tokens = parts.size * kRetentionChunk;
   }
   if (shape.segments > 1) {
     shape.workspace_bytes =

@@ -41,6 +41,7 @@ void RetentionTuningRunner::build(int64_t l2_bytes, uint64_t seed) {
   const DeviceGuard guard(device_);
   multiprocessors_ = multiprocessors_of(device_);
   capability_ = compute_capability_of(device_);
+  dram_bytes_per_step_ = dram_bytes_per_step_of(device_);
   timer_ = std::make_unique<GpuRunTimer>(device_);
   const int64_t tokens = s.tokens[0];
   const std::array<int64_t, 4> key_extents{s.batch, tokens, s.heads_q, s.head_dim};
@@ -106,7 +107,7 @@ void RetentionTuningRunner::release() noexcept {
 const RetentionTuningRunner::ConfigPlans& RetentionTuningRunner::plans_for(const tune::Config& config) {
   const auto known = plans_.find(config.id);
   if (known != plans_.end()) return known->second;
-  const ChunkShapeChoice choice = on_device(chunk_shape_of(config), capability_, dram_bytes_per_step_of(device_));
+  const ChunkShapeChoice choice = on_device(chunk_shape_of(config), capability_, dram_bytes_per_step_);
   ConfigPlans plans;
   // A shape that cannot run the problem throws here (Status::unsupported), which excludes the config.
   if (spec_.op == tune::TuneOp::retention_backward) {

@@ -50,7 +50,8 @@ class RetentionTuningRunner : public tune::Runner {
   tune::ProblemSpec spec_;
   int device_ = 0;
   int multiprocessors_ = 0;
-  int capability_ = 0;  // 10 * major + minor
+  int capability_ = 0;                // 10 * major + minor
+  double dram_bytes_per_step_ = 0.0;  // dram_bytes_per_step_of(device_)
   std::unique_ptr<GpuRunTimer> timer_;
   std::vector<BufferSet> sets_;
   std::map<std::string, ConfigPlans> plans_;  // by config id

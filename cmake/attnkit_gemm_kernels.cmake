@@ -57,7 +57,10 @@
 # rows in every layout (their mainloop writes both operands K-major as it splits them), 128 x 128 x 16 in clusters of
 # one: three buffers of split parts (96 KB) sit beside the loaded stages and the
 # epilogue in shared memory. Split-K rows of both fp32 maths (A K-major, dev set) take the small grids with a long K
-# (decode-like M, 256 x 256 x 65536), as the 16-bit ones do.
+# (decode-like M, 256 x 256 x 65536), as the 16-bit ones do. TF32 with B MN-major has a 128 x 256 split-K row (C^T's
+# tile: 256 of M x 128 of N) before its 128 x 128 one, so it takes the grids it pads no more: the weight reaches the
+# wgmma through registers there, and the wider tile halves those loads per multiply-add (H100, docs/perf.md: 1024 x
+# 1024 x 16384 180 -> 123 us against cuBLAS's 129, 256 x 4096 x 16384 182 -> 124; 256 x 256 x 65536 66 -> 71 us).
 # The dev set holds every layout of bf16 and f16 on Hopper (about 35-45 s of one core each to compile), the
 # 64 x 128 ping-pong rows of the two common layouts (small grids: 1024^3, decode-like M against a wide N), the
 # stream-K and split-K rows of the two common layouts (a=k b=mn, a=k b=k; the full set adds the A MN-major
@@ -115,6 +118,7 @@ set(ATTNKIT_GEMM_KERNEL_TABLE
   "sm90  tf32    k   mn  128x128x32  1x1  auto   coop     dev"
   "sm90  tf32    mn  mn  128x128x32  2x1  auto   coop     full"
   "sm90  tf32    mn  k   128x256x32  2x1  auto   coop     full"
+  "sm90  tf32    k   mn  128x256x32  1x1  auto   splitk   dev"
   "sm90  tf32    k   mn  128x128x32  1x1  auto   splitk   dev"
   "sm90  tf32    k   k   128x128x32  1x1  auto   splitk   dev"
   "sm90  tf32    k   mn  128x64x32   1x1  auto   swapped_splitk dev"

@@ -1410,6 +1410,31 @@ TEST_F(CudaGemmKernelChoice, Fp32SplitKInTwoSlicesMatchesTheOracle) {
   }
 }
 
+// TF32 with B MN-major (x @ W) on split-K grids: CUTLASS computes C^T = B^T A^T with the weight read into registers,
+// whose loads per multiply-add halve on tiles 256 rows of C tall, so the 128 x 256 split-K row (a tile of 256 x 128 of
+// C) runs wherever its tiles pad the output no more than 128 x 128 ones, and the 128 x 128 row where they do; each
+// against the oracle with tails of M, N and the K slices, alpha and beta.
+TEST_F(CudaGemmKernelChoice, Tf32SplitKWithBMnMajorRunsOnTallTilesWhereTheyPadNoMore) {
+  if (device_capability() != 90) GTEST_SKIP() << "the Hopper GEMM runs on compute capability 9.0 only";
+  struct Case {
+    int64_t m, n, k;
+    const char* row;
+  };
+  const std::vector<Case> cases = {{512, 256, 4096, "sm90_tf32_ak_bmn_128x256x32_c1x1_splitk"},
+                                   {256, 384, 2080, "sm90_tf32_ak_bmn_128x256x32_c1x1_splitk"},
+                                   {384, 256, 3000, "sm90_tf32_ak_bmn_128x128x32_c1x1_splitk"}};
+  for (size_t i = 0; i < cases.size(); ++i) {
+    GemmSpec s;
+    s.m = cases[i].m, s.n = cases[i].n, s.k = cases[i].k;
+    s.alpha = 0.75, s.beta = i == 1 ? -0.5 : 0.0;
+    EXPECT_EQ(plan_kernel(s, kTF32), cases[i].row) << s.describe();
+    expect_matches_oracle(s, kTF32, 171 + static_cast<uint64_t>(i));
+  }
+  GemmSpec k_heavy;
+  k_heavy.m = 1024, k_heavy.n = 1024, k_heavy.k = 16384;
+  EXPECT_EQ(plan_kernel(k_heavy, kTF32), "sm90_tf32_ak_bmn_128x256x32_c1x1_splitk");
+}
+
 // The swapped split-K rows (decode: C^T = B^T A^T on tiles of 128 of N x 64 of M, K slices; bf16, f16, TF32 and
 // 3xTF32), each forced with ATTNKIT_GEMM_CONFIG against the oracle on decode shapes: M 1, 7, 16 and 64 tokens; N 4096,
 // 4160 (a partial 128-row tile of C^T) and 4097 (B and C staged, N padded); K 4096 (4 slices) and 4104 (3 slices of

@@ -546,6 +546,12 @@ TEST(CudaGemmSelection, WavesCostModelPicksSmallTilesForSmallGridsAnd128x256ForL
   EXPECT_EQ(choose(both_split_k, 256, 256, 65536), 3);
   EXPECT_EQ(choose({big, small, stream_k, swapped_split_k, split_k}, 128, 1024, 4096), 3) << "equal: the first";
   EXPECT_EQ(choose({big, small, stream_k, swapped_split_k, split_k}, 256, 256, 65536), 3) << "equal: the first";
+  // TF32 with B MN-major: the tall split-K tile (C's 256 x 128) listed first runs where it pads no more (1024 x 1024 x
+  // 16384: 32 tiles against 64 of the same area), the 128 x 128 row where it pads less (M 384: 512 rows against 384).
+  const GemmCandidate tall_split_k{256, 128, true, false};
+  EXPECT_EQ(choose({big, tall_split_k, split_k}, 1024, 1024, 16384), 1);
+  EXPECT_EQ(choose({big, tall_split_k, split_k}, 256, 4096, 16384), 1);
+  EXPECT_EQ(choose({big, tall_split_k, split_k}, 384, 256, 3000), 2);
   // Stream-K when even the chosen tile leaves more than half the SMs idle (16 x 4096: 32 tiles of 64 x 128).
   EXPECT_EQ(choose({big, small, stream_k}, 16, 4096, 4099), 2);
   EXPECT_EQ(choose({big, small, stream_k}, 1024, 1024, 1024), 1);  // 128 tiles of 64 x 128

@@ -25,7 +25,7 @@ double scattered_seconds_per_head(const ElementPathProblem& p, double density, c
   const double flops = 2.0 * sq * sk * unioned * ((2 * d + dv) + (2 * d + 2 * dv));
   const double streamed = std::ceil(sq / rates.backward_cta_rows) * sk * (d + dv) * bytes +
                           std::ceil(sk / rates.backward_cta_rows) * sq * ((d + dv) * bytes + 8.0);
-  return flops / rates.gathered_flops_per_second + streamed / rates.l2_bytes_per_second;
+  return flops / rates.gathered_flops_per_second_backward + streamed / rates.l2_bytes_per_second;
 }
 
 }  // namespace

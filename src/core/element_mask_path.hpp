@@ -15,12 +15,12 @@
 //   both:      the byte mask read once per call (classified or packed to bits), Q, K, V, O streamed.
 // Backward: tiles 2.5x the forward's FLOPs (DESIGN §5's count); scattered the dQ kernel (2 Sq Sk u (2D + Dv)
 // FLOPs, K/V streamed per 128 query rows) plus the dK/dV kernel (2 Sq Sk u (2D + 2Dv) FLOPs, Q/dO streamed
-// per 128 keys). The smaller estimate wins; a tie goes to tiles. No fixed density threshold (DESIGN §3):
-// for a uniformly scattered broadcast mask at S 8192, H 16 the default rates put the forward's crossover near 2.8 %
-// true entries at D 64 and 0.55 % at D 128 (measured: between 1 and 3 %, and between 0.1 and 1 %) and the
-// backward's near 3.6 % and 2.7 % (measured: the scattered path ahead at 3 % at D 64 and at 1 % at D 128); masks
-// whose entries cluster into fewer tiles move the crossover lower. The rates are in one place (ElementPathRates) so
-// that measured figures (bench/bench_sparse_mask.py) can replace them.
+// per 128 keys), at the backward's own gathered rate. The smaller estimate wins; a tie goes to tiles. No fixed
+// density threshold (DESIGN §3): for a uniformly scattered broadcast mask at S 8192, H 16 the default rates put the
+// forward's crossover near 4.1 % true entries at D 64 and 0.8 % at D 128 (measured: the scattered path ahead at
+// 3 % at D 64, behind at 1 % at D 128) and the backward's near 4.5 % and 3.3 % (measured: the scattered path ahead
+// at 3 % at D 64 and at 1 % at D 128); masks whose entries cluster into fewer tiles move the crossover lower. The rates
+// are in one place (ElementPathRates) so that measured figures (bench/bench_sparse_mask.py) can replace them.
 #pragma once
 #include <cstdint>
 
@@ -51,23 +51,23 @@ struct ElementPathProblem {
 };
 
 // Device rates behind the estimates (only their ratios decide) and the scattered kernels' shape, fitted to one
-// H200 run (2026-11-26, bf16, B1 H16 S8192, uniformly scattered broadcast masks plus the diagonal, docs/perf.md
-// "Scattered element masks", after the union-list pre-pass): the tile path with every tile partial takes 0.784 ms
-// forward at D 64 and 1.009 at D 128, 3.214 and 5.342 ms backward (unmasked backward 2.72 and 4.02); the scattered
-// path 0.243 / 0.483 / 0.855 ms forward at D 64 and 0.1 / 1 / 3 % true entries, 1.157 at D 128 and 1 %, backward
-// 0.860 / 1.559 / 2.681 ms at D 64 and 3.234 at D 128 and 1 %. With these rates every one of those rows is within
-// about 8 % and on the measured side of the crossover.
+// H100 run (2026-11-28, bf16, B1 H16 S8192, uniformly scattered broadcast masks plus the diagonal, docs/perf.md
+// "Scattered element masks", after the residue-dealt lists and the lazy softmax base): the tile path with every
+// tile partial takes 0.730-0.757 ms forward at D 64 and 0.945 at D 128, 2.69-2.76 and 4.50 ms backward; the
+// scattered path 0.245 / 0.409 / 0.694 ms forward at D 64 and 0.1 / 1 / 3 % true entries, 0.998 at D 128 and 1 %,
+// backward 0.869 / 1.344 / 2.148 ms at D 64 and 2.766 at D 128 and 1 %. With these rates every one of those rows is
+// within 8 % and on the measured side of the crossover.
 struct ElementPathRates {
-  double tile_flops_per_second = 390e12;                // forward, D, Dv <= 64
+  double tile_flops_per_second = 400e12;                // forward, D, Dv <= 64
   double tile_flops_per_second_wide = 610e12;           // forward, wider heads
-  double tile_flops_per_second_backward = 260e12;       // the backward's 2.5x FLOPs, D, Dv <= 64
-  double tile_flops_per_second_backward_wide = 313e12;  // ... wider heads
+  double tile_flops_per_second_backward = 300e12;       // the backward's 2.5x FLOPs, D, Dv <= 64
+  double tile_flops_per_second_backward_wide = 355e12;  // ... wider heads
   double partial_tile_factor = 1.05;
-  // The backward's partial tiles read a key-major bit matrix packed once per call: 1.19x a full tile (3.21 against
-  // 2.72 ms unmasked at D 64).
+  // The backward's partial tiles read a key-major bit matrix packed once per call (about 1.2x a full tile).
   double partial_tile_factor_backward = 1.19;
-  double gathered_flops_per_second = 175e12;
-  double l2_bytes_per_second = 6.3e12;
+  double gathered_flops_per_second = 240e12;
+  double gathered_flops_per_second_backward = 245e12;
+  double l2_bytes_per_second = 6.5e12;
   double memory_bytes_per_second = 3.0e12;
   int union_rows = 16;                // query rows (keys in dK/dV) sharing one union list: a warp's
   int forward_cta_rows_narrow = 256;  // query rows per forward CTA for D, Dv <= 64

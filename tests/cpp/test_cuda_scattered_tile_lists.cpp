@@ -1,7 +1,11 @@
 // The scattered kernels' pre-pass (launch_build_tile_lists, cuda/sparse/scattered_tile_lists.cu): on odd row and
 // column counts, partial last tiles, empty and full rows, several (batch, head) slices and both tile widths, every
-// list equals a plain CPU union of its 16 rows (entries in column order with their row sets, zero padding to a
-// multiple of 16), every length is written, and nothing is written past a padded list or past the last list.
+// list equals a plain CPU union of its 16 rows (entries with their row sets, padded to a multiple of 16) in the
+// documented order: columns sorted by (column % 8, column) dealt round robin over the list's n-blocks of 8 entries
+// (n-block h: entries 16 (h / 2) + 4 j + 2 (h % 2) + {0, 1}, j = 0..3), padding naming its n-block's row-0 column
+// with an empty row set. Within an n-block two columns share a residue mod 8 (a shared-memory bank conflict of the
+// walk) only where the residue holds more columns than the list has n-blocks. Every length is written, and nothing
+// is written past a padded list or past the last list.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -35,6 +39,7 @@ using cuda::sparse::TileLists;
 
 constexpr uint32_t kPoison = 0xABABABABu;
 constexpr int64_t kGuardWords = 64;
+constexpr uint32_t kUnset = 0xFFFFFFFFu;  // not an entry: row sets have 16 bits, columns fewer than 16
 
 // A contiguous [slices, rows, columns] mask of 0 / 1 bytes: each byte set with probability `density`; rows
 // listed in `empty_rows` all zero.
@@ -52,6 +57,10 @@ std::string describe(const ListCase& c) {
          std::to_string(c.tile) + " density " + std::to_string(c.density);
 }
 
+// List index of row `row` (0..7) of n-block `block`: n-block block % 2 of the 16-entry step block / 2, whose
+// rows are that step's entries 4 j + 2 (block % 2) + {0, 1}.
+size_t block_entry(size_t block, size_t row) { return (block / 2) * 16 + (row / 2) * 4 + row % 2 + 2 * (block % 2); }
+
 // The lists of one slice / group / tile as the pre-pass defines them.
 std::vector<uint32_t> cpu_list(const ListCase& c, const std::vector<uint8_t>& mask, int64_t slice, int32_t group,
                                int32_t tile) {
@@ -64,8 +73,40 @@ std::vector<uint32_t> cpu_list(const ListCase& c, const std::vector<uint8_t>& ma
     }
     if (row_set != 0) list.push_back((row_set << 16) | static_cast<uint32_t>(column - tile * c.tile));
   }
-  while (list.size() % 16 != 0) list.push_back(0u);
-  return list;
+  std::stable_sort(list.begin(), list.end(), [](uint32_t a, uint32_t b) { return (a & 7u) < (b & 7u); });
+  const size_t total = list.size();
+  const size_t padded = (total + 15) / 16 * 16;
+  const size_t groups = padded / 8;
+  std::vector<uint32_t> dealt(padded, kUnset);
+  for (size_t rank = 0; rank < total; ++rank) dealt[block_entry(rank % groups, rank / groups)] = list[rank];
+  for (size_t g = 0; g < groups; ++g) {
+    for (size_t row = 0; row < 8; ++row) {
+      uint32_t& entry = dealt[block_entry(g, row)];
+      if (entry == kUnset) entry = row == 0 ? 0u : dealt[block_entry(g, 0)] & 0xffffu;
+    }
+  }
+  return dealt;
+}
+
+// The purpose of the order, checked on its own: per n-block, the real columns (nonempty row sets) of any
+// residue mod 8 number at most ceil(columns of that residue in the list / n-blocks).
+int64_t crowded_groups(const std::vector<uint32_t>& list) {
+  const size_t groups = list.size() / 8;
+  int64_t per_residue[8] = {};
+  for (uint32_t entry : list) per_residue[entry & 7u] += (entry >> 16) != 0 ? 1 : 0;
+  int64_t crowded = 0;
+  for (size_t g = 0; g < groups; ++g) {
+    int64_t in_group[8] = {};
+    for (size_t row = 0; row < 8; ++row) {
+      const uint32_t entry = list[block_entry(g, row)];
+      in_group[entry & 7u] += (entry >> 16) != 0 ? 1 : 0;
+    }
+    for (int r = 0; r < 8; ++r) {
+      const int64_t allowed = (per_residue[r] + static_cast<int64_t>(groups) - 1) / static_cast<int64_t>(groups);
+      if (in_group[r] > allowed) ++crowded;
+    }
+  }
+  return crowded;
 }
 
 void expect_lists_match_cpu(const ListCase& c, uint32_t seed) {
@@ -124,6 +165,7 @@ void expect_lists_match_cpu(const ListCase& c, uint32_t seed) {
                     "download lengths");
   int64_t wrong = 0;
   int64_t nonempty = 0;
+  int64_t crowded = 0;
   for (int64_t s = 0; s < c.slices; ++s) {
     for (int32_t g = 0; g < groups; ++g) {
       for (int32_t t = 0; t < tiles; ++t) {
@@ -137,6 +179,8 @@ void expect_lists_match_cpu(const ListCase& c, uint32_t seed) {
           }
           continue;
         }
+        const auto first = got_entries.begin() + index * c.tile;
+        crowded += crowded_groups(std::vector<uint32_t>(first, first + static_cast<int64_t>(expected.size())));
         for (int64_t i = 0; i < c.tile; ++i) {
           const uint32_t value = got_entries[static_cast<size_t>(index * c.tile + i)];
           const uint32_t want = i < static_cast<int64_t>(expected.size()) ? expected[static_cast<size_t>(i)] : kPoison;
@@ -149,6 +193,7 @@ void expect_lists_match_cpu(const ListCase& c, uint32_t seed) {
     }
   }
   EXPECT_EQ(wrong, 0) << "of " << lists << " lists";
+  EXPECT_EQ(crowded, 0) << "groups of 8 entries holding more columns of one residue than the order allows";
   for (int64_t i = 0; i < kGuardWords; ++i) {
     ASSERT_EQ(got_entries[static_cast<size_t>(lists * c.tile + i)], kPoison) << "entries written past the last list";
     ASSERT_EQ(got_lengths[static_cast<size_t>(lists + i)], kPoison) << "lengths written past the last list";

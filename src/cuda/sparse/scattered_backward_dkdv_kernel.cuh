@@ -91,13 +91,12 @@ __global__ void __launch_bounds__(Warps * 32, 1) scattered_backward_dkdv_kernel(
     const uint32_t grad_out_address = q_address + Traits::kTileElements * int(sizeof(Element));
     const float* lse2 = floats(item & 1);
     const float* delta = lse2 + kTile;
-    for (int step = 0; step < length; step += 16) {
-      const uint32_t* step_list = list + step;
+    walk_steps(list, length, lane, [&](const StepEntries& entries) {
       float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
       float dp[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-      gathered_scores<Element, Width>(s, k, q_address, step_list, lane);
-      gathered_scores<Element, Width>(dp, v, grad_out_address, step_list, lane);
-      for_each_step_entry(step_list, lane, [&](int block, int i, uint32_t entry, bool attended) {
+      gathered_scores<Element, Width>(s, k, q_address, entries, lane);
+      gathered_scores<Element, Width>(dp, v, grad_out_address, entries, lane);
+      for_each_step_entry(entries, lane, [&](int block, int i, uint32_t entry, bool attended) {
         const int query = static_cast<int>(entry & 0xffffu);
         const float probability = attended ? fast_exp2(s[block][i] * p.scale_log2 - lse2[query]) : 0.0f;
         s[block][i] = probability;
@@ -107,9 +106,9 @@ __global__ void __launch_bounds__(Warps * 32, 1) scattered_backward_dkdv_kernel(
       uint32_t grad_scores[4];
       pack_a_fragment<Element>(probabilities, s);
       pack_a_fragment<Element>(grad_scores, dp);
-      gathered_accumulate<Element, Width>(grad_v, probabilities, grad_out_address, step_list, lane);
-      gathered_accumulate<Element, Width>(grad_k, grad_scores, q_address, step_list, lane);
-    }
+      gathered_accumulate<Element, Width>(grad_v, probabilities, grad_out_address, entries, lane);
+      gathered_accumulate<Element, Width>(grad_k, grad_scores, q_address, entries, lane);
+    });
   };
   stream_listed_tiles<kTile>(items, lists, lane, stage, length_of, entries_of, walk);
   store_c_fragments<Element, Width>(grad_k, p.grad_k, batch, kv_head, first_key, p.seq_k, p.head_dim, p.scale, p.scale,

@@ -58,18 +58,18 @@ __global__ void __launch_bounds__(Warps * 32, 1) scattered_backward_dq_kernel(co
   float grad_q[Width / 8][4];
   zero_c_fragments<Width>(grad_q);
 
-  auto step = [&](uint32_t k_address, uint32_t v_address, const uint32_t* step_list) {
+  auto step = [&](uint32_t k_address, uint32_t v_address, const StepEntries& entries) {
     float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
     float dp[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-    gathered_scores<Element, Width>(s, q, k_address, step_list, lane);
-    gathered_scores<Element, Width>(dp, grad_out, v_address, step_list, lane);
-    for_each_step_entry(step_list, lane, [&](int block, int i, uint32_t, bool attended) {
+    gathered_scores<Element, Width>(s, q, k_address, entries, lane);
+    gathered_scores<Element, Width>(dp, grad_out, v_address, entries, lane);
+    for_each_step_entry(entries, lane, [&](int block, int i, uint32_t, bool attended) {
       const float probability = attended ? fast_exp2(s[block][i] * p.scale_log2 - lse2[i >> 1]) : 0.0f;
       s[block][i] = probability * (dp[block][i] - delta[i >> 1]);
     });
     uint32_t grad_scores[4];
     pack_a_fragment<Element>(grad_scores, s);
-    gathered_accumulate<Element, Width>(grad_q, grad_scores, k_address, step_list, lane);
+    gathered_accumulate<Element, Width>(grad_q, grad_scores, k_address, entries, lane);
   };
   stream_key_value_steps<Element, Width, kTile, Traits::kThreads>(tiles, lists, p, batch, head, kv_head, first_row / 16,
                                                                   thread, lane, step);

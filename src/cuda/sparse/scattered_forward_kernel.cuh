@@ -6,8 +6,10 @@
 // rows attends is neither loaded nor walked: stream_listed_tiles). Per tile each warp copies the pre-pass's list
 // of the union U of the keys its 16 rows attend (TileLists, built once per mask slice, not per head) next to the
 // tile and walks it 16 keys at a time: S = Q K_U^T (ldmatrix of the gathered K rows, mma m16n8k16), entries
-// whose bit is clear set to -inf, online softmax in base 2 (scale * log2 e folded into one multiply), O += P V_U
-// with the gathered V rows loaded transposed. A row without any key ends with O = 0 and LSE = -inf.
+// whose bit is clear set to -inf, online softmax in base 2 (scale * log2 e folded into the exponent's fma) with
+// a lazy base: the rows' maxima are exchanged and the output rescaled only in a step where some score exceeds
+// its row's base by more than kRescaleSlack (a warp vote decides), O += P V_U with the gathered V rows loaded
+// transposed. A row without any key ends with O = 0 and LSE = -inf.
 //
 // Counts per (batch, head), with density rho and u = 1 - (1 - rho)^16 the chance that a key is in a warp's union
 // (u ~ 0.15 at 1 %): tensor-core FLOPs 2 Sq Sk u (D + Dv) (most of a step's 16 x 16 products are masked: the
@@ -50,6 +52,10 @@ struct ScatteredForwardTraits : ScatteredTileShape<Width, Warps> {
       2 * 2 * Shape::kTileElements * int(sizeof(Element)) + Warps * 2 * Shape::kListEntries * 4;
 };
 
+// How far (log2 units) a score may exceed its row's base before the base moves: probabilities up to 2^8
+// (exact in fp16 / bf16 and fp32), so most steps skip the row-max exchange and the rescaling.
+inline constexpr float kRescaleSlack = 8.0f;
+
 template <class Element, int Width, int Warps>
 __global__ void __launch_bounds__(Warps * 32, 1) scattered_forward_kernel(const ScatteredForwardParams p) {
   using Traits = ScatteredForwardTraits<Element, Width, Warps>;
@@ -70,51 +76,53 @@ __global__ void __launch_bounds__(Warps * 32, 1) scattered_forward_kernel(const 
   load_a_fragments<Element, Width>(q, p.q, batch, head, first_row, p.seq_q, p.head_dim, lane);
   float acc[Width / 8][4];
   zero_c_fragments<Width>(acc);
+  // row_max: per row, the base (log2 units, scale folded in) of every probability so far; raw_limit: the
+  // raw score above which the base must move, kRescaleSlack above it.
   float row_max[2] = {-INFINITY, -INFINITY};
+  float raw_limit[2] = {-INFINITY, -INFINITY};
   float row_sum[2] = {0.0f, 0.0f};
   const int g = lane / 4;
   const int t = lane % 4;
 
-  auto step = [&](uint32_t k_address, uint32_t v_address, const uint32_t* step_list) {
+  auto step = [&](uint32_t k_address, uint32_t v_address, const StepEntries& entries) {
     float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-    gathered_scores<Element, Width>(s, q, k_address, step_list, lane);
+    gathered_scores<Element, Width>(s, q, k_address, entries, lane);
     float block_max[2] = {-INFINITY, -INFINITY};
-    for_each_step_entry(step_list, lane, [&](int block, int i, uint32_t, bool attended) {
-      s[block][i] = attended ? s[block][i] * p.scale_log2 : -INFINITY;
+    for_each_step_entry(entries, lane, [&](int block, int i, uint32_t, bool attended) {
+      s[block][i] = attended ? s[block][i] : -INFINITY;
       block_max[i >> 1] = fmaxf(block_max[i >> 1], s[block][i]);
     });
+    if (__any_sync(kFullWarp, block_max[0] > raw_limit[0] || block_max[1] > raw_limit[1])) {
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      block_max[half] = fmaxf(block_max[half], __shfl_xor_sync(kFullWarp, block_max[half], 1));
-      block_max[half] = fmaxf(block_max[half], __shfl_xor_sync(kFullWarp, block_max[half], 2));
-    }
-    float base[2];
+      for (int half = 0; half < 2; ++half) {
+        block_max[half] = fmaxf(block_max[half], __shfl_xor_sync(kFullWarp, block_max[half], 1));
+        block_max[half] = fmaxf(block_max[half], __shfl_xor_sync(kFullWarp, block_max[half], 2));
+        const float new_max = fmaxf(row_max[half], block_max[half] * p.scale_log2);
+        if (new_max > row_max[half]) {
+          const float rescale = fast_exp2(row_max[half] - new_max);
+          row_sum[half] *= rescale;
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const float new_max = fmaxf(row_max[half], block_max[half]);
-      base[half] = new_max == -INFINITY ? 0.0f : new_max;
-      if (new_max > row_max[half]) {
-        const float rescale = fast_exp2(row_max[half] - new_max);
-        row_sum[half] *= rescale;
-#pragma unroll
-        for (int i = 0; i < Width / 8; ++i) {
-          acc[i][2 * half] *= rescale;
-          acc[i][2 * half + 1] *= rescale;
+          for (int i = 0; i < Width / 8; ++i) {
+            acc[i][2 * half] *= rescale;
+            acc[i][2 * half + 1] *= rescale;
+          }
+          row_max[half] = new_max;
+          raw_limit[half] = (new_max + kRescaleSlack) / p.scale_log2;
         }
-        row_max[half] = new_max;
       }
     }
+    const float base[2] = {row_max[0] == -INFINITY ? 0.0f : row_max[0], row_max[1] == -INFINITY ? 0.0f : row_max[1]};
 #pragma unroll
     for (int block = 0; block < 2; ++block) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        s[block][i] = fast_exp2(s[block][i] - base[i >> 1]);
+        s[block][i] = fast_exp2(fmaf(s[block][i], p.scale_log2, -base[i >> 1]));
         row_sum[i >> 1] += s[block][i];
       }
     }
     uint32_t probabilities[4];
     pack_a_fragment<Element>(probabilities, s);
-    gathered_accumulate<Element, Width>(acc, probabilities, v_address, step_list, lane);
+    gathered_accumulate<Element, Width>(acc, probabilities, v_address, entries, lane);
   };
   stream_key_value_steps<Element, Width, kTile, Traits::kThreads>(tiles, lists, p, batch, head, kv_head, first_row / 16,
                                                                   thread, lane, step);

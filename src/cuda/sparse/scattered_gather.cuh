@@ -11,8 +11,20 @@
 // supplies one gathered row address), and the row set tells which of the 16 x 16 products are real.
 // Work per tile therefore follows the union, not the tile.
 //
-// Staged tiles are [Tile][Width] elements, 16-byte chunks XOR-swizzled by the row (chunk ^ row % 8) so
-// that gathered rows with different row % 8 fall in different banks.
+// Within a step of 16 entries, n-block b of the score product (its 8 columns, one ldmatrix matrix, and
+// the matching k rows of the P V product) is entries 4 j + 2 b + {0, 1}, j = 0..3 (step_entry_of_row), so
+// that the lane holding C columns 2t, 2t + 1 of both n-blocks reads its four entries 4t .. 4t + 3 with
+// one 16-byte load (StepEntries).
+//
+// Staged tiles are [Tile][Width] elements, 16-byte chunks XOR-swizzled by the row (chunk ^ row % 8), so
+// the 8 rows of one ldmatrix matrix (one n-block's 8 entries) read conflict-free when their columns
+// differ mod 8 and pay one extra shared-memory wavefront per repeated residue otherwise. The list order
+// is chosen for that (any order gives the same sums): the union's n columns sorted by (column % 8,
+// column) are dealt round robin over the G = padded / 8 n-blocks of the list (the i-th sorted column
+// becomes row i / G of n-block i % G: n-block h is n-block h % 2 of step h / 2), so two columns of one
+// n-block share a residue only when that residue holds more than G columns; an n-block's padding entries
+// name its row-0 column with an empty row set (the same address: a broadcast, not a conflict), an
+// n-block without columns names column 0.
 #pragma once
 #include <cstdint>
 
@@ -92,9 +104,32 @@ __device__ __forceinline__ void stage_floats_async(float* tile, const float* row
   }
 }
 
+// Index within a 16-entry step of the entry that is row `row` (0..7) of n-block `block` (see the file
+// comment): the C columns 2t, 2t + 1 of n-block b are entries 4t + 2b, 4t + 2b + 1.
+__device__ __forceinline__ constexpr int step_entry_of_row(int row, int block) {
+  return (row >> 1) * 4 + (row & 1) + 2 * block;
+}
+
+// The entries of one step a lane uses, read once: `columns` those of its C columns (x, y: n-block 0
+// columns 2t, 2t + 1; z, w: n-block 1), `rows[b]` the one whose row it supplies to n-block b's ldmatrix
+// matrix (row lane % 8).
+struct StepEntries {
+  uint4 columns;
+  uint32_t rows[2];
+};
+
+__device__ __forceinline__ StepEntries load_step_entries(const uint32_t* step_list, int lane) {
+  StepEntries e;
+  e.columns = *reinterpret_cast<const uint4*>(step_list + 4 * (lane % 4));
+  e.rows[0] = step_list[step_entry_of_row(lane & 7, 0)];
+  e.rows[1] = step_list[step_entry_of_row(lane & 7, 1)];
+  return e;
+}
+
 // A warp's gather list for one tile (see the file comment), built by the pre-pass: load() reads the
 // tile's words of the 16 rows into registers (rows past `rows` and words past `valid_words` count as
-// empty), build() writes the list (at most Tile entries) and returns its length, a multiple of 16.
+// empty), build() writes the list (at most Tile entries, in the residue-dealt order of the file comment)
+// and returns its length, a multiple of 16.
 template <int Tile>
 struct GatherListBuilder {
   static constexpr int kWords = Tile / 32;
@@ -123,24 +158,49 @@ struct GatherListBuilder {
     load(words + tile * kWords, words_per_row, rows, words_per_row - tile * kWords, lane);
   }
 
+  // Bit r of every byte: the word's columns with residue r mod 8 are (kResidue0 << r).
+  static constexpr uint32_t kResidue0 = 0x01010101u;
+
   __device__ __forceinline__ int build(uint32_t* list, int lane) const {
-    const int word = lane / kLanesPerWord;
     const int group_lane = lane % kLanesPerWord;
     uint32_t any = 0;
 #pragma unroll
     for (int i = 0; i < kRowsPerLane; ++i) any |= row_words[i];
 #pragma unroll
     for (int offset = 1; offset < kLanesPerWord; offset <<= 1) any |= __shfl_xor_sync(kFullWarp, any, offset);
-    const int count = __popc(any);
-    int end = count;  // inclusive scan over the words
+    // Union columns of this word per residue, a byte each: residues 0-3 in `low`, 4-7 in `high` (a byte
+    // never exceeds Tile / 8 = 32).
+    uint32_t low = 0;
+    uint32_t high = 0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      low |= static_cast<uint32_t>(__popc(any & (kResidue0 << r))) << (8 * r);
+      high |= static_cast<uint32_t>(__popc(any & (kResidue0 << (r + 4)))) << (8 * r);
+    }
+    uint32_t low_end = low;  // inclusive scans over the words, bytewise
+    uint32_t high_end = high;
 #pragma unroll
     for (int offset = kLanesPerWord; offset < 32; offset <<= 1) {
-      const int before = __shfl_up_sync(kFullWarp, end, offset);
-      if (lane >= offset) end += before;
+      const uint32_t low_before = __shfl_up_sync(kFullWarp, low_end, offset);
+      const uint32_t high_before = __shfl_up_sync(kFullWarp, high_end, offset);
+      if (lane >= offset) {
+        low_end += low_before;
+        high_end += high_before;
+      }
     }
-    const int total = __shfl_sync(kFullWarp, end, 31);
-    const unsigned group = ((1u << kLanesPerWord) - 1u) << (word * kLanesPerWord);
-    int position = end - count;
+    const uint32_t low_total = __shfl_sync(kFullWarp, low_end, 31);
+    const uint32_t high_total = __shfl_sync(kFullWarp, high_end, 31);
+    const uint32_t low_sum = (low_total * kResidue0) >> 24;
+    const int total = static_cast<int>(low_sum + ((high_total * kResidue0) >> 24));
+    const int padded = (total + 15) & ~15;
+    if (padded == 0) return 0;
+    const int groups = padded / 8;
+    // Byte r: the sorted rank of this word's first column of residue r (columns of lower residues, then
+    // this residue's columns in earlier words). A byte can reach 256 only when every union column precedes
+    // it; its carry then lands in the bytes of residues without columns, which are never read.
+    const uint32_t low_first = low_total * 0x01010100u + (low_end - low);
+    const uint32_t high_first = high_total * 0x01010100u + low_sum * kResidue0 + (high_end - high);
+    const int word_base = (lane / kLanesPerWord) * 32;
     uint32_t rest = any;
     while (rest != 0) {  // the same trip count in every lane of the group
       const int bit = __ffs(rest) - 1;
@@ -151,14 +211,32 @@ struct GatherListBuilder {
         row_set |= ((row_words[i] >> bit) & 1u) << (group_lane * kRowsPerLane + i);
       }
 #pragma unroll
-      for (int offset = 1; offset < kLanesPerWord; offset <<= 1) row_set |= __shfl_xor_sync(group, row_set, offset);
-      if (group_lane == 0) list[position] = (row_set << 16) | static_cast<uint32_t>(word * 32 + bit);
-      ++position;
+      for (int offset = 1; offset < kLanesPerWord; offset <<= 1) {
+        row_set |= __shfl_xor_sync(((1u << kLanesPerWord) - 1u) << (lane - group_lane), row_set, offset);
+      }
+      const int residue = bit & 7;
+      const uint32_t firsts = residue < 4 ? low_first : high_first;
+      const int rank = static_cast<int>((firsts >> (8 * (residue & 3))) & 0xffu) +
+                       __popc(any & (kResidue0 << residue) & ((1u << bit) - 1u));
+      if (group_lane == 0) {
+        list[block_entry(rank % groups, rank / groups)] = (row_set << 16) | static_cast<uint32_t>(word_base + bit);
+      }
     }
-    const int padded = (total + 15) & ~15;
-    if (lane < 16 && total + lane < padded) list[total + lane] = 0u;
+    __syncwarp();
+    for (int slot = lane; slot < padded; slot += 32) {
+      const int block = slot / 8;
+      const int filled = block < total ? (total - block + groups - 1) / groups : 0;
+      if (slot % 8 >= filled) {
+        list[block_entry(block, slot % 8)] = filled > 0 ? list[block_entry(block, 0)] & 0xffffu : 0u;
+      }
+    }
     __syncwarp();
     return padded;
+  }
+
+  // List index of row `row` of n-block `block` (n-block block % 2 of step block / 2).
+  __device__ __forceinline__ static int block_entry(int block, int row) {
+    return (block >> 1) * 16 + step_entry_of_row(row, block & 1);
   }
 };
 
@@ -201,9 +279,23 @@ __device__ __forceinline__ void stream_listed_tiles(int items, uint32_t* lists, 
   }
 }
 
+// Calls step(entries) for every 16 entries of a list of `length` entries (a multiple of 16), the next
+// step's entries loaded before the current step runs (unconditionally: the last step reloads its own,
+// so the loop body has no branch around the loads).
+template <class Step>
+__device__ __forceinline__ void walk_steps(const uint32_t* list, int length, int lane, const Step& step) {
+  if (length == 0) return;
+  StepEntries entries = load_step_entries(list, lane);
+  for (int offset = 16; offset <= length; offset += 16) {
+    const StepEntries current = entries;
+    entries = load_step_entries(list + min(offset, length - 16), lane);
+    step(current);
+  }
+}
+
 // The pipeline of the forward and dQ kernels: streams the K and V tiles of KV head `kv_head` through
 // two stages at `tiles` ([stage][K, V][Tile][Width], stream_listed_tiles) and calls
-// step(k_address, v_address, step_list) for every 16 entries of the warp's list of each walked tile.
+// step(k_address, v_address, entries) for every 16 entries of the warp's list of each walked tile.
 // The warp's rows are group `group` of the query-major lists of (batch, head); a group past the last
 // row has empty lists.
 template <class Element, int Width, int Tile, int Threads, class Params, class Step>
@@ -223,7 +315,7 @@ __device__ __forceinline__ void stream_key_value_steps(Element* tiles, uint32_t*
   auto walk = [&](int tile, const uint32_t* list, int length) {
     const uint32_t k_address = shared_address(tiles + (tile & 1) * 2 * kTileElements);
     const uint32_t v_address = k_address + kTileElements * int(sizeof(Element));
-    for (int offset = 0; offset < length; offset += 16) step(k_address, v_address, list + offset);
+    walk_steps(list, length, lane, [&](const StepEntries& entries) { step(k_address, v_address, entries); });
   };
   stream_listed_tiles<Tile>(tiles_k, lists, lane, stage, length_of, entries_of, walk);
 }
@@ -235,14 +327,14 @@ __device__ __forceinline__ uint32_t gathered_row_address(uint32_t tile_address, 
   return tile_address + static_cast<uint32_t>(StagedTile<Width>::chunk_offset(row, chunk) * int(sizeof(Element)));
 }
 
-// S(16 rows x 16 listed columns) += A(16 x Width) * B^T where B's listed rows sit in a staged tile:
-// n-block 0 holds list entries 0..7 of the step, n-block 1 entries 8..15.
+// S(16 rows x 16 listed columns) += A(16 x Width) * B^T where B's listed rows sit in a staged tile
+// (n-block b: the step's entries step_entry_of_row(0..7, b)).
 template <class Element, int Width>
 __device__ __forceinline__ void gathered_scores(float (&s)[2][4], const uint32_t (&a)[Width / 16][4],
-                                                uint32_t tile_address, const uint32_t* step_list, int lane) {
+                                                uint32_t tile_address, const StepEntries& entries, int lane) {
 #pragma unroll
   for (int block = 0; block < 2; ++block) {
-    const uint32_t entry = step_list[block * 8 + (lane & 7)];
+    const uint32_t entry = entries.rows[block];
 #pragma unroll
     for (int pass = 0; pass < Width / 32; ++pass) {
       uint32_t b[4];
@@ -257,15 +349,15 @@ __device__ __forceinline__ void gathered_scores(float (&s)[2][4], const uint32_t
 // `block`, C register i): `entry` is the list entry of the value's column, `attended` whether the value's
 // row is in that entry's row set.
 template <class F>
-__device__ __forceinline__ void for_each_step_entry(const uint32_t* step_list, int lane, const F& f) {
+__device__ __forceinline__ void for_each_step_entry(const StepEntries& entries, int lane, const F& f) {
   const int g = lane / 4;
-  const int t = lane % 4;
 #pragma unroll
   for (int block = 0; block < 2; ++block) {
-    const uint2 entries = *reinterpret_cast<const uint2*>(step_list + block * 8 + 2 * t);
+    const uint32_t even = block == 0 ? entries.columns.x : entries.columns.z;
+    const uint32_t odd = block == 0 ? entries.columns.y : entries.columns.w;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const uint32_t entry = (i & 1) ? entries.y : entries.x;
+      const uint32_t entry = (i & 1) ? odd : even;
       const bool attended = (entry >> (16 + g + (i >> 1) * 8)) & 1u;
       f(block, i, entry, attended);
     }
@@ -275,8 +367,8 @@ __device__ __forceinline__ void for_each_step_entry(const uint32_t* step_list, i
 // C(16 x Width) += P(16 x 16 listed columns, an A fragment) * B where B's listed rows sit in a staged tile.
 template <class Element, int Width>
 __device__ __forceinline__ void gathered_accumulate(float (&c)[Width / 8][4], const uint32_t (&p)[4],
-                                                    uint32_t tile_address, const uint32_t* step_list, int lane) {
-  const uint32_t entry = step_list[(lane & 7) + ((lane >> 3) & 1) * 8];
+                                                    uint32_t tile_address, const StepEntries& entries, int lane) {
+  const uint32_t entry = (lane & 8) != 0 ? entries.rows[1] : entries.rows[0];  // k rows 8..15: n-block 1's
 #pragma unroll
   for (int pair = 0; pair < Width / 16; ++pair) {
     uint32_t b[4];

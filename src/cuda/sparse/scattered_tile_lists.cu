@@ -3,8 +3,9 @@
 // Algorithm. One warp per (mask slice, group of 16 rows, tile of Tile columns), grid-stride over all of
 // them: the warp loads the tile's mask words of its 16 rows (rows past the last count as empty),
 // ORs them into the union of the attended columns, and writes the union's entries (column in the tile |
-// row set << 16) in column order, padded with zero entries to a multiple of 16, at the list's fixed slot
-// of Tile entries, and the padded length (GatherListBuilder, scattered_gather.cuh). Every list is
+// row set << 16), padded with empty entries to a multiple of 16 and ordered so that the 8 rows of each
+// ldmatrix matrix of the walk fall in different banks where the union allows it, at the list's fixed
+// slot of Tile entries, and the padded length (GatherListBuilder, scattered_gather.cuh). Every list is
 // independent, so the pass is fully parallel and runs once per mask slice, while the attention kernels
 // walk each slice's lists once per head and batch element that shares it.
 //

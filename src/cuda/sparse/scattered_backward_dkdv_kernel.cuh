@@ -92,15 +92,26 @@ __global__ void __launch_bounds__(Warps * 32, 1) scattered_backward_dkdv_kernel(
     const float* lse2 = floats(item & 1);
     const float* delta = lse2 + kTile;
     walk_steps(list, length, lane, [&](const StepEntries& entries) {
+      // The lse2 and delta of the lane's four query columns (n-block 0: x, y; n-block 1: z, w), loaded for
+      // every column before the products, so that their latency hides behind them.
+      const uint32_t columns[4] = {entries.columns.x, entries.columns.y, entries.columns.z, entries.columns.w};
+      float column_lse2[4];
+      float column_delta[4];
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        column_lse2[c] = lse2[columns[c] & 0xffffu];
+        column_delta[c] = delta[columns[c] & 0xffffu];
+      }
       float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
       float dp[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
       gathered_scores<Element, Width>(s, k, q_address, entries, lane);
       gathered_scores<Element, Width>(dp, v, grad_out_address, entries, lane);
-      for_each_step_entry(entries, lane, [&](int block, int i, uint32_t entry, bool attended) {
-        const int query = static_cast<int>(entry & 0xffffu);
-        const float probability = attended ? fast_exp2(s[block][i] * p.scale_log2 - lse2[query]) : 0.0f;
+      for_each_step_entry(entries, lane, [&](int block, int i, uint32_t, bool attended) {
+        const int column = 2 * block + (i & 1);
+        const float probability =
+            attended ? fast_exp2(fmaf(s[block][i], p.scale_log2, -column_lse2[column])) : 0.0f;
         s[block][i] = probability;
-        dp[block][i] = probability * (dp[block][i] - delta[query]);
+        dp[block][i] = probability * (dp[block][i] - column_delta[column]);
       });
       uint32_t probabilities[4];
       uint32_t grad_scores[4];

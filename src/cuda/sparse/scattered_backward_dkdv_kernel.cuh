@@ -36,7 +36,7 @@ template <class Element, int Width, int Warps>
 __global__ void __launch_bounds__(Warps * 32, 1) scattered_backward_dkdv_kernel(const ScatteredBackwardParams p) {
   using Traits = ScatteredKeyTraits<Element, Width, Warps>;
   constexpr int kTile = Traits::kTile;
-  extern __shared__ __align__(128) unsigned char shared[];
+  extern __shared__ __align__(256) unsigned char shared[];  // tiles at multiples of their row size
   const int thread = static_cast<int>(threadIdx.x);
   const int warp = thread / 32;
   const int lane = thread % 32;

@@ -60,7 +60,7 @@ template <class Element, int Width, int Warps>
 __global__ void __launch_bounds__(Warps * 32, 1) scattered_forward_kernel(const ScatteredForwardParams p) {
   using Traits = ScatteredForwardTraits<Element, Width, Warps>;
   constexpr int kTile = Traits::kTile;
-  extern __shared__ __align__(128) unsigned char shared[];
+  extern __shared__ __align__(256) unsigned char shared[];  // tiles at multiples of their row size
   Element* tiles = reinterpret_cast<Element*>(shared);  // [stage][K, V][kTile][Width]
   const int thread = static_cast<int>(threadIdx.x);
   const int warp = thread / 32;

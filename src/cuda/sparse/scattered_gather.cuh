@@ -320,7 +320,9 @@ __device__ __forceinline__ void stream_key_value_steps(Element* tiles, uint32_t*
   stream_listed_tiles<Tile>(tiles_k, lists, lane, stage, length_of, entries_of, walk);
 }
 
-// Shared byte address of chunk `chunk` of the gathered row named by list entry `entry`.
+// Shared byte address of chunk `chunk` of the gathered row named by list entry `entry`. The swizzle XORs
+// the chunk index, so for chunks c and c ^ d with disjoint bits the addresses differ by XOR 16 d bytes
+// (staged tiles start at multiples of their row size); the walk computes one address per row and XORs it.
 template <class Element, int Width>
 __device__ __forceinline__ uint32_t gathered_row_address(uint32_t tile_address, uint32_t entry, int chunk) {
   const int row = static_cast<int>(entry & 0xffffu);
@@ -334,11 +336,11 @@ __device__ __forceinline__ void gathered_scores(float (&s)[2][4], const uint32_t
                                                 uint32_t tile_address, const StepEntries& entries, int lane) {
 #pragma unroll
   for (int block = 0; block < 2; ++block) {
-    const uint32_t entry = entries.rows[block];
+    const uint32_t first = gathered_row_address<Element, Width>(tile_address, entries.rows[block], lane >> 3);
 #pragma unroll
     for (int pass = 0; pass < Width / 32; ++pass) {
       uint32_t b[4];
-      load_matrix_x4(b, gathered_row_address<Element, Width>(tile_address, entry, pass * 4 + (lane >> 3)));
+      load_matrix_x4(b, first ^ static_cast<uint32_t>(pass * 64));  // chunk pass * 4 + lane / 8
       mma_16816<Element>(s[block], a[2 * pass], b[0], b[1]);
       mma_16816<Element>(s[block], a[2 * pass + 1], b[2], b[3]);
     }
@@ -369,10 +371,11 @@ template <class Element, int Width>
 __device__ __forceinline__ void gathered_accumulate(float (&c)[Width / 8][4], const uint32_t (&p)[4],
                                                     uint32_t tile_address, const StepEntries& entries, int lane) {
   const uint32_t entry = (lane & 8) != 0 ? entries.rows[1] : entries.rows[0];  // k rows 8..15: n-block 1's
+  const uint32_t first = gathered_row_address<Element, Width>(tile_address, entry, lane >> 4);
 #pragma unroll
   for (int pair = 0; pair < Width / 16; ++pair) {
     uint32_t b[4];
-    load_matrix_x4_transposed(b, gathered_row_address<Element, Width>(tile_address, entry, 2 * pair + (lane >> 4)));
+    load_matrix_x4_transposed(b, first ^ static_cast<uint32_t>(pair * 32));  // chunk 2 pair + lane / 16
     mma_16816<Element>(c[2 * pair], p, b[0], b[1]);
     mma_16816<Element>(c[2 * pair + 1], p, b[2], b[3]);
   }

@@ -108,8 +108,7 @@ __global__ void __launch_bounds__(Warps * 32, 1) scattered_backward_dkdv_kernel(
       gathered_scores<Element, Width>(dp, v, grad_out_address, entries, lane);
       for_each_step_entry(entries, lane, [&](int block, int i, uint32_t, bool attended) {
         const int column = 2 * block + (i & 1);
-        const float probability =
-            attended ? fast_exp2(fmaf(s[block][i], p.scale_log2, -column_lse2[column])) : 0.0f;
+        const float probability = attended ? fast_exp2(fmaf(s[block][i], p.scale_log2, -column_lse2[column])) : 0.0f;
         s[block][i] = probability;
         dp[block][i] = probability * (dp[block][i] - column_delta[column]);
       });

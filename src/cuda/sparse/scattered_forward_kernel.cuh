@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(Warps * 32, 1) scattered_forward_kernel(const 
   using Traits = ScatteredForwardTraits<Element, Width, Warps>;
   constexpr int kTile = Traits::kTile;
   extern __shared__ __align__(256) unsigned char shared[];  // tiles at multiples of their row size
-  Element* tiles = reinterpret_cast<Element*>(shared);  // [stage][K, V][kTile][Width]
+  Element* tiles = reinterpret_cast<Element*>(shared);      // [stage][K, V][kTile][Width]
   const int thread = static_cast<int>(threadIdx.x);
   const int warp = thread / 32;
   const int lane = thread % 32;

@@ -318,10 +318,11 @@ void run_scattered_forward(const AttentionForward& problem, const detail::Attent
   set_sizes(p, shape);
   const int width = scattered_width(shape.head_dim, shape.head_dim_v);
   const auto batch = static_cast<int32_t>(shape.batch);
+  const bool hopper = current_device_major() == 9;
   if (problem.q.dtype == DType::f16) {
-    launch_scattered_forward_f16(p, batch, width, cuda_stream);
+    launch_scattered_forward_f16(p, batch, width, hopper, cuda_stream);
   } else {
-    launch_scattered_forward_bf16(p, batch, width, cuda_stream);
+    launch_scattered_forward_bf16(p, batch, width, hopper, cuda_stream);
   }
 }
 

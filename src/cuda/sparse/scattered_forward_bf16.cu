@@ -5,8 +5,9 @@
 
 namespace attnkit::cuda::sparse {
 
-void launch_scattered_forward_bf16(const ScatteredForwardParams& p, int32_t batch, int width, cudaStream_t stream) {
-  launch_forward_for<__nv_bfloat16>(p, batch, width, stream);
+void launch_scattered_forward_bf16(const ScatteredForwardParams& p, int32_t batch, int width, bool hopper,
+                                   cudaStream_t stream) {
+  launch_forward_for<__nv_bfloat16>(p, batch, width, hopper, stream);
 }
 
 }  // namespace attnkit::cuda::sparse

@@ -5,8 +5,9 @@
 
 namespace attnkit::cuda::sparse {
 
-void launch_scattered_forward_f16(const ScatteredForwardParams& p, int32_t batch, int width, cudaStream_t stream) {
-  launch_forward_for<__half>(p, batch, width, stream);
+void launch_scattered_forward_f16(const ScatteredForwardParams& p, int32_t batch, int width, bool hopper,
+                                  cudaStream_t stream) {
+  launch_forward_for<__half>(p, batch, width, hopper, stream);
 }
 
 }  // namespace attnkit::cuda::sparse

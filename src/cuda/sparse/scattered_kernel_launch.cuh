@@ -9,6 +9,7 @@
 #include "cuda/sparse/scattered_backward_dkdv_kernel.cuh"
 #include "cuda/sparse/scattered_backward_dq_kernel.cuh"
 #include "cuda/sparse/scattered_forward_kernel.cuh"
+#include "cuda/sparse/scattered_forward_tma_kernel.cuh"
 #include "cuda/sparse/scattered_launch.hpp"
 
 namespace attnkit::cuda::sparse {
@@ -18,12 +19,39 @@ namespace attnkit::cuda::sparse {
 template <int Width>
 inline constexpr int kForwardWarps = Width <= 64 ? 16 : 8;
 inline constexpr int kBackwardWarps = 8;
+// The producer-warp form: 15 walking warps and the producer, 512 threads in 128 registers each.
+inline constexpr int kTmaForwardWarps = 15;
 
 static_assert(kScatteredTile<32> == 256 && kScatteredTile<64> == 256 && kScatteredTile<128> == 128,
               "scattered_tile_columns (scattered_launch.hpp) names the kernels' tile");
 
+// The producer-warp form (scattered_forward_tma_kernel.cuh) where its sm_90 code is in the binary and TMA can
+// express the K / V tiles; false otherwise (nothing launched).
+template <class Element>
+bool launch_forward_tma(const ScatteredForwardParams& p, int32_t batch, cudaStream_t stream) {
+  constexpr int kWarps = kTmaForwardWarps;
+  using Traits = ScatteredTmaForwardTraits<Element, kWarps>;
+  auto* kernel = scattered_forward_tma_kernel<Element, kWarps>;
+  static const bool compiled_for_sm90 = [&] {
+    cudaFuncAttributes attributes{};
+    const bool ok = cudaFuncGetAttributes(&attributes, kernel) == cudaSuccess && attributes.binaryVersion >= 90;
+    cudaGetLastError();
+    return ok;
+  }();
+  ScatteredTmaForwardParams tp;
+  if (!compiled_for_sm90 || !make_scattered_key_value_maps(p, batch, tp)) return false;
+  check_cuda(raise_dynamic_shared_memory_once(kernel, Traits::kSharedBytes), "scattered forward (TMA) shared memory");
+  const dim3 grid((p.seq_q + Traits::kRows - 1) / Traits::kRows, p.heads_q, batch);
+  kernel<<<grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(tp);
+  check_launch("scattered_forward_tma_kernel");
+  return true;
+}
+
 template <class Element, int Width>
-void launch_forward_width(const ScatteredForwardParams& p, int32_t batch, cudaStream_t stream) {
+void launch_forward_width(const ScatteredForwardParams& p, int32_t batch, bool hopper, cudaStream_t stream) {
+  if constexpr (Width == kTmaTileColumns) {
+    if (hopper && launch_forward_tma<Element>(p, batch, stream)) return;
+  }
   constexpr int kWarps = kForwardWarps<Width>;
   using Traits = ScatteredForwardTraits<Element, Width, kWarps>;
   auto* kernel = scattered_forward_kernel<Element, Width, kWarps>;
@@ -57,11 +85,11 @@ void launch_backward_width(const ScatteredBackwardParams& p, cudaStream_t stream
 }
 
 template <class Element>
-void launch_forward_for(const ScatteredForwardParams& p, int32_t batch, int width, cudaStream_t stream) {
+void launch_forward_for(const ScatteredForwardParams& p, int32_t batch, int width, bool hopper, cudaStream_t stream) {
   switch (width) {
-    case 32: launch_forward_width<Element, 32>(p, batch, stream); return;
-    case 64: launch_forward_width<Element, 64>(p, batch, stream); return;
-    default: launch_forward_width<Element, 128>(p, batch, stream); return;
+    case 32: launch_forward_width<Element, 32>(p, batch, hopper, stream); return;
+    case 64: launch_forward_width<Element, 64>(p, batch, hopper, stream); return;
+    default: launch_forward_width<Element, 128>(p, batch, hopper, stream); return;
   }
 }
 

@@ -43,8 +43,12 @@ void launch_pack_mask_transposed(const MaskBytes& mask, uint32_t* words, cudaStr
 // p.lse_log2 and p.delta for every (batch, query head, query); rows past seq_q up to row_pitch get 0.
 void launch_scattered_backward_preprocess(const ScatteredBackwardParams& p, DType dtype, cudaStream_t stream);
 
-void launch_scattered_forward_f16(const ScatteredForwardParams& p, int32_t batch, int width, cudaStream_t stream);
-void launch_scattered_forward_bf16(const ScatteredForwardParams& p, int32_t batch, int width, cudaStream_t stream);
+// `hopper`: the device is sm_90, where width 64 stages K and V with TMA when the layout allows
+// (scattered_forward_tma.hpp), else with cp.async.
+void launch_scattered_forward_f16(const ScatteredForwardParams& p, int32_t batch, int width, bool hopper,
+                                  cudaStream_t stream);
+void launch_scattered_forward_bf16(const ScatteredForwardParams& p, int32_t batch, int width, bool hopper,
+                                   cudaStream_t stream);
 void launch_scattered_backward_f16(const ScatteredBackwardParams& p, int width, cudaStream_t stream);
 void launch_scattered_backward_bf16(const ScatteredBackwardParams& p, int width, cudaStream_t stream);
 

@@ -1,0 +1,57 @@
+#include "cuda/sparse/scattered_forward_tma.hpp"
+
+#include <cudaTypedefs.h>
+
+#include <array>
+#include <cstdint>
+
+#include "cuda/common/driver_entry_point.hpp"
+
+namespace attnkit::cuda::sparse {
+namespace {
+
+constexpr int64_t kElementBytes = 2;
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
+  static const auto function = driver_entry_point<PFN_cuTensorMapEncodeTiled_v12000>("cuTensorMapEncodeTiled");
+  return function;
+}
+
+bool multiple_of_16(int64_t bytes) { return bytes > 0 && bytes % 16 == 0; }
+
+// One map of a [B, tokens, H, X] tensor with X `columns` (bf16 / fp16), `heads` heads, `tokens` tokens.
+bool encode(CUtensorMap& map, const SequenceTensor& t, int32_t batch, int32_t heads, int32_t tokens, int32_t columns,
+            int rank) {
+  if (t.token_dims != 1 || reinterpret_cast<uintptr_t>(t.data) % 16 != 0) return false;
+  const int64_t head_bytes = t.head_stride * kElementBytes;
+  const int64_t token_bytes = t.token_stride[0] * kElementBytes;
+  const int64_t batch_bytes = t.batch_stride * kElementBytes;
+  if (!multiple_of_16(head_bytes) || !multiple_of_16(token_bytes)) return false;
+  if (rank == 4 && !multiple_of_16(batch_bytes)) return false;
+  std::array<cuuint64_t, 4> dims{static_cast<cuuint64_t>(columns), static_cast<cuuint64_t>(heads),
+                                 static_cast<cuuint64_t>(tokens), static_cast<cuuint64_t>(batch)};
+  std::array<cuuint64_t, 3> strides{static_cast<cuuint64_t>(head_bytes), static_cast<cuuint64_t>(token_bytes),
+                                    static_cast<cuuint64_t>(batch_bytes)};
+  std::array<cuuint32_t, 4> box{kTmaTileColumns, 1, kTmaTileKeys, 1};
+  std::array<cuuint32_t, 4> element_strides{1, 1, 1, 1};
+  const auto function = encode_function();
+  if (function == nullptr) return false;
+  const CUresult result =
+      function(&map, CU_TENSOR_MAP_DATA_TYPE_UINT16, static_cast<cuuint32_t>(rank), const_cast<void*>(t.data),
+               dims.data(), strides.data(), box.data(), element_strides.data(), CU_TENSOR_MAP_INTERLEAVE_NONE,
+               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return result == CUDA_SUCCESS;
+}
+
+}  // namespace
+
+bool make_scattered_key_value_maps(const ScatteredForwardParams& p, int32_t batch, ScatteredTmaForwardParams& out) {
+  if (p.head_dim > kTmaTileColumns || p.head_dim_v > kTmaTileColumns || p.heads_per_kv <= 0) return false;
+  const int32_t kv_heads = p.heads_q / p.heads_per_kv;
+  out.rank = batch == 1 ? 3 : 4;
+  out.base = p;
+  return encode(out.k, p.k, batch, kv_heads, p.seq_k, p.head_dim, out.rank) &&
+         encode(out.v, p.v, batch, kv_heads, p.seq_k, p.head_dim_v, out.rank);
+}
+
+}  // namespace attnkit::cuda::sparse

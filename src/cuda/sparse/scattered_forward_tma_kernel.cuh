@@ -1,0 +1,138 @@
+// The scattered forward with a producer warp (sm_90, width 64): the walk of scattered_forward_kernel.cuh, K and
+// V staged by TMA instead of by every thread.
+//
+// Algorithm. A CTA owns Warps x 16 query rows of one (batch, query head) as in the cp.async form, plus one
+// producer warp. For each key tile t (two stages, s = t % 2) the producer waits until every walking warp has
+// released stage s (mbarrier `empty`, one arrival per warp a tile), ORs the list lengths of the CTA's row
+// groups for tile t, and either issues two TMA box loads (K and V, 256 keys x 64 columns each, 128-byte
+// swizzled: the staged tile's layout) completing on `full[s]`, or, when no group attends the tile, arrives on
+// full[s] without data. Each walking warp copies its own list of tile t + 1 (cp.async, its own group) while
+// it walks tile t, waits for full[s] (every tile: the parity waits stay unambiguous), walks it when its list
+// is not empty (ScatteredForwardRows), and releases stage s. No CTA-wide barrier after the setup: a warp runs up to a
+// stage ahead of the slowest, and the staging instructions leave the walking warps.
+//
+// Counts as the cp.async form (scattered_forward_kernel.cuh); shared memory: the same stages and list buffers,
+// four mbarriers.
+#pragma once
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/fmha_sm90/fmha_sm90_sync.cuh"
+#include "cuda/fmha_sm90/fmha_sm90_tma_copy.cuh"
+#include "cuda/sparse/scattered_forward_kernel.cuh"
+#include "cuda/sparse/scattered_forward_rows.cuh"
+#include "cuda/sparse/scattered_forward_tma.hpp"
+#include "cuda/sparse/scattered_gather.cuh"
+
+namespace attnkit::cuda::sparse {
+
+template <class Element, int Warps>
+struct ScatteredTmaForwardTraits : ScatteredTileShape<kTmaTileColumns, Warps> {
+  using Shape = ScatteredTileShape<kTmaTileColumns, Warps>;
+  static_assert(Shape::kTile == kTmaTileKeys, "one TMA box a staged tile");
+  static constexpr int kThreads = (Warps + 1) * 32;  // the walking warps and the producer
+  static constexpr int kStageBytes = 2 * Shape::kTileElements * int(sizeof(Element));
+  static constexpr int kListBytes = Warps * 2 * Shape::kListEntries * 4;
+  static constexpr int kSharedBytes = 2 * kStageBytes + kListBytes + 4 * 8;
+};
+
+template <class Element, int Warps>
+__global__ void __launch_bounds__((Warps + 1) * 32, 1)
+    scattered_forward_tma_kernel(const __grid_constant__ ScatteredTmaForwardParams tp) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using Traits = ScatteredTmaForwardTraits<Element, Warps>;
+  constexpr int kWidth = kTmaTileColumns;
+  constexpr int kTile = Traits::kTile;
+  extern __shared__ __align__(1024) unsigned char shared[];  // TMA's 128-byte swizzle repeats every 1024 bytes
+  const ScatteredForwardParams& p = tp.base;
+  Element* tiles = reinterpret_cast<Element*>(shared);  // [stage][K, V][kTile][64]
+  uint32_t* all_lists = reinterpret_cast<uint32_t*>(shared + 2 * Traits::kStageBytes);
+  uint64_t* full = reinterpret_cast<uint64_t*>(shared + 2 * Traits::kStageBytes + Traits::kListBytes);
+  uint64_t* empty = full + 2;
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int32_t batch = static_cast<int32_t>(blockIdx.z);
+  const int32_t head = static_cast<int32_t>(blockIdx.y);
+  const int32_t first_group = static_cast<int32_t>(blockIdx.x) * Warps;
+  const int tiles_k = (p.seq_k + kTile - 1) / kTile;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < 2; ++s) {
+      fmha_sm90::barrier_init(&full[s], 1);
+      fmha_sm90::barrier_init(&empty[s], Warps);
+    }
+    fmha_sm90::barrier_init_fence();
+  }
+  __syncthreads();
+
+  if (warp == Warps) {  // the producer
+    const int32_t group = first_group + lane;
+    const bool listed = lane < Warps && group < p.lists.groups;
+    const int64_t first_list = listed ? p.lists.index(batch, head, group, 0) : 0;
+    const int32_t kv_head = head / p.heads_per_kv;
+    for (int t = 0; t < tiles_k; ++t) {
+      const int s = t & 1;
+      if (t >= 2) fmha_sm90::barrier_wait(&empty[s], ((t >> 1) - 1) & 1);
+      const bool needed = __any_sync(kFullWarp, listed && p.lists.lengths[first_list + t] != 0u);
+      if (lane != 0) continue;
+      if (!needed) {
+        fmha_sm90::barrier_arrive(&full[s]);
+        continue;
+      }
+      fmha_sm90::barrier_arrive_expect_bytes(&full[s], Traits::kStageBytes);
+      const int32_t c[5] = {0, kv_head, t * kTile, batch, 0};
+      Element* stage = tiles + s * 2 * Traits::kTileElements;
+      fmha_sm90::tma_load_box(&tp.k, stage, &full[s], tp.rank, c);
+      fmha_sm90::tma_load_box(&tp.v, stage + Traits::kTileElements, &full[s], tp.rank, c);
+    }
+    return;
+  }
+
+  const int32_t first_row = (first_group + warp) * 16;
+  ScatteredForwardRows<Element, kWidth> rows;
+  rows.load(p, batch, head, first_row, lane);
+  uint32_t* lists = all_lists + warp * 2 * Traits::kListEntries;
+  const int32_t group = first_group + warp;
+  const bool has_rows = group < p.lists.groups;
+  const int64_t first_list = has_rows ? p.lists.index(batch, head, group, 0) : 0;
+  auto length_of = [&](int t) {
+    return has_rows && t < tiles_k ? static_cast<int>(p.lists.lengths[first_list + t]) : 0;
+  };
+  auto copy_list = [&](int t, int length) {
+    const uint32_t* source = p.lists.entries + (first_list + t) * kTile;
+    const uint32_t destination = shared_address(lists + (t & 1) * kTile);
+    for (int chunk = lane; chunk * 4 < length; chunk += 32) {
+      copy_16_bytes_async(destination + chunk * 16, source + chunk * 4, true);
+    }
+  };
+  int current = length_of(0);
+  int next = length_of(1);
+  copy_list(0, current);
+  commit_async_copies();
+  for (int t = 0; t < tiles_k; ++t) {
+    const int s = t & 1;
+    copy_list(t + 1, next);  // into the buffer of tile t - 1, whose walk ended before this warp's last sync
+    commit_async_copies();
+    const int length = current;
+    current = next;
+    next = length_of(t + 2);
+    wait_async_copies<1>();
+    __syncwarp();
+    // Every warp waits for every tile, needed or not: a warp that skipped a phase could take the next
+    // phase of the same parity for complete (a parity wait sees the preceding phase as done).
+    fmha_sm90::barrier_wait(&full[s], (t >> 1) & 1);
+    if (length > 0) {
+      const uint32_t k_address = shared_address(tiles + s * 2 * Traits::kTileElements);
+      const uint32_t v_address = k_address + Traits::kTileElements * int(sizeof(Element));
+      walk_steps(lists + (t & 1) * kTile, length, lane,
+                 [&](const StepEntries& entries) { rows.step(p.scale_log2, k_address, v_address, entries, lane); });
+    }
+    __syncwarp();
+    if (lane == 0) fmha_sm90::barrier_arrive(&empty[s]);
+  }
+  rows.store(p, batch, head, first_row, lane);
+#endif  // sm_90 (the launcher runs this kernel only where its sm_90 code was built)
+}
+
+}  // namespace attnkit::cuda::sparse

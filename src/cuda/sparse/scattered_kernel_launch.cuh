@@ -34,9 +34,11 @@ bool launch_forward_tma(const ScatteredForwardParams& p, int32_t batch, cudaStre
   auto* kernel = scattered_forward_tma_kernel<Element, kWarps>;
   static const bool compiled_for_sm90 = [&] {
     cudaFuncAttributes attributes{};
-    const bool ok = cudaFuncGetAttributes(&attributes, kernel) == cudaSuccess && attributes.binaryVersion >= 90;
-    cudaGetLastError();
-    return ok;
+    if (cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess) {
+      cudaGetLastError();  // this call's own error, cleared: the cp.async form runs instead
+      return false;
+    }
+    return attributes.binaryVersion >= 90;
   }();
   ScatteredTmaForwardParams tp;
   if (!compiled_for_sm90 || !make_scattered_key_value_maps(p, batch, tp)) return false;

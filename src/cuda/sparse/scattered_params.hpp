@@ -55,9 +55,9 @@ struct PackedMask {
 // The union lists of a packed mask (built once per call by launch_build_tile_lists): for every mask slice,
 // group of 16 rows and tile of tile_columns columns, the list of the columns any of the 16 rows attends,
 // each entry (column in the tile | 16-bit row set << 16), padded with entries of empty row sets to a
-// multiple of 16, in the bank-conflict-avoiding order of scattered_gather.cuh. entries[index][tile_columns] holds the
-// list of index = (slice * groups + group) * tiles
-// + tile, lengths[index] its padded length (a list never exceeds its tile). Slices follow PackedMask.
+// multiple of 16, in the bank-conflict-avoiding order of scattered_gather.cuh. entries[index][tile_columns]
+// holds the list of index = (slice * groups + group) * tiles + tile, lengths[index] its padded length (a list
+// never exceeds its tile). Slices follow PackedMask.
 struct TileLists {
   const uint32_t* entries = nullptr;
   const uint32_t* lengths = nullptr;

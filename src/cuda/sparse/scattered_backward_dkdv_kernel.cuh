@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(Warps * 32, 1) scattered_backward_dkdv_kernel(
       float dp[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
       gathered_scores<Element, Width>(s, k, q_address, entries, lane);
       gathered_scores<Element, Width>(dp, v, grad_out_address, entries, lane);
-      for_each_step_entry(entries, lane, [&](int block, int i, uint32_t, bool attended) {
+      for_each_step_entry(entries, lane, [&](int block, int i, bool attended) {
         const int column = 2 * block + (i & 1);
         const float probability = attended ? fast_exp2(fmaf(s[block][i], p.scale_log2, -column_lse2[column])) : 0.0f;
         s[block][i] = probability;

@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(Warps * 32, 1) scattered_backward_dq_kernel(co
     float dp[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
     gathered_scores<Element, Width>(s, q, k_address, entries, lane);
     gathered_scores<Element, Width>(dp, grad_out, v_address, entries, lane);
-    for_each_step_entry(entries, lane, [&](int block, int i, uint32_t, bool attended) {
+    for_each_step_entry(entries, lane, [&](int block, int i, bool attended) {
       const float probability = attended ? fast_exp2(s[block][i] * p.scale_log2 - lse2[i >> 1]) : 0.0f;
       s[block][i] = probability * (dp[block][i] - delta[i >> 1]);
     });

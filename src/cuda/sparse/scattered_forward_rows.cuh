@@ -48,7 +48,7 @@ struct ScatteredForwardRows {
     float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
     gathered_scores<Element, Width>(s, q, k_address, entries, lane);
     float block_max[2] = {-INFINITY, -INFINITY};
-    for_each_step_entry(entries, lane, [&](int block, int i, uint32_t, bool attended) {
+    for_each_step_entry(entries, lane, [&](int block, int i, bool attended) {
       s[block][i] = attended ? s[block][i] : -INFINITY;
       block_max[i >> 1] = fmaxf(block_max[i >> 1], s[block][i]);
     });

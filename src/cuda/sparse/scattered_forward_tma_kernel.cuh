@@ -100,11 +100,7 @@ __global__ void __launch_bounds__((Warps + 1) * 32, 1)
     return has_rows && t < tiles_k ? static_cast<int>(p.lists.lengths[first_list + t]) : 0;
   };
   auto copy_list = [&](int t, int length) {
-    const uint32_t* source = p.lists.entries + (first_list + t) * kTile;
-    const uint32_t destination = shared_address(lists + (t & 1) * kTile);
-    for (int chunk = lane; chunk * 4 < length; chunk += 32) {
-      copy_16_bytes_async(destination + chunk * 16, source + chunk * 4, true);
-    }
+    copy_list_async(lists + (t & 1) * kTile, p.lists.entries + (first_list + t) * kTile, length, lane);
   };
   int current = length_of(0);
   int next = length_of(1);

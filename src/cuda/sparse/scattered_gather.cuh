@@ -240,6 +240,15 @@ struct GatherListBuilder {
   }
 };
 
+// A warp copies `length` entries of a list (a multiple of 4, 16-byte aligned) into `buffer` with cp.async,
+// in the calling thread's current copy group.
+__device__ __forceinline__ void copy_list_async(uint32_t* buffer, const uint32_t* source, int length, int lane) {
+  const uint32_t destination = shared_address(buffer);
+  for (int chunk = lane; chunk * 4 < length; chunk += 32) {
+    copy_16_bytes_async(destination + chunk * 16, source + chunk * 4, true);
+  }
+}
+
 // The tile pipeline of every scattered kernel: `items` tiles, each staged by stage(item) (cp.async into
 // stage item % 2) only when some warp of the CTA has a nonempty list for it (a CTA-wide OR, so structured
 // masks skip whole tiles for free), then walk(item, list, length) over the warp's list of the tile. The
@@ -253,11 +262,7 @@ __device__ __forceinline__ void stream_listed_tiles(int items, uint32_t* lists, 
                                                     const LengthOf& length_of, const EntriesOf& entries_of,
                                                     const Walk& walk) {
   auto copy_list = [&](int item, int length) {
-    const uint32_t* source = entries_of(item);
-    const uint32_t destination = shared_address(lists + (item & 1) * Tile);
-    for (int chunk = lane; chunk * 4 < length; chunk += 32) {
-      copy_16_bytes_async(destination + chunk * 16, source + chunk * 4, true);
-    }
+    copy_list_async(lists + (item & 1) * Tile, entries_of(item), length, lane);
   };
   int current = items > 0 ? length_of(0) : 0;
   int next = items > 1 ? length_of(1) : 0;
@@ -347,9 +352,9 @@ __device__ __forceinline__ void gathered_scores(float (&s)[2][4], const uint32_t
   }
 }
 
-// Calls f(block, i, entry, attended) for each of the lane's 8 values of a step's 16 x 16 S (n-block
-// `block`, C register i): `entry` is the list entry of the value's column, `attended` whether the value's
-// row is in that entry's row set.
+// Calls f(block, i, attended) for each of the lane's 8 values of a step's 16 x 16 S (n-block `block`, C
+// register i; its column's entry is StepEntries::columns' x / y (n-block 0) or z / w, by i % 2): `attended`
+// whether the value's row is in that entry's row set.
 template <class F>
 __device__ __forceinline__ void for_each_step_entry(const StepEntries& entries, int lane, const F& f) {
   const int g = lane / 4;
@@ -361,7 +366,7 @@ __device__ __forceinline__ void for_each_step_entry(const StepEntries& entries, 
     for (int i = 0; i < 4; ++i) {
       const uint32_t entry = (i & 1) ? odd : even;
       const bool attended = (entry >> (16 + g + (i >> 1) * 8)) & 1u;
-      f(block, i, entry, attended);
+      f(block, i, attended);
     }
   }
 }

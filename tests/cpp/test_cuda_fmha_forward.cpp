@@ -335,7 +335,7 @@ TEST_F(CudaFmhaForward, HeadDim32KernelsMatchOracle) {
   c.tokens_q = c.tokens_kv = {12, 17};
   c.mask = neighborhood({nd(5, 2), nd(7, 1, 3, true)});
   run_both_dtypes(c, 144);
-  // Without dilation on contiguous tensors: Q, K and V by TMA (2-D and 3-D boxes, batch folded).
+  // Contiguous tensors: Q, K and V by TMA (2-D and 3-D boxes, batch folded).
   c.tokens_q = c.tokens_kv = {29, 33};
   c.mask = neighborhood({nd(7), nd(7)});
   run_both_dtypes(c, 145);
@@ -621,6 +621,44 @@ TEST_F(CudaFmhaForward, SeveralHeadsPerCtaMatchTheOracle) {
     run_both_dtypes(c, seed++);
     c.head_dim = c.head_dim_v = 32;  // the D32 kernels (64-byte swizzled boxes)
     run_both_dtypes(c, seed++);
+  }
+}
+
+// Dilated windows on the Hopper TMA path (the maps step through a dilation group; CudaFmhaSm90TmaMaps): dilation
+// groups of unequal size (extents not multiples of the dilation), the largest dilation TMA steps (8) and one it
+// cannot (9: cp.async), 1-D boxes of 128 tokens at dilations 2 (256 spanned) and 3 (cp.async), a causal dilated
+// dimension, the batch folded into a 3-D grid's outer dimension, D 64 and D 32, with and without several heads
+// per CTA.
+TEST_F(CudaFmhaForward, DilatedWindowsOnTmaBoxesMatchTheOracle) {
+  uint64_t seed = 760;
+  for (int heads_per_cta : {0, 3}) {
+    SCOPED_TRACE("heads per CTA " + std::to_string(heads_per_cta) + " (0: the rule)");
+    const ForcedHeadsPerCta forced(heads_per_cta);
+    for (int dim : {64, 32}) {
+      SCOPED_TRACE("head dim " + std::to_string(dim));
+      Case c;
+      c.head_dim = c.head_dim_v = dim;
+      c.heads_q = 4;
+      c.heads_kv = 2;
+      c.batch = 2;
+      c.tokens_q = c.tokens_kv = {29, 31};
+      c.mask = neighborhood({nd(5, 2), nd(3, 3)});
+      run_both_dtypes(c, seed++);
+      c.tokens_q = c.tokens_kv = {45, 43};
+      c.mask = neighborhood({nd(5, 8), nd(3, 8, 1, true)});
+      run_both_dtypes(c, seed++);
+      c.mask = neighborhood({nd(3, 9), nd(3, 2)});  // dilation 9: gathered with cp.async
+      run_both_dtypes(c, seed++);
+      c.tokens_q = c.tokens_kv = {700};
+      c.mask = neighborhood({nd(33, 2)});
+      run_both_dtypes(c, seed++);
+      c.mask = neighborhood({nd(33, 3, 1, true)});  // 384 tokens spanned: gathered with cp.async
+      run_both_dtypes(c, seed++);
+      c.batch = 3;
+      c.tokens_q = c.tokens_kv = {7, 22, 19};
+      c.mask = neighborhood({nd(3), nd(5, 2), nd(3, 4)});
+      run_both_dtypes(c, seed++);
+    }
   }
 }
 

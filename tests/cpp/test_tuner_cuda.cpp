@@ -142,6 +142,32 @@ TEST(TunerCuda, NeighborhoodDefaultWeighsVisitedWorkByTileEfficiency) {
   EXPECT_EQ(default_for(na2d_spec(64, 13)), default_for(na2d_spec(64, 13)));
 }
 
+// On 9.0 the Hopper kernels that run several heads per CTA (D <= 64) stay the neighborhood default even where the
+// portable 128 x 64 tile visits half the keys (dilated 7 x 7 groups: one 64-key tile against one of 128), since
+// their per-CTA cost is shared by the heads; the visited-work model still decides among the portable tiles.
+TEST(TunerCuda, HopperKernelsRunningSeveralHeadsPerCtaStayTheNeighborhoodDefault) {
+  const tune::ConfigSpace space = fmha_forward_space();
+  const tune::DeviceLimits limits = tune::cuda_device_limits(90, 132);
+  for (int64_t head_dim : {32, 64}) {
+    SCOPED_TRACE("head dim " + std::to_string(head_dim));
+    tune::ProblemSpec spec = na2d_spec(56, 7);
+    spec.head_dim = spec.head_dim_v = head_dim;
+    spec.batch = 32;
+    spec.heads_q = spec.heads_kv = 4;
+    for (int d = 0; d < 2; ++d) spec.neighborhood[static_cast<size_t>(d)].dilation = 8;
+    const cuda::fmha::FmhaKernel* hopper = cuda::fmha::fmha_default_kernel(
+        spec.dtype, head_dim, head_dim, cuda::fmha::FmhaPolicyKind::box,
+        cuda::fmha::FmhaDevice{limits.compute_capability, static_cast<int>(limits.max_smem_per_block)});
+    if (hopper == nullptr || hopper->config.architecture != 90 || hopper->config.head_dim != head_dim) {
+      GTEST_SKIP() << "no Hopper bf16 box kernel of this width in this build";
+    }
+    const tune::CandidateRanking ranking = tune::rank_candidates(space, spec, limits);
+    const tune::Config* chosen = tune::default_config(space, ranking, spec, limits);
+    ASSERT_NE(chosen, nullptr);
+    EXPECT_EQ(chosen->id, cuda::fmha::fmha_config_name(hopper->config));
+  }
+}
+
 TEST(TunerCuda, HopperTierRunsOnlyOnComputeCapability90) {
   const cuda::fmha::FmhaKernel* hopper = nullptr;
   for (const auto& k : cuda::fmha::fmha_forward_kernels()) {

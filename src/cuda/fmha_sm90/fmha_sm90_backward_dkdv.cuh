@@ -319,8 +319,8 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
           bulk_wait_sources_read();  // the previous visit's boxes have left the buffer
           const fmha::QVisit& v = ss.visits[b];
           int32_t c[5];
-          box_coordinates(p.dims, p.q_space.extent[0], dq_map.fold_batch != 0, dq_map.has_batch != 0, v.origin, v.head,
-                          batch, c);
+          box_coordinates(p.dims, p.dilation, p.q_space.extent[0], dq_map.fold_batch != 0, dq_map.has_batch != 0,
+                          v.origin, v.head, batch, c);
 #pragma unroll
           for (int k = 0; k < 5; ++k) ss.dq_box[group][k] = c[k];
         }

@@ -18,6 +18,10 @@
 
 namespace attnkit::cuda::fmha_sm90 {
 
+// The widest compiled head dim whose forward kernels run several heads per CTA (Sm90FmhaTraits::kSeveralHeadsPerCta):
+// at D 128 the head loop's live values spill.
+inline constexpr int kSeveralHeadsMaxHeadDim = 64;
+
 // The heads per CTA for a launch of `p` (p.heads_per_cta is ignored) on a GPU of `multiprocessors` SMs
 // (0: unknown, 132 assumed): 1 unless `head_independent_tma` (box policy, Q and K/V by TMA); else the
 // count of at most 8 (2 with a causal prefix) whose grid takes the least time by heads_per_cta_cost.

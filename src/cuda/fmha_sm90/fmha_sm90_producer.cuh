@@ -1,7 +1,7 @@
 // The producer warpgroup of the Hopper forward kernel: gathers the Q tile once (issued before the CTA's
 // setup, see issue_q) and then, for every KV tile the mask policy lists, the K and V tiles into their
 // stage buffers — as TMA boxes issued by one thread when the tensors allow it (fmha_sm90_tma.hpp: box
-// mode without dilation, strides TMA can express), else gathered row by row with cp.async by the whole
+// mode, dilation up to 8, strides TMA can express), else gathered row by row with cp.async by the whole
 // warpgroup:
 //
 // Tiles are boxes of tokens (fmha_tokens.cuh), so each row is gathered from its own address: per tile
@@ -127,8 +127,8 @@ struct Sm90Producer {
       if (ptid != 0) return;
       Tensor sQ = make_tensor(make_smem_ptr(ss.q[buffer]), typename Traits::SmemLayoutQ{});
       int32_t c[5];
-      box_coordinates(p.dims, p.q_space.extent[0], maps.q_fold_batch != 0, maps.q_has_batch != 0, cta.q, cta.head,
-                      cta.batch, c);
+      box_coordinates(p.dims, p.dilation, p.q_space.extent[0], maps.q_fold_batch != 0, maps.q_has_batch != 0, cta.q,
+                      cta.head, cta.batch, c);
       barrier_arrive_expect_bytes(&ss.q_full[buffer], Traits::kQTileBytes);
 #pragma unroll
       for (int chunk = 0; chunk < Traits::kHeadDim / Traits::kChunkColumns; ++chunk) {

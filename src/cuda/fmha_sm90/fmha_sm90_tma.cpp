@@ -15,8 +15,9 @@ struct MapShape {
   int rank = 0;
   int swizzle_bytes = 128;  // a box's row: 128 or 64 bytes, swizzled with the pattern of that width
   std::array<cuuint64_t, 5> dims{};
-  std::array<cuuint64_t, 5> strides_bytes{};  // of dims 1.. (dims[0] is contiguous)
-  std::array<cuuint32_t, 5> box{};
+  std::array<cuuint64_t, 5> strides_bytes{};    // of dims 1.. (dims[0] is contiguous)
+  std::array<cuuint32_t, 5> box{};              // elements the box spans (element_strides times those it loads)
+  std::array<cuuint32_t, 5> element_strides{};  // a dilated token dimension loads every dilation-th token
 };
 
 bool stride_ok(int64_t stride_elements, int64_t element_bytes) {
@@ -36,7 +37,13 @@ struct TileGrid {
   int box_columns = 0;  // per box: 128 (or 64) bytes, swizzled with the pattern of that width
   int block_rows = 0;   // tokens per tile
   int64_t element_bytes = 2;
+  // Dilation as TMA element strides (tile loads); false refuses dilated grids (the dQ reductions).
+  bool dilation_as_strides = false;
 };
+
+// TMA traverses at most 8 elements apart and spans at most 256 per box dimension.
+constexpr int kMaxElementStride = 8;
+constexpr int kMaxBoxSpan = 256;
 
 // The (columns, head, tokens innermost first, batch) view of a [B, tokens..., H, columns] tensor whose
 // tiles are boxes of g.space, or rank 0 when TMA cannot express it.
@@ -49,36 +56,46 @@ MapShape shape_of(const fmha::TensorAddress& a, const TileGrid& g, bool& fold_ba
   if (space.decompose || g.columns < g.box_columns || reinterpret_cast<uintptr_t>(a.data) % 16 != 0) return {};
   int box_rows = 1;
   for (int d = 0; d < g.dims; ++d) {
-    if (g.dilation[d] != 1) return {};
-    box_rows *= 1 << space.box_log2[d];
+    const int box = 1 << space.box_log2[d];
+    if (g.dilation[d] != 1 &&
+        (!g.dilation_as_strides || g.dilation[d] > kMaxElementStride || box * g.dilation[d] > kMaxBoxSpan)) {
+      return {};
+    }
+    box_rows *= box;
   }
   if (box_rows != g.block_rows) return {};
   const int64_t element_bytes = g.element_bytes;
-  auto add = [&](int64_t extent, int64_t stride_elements, int box) {
+  // A dimension of `extent` elements `stride_elements` apart whose boxes load `box` of them, every `step`-th.
+  auto add = [&](int64_t extent, int64_t stride_elements, int box, int step) {
     // Extent-1 dimensions take any stride: give them one TMA accepts.
     if (extent == 1) stride_elements = 16 / element_bytes;
     if (s.rank > 0 && !stride_ok(stride_elements, element_bytes)) return false;
     s.dims[s.rank] = static_cast<cuuint64_t>(extent);
     if (s.rank > 0) s.strides_bytes[s.rank - 1] = static_cast<cuuint64_t>(stride_elements * element_bytes);
-    s.box[s.rank] = static_cast<cuuint32_t>(box);
+    s.box[s.rank] = static_cast<cuuint32_t>(box * step);
+    s.element_strides[s.rank] = static_cast<cuuint32_t>(step);
     ++s.rank;
     return true;
   };
-  bool ok = add(g.columns, 1, g.box_columns) && add(g.heads, a.head_stride, 1);
-  for (int d = g.dims - 1; d >= 1 && ok; --d) ok = add(space.extent[d], a.token_stride[d], 1 << space.box_log2[d]);
+  bool ok = add(g.columns, 1, g.box_columns, 1) && add(g.heads, a.head_stride, 1, 1);
+  for (int d = g.dims - 1; d >= 1 && ok; --d) {
+    ok = add(space.extent[d], a.token_stride[d], 1 << space.box_log2[d], g.dilation[d]);
+  }
   if (!ok) return {};
   // Outermost token dimension and the batch: separate when a dimension is left, else folded.
   const int64_t outer_extent = space.extent[0];
   const int64_t outer_stride = a.token_stride[0];
   fold_batch = false;
   has_batch = false;
+  const int outer_box = 1 << space.box_log2[0];
+  const int outer_step = g.dilation[0];
   if (g.batch == 1) {
-    ok = add(outer_extent, outer_stride, 1 << space.box_log2[0]);
+    ok = add(outer_extent, outer_stride, outer_box, outer_step);
   } else if (s.rank + 2 <= 5) {
-    ok = add(outer_extent, outer_stride, 1 << space.box_log2[0]) && add(g.batch, a.batch_stride, 1);
+    ok = add(outer_extent, outer_stride, outer_box, outer_step) && add(g.batch, a.batch_stride, 1, 1);
     has_batch = true;
   } else if (a.batch_stride == outer_extent * outer_stride) {
-    ok = add(outer_extent * g.batch, outer_stride, 1 << space.box_log2[0]);
+    ok = add(outer_extent * g.batch, outer_stride, outer_box, outer_step);
     fold_batch = true;
   } else {
     return {};
@@ -96,10 +113,9 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
 }
 
 void encode(CUtensorMap& map, const MapShape& s, const void* data, CUtensorMapDataType type, const char* what) {
-  std::array<cuuint32_t, 5> element_strides{1, 1, 1, 1, 1};
   const CUresult result =
       encode_function()(&map, type, static_cast<cuuint32_t>(s.rank), const_cast<void*>(data), s.dims.data(),
-                        s.strides_bytes.data(), s.box.data(), element_strides.data(), CU_TENSOR_MAP_INTERLEAVE_NONE,
+                        s.strides_bytes.data(), s.box.data(), s.element_strides.data(), CU_TENSOR_MAP_INTERLEAVE_NONE,
                         s.swizzle_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
                         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (result != CUDA_SUCCESS) {
@@ -125,6 +141,7 @@ void make_sm90_tile_maps(const fmha::FmhaParams& p, DType dtype, int box_columns
   g.box_columns = box_columns;
   g.block_rows = block_n;
   g.element_bytes = 2;
+  g.dilation_as_strides = true;
   bool fold_k = false, batch_k = false, fold_v = false, batch_v = false;
   g.columns = p.head_dim;
   const MapShape k = shape_of(p.k, g, fold_k, batch_k);

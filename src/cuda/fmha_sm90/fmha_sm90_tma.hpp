@@ -6,9 +6,11 @@
 // the kernel's shared layouts expect it (kernels compiled for D 32: one 32-column box, 64-byte swizzled). TMA takes at
 // most 5 dimensions: 3-D token grids fold the batch into the outermost token dimension when its stride allows (batch
 // stride = extent x stride), and coordinates past an extent read zeros — columns past D / Dv and keys past the grid
-// edge. make_sm90_tile_maps() says when this applies (box mode, no dilation, strides that TMA can express); otherwise
-// the kernel gathers rows with cp.async as before. A Q tile (BlockM tokens of the query grid) is mapped the same way,
-// with its own flags, when the K/V maps apply (the producer's TMA path) and TMA can express the Q tile too.
+// edge. A dilated token dimension is traversed with the dilation as the map's element stride: a box starting at the
+// tile's first token loads every dilation-th token of its dilation group (at most 8 apart, a box spanning at most 256
+// tokens). make_sm90_tile_maps() says when this applies (box mode, dilation TMA can step, strides that TMA can
+// express); otherwise the kernel gathers rows with cp.async. A Q tile (BlockM tokens of the query grid) is mapped the
+// same way, with its own flags, when the K/V maps apply (the producer's TMA path) and TMA can express the Q tile too.
 #pragma once
 #include <cuda.h>
 

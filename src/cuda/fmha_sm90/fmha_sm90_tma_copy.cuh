@@ -97,9 +97,12 @@ __device__ __forceinline__ void bulk_wait_sources_read() {
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
 // The coordinates of a tile's first box in a map of shape_of()'s view (fmha_sm90_tma.cpp): (column 0,
-// head, token indices innermost first, batch), the batch folded into the outermost token index
-// (`outer_extent` of them per batch) or a coordinate of its own as the map says.
-__device__ __forceinline__ void box_coordinates(int dims, int32_t outer_extent, bool fold_batch, bool has_batch,
+// head, token coordinates innermost first, batch), the batch folded into the outermost token coordinate
+// (`outer_extent` of them per batch) or a coordinate of its own as the map says. A token coordinate is
+// the tile origin's index in its dilation group times the dilation plus the group (the map steps by the
+// dilation).
+__device__ __forceinline__ void box_coordinates(int dims, const int32_t (&dilation)[fmha::kMaxDims],
+                                                int32_t outer_extent, bool fold_batch, bool has_batch,
                                                 const fmha::TileOrigin& origin, int32_t head, int32_t batch,
                                                 int32_t (&c)[5]) {
   static_assert(fmha::kMaxDims == 3, "coordinates 2..4: up to three token dimensions and the batch");
@@ -107,14 +110,17 @@ __device__ __forceinline__ void box_coordinates(int dims, int32_t outer_extent, 
   c[1] = head;
   // Coordinate 2 + k: token dimension dims - 1 - k, then the outermost one (k = dims - 1), then the batch.
   // Selected with constant indices only (an array indexed at run time would live in local memory).
+  int32_t token[fmha::kMaxDims];
+#pragma unroll
+  for (int d = 0; d < fmha::kMaxDims; ++d) token[d] = origin.index[d] * dilation[d] + origin.group[d];
 #pragma unroll
   for (int k = 0; k < 3; ++k) {
     int32_t value = 0;
 #pragma unroll
     for (int d = 1; d < fmha::kMaxDims; ++d) {
-      if (k < dims - 1 && d == dims - 1 - k) value = origin.index[d];
+      if (k < dims - 1 && d == dims - 1 - k) value = token[d];
     }
-    if (k == dims - 1) value = origin.index[0] + (fold_batch ? batch * outer_extent : 0);
+    if (k == dims - 1) value = token[0] + (fold_batch ? batch * outer_extent : 0);
     if (k == dims && has_batch) value = batch;
     c[2 + k] = value;
   }
@@ -124,7 +130,8 @@ __device__ __forceinline__ void box_coordinates(int dims, int32_t outer_extent, 
 __device__ __forceinline__ void tile_coordinates(const Sm90TileMaps& maps, const fmha::FmhaParams& p,
                                                  const fmha::TileOrigin& origin, int32_t head_kv, int32_t batch,
                                                  int32_t (&c)[5]) {
-  box_coordinates(p.dims, p.kv_space.extent[0], maps.fold_batch != 0, maps.has_batch != 0, origin, head_kv, batch, c);
+  box_coordinates(p.dims, p.dilation, p.kv_space.extent[0], maps.fold_batch != 0, maps.has_batch != 0, origin, head_kv,
+                  batch, c);
 }
 
 }  // namespace attnkit::cuda::fmha_sm90

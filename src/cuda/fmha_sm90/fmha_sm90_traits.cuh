@@ -21,6 +21,7 @@
 #include <type_traits>
 
 #include "cuda/fmha/fmha_traits.cuh"
+#include "cuda/fmha_sm90/fmha_sm90_heads_per_cta.hpp"
 
 namespace attnkit::cuda::fmha_sm90 {
 
@@ -76,7 +77,7 @@ struct Sm90FmhaTraits {
                                    cute::Step<cute::_2, cute::_1, cute::_3>{}));
   // Heads one CTA may run in turn (FmhaParams::heads_per_cta): at D 128 the head loop's extra live values
   // push the consumers past their 200 registers (spills), so those kernels run one head per CTA.
-  static constexpr bool kSeveralHeadsPerCta = kHeadDim <= 64;
+  static constexpr bool kSeveralHeadsPerCta = kHeadDim <= kSeveralHeadsMaxHeadDim;
   // Q buffers: with several heads per CTA head j uses buffer j % 2, so the next head's Q lands while the
   // consumers finish the current one (its epilogue stages O through the current buffer).
   static constexpr int kQBuffers = kSeveralHeadsPerCta ? 2 : 1;

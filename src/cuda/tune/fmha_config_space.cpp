@@ -8,6 +8,7 @@
 #include "cuda/fmha/fmha_arguments.hpp"
 #include "cuda/fmha/fmha_backward_arguments.hpp"
 #include "cuda/fmha/fmha_box_shape.hpp"
+#include "cuda/fmha_sm90/fmha_sm90_heads_per_cta.hpp"
 #include "tune/attention_tile_work.hpp"
 #include "tune/roofline.hpp"
 
@@ -161,6 +162,12 @@ const FmhaKernel* fmha_forward_default_for(const tune::ProblemSpec& spec, const 
   const FmhaKernel* fallback =
       fmha_default_kernel(spec.dtype, spec.head_dim, spec.head_dim_v, fmha_policy_for(spec.mask), device);
   if (fallback == nullptr || spec.mask != MaskKind::neighborhood) return fallback;
+  // The Hopper kernels up to head dim 64 run several heads per CTA (TMA path, dilated grids included), which
+  // amortises the per-CTA cost the visited-work count below does not see: on an H100 the D 64 kernel beat the
+  // portable 128 x 64 tile on every small window measured, 10-35 %, also where that tile visits half the keys
+  // (na2d 56² K7 dilation 8: 0.260 vs 0.288 ms; docs/perf.md). They stay the default; the tuner may measure others.
+  if (fallback->config.architecture == 90 && fallback->config.head_dim <= fmha_sm90::kSeveralHeadsMaxHeadDim)
+    return fallback;
   // Neighborhoods: the tile whose visited work, weighted by its efficiency, is least. Smaller boxes waste
   // less of each visited KV tile on small windows (na2d 64x64 K13: +18 % with 64x64 tiles), larger ones
   // win on large windows and dense-like work. A pure function of the problem, as DESIGN §6.5 asks.

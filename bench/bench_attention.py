@@ -229,12 +229,13 @@ def class_rows(backward: bool) -> list[Problem]:
                        peers=MASKED_PEERS, target="flex", **kw)
 
     # Small-window 2-D neighborhoods: NAT/DiNAT stages (D32, heads 2/4/8 at 56²/28²/14², batch 64),
-    # D64 and D128 layers, K3 to K13, dilation 1 and the DiNAT dilations (8 at 56², 4 at 28², 2 at 14²).
+    # D64 and D128 layers, K3 to K13, dilation 1 and the DiNAT dilations (8 at 56², 4 at 28², 2 at 14²);
+    # every stage forward and backward.
     for side, h, dil in ((56, 2, 8), (28, 4, 4), (14, 8, 2)):
         add(lambda n, **kw: na2d(n, 64, h, 32, side, 7, **kw), f"na2d-{side}x{side}-k7-d32-b64h{h}",
-            bwd=side != 14, core=side == 56, core_bwd=side == 56)
+            bwd=True, core=side == 56, core_bwd=side == 56)
         add(lambda n, **kw: na2d(n, 64, h, 32, side, 7, dil, **kw), f"na2d-{side}x{side}-k7-dil{dil}-d32-b64h{h}",
-            bwd=side == 56)
+            bwd=True)
     add(lambda n, **kw: na2d(n, 32, 8, 64, 32, 7, **kw), "na2d-32x32-k7-d64-b32h8", bwd=True, core=True,
         core_bwd=True)
     add(lambda n, **kw: na2d(n, 32, 4, 64, 56, 7, **kw), "na2d-56x56-k7-d64-b32h4")

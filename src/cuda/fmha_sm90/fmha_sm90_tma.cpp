@@ -103,9 +103,9 @@ MapShape shape_of(const fmha::TensorAddress& a, const TileGrid& g, bool& fold_ba
   return ok ? s : MapShape{};
 }
 
-// The driver's cuTensorMapEncodeTiled.
+// The driver's cuTensorMapEncodeTiled, or an error saying it is missing.
 PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
-  static const auto function = driver_entry_point<PFN_cuTensorMapEncodeTiled_v12000>("cuTensorMapEncodeTiled");
+  const auto function = tensor_map_encode_tiled();
   if (function == nullptr) {
     throw Error(Status::cuda_error, "cuTensorMapEncodeTiled: not found in the CUDA driver (needs a CUDA 12+ driver)");
   }

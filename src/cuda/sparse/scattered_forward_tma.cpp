@@ -1,7 +1,5 @@
 #include "cuda/sparse/scattered_forward_tma.hpp"
 
-#include <cudaTypedefs.h>
-
 #include <array>
 #include <cstdint>
 
@@ -11,11 +9,6 @@ namespace attnkit::cuda::sparse {
 namespace {
 
 constexpr int64_t kElementBytes = 2;
-
-PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
-  static const auto function = driver_entry_point<PFN_cuTensorMapEncodeTiled_v12000>("cuTensorMapEncodeTiled");
-  return function;
-}
 
 bool multiple_of_16(int64_t bytes) { return bytes > 0 && bytes % 16 == 0; }
 
@@ -34,7 +27,7 @@ bool encode(CUtensorMap& map, const SequenceTensor& t, int32_t batch, int32_t he
                                     static_cast<cuuint64_t>(batch_bytes)};
   std::array<cuuint32_t, 4> box{kTmaTileColumns, 1, kTmaTileKeys, 1};
   std::array<cuuint32_t, 4> element_strides{1, 1, 1, 1};
-  const auto function = encode_function();
+  const auto function = tensor_map_encode_tiled();
   if (function == nullptr) return false;
   const CUresult result =
       function(&map, CU_TENSOR_MAP_DATA_TYPE_UINT16, static_cast<cuuint32_t>(rank), const_cast<void*>(t.data),

@@ -36,8 +36,10 @@
 set(ATTNKIT_FMHA_KERNEL_TABLE
   # direction tier dtype  D    M    N    W   S  policy set
   "forward    sm90  f16   32   128  128  12  2  box    full"
+  "forward    sm90  f16   32   128  64   12  2  box    full"
   "forward    sm90  f16   32   128  128  12  2  list   full"
   "forward    sm90  bf16  32   128  128  12  2  box    dev"
+  "forward    sm90  bf16  32   128  64   12  2  box    dev"
   "forward    sm90  bf16  32   128  128  12  2  list   dev"
   "forward    sm90  f16   64   128  128  12  2  box    dev"
   "forward    sm90  f16   64   128  128  12  2  list   dev"

@@ -164,8 +164,64 @@ TEST(TunerCuda, HopperKernelsRunningSeveralHeadsPerCtaStayTheNeighborhoodDefault
     const tune::CandidateRanking ranking = tune::rank_candidates(space, spec, limits);
     const tune::Config* chosen = tune::default_config(space, ranking, spec, limits);
     ASSERT_NE(chosen, nullptr);
-    EXPECT_EQ(chosen->id, cuda::fmha::fmha_config_name(hopper->config));
+    const cuda::fmha::FmhaKernel* entry = cuda::fmha::forward_kernel_of(*chosen);
+    ASSERT_NE(entry, nullptr);
+    EXPECT_EQ(entry->config.architecture, 90) << chosen->id;
+    EXPECT_EQ(entry->config.head_dim, head_dim) << chosen->id;
   }
+}
+
+// The Hopper D 32 kernel built for two CTAs per SM, where the build has one for the dtype.
+const cuda::fmha::FmhaKernel* hopper_two_cta_kernel(DType dtype, int head_dim) {
+  for (const auto& k : fmha_forward_kernels()) {
+    if (k.config.architecture == 90 && k.config.ctas_per_sm == 2 && k.config.dtype == dtype &&
+        k.config.head_dim == head_dim && k.config.policy == cuda::fmha::FmhaPolicyKind::box) {
+      return &k;
+    }
+  }
+  return nullptr;
+}
+
+TEST(TunerCuda, HopperD32NeighborhoodsDefaultToTheKernelOfTwoCtasPerSm) {
+  const cuda::fmha::FmhaKernel* two_ctas = hopper_two_cta_kernel(DType::bf16, 32);
+  if (two_ctas == nullptr) GTEST_SKIP() << "this build compiles no Hopper bf16 D32 kernel of two CTAs per SM";
+  const tune::ConfigSpace space = fmha_forward_space();
+  const tune::DeviceLimits limits = tune::cuda_device_limits(90, 132);
+  // NAT/DiNAT D 32 stages: undilated and dilated, 1-D to 3-D, several heads and one.
+  struct Case {
+    int side;
+    int kernel;
+    int dilation;
+    int64_t batch;
+    int64_t heads;
+  };
+  for (const Case& c : {Case{56, 7, 1, 64, 2}, Case{28, 7, 4, 64, 4}, Case{14, 7, 2, 64, 8}, Case{45, 13, 3, 1, 1}}) {
+    SCOPED_TRACE("na2d " + std::to_string(c.side) + "^2 K" + std::to_string(c.kernel) + " dilation " +
+                 std::to_string(c.dilation));
+    tune::ProblemSpec spec = na2d_spec(c.side, c.kernel);
+    spec.head_dim = spec.head_dim_v = 32;
+    spec.batch = c.batch;
+    spec.heads_q = spec.heads_kv = c.heads;
+    for (int d = 0; d < 2; ++d) spec.neighborhood[static_cast<size_t>(d)].dilation = c.dilation;
+    const tune::CandidateRanking ranking = tune::rank_candidates(space, spec, limits);
+    const tune::Config* chosen = tune::default_config(space, ranking, spec, limits);
+    ASSERT_NE(chosen, nullptr);
+    EXPECT_EQ(chosen->id, cuda::fmha::fmha_config_name(two_ctas->config));
+  }
+  // Dense D 32 keeps the registry's first Hopper kernel (one CTA per SM): the rule is for windows.
+  const tune::ProblemSpec dense = dense_spec(DType::bf16, 32, 4096, MaskKind::none);
+  const tune::Config* dense_choice =
+      tune::default_config(space, tune::rank_candidates(space, dense, limits), dense, limits);
+  ASSERT_NE(dense_choice, nullptr);
+  EXPECT_NE(dense_choice->id, cuda::fmha::fmha_config_name(two_ctas->config));
+  // On an 8.x device the rule has nothing to pick: the portable tier's default stays.
+  const tune::DeviceLimits ampere = tune::cuda_device_limits(80, 108);
+  tune::ProblemSpec window = na2d_spec(28, 7);
+  window.head_dim = window.head_dim_v = 32;
+  const tune::Config* on_ampere =
+      tune::default_config(space, tune::rank_candidates(space, window, ampere), window, ampere);
+  ASSERT_NE(on_ampere, nullptr);
+  EXPECT_EQ(cuda::fmha::forward_kernel_of(*on_ampere)->config.architecture, 80) << on_ampere->id;
 }
 
 TEST(TunerCuda, HopperTierRunsOnlyOnComputeCapability90) {

@@ -30,6 +30,8 @@ struct FmhaConfig {
   FmhaPolicyKind policy = FmhaPolicyKind::box;
   // 80: the portable tier (any SM80+ device); 90: the Hopper tier (sm_90a code: compute capability 9.0 only).
   int architecture = 80;
+  // CTAs the kernel is built to keep resident on one SM (its launch bounds and register split).
+  int ctas_per_sm = 1;
 };
 
 // Everything one launch needs: the kernel's params and, for tile-list policies, the mask to

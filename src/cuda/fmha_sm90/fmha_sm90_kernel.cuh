@@ -25,7 +25,7 @@
 namespace attnkit::cuda::fmha_sm90 {
 
 template <class Traits, class Policy>
-__global__ void __launch_bounds__(Traits::kThreads, 1)
+__global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm)
     fmha_sm90_forward_kernel(const __grid_constant__ fmha::FmhaParams p, const __grid_constant__ Sm90TileMaps maps) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using PolicyTraits = typename Traits::PolicyTraits;

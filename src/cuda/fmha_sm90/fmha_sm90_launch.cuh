@@ -35,8 +35,8 @@ void launch_fmha_sm90_forward(const fmha::FmhaLaunch& request, fmha::FmhaWorkspa
   // Box masks are the same for every head: with Q and K/V by TMA a CTA may run several heads in turn.
   constexpr bool kHeadIndependent =
       Traits::kSeveralHeadsPerCta && std::is_same_v<Policy, fmha::BoxPolicy<PolicyTraits>>;
-  launch.params.heads_per_cta =
-      choose_heads_per_cta(launch.params, kHeadIndependent && maps.enabled && maps.q_enabled, launch.multiprocessors);
+  launch.params.heads_per_cta = choose_heads_per_cta(launch.params, kHeadIndependent && maps.enabled && maps.q_enabled,
+                                                     launch.multiprocessors * Traits::kCtasPerSm);
   auto* kernel = &fmha_sm90_forward_kernel<Traits, Policy>;
   cudaError_t status = raise_dynamic_shared_memory_once(kernel, Traits::kSmemBytes);
   if (status == cudaSuccess) {
@@ -64,9 +64,10 @@ fmha::FmhaKernel make_fmha_sm90_kernel(DType dtype, fmha::FmhaPolicyKind policy)
   config.stages = Traits::kStages;
   config.smem_bytes = Traits::kSmemBytes;
   // The launch bound's share of the register file (the warpgroups then trade registers via setmaxnreg).
-  config.registers_estimate = 65536 / Traits::kThreads / 8 * 8;
+  config.registers_estimate = 65536 / Traits::kThreads / Traits::kCtasPerSm / 8 * 8;
   config.policy = policy;
   config.architecture = 90;
+  config.ctas_per_sm = Traits::kCtasPerSm;
   return fmha::FmhaKernel{config, &launch_fmha_sm90_forward<Traits, PolicyTemplate>,
                           &fmha::fmha_workspace_bytes<typename Traits::PolicyTraits, PolicyTemplate>};
 }

@@ -39,10 +39,14 @@ struct Sm90FmhaTraits {
   static constexpr int kProducerThreads = 128;
   static constexpr int kThreads = kConsumerThreads + kProducerThreads;
   static constexpr int kWarps = kThreads / 32;
-  // Registers per thread after setmaxnreg: 128 x 96 + 256 x 200 <= 64K. ptxas allocates each region to
-  // its limit: at 40 the producer's copy loop spilled (docs/perf.md), at 96 nothing spills.
-  static constexpr int kProducerRegisters = 96;
-  static constexpr int kConsumerRegisters = 200;
+  // CTAs resident per SM: two for the D 32 kernel of 64-key tiles (small windows: one CTA's setup, epilogue and
+  // softmax latency overlap the other's products), else one.
+  static constexpr int kCtasPerSm = (kHeadDim == 32 && kBlockN == 64) ? 2 : 1;
+  // Registers per thread after setmaxnreg: 128 x 96 + 256 x 200 <= 64K with one CTA per SM. ptxas allocates each
+  // region to its limit: at 40 the producer's copy loop spilled (docs/perf.md), at 96 nothing spills. Two CTAs start
+  // at 80 each (the launch bound's share) and trade within the CTA: 128 x 24 + 256 x 104 <= 384 x 80.
+  static constexpr int kProducerRegisters = kCtasPerSm == 1 ? 96 : 24;
+  static constexpr int kConsumerRegisters = kCtasPerSm == 1 ? 200 : 104;
   static_assert(kHeadDim == 32 || kHeadDim == 64 || kHeadDim == 128,
                 "swizzled row chunks of 64 bytes (D 32) or 128 bytes (D 64, 128)");
   static_assert(kBlockN == 128 || kBlockN == 64, "a producer thread owns one K row and one V row per tile");

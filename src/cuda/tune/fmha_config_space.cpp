@@ -76,6 +76,21 @@ std::string invalid_reason(const tune::Config& config, const tune::ProblemSpec& 
   return "";
 }
 
+// At D 32 a small window's tile is latency-bound (its masked softmax, not its products; docs/perf.md): the
+// Hopper kernel built for two CTAs per SM overlaps one CTA's softmax and epilogue with the other's products. On
+// an H100 it beat the one-CTA 128-key kernel on every NAT/DiNAT D 32 stage measured, 10-40 %.
+const FmhaKernel* hopper_neighborhood_default(const FmhaKernel& fallback, const FmhaDevice& device) {
+  if (fallback.config.head_dim != 32) return &fallback;
+  for (const auto& k : fmha_forward_kernels()) {
+    if (k.config.architecture == 90 && k.config.ctas_per_sm > 1 && k.config.dtype == fallback.config.dtype &&
+        k.config.head_dim == fallback.config.head_dim && k.config.policy == fallback.config.policy &&
+        fmha_config_fits(k.config, device)) {
+      return &k;
+    }
+  }
+  return &fallback;
+}
+
 }  // namespace
 
 tune::TileWork fmha_forward_tile_work(const FmhaConfig& config, const tune::ProblemSpec& spec) {
@@ -167,7 +182,7 @@ const FmhaKernel* fmha_forward_default_for(const tune::ProblemSpec& spec, const 
   // portable 128 x 64 tile on every small window measured, 10-35 %, also where that tile visits half the keys
   // (na2d 56² K7 dilation 8: 0.260 vs 0.288 ms; docs/perf.md). They stay the default; the tuner may measure others.
   if (fallback->config.architecture == 90 && fallback->config.head_dim <= fmha_sm90::kSeveralHeadsMaxHeadDim)
-    return fallback;
+    return hopper_neighborhood_default(*fallback, device);
   // Neighborhoods: the tile whose visited work, weighted by its efficiency, is least. Smaller boxes waste
   // less of each visited KV tile on small windows (na2d 64x64 K13: +18 % with 64x64 tiles), larger ones
   // win on large windows and dense-like work. A pure function of the problem, as DESIGN §6.5 asks.

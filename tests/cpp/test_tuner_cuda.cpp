@@ -187,7 +187,7 @@ TEST(TunerCuda, HopperD32NeighborhoodsDefaultToTheKernelOfTwoCtasPerSm) {
   if (two_ctas == nullptr) GTEST_SKIP() << "this build compiles no Hopper bf16 D32 kernel of two CTAs per SM";
   const tune::ConfigSpace space = fmha_forward_space();
   const tune::DeviceLimits limits = tune::cuda_device_limits(90, 132);
-  // NAT/DiNAT D 32 stages: undilated and dilated, 1-D to 3-D, several heads and one.
+  // NAT/DiNAT D 32 stages, undilated and dilated, and a single head of a larger window.
   struct Case {
     int side;
     int kernel;

@@ -17,7 +17,7 @@ constexpr int kMaxHeadsPerCta = 8;
 // Causal prefixes give the CTAs of one grid unequal work (the last Q tiles see the most keys): longer CTAs
 // would leave a longer tail, so they pair at most two heads.
 constexpr int kMaxHeadsPerCtaWithPrefix = 2;
-constexpr int kDefaultMultiprocessors = 132;
+constexpr int kDefaultCtaSlots = 132;
 
 // ATTNKIT_SM90_HEADS_PER_CTA=<n> (benchmarks): n heads per eligible CTA instead of the rule; read once.
 int environment_heads() {
@@ -29,24 +29,25 @@ int environment_heads() {
   return heads;
 }
 
-// Waves of ctas_per_head * ceil(heads_total / heads) CTAs (one per SM) times each CTA's fixed cost plus its heads.
-double wave_cost(int64_t ctas_per_head, int heads_total, int heads, int multiprocessors) {
+// Waves of ctas_per_head * ceil(heads_total / heads) CTAs over cta_slots resident at once (SMs x CTAs per SM) times
+// each CTA's fixed cost plus its heads.
+double wave_cost(int64_t ctas_per_head, int heads_total, int heads, int cta_slots) {
   const int64_t groups = (heads_total + heads - 1) / heads;
-  const int64_t slots = multiprocessors > 0 ? multiprocessors : kDefaultMultiprocessors;
+  const int64_t slots = cta_slots > 0 ? cta_slots : kDefaultCtaSlots;
   const int64_t waves = (ctas_per_head * groups + slots - 1) / slots;
   return static_cast<double>(waves) * (kFixedCostPerHead + heads);
 }
 
 // The forced count, else the count of at most `most` heads with the least wave_cost.
-int cheapest_heads(int64_t ctas_per_head, int heads_total, int most, int multiprocessors) {
+int cheapest_heads(int64_t ctas_per_head, int heads_total, int most, int cta_slots) {
   int forced = heads_override.load(std::memory_order_relaxed);
   if (forced == 0) forced = environment_heads();
   if (forced > 0) return forced < heads_total ? forced : heads_total;
   if (most > heads_total) most = heads_total;
   int best = 1;
-  double best_cost = wave_cost(ctas_per_head, heads_total, 1, multiprocessors);
+  double best_cost = wave_cost(ctas_per_head, heads_total, 1, cta_slots);
   for (int heads = 2; heads <= most; ++heads) {
-    const double cost = wave_cost(ctas_per_head, heads_total, heads, multiprocessors);
+    const double cost = wave_cost(ctas_per_head, heads_total, heads, cta_slots);
     if (cost < best_cost) {
       best = heads;
       best_cost = cost;
@@ -65,18 +66,18 @@ int most_heads(const Params& p) {
 
 }  // namespace
 
-double heads_per_cta_cost(const fmha::FmhaParams& p, int heads, int multiprocessors) {
-  return wave_cost(int64_t{p.total_q_tiles} * p.batch, p.heads_q, heads, multiprocessors);
+double heads_per_cta_cost(const fmha::FmhaParams& p, int heads, int cta_slots) {
+  return wave_cost(int64_t{p.total_q_tiles} * p.batch, p.heads_q, heads, cta_slots);
 }
 
-int choose_heads_per_cta(const fmha::FmhaParams& p, bool head_independent_tma, int multiprocessors) {
+int choose_heads_per_cta(const fmha::FmhaParams& p, bool head_independent_tma, int cta_slots) {
   if (!head_independent_tma || p.heads_q < 2) return 1;
-  return cheapest_heads(int64_t{p.total_q_tiles} * p.batch, p.heads_q, most_heads(p), multiprocessors);
+  return cheapest_heads(int64_t{p.total_q_tiles} * p.batch, p.heads_q, most_heads(p), cta_slots);
 }
 
-int choose_backward_heads_per_cta(const fmha::FmhaBackwardParams& p, bool head_independent, int multiprocessors) {
+int choose_backward_heads_per_cta(const fmha::FmhaBackwardParams& p, bool head_independent, int cta_slots) {
   if (!head_independent || p.heads_kv < 2) return 1;
-  return cheapest_heads(int64_t{p.total_kv_tiles} * p.batch, p.heads_kv, most_heads(p), multiprocessors);
+  return cheapest_heads(int64_t{p.total_kv_tiles} * p.batch, p.heads_kv, most_heads(p), cta_slots);
 }
 
 void set_heads_per_cta_override(int heads) { heads_override.store(heads, std::memory_order_relaxed); }

@@ -76,17 +76,19 @@ std::string invalid_reason(const tune::Config& config, const tune::ProblemSpec& 
   return "";
 }
 
+// Whether `k` can stand in for `fallback`: the same dtype, compiled width and mask policy, and it fits the device.
+bool runs_the_same_calls(const FmhaKernel& k, const FmhaKernel& fallback, const FmhaDevice& device) {
+  return k.config.dtype == fallback.config.dtype && k.config.head_dim == fallback.config.head_dim &&
+         k.config.policy == fallback.config.policy && fmha_config_fits(k.config, device);
+}
+
 // At D 32 a small window's tile is latency-bound (its masked softmax, not its products; docs/perf.md): the
 // Hopper kernel built for two CTAs per SM overlaps one CTA's softmax and epilogue with the other's products. On
 // an H100 it beat the one-CTA 128-key kernel on every NAT/DiNAT D 32 stage measured, by 12-41 %.
 const FmhaKernel* hopper_neighborhood_default(const FmhaKernel& fallback, const FmhaDevice& device) {
   if (fallback.config.head_dim != 32) return &fallback;
   for (const auto& k : fmha_forward_kernels()) {
-    if (k.config.architecture == 90 && k.config.ctas_per_sm > 1 && k.config.dtype == fallback.config.dtype &&
-        k.config.head_dim == fallback.config.head_dim && k.config.policy == fallback.config.policy &&
-        fmha_config_fits(k.config, device)) {
-      return &k;
-    }
+    if (k.config.architecture == 90 && k.config.ctas_per_sm > 1 && runs_the_same_calls(k, fallback, device)) return &k;
   }
   return &fallback;
 }
@@ -193,10 +195,7 @@ const FmhaKernel* fmha_forward_default_for(const tune::ProblemSpec& spec, const 
   const FmhaKernel* best = fallback;
   double best_cost = weighted_work(fallback->config);
   for (const auto& k : fmha_forward_kernels()) {
-    if (&k == fallback || k.config.dtype != fallback->config.dtype || k.config.head_dim != fallback->config.head_dim ||
-        k.config.policy != fallback->config.policy || !fmha_config_fits(k.config, device)) {
-      continue;
-    }
+    if (&k == fallback || !runs_the_same_calls(k, *fallback, device)) continue;
     const double cost = weighted_work(k.config);
     if (cost < best_cost) {
       best = &k;

@@ -224,6 +224,52 @@ TEST(TunerCuda, HopperD32NeighborhoodsDefaultToTheKernelOfTwoCtasPerSm) {
   EXPECT_EQ(cuda::fmha::forward_kernel_of(*on_ampere)->config.architecture, 80) << on_ampere->id;
 }
 
+TEST(TunerCuda, HopperD64WindowsOfOneAndTwoDimensionsDefaultToTheKernelOfTwoCtasPerSm) {
+  const cuda::fmha::FmhaKernel* two_ctas = hopper_two_cta_kernel(DType::bf16, 64);
+  if (two_ctas == nullptr) GTEST_SKIP() << "this build compiles no Hopper bf16 D64 kernel of two CTAs per SM";
+  const tune::ConfigSpace space = fmha_forward_space();
+  const tune::DeviceLimits limits = tune::cuda_device_limits(90, 132);
+  auto default_of = [&](const tune::ProblemSpec& spec) {
+    const tune::Config* chosen = tune::default_config(space, tune::rank_candidates(space, spec, limits), spec, limits);
+    return chosen == nullptr ? std::string() : chosen->id;
+  };
+  const std::string two_cta_name = cuda::fmha::fmha_config_name(two_ctas->config);
+  // 2-D windows: NAT-style stages, a dilated one and a single head.
+  struct Case {
+    int side;
+    int kernel;
+    int dilation;
+    int64_t batch;
+    int64_t heads;
+  };
+  for (const Case& c : {Case{32, 7, 1, 32, 8}, Case{32, 3, 1, 32, 8}, Case{24, 5, 2, 16, 4}, Case{45, 13, 3, 1, 1}}) {
+    SCOPED_TRACE("na2d " + std::to_string(c.side) + "^2 K" + std::to_string(c.kernel) + " dilation " +
+                 std::to_string(c.dilation));
+    tune::ProblemSpec spec = na2d_spec(c.side, c.kernel);
+    spec.head_dim = spec.head_dim_v = 64;
+    spec.batch = c.batch;
+    spec.heads_q = spec.heads_kv = c.heads;
+    for (int d = 0; d < 2; ++d) spec.neighborhood[static_cast<size_t>(d)].dilation = c.dilation;
+    EXPECT_EQ(default_of(spec), two_cta_name);
+  }
+  // A 1-D window, causal.
+  tune::ProblemSpec line = dense_spec(DType::bf16, 64, 8192, MaskKind::neighborhood);
+  line.neighborhood[0] = NeighborhoodDim{256, 1, 1, true};
+  EXPECT_EQ(default_of(line), two_cta_name) << "na1d L8192 K256 causal";
+  // A 3-D window keeps the one-CTA kernel of 128-key tiles.
+  tune::ProblemSpec video = dense_spec(DType::bf16, 64, 8, MaskKind::neighborhood);
+  video.token_dims = 3;
+  video.tokens = video.tokens_kv = {8, 32, 32};
+  const int64_t video_window[3] = {3, 7, 7};
+  for (int d = 0; d < 3; ++d)
+    video.neighborhood[static_cast<size_t>(d)] = NeighborhoodDim{video_window[d], 1, 1, false};
+  const std::string video_choice = default_of(video);
+  EXPECT_NE(video_choice, two_cta_name);
+  EXPECT_NE(video_choice.find("_sm90"), std::string::npos) << video_choice;
+  // Dense D 64 keeps the registry's first Hopper kernel: the rule is for windows.
+  EXPECT_NE(default_of(dense_spec(DType::bf16, 64, 2048, MaskKind::none)), two_cta_name);
+}
+
 TEST(TunerCuda, HopperTierRunsOnlyOnComputeCapability90) {
   const cuda::fmha::FmhaKernel* hopper = nullptr;
   for (const auto& k : cuda::fmha::fmha_forward_kernels()) {

@@ -81,6 +81,17 @@ struct Sm90Consumer {
       // Ping-pong between the two consumer warpgroups: a warpgroup issues its products only after the
       // other one has issued its own (named barriers kTurnBarrier + group), so the tensor cores run one
       // warpgroup's S(i) = Q*K(i)^T and O += P(i-1)*V(i-1) while the other one's softmax runs.
+      if constexpr (!Traits::kSoftmaxOverlapsPv) {
+        serial_turns(p, policy, ss, row_of, ctid, tSrQ, tSrK, tOrV, acc_s, acc_o, tOrP, softmax, walk, base);
+        fmha::CtaTile head_cta = cta;
+        head_cta.head += head;
+        epilogue(p, head_cta, acc_o, softmax, row_of, sQ, ctid, group);
+        if (head + Traits::kQBuffers < heads) {
+          fence_generic_to_async_shared();  // the O staging's shared accesses before a later Q's TMA writes
+          barrier_arrive(&ss.q_empty[q_buffer]);
+        }
+        continue;
+      }
       if (group == 1) named_barrier_arrive(kTurnBarrier + 0, 256);  // group 0 goes first
       float correction[kRows];
       // Tile i's softmax between two turns, in two steps: masking and exponentials (needs S(i) only, so it
@@ -179,6 +190,58 @@ struct Sm90Consumer {
         fence_generic_to_async_shared();  // the O staging's shared accesses before a later Q's TMA writes
         barrier_arrive(&ss.q_empty[q_buffer]);
       }
+    }
+  }
+
+  // The turns of kernels whose consumers cannot hold S(i), P(i-1) and O at once (Traits::kSoftmaxOverlapsPv false):
+  // per tile, S(i) = Q*K(i)^T, its softmax, then O += P(i)*V(i), each product waited for before the next step, so
+  // S and P never live together. The warpgroups do not take turns: the other warpgroups on the SM (this CTA's and
+  // the other resident CTA's) fill the tensor cores while this one waits or exponentiates.
+  template <class TQ, class TK, class TV, class AccS, class AccO, class FragP, class Softmax, class Walk>
+  __device__ __forceinline__ void serial_turns(const fmha::FmhaParams& p, const Policy& policy, Storage& ss,
+                                               const int (&row_of)[kRows], int ctid, TQ& tSrQ, TK& tSrK, TV& tOrV,
+                                               AccS& acc_s, AccO& acc_o, FragP& tOrP, Softmax& softmax, Walk& walk,
+                                               int base) const {
+    using namespace cute;
+    typename Traits::MmaS mma_s;
+    typename Traits::MmaO mma_o;
+    Tensor s = gmma_rows_cols(acc_s);
+    Tensor o = gmma_rows_cols(acc_o);
+    const int lane_class = ctid % 4;
+    const int count = policy.count();
+    for (int i = 0; i < count; ++i) {
+      const int tile = base + i;
+      const int stage = tile % Traits::kStages;
+      const int phase = (tile / Traits::kStages) & 1;
+      const typename Policy::TileBits bits = policy.fetch_bits(walk.tile, p, ctid);
+      barrier_wait(&ss.k_full[stage], phase);
+      warpgroup_fence_operand(acc_s);
+      warpgroup_arrive();
+      issue_gemm<false>(mma_s, tSrQ, tSrK(_, _, _, stage), acc_s);
+      warpgroup_commit_batch();
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc_s);
+      barrier_arrive(&ss.k_empty[stage]);
+      if (!walk.tile.full) {
+        uint32_t masks[kRows];
+        policy.row_masks(walk.tile, bits, row_of, lane_class, masks);
+        fmha::apply_row_masks<kRows, kCols>(s, masks);
+      }
+      float correction[kRows];
+      softmax.update_scores(s, p.scale_log2, correction);
+      fmha::OnlineSoftmax<kRows>::rescale(o, correction);
+      pack_accumulator<Element>(acc_s, tOrP);
+      walk.advance(policy, i);
+      barrier_wait(&ss.v_full[stage], phase);
+      warpgroup_fence_operand(acc_o);
+      warpgroup_fence_operand(tOrP);
+      warpgroup_arrive();
+      issue_gemm<true>(mma_o, tOrP, tOrV(_, _, _, stage), acc_o);
+      warpgroup_commit_batch();
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc_o);
+      warpgroup_fence_operand(tOrP);
+      barrier_arrive(&ss.v_empty[stage]);
     }
   }
 

@@ -39,9 +39,14 @@ struct Sm90FmhaTraits {
   static constexpr int kProducerThreads = 128;
   static constexpr int kThreads = kConsumerThreads + kProducerThreads;
   static constexpr int kWarps = kThreads / 32;
-  // CTAs resident per SM: two for the D 32 kernel of 64-key tiles (small windows: one CTA's setup, epilogue and
-  // softmax latency overlap the other's products), else one.
-  static constexpr int kCtasPerSm = (kHeadDim == 32 && kBlockN == 64) ? 2 : 1;
+  // CTAs resident per SM: two for the kernels of 64-key tiles up to D 64 (one CTA's setup, epilogue and softmax
+  // latency overlap the other's products), else one.
+  static constexpr int kCtasPerSm = (kHeadDim <= 64 && kBlockN == 64) ? 2 : 1;
+  // Whether a consumer's exponentials of S(i) run while its P(i-1) * V(i-1) is still in the tensor cores. That keeps
+  // S(i), P(i-1) and O live at once: at D 64 and two CTAs per SM they exceed the consumers' 104 registers (ptxas
+  // spilled ~370 bytes), so there a consumer runs serial turns (Sm90Consumer::serial_turns) and relies on the other
+  // warpgroups (its own CTA's and the other CTA's) for overlap.
+  static constexpr bool kSoftmaxOverlapsPv = kCtasPerSm == 1 || kHeadDim == 32;
   // Registers per thread after setmaxnreg: 128 x 96 + 256 x 200 <= 64K with one CTA per SM. ptxas allocates each
   // region to its limit: at 40 the producer's copy loop spilled (docs/perf.md), at 96 nothing spills. Two CTAs start
   // at 80 each (the launch bound's share) and trade within the CTA: 128 x 24 + 256 x 104 <= 384 x 80.

@@ -82,11 +82,19 @@ bool runs_the_same_calls(const FmhaKernel& k, const FmhaKernel& fallback, const 
          k.config.policy == fallback.config.policy && fmha_config_fits(k.config, device);
 }
 
-// At D 32 a small window's tile is latency-bound (its masked softmax, not its products; docs/perf.md): the
-// Hopper kernel built for two CTAs per SM overlaps one CTA's softmax and epilogue with the other's products. On
-// an H100 it beat the one-CTA 128-key kernel on every NAT/DiNAT D 32 stage measured, by 12-41 %.
-const FmhaKernel* hopper_neighborhood_default(const FmhaKernel& fallback, const FmhaDevice& device) {
-  if (fallback.config.head_dim != 32) return &fallback;
+// Small windows leave a Hopper CTA latency-bound (its masked softmax and epilogue, not its products; docs/perf.md):
+// the kernels built for two CTAs per SM overlap one CTA's softmax and epilogue with the other's products. On an
+// H100 the D 32 one beat the one-CTA 128-key kernel on every NAT/DiNAT D 32 stage measured, by 12-41 %; on an H200
+// the D 64 one beat it on 2-D windows by 5-13 % (32² K3/K7, 56² K7) but lost 18 % on a 3-D window (8x32x32
+// K3x7x7), whose 64-key boxes are cubes of 4 tokens a side, so at D 64 the rule keeps to 1-D and 2-D windows.
+bool prefers_two_ctas_per_sm(const tune::ProblemSpec& spec, int head_dim) {
+  if (head_dim == 32) return true;
+  return head_dim == 64 && spec.token_dims <= 2;
+}
+
+const FmhaKernel* hopper_neighborhood_default(const FmhaKernel& fallback, const tune::ProblemSpec& spec,
+                                              const FmhaDevice& device) {
+  if (!prefers_two_ctas_per_sm(spec, fallback.config.head_dim)) return &fallback;
   for (const auto& k : fmha_forward_kernels()) {
     if (k.config.architecture == 90 && k.config.ctas_per_sm > 1 && runs_the_same_calls(k, fallback, device)) return &k;
   }
@@ -184,7 +192,7 @@ const FmhaKernel* fmha_forward_default_for(const tune::ProblemSpec& spec, const 
   // portable 128 x 64 tile on every small window measured, 10-35 %, also where that tile visits half the keys
   // (na2d 56² K7 dilation 8: 0.260 vs 0.288 ms; docs/perf.md). They stay the default; the tuner may measure others.
   if (fallback->config.architecture == 90 && fallback->config.head_dim <= fmha_sm90::kSeveralHeadsMaxHeadDim)
-    return hopper_neighborhood_default(*fallback, device);
+    return hopper_neighborhood_default(*fallback, spec, device);
   // Neighborhoods: the tile whose visited work, weighted by its efficiency, is least. Smaller boxes waste
   // less of each visited KV tile on small windows (na2d 64x64 K13: +18 % with 64x64 tiles), larger ones
   // win on large windows and dense-like work. A pure function of the problem, as DESIGN §6.5 asks.

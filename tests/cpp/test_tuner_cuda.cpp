@@ -182,7 +182,7 @@ const cuda::fmha::FmhaKernel* hopper_two_cta_kernel(DType dtype, int head_dim) {
   return nullptr;
 }
 
-TEST(TunerCuda, HopperD32NeighborhoodsDefaultToTheKernelOfTwoCtasPerSm) {
+TEST(TunerCuda, HopperD32NeighborhoodsDefaultToTheKernelOfTwoCtasPerSmWhereItKeepsTheQueryBoxes) {
   const cuda::fmha::FmhaKernel* two_ctas = hopper_two_cta_kernel(DType::bf16, 32);
   if (two_ctas == nullptr) GTEST_SKIP() << "this build compiles no Hopper bf16 D32 kernel of two CTAs per SM";
   const tune::ConfigSpace space = fmha_forward_space();
@@ -207,6 +207,26 @@ TEST(TunerCuda, HopperD32NeighborhoodsDefaultToTheKernelOfTwoCtasPerSm) {
     const tune::Config* chosen = tune::default_config(space, ranking, spec, limits);
     ASSERT_NE(chosen, nullptr);
     EXPECT_EQ(chosen->id, cuda::fmha::fmha_config_name(two_ctas->config));
+  }
+  // 3-D windows take it where its 64-key boxes keep the 128-key kernel's query boxes (8x32x32 K3x3x3), not where
+  // they change them (8x32x32 K3x7x7: Q boxes 2x8x8 against 8x2x8).
+  for (const int64_t side : {3, 7}) {
+    SCOPED_TRACE("na3d 8x32x32 K3x" + std::to_string(side) + "x" + std::to_string(side));
+    tune::ProblemSpec video = dense_spec(DType::bf16, 32, 8, MaskKind::neighborhood);
+    video.batch = video.heads_q = video.heads_kv = 8;
+    video.token_dims = 3;
+    video.tokens = video.tokens_kv = {8, 32, 32};
+    const int64_t window[3] = {3, side, side};
+    for (int d = 0; d < 3; ++d) video.neighborhood[static_cast<size_t>(d)] = NeighborhoodDim{window[d], 1, 1, false};
+    const tune::Config* choice =
+        tune::default_config(space, tune::rank_candidates(space, video, limits), video, limits);
+    ASSERT_NE(choice, nullptr);
+    if (side == 3) {
+      EXPECT_EQ(choice->id, cuda::fmha::fmha_config_name(two_ctas->config));
+    } else {
+      EXPECT_NE(choice->id, cuda::fmha::fmha_config_name(two_ctas->config));
+      EXPECT_NE(choice->id.find("_sm90"), std::string::npos) << choice->id;
+    }
   }
   // Dense D 32 keeps the registry's first Hopper kernel (one CTA per SM): the rule is for windows.
   const tune::ProblemSpec dense = dense_spec(DType::bf16, 32, 4096, MaskKind::none);

@@ -82,21 +82,33 @@ bool runs_the_same_calls(const FmhaKernel& k, const FmhaKernel& fallback, const 
          k.config.policy == fallback.config.policy && fmha_config_fits(k.config, device);
 }
 
+// Whether `two_ctas` visits `spec` with the query boxes `fallback` gets (its smaller KV tiles halving only the KV
+// boxes).
+bool keeps_the_query_boxes(const tune::ProblemSpec& spec, const FmhaConfig& fallback, const FmhaConfig& two_ctas) {
+  const BoxGeometry geometry = neighborhood_geometry(spec.token_dims, spec.neighborhood, spec.tokens);
+  auto query_boxes = [&](const FmhaConfig& config) {
+    return choose_box_shapes(geometry, log2_of(config.block_m), log2_of(config.block_n), false, KvTileOrigin::window)
+        .q_log2;
+  };
+  return query_boxes(two_ctas) == query_boxes(fallback);
+}
+
 // Small windows leave a Hopper CTA latency-bound (its masked softmax and epilogue, not its products; docs/perf.md):
-// the kernels built for two CTAs per SM overlap one CTA's softmax and epilogue with the other's products. On an
-// H100 the D 32 one beat the one-CTA 128-key kernel on every NAT/DiNAT D 32 stage measured, by 12-41 %; on an H200
-// the D 64 one beat it on 2-D windows by 5-13 % (32² K3/K7, 56² K7) but lost 18 % on a 3-D window (8x32x32
-// K3x7x7), whose 64-key boxes are cubes of 4 tokens a side, so at D 64 the rule keeps to 1-D and 2-D windows.
-bool prefers_two_ctas_per_sm(const tune::ProblemSpec& spec, int head_dim) {
-  if (head_dim == 32) return true;
-  return head_dim == 64 && spec.token_dims <= 2;
+// the kernels built for two CTAs per SM overlap one CTA's softmax and epilogue with the other's products. Measured
+// against the one-CTA 128-key kernel: at D 32 faster on every 2-D NAT/DiNAT stage (H100, 12-41 %) and on 3-D windows
+// (H200, 5-20 %) but one, whose 64-key boxes change its query box (8x32x32 K3x7x7: Q 2x8x8 against 8x2x8, 12 %
+// slower); at D 64 faster on 1-D and 2-D windows (H200, up to 38 %, one of 17 shapes 2 % slower) and slower on every
+// 3-D window tried (4-18 %).
+bool prefers_two_ctas_per_sm(const tune::ProblemSpec& spec, const FmhaConfig& fallback, const FmhaConfig& two_ctas) {
+  if (spec.token_dims <= 2) return fallback.head_dim == 32 || fallback.head_dim == 64;
+  return fallback.head_dim == 32 && keeps_the_query_boxes(spec, fallback, two_ctas);
 }
 
 const FmhaKernel* hopper_neighborhood_default(const FmhaKernel& fallback, const tune::ProblemSpec& spec,
                                               const FmhaDevice& device) {
-  if (!prefers_two_ctas_per_sm(spec, fallback.config.head_dim)) return &fallback;
   for (const auto& k : fmha_forward_kernels()) {
-    if (k.config.architecture == 90 && k.config.ctas_per_sm > 1 && runs_the_same_calls(k, fallback, device)) return &k;
+    if (k.config.architecture != 90 || k.config.ctas_per_sm == 1 || !runs_the_same_calls(k, fallback, device)) continue;
+    return prefers_two_ctas_per_sm(spec, fallback.config, k.config) ? &k : &fallback;
   }
   return &fallback;
 }

@@ -8,6 +8,7 @@
 #if defined(ATTNKIT_WITH_CUDA)
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cmath>
 #include <random>
 #include <set>
@@ -103,6 +104,17 @@ tune::ProblemSpec na2d_spec(int64_t extent, int64_t kernel_size) {
   s.token_dims = 2;
   s.tokens = s.tokens_kv = {extent, extent, 1};
   for (int d = 0; d < 2; ++d) s.neighborhood[static_cast<size_t>(d)] = NeighborhoodDim{kernel_size, 1, 1, false};
+  return s;
+}
+
+// An undilated 3-D window over extents {t, h, w} at head dim `head_dim`, 8 batches of 8 heads.
+tune::ProblemSpec na3d_spec(int64_t head_dim, const std::array<int64_t, 3>& extents,
+                            const std::array<int64_t, 3>& window) {
+  tune::ProblemSpec s = dense_spec(DType::bf16, head_dim, extents[0], MaskKind::neighborhood);
+  s.batch = s.heads_q = s.heads_kv = 8;
+  s.token_dims = 3;
+  s.tokens = s.tokens_kv = extents;
+  for (size_t d = 0; d < 3; ++d) s.neighborhood[d] = NeighborhoodDim{window[d], 1, 1, false};
   return s;
 }
 
@@ -212,12 +224,7 @@ TEST(TunerCuda, HopperD32NeighborhoodsDefaultToTheKernelOfTwoCtasPerSmWhereItKee
   // they change them (8x32x32 K3x7x7: Q boxes 2x8x8 against 8x2x8).
   for (const int64_t side : {3, 7}) {
     SCOPED_TRACE("na3d 8x32x32 K3x" + std::to_string(side) + "x" + std::to_string(side));
-    tune::ProblemSpec video = dense_spec(DType::bf16, 32, 8, MaskKind::neighborhood);
-    video.batch = video.heads_q = video.heads_kv = 8;
-    video.token_dims = 3;
-    video.tokens = video.tokens_kv = {8, 32, 32};
-    const int64_t window[3] = {3, side, side};
-    for (int d = 0; d < 3; ++d) video.neighborhood[static_cast<size_t>(d)] = NeighborhoodDim{window[d], 1, 1, false};
+    const tune::ProblemSpec video = na3d_spec(32, {8, 32, 32}, {3, side, side});
     const tune::Config* choice =
         tune::default_config(space, tune::rank_candidates(space, video, limits), video, limits);
     ASSERT_NE(choice, nullptr);
@@ -276,16 +283,13 @@ TEST(TunerCuda, HopperD64WindowsOfOneAndTwoDimensionsDefaultToTheKernelOfTwoCtas
   tune::ProblemSpec line = dense_spec(DType::bf16, 64, 8192, MaskKind::neighborhood);
   line.neighborhood[0] = NeighborhoodDim{256, 1, 1, true};
   EXPECT_EQ(default_of(line), two_cta_name) << "na1d L8192 K256 causal";
-  // A 3-D window keeps the one-CTA kernel of 128-key tiles.
-  tune::ProblemSpec video = dense_spec(DType::bf16, 64, 8, MaskKind::neighborhood);
-  video.token_dims = 3;
-  video.tokens = video.tokens_kv = {8, 32, 32};
-  const int64_t video_window[3] = {3, 7, 7};
-  for (int d = 0; d < 3; ++d)
-    video.neighborhood[static_cast<size_t>(d)] = NeighborhoodDim{video_window[d], 1, 1, false};
-  const std::string video_choice = default_of(video);
-  EXPECT_NE(video_choice, two_cta_name);
-  EXPECT_NE(video_choice.find("_sm90"), std::string::npos) << video_choice;
+  // 3-D windows keep the one-CTA kernel of 128-key tiles, also where the 64-key boxes keep the query boxes (16³ K3).
+  for (const tune::ProblemSpec& video :
+       {na3d_spec(64, {8, 32, 32}, {3, 7, 7}), na3d_spec(64, {16, 16, 16}, {3, 3, 3})}) {
+    const std::string video_choice = default_of(video);
+    EXPECT_NE(video_choice, two_cta_name);
+    EXPECT_NE(video_choice.find("_sm90"), std::string::npos) << video_choice;
+  }
   // Dense D 64 keeps the registry's first Hopper kernel: the rule is for windows.
   EXPECT_NE(default_of(dense_spec(DType::bf16, 64, 2048, MaskKind::none)), two_cta_name);
 }

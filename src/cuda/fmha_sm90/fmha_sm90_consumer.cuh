@@ -78,9 +78,6 @@ struct Sm90Consumer {
       barrier_wait(&ss.q_full[q_buffer], (head / Traits::kQBuffers) & 1);
       const int base = head * count;  // the CTA's index of this head's tile 0
       TileWalk<Policy> walk(policy);
-      // Ping-pong between the two consumer warpgroups: a warpgroup issues its products only after the
-      // other one has issued its own (named barriers kTurnBarrier + group), so the tensor cores run one
-      // warpgroup's S(i) = Q*K(i)^T and O += P(i-1)*V(i-1) while the other one's softmax runs.
       if constexpr (!Traits::kSoftmaxOverlapsPv) {
         serial_turns(p, policy, ss, row_of, ctid, tSrQ, tSrK, tOrV, acc_s, acc_o, tOrP, softmax, walk, base);
         fmha::CtaTile head_cta = cta;
@@ -92,6 +89,9 @@ struct Sm90Consumer {
         }
         continue;
       }
+      // Ping-pong between the two consumer warpgroups: a warpgroup issues its products only after the
+      // other one has issued its own (named barriers kTurnBarrier + group), so the tensor cores run one
+      // warpgroup's S(i) = Q*K(i)^T and O += P(i-1)*V(i-1) while the other one's softmax runs.
       if (group == 1) named_barrier_arrive(kTurnBarrier + 0, 256);  // group 0 goes first
       float correction[kRows];
       // Tile i's softmax between two turns, in two steps: masking and exponentials (needs S(i) only, so it

@@ -33,6 +33,7 @@ results after every candidate, and bench.json / bench.md are rewritten after eve
   python3 bench/bench_attention.py --quick --backward  # small shapes, forward and backward
   python3 bench/bench_attention.py --only 'na2d*'      # rows by glob (comma-separated)
   python3 bench/bench_attention.py --set classes --backward --only 'cls-na2d-*'  # issue #20's classes
+  python3 bench/bench_attention.py --row na:32,4,64,28x28,7 --row causal:16,16,1024,64  # shapes of your own
   python3 bench/bench_attention.py --smoke-cpu         # tiny shapes on CPU: attnkit CPU vs SDPA math
   python3 bench/bench_attention.py --self-test         # mask math vs the scalar reading of DESIGN §3
 """
@@ -330,6 +331,86 @@ def class_cpu_rows(backward: bool) -> list[Problem]:
                                 dtype="float64"))
         rows.append(Problem("clscpu-na1d-bwd-causal-90-k17", 1, 2, 8, (90,),
                             masks.neighborhood((90,), (17,), causal=(True,)), backward=True, dtype="float64"))
+    return rows
+
+
+ROW_SPEC_HELP = ("na:B,H,D,EXTENTS,KERNEL[,DILATION[,CAUSAL]] (EXTENTS e.g. 28x28 or 8x32x32; KERNEL, DILATION and "
+                 "CAUSAL one value for every dimension or one per dimension, e.g. 7 or 3x7x7, 2 or 1x2, 1 or 0x1), "
+                 "dense:B,H,S,D or causal:B,H,S,D")
+
+
+def _spec_ints(text: str, what: str, spec: str, minimum: int = 1) -> list[int]:
+    try:
+        values = [int(v) for v in text.split("x")]
+    except ValueError:
+        values = []
+    if not values or any(v < minimum for v in values):
+        raise ValueError(f"--row {spec!r}: {what} {text!r}; allowed: integers >= {minimum} joined by x")
+    return values
+
+
+def _per_dimension(values: list[int], dims: int, what: str, spec: str) -> tuple:
+    if len(values) == 1:
+        return tuple(values * dims)
+    if len(values) != dims:
+        raise ValueError(f"--row {spec!r}: {what} has {len(values)} values for {dims} dimensions; allowed: 1 or "
+                         f"{dims}")
+    return tuple(values)
+
+
+def spec_rows(spec: str, backward: bool) -> list[Problem]:
+    """The rows of one --row SPEC (ROW_SPEC_HELP), bf16, measured against the peers of its class in the
+    classes set: a forward row row-<shape>, and with --backward its backward row row-bwd-<shape>."""
+    kind, _, fields_text = spec.partition(":")
+    fields = fields_text.split(",") if fields_text else []
+
+    def positive(text, what):
+        return _spec_ints(text, what, spec)
+
+    if kind in ("dense", "causal"):
+        if len(fields) != 4:
+            raise ValueError(f"--row {spec!r}: {len(fields)} fields; allowed: {kind}:B,H,S,D")
+        (b,), (h,), (seq,), (d,) = (positive(f, name) for f, name in zip(fields, ("B", "H", "S", "D")))
+        causal = kind == "causal"
+        shape = f"{'dense-causal' if causal else 'dense'}-s{seq}-d{d}-b{b}h{h}"
+
+        def make(name, bwd):
+            return dense(name, b, h, seq, d, causal=causal, backward=bwd, peers=DENSE_PEERS, target="sdpa_cudnn")
+    elif kind == "na":
+        if not 5 <= len(fields) <= 7:
+            raise ValueError(f"--row {spec!r}: {len(fields)} fields; allowed: na:B,H,D,EXTENTS,KERNEL[,DILATION"
+                             f"[,CAUSAL]]")
+        (b,), (h,), (d,) = (positive(f, name) for f, name in zip(fields[:3], ("B", "H", "D")))
+        extents = tuple(positive(fields[3], "EXTENTS"))
+        dims = len(extents)
+        if not 1 <= dims <= 3:
+            raise ValueError(f"--row {spec!r}: {dims} token dimensions; allowed: 1 to 3")
+        kernel = _per_dimension(positive(fields[4], "KERNEL"), dims, "KERNEL", spec)
+        dilation = _per_dimension(positive(fields[5], "DILATION") if len(fields) > 5 else [1], dims, "DILATION",
+                                  spec)
+        causal = _per_dimension(_spec_ints(fields[6], "CAUSAL", spec, 0) if len(fields) > 6 else [0], dims,
+                                "CAUSAL", spec)
+        if any(c > 1 for c in causal):
+            raise ValueError(f"--row {spec!r}: CAUSAL {fields[6]!r}; allowed: 0 or 1 per dimension")
+
+        def joined(values):
+            return "x".join(map(str, values))
+
+        shape = f"na{dims}d-{joined(extents)}-k{joined(kernel)}"
+        if any(v != 1 for v in dilation):
+            shape += f"-dil{joined(dilation)}"
+        if any(causal):
+            shape += f"-causal{joined(causal)}"
+        shape += f"-d{d}-b{b}h{h}"
+        mask = masks.neighborhood(extents, kernel, dilation, None, tuple(bool(c) for c in causal))
+
+        def make(name, bwd):
+            return Problem(name, b, h, d, extents, mask, backward=bwd, peers=MASKED_PEERS, target="flex")
+    else:
+        raise ValueError(f"--row {spec!r}: kind {kind!r}; allowed: {ROW_SPEC_HELP}")
+    rows = [make(f"row-{shape}", False)]
+    if backward:
+        rows.append(make(f"row-bwd-{shape}", True))
     return rows
 
 
@@ -935,7 +1016,10 @@ def git_commit() -> str:
 
 
 def select_rows(args) -> list[Problem]:
-    rows = ROW_SETS[args.set](args.backward)
+    # --row alone runs its rows only; with a set named (--set, --quick, --smoke-cpu, $ATTNKIT_BENCH_SET) both.
+    rows = ROW_SETS[args.set](args.backward) if args.set_named or not args.row else []
+    for spec in args.row:
+        rows += spec_rows(spec, args.backward)
     if args.only:
         patterns = [p.strip() for p in args.only.split(",") if p.strip()]
         rows = [r for r in rows if any(fnmatch.fnmatch(r.name, p) or p in r.name for p in patterns)]
@@ -999,6 +1083,9 @@ def parse_args(argv=None):
                              "(CPU-sized rows of each class, for --smoke-cpu); default: --quick / "
                              "--smoke-cpu's set, else $ATTNKIT_BENCH_SET, else full")
     parser.add_argument("--only", help="rows whose name matches (glob or substring; comma-separated)")
+    parser.add_argument("--row", action="append", default=[], metavar="SPEC",
+                        help="a row of your own shape (repeatable), against its class's peers: " + ROW_SPEC_HELP +
+                             "; without a set named, only these rows run")
     parser.add_argument("--out", default=os.environ.get("ATTNKIT_BENCH_OUT", "bench-out"),
                         help="folder for bench.json and bench.md (default: bench-out)")
     parser.add_argument("--backward", action="store_true", help="add backward rows")
@@ -1026,6 +1113,12 @@ def parse_args(argv=None):
     parser.add_argument("--child-row", help=argparse.SUPPRESS)
     parser.add_argument("--child-json", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    args.set_named = args.set is not None or args.quick or args.smoke_cpu or bool(os.environ.get("ATTNKIT_BENCH_SET"))
+    for spec in args.row:
+        try:
+            spec_rows(spec, False)
+        except ValueError as error:
+            parser.error(str(error))
     if args.set is None:
         environment_set = os.environ.get("ATTNKIT_BENCH_SET") or None
         if environment_set is not None and environment_set not in ROW_SETS:

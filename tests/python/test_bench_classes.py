@@ -88,7 +88,8 @@ def test_report_gives_the_target_ratio_and_the_shared_form_ratio():
     assert "| 0.75× flex; 0.50× shared |" in text
 
 
-def test_class_rows_run_on_the_cpu_backend(tmp_path):
+def report_of_a_cpu_run(tmp_path, *argv) -> str:
+    """bench.md of `bench_attention.py --smoke-cpu ARGV` run in this process (skips without the library)."""
     lib, error = bench.load(bench.parse_args([]))
     if lib is None:
         pytest.skip(f"libattnkit not loadable: {error}")
@@ -96,12 +97,15 @@ def test_class_rows_run_on_the_cpu_backend(tmp_path):
 
     threads = torch.get_num_threads()  # --smoke-cpu sets 1
     try:
-        code = bench.main(["--smoke-cpu", "--set", "classes-cpu", "--backward", "--no-isolate", "--no-plots",
-                           "--out", str(tmp_path)])
+        code = bench.main(["--smoke-cpu", *argv, "--no-isolate", "--no-plots", "--out", str(tmp_path)])
     finally:
         torch.set_num_threads(threads)
     assert code == 0
-    report = (tmp_path / "bench.md").read_text()
+    return (tmp_path / "bench.md").read_text()
+
+
+def test_class_rows_run_on_the_cpu_backend(tmp_path):
+    report = report_of_a_cpu_run(tmp_path, "--set", "classes-cpu", "--backward")
     for form in masks.BLOCK_FORMS:
         assert f"clscpu-blockhead-s200-p30-{form}" in report
     assert "WRONG" not in report
@@ -148,20 +152,8 @@ def test_a_malformed_row_says_what_is_allowed(spec, says, capsys):
 
 
 def test_rows_of_ones_own_shape_run_on_the_cpu_backend(tmp_path):
-    lib, error = bench.load(bench.parse_args([]))
-    if lib is None:
-        pytest.skip(f"libattnkit not loadable: {error}")
-    import torch
-
-    threads = torch.get_num_threads()  # --smoke-cpu sets 1
-    try:
-        code = bench.main(["--smoke-cpu", "--only", "row-*", "--row", "na:1,2,16,9x11,3,1x2,0x1",
-                           "--row", "causal:1,2,40,16", "--backward", "--no-isolate", "--no-plots",
-                           "--out", str(tmp_path)])
-    finally:
-        torch.set_num_threads(threads)
-    assert code == 0
-    report = (tmp_path / "bench.md").read_text()
+    report = report_of_a_cpu_run(tmp_path, "--only", "row-*", "--row", "na:1,2,16,9x11,3,1x2,0x1",
+                                 "--row", "causal:1,2,40,16", "--backward")
     for name in ("row-na2d-9x11-k3x3-dil1x2-causal0x1-d16-b1h2", "row-bwd-dense-causal-s40-d16-b1h2"):
         assert name in report
     assert "WRONG" not in report

@@ -80,13 +80,7 @@ struct Sm90Consumer {
       TileWalk<Policy> walk(policy);
       if constexpr (!Traits::kSoftmaxOverlapsPv) {
         serial_turns(p, policy, ss, row_of, ctid, tSrQ, tSrK, tOrV, acc_s, acc_o, tOrP, softmax, walk, base);
-        fmha::CtaTile head_cta = cta;
-        head_cta.head += head;
-        epilogue(p, head_cta, acc_o, softmax, row_of, sQ, ctid, group);
-        if (head + Traits::kQBuffers < heads) {
-          fence_generic_to_async_shared();  // the O staging's shared accesses before a later Q's TMA writes
-          barrier_arrive(&ss.q_empty[q_buffer]);
-        }
+        finish_head(p, cta, head, heads, ss, acc_o, softmax, row_of, sQ, ctid, group);
         continue;
       }
       // Ping-pong between the two consumer warpgroups: a warpgroup issues its products only after the
@@ -183,13 +177,22 @@ struct Sm90Consumer {
       }
       // Group 1 arrived once more than group 0 waited (its opening turn): consume it.
       if (group == 0) named_barrier_sync(kTurnBarrier + 0, 256);
-      fmha::CtaTile head_cta = cta;
-      head_cta.head += head;
-      epilogue(p, head_cta, acc_o, softmax, row_of, sQ, ctid, group);
-      if (head + Traits::kQBuffers < heads) {
-        fence_generic_to_async_shared();  // the O staging's shared accesses before a later Q's TMA writes
-        barrier_arrive(&ss.q_empty[q_buffer]);
-      }
+      finish_head(p, cta, head, heads, ss, acc_o, softmax, row_of, sQ, ctid, group);
+    }
+  }
+
+  // After head `head`'s last tile (of `heads` the CTA runs in turn): its epilogue, then its Q buffer back to the
+  // producer when a later head needs it.
+  template <class AccO, class SmemQ>
+  __device__ __forceinline__ void finish_head(const fmha::FmhaParams& p, const fmha::CtaTile& cta, int head, int heads,
+                                              Storage& ss, AccO& acc_o, fmha::OnlineSoftmax<kRows>& softmax,
+                                              const int (&row_of)[kRows], SmemQ& sQ, int ctid, int group) const {
+    fmha::CtaTile head_cta = cta;
+    head_cta.head += head;
+    epilogue(p, head_cta, acc_o, softmax, row_of, sQ, ctid, group);
+    if (head + Traits::kQBuffers < heads) {
+      fence_generic_to_async_shared();  // the O staging's shared accesses before a later Q's TMA writes
+      barrier_arrive(&ss.q_empty[head % Traits::kQBuffers]);
     }
   }
 

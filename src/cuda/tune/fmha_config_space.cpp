@@ -107,7 +107,7 @@ bool prefers_two_ctas_per_sm(const tune::ProblemSpec& spec, const FmhaConfig& fa
 const FmhaKernel* hopper_neighborhood_default(const FmhaKernel& fallback, const tune::ProblemSpec& spec,
                                               const FmhaDevice& device) {
   for (const auto& k : fmha_forward_kernels()) {
-    if (k.config.architecture != 90 || k.config.ctas_per_sm == 1 || !runs_the_same_calls(k, fallback, device)) continue;
+    if (k.config.architecture != 90 || k.config.ctas_per_sm != 2 || !runs_the_same_calls(k, fallback, device)) continue;
     return prefers_two_ctas_per_sm(spec, fallback.config, k.config) ? &k : &fallback;
   }
   return &fallback;

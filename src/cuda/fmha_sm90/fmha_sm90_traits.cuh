@@ -46,12 +46,11 @@ struct Sm90FmhaTraits {
   // epilogue and softmax latency overlap the other's products), four for those of 64 query rows (the same four
   // consumer warpgroups per SM, each CTA with query boxes half as large), else one.
   static constexpr int kCtasPerSm = kBlockM == 64 ? 4 : (kHeadDim <= 64 && kBlockN == 64) ? 2 : 1;
-  // Whether a consumer's exponentials of S(i) run while its P(i-1) * V(i-1) is still in the tensor cores, the two
-  // consumer warpgroups of a CTA taking turns. That keeps S(i), P(i-1) and O live at once: at D 64 and two CTAs per
-  // SM they exceed the consumers' 104 registers (ptxas spilled ~370 bytes), so there a consumer runs serial turns
-  // (Sm90Consumer::serial_turns) and relies on the other warpgroups on the SM for overlap; so does the one consumer
-  // warpgroup of a 64-row CTA, which has no partner to take turns with.
-  static constexpr bool kSoftmaxOverlapsPv = kConsumerGroups == 2 && (kCtasPerSm == 1 || kHeadDim == 32);
+  // Whether a consumer's exponentials of S(i) run while its P(i-1) * V(i-1) is still in the tensor cores. That keeps
+  // S(i), P(i-1) and O live at once: at D 64 and 104 registers (several CTAs per SM) ptxas spilled ~370 bytes, so
+  // there a consumer runs serial turns (Sm90Consumer::serial_turns) and relies on the other warpgroups on the SM for
+  // overlap.
+  static constexpr bool kSoftmaxOverlapsPv = kCtasPerSm == 1 || kHeadDim == 32;
   // Registers per thread after setmaxnreg: 128 x 96 + 256 x 200 <= 64K with one CTA per SM. ptxas allocates each
   // region to its limit: at 40 the producer's copy loop spilled (docs/perf.md), at 96 nothing spills. Two CTAs start
   // at 80 each (the launch bound's share) and trade within the CTA: 128 x 24 + 256 x 104 <= 384 x 80; four 64-row

@@ -183,11 +183,13 @@ TEST(TunerCuda, HopperKernelsRunningSeveralHeadsPerCtaStayTheNeighborhoodDefault
   }
 }
 
-// The Hopper D 32 kernel built for two CTAs per SM, where the build has one for the dtype.
-const cuda::fmha::FmhaKernel* hopper_two_cta_kernel(DType dtype, int head_dim) {
+// The Hopper box kernel of `dtype` and `head_dim` with `block_m` query rows and `ctas_per_sm` CTAs per SM, where the
+// build has one.
+const cuda::fmha::FmhaKernel* hopper_box_kernel(DType dtype, int head_dim, int block_m, int ctas_per_sm) {
   for (const auto& k : fmha_forward_kernels()) {
-    if (k.config.architecture == 90 && k.config.ctas_per_sm == 2 && k.config.dtype == dtype &&
-        k.config.head_dim == head_dim && k.config.policy == cuda::fmha::FmhaPolicyKind::box) {
+    if (k.config.architecture == 90 && k.config.block_m == block_m && k.config.ctas_per_sm == ctas_per_sm &&
+        k.config.dtype == dtype && k.config.head_dim == head_dim &&
+        k.config.policy == cuda::fmha::FmhaPolicyKind::box) {
       return &k;
     }
   }
@@ -215,6 +217,15 @@ std::string window_stage_name(const WindowStage& stage) {
          std::to_string(stage.dilation);
 }
 
+// A 1-D window of `kernel_size` keys over 8192 tokens, 4 batches of 16 heads.
+tune::ProblemSpec na1d_spec(int64_t head_dim, int64_t kernel_size, bool causal) {
+  tune::ProblemSpec s = dense_spec(DType::bf16, head_dim, 8192, MaskKind::neighborhood);
+  s.batch = 4;
+  s.heads_q = s.heads_kv = 16;
+  s.neighborhood[0] = NeighborhoodDim{kernel_size, 1, 1, causal};
+  return s;
+}
+
 // The id of the default config for `spec` on `limits` ("" when there is none).
 std::string default_config_id(const tune::ConfigSpace& space, const tune::ProblemSpec& spec,
                               const tune::DeviceLimits& limits) {
@@ -222,34 +233,34 @@ std::string default_config_id(const tune::ConfigSpace& space, const tune::Proble
   return chosen == nullptr ? std::string() : chosen->id;
 }
 
-TEST(TunerCuda, HopperD32NeighborhoodsDefaultToTheKernelOfTwoCtasPerSmWhereItKeepsTheQueryBoxes) {
-  const cuda::fmha::FmhaKernel* two_ctas = hopper_two_cta_kernel(DType::bf16, 32);
-  if (two_ctas == nullptr) GTEST_SKIP() << "this build compiles no Hopper bf16 D32 kernel of two CTAs per SM";
+TEST(TunerCuda, HopperWindowsOfUpTo2048KeysDefaultToTheKernelOf64QueryRows) {
   const tune::ConfigSpace space = fmha_forward_space();
   const tune::DeviceLimits limits = tune::cuda_device_limits(90, 132);
-  const std::string two_cta_name = cuda::fmha::fmha_config_name(two_ctas->config);
-  // NAT/DiNAT D 32 stages, undilated and dilated, and a single head of a larger window.
-  for (const WindowStage& stage : {WindowStage{56, 7, 1, 64, 2}, WindowStage{28, 7, 4, 64, 4},
-                                   WindowStage{14, 7, 2, 64, 8}, WindowStage{45, 13, 3, 1, 1}}) {
-    SCOPED_TRACE(window_stage_name(stage));
-    EXPECT_EQ(default_config_id(space, window_stage_spec(stage, 32), limits), two_cta_name);
-  }
-  // 3-D windows take it where its 64-key boxes keep the 128-key kernel's query boxes (8x32x32 K3x3x3), not where
-  // they change them (8x32x32 K3x7x7: Q boxes 2x8x8 against 8x2x8).
-  for (const int64_t side : {3, 7}) {
-    SCOPED_TRACE("na3d 8x32x32 K3x" + std::to_string(side) + "x" + std::to_string(side));
-    const std::string choice = default_config_id(space, na3d_spec(32, {8, 32, 32}, {3, side, side}), limits);
-    if (side == 3) {
-      EXPECT_EQ(choice, two_cta_name);
-    } else {
-      EXPECT_NE(choice, two_cta_name);
-      EXPECT_NE(choice.find("_sm90"), std::string::npos) << choice;
+  for (int head_dim : {32, 64}) {
+    SCOPED_TRACE("head dim " + std::to_string(head_dim));
+    const cuda::fmha::FmhaKernel* rows_64 = hopper_box_kernel(DType::bf16, head_dim, 64, 4);
+    if (rows_64 == nullptr) GTEST_SKIP() << "this build compiles no Hopper bf16 kernel of 64 query rows";
+    const std::string rows_64_name = cuda::fmha::fmha_config_name(rows_64->config);
+    auto default_of = [&](const tune::ProblemSpec& spec) { return default_config_id(space, spec, limits); };
+    // 2-D: NAT/DiNAT stages, undilated and dilated, a single head, and a large window (961 keys).
+    for (const WindowStage& stage :
+         {WindowStage{56, 7, 1, 64, 2}, WindowStage{28, 7, 4, 64, 4}, WindowStage{14, 7, 2, 64, 8},
+          WindowStage{32, 3, 1, 32, 8}, WindowStage{45, 13, 3, 1, 1}, WindowStage{128, 31, 1, 1, 16}}) {
+      SCOPED_TRACE(window_stage_name(stage));
+      EXPECT_EQ(default_of(window_stage_spec(stage, head_dim)), rows_64_name);
     }
+    // 3-D video windows, and 1-D windows up to the bound, causal and not.
+    EXPECT_EQ(default_of(na3d_spec(head_dim, {8, 32, 32}, {3, 7, 7})), rows_64_name) << "na3d 8x32x32 K3x7x7";
+    EXPECT_EQ(default_of(na3d_spec(head_dim, {16, 16, 16}, {3, 3, 3})), rows_64_name) << "na3d 16^3 K3";
+    EXPECT_EQ(default_of(na1d_spec(head_dim, 256, true)), rows_64_name) << "na1d K256 causal";
+    EXPECT_EQ(default_of(na1d_spec(head_dim, 2048, false)), rows_64_name) << "na1d K2048";
+    // Beyond 2048 keys the 128-row kernels stay (the next tests), as they do for dense attention.
+    EXPECT_NE(default_of(na1d_spec(head_dim, 2049, false)), rows_64_name) << "na1d K2049";
+    EXPECT_NE(default_of(na3d_spec(head_dim, {16, 64, 64}, {9, 15, 17})), rows_64_name) << "na3d K9x15x17";
+    const std::string dense_choice = default_of(dense_spec(DType::bf16, head_dim, 2048, MaskKind::none));
+    EXPECT_FALSE(dense_choice.empty());
+    EXPECT_NE(dense_choice, rows_64_name);
   }
-  // Dense D 32 keeps the registry's first Hopper kernel (one CTA per SM): the rule is for windows.
-  const std::string dense_choice = default_config_id(space, dense_spec(DType::bf16, 32, 4096, MaskKind::none), limits);
-  EXPECT_FALSE(dense_choice.empty());
-  EXPECT_NE(dense_choice, two_cta_name);
   // On an 8.x device the rule has nothing to pick: the portable tier's default stays.
   const tune::DeviceLimits ampere = tune::cuda_device_limits(80, 108);
   tune::ProblemSpec window = na2d_spec(28, 7);
@@ -260,30 +271,39 @@ TEST(TunerCuda, HopperD32NeighborhoodsDefaultToTheKernelOfTwoCtasPerSmWhereItKee
   EXPECT_EQ(cuda::fmha::forward_kernel_of(*on_ampere)->config.architecture, 80) << on_ampere->id;
 }
 
-TEST(TunerCuda, HopperD64WindowsOfOneAndTwoDimensionsDefaultToTheKernelOfTwoCtasPerSm) {
-  const cuda::fmha::FmhaKernel* two_ctas = hopper_two_cta_kernel(DType::bf16, 64);
+TEST(TunerCuda, HopperD32WindowsBeyond2048KeysDefaultToTheKernelOfTwoCtasPerSmWhereItKeepsTheQueryBoxes) {
+  const cuda::fmha::FmhaKernel* two_ctas = hopper_box_kernel(DType::bf16, 32, 128, 2);
+  if (two_ctas == nullptr) GTEST_SKIP() << "this build compiles no Hopper bf16 D32 kernel of two CTAs per SM";
+  const tune::ConfigSpace space = fmha_forward_space();
+  const tune::DeviceLimits limits = tune::cuda_device_limits(90, 132);
+  auto default_of = [&](const tune::ProblemSpec& spec) { return default_config_id(space, spec, limits); };
+  const std::string two_cta_name = cuda::fmha::fmha_config_name(two_ctas->config);
+  EXPECT_EQ(default_of(window_stage_spec(WindowStage{96, 47, 1, 2, 8}, 32)), two_cta_name) << "na2d 96^2 K47";
+  EXPECT_EQ(default_of(na1d_spec(32, 4096, false)), two_cta_name) << "na1d K4096";
+  // 3-D windows take it where its 64-key boxes keep the 128-key kernel's query boxes (16x64x64 K9x15x17: 8x2x8),
+  // not where they change them (16x64x64 K13x13x13: 8x4x4 against 16x2x4).
+  EXPECT_EQ(default_of(na3d_spec(32, {16, 64, 64}, {9, 15, 17})), two_cta_name) << "na3d K9x15x17";
+  const std::string changed = default_of(na3d_spec(32, {16, 64, 64}, {13, 13, 13}));
+  EXPECT_NE(changed, two_cta_name);
+  EXPECT_NE(changed.find("_sm90"), std::string::npos) << changed;
+  // Dense D 32 keeps the registry's first Hopper kernel (one CTA per SM): the rule is for windows.
+  EXPECT_NE(default_of(dense_spec(DType::bf16, 32, 4096, MaskKind::none)), two_cta_name);
+}
+
+TEST(TunerCuda, HopperD64WindowsBeyond2048KeysOfOneAndTwoDimensionsDefaultToTheKernelOfTwoCtasPerSm) {
+  const cuda::fmha::FmhaKernel* two_ctas = hopper_box_kernel(DType::bf16, 64, 128, 2);
   if (two_ctas == nullptr) GTEST_SKIP() << "this build compiles no Hopper bf16 D64 kernel of two CTAs per SM";
   const tune::ConfigSpace space = fmha_forward_space();
   const tune::DeviceLimits limits = tune::cuda_device_limits(90, 132);
   auto default_of = [&](const tune::ProblemSpec& spec) { return default_config_id(space, spec, limits); };
   const std::string two_cta_name = cuda::fmha::fmha_config_name(two_ctas->config);
-  // 2-D windows: NAT-style stages, a dilated one and a single head.
-  for (const WindowStage& stage : {WindowStage{32, 7, 1, 32, 8}, WindowStage{32, 3, 1, 32, 8},
-                                   WindowStage{24, 5, 2, 16, 4}, WindowStage{45, 13, 3, 1, 1}}) {
-    SCOPED_TRACE(window_stage_name(stage));
-    EXPECT_EQ(default_of(window_stage_spec(stage, 64)), two_cta_name);
-  }
-  // A 1-D window, causal.
-  tune::ProblemSpec line = dense_spec(DType::bf16, 64, 8192, MaskKind::neighborhood);
-  line.neighborhood[0] = NeighborhoodDim{256, 1, 1, true};
-  EXPECT_EQ(default_of(line), two_cta_name) << "na1d L8192 K256 causal";
-  // 3-D windows keep the one-CTA kernel of 128-key tiles, also where the 64-key boxes keep the query boxes (16³ K3).
-  for (const tune::ProblemSpec& video :
-       {na3d_spec(64, {8, 32, 32}, {3, 7, 7}), na3d_spec(64, {16, 16, 16}, {3, 3, 3})}) {
-    const std::string video_choice = default_of(video);
-    EXPECT_NE(video_choice, two_cta_name);
-    EXPECT_NE(video_choice.find("_sm90"), std::string::npos) << video_choice;
-  }
+  EXPECT_EQ(default_of(window_stage_spec(WindowStage{96, 47, 1, 2, 8}, 64)), two_cta_name) << "na2d 96^2 K47";
+  EXPECT_EQ(default_of(na1d_spec(64, 4096, false)), two_cta_name) << "na1d K4096";
+  EXPECT_EQ(default_of(na1d_spec(64, 4096, true)), two_cta_name) << "na1d K4096 causal";
+  // 3-D windows keep the one-CTA kernel of 128-key tiles, also where the 64-key boxes keep the query boxes.
+  const std::string video_choice = default_of(na3d_spec(64, {16, 64, 64}, {9, 15, 17}));
+  EXPECT_NE(video_choice, two_cta_name);
+  EXPECT_NE(video_choice.find("_sm90"), std::string::npos) << video_choice;
   // Dense D 64 keeps the registry's first Hopper kernel: the rule is for windows.
   EXPECT_NE(default_of(dense_spec(DType::bf16, 64, 2048, MaskKind::none)), two_cta_name);
 }

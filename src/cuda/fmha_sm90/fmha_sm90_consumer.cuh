@@ -6,11 +6,12 @@
 // through the portable policy's row masks and exponentiate (the online softmax's maxima, exponentials
 // and sums) while P(i-1)*V(i-1) still runs; then wait for that product, release V(i-1), rescale O and
 // convert P(i) to fp16/bf16 in place of the A-operand registers (the m64nN accumulator and the m64k16 A
-// fragment share their thread -> element map). The two warpgroups alternate (ping-pong), so one's softmax overlaps the
-// other's products. The first turn issues S(0) alone and the last P*V(last) alone: peeled, because a wgmma under a
-// loop-variant condition is serialised by ptxas. The epilogue normalises O, writes the LSE, stages O through this
-// warpgroup's 64 rows of the Q buffer and stores whole 16-byte chunks of token rows. A CTA may run
-// several heads in turn with the same tiles (FmhaParams::heads_per_cta): the loop above, once per head.
+// fragment share their thread -> element map). Two warpgroups alternate (ping-pong), so one's softmax overlaps the
+// other's products; a 64-row CTA's one warpgroup issues as soon as its operands are there. The first turn issues S(0)
+// alone and the last P*V(last) alone: peeled, because a wgmma under a loop-variant condition is serialised by ptxas.
+// The epilogue normalises O, writes the LSE, stages O through this warpgroup's 64 rows of the Q buffer and stores whole
+// 16-byte chunks of token rows. A CTA may run several heads in turn with the same tiles (FmhaParams::heads_per_cta):
+// the loop above, once per head.
 #pragma once
 #include <cute/tensor.hpp>
 
@@ -37,6 +38,7 @@ struct Sm90Consumer {
   static constexpr int kRows = PolicyTraits::kRows;
   static constexpr int kCols = PolicyTraits::kCols;
   static constexpr int kTurnBarrier = 4;  // named barriers 4 and 5: whose turn it is to issue products
+  static constexpr bool kPingPong = Traits::kConsumerGroups == 2;
 
   // ctid: thread index among the consumers (0..255); group: 0 or 1 (query rows 64*group ...), warp-uniform.
   // Runs heads cta.head .. cta.head + heads - 1 in turn; their KV tiles share one run of stage/phase
@@ -65,7 +67,7 @@ struct Sm90Consumer {
     static_assert(decltype(size<0>(s))::value == kRows && decltype(size<1>(s))::value == kCols, "policy view");
     const int lane_class = ctid % 4;
     const int count = policy.count();
-    const int other = 1 - group;
+    [[maybe_unused]] const int other = 1 - group;
 
     for (int head = 0; head < heads; ++head) {
       const int q_buffer = head % Traits::kQBuffers;
@@ -85,8 +87,17 @@ struct Sm90Consumer {
       }
       // Ping-pong between the two consumer warpgroups: a warpgroup issues its products only after the
       // other one has issued its own (named barriers kTurnBarrier + group), so the tensor cores run one
-      // warpgroup's S(i) = Q*K(i)^T and O += P(i-1)*V(i-1) while the other one's softmax runs.
-      if (group == 1) named_barrier_arrive(kTurnBarrier + 0, 256);  // group 0 goes first
+      // warpgroup's S(i) = Q*K(i)^T and O += P(i-1)*V(i-1) while the other one's softmax runs. The one
+      // consumer warpgroup of a 64-row CTA has no partner: it issues when its operands are there.
+      auto wait_for_turn = [&] {
+        if constexpr (kPingPong) named_barrier_sync(kTurnBarrier + group, 256);
+      };
+      auto pass_turn = [&] {
+        if constexpr (kPingPong) named_barrier_arrive(kTurnBarrier + other, 256);
+      };
+      if constexpr (kPingPong) {
+        if (group == 1) named_barrier_arrive(kTurnBarrier + 0, 256);  // group 0 goes first
+      }
       float correction[kRows];
       // Tile i's softmax between two turns, in two steps: masking and exponentials (needs S(i) only, so it
       // runs while P(i-1) * V(i-1) is still in the tensor cores), then the O rescale and the conversion of
@@ -116,12 +127,12 @@ struct Sm90Consumer {
         const int stage = base % Traits::kStages;
         const typename Policy::TileBits bits = policy.fetch_bits(walk.tile, p, ctid);
         barrier_wait(&ss.k_full[stage], (base / Traits::kStages) & 1);
-        named_barrier_sync(kTurnBarrier + group, 256);
+        wait_for_turn();
         warpgroup_fence_operand(acc_s);
         warpgroup_arrive();
         issue_gemm<false>(mma_s, tSrQ, tSrK(_, _, _, stage), acc_s);
         warpgroup_commit_batch();
-        named_barrier_arrive(kTurnBarrier + other, 256);
+        pass_turn();
         fetch_next_bits(0);
         warpgroup_wait<0>();
         warpgroup_fence_operand(acc_s);
@@ -137,7 +148,7 @@ struct Sm90Consumer {
         const typename Policy::TileBits bits = next_bits;
         barrier_wait(&ss.k_full[stage], (tile / Traits::kStages) & 1);
         barrier_wait(&ss.v_full[previous], ((tile - 1) / Traits::kStages) & 1);
-        named_barrier_sync(kTurnBarrier + group, 256);
+        wait_for_turn();
         warpgroup_fence_operand(acc_s);
         warpgroup_fence_operand(acc_o);
         warpgroup_fence_operand(tOrP);
@@ -146,7 +157,7 @@ struct Sm90Consumer {
         warpgroup_commit_batch();
         issue_gemm<true>(mma_o, tOrP, tOrV(_, _, _, previous), acc_o);
         warpgroup_commit_batch();
-        named_barrier_arrive(kTurnBarrier + other, 256);
+        pass_turn();
         fetch_next_bits(i);
         warpgroup_wait<1>();  // S(i) is complete; P(i-1) * V(i-1) may still run during the exponentials
         warpgroup_fence_operand(acc_s);
@@ -163,20 +174,22 @@ struct Sm90Consumer {
         const int tile = base + count - 1;
         const int last = tile % Traits::kStages;
         barrier_wait(&ss.v_full[last], (tile / Traits::kStages) & 1);
-        named_barrier_sync(kTurnBarrier + group, 256);
+        wait_for_turn();
         warpgroup_fence_operand(acc_o);
         warpgroup_fence_operand(tOrP);
         warpgroup_arrive();
         issue_gemm<true>(mma_o, tOrP, tOrV(_, _, _, last), acc_o);
         warpgroup_commit_batch();
-        named_barrier_arrive(kTurnBarrier + other, 256);
+        pass_turn();
         warpgroup_wait<0>();
         warpgroup_fence_operand(acc_o);
         warpgroup_fence_operand(tOrP);
         barrier_arrive(&ss.v_empty[last]);
       }
       // Group 1 arrived once more than group 0 waited (its opening turn): consume it.
-      if (group == 0) named_barrier_sync(kTurnBarrier + 0, 256);
+      if constexpr (kPingPong) {
+        if (group == 0) named_barrier_sync(kTurnBarrier + 0, 256);
+      }
       finish_head(p, cta, head, heads, ss, acc_o, softmax, row_of, sQ, ctid, group);
     }
   }

@@ -52,9 +52,9 @@ void launch_fmha_sm90_forward(const fmha::FmhaLaunch& request, fmha::FmhaWorkspa
   check_cuda(status, "fused attention forward kernel launch (sm90)");
 }
 
-template <class Element, int HeadDim, int BlockN, template <class> class PolicyTemplate>
+template <class Element, int HeadDim, int BlockM, int BlockN, template <class> class PolicyTemplate>
 fmha::FmhaKernel make_fmha_sm90_kernel(DType dtype, fmha::FmhaPolicyKind policy) {
-  using Traits = Sm90FmhaTraits<Element, HeadDim, BlockN>;
+  using Traits = Sm90FmhaTraits<Element, HeadDim, BlockM, BlockN>;
   fmha::FmhaConfig config;
   config.dtype = dtype;
   config.head_dim = HeadDim;

@@ -1,8 +1,8 @@
 // Compile-time shape of one Hopper forward kernel instantiation (fmha_sm90_kernel.cuh): element type,
 // compiled head dim, tile sizes, the warpgroup MMAs, the shared-memory layouts and the shared storage.
 //
-// A CTA has three warpgroups: one producer (loads) and two consumers, each owning 64 of the BlockM = 128
-// query rows. Q*K^T is a wgmma with both operands in shared memory (K-major, swizzled); P*V takes P from
+// A CTA has a producer warpgroup (loads) and one consumer warpgroup per 64 of its BlockM = 128 or 64 query
+// rows. Q*K^T is a wgmma with both operands in shared memory (K-major, swizzled); P*V takes P from
 // registers and V from shared memory, read MN-major (V's rows are keys, its contiguous columns the head
 // dim). Rows are stored in chunks of min(D, 64) columns: 128-byte swizzled chunks of 64 columns at D 64 and
 // 128, one 64-byte swizzled chunk at D 32 (what one TMA box writes with the same swizzle). K and V have
@@ -25,39 +25,47 @@
 
 namespace attnkit::cuda::fmha_sm90 {
 
-template <class Element_, int HeadDim_, int BlockN_>
+template <class Element_, int HeadDim_, int BlockM_, int BlockN_>
 struct Sm90FmhaTraits {
   using Element = Element_;
   static_assert(std::is_same_v<Element, cutlass::half_t> || std::is_same_v<Element, cutlass::bfloat16_t>,
                 "the Hopper kernels run fp16 and bf16");
   static constexpr int kHeadDim = HeadDim_;
-  static constexpr int kBlockM = 128;
+  static constexpr int kBlockM = BlockM_;
   static constexpr int kBlockN = BlockN_;
+  static_assert(kBlockM == 128 || (kBlockM == 64 && kBlockN == 64 && kHeadDim <= 64),
+                "128 query rows (two consumer warpgroups), or 64 (one) with 64-key tiles up to D 64");
   static constexpr int kStages = 2;
   static constexpr int kRowsPerConsumer = 64;
-  static constexpr int kConsumerThreads = 256;
+  static constexpr int kConsumerGroups = kBlockM / kRowsPerConsumer;
+  static constexpr int kConsumerThreads = 128 * kConsumerGroups;
   static constexpr int kProducerThreads = 128;
   static constexpr int kThreads = kConsumerThreads + kProducerThreads;
   static constexpr int kWarps = kThreads / 32;
-  // CTAs resident per SM: two for the kernels of 64-key tiles up to D 64 (one CTA's setup, epilogue and softmax
-  // latency overlap the other's products), else one.
-  static constexpr int kCtasPerSm = (kHeadDim <= 64 && kBlockN == 64) ? 2 : 1;
+  // CTAs resident per SM: two for the kernels of 128 query rows and 64-key tiles up to D 64 (one CTA's setup,
+  // epilogue and softmax latency overlap the other's products), four for those of 64 query rows (the same four
+  // consumer warpgroups per SM, each CTA with query boxes half as large), else one.
+  static constexpr int kCtasPerSm = kBlockM == 64 ? 4 : (kHeadDim <= 64 && kBlockN == 64) ? 2 : 1;
   // Whether a consumer's exponentials of S(i) run while its P(i-1) * V(i-1) is still in the tensor cores. That keeps
-  // S(i), P(i-1) and O live at once: at D 64 and two CTAs per SM they exceed the consumers' 104 registers (ptxas
-  // spilled ~370 bytes), so there a consumer runs serial turns (Sm90Consumer::serial_turns) and relies on the other
-  // warpgroups (its own CTA's and the other CTA's) for overlap.
+  // S(i), P(i-1) and O live at once: at D 64 and 104 registers (several CTAs per SM) ptxas spilled ~370 bytes, so
+  // there a consumer runs serial turns (Sm90Consumer::serial_turns) and relies on the other warpgroups on the SM for
+  // overlap.
   static constexpr bool kSoftmaxOverlapsPv = kCtasPerSm == 1 || kHeadDim == 32;
   // Registers per thread after setmaxnreg: 128 x 96 + 256 x 200 <= 64K with one CTA per SM. ptxas allocates each
   // region to its limit: at 40 the producer's copy loop spilled (docs/perf.md), at 96 nothing spills. Two CTAs start
-  // at 80 each (the launch bound's share) and trade within the CTA: 128 x 24 + 256 x 104 <= 384 x 80.
+  // at 80 each (the launch bound's share) and trade within the CTA: 128 x 24 + 256 x 104 <= 384 x 80; four 64-row
+  // CTAs start at 64 and trade the same way: 128 x 24 + 128 x 104 <= 256 x 64.
   static constexpr int kProducerRegisters = kCtasPerSm == 1 ? 96 : 24;
   static constexpr int kConsumerRegisters = kCtasPerSm == 1 ? 200 : 104;
+  static_assert(kProducerThreads * kProducerRegisters + kConsumerThreads * kConsumerRegisters <= 65536 / kCtasPerSm,
+                "the warpgroups' registers fit the CTA's share of the register file");
   static_assert(kHeadDim == 32 || kHeadDim == 64 || kHeadDim == 128,
                 "swizzled row chunks of 64 bytes (D 32) or 128 bytes (D 64, 128)");
   static_assert(kBlockN == 128 || kBlockN == 64, "a producer thread owns one K row and one V row per tile");
 
-  // The portable tier's view of the same tile, for the mask policies and the tile-list preprocessing.
-  using PolicyTraits = fmha::FmhaTraits<Element, kHeadDim, kBlockM, kBlockN, 8>;
+  // The portable tier's view of the same tile (warps of 16 query rows), for the mask policies and the tile-list
+  // preprocessing.
+  using PolicyTraits = fmha::FmhaTraits<Element, kHeadDim, kBlockM, kBlockN, kBlockM / 16>;
   static_assert(PolicyTraits::kThreads == kConsumerThreads && PolicyTraits::kRows == 2, "policy view");
 
   using MmaS = decltype(cute::make_tiled_mma(

@@ -110,7 +110,7 @@ constexpr int64_t kQueryRows64MaxWindowKeys = 2048;
 // The kernels of 64 query rows (one consumer warpgroup, four CTAs per SM) halve the query boxes: on small windows
 // they visit 17-35 % fewer (query, key) pairs than the 128-row kernels, and four resident CTAs hide one CTA's setup,
 // softmax and epilogue behind the others' products. Measured against the defaults before them (H200, bf16, 36
-// windows of 1-3 dimensions at D 32 and 64): of the 34 up to 2048 keys, 30 faster (up to 45 %; 2-D K3-K31, dilated,
+// windows of 1-3 dimensions at D 32 and 64): of the 34 up to 2048 keys, 30 faster (up to 46 %; 2-D K3-K31, dilated,
 // 3-D K3x3x3-K7x15x15, 1-D K64-K1024), one level, three small ones 7-10 % slower (20² K3 and K5, 64² K7 dilation 4); of
 // the two of 4096 keys (1-D), the causal one 2 % faster, the non-causal one 6 % slower: each query tile visits 64 KV
 // tiles, and the halved tile reads K and V twice as often per product.

@@ -118,10 +118,10 @@ tune::ProblemSpec na3d_spec(int64_t head_dim, const std::array<int64_t, 3>& exte
   return s;
 }
 
-// The 64-row alternative of the bf16 width-128 box kernel, or nullptr (the dev kernel set has none).
+// The portable tier's 64-row alternative of the bf16 width-128 box kernel, or nullptr (the dev kernel set has none).
 const cuda::fmha::FmhaKernel* small_box_alternative() {
   for (const auto& k : fmha_forward_kernels()) {
-    if (k.config.dtype == DType::bf16 && k.config.head_dim == 128 &&
+    if (k.config.architecture == 80 && k.config.dtype == DType::bf16 && k.config.head_dim == 128 &&
         k.config.policy == cuda::fmha::FmhaPolicyKind::box && k.config.block_m == 64) {
       return &k;
     }
@@ -271,6 +271,31 @@ TEST(TunerCuda, HopperWindowsOfUpTo2048KeysDefaultToTheKernelOf64QueryRows) {
   EXPECT_EQ(cuda::fmha::forward_kernel_of(*on_ampere)->config.architecture, 80) << on_ampere->id;
 }
 
+TEST(TunerCuda, HopperD128WindowsOfUpTo256KeysDefaultToTheKernelOf64QueryRows) {
+  const cuda::fmha::FmhaKernel* rows_64 = hopper_box_kernel(DType::bf16, 128, 64, 2);
+  const cuda::fmha::FmhaKernel* rows_128 = hopper_box_kernel(DType::bf16, 128, 128, 1);
+  if (rows_64 == nullptr || rows_128 == nullptr) GTEST_SKIP() << "this build compiles no Hopper bf16 D128 box kernels";
+  const tune::ConfigSpace space = fmha_forward_space();
+  const tune::DeviceLimits limits = tune::cuda_device_limits(90, 132);
+  auto default_of = [&](const tune::ProblemSpec& spec) { return default_config_id(space, spec, limits); };
+  const std::string rows_64_name = cuda::fmha::fmha_config_name(rows_64->config);
+  const std::string rows_128_name = cuda::fmha::fmha_config_name(rows_128->config);
+  // Small windows, dilated too (where the visited-work model would pick a portable tile), and 1-D up to 256 keys.
+  for (const WindowStage& stage : {WindowStage{32, 7, 1, 16, 8}, WindowStage{56, 7, 1, 32, 4},
+                                   WindowStage{28, 7, 4, 16, 8}, WindowStage{64, 13, 1, 4, 16}}) {
+    SCOPED_TRACE(window_stage_name(stage));
+    EXPECT_EQ(default_of(window_stage_spec(stage, 128)), rows_64_name);
+  }
+  EXPECT_EQ(default_of(na3d_spec(128, {16, 16, 16}, {3, 3, 3})), rows_64_name) << "na3d 16^3 K3";
+  EXPECT_EQ(default_of(na1d_spec(128, 256, true)), rows_64_name) << "na1d K256 causal";
+  // From 257 keys the 128 x 128 kernel: large 2-D, 3-D and 1-D windows.
+  EXPECT_EQ(default_of(window_stage_spec(WindowStage{128, 31, 1, 1, 16}, 128)), rows_128_name) << "na2d 128^2 K31";
+  EXPECT_EQ(default_of(na3d_spec(128, {16, 64, 64}, {7, 15, 15})), rows_128_name) << "na3d K7x15x15";
+  EXPECT_EQ(default_of(na1d_spec(128, 257, false)), rows_128_name) << "na1d K257";
+  EXPECT_EQ(default_of(na1d_spec(128, 1024, false)), rows_128_name) << "na1d K1024";
+  EXPECT_EQ(default_of(dense_spec(DType::bf16, 128, 1024, MaskKind::none)), rows_128_name) << "dense S1024";
+}
+
 TEST(TunerCuda, HopperD32WindowsBeyond2048KeysDefaultToTheKernelOfTwoCtasPerSmWhereItKeepsTheQueryBoxes) {
   const cuda::fmha::FmhaKernel* two_ctas = hopper_box_kernel(DType::bf16, 32, 128, 2);
   if (two_ctas == nullptr) GTEST_SKIP() << "this build compiles no Hopper bf16 D32 kernel of two CTAs per SM";
@@ -311,8 +336,8 @@ TEST(TunerCuda, HopperD64WindowsBeyond2048KeysOfOneAndTwoDimensionsDefaultToTheK
 TEST(TunerCuda, HopperTierRunsOnlyOnComputeCapability90) {
   const cuda::fmha::FmhaKernel* hopper = nullptr;
   for (const auto& k : cuda::fmha::fmha_forward_kernels()) {
-    if (k.config.architecture == 90 && k.config.dtype == DType::bf16 && k.config.head_dim == 128 &&
-        k.config.policy == cuda::fmha::FmhaPolicyKind::box) {
+    if (k.config.architecture == 90 && k.config.block_m == 128 && k.config.dtype == DType::bf16 &&
+        k.config.head_dim == 128 && k.config.policy == cuda::fmha::FmhaPolicyKind::box) {
       hopper = &k;
     }
   }

@@ -33,8 +33,8 @@ struct Sm90FmhaTraits {
   static constexpr int kHeadDim = HeadDim_;
   static constexpr int kBlockM = BlockM_;
   static constexpr int kBlockN = BlockN_;
-  static_assert(kBlockM == 128 || (kBlockM == 64 && kBlockN == 64 && kHeadDim <= 64),
-                "128 query rows (two consumer warpgroups), or 64 (one) with 64-key tiles up to D 64");
+  static_assert(kBlockM == 128 || (kBlockM == 64 && kBlockN == 64),
+                "128 query rows (two consumer warpgroups), or 64 (one) with 64-key tiles");
   static constexpr int kStages = 2;
   static constexpr int kRowsPerConsumer = 64;
   static constexpr int kConsumerGroups = kBlockM / kRowsPerConsumer;
@@ -43,20 +43,22 @@ struct Sm90FmhaTraits {
   static constexpr int kThreads = kConsumerThreads + kProducerThreads;
   static constexpr int kWarps = kThreads / 32;
   // CTAs resident per SM: two for the kernels of 128 query rows and 64-key tiles up to D 64 (one CTA's setup,
-  // epilogue and softmax latency overlap the other's products), four for those of 64 query rows (the same four
-  // consumer warpgroups per SM, each CTA with query boxes half as large), else one.
-  static constexpr int kCtasPerSm = kBlockM == 64 ? 4 : (kHeadDim <= 64 && kBlockN == 64) ? 2 : 1;
-  // Whether a consumer's exponentials of S(i) run while its P(i-1) * V(i-1) is still in the tensor cores. That keeps
-  // S(i), P(i-1) and O live at once: at D 64 and 104 registers (several CTAs per SM) ptxas spilled ~370 bytes, so
-  // there a consumer runs serial turns (Sm90Consumer::serial_turns) and relies on the other warpgroups on the SM for
-  // overlap.
-  static constexpr bool kSoftmaxOverlapsPv = kCtasPerSm == 1 || kHeadDim == 32;
+  // epilogue and softmax latency overlap the other's products); for those of 64 query rows four up to D 64 (the same
+  // four consumer warpgroups per SM, each CTA with query boxes half as large) and two at D 128 (whose O accumulator
+  // needs more than the 104 registers four CTAs leave a consumer); else one.
+  static constexpr int kCtasPerSm = kBlockM == 64                       ? (kHeadDim <= 64 ? 4 : 2)
+                                    : (kHeadDim <= 64 && kBlockN == 64) ? 2
+                                                                        : 1;
   // Registers per thread after setmaxnreg: 128 x 96 + 256 x 200 <= 64K with one CTA per SM. ptxas allocates each
-  // region to its limit: at 40 the producer's copy loop spilled (docs/perf.md), at 96 nothing spills. Two CTAs start
-  // at 80 each (the launch bound's share) and trade within the CTA: 128 x 24 + 256 x 104 <= 384 x 80; four 64-row
-  // CTAs start at 64 and trade the same way: 128 x 24 + 128 x 104 <= 256 x 64.
+  // region to its limit: at 40 the producer's copy loop spilled (docs/perf.md), at 96 nothing spills. Several CTAs
+  // per SM start at the launch bound's share and trade within the CTA: two of 128 rows 128 x 24 + 256 x 104 <=
+  // 384 x 80, four of 64 rows 128 x 24 + 128 x 104 <= 256 x 64, two of 64 rows 128 x 24 + 128 x 232 <= 256 x 128.
   static constexpr int kProducerRegisters = kCtasPerSm == 1 ? 96 : 24;
-  static constexpr int kConsumerRegisters = kCtasPerSm == 1 ? 200 : 104;
+  static constexpr int kConsumerRegisters = kCtasPerSm == 1 ? 200 : (kBlockM == 64 && kCtasPerSm == 2) ? 232 : 104;
+  // Whether a consumer's exponentials of S(i) run while its P(i-1) * V(i-1) is still in the tensor cores. That keeps
+  // S(i), P(i-1) and O live at once: at D 64 and 104 registers ptxas spilled ~370 bytes, so there a consumer runs
+  // serial turns (Sm90Consumer::serial_turns) and relies on the other warpgroups on the SM for overlap.
+  static constexpr bool kSoftmaxOverlapsPv = kConsumerRegisters >= 200 || kHeadDim == 32;
   static_assert(kProducerThreads * kProducerRegisters + kConsumerThreads * kConsumerRegisters <= 65536 / kCtasPerSm,
                 "the warpgroups' registers fit the CTA's share of the register file");
   static_assert(kHeadDim == 32 || kHeadDim == 64 || kHeadDim == 128,

@@ -104,33 +104,47 @@ bool prefers_two_ctas_per_sm(const tune::ProblemSpec& spec, const FmhaConfig& fa
   return fallback.head_dim == 32 && keeps_the_query_boxes(spec, fallback, two_ctas);
 }
 
-// Windows of at most this many keys (the product of the kernel sizes) default to the kernels of 64 query rows.
-constexpr int64_t kQueryRows64MaxWindowKeys = 2048;
-
-// The kernels of 64 query rows (one consumer warpgroup, four CTAs per SM) halve the query boxes: on small windows
-// they visit 17-35 % fewer (query, key) pairs than the 128-row kernels, and four resident CTAs hide one CTA's setup,
-// softmax and epilogue behind the others' products. Measured against the defaults before them (H200, bf16, 36
-// windows of 1-3 dimensions at D 32 and 64): of the 34 up to 2048 keys, 30 faster (up to 46 %; 2-D K3-K31, dilated,
-// 3-D K3x3x3-K7x15x15, 1-D K64-K1024), one level, three small ones 7-10 % slower (20² K3 and K5, 64² K7 dilation 4); of
-// the two of 4096 keys (1-D), the causal one 2 % faster, the non-causal one 6 % slower: each query tile visits 64 KV
-// tiles, and the halved tile reads K and V twice as often per product.
-bool prefers_query_tiles_of_64_rows(const tune::ProblemSpec& spec) {
+// The keys of a neighborhood window: the product of its kernel sizes.
+int64_t window_keys(const tune::ProblemSpec& spec) {
   int64_t keys = 1;
   for (int d = 0; d < spec.token_dims; ++d) keys *= spec.neighborhood[static_cast<size_t>(d)].kernel_size;
-  return keys <= kQueryRows64MaxWindowKeys;
+  return keys;
 }
 
-const FmhaKernel* hopper_neighborhood_default(const FmhaKernel& fallback, const tune::ProblemSpec& spec,
-                                              const FmhaDevice& device) {
-  const FmhaKernel* rows_64 = nullptr;
-  const FmhaKernel* two_ctas = nullptr;
+// The Hopper kernels of 64 query rows (one consumer warpgroup; four CTAs per SM up to D 64, two at D 128) halve the
+// query boxes: on small windows they visit 17-35 % fewer (query, key) pairs than the 128-row kernels, and the other
+// resident CTAs hide one CTA's setup, softmax and epilogue behind their products. Their 64-key tiles read K and V
+// twice as often per product as a 128-row tile, which large windows pay for. Measured against the defaults before
+// them (H200, bf16):
+// - D 32 and 64, 36 windows of 1-3 dimensions: of the 34 up to 2048 keys, 30 faster (up to 46 %; 2-D K3-K31, dilated,
+//   3-D K3x3x3-K7x15x15, 1-D K64-K1024), one level, three small ones 7-10 % slower (20² K3 and K5, 64² K7 dilation
+//   4); of the two of 4096 keys (1-D), the causal one 2 % faster, the non-causal one 6 % slower.
+// - D 128 (against the one-CTA 128 x 128 kernel): faster up to 169 keys (32² and 56² K7 11 and 18 %, 64² K13 5 %,
+//   16³ K3 10 %, and 28² K7 dilation 4 64 % against the portable tile the visited-work model had picked), level at
+//   147 (8x32² K3x7x7) and 256 (1-D causal), 9-18 % slower from 961 keys (128² K31, 16x64² K7x15x15, 1-D K1024, K2049).
+bool prefers_query_tiles_of_64_rows(const tune::ProblemSpec& spec, int head_dim) {
+  return window_keys(spec) <= (head_dim <= 64 ? 2048 : 256);
+}
+
+// The Hopper kernel of 64 query rows that can stand in for `fallback`, or nullptr.
+const FmhaKernel* hopper_kernel_of_64_rows(const FmhaKernel& fallback, const FmhaDevice& device) {
   for (const auto& k : fmha_forward_kernels()) {
-    if (k.config.architecture != 90 || !runs_the_same_calls(k, fallback, device)) continue;
-    if (k.config.block_m == 64 && rows_64 == nullptr) rows_64 = &k;
-    if (k.config.block_m == 128 && k.config.ctas_per_sm == 2 && two_ctas == nullptr) two_ctas = &k;
+    if (k.config.architecture == 90 && k.config.block_m == 64 && runs_the_same_calls(k, fallback, device)) return &k;
   }
-  if (rows_64 != nullptr && prefers_query_tiles_of_64_rows(spec)) return rows_64;
-  if (two_ctas != nullptr && prefers_two_ctas_per_sm(spec, fallback.config, two_ctas->config)) return two_ctas;
+  return nullptr;
+}
+
+// The Hopper default up to D 64 for windows the 64-row kernels leave: the two-CTA kernel where
+// prefers_two_ctas_per_sm says so, else `fallback`.
+const FmhaKernel* hopper_two_cta_default(const FmhaKernel& fallback, const tune::ProblemSpec& spec,
+                                         const FmhaDevice& device) {
+  for (const auto& k : fmha_forward_kernels()) {
+    if (k.config.architecture != 90 || k.config.block_m != 128 || k.config.ctas_per_sm != 2 ||
+        !runs_the_same_calls(k, fallback, device)) {
+      continue;
+    }
+    return prefers_two_ctas_per_sm(spec, fallback.config, k.config) ? &k : &fallback;
+  }
   return &fallback;
 }
 
@@ -220,12 +234,16 @@ const FmhaKernel* fmha_forward_default_for(const tune::ProblemSpec& spec, const 
   const FmhaKernel* fallback =
       fmha_default_kernel(spec.dtype, spec.head_dim, spec.head_dim_v, fmha_policy_for(spec.mask), device);
   if (fallback == nullptr || spec.mask != MaskKind::neighborhood) return fallback;
-  // The Hopper kernels up to head dim 64 run several heads per CTA (TMA path, dilated grids included), which
-  // amortises the per-CTA cost the visited-work count below does not see: on an H100 the D 64 kernel beat the
-  // portable 128 x 64 tile on every small window measured, 10-35 %, also where that tile visits half the keys
-  // (na2d 56² K7 dilation 8: 0.260 vs 0.288 ms; docs/perf.md). They stay the default; the tuner may measure others.
-  if (fallback->config.architecture == 90 && fallback->config.head_dim <= fmha_sm90::kSeveralHeadsMaxHeadDim)
-    return hopper_neighborhood_default(*fallback, spec, device);
+  if (fallback->config.architecture == 90) {
+    const FmhaKernel* rows_64 = hopper_kernel_of_64_rows(*fallback, device);
+    if (rows_64 != nullptr && prefers_query_tiles_of_64_rows(spec, fallback->config.head_dim)) return rows_64;
+    // The Hopper kernels up to head dim 64 run several heads per CTA (TMA path, dilated grids included), which
+    // amortises the per-CTA cost the visited-work count below does not see: on an H100 the D 64 kernel beat the
+    // portable 128 x 64 tile on every small window measured, 10-35 %, also where that tile visits half the keys
+    // (na2d 56² K7 dilation 8: 0.260 vs 0.288 ms; docs/perf.md). They stay the default; the tuner may measure others.
+    if (fallback->config.head_dim <= fmha_sm90::kSeveralHeadsMaxHeadDim)
+      return hopper_two_cta_default(*fallback, spec, device);
+  }
   // Neighborhoods: the tile whose visited work, weighted by its efficiency, is least. Smaller boxes waste
   // less of each visited KV tile on small windows (na2d 64x64 K13: +18 % with 64x64 tiles), larger ones
   // win on large windows and dense-like work. A pure function of the problem, as DESIGN §6.5 asks.
@@ -236,7 +254,10 @@ const FmhaKernel* fmha_forward_default_for(const tune::ProblemSpec& spec, const 
   const FmhaKernel* best = fallback;
   double best_cost = weighted_work(fallback->config);
   for (const auto& k : fmha_forward_kernels()) {
-    if (&k == fallback || !runs_the_same_calls(k, *fallback, device)) continue;
+    // The Hopper kernels of 64 query rows run the windows prefers_query_tiles_of_64_rows names, none larger.
+    if (&k == fallback || !runs_the_same_calls(k, *fallback, device) ||
+        (k.config.architecture == 90 && k.config.block_m == 64))
+      continue;
     const double cost = weighted_work(k.config);
     if (cost < best_cost) {
       best = &k;

@@ -188,11 +188,11 @@ FmhaBackwardLaunch make_backward_launch(const AttentionBackward& problem, const 
 
   // KV-parallel splitting: the same choice in both modes wherever they walk the same visits (dK and dV stay
   // equal between them; the Hopper tier's modes differ only where window origins move some Q tiles). The
-  // Hopper dK/dV kernel runs one CTA per SM, the portable one two.
+  // Hopper dK/dV kernels run one CTA per SM (128-key tiles) or two (64-key tiles), the portable one two.
   p.partial_width = config.head_dim;
   KvSplitInputs split;
   split.ctas = total_kv * p.heads_kv * p.batch;
-  split.slots = int64_t{multiprocessors} * (config.architecture == 90 ? 1 : 2);
+  split.slots = int64_t{multiprocessors} * config.ctas_per_sm;
   split.partial_bytes = kv_split_partial_bytes(p, config.block_n, config.head_dim);
   split.requested = problem.kv_splits;
   split.workspace_limit = problem.split_workspace_limit;
@@ -210,7 +210,7 @@ FmhaBackwardLaunch make_backward_launch(const AttentionBackward& problem, const 
   // (Up to D 64: Sm90BackwardTraits::kSeveralHeadsPerCta.)
   const bool head_independent = config.architecture == 90 && config.head_dim <= 64 && !p.use_lists &&
                                 p.kv_splits == 1 && !p.ordered_dq && p.rpb.data == nullptr;
-  p.heads_per_cta = fmha_sm90::choose_backward_heads_per_cta(p, head_independent, multiprocessors);
+  p.heads_per_cta = fmha_sm90::choose_backward_heads_per_cta(p, head_independent, multiprocessors * config.ctas_per_sm);
   check_limit(total_kv * p.kv_splits, (int64_t{1} << 31) - 1, "key tiles x kv_splits (grid size)");
   return launch;
 }

@@ -85,10 +85,11 @@ FmhaBackwardLaunch make_backward_launch(const AttentionBackward& problem, const 
   const AttentionMask& mask = problem.mask;
   if (mask.kind == MaskKind::neighborhood) {
     const BoxGeometry geometry = neighborhood_geometry(tq, mask.neighborhood, shape.tokens);
-    // Scored by the dK/dV walk; the Hopper dK/dV kernel's two MMA warpgroups each skip the partial visits
-    // that miss their half.
+    // Scored by the dK/dV walk; the two MMA warpgroups of the Hopper kernel of 128-key tiles each skip the
+    // partial visits that miss their half.
+    const bool kv_halves = config.architecture == 90 && config.block_n > 64;
     const BoxShapes shapes =
-        choose_backward_box_shapes(geometry, block_m_log2, block_n_log2, config.architecture == 90, p.q_tile_origins);
+        choose_backward_box_shapes(geometry, block_m_log2, block_n_log2, kv_halves, p.q_tile_origins);
     p.dims = tq;
     for (int d = 0; d < kMaxDims; ++d) {
       if (d < tq) {

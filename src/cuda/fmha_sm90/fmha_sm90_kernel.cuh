@@ -1,16 +1,17 @@
 // The Hopper fused-attention forward kernel (SM90a: wgmma, mbarriers, warp specialisation), one CTA
-// per (Q tile of 128 queries, query head or p.heads_per_cta heads in turn, batch) — the portable tier's
+// per (Q tile of 128 or 64 queries, query head or p.heads_per_cta heads in turn, batch) — the portable tier's
 // grid, tiles and mask policies.
 //
 // Algorithm: FlashAttention-2 with warp specialisation. Warpgroup 0 produces (Sm90Producer: gathers Q
 // once, then K and V of each listed KV tile into two stage buffers each — TMA boxes when `maps` is
 // enabled, else cp.async row gathers — announced through mbarriers),
-// warpgroups 1 and 2 consume 64 query rows each (Sm90Consumer: wgmma Q*K^T, masks, online softmax,
-// wgmma P*V, epilogue). The producer gives up registers (setmaxnreg) so the consumers can keep O, S and
-// P of 64 rows x 128 columns in registers. Thread 0 initialises the mbarriers first, so that the Q tile
-// (one TMA box per 64 columns where the maps allow, else cp.async) and, with TMA, the first K/V tile
-// are in flight during the setup every thread then does (policy state, mask tables) before the split. On other
-// architectures the kernel body is empty: the registry never selects it there (fmha_sm90_launch.cuh checks the device).
+// the next warpgroups consume 64 query rows each (two for 128-row tiles, one for 64; Sm90Consumer: wgmma
+// Q*K^T, masks, online softmax, wgmma P*V, epilogue). The producer gives up registers (setmaxnreg) so the
+// consumers can keep O, S and P of 64 rows in registers (Sm90FmhaTraits: the CTAs per SM and the registers). Thread 0
+// initialises the mbarriers first, so that the Q tile (one TMA box per 64 columns where the maps allow, else cp.async)
+// and, with TMA, the first K/V tile are in flight during the setup every thread then does (policy state, mask tables)
+// before the split. On other architectures the kernel body is empty: the registry never selects it there
+// (fmha_sm90_launch.cuh checks the device).
 #pragma once
 #include <cute/tensor.hpp>
 

@@ -122,6 +122,8 @@ struct Sm90FmhaTraits {
     uint64_t v_empty[kStages];
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+  static_assert(kCtasPerSm * (kSmemBytes + 1024) <= 228 * 1024,
+                "kCtasPerSm CTAs, each with the 1 KiB the system reserves, share an SM's 228 KiB of shared memory");
 };
 
 }  // namespace attnkit::cuda::fmha_sm90

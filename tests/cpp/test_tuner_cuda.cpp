@@ -233,35 +233,38 @@ std::string default_config_id(const tune::ConfigSpace& space, const tune::Proble
   return chosen == nullptr ? std::string() : chosen->id;
 }
 
+// The id of the forward default for `spec` on a compute-capability 9.0 device of 132 SMs.
+std::string hopper_default_of(const tune::ProblemSpec& spec) {
+  return default_config_id(fmha_forward_space(), spec, tune::cuda_device_limits(90, 132));
+}
+
 TEST(TunerCuda, HopperWindowsOfUpTo2048KeysDefaultToTheKernelOf64QueryRows) {
-  const tune::ConfigSpace space = fmha_forward_space();
-  const tune::DeviceLimits limits = tune::cuda_device_limits(90, 132);
   for (int head_dim : {32, 64}) {
     SCOPED_TRACE("head dim " + std::to_string(head_dim));
     const cuda::fmha::FmhaKernel* rows_64 = hopper_box_kernel(DType::bf16, head_dim, 64, 4);
     if (rows_64 == nullptr) GTEST_SKIP() << "this build compiles no Hopper bf16 kernel of 64 query rows";
     const std::string rows_64_name = cuda::fmha::fmha_config_name(rows_64->config);
-    auto default_of = [&](const tune::ProblemSpec& spec) { return default_config_id(space, spec, limits); };
     // 2-D: NAT/DiNAT stages, undilated and dilated, a single head, and a large window (961 keys).
     for (const WindowStage& stage :
          {WindowStage{56, 7, 1, 64, 2}, WindowStage{28, 7, 4, 64, 4}, WindowStage{14, 7, 2, 64, 8},
           WindowStage{32, 3, 1, 32, 8}, WindowStage{45, 13, 3, 1, 1}, WindowStage{128, 31, 1, 1, 16}}) {
       SCOPED_TRACE(window_stage_name(stage));
-      EXPECT_EQ(default_of(window_stage_spec(stage, head_dim)), rows_64_name);
+      EXPECT_EQ(hopper_default_of(window_stage_spec(stage, head_dim)), rows_64_name);
     }
     // 3-D video windows, and 1-D windows up to the bound, causal and not.
-    EXPECT_EQ(default_of(na3d_spec(head_dim, {8, 32, 32}, {3, 7, 7})), rows_64_name) << "na3d 8x32x32 K3x7x7";
-    EXPECT_EQ(default_of(na3d_spec(head_dim, {16, 16, 16}, {3, 3, 3})), rows_64_name) << "na3d 16^3 K3";
-    EXPECT_EQ(default_of(na1d_spec(head_dim, 256, true)), rows_64_name) << "na1d K256 causal";
-    EXPECT_EQ(default_of(na1d_spec(head_dim, 2048, false)), rows_64_name) << "na1d K2048";
+    EXPECT_EQ(hopper_default_of(na3d_spec(head_dim, {8, 32, 32}, {3, 7, 7})), rows_64_name) << "na3d 8x32x32 K3x7x7";
+    EXPECT_EQ(hopper_default_of(na3d_spec(head_dim, {16, 16, 16}, {3, 3, 3})), rows_64_name) << "na3d 16^3 K3";
+    EXPECT_EQ(hopper_default_of(na1d_spec(head_dim, 256, true)), rows_64_name) << "na1d K256 causal";
+    EXPECT_EQ(hopper_default_of(na1d_spec(head_dim, 2048, false)), rows_64_name) << "na1d K2048";
     // Beyond 2048 keys the 128-row kernels stay (the next tests), as they do for dense attention.
-    EXPECT_NE(default_of(na1d_spec(head_dim, 2049, false)), rows_64_name) << "na1d K2049";
-    EXPECT_NE(default_of(na3d_spec(head_dim, {16, 64, 64}, {9, 15, 17})), rows_64_name) << "na3d K9x15x17";
-    const std::string dense_choice = default_of(dense_spec(DType::bf16, head_dim, 2048, MaskKind::none));
+    EXPECT_NE(hopper_default_of(na1d_spec(head_dim, 2049, false)), rows_64_name) << "na1d K2049";
+    EXPECT_NE(hopper_default_of(na3d_spec(head_dim, {16, 64, 64}, {9, 15, 17})), rows_64_name) << "na3d K9x15x17";
+    const std::string dense_choice = hopper_default_of(dense_spec(DType::bf16, head_dim, 2048, MaskKind::none));
     EXPECT_FALSE(dense_choice.empty());
     EXPECT_NE(dense_choice, rows_64_name);
   }
   // On an 8.x device the rule has nothing to pick: the portable tier's default stays.
+  const tune::ConfigSpace space = fmha_forward_space();
   const tune::DeviceLimits ampere = tune::cuda_device_limits(80, 108);
   tune::ProblemSpec window = na2d_spec(28, 7);
   window.head_dim = window.head_dim_v = 32;
@@ -275,62 +278,54 @@ TEST(TunerCuda, HopperD128WindowsOfUpTo256KeysDefaultToTheKernelOf64QueryRows) {
   const cuda::fmha::FmhaKernel* rows_64 = hopper_box_kernel(DType::bf16, 128, 64, 2);
   const cuda::fmha::FmhaKernel* rows_128 = hopper_box_kernel(DType::bf16, 128, 128, 1);
   if (rows_64 == nullptr || rows_128 == nullptr) GTEST_SKIP() << "this build compiles no Hopper bf16 D128 box kernels";
-  const tune::ConfigSpace space = fmha_forward_space();
-  const tune::DeviceLimits limits = tune::cuda_device_limits(90, 132);
-  auto default_of = [&](const tune::ProblemSpec& spec) { return default_config_id(space, spec, limits); };
   const std::string rows_64_name = cuda::fmha::fmha_config_name(rows_64->config);
   const std::string rows_128_name = cuda::fmha::fmha_config_name(rows_128->config);
   // Small windows, dilated too (where the visited-work model would pick a portable tile), and 1-D up to 256 keys.
   for (const WindowStage& stage : {WindowStage{32, 7, 1, 16, 8}, WindowStage{56, 7, 1, 32, 4},
                                    WindowStage{28, 7, 4, 16, 8}, WindowStage{64, 13, 1, 4, 16}}) {
     SCOPED_TRACE(window_stage_name(stage));
-    EXPECT_EQ(default_of(window_stage_spec(stage, 128)), rows_64_name);
+    EXPECT_EQ(hopper_default_of(window_stage_spec(stage, 128)), rows_64_name);
   }
-  EXPECT_EQ(default_of(na3d_spec(128, {16, 16, 16}, {3, 3, 3})), rows_64_name) << "na3d 16^3 K3";
-  EXPECT_EQ(default_of(na1d_spec(128, 256, true)), rows_64_name) << "na1d K256 causal";
+  EXPECT_EQ(hopper_default_of(na3d_spec(128, {16, 16, 16}, {3, 3, 3})), rows_64_name) << "na3d 16^3 K3";
+  EXPECT_EQ(hopper_default_of(na1d_spec(128, 256, true)), rows_64_name) << "na1d K256 causal";
   // From 257 keys the 128 x 128 kernel: large 2-D, 3-D and 1-D windows.
-  EXPECT_EQ(default_of(window_stage_spec(WindowStage{128, 31, 1, 1, 16}, 128)), rows_128_name) << "na2d 128^2 K31";
-  EXPECT_EQ(default_of(na3d_spec(128, {16, 64, 64}, {7, 15, 15})), rows_128_name) << "na3d K7x15x15";
-  EXPECT_EQ(default_of(na1d_spec(128, 257, false)), rows_128_name) << "na1d K257";
-  EXPECT_EQ(default_of(na1d_spec(128, 1024, false)), rows_128_name) << "na1d K1024";
-  EXPECT_EQ(default_of(dense_spec(DType::bf16, 128, 1024, MaskKind::none)), rows_128_name) << "dense S1024";
+  EXPECT_EQ(hopper_default_of(window_stage_spec(WindowStage{128, 31, 1, 1, 16}, 128)), rows_128_name)
+      << "na2d 128^2 K31";
+  EXPECT_EQ(hopper_default_of(na3d_spec(128, {16, 64, 64}, {7, 15, 15})), rows_128_name) << "na3d K7x15x15";
+  EXPECT_EQ(hopper_default_of(na1d_spec(128, 257, false)), rows_128_name) << "na1d K257";
+  EXPECT_EQ(hopper_default_of(na1d_spec(128, 1024, false)), rows_128_name) << "na1d K1024";
+  EXPECT_EQ(hopper_default_of(dense_spec(DType::bf16, 128, 1024, MaskKind::none)), rows_128_name) << "dense S1024";
 }
 
 TEST(TunerCuda, HopperD32WindowsBeyond2048KeysDefaultToTheKernelOfTwoCtasPerSmWhereItKeepsTheQueryBoxes) {
   const cuda::fmha::FmhaKernel* two_ctas = hopper_box_kernel(DType::bf16, 32, 128, 2);
   if (two_ctas == nullptr) GTEST_SKIP() << "this build compiles no Hopper bf16 D32 kernel of two CTAs per SM";
-  const tune::ConfigSpace space = fmha_forward_space();
-  const tune::DeviceLimits limits = tune::cuda_device_limits(90, 132);
-  auto default_of = [&](const tune::ProblemSpec& spec) { return default_config_id(space, spec, limits); };
   const std::string two_cta_name = cuda::fmha::fmha_config_name(two_ctas->config);
-  EXPECT_EQ(default_of(window_stage_spec(WindowStage{96, 47, 1, 2, 8}, 32)), two_cta_name) << "na2d 96^2 K47";
-  EXPECT_EQ(default_of(na1d_spec(32, 4096, false)), two_cta_name) << "na1d K4096";
+  EXPECT_EQ(hopper_default_of(window_stage_spec(WindowStage{96, 47, 1, 2, 8}, 32)), two_cta_name) << "na2d 96^2 K47";
+  EXPECT_EQ(hopper_default_of(na1d_spec(32, 4096, false)), two_cta_name) << "na1d K4096";
   // 3-D windows take it where its 64-key boxes keep the 128-key kernel's query boxes (16x64x64 K9x15x17: 8x2x8),
   // not where they change them (16x64x64 K13x13x13: 8x4x4 against 16x2x4).
-  EXPECT_EQ(default_of(na3d_spec(32, {16, 64, 64}, {9, 15, 17})), two_cta_name) << "na3d K9x15x17";
-  const std::string changed = default_of(na3d_spec(32, {16, 64, 64}, {13, 13, 13}));
+  EXPECT_EQ(hopper_default_of(na3d_spec(32, {16, 64, 64}, {9, 15, 17})), two_cta_name) << "na3d K9x15x17";
+  const std::string changed = hopper_default_of(na3d_spec(32, {16, 64, 64}, {13, 13, 13}));
   EXPECT_NE(changed, two_cta_name);
   EXPECT_NE(changed.find("_sm90"), std::string::npos) << changed;
   // Dense D 32 keeps the registry's first Hopper kernel (one CTA per SM): the rule is for windows.
-  EXPECT_NE(default_of(dense_spec(DType::bf16, 32, 4096, MaskKind::none)), two_cta_name);
+  EXPECT_NE(hopper_default_of(dense_spec(DType::bf16, 32, 4096, MaskKind::none)), two_cta_name);
 }
 
 TEST(TunerCuda, HopperD64WindowsBeyond2048KeysOfOneAndTwoDimensionsDefaultToTheKernelOfTwoCtasPerSm) {
   const cuda::fmha::FmhaKernel* two_ctas = hopper_box_kernel(DType::bf16, 64, 128, 2);
   if (two_ctas == nullptr) GTEST_SKIP() << "this build compiles no Hopper bf16 D64 kernel of two CTAs per SM";
-  const tune::ConfigSpace space = fmha_forward_space();
-  const tune::DeviceLimits limits = tune::cuda_device_limits(90, 132);
-  auto default_of = [&](const tune::ProblemSpec& spec) { return default_config_id(space, spec, limits); };
   const std::string two_cta_name = cuda::fmha::fmha_config_name(two_ctas->config);
-  EXPECT_EQ(default_of(window_stage_spec(WindowStage{96, 47, 1, 2, 8}, 64)), two_cta_name) << "na2d 96^2 K47";
-  EXPECT_EQ(default_of(na1d_spec(64, 4096, false)), two_cta_name) << "na1d K4096";
-  EXPECT_EQ(default_of(na1d_spec(64, 4096, true)), two_cta_name) << "na1d K4096 causal";
+  EXPECT_EQ(hopper_default_of(window_stage_spec(WindowStage{96, 47, 1, 2, 8}, 64)), two_cta_name) << "na2d 96^2 K47";
+  EXPECT_EQ(hopper_default_of(na1d_spec(64, 4096, false)), two_cta_name) << "na1d K4096";
+  EXPECT_EQ(hopper_default_of(na1d_spec(64, 4096, true)), two_cta_name) << "na1d K4096 causal";
   // 3-D windows keep the one-CTA kernel of 128-key tiles, also where the 64-key boxes keep the query boxes.
-  const std::string video_choice = default_of(na3d_spec(64, {16, 64, 64}, {9, 15, 17}));
+  const std::string video_choice = hopper_default_of(na3d_spec(64, {16, 64, 64}, {9, 15, 17}));
   EXPECT_NE(video_choice, two_cta_name);
   EXPECT_NE(video_choice.find("_sm90"), std::string::npos) << video_choice;
   // Dense D 64 keeps the registry's first Hopper kernel: the rule is for windows.
-  EXPECT_NE(default_of(dense_spec(DType::bf16, 64, 2048, MaskKind::none)), two_cta_name);
+  EXPECT_NE(hopper_default_of(dense_spec(DType::bf16, 64, 2048, MaskKind::none)), two_cta_name);
 }
 
 TEST(TunerCuda, HopperTierRunsOnlyOnComputeCapability90) {

@@ -126,10 +126,12 @@ bool prefers_query_tiles_of_64_rows(const tune::ProblemSpec& spec, int head_dim)
   return window_keys(spec) <= (head_dim <= 64 ? 2048 : 256);
 }
 
+bool is_hopper_kernel_of_64_rows(const FmhaConfig& config) { return config.architecture == 90 && config.block_m == 64; }
+
 // The Hopper kernel of 64 query rows that can stand in for `fallback`, or nullptr.
 const FmhaKernel* hopper_kernel_of_64_rows(const FmhaKernel& fallback, const FmhaDevice& device) {
   for (const auto& k : fmha_forward_kernels()) {
-    if (k.config.architecture == 90 && k.config.block_m == 64 && runs_the_same_calls(k, fallback, device)) return &k;
+    if (is_hopper_kernel_of_64_rows(k.config) && runs_the_same_calls(k, fallback, device)) return &k;
   }
   return nullptr;
 }
@@ -255,9 +257,7 @@ const FmhaKernel* fmha_forward_default_for(const tune::ProblemSpec& spec, const 
   double best_cost = weighted_work(fallback->config);
   for (const auto& k : fmha_forward_kernels()) {
     // The Hopper kernels of 64 query rows run the windows prefers_query_tiles_of_64_rows names, none larger.
-    if (&k == fallback || !runs_the_same_calls(k, *fallback, device) ||
-        (k.config.architecture == 90 && k.config.block_m == 64))
-      continue;
+    if (&k == fallback || !runs_the_same_calls(k, *fallback, device) || is_hopper_kernel_of_64_rows(k.config)) continue;
     const double cost = weighted_work(k.config);
     if (cost < best_cost) {
       best = &k;

@@ -680,20 +680,21 @@ TEST_F(CudaFmhaBackward, SeveralHeadsPerCtaOn2DWindowsWithGroupedHeads) {
 
 TEST(FmhaSm90BackwardHeadsPerCta, HeadsPerCtaFollowTheWaveModel) {
   using cuda::fmha_sm90::choose_backward_heads_per_cta;
+  const cuda::fmha_sm90::CtaSlots one_per_sm{132, 1};
   cuda::fmha::FmhaBackwardParams p;
   p.heads_kv = 8;
   p.batch = 32;
   p.total_kv_tiles = 8;  // 2048 CTAs with one KV head each: 8 per CTA make 2 waves on 132 SMs
-  EXPECT_EQ(choose_backward_heads_per_cta(p, true, 132), 8);
-  EXPECT_EQ(choose_backward_heads_per_cta(p, false, 132), 1);  // tile lists, splits, ordered dQ
-  p.batch = 1;                                                 // 64 CTAs: one wave already
-  EXPECT_EQ(choose_backward_heads_per_cta(p, true, 132), 1);
+  EXPECT_EQ(choose_backward_heads_per_cta(p, true, one_per_sm), 8);
+  EXPECT_EQ(choose_backward_heads_per_cta(p, false, one_per_sm), 1);  // tile lists, splits, ordered dQ
+  p.batch = 1;                                                        // 64 CTAs: one wave already
+  EXPECT_EQ(choose_backward_heads_per_cta(p, true, one_per_sm), 1);
   p.batch = 32;
   p.dims = 1;
   p.rule[0].kind = cuda::WindowKind::prefix;  // causal: at most two heads
-  EXPECT_EQ(choose_backward_heads_per_cta(p, true, 132), 2);
+  EXPECT_EQ(choose_backward_heads_per_cta(p, true, one_per_sm), 2);
   p.heads_kv = 1;
-  EXPECT_EQ(choose_backward_heads_per_cta(p, true, 132), 1);
+  EXPECT_EQ(choose_backward_heads_per_cta(p, true, one_per_sm), 1);
 }
 
 TEST_F(CudaFmhaBackward, DenseHeadDim128MatchesOracle) {

@@ -117,8 +117,9 @@ int64_t window_keys(const tune::ProblemSpec& spec) {
 // twice as often per product as a 128-row tile, which large windows pay for. Measured against the defaults before
 // them (H200, bf16):
 // - D 32 and 64, 36 windows of 1-3 dimensions: of the 34 up to 2048 keys, 30 faster (up to 46 %; 2-D K3-K31, dilated,
-//   3-D K3x3x3-K7x15x15, 1-D K64-K1024), one level, three small ones 7-10 % slower (20² K3 and K5, 64² K7 dilation
-//   4); of the two of 4096 keys (1-D), the causal one 2 % faster, the non-causal one 6 % slower.
+//   3-D K3x3x3-K7x15x15, 1-D K64-K1024), one level, one 7 % slower (64² K7 dilation 4); of the two of 4096 keys
+//   (1-D), the causal one 2 % faster, the non-causal one 6 % slower. (Two more, 20² K3 and K5, ran 7-10 % slower
+//   until heads per CTA counted a partial wave of four CTAs per SM by its fraction: now 25 % and 8 % faster.)
 // - D 128 (against the one-CTA 128 x 128 kernel): faster up to 169 keys (32² and 56² K7 11 and 18 %, 64² K13 5 %,
 //   16³ K3 10 %, and 28² K7 dilation 4 64 % against the portable tile the visited-work model had picked), level at
 //   147 (8x32² K3x7x7) and 256 (1-D causal), 9-18 % slower from 961 keys (128² K31, 16x64² K7x15x15, 1-D K1024, K2049).

@@ -27,9 +27,9 @@
 # 128 x 64 x 4 warps up to head dim 128 and 64 x 64 x 4 warps for 256; the 64 x 64 box tiles at head dim
 # 128 are an alternative the tuner chooses among (+18 % on na2d 64x64 K13, -18 % on dense, H100;
 # docs/perf.md). The dev set keeps head dims 64 and 128 with their default tiles, and the Hopper bf16
-# forward and backward at head dim 32 (NAT-style layers). The Hopper tiles are fixed by their traits (forward:
-# 2 consumer warpgroups of 64 rows + a producer; backward: 2 MMA warpgroups of 64 keys + a producer); the
-# portable backward runs 64 x 64 x 4 warps for both widths (wider heads are refused with the list of widths).
+# forward and backward at head dim 32 (NAT-style layers). The Hopper rows have a producer warpgroup and one
+# consumer warpgroup per 64 query rows (forward: 128 or 64 rows) or one MMA warpgroup per 64 keys (backward: 128
+# or 64 keys); the rows of 64 are alternatives the default rules pick (docs/tuner.md); the portable backward runs 64 x 64 x 4 warps for both widths (wider heads are refused with the list of widths).
 # A call runs on the narrowest width with a row of its dtype and policy that fits the device (fmha_width_on_device,
 # fmha_backward_width_on_device): D = 32 on the Hopper D 32 rows on 9.0, else on the portable D 32 forward
 # rows (full set) or the 64-wide rows (no portable backward row has D 32).
@@ -83,8 +83,10 @@ set(ATTNKIT_FMHA_KERNEL_TABLE
   "backward   sm90  f16   128  64   128  12  -  list   dev"
   "backward   sm90  bf16  32   64   128  12  -  box    dev"
   "backward   sm90  bf16  32   64   128  12  -  list   dev"
+  "backward   sm90  bf16  32   64   64   8   -  box    dev"
   "backward   sm90  bf16  64   64   128  12  -  box    dev"
   "backward   sm90  bf16  64   64   128  12  -  list   dev"
+  "backward   sm90  bf16  64   64   64   8   -  box    dev"
   "backward   sm90  bf16  128  64   128  12  -  box    dev"
   "backward   sm90  bf16  128  64   128  12  -  list   dev"
   "backward   sm80  f16   64   64   64   4   -  box    dev"

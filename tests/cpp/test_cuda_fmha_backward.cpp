@@ -453,11 +453,16 @@ std::vector<std::string> backward_configs_for(const Case& c) {
   return names;
 }
 
-bool is_hopper_config(const std::string& name) {
+const cuda::fmha::FmhaBackwardKernel* backward_kernel_named(const std::string& name) {
   for (const auto& k : cuda::fmha::fmha_backward_kernels()) {
-    if (cuda::fmha::fmha_backward_config_name(k.config) == name) return k.config.architecture == 90;
+    if (cuda::fmha::fmha_backward_config_name(k.config) == name) return &k;
   }
-  return false;
+  return nullptr;
+}
+
+bool is_hopper_config(const std::string& name) {
+  const cuda::fmha::FmhaBackwardKernel* k = backward_kernel_named(name);
+  return k != nullptr && k->config.architecture == 90;
 }
 
 // --- Q tiles at window origins (dK/dV kernels, KvBoxSchedule) ------------------------------------------
@@ -513,14 +518,17 @@ int64_t ctas_with_window_origins(const BoxWalk& w) {
       });
 }
 
-// Whether the Hopper dK/dV kernel walks the same visits in both modes: the same box shapes, and no CTA's
-// Q tiles moved off the grid in fast mode (the deterministic mode keeps them aligned).
-bool hopper_modes_walk_alike(const Case& c) {
+// Whether the Hopper dK/dV kernel `config` walks the same visits in both modes: the same box shapes, and no
+// CTA's Q tiles moved off the grid in fast mode (the deterministic mode keeps them aligned). KV tiles of 128
+// keys are scored by halves (two MMA warpgroups), those of 64 whole.
+bool hopper_modes_walk_alike(const Case& c, const std::string& config) {
   if (c.mask.kind != MaskKind::none && c.mask.kind != MaskKind::causal && c.mask.kind != MaskKind::neighborhood) {
     return true;  // tile lists
   }
-  const BoxWalk fast = box_walk_of(c, 6, 7, true, cuda::KvTileOrigin::window);
-  const BoxWalk exact = box_walk_of(c, 6, 7, true, cuda::KvTileOrigin::aligned);
+  const int block_n = backward_kernel_named(config)->config.block_n;
+  const int kv_log2 = block_n == 128 ? 7 : 6;
+  const BoxWalk fast = box_walk_of(c, 6, kv_log2, block_n == 128, cuda::KvTileOrigin::window);
+  const BoxWalk exact = box_walk_of(c, 6, kv_log2, block_n == 128, cuda::KvTileOrigin::aligned);
   return fast.shapes.q_log2 == exact.shapes.q_log2 && fast.shapes.kv_log2 == exact.shapes.kv_log2 &&
          ctas_with_window_origins(fast) == 0;
 }
@@ -549,7 +557,7 @@ class CudaFmhaBackward : public ::testing::Test {
       for (const std::string& config : backward_configs_for(c)) {
         SCOPED_TRACE(config);
         const test::ScopedEnvironment forced("ATTNKIT_FMHA_BACKWARD_CONFIG", config);
-        run_both_modes(c, seed, !is_hopper_config(config) || hopper_modes_walk_alike(c));
+        run_both_modes(c, seed, !is_hopper_config(config) || hopper_modes_walk_alike(c, config));
       }
       ++seed;
     }
@@ -672,20 +680,21 @@ TEST_F(CudaFmhaBackward, SeveralHeadsPerCtaOn2DWindowsWithGroupedHeads) {
 
 TEST(FmhaSm90BackwardHeadsPerCta, HeadsPerCtaFollowTheWaveModel) {
   using cuda::fmha_sm90::choose_backward_heads_per_cta;
+  const cuda::fmha_sm90::CtaSlots one_per_sm{132, 1};
   cuda::fmha::FmhaBackwardParams p;
   p.heads_kv = 8;
   p.batch = 32;
   p.total_kv_tiles = 8;  // 2048 CTAs with one KV head each: 8 per CTA make 2 waves on 132 SMs
-  EXPECT_EQ(choose_backward_heads_per_cta(p, true, 132), 8);
-  EXPECT_EQ(choose_backward_heads_per_cta(p, false, 132), 1);  // tile lists, splits, ordered dQ
-  p.batch = 1;                                                 // 64 CTAs: one wave already
-  EXPECT_EQ(choose_backward_heads_per_cta(p, true, 132), 1);
+  EXPECT_EQ(choose_backward_heads_per_cta(p, true, one_per_sm), 8);
+  EXPECT_EQ(choose_backward_heads_per_cta(p, false, one_per_sm), 1);  // tile lists, splits, ordered dQ
+  p.batch = 1;                                                        // 64 CTAs: one wave already
+  EXPECT_EQ(choose_backward_heads_per_cta(p, true, one_per_sm), 1);
   p.batch = 32;
   p.dims = 1;
   p.rule[0].kind = cuda::WindowKind::prefix;  // causal: at most two heads
-  EXPECT_EQ(choose_backward_heads_per_cta(p, true, 132), 2);
+  EXPECT_EQ(choose_backward_heads_per_cta(p, true, one_per_sm), 2);
   p.heads_kv = 1;
-  EXPECT_EQ(choose_backward_heads_per_cta(p, true, 132), 1);
+  EXPECT_EQ(choose_backward_heads_per_cta(p, true, one_per_sm), 1);
 }
 
 TEST_F(CudaFmhaBackward, DenseHeadDim128MatchesOracle) {
@@ -857,7 +866,7 @@ TEST_F(CudaFmhaBackward, PositionalBias3DInTheInputsDtypeWithKvSplits) {
       for (const std::string& config : backward_configs_for(c)) {
         SCOPED_TRACE(config);
         const test::ScopedEnvironment forced("ATTNKIT_FMHA_BACKWARD_CONFIG", config);
-        run_both_modes(c, 910, !is_hopper_config(config) || hopper_modes_walk_alike(c));
+        run_both_modes(c, 910, !is_hopper_config(config) || hopper_modes_walk_alike(c, config));
       }
     }
   }
@@ -1541,16 +1550,25 @@ bool has_hopper_entry(DType dtype, int width, cuda::fmha::FmhaBackwardPolicy pol
   return false;
 }
 
-TEST(FmhaBackwardRegistry, HoldsOneKernelPerDtypeWidthPolicyAndArchitecture) {
+TEST(FmhaBackwardRegistry, HoldsOneKernelPerDtypeWidthPolicyArchitectureAndKvTile) {
   const auto& kernels = cuda::fmha::fmha_backward_kernels();
   const auto portable =
       std::count_if(kernels.begin(), kernels.end(), [](const auto& k) { return k.config.architecture == 80; });
   EXPECT_EQ(portable, 8) << "f16/bf16 x widths 64/128 x box/list";
   const auto hopper_d32 = std::count_if(kernels.begin(), kernels.end(), [](const auto& k) {
-    return k.config.architecture == 90 && k.config.head_dim == 32;
+    return k.config.architecture == 90 && k.config.head_dim == 32 && k.config.block_n == 128;
   });
-  EXPECT_TRUE(kernels.size() == 8u || kernels.size() == 16u + static_cast<std::size_t>(hopper_d32))
-      << "plus the same 8 of the Hopper tier with sm_90a, and its D 32 entries";
+  const auto hopper_64_keys = std::count_if(kernels.begin(), kernels.end(), [](const auto& k) {
+    return k.config.architecture == 90 && k.config.block_n == 64;
+  });
+  EXPECT_TRUE(kernels.size() == 8u ||
+              kernels.size() == 16u + static_cast<std::size_t>(hopper_d32) + static_cast<std::size_t>(hopper_64_keys))
+      << "plus the same 8 of the Hopper tier with sm_90a, its D 32 entries and its entries of 64-key tiles";
+  for (const auto& k : kernels) {
+    if (k.config.architecture != 90 || k.config.block_n != 64) continue;
+    EXPECT_EQ(k.config.policy, cuda::fmha::FmhaBackwardPolicy::box) << cuda::fmha::fmha_backward_config_name(k.config);
+    EXPECT_EQ(k.config.ctas_per_sm, 2) << cuda::fmha::fmha_backward_config_name(k.config);
+  }
   std::vector<std::string> names;
   for (const auto& k : kernels) {
     EXPECT_TRUE(k.config.architecture == 80 || k.config.architecture == 90);
@@ -1629,7 +1647,7 @@ TEST(FmhaBackwardRegistry, HeadDim32RunsOnTheHopperD32KernelsOn90AndOnWidth64Els
 TEST(FmhaBackwardRegistry, EveryPortableEntryFitsTwoCtasPerSmOnHopper) {
   constexpr int kHopperSmemPerSm = 228 * 1024;
   for (const auto& k : cuda::fmha::fmha_backward_kernels()) {
-    if (k.config.architecture != 80) continue;  // the Hopper tier runs one 256-thread CTA per SM
+    if (k.config.architecture != 80) continue;  // the Hopper rows' traits check their own CTAs per SM
     const int per_cta = std::max(k.config.smem_bytes_dkdv, k.config.smem_bytes_dq) + 1024;  // + static and reserved
     EXPECT_LE(2 * per_cta, kHopperSmemPerSm) << cuda::fmha::fmha_backward_config_name(k.config);
   }

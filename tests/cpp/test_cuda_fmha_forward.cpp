@@ -664,30 +664,49 @@ TEST_F(CudaFmhaForward, DilatedWindowsOnTmaBoxesMatchTheOracle) {
 
 TEST(FmhaSm90HeadsPerCta, HeadsPerCtaFollowTheWaveModel) {
   using cuda::fmha_sm90::choose_heads_per_cta;
+  const cuda::fmha_sm90::CtaSlots one_per_sm{132, 1};
+  const cuda::fmha_sm90::CtaSlots unknown{0, 1};
   cuda::fmha::FmhaParams p;
   p.heads_q = 16;
   p.batch = 16;
   p.total_q_tiles = 8;  // 2048 CTAs with one head each: 8 heads per CTA make 2 waves on 132 SMs
-  EXPECT_EQ(choose_heads_per_cta(p, true, 132), 8);
-  EXPECT_EQ(choose_heads_per_cta(p, false, 132), 1);  // tile lists, cp.async gathers, D 128
-  p.batch = 4;                                        // 512 CTAs: 4 heads fill one wave, 3 would need 2
-  EXPECT_EQ(choose_heads_per_cta(p, true, 132), 4);
-  EXPECT_LT(cuda::fmha_sm90::heads_per_cta_cost(p, 4, 132), cuda::fmha_sm90::heads_per_cta_cost(p, 3, 132));
-  EXPECT_LT(cuda::fmha_sm90::heads_per_cta_cost(p, 4, 132), cuda::fmha_sm90::heads_per_cta_cost(p, 8, 132));
+  EXPECT_EQ(choose_heads_per_cta(p, true, one_per_sm), 8);
+  EXPECT_EQ(choose_heads_per_cta(p, false, one_per_sm), 1);  // tile lists, cp.async gathers, D 128
+  p.batch = 4;                                               // 512 CTAs: 4 heads fill one wave, 3 would need 2
+  EXPECT_EQ(choose_heads_per_cta(p, true, one_per_sm), 4);
+  EXPECT_LT(cuda::fmha_sm90::heads_per_cta_cost(p, 4, one_per_sm),
+            cuda::fmha_sm90::heads_per_cta_cost(p, 3, one_per_sm));
+  EXPECT_LT(cuda::fmha_sm90::heads_per_cta_cost(p, 4, one_per_sm),
+            cuda::fmha_sm90::heads_per_cta_cost(p, 8, one_per_sm));
   p.batch = 1;  // 128 CTAs: one wave already, more heads per CTA only lengthen it
-  EXPECT_EQ(choose_heads_per_cta(p, true, 132), 1);
-  EXPECT_EQ(choose_heads_per_cta(p, true, 0), 1);  // unknown SM count: 132 assumed
+  EXPECT_EQ(choose_heads_per_cta(p, true, one_per_sm), 1);
+  EXPECT_EQ(choose_heads_per_cta(p, true, unknown), 1);  // unknown SM count: 132 assumed
   p.batch = 16;
   p.rule[0].kind = cuda::WindowKind::prefix;  // causal: unequal CTAs, at most two heads
-  EXPECT_EQ(choose_heads_per_cta(p, true, 132), 2);
+  EXPECT_EQ(choose_heads_per_cta(p, true, one_per_sm), 2);
   p.rule[0].kind = cuda::WindowKind::dense;
+  {
+    // Four CTAs per SM (the 64-row kernels, 528 slots) count a partial last wave by its fraction. na2d 20² K3
+    // B64 H4, ten Q tiles a head: four heads a CTA (1.2 waves x 4.3) beat one (4.8 x 1.3), which whole waves pick
+    // (2 x 4.3 against 5 x 1.3).
+    cuda::fmha::FmhaParams small = p;
+    small.heads_q = 4;
+    small.batch = 64;
+    small.total_q_tiles = 10;
+    EXPECT_EQ(choose_heads_per_cta(small, true, cuda::fmha_sm90::CtaSlots{528, 4}), 4);
+    EXPECT_EQ(choose_heads_per_cta(small, true, cuda::fmha_sm90::CtaSlots{528, 2}), 1);
+    // 14² K7 B64 H8, four Q tiles a head: four heads fill the slots, eight would leave half of them empty.
+    small.heads_q = 8;
+    small.total_q_tiles = 4;
+    EXPECT_EQ(choose_heads_per_cta(small, true, cuda::fmha_sm90::CtaSlots{528, 4}), 4);
+  }
   p.heads_q = 1;
-  EXPECT_EQ(choose_heads_per_cta(p, true, 132), 1);
+  EXPECT_EQ(choose_heads_per_cta(p, true, one_per_sm), 1);
   p.heads_q = 2;
   {
     const ForcedHeadsPerCta forced(3);
-    EXPECT_EQ(choose_heads_per_cta(p, true, 132), 2);  // never more than the heads
-    EXPECT_EQ(choose_heads_per_cta(p, false, 132), 1);
+    EXPECT_EQ(choose_heads_per_cta(p, true, one_per_sm), 2);  // never more than the heads
+    EXPECT_EQ(choose_heads_per_cta(p, false, one_per_sm), 1);
   }
 }
 

@@ -138,14 +138,14 @@ GroupSchedule schedule_group(const OrderProblem& o, const int32_t (&group)[kMaxD
 
 // Runs the grid on `slots` CTA slots as the dK/dV kernel runs it: each KV tile's visits split over `splits`
 // CTAs (contiguous parts, the first ones one visit longer), CTAs started in launch order as slots free up.
-// In a CTA a producer fills two stages (visit i once both MMA warpgroups released visit i - 2); MMA
-// warpgroup k, on visit i, passes on the turn it still holds (its previous reductions completed), hands
-// the stage back and waits until the Q tile's counter reaches its turn (warpgroup_turn); then, if it adds
-// nothing (adds(tile, visit, k) false: its half of a partial box visit meets no window), it passes the turn
-// on at once, else it holds it until its next visit (the reductions in flight) or its end. Returns false
-// on a deadlock (resident CTAs that all wait) or when a Q tile's turns are not all taken exactly once.
+// In a CTA of `groups` MMA warpgroups (1 or 2) a producer fills two stages (visit i once every MMA warpgroup
+// released visit i - 2); MMA warpgroup k, on visit i, passes on the turn it still holds (its previous reductions
+// completed), hands the stage back and waits until the Q tile's counter reaches its turn (warpgroup_turn); then, if it
+// adds nothing (adds(tile, visit, k) false: its half of a partial box visit meets no window), it passes the turn on at
+// once, else it holds it until its next visit (the reductions in flight) or its end. Returns false on a deadlock
+// (resident CTAs that all wait) or when a Q tile's turns are not all taken exactly once.
 template <class Adds>
-bool simulate(const GroupSchedule& g, int slots, int splits, const Adds& adds) {
+bool simulate(const GroupSchedule& g, int slots, int splits, int groups, const Adds& adds) {
   struct Group {
     size_t next = 0;                 // visit, within the CTA's part
     bool waiting = false;            // for its turn on visit `next`
@@ -181,13 +181,14 @@ bool simulate(const GroupSchedule& g, int slots, int splits, const Adds& adds) {
     const size_t i = c.first + w.next;
     const Position& q = g.visits[c.tile][i];
     if (!w.waiting) {
-      const size_t released = std::min(c.group[0].next, c.group[1].next);  // visits both handed back
-      if (w.next >= 2 && released + 2 <= w.next) return false;             // the producer has not filled it
+      size_t released = c.group[0].next;  // visits every warpgroup handed back
+      for (int other = 1; other < groups; ++other) released = std::min(released, c.group[other].next);
+      if (w.next >= 2 && released + 2 <= w.next) return false;  // the producer has not filled it
       pass_held(w);
       w.waiting = true;
       return true;
     }
-    if (counter[q] != warpgroup_turn(g.ranks[c.tile][i], k)) return false;
+    if (counter[q] != warpgroup_turn(g.ranks[c.tile][i], k, groups)) return false;
     if (adds(c.tile, i, k)) {
       w.held = &q;
     } else {
@@ -203,14 +204,16 @@ bool simulate(const GroupSchedule& g, int slots, int splits, const Adds& adds) {
     while (resident.size() < static_cast<size_t>(slots) && launched < ctas.size()) resident.push_back(launched++);
     bool progress = false;
     for (const size_t r : resident) {
-      for (int k = 0; k < 2; ++k) {
+      for (int k = 0; k < groups; ++k) {
         while (step(ctas[r], k)) progress = true;
       }
     }
     auto finished = [&](size_t r) {
       const Cta& c = ctas[r];
-      return c.group[0].next == c.count && c.group[1].next == c.count && c.group[0].held == nullptr &&
-             c.group[1].held == nullptr;
+      for (int k = 0; k < groups; ++k) {
+        if (c.group[k].next != c.count || c.group[k].held != nullptr) return false;
+      }
+      return true;
     };
     const auto done = std::remove_if(resident.begin(), resident.end(), finished);
     progress = progress || done != resident.end();
@@ -218,7 +221,8 @@ bool simulate(const GroupSchedule& g, int slots, int splits, const Adds& adds) {
     if (!progress) return false;
   }
   for (const auto& [q, turns] : counter) {
-    if (turns != 2 * g.visitors.at(q).size()) return false;  // both turns of every visitor, once each
+    if (turns != static_cast<size_t>(groups) * g.visitors.at(q).size())
+      return false;  // every turn of every visitor, once each
   }
   return true;
 }
@@ -252,13 +256,16 @@ void check_problem(const OrderProblem& o) {
           const uint64_t pick = (h >> 17) % 16;  // 0..5 both, 6..10 warpgroup 0, 11..14 warpgroup 1, 15 neither
           return pick < 6 || (group == 0 ? pick <= 10 : pick >= 11 && pick <= 14);
         };
-        for (const int slots : {1, 3, 1 << 20}) {
-          for (const int splits : {1, 3}) {
-            ASSERT_TRUE(simulate(g, slots, splits, both))
-                << o.text << ": deadlock with " << slots << " CTA slots and " << splits << " splits per KV tile";
-            ASSERT_TRUE(simulate(g, slots, splits, some))
-                << o.text << ": deadlock with " << slots << " CTA slots, " << splits
-                << " splits per KV tile and warpgroups that skip visits";
+        for (const int groups : {1, 2}) {  // KV tiles of 64 keys (one MMA warpgroup) and of 128 (two)
+          for (const int slots : {1, 3, 1 << 20}) {
+            for (const int splits : {1, 3}) {
+              ASSERT_TRUE(simulate(g, slots, splits, groups, both))
+                  << o.text << ": deadlock with " << groups << " MMA warpgroups, " << slots << " CTA slots and "
+                  << splits << " splits per KV tile";
+              ASSERT_TRUE(simulate(g, slots, splits, groups, some))
+                  << o.text << ": deadlock with " << groups << " MMA warpgroups, " << slots << " CTA slots, " << splits
+                  << " splits per KV tile and warpgroups that skip visits";
+            }
           }
         }
       }

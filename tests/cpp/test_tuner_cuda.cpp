@@ -395,6 +395,56 @@ TEST(TunerCuda, BackwardSpaceDefaultIsTheBackwardRegistryDefault) {
   EXPECT_NE(tune::builtin_config_spaces().find(tune::TuneOp::attention_backward, Backend::cuda), nullptr);
 }
 
+// The Hopper dK/dV kernel of 64-key tiles of `head_dim`, where the build has one.
+const cuda::fmha::FmhaBackwardKernel* hopper_backward_kernel_of_64_keys(int head_dim) {
+  for (const auto& k : cuda::fmha::fmha_backward_kernels()) {
+    if (k.config.architecture == 90 && k.config.block_n == 64 && k.config.dtype == DType::bf16 &&
+        k.config.head_dim == head_dim && k.config.policy == cuda::fmha::FmhaBackwardPolicy::box) {
+      return &k;
+    }
+  }
+  return nullptr;
+}
+
+// The id of the backward default for `spec` on a compute-capability 9.0 device of 132 SMs.
+std::string hopper_backward_default_of(tune::ProblemSpec spec) {
+  spec.op = tune::TuneOp::attention_backward;
+  return default_config_id(cuda::fmha::fmha_backward_space(), spec, tune::cuda_device_limits(90, 132));
+}
+
+TEST(TunerCuda, HopperBackwardOfWindowsDefaultsToTheKernelOf64KeyTiles) {
+  for (int head_dim : {32, 64}) {
+    SCOPED_TRACE("head dim " + std::to_string(head_dim));
+    const cuda::fmha::FmhaBackwardKernel* keys_64 = hopper_backward_kernel_of_64_keys(head_dim);
+    if (keys_64 == nullptr) GTEST_SKIP() << "this build compiles no Hopper bf16 backward kernel of 64-key tiles";
+    const std::string keys_64_name = cuda::fmha::fmha_backward_config_name(keys_64->config);
+    // Windows of every size and dimension, dilated and causal.
+    for (const WindowStage& stage : {WindowStage{56, 7, 1, 64, 2}, WindowStage{28, 7, 4, 64, 4},
+                                     WindowStage{14, 7, 1, 64, 8}, WindowStage{128, 31, 1, 1, 16}}) {
+      SCOPED_TRACE(window_stage_name(stage));
+      EXPECT_EQ(hopper_backward_default_of(window_stage_spec(stage, head_dim)), keys_64_name);
+    }
+    EXPECT_EQ(hopper_backward_default_of(na3d_spec(head_dim, {8, 32, 32}, {3, 7, 7})), keys_64_name) << "na3d";
+    EXPECT_EQ(hopper_backward_default_of(na1d_spec(head_dim, 4096, true)), keys_64_name) << "na1d K4096 causal";
+    // Dense and causal attention keep the 128-key kernel, the registry's first.
+    for (const MaskKind mask : {MaskKind::none, MaskKind::causal}) {
+      const std::string dense_choice = hopper_backward_default_of(dense_spec(DType::bf16, head_dim, 2048, mask));
+      EXPECT_NE(dense_choice, keys_64_name);
+      EXPECT_NE(dense_choice.find("_n128_"), std::string::npos) << dense_choice;
+    }
+  }
+  // D 128 has no kernel of 64-key tiles: windows keep the 128-key one.
+  const std::string d128 = hopper_backward_default_of(window_stage_spec(WindowStage{56, 7, 1, 32, 4}, 128));
+  EXPECT_NE(d128.find("_n128_"), std::string::npos) << d128;
+  // On an 8.x device there is nothing to pick: the portable tier's default stays.
+  tune::ProblemSpec window = window_stage_spec(WindowStage{28, 7, 1, 64, 4}, 64);
+  window.op = tune::TuneOp::attention_backward;
+  const std::string on_ampere =
+      default_config_id(cuda::fmha::fmha_backward_space(), window, tune::cuda_device_limits(80, 108));
+  EXPECT_EQ(on_ampere.find("_sm90"), std::string::npos) << on_ampere;
+  EXPECT_FALSE(on_ampere.empty());
+}
+
 // The backward's width depends on the device (D 32 has Hopper kernels only): on each device the tuner's
 // valid configs are the registry's entries at the width the problem runs on there, and its default is the
 // registry's default.

@@ -85,10 +85,11 @@ FmhaBackwardLaunch make_backward_launch(const AttentionBackward& problem, const 
   const AttentionMask& mask = problem.mask;
   if (mask.kind == MaskKind::neighborhood) {
     const BoxGeometry geometry = neighborhood_geometry(tq, mask.neighborhood, shape.tokens);
-    // Scored by the dK/dV walk; the Hopper dK/dV kernel's two MMA warpgroups each skip the partial visits
-    // that miss their half.
+    // Scored by the dK/dV walk; the two MMA warpgroups of the Hopper kernel of 128-key tiles each skip the
+    // partial visits that miss their half.
+    const bool kv_halves = config.architecture == 90 && config.block_n > 64;
     const BoxShapes shapes =
-        choose_backward_box_shapes(geometry, block_m_log2, block_n_log2, config.architecture == 90, p.q_tile_origins);
+        choose_backward_box_shapes(geometry, block_m_log2, block_n_log2, kv_halves, p.q_tile_origins);
     p.dims = tq;
     for (int d = 0; d < kMaxDims; ++d) {
       if (d < tq) {
@@ -188,11 +189,11 @@ FmhaBackwardLaunch make_backward_launch(const AttentionBackward& problem, const 
 
   // KV-parallel splitting: the same choice in both modes wherever they walk the same visits (dK and dV stay
   // equal between them; the Hopper tier's modes differ only where window origins move some Q tiles). The
-  // Hopper dK/dV kernel runs one CTA per SM, the portable one two.
+  // Hopper dK/dV kernels run one CTA per SM (128-key tiles) or two (64-key tiles), the portable one two.
   p.partial_width = config.head_dim;
   KvSplitInputs split;
   split.ctas = total_kv * p.heads_kv * p.batch;
-  split.slots = int64_t{multiprocessors} * (config.architecture == 90 ? 1 : 2);
+  split.slots = int64_t{multiprocessors} * config.ctas_per_sm;
   split.partial_bytes = kv_split_partial_bytes(p, config.block_n, config.head_dim);
   split.requested = problem.kv_splits;
   split.workspace_limit = problem.split_workspace_limit;
@@ -210,7 +211,8 @@ FmhaBackwardLaunch make_backward_launch(const AttentionBackward& problem, const 
   // (Up to D 64: Sm90BackwardTraits::kSeveralHeadsPerCta.)
   const bool head_independent = config.architecture == 90 && config.head_dim <= 64 && !p.use_lists &&
                                 p.kv_splits == 1 && !p.ordered_dq && p.rpb.data == nullptr;
-  p.heads_per_cta = fmha_sm90::choose_backward_heads_per_cta(p, head_independent, multiprocessors);
+  p.heads_per_cta = fmha_sm90::choose_backward_heads_per_cta(
+      p, head_independent, fmha_sm90::CtaSlots{multiprocessors * config.ctas_per_sm, config.ctas_per_sm});
   check_limit(total_kv * p.kv_splits, (int64_t{1} << 31) - 1, "key tiles x kv_splits (grid size)");
   return launch;
 }

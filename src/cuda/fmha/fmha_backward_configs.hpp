@@ -30,6 +30,7 @@ struct FmhaBackwardConfig {
   // 80: portable dK/dV kernel (SM80 and newer); 90: the Hopper dK/dV kernel (sm_90a, compute capability
   // 9.0 only), with the portable preprocess, tile lists and dQ kernels around it.
   int architecture = 80;
+  int ctas_per_sm = 1;  // dK/dV CTAs resident per SM (the KV-parallel split and the heads per CTA count them)
 };
 
 // Everything one call needs: the kernels' params and, for tile-list policies, the mask to preprocess

@@ -43,13 +43,13 @@ ATTNKIT_HOST_DEVICE uint32_t descending_visitor_rank(int dims, const int32_t (&f
   return rank;
 }
 
-// The turn of MMA warpgroup `group` (0, 1) of the visitor of rank `rank`: its two warpgroups add their
-// partials one after the other. A warpgroup whose half of a partial box visit meets none of the Q tile's
-// windows adds nothing but still takes its turn (letting the other warpgroup take both measured no
-// faster on the neighborhood rows of docs/perf.md, and a skipping warpgroup must pass its previous turn on
-// anyway, as the other may wait for it).
-ATTNKIT_HOST_DEVICE uint32_t warpgroup_turn(uint32_t rank, int group) {
-  return 2 * rank + static_cast<uint32_t>(group);
+// The turn of MMA warpgroup `group` (of the kernel's `groups`: 1 or 2) of the visitor of rank `rank`: its
+// warpgroups add their partials one after the other. A warpgroup whose half of a partial box visit meets none of the Q
+// tile's windows adds nothing but still takes its turn (letting the other warpgroup take both measured no faster on the
+// neighborhood rows of docs/perf.md, and a skipping warpgroup must pass its previous turn on anyway, as the other may
+// wait for it).
+ATTNKIT_HOST_DEVICE uint32_t warpgroup_turn(uint32_t rank, int group, int groups) {
+  return static_cast<uint32_t>(groups) * rank + static_cast<uint32_t>(group);
 }
 
 // Box position of the x-th KV tile of a dilation group to launch: the descending order of

@@ -324,6 +324,7 @@ FmhaBackwardKernel make_fmha_backward_kernel(DType dtype) {
   config.smem_bytes_dq = Traits::kSmemBytesDq;
   config.policy = kLists ? FmhaBackwardPolicy::tile_list : FmhaBackwardPolicy::box;
   config.architecture = 80;
+  config.ctas_per_sm = 2;
   return FmhaBackwardKernel{config, &launch_fmha_backward<Traits, kLists>, &backward_workspace_bytes<Traits, kLists>};
 }
 

@@ -210,7 +210,8 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
         const fmha::QVisit& v = ss.visits[b];
         if (!v.full && !half_meets_visit(p, v, ss.masks.box, group * kKeys, kKeys)) {
           if (takes_turns) {  // nothing to add, but the turn is this warpgroup's
-            const DqTurn turn = visit_dq_turn(p, batch, v, fmha::visit_dq_rank<kLists>(p, kv, batch, v), group);
+            const DqTurn turn =
+                visit_dq_turn(p, batch, v, fmha::visit_dq_rank<kLists>(p, kv, batch, v), group, Traits::kMmaGroups);
             barrier_arrive(&ss.empty[b]);
             pass_turn_in_flight();
             wait_for_dq_turn(turn);
@@ -249,7 +250,8 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
       if (takes_turns) {  // while S^T and dP^T run: the previous visit's reductions complete, this one's turn
         pass_turn_in_flight();
         const fmha::QVisit& v = ss.visits[b];
-        ss.dq_turn[group] = visit_dq_turn(p, batch, v, fmha::visit_dq_rank<kLists>(p, kv, batch, v), group);
+        ss.dq_turn[group] =
+            visit_dq_turn(p, batch, v, fmha::visit_dq_rank<kLists>(p, kv, batch, v), group, Traits::kMmaGroups);
       }
       uint32_t allowed[kRows];  // bit j: column j of row i is attended
       if constexpr (kLists) {
@@ -469,7 +471,7 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
 }
 
 template <class Traits, template <int> class ScheduleTemplate, bool kLists>
-__global__ void __launch_bounds__(Traits::kThreads, 1)
+__global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm)
     fmha_sm90_backward_dkdv_kernel(const __grid_constant__ fmha::FmhaBackwardParams p,
                                    const __grid_constant__ Sm90DqMap dq_map) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)

@@ -2,7 +2,7 @@
 // (cmake/attnkit_kernels.cmake) by a generated .cu named for its config id calling
 // make_fmha_sm90_backward_kernel.
 // The portable launcher (fmha_backward_launch.cuh) runs the whole sequence — workspace, tile lists,
-// preprocess, the dQ kernel (deterministic mode) or the dQ convert (fast mode) — on the same 64 x 128
+// preprocess, the dQ kernel (deterministic mode) or the dQ convert (fast mode) — on the same 64 x 128 or 64 x 64
 // tiles (Sm90BackwardTraits::Portable), with this tier's dK/dV kernel in place of the portable one.
 #pragma once
 #include "cuda/fmha/fmha_backward_launch.cuh"
@@ -40,8 +40,7 @@ struct Sm90DkDv {
 
 template <class Element, int HeadDim, int BlockN, bool kLists>
 fmha::FmhaBackwardKernel make_fmha_sm90_backward_kernel(DType dtype) {
-  using Traits = Sm90BackwardTraits<Element, HeadDim>;
-  static_assert(Traits::kBlockN == BlockN, "the Hopper backward's KV tile is 128 keys");
+  using Traits = Sm90BackwardTraits<Element, HeadDim, BlockN>;
   using Portable = typename Traits::Portable;
   fmha::FmhaBackwardConfig config;
   config.dtype = dtype;
@@ -53,6 +52,7 @@ fmha::FmhaBackwardKernel make_fmha_sm90_backward_kernel(DType dtype) {
   config.smem_bytes_dq = Portable::kSmemBytesDq;
   config.policy = kLists ? fmha::FmhaBackwardPolicy::tile_list : fmha::FmhaBackwardPolicy::box;
   config.architecture = 90;
+  config.ctas_per_sm = Traits::kCtasPerSm;
   return fmha::FmhaBackwardKernel{config, &fmha::launch_fmha_backward<Portable, kLists, Sm90DkDv<Traits, kLists>>,
                                   &fmha::backward_workspace_bytes<Portable, kLists>};
 }

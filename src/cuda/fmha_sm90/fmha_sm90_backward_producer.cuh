@@ -67,7 +67,8 @@ __device__ __forceinline__ void copy_tile_pair_from_rows(const typename Traits::
 }
 
 // The producer warpgroup's K and V copies, committed as one cp.async group: as for a visit's Q and dO,
-// each thread computes the start of one K row and one V row into a row table (in the first dQ buffer,
+// the threads compute the starts of the K rows and the V rows (one each per thread at 128 keys, one of the two
+// at 64) into a row table (in the first dQ buffer,
 // unused until the MMA warpgroups' first dQ store, long after these copies landed), then after a
 // producer barrier copies 16-byte chunks whose shared addresses are compile-time distances apart
 // (recomputing each row's token address in every pass kept the MMA warps waiting ~6 % of the na2d
@@ -80,13 +81,16 @@ __device__ __forceinline__ void issue_kv_loads(const fmha::FmhaBackwardParams& p
   using Element = typename Traits::Element;
   using Copy = typename Traits::ProducerCopy;
   constexpr int kBlockN = Traits::kBlockN;
-  static_assert(Traits::kProducerThreads == kBlockN, "one thread per K row and per V row");
+  static_assert((2 * kBlockN) % Traits::kProducerThreads == 0, "whole passes over the K and V rows");
   static_assert(2 * kBlockN * sizeof(Element*) <= sizeof(ss.dq[0]), "the K / V row table fits a dQ buffer");
   const Element** rows = reinterpret_cast<const Element**>(ss.dq[0]);
-  rows[ptid] = fmha::tile_row_start<Element>(p.k, batch * p.k.batch_stride + head_kv * p.k.head_stride, p.kv_space,
-                                             p.dilation, kv.origin, ptid);
-  rows[kBlockN + ptid] = fmha::tile_row_start<Element>(p.v, batch * p.v.batch_stride + head_kv * p.v.head_stride,
-                                                       p.kv_space, p.dilation, kv.origin, ptid);
+#pragma unroll
+  for (int entry = ptid; entry < 2 * kBlockN; entry += Traits::kProducerThreads) {
+    const bool is_v = entry >= kBlockN;
+    const fmha::TensorAddress& source = is_v ? p.v : p.k;
+    rows[entry] = fmha::tile_row_start<Element>(source, batch * source.batch_stride + head_kv * source.head_stride,
+                                                p.kv_space, p.dilation, kv.origin, entry % kBlockN);
+  }
   named_barrier_sync(kBarrierProducer, Traits::kProducerThreads);  // the row table
   const int col = (ptid % Copy::kChunksPerRow) * 8;
   const int first_row = ptid / Copy::kChunksPerRow;

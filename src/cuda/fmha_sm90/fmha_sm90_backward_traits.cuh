@@ -1,10 +1,12 @@
 // Compile-time shape of one Hopper backward dK/dV instantiation (fmha_sm90_backward_dkdv.cuh): element
-// type, compiled head dim, tiles (BlockM = 64 queries per visit, BlockN = 128 keys: 64 per MMA
+// type, compiled head dim, tiles (BlockM = 64 queries per visit, BlockN = 128 or 64 keys: 64 per MMA
 // warpgroup), the warp roles, the warpgroup MMAs and the shared-memory layouts.
 //
-// Three warpgroups: warpgroup 0 produces (K and V once, then each visit's Q, dO, row statistics
-// and dQ row offsets into two stages), MMA warpgroup w = 0, 1 (warpgroups 1 and 2) owns keys
-// 64w .. 64w + 63. Every product is one wgmma shape per MMA warpgroup:
+// A producer warpgroup (warpgroup 0: K and V once, then each visit's Q, dO, row statistics and dQ row
+// offsets into two stages) and one MMA warpgroup per 64 keys: MMA warpgroup w (warpgroup w + 1) owns keys
+// 64w .. 64w + 63. The KV tiles of 64 keys (one MMA warpgroup) run two CTAs per SM: smaller KV boxes for
+// small windows, and one CTA's setup, first loads and epilogue beside the other's products. Every product is
+// one wgmma shape per MMA warpgroup:
 //   MmaScores (SS, 64 keys x 64 queries x D):  S^T = K Q^T and dP^T = V dO^T (both K-major);
 //   MmaGrads  (RS, 64 keys x D x 64 queries):  dV += P^T dO and dK += dS^T Q, P^T and dS^T from the
 //             score accumulators' registers, dO and Q read MN-major (their rows are the reduction);
@@ -57,7 +59,7 @@ constexpr bool is_transposed_view() {
   }
 }
 
-template <class Element_, int HeadDim_>
+template <class Element_, int HeadDim_, int BlockN_ = 128>
 struct Sm90BackwardTraits {
   using Element = Element_;
   static_assert(std::is_same_v<Element, cutlass::half_t> || std::is_same_v<Element, cutlass::bfloat16_t>,
@@ -68,18 +70,23 @@ struct Sm90BackwardTraits {
   // 8 rows (8 x kSwizzleBytes bytes).
   static constexpr int kSwizzleBytes = kHeadDim * int(sizeof(Element)) < 128 ? kHeadDim * int(sizeof(Element)) : 128;
   static_assert(kSwizzleBytes == 64 || kSwizzleBytes == 128, "64- or 128-byte swizzle atoms");
-  // A producer and two MMA warpgroups of 64 keys, one CTA per SM. The producer gives its registers
-  // to the MMA warpgroups (setmaxnreg): 24 x 128 + 240 x 256 of the 64 Ki registers.
-  static constexpr int kMmaGroups = 2;
+  // A producer and an MMA warpgroup per 64 keys: two at one CTA per SM, one at two CTAs per SM (KV tiles of 128
+  // and of 64 keys). The producer gives its registers to the MMA warpgroups (setmaxnreg): 24 x 128 + 240 x 256 of
+  // the 64 Ki registers with one CTA, 24 x 128 + 232 x 128 of the 256 x 128 a CTA starts with at two.
   static constexpr int kBlockM = 64;
   static constexpr int kKeysPerGroup = 64;
-  static constexpr int kBlockN = kKeysPerGroup * kMmaGroups;
+  static constexpr int kBlockN = BlockN_;
+  static_assert(kBlockN == 128 || kBlockN == 64, "KV tiles of 128 or 64 keys");
+  static constexpr int kMmaGroups = kBlockN / kKeysPerGroup;
+  static constexpr int kCtasPerSm = kMmaGroups == 1 ? 2 : 1;
   static constexpr int kProducerThreads = 128;
   static constexpr int kMmaThreads = 128 * kMmaGroups;
   static constexpr int kThreads = kProducerThreads + kMmaThreads;
   static constexpr int kWarps = kThreads / 32;
   static constexpr int kProducerRegisters = 24;
-  static constexpr int kMmaRegisters = 240;
+  static constexpr int kMmaRegisters = kCtasPerSm == 1 ? 240 : 232;
+  static_assert(kProducerThreads * kProducerRegisters + kMmaThreads * kMmaRegisters <= 65536 / kCtasPerSm,
+                "the warpgroups' registers fit the CTA's share of the register file");
   // Several KV heads per CTA in turn (FmhaBackwardParams::heads_per_cta) up to D 64: at D 128 the loop over heads
   // around the visits' loop left ptxas spilling ~0.8 KB (against 76 bytes) next to the 64 x 128 dK and dV
   // accumulators.
@@ -187,6 +194,7 @@ struct Sm90BackwardTraits {
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage)) + 1024;  // + alignment of the dynamic base
   static_assert(kSmemBytes <= 227 * 1024, "an SM90 CTA has at most 227 KiB of shared memory");
+  static_assert(kCtasPerSm * (kSmemBytes + 1024) <= 228 * 1024, "kCtasPerSm CTAs share an SM's 228 KiB");
 };
 
 }  // namespace attnkit::cuda::fmha_sm90

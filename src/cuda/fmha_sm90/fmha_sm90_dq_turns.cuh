@@ -21,11 +21,11 @@ struct DqTurn {
   uint32_t turn;
 };
 
-// The turn of MMA warpgroup `group` (0, 1) on visit `v` of rank `rank` (fmha_backward_dq_order.hpp).
+// The turn of MMA warpgroup `group` (of `groups`) on visit `v` of rank `rank` (fmha_backward_dq_order.hpp).
 __device__ __forceinline__ DqTurn visit_dq_turn(const fmha::FmhaBackwardParams& p, int32_t batch, const fmha::QVisit& v,
-                                                uint32_t rank, int group) {
+                                                uint32_t rank, int group, int groups) {
   const int64_t row = static_cast<int64_t>(batch) * p.heads_q + v.head;
-  return DqTurn{p.dq_turns + row * p.total_q_tiles + v.q_linear, fmha::warpgroup_turn(rank, group)};
+  return DqTurn{p.dq_turns + row * p.total_q_tiles + v.q_linear, fmha::warpgroup_turn(rank, group, groups)};
 }
 
 __device__ __forceinline__ void wait_for_dq_turn(const DqTurn& t) {

@@ -1,5 +1,6 @@
 #include "cuda/fmha_sm90/fmha_sm90_heads_per_cta.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 
@@ -29,17 +30,27 @@ int environment_heads() {
   return heads;
 }
 
+// From this many resident CTAs per SM a partial last wave costs its share of a wave, not a whole one: an SM left
+// with fewer of its small CTAs runs each faster (one 64-row CTA does not fill an SM). Fitted to a sweep of forced
+// heads per CTA (1, 2, 4, 8) on seven small windows with the 64-row kernels at four CTAs per SM on an H200
+// (docs/perf.md), where whole waves picked one head per CTA on 20² windows that ran 30 % faster with four.
+constexpr int kCtasPerSmOfFractionalWaves = 4;
+
 // Waves of ctas_per_head * ceil(heads_total / heads) CTAs over cta_slots resident at once (SMs x CTAs per SM) times
-// each CTA's fixed cost plus its heads.
-double wave_cost(int64_t ctas_per_head, int heads_total, int heads, int cta_slots) {
+// each CTA's fixed cost plus its heads; whole waves below kCtasPerSmOfFractionalWaves CTAs per SM, else their
+// fraction (at least one).
+double wave_cost(int64_t ctas_per_head, int heads_total, int heads, const CtaSlots& slots) {
   const int64_t groups = (heads_total + heads - 1) / heads;
-  const int64_t slots = cta_slots > 0 ? cta_slots : kDefaultCtaSlots;
-  const int64_t waves = (ctas_per_head * groups + slots - 1) / slots;
-  return static_cast<double>(waves) * (kFixedCostPerHead + heads);
+  const int64_t resident = slots.total > 0 ? slots.total : kDefaultCtaSlots;
+  const int64_t ctas = ctas_per_head * groups;
+  const double waves = slots.per_sm >= kCtasPerSmOfFractionalWaves
+                           ? std::max(1.0, static_cast<double>(ctas) / static_cast<double>(resident))
+                           : static_cast<double>((ctas + resident - 1) / resident);
+  return waves * (kFixedCostPerHead + heads);
 }
 
 // The forced count, else the count of at most `most` heads with the least wave_cost.
-int cheapest_heads(int64_t ctas_per_head, int heads_total, int most, int cta_slots) {
+int cheapest_heads(int64_t ctas_per_head, int heads_total, int most, const CtaSlots& cta_slots) {
   int forced = heads_override.load(std::memory_order_relaxed);
   if (forced == 0) forced = environment_heads();
   if (forced > 0) return forced < heads_total ? forced : heads_total;
@@ -66,16 +77,16 @@ int most_heads(const Params& p) {
 
 }  // namespace
 
-double heads_per_cta_cost(const fmha::FmhaParams& p, int heads, int cta_slots) {
+double heads_per_cta_cost(const fmha::FmhaParams& p, int heads, const CtaSlots& cta_slots) {
   return wave_cost(int64_t{p.total_q_tiles} * p.batch, p.heads_q, heads, cta_slots);
 }
 
-int choose_heads_per_cta(const fmha::FmhaParams& p, bool head_independent_tma, int cta_slots) {
+int choose_heads_per_cta(const fmha::FmhaParams& p, bool head_independent_tma, const CtaSlots& cta_slots) {
   if (!head_independent_tma || p.heads_q < 2) return 1;
   return cheapest_heads(int64_t{p.total_q_tiles} * p.batch, p.heads_q, most_heads(p), cta_slots);
 }
 
-int choose_backward_heads_per_cta(const fmha::FmhaBackwardParams& p, bool head_independent, int cta_slots) {
+int choose_backward_heads_per_cta(const fmha::FmhaBackwardParams& p, bool head_independent, const CtaSlots& cta_slots) {
   if (!head_independent || p.heads_kv < 2) return 1;
   return cheapest_heads(int64_t{p.total_kv_tiles} * p.batch, p.heads_kv, most_heads(p), cta_slots);
 }

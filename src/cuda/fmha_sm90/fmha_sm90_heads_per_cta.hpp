@@ -22,22 +22,30 @@ namespace attnkit::cuda::fmha_sm90 {
 // at D 128 the head loop's live values spill.
 inline constexpr int kSeveralHeadsMaxHeadDim = 64;
 
+// The CTAs a GPU keeps resident at once for a kernel: `total` (SMs x CTAs per SM; 0: unknown, 132 assumed) and
+// `per_sm`.
+struct CtaSlots {
+  int total = 0;
+  int per_sm = 1;
+};
+
 // The heads per CTA for a launch of `p` (p.heads_per_cta is ignored) on a GPU that keeps `cta_slots` of its CTAs
-// resident at once (SMs x the kernel's CTAs per SM; 0: unknown, 132 assumed): 1 unless `head_independent_tma` (box
+// resident at once: 1 unless `head_independent_tma` (box
 // policy, Q and K/V by TMA); else the count of at most 8 (2 with a causal prefix) whose grid takes the least time by
 // heads_per_cta_cost.
-int choose_heads_per_cta(const fmha::FmhaParams& p, bool head_independent_tma, int cta_slots);
+int choose_heads_per_cta(const fmha::FmhaParams& p, bool head_independent_tma, const CtaSlots& cta_slots);
 
-// The model behind that choice, in units of one head's work in a CTA: waves of CTAs (cta_slots a wave) times each
+// The model behind that choice, in units of one head's work in a CTA: waves of CTAs (cta_slots.total a wave; a
+// partial last wave a whole one below four CTAs per SM, its fraction from four on) times each
 // CTA's fixed cost plus its heads.
-double heads_per_cta_cost(const fmha::FmhaParams& p, int heads, int cta_slots);
+double heads_per_cta_cost(const fmha::FmhaParams& p, int heads, const CtaSlots& cta_slots);
 
 // The KV heads per CTA of the Hopper backward dK/dV kernel for a launch of `p` (FmhaBackwardParams::heads_per_cta,
 // ignored here): 1 unless `head_independent` (box policy, one CTA per KV tile: no KV-parallel split, no ordered dQ);
 // else the count by the same wave model and caps over the grid's CTAs per KV head. The kernel
 // reuses its visit schedule and mask tables for each head, and the next head's first Q / dO stage loads while the MMA
 // warpgroups finish the previous head (fmha_sm90_backward_dkdv.cuh).
-int choose_backward_heads_per_cta(const fmha::FmhaBackwardParams& p, bool head_independent, int cta_slots);
+int choose_backward_heads_per_cta(const fmha::FmhaBackwardParams& p, bool head_independent, const CtaSlots& cta_slots);
 
 // Tests: force the heads per CTA of every later eligible launch, forward and backward (0: choose as above).
 void set_heads_per_cta_override(int heads);

@@ -35,8 +35,9 @@ void launch_fmha_sm90_forward(const fmha::FmhaLaunch& request, fmha::FmhaWorkspa
   // Box masks are the same for every head: with Q and K/V by TMA a CTA may run several heads in turn.
   constexpr bool kHeadIndependent =
       Traits::kSeveralHeadsPerCta && std::is_same_v<Policy, fmha::BoxPolicy<PolicyTraits>>;
-  launch.params.heads_per_cta = choose_heads_per_cta(launch.params, kHeadIndependent && maps.enabled && maps.q_enabled,
-                                                     launch.multiprocessors * Traits::kCtasPerSm);
+  launch.params.heads_per_cta =
+      choose_heads_per_cta(launch.params, kHeadIndependent && maps.enabled && maps.q_enabled,
+                           CtaSlots{launch.multiprocessors * Traits::kCtasPerSm, Traits::kCtasPerSm});
   auto* kernel = &fmha_sm90_forward_kernel<Traits, Policy>;
   cudaError_t status = raise_dynamic_shared_memory_once(kernel, Traits::kSmemBytes);
   if (status == cudaSuccess) {

@@ -48,5 +48,9 @@ double fmha_forward_tile_efficiency(const FmhaConfig& config);
 // The forward's default (untuned) kernel: the registry default, except for neighborhood masks, where
 // the compatible tile with the least efficiency-weighted visited work. nullptr when none runs on `device`.
 const FmhaKernel* fmha_forward_default_for(const tune::ProblemSpec& spec, const FmhaDevice& device);
+// The backward's default (untuned) kernel: the registry default, except for neighborhood masks on the Hopper tier,
+// where the dK/dV kernel of 64-key tiles of the same dtype, width and policy when one is compiled and fits. nullptr
+// when none runs on `device`.
+const FmhaBackwardKernel* fmha_backward_default_for(const tune::ProblemSpec& spec, const FmhaDevice& device);
 
 }  // namespace attnkit::cuda::fmha

@@ -33,7 +33,9 @@ int environment_heads() {
 // From this many resident CTAs per SM a partial last wave costs its share of a wave, not a whole one: an SM left
 // with fewer of its small CTAs runs each faster (one 64-row CTA does not fill an SM). Fitted to a sweep of forced
 // heads per CTA (1, 2, 4, 8) on seven small windows with the 64-row kernels at four CTAs per SM on an H200
-// (docs/perf.md), where whole waves picked one head per CTA on 20² windows that ran 30 % faster with four.
+// (docs/perf.md), where whole waves picked one head per CTA on 20² windows that ran 30 % faster with four. The
+// forward's two-CTA rows keep whole waves: their windows of more than 2048 keys make long CTAs, and there a forced
+// sweep found one head per CTA best where fractional waves would pick four (na2d 96² K47 B2 H8: 39 % slower).
 constexpr int kCtasPerSmOfFractionalWaves = 4;
 
 // Waves of ctas_per_head * ceil(heads_total / heads) CTAs over cta_slots resident at once (SMs x CTAs per SM) times

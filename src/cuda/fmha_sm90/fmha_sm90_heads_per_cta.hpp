@@ -30,14 +30,13 @@ struct CtaSlots {
 };
 
 // The heads per CTA for a launch of `p` (p.heads_per_cta is ignored) on a GPU that keeps `cta_slots` of its CTAs
-// resident at once: 1 unless `head_independent_tma` (box
-// policy, Q and K/V by TMA); else the count of at most 8 (2 with a causal prefix) whose grid takes the least time by
-// heads_per_cta_cost.
+// resident at once: 1 unless `head_independent_tma` (box policy, Q and K/V by TMA); else the count of at most 8 (2
+// with a causal prefix) whose grid takes the least time by heads_per_cta_cost.
 int choose_heads_per_cta(const fmha::FmhaParams& p, bool head_independent_tma, const CtaSlots& cta_slots);
 
 // The model behind that choice, in units of one head's work in a CTA: waves of CTAs (cta_slots.total a wave; a
-// partial last wave a whole one below four CTAs per SM, its fraction from four on) times each
-// CTA's fixed cost plus its heads.
+// partial last wave a whole one below four CTAs per SM, its fraction from four on) times each CTA's fixed cost plus
+// its heads.
 double heads_per_cta_cost(const fmha::FmhaParams& p, int heads, const CtaSlots& cta_slots);
 
 // The KV heads per CTA of the Hopper backward dK/dV kernel for a launch of `p` (FmhaBackwardParams::heads_per_cta,

@@ -333,12 +333,8 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
       fence_generic_to_async_shared();
       named_barrier_sync(barrier_group, 128);  // dS published; the dQ buffer is free
 
-      release_stage(b);
-      load_next_key_words(it + 1, (j + 1) * per_head);
-      // dQ only now: its 64 x D accumulator next to dK, dV and the dS / P operands of the running
-      // products would leave ptxas too few registers to keep the wgmmas asynchronous (C7512).
       Tensor acc_dq = partition_fragment_C(mma_q, Shape<Int<kBlockM>, Int<Traits::kDqColumns>>{});
-      {
+      auto issue_dq = [&] {
         Tensor tQrDs = thread_q.partition_fragment_A(sDs);
         Tensor tQrKt = thread_q.partition_fragment_B(local_tile(fixed_tile(ss.k, typename Traits::SmemLayoutKt{}),
                                                                 Shape<Int<Traits::kDqColumns>, Int<Traits::kDqDepth>>{},
@@ -347,6 +343,16 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
         warpgroup_arrive();
         issue_gemm<false>(mma_q, tQrDs, tQrKt, acc_dq);
         warpgroup_commit_batch();
+      };
+      if constexpr (Traits::kDqBehindGradients) {
+        issue_dq();
+        release_stage(b);  // dV, dK and dQ done
+        warpgroup_fence_operand(acc_dq);
+        load_next_key_words(it + 1, (j + 1) * per_head);
+      } else {
+        release_stage(b);
+        load_next_key_words(it + 1, (j + 1) * per_head);
+        issue_dq();
         warpgroup_wait<0>();
         warpgroup_fence_operand(acc_dq);
       }

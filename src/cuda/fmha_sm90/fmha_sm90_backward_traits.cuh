@@ -97,6 +97,10 @@ struct Sm90BackwardTraits {
   // D 128 the consumers are at their register limit, the staged path's extra live values spilled and cost 1 %
   // there, so D 128 loads the words itself.
   static constexpr bool kStagedKeyWords = kHeadDim <= 64;
+  // Up to D 64 the dQ product is issued as soon as dS is in shared memory, behind dV and dK on the tensor pipe, and
+  // one wait covers all three: its 64 x D accumulator fits beside dK, dV and the P / dS operands. At D 128 it would
+  // not (ptxas serialises the wgmmas, C7512), and the dQ product waits for dK and dV.
+  static constexpr bool kDqBehindGradients = kHeadDim <= 64;
   // The portable kernels that run around this one (preprocess, tile lists, dQ kernel of the
   // deterministic mode, dQ convert) see the same tiles through this view.
   using Portable = fmha::FmhaBackwardTraits<Element, kHeadDim, kBlockM, kBlockN, 4>;

@@ -621,6 +621,8 @@ TEST_F(CudaFmhaForward, SeveralHeadsPerCtaMatchTheOracle) {
     run_both_dtypes(c, seed++);
     c.head_dim = c.head_dim_v = 32;  // the D32 kernels (64-byte swizzled boxes)
     run_both_dtypes(c, seed++);
+    c.head_dim = c.head_dim_v = 128;  // the D128 kernel of 64 query rows (the 128-row ones run one head)
+    run_both_dtypes(c, seed++);
   }
 }
 

@@ -18,8 +18,9 @@
 
 namespace attnkit::cuda::fmha_sm90 {
 
-// The widest compiled head dim whose forward kernels run several heads per CTA (Sm90FmhaTraits::kSeveralHeadsPerCta):
-// at D 128 the head loop's live values spill.
+// The widest compiled head dim whose forward kernels of 128 query rows run several heads per CTA
+// (Sm90FmhaTraits::kSeveralHeadsPerCta): at D 128 the head loop's live values spill there. The kernels of 64 query
+// rows run several heads per CTA at every width.
 inline constexpr int kSeveralHeadsMaxHeadDim = 64;
 
 // The CTAs a GPU keeps resident at once for a kernel: `total` (SMs x CTAs per SM; 0: unknown, 132 assumed) and

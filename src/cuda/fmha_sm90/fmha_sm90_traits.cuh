@@ -95,8 +95,9 @@ struct Sm90FmhaTraits {
       decltype(cute::tile_to_shape(AtomMN{}, cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>, cute::Int<kStages>>{},
                                    cute::Step<cute::_2, cute::_1, cute::_3>{}));
   // Heads one CTA may run in turn (FmhaParams::heads_per_cta): at D 128 the head loop's extra live values
-  // push the consumers past their 200 registers (spills), so those kernels run one head per CTA.
-  static constexpr bool kSeveralHeadsPerCta = kHeadDim <= kSeveralHeadsMaxHeadDim;
+  // push the 128-row kernels' consumers past their 200 registers (spills), so those run one head per CTA; the
+  // 64-row kernel's one consumer warpgroup has 232.
+  static constexpr bool kSeveralHeadsPerCta = kHeadDim <= kSeveralHeadsMaxHeadDim || kBlockM == 64;
   // Q buffers: with several heads per CTA head j uses buffer j % 2, so the next head's Q lands while the
   // consumers finish the current one (its epilogue stages O through the current buffer).
   static constexpr int kQBuffers = kSeveralHeadsPerCta ? 2 : 1;

@@ -694,6 +694,7 @@ TEST(FmhaSm90BackwardHeadsPerCta, HeadsPerCtaFollowTheWaveModel) {
   using cuda::fmha_sm90::choose_backward_heads_per_cta;
   const cuda::fmha_sm90::CtaSlots one_per_sm{132, 1};
   cuda::fmha::FmhaBackwardParams p;
+  p.kv_space.extent[0] = 4096;  // dense, 4096 keys a query: long CTAs, whole waves
   p.heads_kv = 8;
   p.batch = 32;
   p.total_kv_tiles = 8;  // 2048 CTAs with one KV head each: 8 per CTA make 2 waves on 132 SMs
@@ -707,6 +708,26 @@ TEST(FmhaSm90BackwardHeadsPerCta, HeadsPerCtaFollowTheWaveModel) {
   EXPECT_EQ(choose_backward_heads_per_cta(p, true, one_per_sm), 2);
   p.heads_kv = 1;
   EXPECT_EQ(choose_backward_heads_per_cta(p, true, one_per_sm), 1);
+  // The 64-key rows (two CTAs per SM, 264 slots) on na2d 20² K3 B64 H4, ten KV tiles a head: a window of 9 keys
+  // makes short CTAs, whose partial last wave counts by its fraction: four heads a CTA (2.4 waves x 4.3) beat two
+  // (4.8 x 2.3), which whole waves pick (3 x 4.3 against 5 x 2.3).
+  cuda::fmha::FmhaBackwardParams small;
+  small.dims = 2;
+  for (int d = 0; d < 2; ++d) {
+    small.kv_space.extent[d] = 20;
+    small.rule[d].kind = cuda::WindowKind::neighborhood;
+    small.rule[d].window = 3;
+  }
+  small.heads_kv = 4;
+  small.batch = 64;
+  small.total_kv_tiles = 10;
+  const cuda::fmha_sm90::CtaSlots two_per_sm{264, 2};
+  EXPECT_EQ(choose_backward_heads_per_cta(small, true, two_per_sm), 4);
+  for (int d = 0; d < 2; ++d) {  // K23 on 32²: 529 keys, long CTAs, whole waves
+    small.kv_space.extent[d] = 32;
+    small.rule[d].window = 23;
+  }
+  EXPECT_EQ(choose_backward_heads_per_cta(small, true, two_per_sm), 2);
 }
 
 TEST_F(CudaFmhaBackward, DenseHeadDim128MatchesOracle) {

@@ -669,6 +669,7 @@ TEST(FmhaSm90HeadsPerCta, HeadsPerCtaFollowTheWaveModel) {
   const cuda::fmha_sm90::CtaSlots one_per_sm{132, 1};
   const cuda::fmha_sm90::CtaSlots unknown{0, 1};
   cuda::fmha::FmhaParams p;
+  p.kv_space.extent[0] = 4096;  // dense, 4096 keys a query: long CTAs, whole waves
   p.heads_q = 16;
   p.batch = 16;
   p.total_q_tiles = 8;  // 2048 CTAs with one head each: 8 heads per CTA make 2 waves on 132 SMs
@@ -688,16 +689,32 @@ TEST(FmhaSm90HeadsPerCta, HeadsPerCtaFollowTheWaveModel) {
   EXPECT_EQ(choose_heads_per_cta(p, true, one_per_sm), 2);
   p.rule[0].kind = cuda::WindowKind::dense;
   {
-    // Four CTAs per SM (the 64-row kernels, 528 slots) count a partial last wave by its fraction. na2d 20² K3
-    // B64 H4, ten Q tiles a head: four heads a CTA (1.2 waves x 4.3) beat one (4.8 x 1.3), which whole waves pick
-    // (2 x 4.3 against 5 x 1.3).
+    // Four CTAs per SM (the 64-row kernels, 528 slots) count a partial last wave by its fraction. Dense, 4096 keys
+    // a query, B64 H4, ten Q tiles a head: four heads a CTA (1.2 waves x 4.3) beat one (4.8 x 1.3), which whole
+    // waves pick at two CTAs per SM (2 x 4.3 against 5 x 1.3).
     cuda::fmha::FmhaParams small = p;
     small.heads_q = 4;
     small.batch = 64;
     small.total_q_tiles = 10;
     EXPECT_EQ(choose_heads_per_cta(small, true, cuda::fmha_sm90::CtaSlots{528, 4}), 4);
     EXPECT_EQ(choose_heads_per_cta(small, true, cuda::fmha_sm90::CtaSlots{528, 2}), 1);
+    // Windows of at most 512 keys make short CTAs, whose partial waves count by their fraction at any CTAs per SM:
+    // na2d 20² K3 (9 keys a query) picks four heads at two CTAs per SM too; K47 (2209 keys) keeps whole waves.
+    small.dims = 2;
+    for (int d = 0; d < 2; ++d) {
+      small.kv_space.extent[d] = 20;
+      small.rule[d].kind = cuda::WindowKind::neighborhood;
+      small.rule[d].window = 3;
+    }
+    EXPECT_EQ(choose_heads_per_cta(small, true, cuda::fmha_sm90::CtaSlots{528, 2}), 4);
+    for (int d = 0; d < 2; ++d) {
+      small.kv_space.extent[d] = 96;
+      small.rule[d].window = 47;
+    }
+    EXPECT_EQ(choose_heads_per_cta(small, true, cuda::fmha_sm90::CtaSlots{528, 2}), 1);
     // 14² K7 B64 H8, four Q tiles a head: four heads fill the slots, eight would leave half of them empty.
+    small.rule[0].window = small.rule[1].window = 7;
+    small.kv_space.extent[0] = small.kv_space.extent[1] = 14;
     small.heads_q = 8;
     small.total_q_tiles = 4;
     EXPECT_EQ(choose_heads_per_cta(small, true, cuda::fmha_sm90::CtaSlots{528, 4}), 4);

@@ -30,37 +30,57 @@ int environment_heads() {
   return heads;
 }
 
-// From this many resident CTAs per SM a partial last wave costs its share of a wave, not a whole one: an SM left
-// with fewer of its small CTAs runs each faster (one 64-row CTA does not fill an SM). Fitted to a sweep of forced
-// heads per CTA (1, 2, 4, 8) on seven small windows with the 64-row kernels at four CTAs per SM on an H200
-// (docs/perf.md), where whole waves picked one head per CTA on 20² windows that ran 30 % faster with four. The
-// forward's two-CTA rows keep whole waves: their windows of more than 2048 keys make long CTAs, and there a forced
-// sweep found one head per CTA best where fractional waves would pick four (na2d 96² K47 B2 H8: 39 % slower).
+// A partial last wave costs its share of a wave, not a whole one, when the GPU keeps at least
+// kCtasPerSmOfFractionalWaves CTAs per SM or when each query sees at most kShortWindowKeys keys: an SM left with fewer
+// of its CTAs in a partial last wave runs each faster, and short CTAs (two to eight KV tiles a head) of unequal length
+// blur the waves. Fitted to sweeps of forced heads per CTA (1, 2, 4, 8) on an H200 (docs/perf.md): on seven small
+// windows with the 64-row forward kernels at four CTAs per SM, whole waves picked one head per CTA on 20² windows that
+// ran 30 % faster with four; at two CTAs per SM fractional waves pick the best on six backward windows of 9-49 keys and
+// eight D128 forward windows of 9-256 keys (whole waves miss 20² K3 on both, by 6 % and 22 %). Long CTAs keep whole
+// waves: on the forward's two-CTA rows of windows of 2209-2401 keys (about fifty KV tiles a head) a forced sweep found
+// one head per CTA best where fractional waves would pick four (na2d 96² K47 B2 H8: 39 % slower).
 constexpr int kCtasPerSmOfFractionalWaves = 4;
+constexpr int64_t kShortWindowKeys = 512;
+
+// Keys one query sees at most: the product over the window space's dimensions of the neighborhood's kernel size, or
+// of the keys of a dilation group (dense and prefix dimensions).
+template <class Params>
+int64_t window_keys(const Params& p) {
+  int64_t keys = 1;
+  for (int d = 0; d < p.dims; ++d) {
+    const int64_t group = (int64_t{p.kv_space.extent[d]} + p.dilation[d] - 1) / p.dilation[d];
+    keys *= p.rule[d].kind == WindowKind::neighborhood ? std::min<int64_t>(p.rule[d].window, group) : group;
+  }
+  return keys;
+}
+
+template <class Params>
+bool partial_waves_by_fraction(const Params& p, const CtaSlots& slots) {
+  return slots.per_sm >= kCtasPerSmOfFractionalWaves || window_keys(p) <= kShortWindowKeys;
+}
 
 // Waves of ctas_per_head * ceil(heads_total / heads) CTAs over cta_slots resident at once (SMs x CTAs per SM) times
-// each CTA's fixed cost plus its heads; whole waves below kCtasPerSmOfFractionalWaves CTAs per SM, else their
-// fraction (at least one).
-double wave_cost(int64_t ctas_per_head, int heads_total, int heads, const CtaSlots& slots) {
+// each CTA's fixed cost plus its heads; a partial last wave whole, or by its fraction (at least one wave) when
+// `fractional`.
+double wave_cost(int64_t ctas_per_head, int heads_total, int heads, const CtaSlots& slots, bool fractional) {
   const int64_t groups = (heads_total + heads - 1) / heads;
   const int64_t resident = slots.total > 0 ? slots.total : kDefaultCtaSlots;
   const int64_t ctas = ctas_per_head * groups;
-  const double waves = slots.per_sm >= kCtasPerSmOfFractionalWaves
-                           ? std::max(1.0, static_cast<double>(ctas) / static_cast<double>(resident))
-                           : static_cast<double>((ctas + resident - 1) / resident);
+  const double waves = fractional ? std::max(1.0, static_cast<double>(ctas) / static_cast<double>(resident))
+                                  : static_cast<double>((ctas + resident - 1) / resident);
   return waves * (kFixedCostPerHead + heads);
 }
 
 // The forced count, else the count of at most `most` heads with the least wave_cost.
-int cheapest_heads(int64_t ctas_per_head, int heads_total, int most, const CtaSlots& cta_slots) {
+int cheapest_heads(int64_t ctas_per_head, int heads_total, int most, const CtaSlots& cta_slots, bool fractional) {
   int forced = heads_override.load(std::memory_order_relaxed);
   if (forced == 0) forced = environment_heads();
   if (forced > 0) return forced < heads_total ? forced : heads_total;
   if (most > heads_total) most = heads_total;
   int best = 1;
-  double best_cost = wave_cost(ctas_per_head, heads_total, 1, cta_slots);
+  double best_cost = wave_cost(ctas_per_head, heads_total, 1, cta_slots, fractional);
   for (int heads = 2; heads <= most; ++heads) {
-    const double cost = wave_cost(ctas_per_head, heads_total, heads, cta_slots);
+    const double cost = wave_cost(ctas_per_head, heads_total, heads, cta_slots, fractional);
     if (cost < best_cost) {
       best = heads;
       best_cost = cost;
@@ -80,17 +100,20 @@ int most_heads(const Params& p) {
 }  // namespace
 
 double heads_per_cta_cost(const fmha::FmhaParams& p, int heads, const CtaSlots& cta_slots) {
-  return wave_cost(int64_t{p.total_q_tiles} * p.batch, p.heads_q, heads, cta_slots);
+  return wave_cost(int64_t{p.total_q_tiles} * p.batch, p.heads_q, heads, cta_slots,
+                   partial_waves_by_fraction(p, cta_slots));
 }
 
 int choose_heads_per_cta(const fmha::FmhaParams& p, bool head_independent_tma, const CtaSlots& cta_slots) {
   if (!head_independent_tma || p.heads_q < 2) return 1;
-  return cheapest_heads(int64_t{p.total_q_tiles} * p.batch, p.heads_q, most_heads(p), cta_slots);
+  return cheapest_heads(int64_t{p.total_q_tiles} * p.batch, p.heads_q, most_heads(p), cta_slots,
+                        partial_waves_by_fraction(p, cta_slots));
 }
 
 int choose_backward_heads_per_cta(const fmha::FmhaBackwardParams& p, bool head_independent, const CtaSlots& cta_slots) {
   if (!head_independent || p.heads_kv < 2) return 1;
-  return cheapest_heads(int64_t{p.total_kv_tiles} * p.batch, p.heads_kv, most_heads(p), cta_slots);
+  return cheapest_heads(int64_t{p.total_kv_tiles} * p.batch, p.heads_kv, most_heads(p), cta_slots,
+                        partial_waves_by_fraction(p, cta_slots));
 }
 
 void set_heads_per_cta_override(int heads) { heads_override.store(heads, std::memory_order_relaxed); }

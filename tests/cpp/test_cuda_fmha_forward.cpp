@@ -698,8 +698,8 @@ TEST(FmhaSm90HeadsPerCta, HeadsPerCtaFollowTheWaveModel) {
     small.total_q_tiles = 10;
     EXPECT_EQ(choose_heads_per_cta(small, true, cuda::fmha_sm90::CtaSlots{528, 4}), 4);
     EXPECT_EQ(choose_heads_per_cta(small, true, cuda::fmha_sm90::CtaSlots{528, 2}), 1);
-    // Windows of at most 512 keys make short CTAs, whose partial waves count by their fraction at any CTAs per SM:
-    // na2d 20² K3 (9 keys a query) picks four heads at two CTAs per SM too; K47 (2209 keys) keeps whole waves.
+    // Neighborhoods of at most 512 keys make short CTAs, whose partial waves count by their fraction at any CTAs per
+    // SM: na2d 20² K3 (9 keys a query) picks four heads at two CTAs per SM too; K47 (2209 keys) keeps whole waves.
     small.dims = 2;
     for (int d = 0; d < 2; ++d) {
       small.kv_space.extent[d] = 20;
@@ -712,6 +712,13 @@ TEST(FmhaSm90HeadsPerCta, HeadsPerCtaFollowTheWaveModel) {
       small.rule[d].window = 47;
     }
     EXPECT_EQ(choose_heads_per_cta(small, true, cuda::fmha_sm90::CtaSlots{528, 2}), 1);
+    // Dense dimensions keep whole waves however few their keys (equal tiles): 384 keys a query.
+    cuda::fmha::FmhaParams dense = small;
+    dense.dims = 1;
+    dense.rule[0].kind = cuda::WindowKind::dense;
+    dense.kv_space.extent[0] = 384;
+    dense.kv_space.extent[1] = 1;
+    EXPECT_EQ(choose_heads_per_cta(dense, true, cuda::fmha_sm90::CtaSlots{528, 2}), 1);
     // 14² K7 B64 H8, four Q tiles a head: four heads fill the slots, eight would leave half of them empty.
     small.rule[0].window = small.rule[1].window = 7;
     small.kv_space.extent[0] = small.kv_space.extent[1] = 14;

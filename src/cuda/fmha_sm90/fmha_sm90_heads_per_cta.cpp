@@ -31,32 +31,37 @@ int environment_heads() {
 }
 
 // A partial last wave costs its share of a wave, not a whole one, when the GPU keeps at least
-// kCtasPerSmOfFractionalWaves CTAs per SM or when each query sees at most kShortWindowKeys keys: an SM left with fewer
-// of its CTAs in a partial last wave runs each faster, and short CTAs (two to eight KV tiles a head) of unequal length
-// blur the waves. Fitted to sweeps of forced heads per CTA (1, 2, 4, 8) on an H200 (docs/perf.md): on seven small
-// windows with the 64-row forward kernels at four CTAs per SM, whole waves picked one head per CTA on 20² windows that
-// ran 30 % faster with four; at two CTAs per SM fractional waves pick the best on six backward windows of 9-49 keys and
-// eight D128 forward windows of 9-256 keys (whole waves miss 20² K3 on both, by 6 % and 22 %). Long CTAs keep whole
-// waves: on the forward's two-CTA rows of windows of 2209-2401 keys (about fifty KV tiles a head) a forced sweep found
-// one head per CTA best where fractional waves would pick four (na2d 96² K47 B2 H8: 39 % slower).
+// kCtasPerSmOfFractionalWaves CTAs per SM or when each query sees a neighborhood of at most kShortWindowKeys keys: an
+// SM left with fewer of its CTAs in a partial last wave runs each faster, and short CTAs of unequal length (two to
+// eight KV tiles a head, fewer at the edges) blur the waves. Fitted to sweeps of forced heads per CTA (1, 2, 4, 8) on
+// an H200 (docs/perf.md): on seven small windows with the 64-row forward kernels at four CTAs per SM, whole waves
+// picked one head per CTA on 20² windows that ran 30 % faster with four; at two CTAs per SM fractional waves pick the
+// best on six backward windows of 9-49 keys and eight D128 forward windows of 9-256 keys (whole waves miss 20² K3 on
+// both, by 6 % and 22 %). Whole waves stay for long CTAs: on the forward's two-CTA rows of windows of 2209-2401 keys
+// (about fifty KV tiles a head) a forced sweep found one head per CTA best where fractional waves would pick four
+// (na2d 96² K47 B2 H8: 39 % slower); and for dense dimensions, whose equal tiles keep the waves sharp (dense S384 D64
+// B64 H8 ran 24 % slower forward and 21 % slower backward with fractional waves).
 constexpr int kCtasPerSmOfFractionalWaves = 4;
 constexpr int64_t kShortWindowKeys = 512;
 
-// Keys one query sees at most: the product over the window space's dimensions of the neighborhood's kernel size, or
-// of the keys of a dilation group (dense and prefix dimensions).
+// Keys one query sees at most if every dimension of the window space is a neighborhood (the product of the kernel
+// sizes, each at most its dilation group's keys); else -1.
 template <class Params>
-int64_t window_keys(const Params& p) {
+int64_t neighborhood_keys(const Params& p) {
   int64_t keys = 1;
   for (int d = 0; d < p.dims; ++d) {
+    if (p.rule[d].kind != WindowKind::neighborhood) return -1;
     const int64_t group = (int64_t{p.kv_space.extent[d]} + p.dilation[d] - 1) / p.dilation[d];
-    keys *= p.rule[d].kind == WindowKind::neighborhood ? std::min<int64_t>(p.rule[d].window, group) : group;
+    keys *= std::min<int64_t>(p.rule[d].window, group);
   }
   return keys;
 }
 
 template <class Params>
 bool partial_waves_by_fraction(const Params& p, const CtaSlots& slots) {
-  return slots.per_sm >= kCtasPerSmOfFractionalWaves || window_keys(p) <= kShortWindowKeys;
+  if (slots.per_sm >= kCtasPerSmOfFractionalWaves) return true;
+  const int64_t keys = neighborhood_keys(p);
+  return keys > 0 && keys <= kShortWindowKeys;
 }
 
 // Waves of ctas_per_head * ceil(heads_total / heads) CTAs over cta_slots resident at once (SMs x CTAs per SM) times

@@ -36,8 +36,8 @@ struct CtaSlots {
 int choose_heads_per_cta(const fmha::FmhaParams& p, bool head_independent_tma, const CtaSlots& cta_slots);
 
 // The model behind that choice, in units of one head's work in a CTA: waves of CTAs (cta_slots.total a wave; a
-// partial last wave a whole one below four CTAs per SM, its fraction from four on) times each CTA's fixed cost plus
-// its heads.
+// partial last wave counts by its fraction from four CTAs per SM on or when every dimension is a neighborhood of at
+// most 512 keys a query in all, else whole) times each CTA's fixed cost plus its heads.
 double heads_per_cta_cost(const fmha::FmhaParams& p, int heads, const CtaSlots& cta_slots);
 
 // The KV heads per CTA of the Hopper backward dK/dV kernel for a launch of `p` (FmhaBackwardParams::heads_per_cta,

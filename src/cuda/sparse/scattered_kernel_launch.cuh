@@ -14,11 +14,16 @@
 
 namespace attnkit::cuda::sparse {
 
-// Warps per CTA: more query rows per CTA read the KV head from L2 fewer times; the forward at widths up
-// to 64 fits 16 warps in 128 registers a thread, the wider and the backward kernels keep 8.
+// Warps per CTA: more rows per CTA read the other side's tiles from L2 fewer times (the forward and dQ kernels
+// stream K and V once per CTA of query rows, the dK/dV kernel Q and dO once per CTA of keys). At widths up to 64
+// the forward and backward kernels run 16 warps in 128 registers a thread (the dK/dV kernel spills a few scalars of
+// its list walk there); the wider kernels keep 8.
 template <int Width>
 inline constexpr int kForwardWarps = Width <= 64 ? 16 : 8;
-inline constexpr int kBackwardWarps = 8;
+template <int Width>
+inline constexpr int kDqWarps = Width <= 64 ? 16 : 8;
+template <int Width>
+inline constexpr int kDkDvWarps = Width <= 64 ? 16 : 8;
 // The producer-warp form: 15 walking warps and the producer, 512 threads in 128 registers each.
 inline constexpr int kTmaForwardWarps = 15;
 
@@ -66,8 +71,8 @@ void launch_forward_width(const ScatteredForwardParams& p, int32_t batch, bool h
 template <class Element, int Width>
 void launch_backward_width(const ScatteredBackwardParams& p, cudaStream_t stream) {
   {
-    using Traits = ScatteredForwardTraits<Element, Width, kBackwardWarps>;
-    auto* kernel = scattered_backward_dq_kernel<Element, Width, kBackwardWarps>;
+    using Traits = ScatteredForwardTraits<Element, Width, kDqWarps<Width>>;
+    auto* kernel = scattered_backward_dq_kernel<Element, Width, kDqWarps<Width>>;
     check_cuda(raise_dynamic_shared_memory_once(kernel, Traits::kSharedBytes), "scattered dQ shared memory");
     const dim3 grid((p.seq_q + Traits::kRows - 1) / Traits::kRows, p.heads_q, p.batch);
     if (grid.x != 0) {  // no query: no dQ row (dK and dV are still written, as zeros, below)
@@ -76,8 +81,8 @@ void launch_backward_width(const ScatteredBackwardParams& p, cudaStream_t stream
     }
   }
   {
-    using Traits = ScatteredKeyTraits<Element, Width, kBackwardWarps>;
-    auto* kernel = scattered_backward_dkdv_kernel<Element, Width, kBackwardWarps>;
+    using Traits = ScatteredKeyTraits<Element, Width, kDkDvWarps<Width>>;
+    auto* kernel = scattered_backward_dkdv_kernel<Element, Width, kDkDvWarps<Width>>;
     check_cuda(raise_dynamic_shared_memory_once(kernel, Traits::kSharedBytes), "scattered dK/dV shared memory");
     const dim3 grid((p.seq_k + Traits::kRows - 1) / Traits::kRows, p.heads_q / p.heads_per_kv, p.batch);
     if (grid.x == 0) return;

@@ -644,9 +644,7 @@ TEST_F(CudaFmhaBackward, DqConvertedByTheLastDkDvCtaOrItsOwnKernelEitherSideOfTh
 // windows, head dims 64 and 32; each also run in the deterministic mode and compared.
 // The configs whose dK/dV kernel runs several KV heads per CTA (the Hopper tier up to D 64): a forced heads per CTA
 // reaches no other, so the tests of that setting run these alone.
-bool runs_several_heads_per_cta(const cuda::fmha::FmhaBackwardConfig& config) {
-  return config.architecture == 90 && config.head_dim <= 64;
-}
+bool runs_several_heads_per_cta(const cuda::fmha::FmhaBackwardConfig& config) { return config.several_heads_per_cta; }
 
 TEST_F(CudaFmhaBackward, SeveralHeadsPerCtaMatchTheOracle) {
   uint64_t seed = 1900;
@@ -1597,6 +1595,11 @@ TEST(FmhaBackwardRegistry, HoldsOneKernelPerDtypeWidthPolicyArchitectureAndKvTil
   EXPECT_TRUE(kernels.size() == 8u ||
               kernels.size() == 16u + static_cast<std::size_t>(hopper_d32) + static_cast<std::size_t>(hopper_64_keys))
       << "plus the same 8 of the Hopper tier with sm_90a, its D 32 entries and its entries of 64-key tiles";
+  for (const auto& k : kernels) {
+    // Several KV heads per CTA: the Hopper dK/dV kernels up to D 64 (Sm90BackwardTraits::kSeveralHeadsPerCta).
+    EXPECT_EQ(k.config.several_heads_per_cta, k.config.architecture == 90 && k.config.head_dim <= 64)
+        << cuda::fmha::fmha_backward_config_name(k.config);
+  }
   for (const auto& k : kernels) {
     if (k.config.architecture != 90 || k.config.block_n != 64) continue;
     EXPECT_EQ(k.config.policy, cuda::fmha::FmhaBackwardPolicy::box) << cuda::fmha::fmha_backward_config_name(k.config);

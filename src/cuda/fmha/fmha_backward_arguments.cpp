@@ -207,10 +207,9 @@ FmhaBackwardLaunch make_backward_launch(const AttentionBackward& problem, const 
   } else {
     order_kv_tiles_heaviest_first(p, config.policy, split.slots);
   }
-  // The Hopper dK/dV kernel runs several KV heads per CTA where a box mask makes their visits alike.
-  // (Up to D 64: Sm90BackwardTraits::kSeveralHeadsPerCta.)
-  const bool head_independent = config.architecture == 90 && config.head_dim <= 64 && !p.use_lists &&
-                                p.kv_splits == 1 && !p.ordered_dq && p.rpb.data == nullptr;
+  // The Hopper dK/dV kernels that can run several KV heads per CTA do where a box mask makes their visits alike.
+  const bool head_independent =
+      config.several_heads_per_cta && !p.use_lists && p.kv_splits == 1 && !p.ordered_dq && p.rpb.data == nullptr;
   p.heads_per_cta = fmha_sm90::choose_backward_heads_per_cta(
       p, head_independent, fmha_sm90::CtaSlots{multiprocessors * config.ctas_per_sm, config.ctas_per_sm});
   check_limit(total_kv * p.kv_splits, (int64_t{1} << 31) - 1, "key tiles x kv_splits (grid size)");

@@ -31,6 +31,8 @@ struct FmhaBackwardConfig {
   // 9.0 only), with the portable preprocess, tile lists and dQ kernels around it.
   int architecture = 80;
   int ctas_per_sm = 1;  // dK/dV CTAs resident per SM (the KV-parallel split and the heads per CTA count them)
+  // The dK/dV kernel runs several KV heads per CTA where the launch allows (Sm90BackwardTraits::kSeveralHeadsPerCta).
+  bool several_heads_per_cta = false;
 };
 
 // Everything one call needs: the kernels' params and, for tile-list policies, the mask to preprocess

@@ -53,6 +53,7 @@ fmha::FmhaBackwardKernel make_fmha_sm90_backward_kernel(DType dtype) {
   config.policy = kLists ? fmha::FmhaBackwardPolicy::tile_list : fmha::FmhaBackwardPolicy::box;
   config.architecture = 90;
   config.ctas_per_sm = Traits::kCtasPerSm;
+  config.several_heads_per_cta = Traits::kSeveralHeadsPerCta;
   return fmha::FmhaBackwardKernel{config, &fmha::launch_fmha_backward<Portable, kLists, Sm90DkDv<Traits, kLists>>,
                                   &fmha::backward_workspace_bytes<Portable, kLists>};
 }

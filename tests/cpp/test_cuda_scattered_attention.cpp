@@ -32,6 +32,7 @@
 
 #include "core/attention_shape.hpp"
 #include "cuda/sparse/scattered_attention.hpp"
+#include "cuda/sparse/scattered_launch.hpp"
 #endif
 
 namespace attnkit {
@@ -349,6 +350,36 @@ TEST(CudaScatteredCapability, TheBackwardNeedsTheForwardsLse) {
   EXPECT_NE(why.find("lse"), std::string::npos) << why;
 }
 
+// The dK/dV kernel's warps by the device's shared memory per block (SM90 227 KiB, SM80 163 KiB, SM86 / SM89 99
+// KiB), and the least each direction needs: every width runs on SM80, and the 64-wide forward's two stages of K and
+// V tiles do not fit 99 KiB.
+TEST(CudaScatteredCapability, TheDkDvKernelRunsSixteenWarpsWhereItsSharedMemoryFits) {
+  using cuda::sparse::scattered_dkdv_warps;
+  using cuda::sparse::scattered_least_shared_bytes;
+  constexpr int kSm90 = 232448;
+  constexpr int kSm80 = 166912;
+  constexpr int kSm86 = 101376;
+  EXPECT_EQ(scattered_dkdv_warps(64, kSm90), 16);
+  EXPECT_EQ(scattered_dkdv_warps(64, kSm80), 8);
+  EXPECT_EQ(scattered_dkdv_warps(32, kSm80), 16);
+  EXPECT_EQ(scattered_dkdv_warps(32, kSm86), 8);
+  EXPECT_EQ(scattered_dkdv_warps(128, kSm90), 8);
+  for (int width : {32, 64, 128}) {
+    EXPECT_LE(scattered_least_shared_bytes(width, false), kSm80) << width;
+    EXPECT_LE(scattered_least_shared_bytes(width, true), kSm80) << width;
+  }
+  EXPECT_LE(scattered_least_shared_bytes(32, true), kSm86);
+  EXPECT_GT(scattered_least_shared_bytes(64, false), kSm86);
+}
+
+// Takes the current device to have at most `bytes` of shared memory per block while in scope.
+struct SharedMemoryLimit {
+  explicit SharedMemoryLimit(int bytes) { cuda::sparse::set_scattered_shared_memory_limit(bytes); }
+  ~SharedMemoryLimit() { cuda::sparse::set_scattered_shared_memory_limit(0); }
+  SharedMemoryLimit(const SharedMemoryLimit&) = delete;
+  SharedMemoryLimit& operator=(const SharedMemoryLimit&) = delete;
+};
+
 // --- forward -------------------------------------------------------------------------------------
 
 TEST(CudaScatteredForward, ScatteredDensitiesMatchTheOracle) {
@@ -536,6 +567,32 @@ TEST(CudaScatteredBackward, MoreQueriesThanKeys) {
   c.density = 0.1;
   c.dtype = DType::f16;
   check_backward(c);
+}
+
+// A device of SM80's 163 KiB per block runs the 8-warp dK/dV kernel at width 64 (16 warps need 164 KiB there), one of
+// SM86's 99 KiB at width 32 too, and refuses the 64-wide forward with the figures: any GPU with more shared memory
+// runs those launches under a lower limit.
+TEST(CudaScatteredBackward, TheEightWarpDkDvKernelOfSmallerDevicesMatchesTheOracle) {
+  SKIP_WITHOUT_GPU();
+  {
+    const SharedMemoryLimit sm80(166912);
+    for (DType dtype : {DType::f16, DType::bf16}) {
+      SCOPED_TRACE(dtype_name(dtype));
+      Case c;
+      c.dtype = dtype;
+      c.head_dim = c.head_dim_v = 64;
+      check_backward(c);
+    }
+  }
+  const SharedMemoryLimit sm86(101376);
+  Case c;
+  c.head_dim = c.head_dim_v = 32;
+  check_backward(c);
+  const AttentionForward f = forward_of(DType::bf16, 64);
+  const std::string why =
+      cuda::sparse::scattered_forward_unsupported(f, detail::describe_attention(f.q, f.k, f.v, f.scale));
+  EXPECT_NE(why.find("101376 bytes of shared memory per block"), std::string::npos) << why;
+  EXPECT_NE(why.find("need 163840"), std::string::npos) << why;
 }
 
 // --- CUDA graphs ---------------------------------------------------------------------------------

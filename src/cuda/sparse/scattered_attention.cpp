@@ -63,26 +63,59 @@ std::string check_layout(const TensorView& view, const char* name) {
   return {};
 }
 
-// Compute capability major of the current device (read once per device), or -1 without a usable device.
-int current_device_major() {
-  static std::array<std::atomic<int>, 64> known{};  // 0: not read yet
+// What the scattered path needs to know of the current device, read once per device: its compute capability major
+// (-1 without a usable device) and the dynamic shared memory a block may opt in to.
+struct DeviceFacts {
+  int major = -1;
+  int max_shared_bytes = 0;
+};
+
+std::atomic<int> shared_memory_limit{0};  // set_scattered_shared_memory_limit
+
+DeviceFacts device_facts() {
+  static std::array<std::atomic<int64_t>, 64> known{};  // major << 32 | max shared bytes; 0: not read yet
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) {
     cudaGetLastError();
-    return -1;
+    return {};
   }
-  if (device >= 0 && device < static_cast<int>(known.size())) {
-    if (const int major = known[static_cast<size_t>(device)].load(std::memory_order_relaxed); major > 0) return major;
+  const bool cached = device >= 0 && device < static_cast<int>(known.size());
+  if (cached) {
+    if (const int64_t packed = known[static_cast<size_t>(device)].load(std::memory_order_relaxed); packed != 0) {
+      return DeviceFacts{static_cast<int>(packed >> 32), static_cast<int>(packed & 0xffffffff)};
+    }
   }
-  int major = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+  DeviceFacts facts;
+  if (cudaDeviceGetAttribute(&facts.major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&facts.max_shared_bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
     cudaGetLastError();
-    return -1;
+    return {};
   }
-  if (device >= 0 && device < static_cast<int>(known.size())) {
-    known[static_cast<size_t>(device)].store(major, std::memory_order_relaxed);
+  if (cached) {
+    known[static_cast<size_t>(device)].store((int64_t{facts.major} << 32) | facts.max_shared_bytes,
+                                             std::memory_order_relaxed);
   }
-  return major;
+  return facts;
+}
+
+DeviceFacts current_device_facts() {
+  DeviceFacts facts = device_facts();
+  const int limit = shared_memory_limit.load(std::memory_order_relaxed);
+  if (limit > 0 && limit < facts.max_shared_bytes) facts.max_shared_bytes = limit;
+  return facts;
+}
+
+// The device's shared memory per block against what the direction's kernels of the call's width need at least.
+std::string check_shared_memory(const detail::AttentionShape& shape, bool backward) {
+  const int width = scattered_width(shape.head_dim, shape.head_dim_v);
+  const DeviceFacts device = current_device_facts();
+  if (width == 0 || device.major < 0) return {};  // check_shape names those
+  const int needed = scattered_least_shared_bytes(width, backward);
+  if (needed <= device.max_shared_bytes) return {};
+  return std::string("device: ") + std::to_string(device.max_shared_bytes) +
+         " bytes of shared memory per block; the scattered sparse path's " + (backward ? "backward" : "forward") +
+         " kernels of head dims up to " + std::to_string(width) + " need " + std::to_string(needed) +
+         "; allowed: devices with that much (compute capability 8.0, 9.0)";
 }
 
 std::string check_shape(const AttentionMask& mask, const detail::AttentionShape& shape) {
@@ -111,7 +144,7 @@ std::string check_shape(const AttentionMask& mask, const detail::AttentionShape&
     return "mask.element_mask: " + std::to_string(int64_t{mask_slices(m, 0)} * mask_slices(m, 1)) +
            " (batch, head) slices; allowed on the scattered sparse path: at most " + std::to_string(kMaxGridYZ);
   }
-  const int major = current_device_major();
+  const int major = current_device_facts().major;
   if (major < 0) {
     return "device: no usable CUDA device; the scattered sparse path runs on compute capability 8.0 or newer";
   }
@@ -257,7 +290,8 @@ std::string scattered_forward_unsupported(const AttentionForward& problem, const
   return first_problem(check_dtype(problem.q, "q", dtype), check_dtype(problem.k, "k", dtype),
                        check_dtype(problem.v, "v", dtype), check_dtype(problem.out, "out", dtype),
                        check_layout(problem.q, "q"), check_layout(problem.k, "k"), check_layout(problem.v, "v"),
-                       check_layout(problem.out, "out"), check_shape(problem.mask, shape));
+                       check_layout(problem.out, "out"), check_shape(problem.mask, shape),
+                       check_shared_memory(shape, false));
 }
 
 std::string scattered_backward_unsupported(const AttentionBackward& problem, const detail::AttentionShape& shape) {
@@ -272,7 +306,7 @@ std::string scattered_backward_unsupported(const AttentionBackward& problem, con
       check_layout(problem.grad_q, "grad_q"), check_layout(problem.grad_k, "grad_k"),
       check_layout(problem.grad_v, "grad_v"),
       problem.grad_rpb.defined() ? "grad_rpb: given; the scattered sparse path takes no positional bias" : "",
-      check_shape(problem.mask, shape));
+      check_shape(problem.mask, shape), check_shared_memory(shape, true));
 }
 
 int64_t scattered_forward_workspace_bytes(const AttentionForward& problem, const detail::AttentionShape& shape) {
@@ -318,7 +352,7 @@ void run_scattered_forward(const AttentionForward& problem, const detail::Attent
   set_sizes(p, shape);
   const int width = scattered_width(shape.head_dim, shape.head_dim_v);
   const auto batch = static_cast<int32_t>(shape.batch);
-  const bool hopper = current_device_major() == 9;
+  const bool hopper = current_device_facts().major == 9;
   if (problem.q.dtype == DType::f16) {
     launch_scattered_forward_f16(p, batch, width, hopper, cuda_stream);
   } else {
@@ -378,11 +412,14 @@ void run_scattered_backward(const AttentionBackward& problem, const detail::Atte
                                    lists_transposed_bytes, tile, list_cursor, cuda_stream);
   launch_scattered_backward_preprocess(p, problem.q.dtype, cuda_stream);
   const int width = scattered_width(shape.head_dim, shape.head_dim_v);
+  const int max_shared_bytes = current_device_facts().max_shared_bytes;
   if (problem.q.dtype == DType::f16) {
-    launch_scattered_backward_f16(p, width, cuda_stream);
+    launch_scattered_backward_f16(p, width, max_shared_bytes, cuda_stream);
   } else {
-    launch_scattered_backward_bf16(p, width, cuda_stream);
+    launch_scattered_backward_bf16(p, width, max_shared_bytes, cuda_stream);
   }
 }
+
+void set_scattered_shared_memory_limit(int bytes) { shared_memory_limit.store(bytes, std::memory_order_relaxed); }
 
 }  // namespace attnkit::cuda::sparse

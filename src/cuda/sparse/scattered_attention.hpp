@@ -31,4 +31,9 @@ void run_scattered_forward(const AttentionForward& problem, const detail::Attent
 void run_scattered_backward(const AttentionBackward& problem, const detail::AttentionShape& shape, void* workspace,
                             void* stream);
 
+// Tests: the shared memory per block the checks and launches above take the current device to have, at most
+// `bytes` (0: the device's own), so that a GPU with more runs the launches of a GPU with less (SM80's 8-warp
+// dK/dV kernel on an SM90) and shows their refusals.
+void set_scattered_shared_memory_limit(int bytes);
+
 }  // namespace attnkit::cuda::sparse

@@ -5,8 +5,9 @@
 
 namespace attnkit::cuda::sparse {
 
-void launch_scattered_backward_f16(const ScatteredBackwardParams& p, int width, cudaStream_t stream) {
-  launch_backward_for<__half>(p, width, stream);
+void launch_scattered_backward_f16(const ScatteredBackwardParams& p, int width, int max_shared_bytes,
+                                   cudaStream_t stream) {
+  launch_backward_for<__half>(p, width, max_shared_bytes, stream);
 }
 
 }  // namespace attnkit::cuda::sparse

@@ -17,13 +17,16 @@ namespace attnkit::cuda::sparse {
 // Warps per CTA: more rows per CTA read the other side's tiles from L2 fewer times (the forward and dQ kernels
 // stream K and V once per CTA of query rows, the dK/dV kernel Q and dO once per CTA of keys). At widths up to 64
 // the forward and backward kernels run 16 warps in 128 registers a thread (the dK/dV kernel spills a few scalars of
-// its list walk there); the wider kernels keep 8.
+// its list walk there), the dK/dV kernel only where the device's shared memory per block holds it (else 8 warps,
+// scattered_dkdv_warps); the wider kernels keep 8.
 template <int Width>
 inline constexpr int kForwardWarps = Width <= 64 ? 16 : 8;
 template <int Width>
 inline constexpr int kDqWarps = Width <= 64 ? 16 : 8;
 template <int Width>
 inline constexpr int kDkDvWarps = Width <= 64 ? 16 : 8;
+// The dK/dV kernel where the device's shared memory per block holds no more (scattered_dkdv_warps).
+inline constexpr int kDkDvNarrowWarps = 8;
 // The producer-warp form: 15 walking warps and the producer, 512 threads in 128 registers each.
 inline constexpr int kTmaForwardWarps = 15;
 
@@ -68,8 +71,19 @@ void launch_forward_width(const ScatteredForwardParams& p, int32_t batch, bool h
   check_launch("scattered_forward_kernel");
 }
 
+template <class Element, int Width, int Warps>
+void launch_dkdv(const ScatteredBackwardParams& p, cudaStream_t stream) {
+  using Traits = ScatteredKeyTraits<Element, Width, Warps>;
+  auto* kernel = scattered_backward_dkdv_kernel<Element, Width, Warps>;
+  check_cuda(raise_dynamic_shared_memory_once(kernel, Traits::kSharedBytes), "scattered dK/dV shared memory");
+  const dim3 grid((p.seq_k + Traits::kRows - 1) / Traits::kRows, p.heads_q / p.heads_per_kv, p.batch);
+  if (grid.x == 0) return;
+  kernel<<<grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(p);
+  check_launch("scattered_backward_dkdv_kernel");
+}
+
 template <class Element, int Width>
-void launch_backward_width(const ScatteredBackwardParams& p, cudaStream_t stream) {
+void launch_backward_width(const ScatteredBackwardParams& p, int max_shared_bytes, cudaStream_t stream) {
   {
     using Traits = ScatteredForwardTraits<Element, Width, kDqWarps<Width>>;
     auto* kernel = scattered_backward_dq_kernel<Element, Width, kDqWarps<Width>>;
@@ -80,15 +94,13 @@ void launch_backward_width(const ScatteredBackwardParams& p, cudaStream_t stream
       check_launch("scattered_backward_dq_kernel");
     }
   }
-  {
-    using Traits = ScatteredKeyTraits<Element, Width, kDkDvWarps<Width>>;
-    auto* kernel = scattered_backward_dkdv_kernel<Element, Width, kDkDvWarps<Width>>;
-    check_cuda(raise_dynamic_shared_memory_once(kernel, Traits::kSharedBytes), "scattered dK/dV shared memory");
-    const dim3 grid((p.seq_k + Traits::kRows - 1) / Traits::kRows, p.heads_q / p.heads_per_kv, p.batch);
-    if (grid.x == 0) return;
-    kernel<<<grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(p);
-    check_launch("scattered_backward_dkdv_kernel");
+  if constexpr (kDkDvWarps<Width> != kDkDvNarrowWarps) {
+    if (scattered_dkdv_warps(Width, max_shared_bytes) == kDkDvNarrowWarps) {
+      launch_dkdv<Element, Width, kDkDvNarrowWarps>(p, stream);
+      return;
+    }
   }
+  launch_dkdv<Element, Width, kDkDvWarps<Width>>(p, stream);
 }
 
 template <class Element>
@@ -101,11 +113,11 @@ void launch_forward_for(const ScatteredForwardParams& p, int32_t batch, int widt
 }
 
 template <class Element>
-void launch_backward_for(const ScatteredBackwardParams& p, int width, cudaStream_t stream) {
+void launch_backward_for(const ScatteredBackwardParams& p, int width, int max_shared_bytes, cudaStream_t stream) {
   switch (width) {
-    case 32: launch_backward_width<Element, 32>(p, stream); return;
-    case 64: launch_backward_width<Element, 64>(p, stream); return;
-    default: launch_backward_width<Element, 128>(p, stream); return;
+    case 32: launch_backward_width<Element, 32>(p, max_shared_bytes, stream); return;
+    case 64: launch_backward_width<Element, 64>(p, max_shared_bytes, stream); return;
+    default: launch_backward_width<Element, 128>(p, max_shared_bytes, stream); return;
   }
 }
 

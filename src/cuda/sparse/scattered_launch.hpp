@@ -49,7 +49,19 @@ void launch_scattered_forward_f16(const ScatteredForwardParams& p, int32_t batch
                                   cudaStream_t stream);
 void launch_scattered_forward_bf16(const ScatteredForwardParams& p, int32_t batch, int width, bool hopper,
                                    cudaStream_t stream);
-void launch_scattered_backward_f16(const ScatteredBackwardParams& p, int width, cudaStream_t stream);
-void launch_scattered_backward_bf16(const ScatteredBackwardParams& p, int width, cudaStream_t stream);
+// `max_shared_bytes`: the device's opt-in shared memory per block, which decides the dK/dV kernel's warps
+// (scattered_dkdv_warps).
+void launch_scattered_backward_f16(const ScatteredBackwardParams& p, int width, int max_shared_bytes,
+                                   cudaStream_t stream);
+void launch_scattered_backward_bf16(const ScatteredBackwardParams& p, int width, int max_shared_bytes,
+                                    cudaStream_t stream);
+
+// The warps per CTA of the dK/dV kernel of `width` on a device of `max_shared_bytes` opt-in shared memory per block:
+// 16 up to width 64 where their shared memory fits (SM90: 227 KiB), else 8 (SM80's 163 KiB at width 64: the 16-warp
+// kernel needs 164 KiB); 8 at width 128.
+int scattered_dkdv_warps(int width, int max_shared_bytes);
+// The least shared memory per block the forward (the cp.async kernel, 16 warps up to width 64) or the backward (dQ
+// and the dK/dV kernel of 8 warps) kernels of `width` need: devices with less cannot run the path at that width.
+int scattered_least_shared_bytes(int width, bool backward);
 
 }  // namespace attnkit::cuda::sparse

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "cuda/common/fast_divisor.hpp"
 #include "cuda/sparse/scattered_forward_kernel.cuh"
 #include "cuda/sparse/scattered_gather.cuh"
 #include "cuda/sparse/scattered_params.hpp"
@@ -64,9 +65,12 @@ __global__ void __launch_bounds__(Warps * 32, 1) scattered_backward_dkdv_kernel(
   // Work items: (query head of the group, query tile), the tile fastest.
   const int tiles_q = (p.seq_q + kTile - 1) / kTile;
   const int items = tiles_q * p.heads_per_kv;
+  const FastDivisor per_head(static_cast<uint32_t>(tiles_q > 0 ? tiles_q : 1));
+  auto head_of = [&](int item) { return static_cast<int>(per_head.quotient(static_cast<uint32_t>(item))); };
   auto stage = [&](int item) {
-    const int32_t head = kv_head * p.heads_per_kv + item / tiles_q;
-    const int32_t first = (item % tiles_q) * kTile;
+    const int head_in_group = head_of(item);
+    const int32_t head = kv_head * p.heads_per_kv + head_in_group;
+    const int32_t first = (item - head_in_group * tiles_q) * kTile;
     Element* tile = q_tile(item & 1);
     stage_tile_async<Element, Width, kTile, Traits::kThreads>(tile, p.q, batch, head, first, p.seq_q, p.head_dim,
                                                               thread);
@@ -81,7 +85,10 @@ __global__ void __launch_bounds__(Warps * 32, 1) scattered_backward_dkdv_kernel(
   // (none later for a mask broadcast over heads).
   const int64_t first_list = has_keys ? p.lists_transposed.index(batch, kv_head * p.heads_per_kv, group, 0) : 0;
   const int64_t head_step = p.lists_transposed.mask_heads == 1 ? 0 : int64_t{p.lists_transposed.groups} * tiles_q;
-  auto list_index = [&](int item) { return first_list + (item / tiles_q) * head_step + item % tiles_q; };
+  auto list_index = [&](int item) {
+    const int head_in_group = head_of(item);
+    return first_list + head_in_group * head_step + (item - head_in_group * tiles_q);
+  };
   auto length_of = [&](int item) {
     return has_keys ? static_cast<int>(p.lists_transposed.lengths[list_index(item)]) : 0;
   };

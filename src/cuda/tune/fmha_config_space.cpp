@@ -120,11 +120,15 @@ int64_t window_keys(const tune::ProblemSpec& spec) {
 //   3-D K3x3x3-K7x15x15, 1-D K64-K1024), one level, one 7 % slower (64² K7 dilation 4); of the two of 4096 keys
 //   (1-D), the causal one 2 % faster, the non-causal one 6 % slower. (Two more, 20² K3 and K5, ran 7-10 % slower
 //   until heads per CTA counted a partial wave of four CTAs per SM by its fraction: now 25 % and 8 % faster.)
-// - D 128 (against the one-CTA 128 x 128 kernel): faster up to 169 keys (32² and 56² K7 11 and 18 %, 64² K13 5 %,
-//   16³ K3 10 %, and 28² K7 dilation 4 64 % against the portable tile the visited-work model had picked), level at
-//   147 (8x32² K3x7x7) and 256 (1-D causal), 9-18 % slower from 961 keys (128² K31, 16x64² K7x15x15, 1-D K1024, K2049).
+// - D 128 (against the one-CTA 128 x 128 kernel): with one head per CTA faster up to 169 keys (32² and 56² K7 11 and
+//   18 %, 64² K13 5 %, 16³ K3 10 %, and 28² K7 dilation 4 64 % against the portable tile the visited-work model had
+//   picked), level at 147 (8x32² K3x7x7) and 256 (1-D causal); since it runs several heads per CTA (7-34 % faster on
+//   those windows) also faster at 289 keys (64² K17, 9 %) and 384 (1-D causal, 5 %), level at 361 (32² K19), and
+//   slower from 441 keys (96² K21 6 %, 1-D K512 2 %, 56² K25 dilation 2 16 %, 16x64² K7x15x15 23 %, 128² K31 13 %).
+inline constexpr int64_t kD128WindowKeysOf64Rows = 384;
+
 bool prefers_query_tiles_of_64_rows(const tune::ProblemSpec& spec, int head_dim) {
-  return window_keys(spec) <= (head_dim <= 64 ? 2048 : 256);
+  return window_keys(spec) <= (head_dim <= 64 ? 2048 : kD128WindowKeysOf64Rows);
 }
 
 bool is_hopper_kernel_of_64_rows(const FmhaConfig& config) { return config.architecture == 90 && config.block_m == 64; }

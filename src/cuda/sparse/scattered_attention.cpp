@@ -412,11 +412,12 @@ void run_scattered_backward(const AttentionBackward& problem, const detail::Atte
                                    lists_transposed_bytes, tile, list_cursor, cuda_stream);
   launch_scattered_backward_preprocess(p, problem.q.dtype, cuda_stream);
   const int width = scattered_width(shape.head_dim, shape.head_dim_v);
-  const int max_shared_bytes = current_device_facts().max_shared_bytes;
+  const DeviceFacts facts = current_device_facts();
+  const bool hopper = facts.major == 9;
   if (problem.q.dtype == DType::f16) {
-    launch_scattered_backward_f16(p, width, max_shared_bytes, cuda_stream);
+    launch_scattered_backward_f16(p, width, facts.max_shared_bytes, hopper, cuda_stream);
   } else {
-    launch_scattered_backward_bf16(p, width, max_shared_bytes, cuda_stream);
+    launch_scattered_backward_bf16(p, width, facts.max_shared_bytes, hopper, cuda_stream);
   }
 }
 

@@ -44,16 +44,16 @@ void launch_pack_mask_transposed(const MaskBytes& mask, uint32_t* words, cudaStr
 void launch_scattered_backward_preprocess(const ScatteredBackwardParams& p, DType dtype, cudaStream_t stream);
 
 // `hopper`: the device is sm_90, where width 64 stages K and V with TMA when the layout allows
-// (scattered_forward_tma.hpp), else with cp.async.
+// (scattered_tma_maps.hpp), else with cp.async.
 void launch_scattered_forward_f16(const ScatteredForwardParams& p, int32_t batch, int width, bool hopper,
                                   cudaStream_t stream);
 void launch_scattered_forward_bf16(const ScatteredForwardParams& p, int32_t batch, int width, bool hopper,
                                    cudaStream_t stream);
 // `max_shared_bytes`: the device's opt-in shared memory per block, which decides the dK/dV kernel's warps
-// (scattered_dkdv_warps).
-void launch_scattered_backward_f16(const ScatteredBackwardParams& p, int width, int max_shared_bytes,
+// (scattered_dkdv_warps); `hopper` as for the forward, for the dQ kernel's K and V.
+void launch_scattered_backward_f16(const ScatteredBackwardParams& p, int width, int max_shared_bytes, bool hopper,
                                    cudaStream_t stream);
-void launch_scattered_backward_bf16(const ScatteredBackwardParams& p, int width, int max_shared_bytes,
+void launch_scattered_backward_bf16(const ScatteredBackwardParams& p, int width, int max_shared_bytes, bool hopper,
                                     cudaStream_t stream);
 
 // The warps per CTA of the dK/dV kernel of `width` on a device of `max_shared_bytes` opt-in shared memory per block:

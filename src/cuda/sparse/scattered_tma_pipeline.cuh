@@ -1,18 +1,18 @@
-// The scattered forward with a producer warp (sm_90, width 64): the walk of scattered_forward_kernel.cuh, K and
-// V staged by TMA instead of by every thread.
+// The producer-warp pipeline of the scattered kernels that stream K and V (sm_90, width 64): the forward
+// (scattered_forward_tma_kernel) and the dQ kernel of the backward (scattered_backward_dq_tma_kernel) walk their
+// warps' lists as the cp.async forms do (scattered_forward_kernel.cuh, scattered_backward_dq_kernel.cuh), with K and V
+// staged by TMA instead of by every thread.
 //
-// Algorithm. A CTA owns Warps x 16 query rows of one (batch, query head) as in the cp.async form, plus one
-// producer warp. For each key tile t (two stages, s = t % 2) the producer waits until every walking warp has
-// released stage s (mbarrier `empty`, one arrival per warp a tile), ORs the list lengths of the CTA's row
-// groups for tile t, and either issues two TMA box loads (K and V, 256 keys x 64 columns each, 128-byte
-// swizzled: the staged tile's layout) completing on `full[s]`, or, when no group attends the tile, arrives on
-// full[s] without data. Each walking warp copies its own list of tile t + 1 (cp.async, its own group) while
-// it walks tile t, waits for full[s] (every tile: the parity waits stay unambiguous), walks it when its list
-// is not empty (ScatteredForwardRows), and releases stage s. No CTA-wide barrier after the setup: a warp runs up to a
-// stage ahead of the slowest, and the staging instructions leave the walking warps.
+// Algorithm. A CTA owns Warps x 16 query rows of one (batch, query head), plus one producer warp. For each key tile t
+// (two stages, s = t % 2) the producer waits until every walking warp has released stage s (mbarrier `empty`, one
+// arrival per warp a tile), ORs the list lengths of the CTA's row groups for tile t, and either issues two TMA box
+// loads (K and V, 256 keys x 64 columns each, 128-byte swizzled: the staged tile's layout) completing on `full[s]`,
+// or, when no group attends the tile, arrives on full[s] without data. Each walking warp copies its own list of tile
+// t + 1 (cp.async, its own group) while it walks tile t, waits for full[s] (every tile: the parity waits stay
+// unambiguous), walks it when its list is not empty, and releases stage s. No CTA-wide barrier after the setup: a warp
+// runs up to a stage ahead of the slowest, and the staging instructions leave the walking warps.
 //
-// Counts as the cp.async form (scattered_forward_kernel.cuh); shared memory: the same stages and list buffers,
-// four mbarriers.
+// Counts as the cp.async forms; shared memory: the same stages and list buffers, four mbarriers.
 #pragma once
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -21,15 +21,16 @@
 
 #include "cuda/fmha_sm90/fmha_sm90_sync.cuh"
 #include "cuda/fmha_sm90/fmha_sm90_tma_copy.cuh"
+#include "cuda/sparse/scattered_backward_dq_kernel.cuh"
 #include "cuda/sparse/scattered_forward_kernel.cuh"
 #include "cuda/sparse/scattered_forward_rows.cuh"
-#include "cuda/sparse/scattered_forward_tma.hpp"
 #include "cuda/sparse/scattered_gather.cuh"
+#include "cuda/sparse/scattered_tma_maps.hpp"
 
 namespace attnkit::cuda::sparse {
 
 template <class Element, int Warps>
-struct ScatteredTmaForwardTraits : ScatteredTileShape<kTmaTileColumns, Warps> {
+struct ScatteredTmaTraits : ScatteredTileShape<kTmaTileColumns, Warps> {
   using Shape = ScatteredTileShape<kTmaTileColumns, Warps>;
   static_assert(Shape::kTile == kTmaTileKeys, "one TMA box a staged tile");
   static constexpr int kThreads = (Warps + 1) * 32;  // the walking warps and the producer
@@ -38,24 +39,20 @@ struct ScatteredTmaForwardTraits : ScatteredTileShape<kTmaTileColumns, Warps> {
   static constexpr int kSharedBytes = 2 * kStageBytes + kListBytes + 4 * 8;
 };
 
-template <class Element, int Warps>
-__global__ void __launch_bounds__((Warps + 1) * 32, 1)
-    scattered_forward_tma_kernel(const __grid_constant__ ScatteredTmaForwardParams tp) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  using Traits = ScatteredTmaForwardTraits<Element, Warps>;
-  constexpr int kWidth = kTmaTileColumns;
+// The pipeline above for the CTA's (batch, head) and row groups first_group .. first_group + Warps - 1: every thread
+// of the CTA calls it. The producer warp (warp == Warps) stages the tiles and returns; each walking warp calls
+// step(k_address, v_address, entries) for every 16 entries of its list of each tile.
+template <class Element, int Warps, class Base, class Step>
+__device__ __forceinline__ void stream_key_value_steps_tma(const ScatteredTmaParams<Base>& tp, unsigned char* shared,
+                                                           int32_t batch, int32_t head, int32_t first_group, int warp,
+                                                           int lane, const Step& step) {
+  using Traits = ScatteredTmaTraits<Element, Warps>;
   constexpr int kTile = Traits::kTile;
-  extern __shared__ __align__(1024) unsigned char shared[];  // TMA's 128-byte swizzle repeats every 1024 bytes
-  const ScatteredForwardParams& p = tp.base;
+  const Base& p = tp.base;
   Element* tiles = reinterpret_cast<Element*>(shared);  // [stage][K, V][kTile][64]
   uint32_t* all_lists = reinterpret_cast<uint32_t*>(shared + 2 * Traits::kStageBytes);
   uint64_t* full = reinterpret_cast<uint64_t*>(shared + 2 * Traits::kStageBytes + Traits::kListBytes);
   uint64_t* empty = full + 2;
-  const int warp = static_cast<int>(threadIdx.x) / 32;
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int32_t batch = static_cast<int32_t>(blockIdx.z);
-  const int32_t head = static_cast<int32_t>(blockIdx.y);
-  const int32_t first_group = static_cast<int32_t>(blockIdx.x) * Warps;
   const int tiles_k = (p.seq_k + kTile - 1) / kTile;
   if (threadIdx.x == 0) {
     for (int s = 0; s < 2; ++s) {
@@ -89,9 +86,6 @@ __global__ void __launch_bounds__((Warps + 1) * 32, 1)
     return;
   }
 
-  const int32_t first_row = (first_group + warp) * 16;
-  ScatteredForwardRows<Element, kWidth> rows;
-  rows.load(p, batch, head, first_row, lane);
   uint32_t* lists = all_lists + warp * 2 * Traits::kListEntries;
   const int32_t group = first_group + warp;
   const bool has_rows = group < p.lists.groups;
@@ -122,12 +116,54 @@ __global__ void __launch_bounds__((Warps + 1) * 32, 1)
       const uint32_t k_address = shared_address(tiles + s * 2 * Traits::kTileElements);
       const uint32_t v_address = k_address + Traits::kTileElements * int(sizeof(Element));
       walk_steps(lists + (t & 1) * kTile, length, lane,
-                 [&](const StepEntries& entries) { rows.step(p.scale_log2, k_address, v_address, entries, lane); });
+                 [&](const StepEntries& entries) { step(k_address, v_address, entries); });
     }
     __syncwarp();
     if (lane == 0) fmha_sm90::barrier_arrive(&empty[s]);
   }
-  rows.store(p, batch, head, first_row, lane);
+}
+
+template <class Element, int Warps>
+__global__ void __launch_bounds__((Warps + 1) * 32, 1)
+    scattered_forward_tma_kernel(const __grid_constant__ ScatteredTmaForwardParams tp) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(1024) unsigned char tma_shared[];  // TMA's 128-byte swizzle repeats every 1024 bytes
+  const ScatteredForwardParams& p = tp.base;
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int32_t batch = static_cast<int32_t>(blockIdx.z);
+  const int32_t head = static_cast<int32_t>(blockIdx.y);
+  const int32_t first_group = static_cast<int32_t>(blockIdx.x) * Warps;
+  const int32_t first_row = (first_group + warp) * 16;
+  ScatteredForwardRows<Element, kTmaTileColumns> rows;
+  if (warp < Warps) rows.load(p, batch, head, first_row, lane);
+  stream_key_value_steps_tma<Element, Warps>(tp, tma_shared, batch, head, first_group, warp, lane,
+                                             [&](uint32_t k_address, uint32_t v_address, const StepEntries& entries) {
+                                               rows.step(p.scale_log2, k_address, v_address, entries, lane);
+                                             });
+  if (warp < Warps) rows.store(p, batch, head, first_row, lane);
+#endif  // sm_90 (the launcher runs this kernel only where its sm_90 code was built)
+}
+
+template <class Element, int Warps>
+__global__ void __launch_bounds__((Warps + 1) * 32, 1)
+    scattered_backward_dq_tma_kernel(const __grid_constant__ ScatteredTmaGradQParams tp) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(1024) unsigned char tma_shared[];  // TMA's 128-byte swizzle repeats every 1024 bytes
+  const ScatteredBackwardParams& p = tp.base;
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int32_t batch = static_cast<int32_t>(blockIdx.z);
+  const int32_t head = static_cast<int32_t>(blockIdx.y);
+  const int32_t first_group = static_cast<int32_t>(blockIdx.x) * Warps;
+  const int32_t first_row = (first_group + warp) * 16;
+  ScatteredGradQRows<Element, kTmaTileColumns> rows;
+  if (warp < Warps) rows.load(p, batch, head, first_row, lane);
+  stream_key_value_steps_tma<Element, Warps>(tp, tma_shared, batch, head, first_group, warp, lane,
+                                             [&](uint32_t k_address, uint32_t v_address, const StepEntries& entries) {
+                                               rows.step(p.scale_log2, k_address, v_address, entries, lane);
+                                             });
+  if (warp < Warps) rows.store(p, batch, head, first_row, lane);
 #endif  // sm_90 (the launcher runs this kernel only where its sm_90 code was built)
 }
 

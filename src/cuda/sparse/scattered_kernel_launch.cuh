@@ -95,9 +95,17 @@ void launch_dkdv(const ScatteredBackwardParams& p, cudaStream_t stream) {
 }
 
 template <class Element, int Width>
-void launch_backward_width(const ScatteredBackwardParams& p, int max_shared_bytes, bool hopper, cudaStream_t stream) {
+void launch_backward_width(const ScatteredBackwardParams& p, const ScatteredDevice& device, cudaStream_t stream) {
   bool dq_launched = false;
-  if constexpr (Width == kTmaTileColumns) dq_launched = hopper && launch_tma_form<Element>(p, p.batch, stream);
+  if constexpr (Width == kTmaTileColumns) {
+    const int64_t ctas_per_row = int64_t{p.heads_q} * p.batch;
+    auto ctas = [&](int rows) { return (p.seq_q + rows - 1) / rows * ctas_per_row; };
+    dq_launched = device.hopper &&
+                  scattered_dq_takes_tma(ctas(ScatteredTmaTraits<Element, kTmaWarps>::kRows),
+                                         ctas(ScatteredForwardTraits<Element, Width, kDqWarps<Width>>::kRows),
+                                         device.multiprocessors) &&
+                  launch_tma_form<Element>(p, p.batch, stream);
+  }
   if (!dq_launched) {
     using Traits = ScatteredForwardTraits<Element, Width, kDqWarps<Width>>;
     auto* kernel = scattered_backward_dq_kernel<Element, Width, kDqWarps<Width>>;
@@ -109,7 +117,7 @@ void launch_backward_width(const ScatteredBackwardParams& p, int max_shared_byte
     }
   }
   if constexpr (kDkDvWarps<Width> != kDkDvNarrowWarps) {
-    if (scattered_dkdv_warps(Width, max_shared_bytes) == kDkDvNarrowWarps) {
+    if (scattered_dkdv_warps(Width, device.max_shared_bytes) == kDkDvNarrowWarps) {
       launch_dkdv<Element, Width, kDkDvNarrowWarps>(p, stream);
       return;
     }
@@ -127,12 +135,12 @@ void launch_forward_for(const ScatteredForwardParams& p, int32_t batch, int widt
 }
 
 template <class Element>
-void launch_backward_for(const ScatteredBackwardParams& p, int width, int max_shared_bytes, bool hopper,
+void launch_backward_for(const ScatteredBackwardParams& p, int width, const ScatteredDevice& device,
                          cudaStream_t stream) {
   switch (width) {
-    case 32: launch_backward_width<Element, 32>(p, max_shared_bytes, hopper, stream); return;
-    case 64: launch_backward_width<Element, 64>(p, max_shared_bytes, hopper, stream); return;
-    default: launch_backward_width<Element, 128>(p, max_shared_bytes, hopper, stream); return;
+    case 32: launch_backward_width<Element, 32>(p, device, stream); return;
+    case 64: launch_backward_width<Element, 64>(p, device, stream); return;
+    default: launch_backward_width<Element, 128>(p, device, stream); return;
   }
 }
 

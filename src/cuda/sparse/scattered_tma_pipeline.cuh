@@ -39,55 +39,81 @@ struct ScatteredTmaTraits : ScatteredTileShape<kTmaTileColumns, Warps> {
   static constexpr int kSharedBytes = 2 * kStageBytes + kListBytes + 4 * 8;
 };
 
-// The pipeline above for the CTA's (batch, head) and row groups first_group .. first_group + Warps - 1: every thread
-// of the CTA calls it. The producer warp (warp == Warps) stages the tiles and returns; each walking warp calls
-// step(k_address, v_address, entries) for every 16 entries of its list of each tile.
-template <class Element, int Warps, class Base, class Step>
-__device__ __forceinline__ void stream_key_value_steps_tma(const ScatteredTmaParams<Base>& tp, unsigned char* shared,
-                                                           int32_t batch, int32_t head, int32_t first_group, int warp,
-                                                           int lane, const Step& step) {
+// The shared memory of the pipeline above: [stage][K, V][kTile][64] tiles, then the walking warps' list buffers, then
+// the full and empty barriers.
+template <class Element, int Warps>
+struct ScatteredTmaStorage {
+  using Traits = ScatteredTmaTraits<Element, Warps>;
+  unsigned char* shared;
+
+  __device__ __forceinline__ Element* tiles() const { return reinterpret_cast<Element*>(shared); }
+  __device__ __forceinline__ uint32_t* lists(int warp) const {
+    return reinterpret_cast<uint32_t*>(shared + 2 * Traits::kStageBytes) + warp * 2 * Traits::kListEntries;
+  }
+  __device__ __forceinline__ uint64_t* full() const {
+    return reinterpret_cast<uint64_t*>(shared + 2 * Traits::kStageBytes + Traits::kListBytes);
+  }
+  __device__ __forceinline__ uint64_t* empty() const { return full() + 2; }
+
+  // Every thread of the CTA: the barriers initialised and fenced, then a CTA-wide barrier.
+  __device__ __forceinline__ void initialise() const {
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < 2; ++s) {
+        fmha_sm90::barrier_init(&full()[s], 1);
+        fmha_sm90::barrier_init(&empty()[s], Warps);
+      }
+      fmha_sm90::barrier_init_fence();
+    }
+    __syncthreads();
+  }
+};
+
+// The producer warp's part of the pipeline for the CTA's (batch, head) and row groups first_group .. first_group +
+// Warps - 1.
+template <class Element, int Warps, class Base>
+__device__ __forceinline__ void produce_key_value_tiles_tma(const ScatteredTmaParams<Base>& tp,
+                                                            const ScatteredTmaStorage<Element, Warps>& storage,
+                                                            int32_t batch, int32_t head, int32_t first_group,
+                                                            int lane) {
   using Traits = ScatteredTmaTraits<Element, Warps>;
   constexpr int kTile = Traits::kTile;
   const Base& p = tp.base;
-  Element* tiles = reinterpret_cast<Element*>(shared);  // [stage][K, V][kTile][64]
-  uint32_t* all_lists = reinterpret_cast<uint32_t*>(shared + 2 * Traits::kStageBytes);
-  uint64_t* full = reinterpret_cast<uint64_t*>(shared + 2 * Traits::kStageBytes + Traits::kListBytes);
-  uint64_t* empty = full + 2;
   const int tiles_k = (p.seq_k + kTile - 1) / kTile;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < 2; ++s) {
-      fmha_sm90::barrier_init(&full[s], 1);
-      fmha_sm90::barrier_init(&empty[s], Warps);
+  uint64_t* full = storage.full();
+  uint64_t* empty = storage.empty();
+  const int32_t group = first_group + lane;
+  const bool listed = lane < Warps && group < p.lists.groups;
+  const int64_t first_list = listed ? p.lists.index(batch, head, group, 0) : 0;
+  const int32_t kv_head = head / p.heads_per_kv;
+  for (int t = 0; t < tiles_k; ++t) {
+    const int s = t & 1;
+    if (t >= 2) fmha_sm90::barrier_wait(&empty[s], ((t >> 1) - 1) & 1);
+    const bool needed = __any_sync(kFullWarp, listed && p.lists.lengths[first_list + t] != 0u);
+    if (lane != 0) continue;
+    if (!needed) {
+      fmha_sm90::barrier_arrive(&full[s]);
+      continue;
     }
-    fmha_sm90::barrier_init_fence();
+    fmha_sm90::barrier_arrive_expect_bytes(&full[s], Traits::kStageBytes);
+    const int32_t c[5] = {0, kv_head, t * kTile, batch, 0};
+    Element* stage = storage.tiles() + s * 2 * Traits::kTileElements;
+    fmha_sm90::tma_load_box(&tp.k, stage, &full[s], tp.rank, c);
+    fmha_sm90::tma_load_box(&tp.v, stage + Traits::kTileElements, &full[s], tp.rank, c);
   }
-  __syncthreads();
+}
 
-  if (warp == Warps) {  // the producer
-    const int32_t group = first_group + lane;
-    const bool listed = lane < Warps && group < p.lists.groups;
-    const int64_t first_list = listed ? p.lists.index(batch, head, group, 0) : 0;
-    const int32_t kv_head = head / p.heads_per_kv;
-    for (int t = 0; t < tiles_k; ++t) {
-      const int s = t & 1;
-      if (t >= 2) fmha_sm90::barrier_wait(&empty[s], ((t >> 1) - 1) & 1);
-      const bool needed = __any_sync(kFullWarp, listed && p.lists.lengths[first_list + t] != 0u);
-      if (lane != 0) continue;
-      if (!needed) {
-        fmha_sm90::barrier_arrive(&full[s]);
-        continue;
-      }
-      fmha_sm90::barrier_arrive_expect_bytes(&full[s], Traits::kStageBytes);
-      const int32_t c[5] = {0, kv_head, t * kTile, batch, 0};
-      Element* stage = tiles + s * 2 * Traits::kTileElements;
-      fmha_sm90::tma_load_box(&tp.k, stage, &full[s], tp.rank, c);
-      fmha_sm90::tma_load_box(&tp.v, stage + Traits::kTileElements, &full[s], tp.rank, c);
-    }
-    return;
-  }
-
-  uint32_t* lists = all_lists + warp * 2 * Traits::kListEntries;
-  const int32_t group = first_group + warp;
+// A walking warp's part: step(k_address, v_address, entries) for every 16 entries of its list of each tile.
+template <class Element, int Warps, class Base, class Step>
+__device__ __forceinline__ void walk_key_value_tiles_tma(const Base& p,
+                                                         const ScatteredTmaStorage<Element, Warps>& storage,
+                                                         int32_t batch, int32_t head, int32_t group, int warp, int lane,
+                                                         const Step& step) {
+  using Traits = ScatteredTmaTraits<Element, Warps>;
+  constexpr int kTile = Traits::kTile;
+  const int tiles_k = (p.seq_k + kTile - 1) / kTile;
+  uint32_t* lists = storage.lists(warp);
+  uint64_t* full = storage.full();
+  uint64_t* empty = storage.empty();
   const bool has_rows = group < p.lists.groups;
   const int64_t first_list = has_rows ? p.lists.index(batch, head, group, 0) : 0;
   auto length_of = [&](int t) {
@@ -113,7 +139,7 @@ __device__ __forceinline__ void stream_key_value_steps_tma(const ScatteredTmaPar
     // phase of the same parity for complete (a parity wait sees the preceding phase as done).
     fmha_sm90::barrier_wait(&full[s], (t >> 1) & 1);
     if (length > 0) {
-      const uint32_t k_address = shared_address(tiles + s * 2 * Traits::kTileElements);
+      const uint32_t k_address = shared_address(storage.tiles() + s * 2 * Traits::kTileElements);
       const uint32_t v_address = k_address + Traits::kTileElements * int(sizeof(Element));
       walk_steps(lists + (t & 1) * kTile, length, lane,
                  [&](const StepEntries& entries) { step(k_address, v_address, entries); });
@@ -123,25 +149,37 @@ __device__ __forceinline__ void stream_key_value_steps_tma(const ScatteredTmaPar
   }
 }
 
-template <class Element, int Warps>
-__global__ void __launch_bounds__((Warps + 1) * 32, 1)
-    scattered_forward_tma_kernel(const __grid_constant__ ScatteredTmaForwardParams tp) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  extern __shared__ __align__(1024) unsigned char tma_shared[];  // TMA's 128-byte swizzle repeats every 1024 bytes
-  const ScatteredForwardParams& p = tp.base;
+// The kernel of the pipeline for rows of type Rows (ScatteredForwardRows or ScatteredGradQRows: load, step, store).
+template <class Element, int Warps, class Rows, class Base>
+__device__ __forceinline__ void scattered_tma_rows(const ScatteredTmaParams<Base>& tp, unsigned char* shared) {
+  const ScatteredTmaStorage<Element, Warps> storage{shared};
+  const Base& p = tp.base;
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int32_t batch = static_cast<int32_t>(blockIdx.z);
   const int32_t head = static_cast<int32_t>(blockIdx.y);
   const int32_t first_group = static_cast<int32_t>(blockIdx.x) * Warps;
+  storage.initialise();
+  if (warp == Warps) {
+    produce_key_value_tiles_tma<Element, Warps>(tp, storage, batch, head, first_group, lane);
+    return;
+  }
   const int32_t first_row = (first_group + warp) * 16;
-  ScatteredForwardRows<Element, kTmaTileColumns> rows;
-  if (warp < Warps) rows.load(p, batch, head, first_row, lane);
-  stream_key_value_steps_tma<Element, Warps>(tp, tma_shared, batch, head, first_group, warp, lane,
-                                             [&](uint32_t k_address, uint32_t v_address, const StepEntries& entries) {
-                                               rows.step(p.scale_log2, k_address, v_address, entries, lane);
-                                             });
-  if (warp < Warps) rows.store(p, batch, head, first_row, lane);
+  Rows rows;
+  rows.load(p, batch, head, first_row, lane);
+  walk_key_value_tiles_tma<Element, Warps>(p, storage, batch, head, first_group + warp, warp, lane,
+                                           [&](uint32_t k_address, uint32_t v_address, const StepEntries& entries) {
+                                             rows.step(p.scale_log2, k_address, v_address, entries, lane);
+                                           });
+  rows.store(p, batch, head, first_row, lane);
+}
+
+template <class Element, int Warps>
+__global__ void __launch_bounds__((Warps + 1) * 32, 1)
+    scattered_forward_tma_kernel(const __grid_constant__ ScatteredTmaForwardParams tp) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(1024) unsigned char tma_shared[];  // TMA's 128-byte swizzle repeats every 1024 bytes
+  scattered_tma_rows<Element, Warps, ScatteredForwardRows<Element, kTmaTileColumns>>(tp, tma_shared);
 #endif  // sm_90 (the launcher runs this kernel only where its sm_90 code was built)
 }
 
@@ -150,20 +188,7 @@ __global__ void __launch_bounds__((Warps + 1) * 32, 1)
     scattered_backward_dq_tma_kernel(const __grid_constant__ ScatteredTmaGradQParams tp) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(1024) unsigned char tma_shared[];  // TMA's 128-byte swizzle repeats every 1024 bytes
-  const ScatteredBackwardParams& p = tp.base;
-  const int warp = static_cast<int>(threadIdx.x) / 32;
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int32_t batch = static_cast<int32_t>(blockIdx.z);
-  const int32_t head = static_cast<int32_t>(blockIdx.y);
-  const int32_t first_group = static_cast<int32_t>(blockIdx.x) * Warps;
-  const int32_t first_row = (first_group + warp) * 16;
-  ScatteredGradQRows<Element, kTmaTileColumns> rows;
-  if (warp < Warps) rows.load(p, batch, head, first_row, lane);
-  stream_key_value_steps_tma<Element, Warps>(tp, tma_shared, batch, head, first_group, warp, lane,
-                                             [&](uint32_t k_address, uint32_t v_address, const StepEntries& entries) {
-                                               rows.step(p.scale_log2, k_address, v_address, entries, lane);
-                                             });
-  if (warp < Warps) rows.store(p, batch, head, first_row, lane);
+  scattered_tma_rows<Element, Warps, ScatteredGradQRows<Element, kTmaTileColumns>>(tp, tma_shared);
 #endif  // sm_90 (the launcher runs this kernel only where its sm_90 code was built)
 }
 

@@ -1,6 +1,7 @@
-// The scattered forward's TMA maps (make_scattered_key_value_maps, cuda/sparse/scattered_forward_tma.hpp): the
-// layouts TMA cannot express are refused before the driver is asked (so the forward stages with cp.async), on any
-// machine; with a GPU, the contiguous heads-last layout of one and of several batch elements is accepted.
+// The scattered kernels' TMA maps (make_scattered_key_value_maps, cuda/sparse/scattered_tma_maps.hpp): the
+// layouts TMA cannot express are refused before the driver is asked (so the forward and the dQ kernel stage with
+// cp.async), on any machine; with a GPU, the contiguous heads-last layout of one and of several batch elements is
+// accepted.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -8,7 +9,7 @@
 #include "cuda_test_support.hpp"
 
 #if defined(ATTNKIT_WITH_CUDA)
-#include "cuda/sparse/scattered_forward_tma.hpp"
+#include "cuda/sparse/scattered_tma_maps.hpp"
 #endif
 
 namespace attnkit {
@@ -22,8 +23,10 @@ TEST(CudaScatteredTmaMaps, SkipsWithoutCuda) {
 
 #else
 
+using cuda::sparse::ScatteredBackwardParams;
 using cuda::sparse::ScatteredForwardParams;
 using cuda::sparse::ScatteredTmaForwardParams;
+using cuda::sparse::ScatteredTmaGradQParams;
 using cuda::sparse::SequenceTensor;
 
 alignas(16) uint16_t g_storage[64];
@@ -74,6 +77,19 @@ TEST(CudaScatteredTmaMaps, ContiguousHeadsLastViewsAreAccepted) {
   ASSERT_TRUE(cuda::sparse::make_scattered_key_value_maps(problem(), 3, out));
   EXPECT_EQ(out.rank, 4);
   EXPECT_EQ(out.base.heads_q, 8);
+  // The dQ kernel's block: the same maps of its K and V.
+  const ScatteredForwardParams sizes = problem();
+  ScatteredBackwardParams backward;
+  static_cast<cuda::sparse::ScatteredSizes&>(backward) = sizes;
+  backward.k = sizes.k;
+  backward.v = sizes.v;
+  backward.batch = 3;
+  ScatteredTmaGradQParams grad_q_out;
+  ASSERT_TRUE(cuda::sparse::make_scattered_key_value_maps(backward, backward.batch, grad_q_out));
+  EXPECT_EQ(grad_q_out.rank, 4);
+  EXPECT_EQ(grad_q_out.base.batch, 3);
+  backward.v.data = g_storage + 1;
+  EXPECT_FALSE(cuda::sparse::make_scattered_key_value_maps(backward, backward.batch, grad_q_out)) << "V not aligned";
 }
 
 #endif

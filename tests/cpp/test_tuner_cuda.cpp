@@ -282,9 +282,9 @@ TEST(TunerCuda, HopperD128WindowsOfUpTo384KeysDefaultToTheKernelOf64QueryRows) {
   const std::string rows_128_name = cuda::fmha::fmha_config_name(rows_128->config);
   // Small windows, dilated too (where the visited-work model would pick a portable tile), up to 19² = 361 keys, and
   // 1-D up to 384 keys.
-  for (const WindowStage& stage : {WindowStage{32, 7, 1, 16, 8}, WindowStage{56, 7, 1, 32, 4},
-                                   WindowStage{28, 7, 4, 16, 8}, WindowStage{64, 13, 1, 4, 16},
-                                   WindowStage{64, 17, 1, 4, 16}, WindowStage{32, 19, 1, 16, 8}}) {
+  for (const WindowStage& stage :
+       {WindowStage{32, 7, 1, 16, 8}, WindowStage{56, 7, 1, 32, 4}, WindowStage{28, 7, 4, 16, 8},
+        WindowStage{64, 13, 1, 4, 16}, WindowStage{64, 17, 1, 4, 16}, WindowStage{32, 19, 1, 16, 8}}) {
     SCOPED_TRACE(window_stage_name(stage));
     EXPECT_EQ(hopper_default_of(window_stage_spec(stage, 128)), rows_64_name);
   }
@@ -292,8 +292,7 @@ TEST(TunerCuda, HopperD128WindowsOfUpTo384KeysDefaultToTheKernelOf64QueryRows) {
   EXPECT_EQ(hopper_default_of(na1d_spec(128, 256, true)), rows_64_name) << "na1d K256 causal";
   EXPECT_EQ(hopper_default_of(na1d_spec(128, 384, true)), rows_64_name) << "na1d K384 causal";
   // From 385 keys the 128 x 128 kernel: large 2-D, 3-D and 1-D windows.
-  EXPECT_EQ(hopper_default_of(window_stage_spec(WindowStage{96, 21, 1, 4, 16}, 128)), rows_128_name)
-      << "na2d 96^2 K21";
+  EXPECT_EQ(hopper_default_of(window_stage_spec(WindowStage{96, 21, 1, 4, 16}, 128)), rows_128_name) << "na2d 96^2 K21";
   EXPECT_EQ(hopper_default_of(window_stage_spec(WindowStage{128, 31, 1, 1, 16}, 128)), rows_128_name)
       << "na2d 128^2 K31";
   EXPECT_EQ(hopper_default_of(na3d_spec(128, {16, 64, 64}, {7, 15, 15})), rows_128_name) << "na3d K7x15x15";

@@ -64,16 +64,18 @@ std::string check_layout(const TensorView& view, const char* name) {
 }
 
 // What the scattered path needs to know of the current device, read once per device: its compute capability major
-// (-1 without a usable device) and the dynamic shared memory a block may opt in to.
+// (-1 without a usable device), the dynamic shared memory a block may opt in to and its multiprocessors.
 struct DeviceFacts {
   int major = -1;
   int max_shared_bytes = 0;
+  int multiprocessors = 0;
 };
 
 std::atomic<int> shared_memory_limit{0};  // set_scattered_shared_memory_limit
 
 DeviceFacts device_facts() {
-  static std::array<std::atomic<int64_t>, 64> known{};  // major << 32 | max shared bytes; 0: not read yet
+  // major << 48 | multiprocessors << 32 | max shared bytes; 0: not read yet
+  static std::array<std::atomic<int64_t>, 64> known{};
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) {
     cudaGetLastError();
@@ -82,18 +84,21 @@ DeviceFacts device_facts() {
   const bool cached = device >= 0 && device < static_cast<int>(known.size());
   if (cached) {
     if (const int64_t packed = known[static_cast<size_t>(device)].load(std::memory_order_relaxed); packed != 0) {
-      return DeviceFacts{static_cast<int>(packed >> 32), static_cast<int>(packed & 0xffffffff)};
+      return DeviceFacts{static_cast<int>(packed >> 48), static_cast<int>(packed & 0xffffffff),
+                         static_cast<int>((packed >> 32) & 0xffff)};
     }
   }
   DeviceFacts facts;
   if (cudaDeviceGetAttribute(&facts.major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&facts.max_shared_bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+      cudaDeviceGetAttribute(&facts.max_shared_bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&facts.multiprocessors, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
     cudaGetLastError();
     return {};
   }
   if (cached) {
-    known[static_cast<size_t>(device)].store((int64_t{facts.major} << 32) | facts.max_shared_bytes,
-                                             std::memory_order_relaxed);
+    known[static_cast<size_t>(device)].store(
+        (int64_t{facts.major} << 48) | (int64_t{facts.multiprocessors & 0xffff} << 32) | facts.max_shared_bytes,
+        std::memory_order_relaxed);
   }
   return facts;
 }
@@ -412,11 +417,12 @@ void run_scattered_backward(const AttentionBackward& problem, const detail::Atte
                                    lists_transposed_bytes, tile, list_cursor, cuda_stream);
   launch_scattered_backward_preprocess(p, problem.q.dtype, cuda_stream);
   const int width = scattered_width(shape.head_dim, shape.head_dim_v);
-  const int max_shared_bytes = current_device_facts().max_shared_bytes;
+  const DeviceFacts facts = current_device_facts();
+  const ScatteredDevice device{facts.major == 9, facts.max_shared_bytes, facts.multiprocessors};
   if (problem.q.dtype == DType::f16) {
-    launch_scattered_backward_f16(p, width, max_shared_bytes, cuda_stream);
+    launch_scattered_backward_f16(p, width, device, cuda_stream);
   } else {
-    launch_scattered_backward_bf16(p, width, max_shared_bytes, cuda_stream);
+    launch_scattered_backward_bf16(p, width, device, cuda_stream);
   }
 }
 

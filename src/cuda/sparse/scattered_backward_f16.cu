@@ -5,9 +5,9 @@
 
 namespace attnkit::cuda::sparse {
 
-void launch_scattered_backward_f16(const ScatteredBackwardParams& p, int width, int max_shared_bytes,
+void launch_scattered_backward_f16(const ScatteredBackwardParams& p, int width, const ScatteredDevice& device,
                                    cudaStream_t stream) {
-  launch_backward_for<__half>(p, width, max_shared_bytes, stream);
+  launch_backward_for<__half>(p, width, device, stream);
 }
 
 }  // namespace attnkit::cuda::sparse

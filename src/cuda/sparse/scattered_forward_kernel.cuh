@@ -1,6 +1,6 @@
 // Forward kernel of the scattered-sparse path: gathered tensor-core attention over a bit-packed mask (the form
 // staged with cp.async by every thread; on sm_90 at width 64 a producer warp stages with TMA instead:
-// scattered_forward_tma_kernel.cuh).
+// scattered_tma_pipeline.cuh).
 //
 // Algorithm. A CTA owns Warps x 16 query rows of one (batch, query head); each warp owns 16 of them and keeps
 // their Q fragments, the fp32 output accumulator and the running max / sum in registers. The CTA streams the

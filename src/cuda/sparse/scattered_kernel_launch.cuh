@@ -4,13 +4,15 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/kernel_attributes.hpp"
 #include "cuda/sparse/scattered_backward_dkdv_kernel.cuh"
 #include "cuda/sparse/scattered_backward_dq_kernel.cuh"
 #include "cuda/sparse/scattered_forward_kernel.cuh"
-#include "cuda/sparse/scattered_forward_tma_kernel.cuh"
 #include "cuda/sparse/scattered_launch.hpp"
+#include "cuda/sparse/scattered_tma_pipeline.cuh"
 
 namespace attnkit::cuda::sparse {
 
@@ -27,19 +29,27 @@ template <int Width>
 inline constexpr int kDkDvWarps = Width <= 64 ? 16 : 8;
 // The dK/dV kernel where the device's shared memory per block holds no more (scattered_dkdv_warps).
 inline constexpr int kDkDvNarrowWarps = 8;
-// The producer-warp form: 15 walking warps and the producer, 512 threads in 128 registers each.
-inline constexpr int kTmaForwardWarps = 15;
+// The producer-warp forms (forward and dQ): 15 walking warps and the producer, 512 threads in 128 registers each.
+inline constexpr int kTmaWarps = 15;
 
 static_assert(kScatteredTile<32> == 256 && kScatteredTile<64> == 256 && kScatteredTile<128> == 128,
               "scattered_tile_columns (scattered_launch.hpp) names the kernels' tile");
 
-// The producer-warp form (scattered_forward_tma_kernel.cuh) where its sm_90 code is in the binary and TMA can
-// express the K / V tiles; false otherwise (nothing launched).
-template <class Element>
-bool launch_forward_tma(const ScatteredForwardParams& p, int32_t batch, cudaStream_t stream) {
-  constexpr int kWarps = kTmaForwardWarps;
-  using Traits = ScatteredTmaForwardTraits<Element, kWarps>;
-  auto* kernel = scattered_forward_tma_kernel<Element, kWarps>;
+// The producer-warp form (scattered_tma_pipeline.cuh) of the forward (Base ScatteredForwardParams) or of the dQ kernel
+// (ScatteredBackwardParams) where its sm_90 code is in the binary and TMA can express the K / V tiles; false
+// otherwise (nothing launched).
+template <class Element, class Base>
+bool launch_tma_form(const Base& p, int32_t batch, cudaStream_t stream) {
+  constexpr int kWarps = kTmaWarps;
+  constexpr bool kForward = std::is_same_v<Base, ScatteredForwardParams>;
+  using Traits = ScatteredTmaTraits<Element, kWarps>;
+  auto* kernel = [] {
+    if constexpr (kForward) {
+      return scattered_forward_tma_kernel<Element, kWarps>;
+    } else {
+      return scattered_backward_dq_tma_kernel<Element, kWarps>;
+    }
+  }();
   static const bool compiled_for_sm90 = [&] {
     cudaFuncAttributes attributes{};
     if (cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess) {
@@ -48,19 +58,21 @@ bool launch_forward_tma(const ScatteredForwardParams& p, int32_t batch, cudaStre
     }
     return attributes.binaryVersion >= 90;
   }();
-  ScatteredTmaForwardParams tp;
+  ScatteredTmaParams<Base> tp;
   if (!compiled_for_sm90 || !make_scattered_key_value_maps(p, batch, tp)) return false;
-  check_cuda(raise_dynamic_shared_memory_once(kernel, Traits::kSharedBytes), "scattered forward (TMA) shared memory");
+  check_cuda(raise_dynamic_shared_memory_once(kernel, Traits::kSharedBytes),
+             kForward ? "scattered forward (TMA) shared memory" : "scattered dQ (TMA) shared memory");
   const dim3 grid((p.seq_q + Traits::kRows - 1) / Traits::kRows, p.heads_q, batch);
+  if (grid.x == 0) return true;  // no query: no row to write
   kernel<<<grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(tp);
-  check_launch("scattered_forward_tma_kernel");
+  check_launch(kForward ? "scattered_forward_tma_kernel" : "scattered_backward_dq_tma_kernel");
   return true;
 }
 
 template <class Element, int Width>
 void launch_forward_width(const ScatteredForwardParams& p, int32_t batch, bool hopper, cudaStream_t stream) {
   if constexpr (Width == kTmaTileColumns) {
-    if (hopper && launch_forward_tma<Element>(p, batch, stream)) return;
+    if (hopper && launch_tma_form<Element>(p, batch, stream)) return;
   }
   constexpr int kWarps = kForwardWarps<Width>;
   using Traits = ScatteredForwardTraits<Element, Width, kWarps>;
@@ -83,8 +95,18 @@ void launch_dkdv(const ScatteredBackwardParams& p, cudaStream_t stream) {
 }
 
 template <class Element, int Width>
-void launch_backward_width(const ScatteredBackwardParams& p, int max_shared_bytes, cudaStream_t stream) {
-  {
+void launch_backward_width(const ScatteredBackwardParams& p, const ScatteredDevice& device, cudaStream_t stream) {
+  bool dq_launched = false;
+  if constexpr (Width == kTmaTileColumns) {
+    const int64_t ctas_per_row = int64_t{p.heads_q} * p.batch;
+    auto ctas = [&](int rows) { return (p.seq_q + rows - 1) / rows * ctas_per_row; };
+    dq_launched = device.hopper &&
+                  scattered_dq_takes_tma(ctas(ScatteredTmaTraits<Element, kTmaWarps>::kRows),
+                                         ctas(ScatteredForwardTraits<Element, Width, kDqWarps<Width>>::kRows),
+                                         device.multiprocessors) &&
+                  launch_tma_form<Element>(p, p.batch, stream);
+  }
+  if (!dq_launched) {
     using Traits = ScatteredForwardTraits<Element, Width, kDqWarps<Width>>;
     auto* kernel = scattered_backward_dq_kernel<Element, Width, kDqWarps<Width>>;
     check_cuda(raise_dynamic_shared_memory_once(kernel, Traits::kSharedBytes), "scattered dQ shared memory");
@@ -95,7 +117,7 @@ void launch_backward_width(const ScatteredBackwardParams& p, int max_shared_byte
     }
   }
   if constexpr (kDkDvWarps<Width> != kDkDvNarrowWarps) {
-    if (scattered_dkdv_warps(Width, max_shared_bytes) == kDkDvNarrowWarps) {
+    if (scattered_dkdv_warps(Width, device.max_shared_bytes) == kDkDvNarrowWarps) {
       launch_dkdv<Element, Width, kDkDvNarrowWarps>(p, stream);
       return;
     }
@@ -113,11 +135,12 @@ void launch_forward_for(const ScatteredForwardParams& p, int32_t batch, int widt
 }
 
 template <class Element>
-void launch_backward_for(const ScatteredBackwardParams& p, int width, int max_shared_bytes, cudaStream_t stream) {
+void launch_backward_for(const ScatteredBackwardParams& p, int width, const ScatteredDevice& device,
+                         cudaStream_t stream) {
   switch (width) {
-    case 32: launch_backward_width<Element, 32>(p, max_shared_bytes, stream); return;
-    case 64: launch_backward_width<Element, 64>(p, max_shared_bytes, stream); return;
-    default: launch_backward_width<Element, 128>(p, max_shared_bytes, stream); return;
+    case 32: launch_backward_width<Element, 32>(p, device, stream); return;
+    case 64: launch_backward_width<Element, 64>(p, device, stream); return;
+    default: launch_backward_width<Element, 128>(p, device, stream); return;
   }
 }
 

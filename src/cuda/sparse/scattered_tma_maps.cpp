@@ -1,4 +1,4 @@
-#include "cuda/sparse/scattered_forward_tma.hpp"
+#include "cuda/sparse/scattered_tma_maps.hpp"
 
 #include <array>
 #include <cstdint>
@@ -38,13 +38,13 @@ bool encode(CUtensorMap& map, const SequenceTensor& t, int32_t batch, int32_t he
 
 }  // namespace
 
-bool make_scattered_key_value_maps(const ScatteredForwardParams& p, int32_t batch, ScatteredTmaForwardParams& out) {
-  if (p.head_dim > kTmaTileColumns || p.head_dim_v > kTmaTileColumns || p.heads_per_kv <= 0) return false;
-  const int32_t kv_heads = p.heads_q / p.heads_per_kv;
-  out.rank = batch == 1 ? 3 : 4;
-  out.base = p;
-  return encode(out.k, p.k, batch, kv_heads, p.seq_k, p.head_dim, out.rank) &&
-         encode(out.v, p.v, batch, kv_heads, p.seq_k, p.head_dim_v, out.rank);
+bool make_scattered_key_value_maps(const ScatteredSizes& sizes, const SequenceTensor& k, const SequenceTensor& v,
+                                   int32_t batch, CUtensorMap& k_map, CUtensorMap& v_map, int32_t& rank) {
+  if (sizes.head_dim > kTmaTileColumns || sizes.head_dim_v > kTmaTileColumns || sizes.heads_per_kv <= 0) return false;
+  const int32_t kv_heads = sizes.heads_q / sizes.heads_per_kv;
+  rank = batch == 1 ? 3 : 4;
+  return encode(k_map, k, batch, kv_heads, sizes.seq_k, sizes.head_dim, rank) &&
+         encode(v_map, v, batch, kv_heads, sizes.seq_k, sizes.head_dim_v, rank);
 }
 
 }  // namespace attnkit::cuda::sparse

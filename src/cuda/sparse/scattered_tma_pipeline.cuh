@@ -87,33 +87,6 @@ struct ScatteredTmaKeyTraits : ScatteredTileShape<kTmaTileColumns, Warps> {
   static constexpr int kSharedBytes = Storage::kSharedBytes;
 };
 
-// The (row block, head, batch) of this CTA. The grid is (blocks, heads, batch) with `blocks` = ceil(rows / RowsPerCta);
-// its CTAs are taken in linear order, every slice's full blocks first and the slices' partial last blocks at the end,
-// so that the short CTAs fill the last wave instead of full ones.
-struct ScatteredTmaBlock {
-  int32_t block;
-  int32_t head;
-  int32_t batch;
-
-  __device__ __forceinline__ static ScatteredTmaBlock of(int32_t rows, int rows_per_cta) {
-    const int64_t heads = gridDim.y;
-    const int64_t slices = heads * gridDim.z;
-    const int64_t linear = blockIdx.x + int64_t{gridDim.x} * (blockIdx.y + int64_t{gridDim.y} * blockIdx.z);
-    const int64_t full = rows / rows_per_cta;
-    int64_t slice;
-    int64_t block;
-    if (linear < full * slices) {
-      slice = linear / full;
-      block = linear - slice * full;
-    } else {
-      slice = linear - full * slices;
-      block = full;
-    }
-    return ScatteredTmaBlock{static_cast<int32_t>(block), static_cast<int32_t>(slice % heads),
-                             static_cast<int32_t>(slice / heads)};
-  }
-};
-
 // The producer warp's loop: for each of `items`, `needed(item)` whether the lane's row group lists it (lanes past the
 // CTA's groups answer false) and, on lane 0 when some group does, issue(item, stage, full barrier) issues its TMA loads
 // of Storage::kStageBytes in all.
@@ -178,10 +151,9 @@ __device__ __forceinline__ void scattered_tma_rows(const ScatteredTmaParams<Base
   const Base& p = tp.base;
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  const ScatteredTmaBlock cta = ScatteredTmaBlock::of(p.seq_q, Traits::kRows);
-  const int32_t batch = cta.batch;
-  const int32_t head = cta.head;
-  const int32_t first_group = cta.block * Warps;
+  const int32_t batch = static_cast<int32_t>(blockIdx.z);
+  const int32_t head = static_cast<int32_t>(blockIdx.y);
+  const int32_t first_group = static_cast<int32_t>(blockIdx.x) * Warps;
   const int tiles_k = (p.seq_k + kTile - 1) / kTile;
   storage.initialise();
   if (warp == Warps) {  // the producer
@@ -248,10 +220,9 @@ __global__ void __launch_bounds__((Warps + 1) * 32, 1)
   const ScatteredBackwardParams& p = tp.base;
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  const ScatteredTmaBlock cta = ScatteredTmaBlock::of(p.seq_k, Traits::kRows);
-  const int32_t batch = cta.batch;
-  const int32_t kv_head = cta.head;
-  const int32_t first_group = cta.block * Warps;
+  const int32_t batch = static_cast<int32_t>(blockIdx.z);
+  const int32_t kv_head = static_cast<int32_t>(blockIdx.y);
+  const int32_t first_group = static_cast<int32_t>(blockIdx.x) * Warps;
   storage.initialise();
   if (warp == Warps) {  // the producer
     const int32_t group = first_group + lane;

@@ -29,7 +29,8 @@ template <int Width>
 inline constexpr int kDkDvWarps = Width <= 64 ? 16 : 8;
 // The dK/dV kernel where the device's shared memory per block holds no more (scattered_dkdv_warps).
 inline constexpr int kDkDvNarrowWarps = 8;
-// The producer-warp forms (forward and dQ): 15 walking warps and the producer, 512 threads in 128 registers each.
+// The producer-warp forms (forward, dQ and dK/dV on sm_90 at width 64): 15 walking warps and the producer, 512 threads
+// in 128 registers each.
 inline constexpr int kTmaWarps = 15;
 
 static_assert(kScatteredTile<32> == 256 && kScatteredTile<64> == 256 && kScatteredTile<128> == 128,

@@ -372,16 +372,16 @@ TEST(CudaScatteredCapability, TheDkDvKernelRunsSixteenWarpsWhereItsSharedMemoryF
   EXPECT_GT(scattered_least_shared_bytes(64, false), kSm86);
 }
 
-// The dQ kernel's producer-warp form (240 rows a CTA) runs where its grid fills the waves about as well as the cp.async
-// form's (256 rows): B1 H16 on 132 multiprocessors at S 8192 (560 against 512 CTAs: 0.85 and 0.97 of the waves) and S
-// 16384, not at S 4096 (288 against 256: 0.73 and 0.97); without a multiprocessor count the cp.async form.
-TEST(CudaScatteredCapability, TheDqKernelTakesTmaWhereItsGridFillsTheWaves) {
-  using cuda::sparse::scattered_dq_takes_tma;
-  EXPECT_TRUE(scattered_dq_takes_tma(560, 512, 132));
-  EXPECT_TRUE(scattered_dq_takes_tma(1104, 1024, 132));
-  EXPECT_FALSE(scattered_dq_takes_tma(288, 256, 132));
-  EXPECT_TRUE(scattered_dq_takes_tma(16, 16, 132)) << "one CTA a (batch, head) on both forms";
-  EXPECT_FALSE(scattered_dq_takes_tma(560, 512, 0));
+// The backward kernels' producer-warp forms (240 rows a CTA) run where their grid fills the waves about as well as the
+// cp.async forms' (256 rows): B1 H16 on 132 multiprocessors at S 8192 (560 against 512 CTAs: 0.85 and 0.97 of the
+// waves) and S 16384, not at S 4096 (288 against 256: 0.73 and 0.97); without a multiprocessor count the cp.async form.
+TEST(CudaScatteredCapability, TheTmaFormsRunWhereTheirGridFillsTheWaves) {
+  using cuda::sparse::scattered_tma_fills_waves;
+  EXPECT_TRUE(scattered_tma_fills_waves(560, 512, 132));
+  EXPECT_TRUE(scattered_tma_fills_waves(1104, 1024, 132));
+  EXPECT_FALSE(scattered_tma_fills_waves(288, 256, 132));
+  EXPECT_TRUE(scattered_tma_fills_waves(16, 16, 132)) << "one CTA a (batch, head) on both forms";
+  EXPECT_FALSE(scattered_tma_fills_waves(560, 512, 0));
 }
 
 // Takes the current device to have at most `bytes` of shared memory per block while in scope.

@@ -69,6 +69,22 @@ TEST(CudaScatteredTmaMaps, LayoutsTmaCannotExpressAreRefused) {
   EXPECT_FALSE(cuda::sparse::make_scattered_key_value_maps(odd_batch, 2, out)) << "batch stride of 2 elements";
 }
 
+// The dK/dV kernel's maps (Q, dO and the lse2 / delta workspace rows): widths past one box and an empty batch are
+// refused before the driver is asked; with a GPU the backward oracle tests run the accepted maps.
+TEST(CudaScatteredTmaMaps, QueryMapsRefuseWidthsPastOneBox) {
+  const ScatteredForwardParams sizes = problem(128);
+  ScatteredBackwardParams backward;
+  static_cast<cuda::sparse::ScatteredSizes&>(backward) = sizes;
+  backward.q = backward.grad_out = contiguous(sizes.seq_q, 8, 128);
+  backward.batch = 1;
+  backward.row_pitch = 1000;
+  cuda::sparse::ScatteredTmaKeyParams out;
+  EXPECT_FALSE(cuda::sparse::make_scattered_query_maps(backward, out)) << "D 128";
+  backward.head_dim = backward.head_dim_v = 64;
+  backward.batch = 0;
+  EXPECT_FALSE(cuda::sparse::make_scattered_query_maps(backward, out)) << "no batch element";
+}
+
 TEST(CudaScatteredTmaMaps, ContiguousHeadsLastViewsAreAccepted) {
   if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device: the tensor maps are encoded by the driver";
   ScatteredTmaForwardParams out;

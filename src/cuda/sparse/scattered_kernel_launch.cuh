@@ -29,7 +29,8 @@ template <int Width>
 inline constexpr int kDkDvWarps = Width <= 64 ? 16 : 8;
 // The dK/dV kernel where the device's shared memory per block holds no more (scattered_dkdv_warps).
 inline constexpr int kDkDvNarrowWarps = 8;
-// The producer-warp forms (forward and dQ): 15 walking warps and the producer, 512 threads in 128 registers each.
+// The producer-warp forms (forward, dQ and dK/dV on sm_90 at width 64): 15 walking warps and the producer, 512 threads
+// in 128 registers each.
 inline constexpr int kTmaWarps = 15;
 
 static_assert(kScatteredTile<32> == 256 && kScatteredTile<64> == 256 && kScatteredTile<128> == 128,
@@ -94,17 +95,52 @@ void launch_dkdv(const ScatteredBackwardParams& p, cudaStream_t stream) {
   check_launch("scattered_backward_dkdv_kernel");
 }
 
+// The producer-warp form of the dK/dV kernel (scattered_tma_pipeline.cuh) where its sm_90 code is in the binary and
+// TMA can express the Q / dO tiles and the lse2 / delta rows; false otherwise (nothing launched).
+template <class Element>
+bool launch_dkdv_tma(const ScatteredBackwardParams& p, cudaStream_t stream) {
+  constexpr int kWarps = kTmaWarps;
+  using Traits = ScatteredTmaKeyTraits<Element, kWarps>;
+  auto* kernel = scattered_backward_dkdv_tma_kernel<Element, kWarps>;
+  static const bool compiled_for_sm90 = [&] {
+    cudaFuncAttributes attributes{};
+    if (cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess) {
+      cudaGetLastError();  // this call's own error, cleared: the cp.async form runs instead
+      return false;
+    }
+    return attributes.binaryVersion >= 90;
+  }();
+  ScatteredTmaKeyParams tp;
+  if (!compiled_for_sm90 || !make_scattered_query_maps(p, tp)) return false;
+  check_cuda(raise_dynamic_shared_memory_once(kernel, Traits::kSharedBytes), "scattered dK/dV (TMA) shared memory");
+  const dim3 grid((p.seq_k + Traits::kRows - 1) / Traits::kRows, p.heads_q / p.heads_per_kv, p.batch);
+  if (grid.x == 0) return true;  // no key: no row to write
+  kernel<<<grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(tp);
+  check_launch("scattered_backward_dkdv_tma_kernel");
+  return true;
+}
+
 template <class Element, int Width>
 void launch_backward_width(const ScatteredBackwardParams& p, const ScatteredDevice& device, cudaStream_t stream) {
   bool dq_launched = false;
+  bool dkdv_launched = false;
   if constexpr (Width == kTmaTileColumns) {
-    const int64_t ctas_per_row = int64_t{p.heads_q} * p.batch;
-    auto ctas = [&](int rows) { return (p.seq_q + rows - 1) / rows * ctas_per_row; };
-    dq_launched = device.hopper &&
-                  scattered_dq_takes_tma(ctas(ScatteredTmaTraits<Element, kTmaWarps>::kRows),
-                                         ctas(ScatteredForwardTraits<Element, Width, kDqWarps<Width>>::kRows),
-                                         device.multiprocessors) &&
-                  launch_tma_form<Element>(p, p.batch, stream);
+    const int64_t slices = int64_t{p.heads_q} * p.batch;
+    auto ctas = [&](int32_t rows, int per_cta, int64_t heads) { return (rows + per_cta - 1) / per_cta * heads; };
+    constexpr int kTmaRows = ScatteredTmaTraits<Element, kTmaWarps>::kRows;
+    dq_launched =
+        device.hopper &&
+        scattered_tma_fills_waves(ctas(p.seq_q, kTmaRows, slices),
+                                  ctas(p.seq_q, ScatteredForwardTraits<Element, Width, kDqWarps<Width>>::kRows, slices),
+                                  device.multiprocessors) &&
+        launch_tma_form<Element>(p, p.batch, stream);
+    const int64_t kv_slices = slices / p.heads_per_kv;
+    dkdv_launched = device.hopper &&
+                    scattered_tma_fills_waves(
+                        ctas(p.seq_k, kTmaRows, kv_slices),
+                        ctas(p.seq_k, ScatteredKeyTraits<Element, Width, kDkDvWarps<Width>>::kRows, kv_slices),
+                        device.multiprocessors) &&
+                    launch_dkdv_tma<Element>(p, stream);
   }
   if (!dq_launched) {
     using Traits = ScatteredForwardTraits<Element, Width, kDqWarps<Width>>;
@@ -116,6 +152,7 @@ void launch_backward_width(const ScatteredBackwardParams& p, const ScatteredDevi
       check_launch("scattered_backward_dq_kernel");
     }
   }
+  if (dkdv_launched) return;
   if constexpr (kDkDvWarps<Width> != kDkDvNarrowWarps) {
     if (scattered_dkdv_warps(Width, device.max_shared_bytes) == kDkDvNarrowWarps) {
       launch_dkdv<Element, Width, kDkDvNarrowWarps>(p, stream);

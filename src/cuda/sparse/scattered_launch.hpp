@@ -49,9 +49,9 @@ void launch_scattered_forward_f16(const ScatteredForwardParams& p, int32_t batch
                                   cudaStream_t stream);
 void launch_scattered_forward_bf16(const ScatteredForwardParams& p, int32_t batch, int width, bool hopper,
                                    cudaStream_t stream);
-// What the backward's launches need of the device: `hopper` as for the forward (the dQ kernel's K and V: TMA where
-// the layout allows and its grid fills the waves, scattered_dq_takes_tma); the opt-in shared memory per block, which
-// decides the dK/dV kernel's warps (scattered_dkdv_warps); the multiprocessors.
+// What the backward's launches need of the device: `hopper` as for the forward (the dQ kernel's K and V and the dK/dV
+// kernel's Q and dO: TMA where the layout allows and the grid fills the waves, scattered_tma_fills_waves); the opt-in
+// shared memory per block, which decides the dK/dV kernel's warps (scattered_dkdv_warps); the multiprocessors.
 struct ScatteredDevice {
   bool hopper = false;
   int max_shared_bytes = 0;
@@ -62,13 +62,13 @@ void launch_scattered_backward_f16(const ScatteredBackwardParams& p, int width, 
 void launch_scattered_backward_bf16(const ScatteredBackwardParams& p, int width, const ScatteredDevice& device,
                                     cudaStream_t stream);
 
-// Whether the dQ kernel's producer-warp form (15 walking warps: 240 query rows a CTA) runs `ctas_tma` CTAs in waves
-// filled at least kTmaDqWaveFill as well as the cp.async form's `ctas_cp_async` (256 rows a CTA), one CTA per
+// Whether a backward kernel's producer-warp form (15 walking warps: 240 rows a CTA) runs `ctas_tma` CTAs in waves
+// filled at least kTmaWaveFill as well as the cp.async form's `ctas_cp_async` (256 rows a CTA), one CTA per
 // multiprocessor. The TMA form's walk is faster (its warps do not meet at every tile), its grid up to 7 % larger: on an
-// H200 (B1 H16 D64, fwd+bwd minus fwd) it took 5-6 % off S16384 1 % and S8192 0.1 % and 2 % off S8192 1 % (waves
-// filled 0.96 and 0.88 as well) but lost 1 % at S8192 3 % and 2 % at S4096 1 % (0.75).
-inline constexpr double kTmaDqWaveFill = 0.85;
-bool scattered_dq_takes_tma(int64_t ctas_tma, int64_t ctas_cp_async, int multiprocessors);
+// H200 (B1 H16 D64, fwd+bwd minus fwd) the TMA dQ kernel took 5-6 % off S16384 1 % and S8192 0.1 % and 2 % off S8192
+// 1 % (waves filled 0.96 and 0.88 as well) but lost 1 % at S8192 3 % and 2 % at S4096 1 % (0.75).
+inline constexpr double kTmaWaveFill = 0.85;
+bool scattered_tma_fills_waves(int64_t ctas_tma, int64_t ctas_cp_async, int multiprocessors);
 
 // The warps per CTA of the dK/dV kernel of `width` on a device of `max_shared_bytes` opt-in shared memory per block:
 // 16 up to width 64 where their shared memory fits (SM90: 227 KiB), else 8 (SM80's 163 KiB at width 64: the 16-warp

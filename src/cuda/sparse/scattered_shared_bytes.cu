@@ -44,13 +44,13 @@ int scattered_dkdv_warps(int width, int max_shared_bytes) {
   return bytes.dkdv_wide <= max_shared_bytes ? bytes.wide_warps : kDkDvNarrowWarps;
 }
 
-bool scattered_dq_takes_tma(int64_t ctas_tma, int64_t ctas_cp_async, int multiprocessors) {
+bool scattered_tma_fills_waves(int64_t ctas_tma, int64_t ctas_cp_async, int multiprocessors) {
   if (multiprocessors <= 0 || ctas_tma <= 0 || ctas_cp_async <= 0) return multiprocessors > 0;
   auto wave_fill = [&](int64_t ctas) {
     const int64_t waves = (ctas + multiprocessors - 1) / multiprocessors;
     return static_cast<double>(ctas) / static_cast<double>(waves * multiprocessors);
   };
-  return wave_fill(ctas_tma) >= kTmaDqWaveFill * wave_fill(ctas_cp_async);
+  return wave_fill(ctas_tma) >= kTmaWaveFill * wave_fill(ctas_cp_async);
 }
 
 int scattered_least_shared_bytes(int width, bool backward) {

@@ -10,6 +10,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstddef>
@@ -106,7 +107,10 @@ DeviceFacts device_facts() {
 DeviceFacts current_device_facts() {
   DeviceFacts facts = device_facts();
   const int limit = shared_memory_limit.load(std::memory_order_relaxed);
-  if (limit > 0 && limit < facts.max_shared_bytes) facts.max_shared_bytes = limit;
+  if (limit > 0) {
+    facts.max_shared_bytes = std::min(facts.max_shared_bytes, limit);
+    facts.major = std::min(facts.major, 8);  // a smaller device has no sm_90 forms
+  }
   return facts;
 }
 

@@ -33,7 +33,8 @@ void run_scattered_backward(const AttentionBackward& problem, const detail::Atte
 
 // Tests: the shared memory per block the checks and launches above take the current device to have, at most
 // `bytes` (0: the device's own), so that a GPU with more runs the launches of a GPU with less (SM80's 8-warp
-// dK/dV kernel on an SM90) and shows their refusals.
+// dK/dV kernel on an SM90) and shows their refusals. While a limit is set the device also counts as one before
+// sm_90: the launches take the cp.async forms, as such a GPU would.
 void set_scattered_shared_memory_limit(int bytes);
 
 }  // namespace attnkit::cuda::sparse

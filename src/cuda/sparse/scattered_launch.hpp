@@ -66,7 +66,8 @@ void launch_scattered_backward_bf16(const ScatteredBackwardParams& p, int width,
 // filled at least kTmaWaveFill as well as the cp.async form's `ctas_cp_async` (256 rows a CTA), one CTA per
 // multiprocessor. The TMA form's walk is faster (its warps do not meet at every tile), its grid up to 7 % larger: on an
 // H200 (B1 H16 D64, fwd+bwd minus fwd) the TMA dQ kernel took 5-6 % off S16384 1 % and S8192 0.1 % and 2 % off S8192
-// 1 % (waves filled 0.96 and 0.88 as well) but lost 1 % at S8192 3 % and 2 % at S4096 1 % (0.75).
+// 1 % (waves filled 0.96 and 0.88 as well) but lost 1 % at S8192 3 % and 2 % at S4096 1 % (0.75); the TMA dK/dV
+// kernel on top took 6 % off S16384 1 %, 5 % off S8192 0.1 %, 2 % off 1 % and lost 2 % at 3 %.
 inline constexpr double kTmaWaveFill = 0.85;
 bool scattered_tma_fills_waves(int64_t ctas_tma, int64_t ctas_cp_async, int multiprocessors);
 

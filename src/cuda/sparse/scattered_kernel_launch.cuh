@@ -36,6 +36,16 @@ inline constexpr int kTmaWarps = 15;
 static_assert(kScatteredTile<32> == 256 && kScatteredTile<64> == 256 && kScatteredTile<128> == 128,
               "scattered_tile_columns (scattered_launch.hpp) names the kernels' tile");
 
+// Whether `kernel`'s sm_90 code is in the binary (a launcher reads it once per kernel); false without a usable device.
+inline bool has_sm90_code(const void* kernel) {
+  cudaFuncAttributes attributes{};
+  if (cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess) {
+    cudaGetLastError();  // this call's own error, cleared: the cp.async form runs instead
+    return false;
+  }
+  return attributes.binaryVersion >= 90;
+}
+
 // The producer-warp form (scattered_tma_pipeline.cuh) of the forward (Base ScatteredForwardParams) or of the dQ kernel
 // (ScatteredBackwardParams) where its sm_90 code is in the binary and TMA can express the K / V tiles; false
 // otherwise (nothing launched).
@@ -44,21 +54,10 @@ bool launch_tma_form(const Base& p, int32_t batch, cudaStream_t stream) {
   constexpr int kWarps = kTmaWarps;
   constexpr bool kForward = std::is_same_v<Base, ScatteredForwardParams>;
   using Traits = ScatteredTmaTraits<Element, kWarps>;
-  auto* kernel = [] {
-    if constexpr (kForward) {
-      return scattered_forward_tma_kernel<Element, kWarps>;
-    } else {
-      return scattered_backward_dq_tma_kernel<Element, kWarps>;
-    }
-  }();
-  static const bool compiled_for_sm90 = [&] {
-    cudaFuncAttributes attributes{};
-    if (cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess) {
-      cudaGetLastError();  // this call's own error, cleared: the cp.async form runs instead
-      return false;
-    }
-    return attributes.binaryVersion >= 90;
-  }();
+  using Rows = std::conditional_t<kForward, ScatteredForwardRows<Element, kTmaTileColumns>,
+                                  ScatteredGradQRows<Element, kTmaTileColumns>>;
+  auto* kernel = scattered_tma_rows_kernel<Element, kWarps, Rows, Base>;
+  static const bool compiled_for_sm90 = has_sm90_code(reinterpret_cast<const void*>(kernel));
   ScatteredTmaParams<Base> tp;
   if (!compiled_for_sm90 || !make_scattered_key_value_maps(p, batch, tp)) return false;
   check_cuda(raise_dynamic_shared_memory_once(kernel, Traits::kSharedBytes),
@@ -66,7 +65,7 @@ bool launch_tma_form(const Base& p, int32_t batch, cudaStream_t stream) {
   const dim3 grid((p.seq_q + Traits::kRows - 1) / Traits::kRows, p.heads_q, batch);
   if (grid.x == 0) return true;  // no query: no row to write
   kernel<<<grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(tp);
-  check_launch(kForward ? "scattered_forward_tma_kernel" : "scattered_backward_dq_tma_kernel");
+  check_launch(kForward ? "scattered_tma_rows_kernel (forward)" : "scattered_tma_rows_kernel (dQ)");
   return true;
 }
 
@@ -102,14 +101,7 @@ bool launch_dkdv_tma(const ScatteredBackwardParams& p, cudaStream_t stream) {
   constexpr int kWarps = kTmaWarps;
   using Traits = ScatteredTmaKeyTraits<Element, kWarps>;
   auto* kernel = scattered_backward_dkdv_tma_kernel<Element, kWarps>;
-  static const bool compiled_for_sm90 = [&] {
-    cudaFuncAttributes attributes{};
-    if (cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess) {
-      cudaGetLastError();  // this call's own error, cleared: the cp.async form runs instead
-      return false;
-    }
-    return attributes.binaryVersion >= 90;
-  }();
+  static const bool compiled_for_sm90 = has_sm90_code(reinterpret_cast<const void*>(kernel));
   ScatteredTmaKeyParams tp;
   if (!compiled_for_sm90 || !make_scattered_query_maps(p, tp)) return false;
   check_cuda(raise_dynamic_shared_memory_once(kernel, Traits::kSharedBytes), "scattered dK/dV (TMA) shared memory");

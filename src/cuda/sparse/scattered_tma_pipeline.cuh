@@ -1,5 +1,5 @@
-// The producer-warp pipeline of the scattered kernels (sm_90, width 64): the forward (scattered_forward_tma_kernel)
-// and the dQ kernel (scattered_backward_dq_tma_kernel) stream K and V tiles, the dK/dV kernel
+// The producer-warp pipeline of the scattered kernels (sm_90, width 64): the forward and the dQ kernel
+// (scattered_tma_rows_kernel) stream K and V tiles, the dK/dV kernel
 // (scattered_backward_dkdv_tma_kernel) Q and dO tiles with their lse2 and delta rows; each walks its warps' lists as
 // its cp.async form does (scattered_forward_kernel.cuh, scattered_backward_dq_kernel.cuh,
 // scattered_backward_dkdv_kernel.cuh), with the tiles staged by TMA instead of by every thread.
@@ -77,13 +77,10 @@ struct ScatteredTmaTraits : ScatteredTileShape<kTmaTileColumns, Warps> {
 
 // The Q / dO stages of the dK/dV kernel: the two tiles, then the tile's lse2 and delta (256 floats each).
 template <class Element, int Warps>
-struct ScatteredTmaKeyTraits : ScatteredTileShape<kTmaTileColumns, Warps> {
-  using Shape = ScatteredTileShape<kTmaTileColumns, Warps>;
-  static_assert(Shape::kTile == kTmaTileKeys, "one TMA box a staged tile");
-  static constexpr int kThreads = (Warps + 1) * 32;
-  static constexpr int kTileBytes = Shape::kTileElements * int(sizeof(Element));
-  static constexpr int kFloatBytes = Shape::kTile * 4;
-  using Storage = ScatteredTmaStorage<2 * kTileBytes + 2 * kFloatBytes, Shape::kTile, Warps>;
+struct ScatteredTmaKeyTraits : ScatteredTmaTraits<Element, Warps> {
+  using Base = ScatteredTmaTraits<Element, Warps>;
+  static constexpr int kFloatBytes = Base::kTile * 4;
+  using Storage = ScatteredTmaStorage<2 * Base::kTileBytes + 2 * kFloatBytes, Base::kTile, Warps>;
   static constexpr int kSharedBytes = Storage::kSharedBytes;
 };
 
@@ -189,21 +186,14 @@ __device__ __forceinline__ void scattered_tma_rows(const ScatteredTmaParams<Base
   rows.store(p, batch, head, first_row, lane);
 }
 
-template <class Element, int Warps>
+// The forward (Rows ScatteredForwardRows, Base ScatteredForwardParams) and the dQ kernel (ScatteredGradQRows,
+// ScatteredBackwardParams).
+template <class Element, int Warps, class Rows, class Base>
 __global__ void __launch_bounds__((Warps + 1) * 32, 1)
-    scattered_forward_tma_kernel(const __grid_constant__ ScatteredTmaForwardParams tp) {
+    scattered_tma_rows_kernel(const __grid_constant__ ScatteredTmaParams<Base> tp) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(1024) unsigned char tma_shared[];  // TMA's 128-byte swizzle repeats every 1024 bytes
-  scattered_tma_rows<Element, Warps, ScatteredForwardRows<Element, kTmaTileColumns>>(tp, tma_shared);
-#endif  // sm_90 (the launcher runs this kernel only where its sm_90 code was built)
-}
-
-template <class Element, int Warps>
-__global__ void __launch_bounds__((Warps + 1) * 32, 1)
-    scattered_backward_dq_tma_kernel(const __grid_constant__ ScatteredTmaGradQParams tp) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  extern __shared__ __align__(1024) unsigned char tma_shared[];  // TMA's 128-byte swizzle repeats every 1024 bytes
-  scattered_tma_rows<Element, Warps, ScatteredGradQRows<Element, kTmaTileColumns>>(tp, tma_shared);
+  scattered_tma_rows<Element, Warps, Rows>(tp, tma_shared);
 #endif  // sm_90 (the launcher runs this kernel only where its sm_90 code was built)
 }
 

@@ -56,8 +56,8 @@ function(attnkit_generate_gemm_kernels sources_var)
     if(tier STREQUAL "sm90")
       _attnkit_check_gemm_field("${row}" type "${type}" "f16|bf16|tf32|3xtf32" "f16, bf16, tf32, 3xtf32 for sm90")
       _attnkit_check_gemm_field("${row}" stages "${stages}" "auto" "auto for sm90")
-      _attnkit_check_gemm_field("${row}" schedule "${schedule}" "coop|pingpong|streamk|splitk|swapped_splitk"
-                                "coop, pingpong, streamk, splitk, swapped_splitk for sm90")
+      _attnkit_check_gemm_field("${row}" schedule "${schedule}" "coop|pingpong|streamk|splitk|swapped_splitk|pingpong_swapped_splitk"
+                                "coop, pingpong, streamk, splitk, swapped_splitk, pingpong_swapped_splitk for sm90")
       # Swapped split-K exchanges A and B in every layout: 16-bit wgmma reads either operand K- or MN-major from
       # shared memory; TF32 reads an MN-major CUTLASS A (the weight of x @ W) through registers and needs a K-major
       # CUTLASS B, which A^T is only for a K-major A; the 3xTF32 mainloop writes both operands K-major as it splits
@@ -68,10 +68,10 @@ function(attnkit_generate_gemm_kernels sources_var)
       endif()
       # CUTLASS's Hopper builder tiles M with 64-row wgmma atoms: cooperative schedules (coop, streamk, splitk,
       # swapped_splitk, whose tile is C^T's) split a tile's M between two consumer warp groups (a multiple of 128),
-      # ping-pong gives each warp group a whole tile (a multiple of 64).
+      # ping-pong (pingpong, pingpong_swapped_splitk) gives each warp group a whole tile (a multiple of 64).
       string(REGEX MATCH "^[0-9]+" sm90_tile_m "${tile}")
       math(EXPR sm90_tile_m_rest "${sm90_tile_m} % 128")
-      if(schedule STREQUAL "pingpong")
+      if(schedule MATCHES "^pingpong")
         math(EXPR sm90_tile_m_rest "${sm90_tile_m} % 64")
       endif()
       # The 3xTF32 mainloop (src/cuda/gemm/gemm_sm90_3xtf32_mainloop.cuh) has both consumer warp groups split the
@@ -84,7 +84,7 @@ function(attnkit_generate_gemm_kernels sources_var)
       if(NOT sm90_tile_m_rest EQUAL 0)
         message(FATAL_ERROR "cmake/attnkit_gemm_kernels.cmake: row \"${row}\": tile M ${sm90_tile_m} with schedule "
                             "${schedule}; allowed: a multiple of 128 for coop, streamk, splitk and swapped_splitk, "
-                            "of 64 for pingpong")
+                            "of 64 for pingpong and pingpong_swapped_splitk")
       endif()
       if(sm80_seen)
         message(FATAL_ERROR "cmake/attnkit_gemm_kernels.cmake: row \"${row}\" follows an sm80 row; allowed: every "
@@ -144,6 +144,8 @@ function(attnkit_generate_gemm_kernels sources_var)
         set(schedule_type CooperativeSplitK)
       elseif(schedule STREQUAL "swapped_splitk")
         set(schedule_type CooperativeSplitKSwapped)
+      elseif(schedule STREQUAL "pingpong_swapped_splitk")
+        set(schedule_type PingPongSplitKSwapped)
       else()
         set(schedule_type PingPong)
       endif()

@@ -26,7 +26,8 @@
 #             batch-1 problems with small grids and a K that divides into slices) | swapped_splitk (split-K on
 #             C^T = B^T A^T: the weight's wide N is wgmma's M, the tile's 128 rows, and decode's few tokens of M
 #             its N, a 64-wide tile; C^T stored column-major is C row-major; fp32 rows also in one slice where M
-#             fits the 64 columns); sm80: -
+#             fits the 64 columns) | pingpong_swapped_splitk (the same on a 64-row tile of one consumer warp group,
+#             the ping-pong mainloop; 16-bit decode of M <= 16 in 2 or more slices); sm80: -
 #   set       dev: in every build | full: only with -DATTNKIT_KERNEL_SET=full (the default)
 #
 # The name of a row (its config id, the plan's TunedConfig name and ATTNKIT_GEMM_CONFIG's value) is
@@ -46,7 +47,8 @@
 # (M 65-128, 256 x 256 x 65536: 8 tiles x 16 slices, 24.2 us on an H200, against 4 tiles x 32 slices, 27.7 us), while
 # the fp32 128-row rows, listed first, keep those (their swapped rows measured slower there: TF32 256 x 256 x 65536
 # 74.9 against 57.9 us of cuBLAS). Tile M: a multiple of 128 for
-# coop, streamk, splitk and swapped_splitk (two consumer warp groups split it), of 64 for pingpong (enforced).
+# coop, streamk, splitk and swapped_splitk (two consumer warp groups split it), of 64 for pingpong and
+# pingpong_swapped_splitk (enforced).
 # fp32 on Hopper: TF32 rows from CUTLASS's builder in every layout (TF32 wgmma reads K-major shared memory only:
 # an MN-major A goes through registers, an MN-major B beside an MN-major A is transposed in shared memory, one
 # beside a K-major A is handled by computing C^T = B^T A^T, src/cuda/gemm/gemm_sm90.cuh), K tile 32 (128 bytes of
@@ -66,17 +68,21 @@
 # stream-K and split-K rows of the two common layouts (a=k b=mn, a=k b=k; the full set adds the A MN-major
 # ones, which weight gradients of small grids use), and fp32 (tf32 and 3xtf32) on Hopper and on sm80 for those two
 # layouts (sm80: 12-20 s each); fp32 in the other layouts runs on the SIMT fallback in a dev build.
-# Decode (M 1-64 tokens against a 16-bit weight of N x K, N about 4096): the swapped split-K rows of the two common
-# layouts (dev set; x @ W is a=k b=mn, x @ W^T a=k b=k), tile 128 of N x 64 of M x 64 of K, as many stages as fit
-# (about 8), the K split so that 128 of 132 SMs stream the weight (32 tiles x 4 slices at N = 4096). One 64-wide
-# tile serves every M up to 64: a K tile's wgmma work (128 x 64 x 64, about 0.14 us of an SM) is under a third of
-# the time its 16 KB of weight take to arrive at an SM's share of the bandwidth (about 0.5 us), so 16- or 32-wide
-# tiles would add instantiations without shortening the loads. The weight's bytes bound them: 1 x 4096 x 4096
-# reads about 33.6 MB, about 7.8 us at an H200's 4.3 TB/s, plus the ordered sum
-# of the fp32 partials (a second launch): about 10 us expected; 64 x 4096 x 4096 about 34.5 MB, 8 us, 10-11 us with
-# the sum (estimates, not yet measured; src/cuda/gemm/gemm_sm90.cuh, CooperativeSplitKSwapped). They refuse batches
-# (a batch of packed tokens sharing B is folded into M first: fold_broadcast_batch, gemm_shape.hpp), K that does not
-# divide into slices of 16-byte multiples, and grids too large for split-K: the other rows run those.
+# Decode (M 1-64 tokens against a 16-bit weight of N x K, N about 4096), in the two common layouts (dev set; x @ W is
+# a=k b=mn, x @ W^T a=k b=k): M 1-16 on the pingpong_swapped_splitk rows, C^T's tile 64 weight rows x 16 tokens x 64
+# of K (one consumer warp group, about 20 stages of 10 KB), the K split in 2 so that 128 of 132 SMs stream the weight
+# (64 tiles x 2 slices at N = 4096); M 17-48 on the swapped_splitk rows, 128 weight rows x 64 tokens (32 tiles x 4
+# slices); M 49-64 where 64 x 32 tiles (pingpong, clusters of 1 x 2 sharing the tokens' tile) fill one wave (N 3800-
+# 4224) on those tiles in one launch, without the ordered sum's second one (gemm_token_tile, gemm_registry.hpp; the
+# waves model never picks them). The weight's bytes bound these problems: 1 x 4096 x 4096 reads 33.6 MB, 7.8 us at an
+# H200's 4.3 TB/s, plus the ordered sum. Measured (H200, docs/perf.md: "Decode on token tiles"), bf16 by CUDA graph
+# against cuBLAS: 1 x 4096 x 4096 12.5 against 13.4 us (the 128 x 64 row: 13.4), 16 x 4096 x 4096 13.3 / 13.2 (13.9),
+# 64 x 4096 x 4096 13.3 / 11.5 (14.2, and per call 0.93x against 0.70x). The 64-row tile of 16 tokens streams the
+# weight faster than the 128 x 64 one wherever it sits in L2 (main kernel 7.3-9.0 against 10.3-11.2 us) and as fast
+# from DRAM (11.1-11.3 against 11.2-11.9 us); a 64-row tile of 64 tokens' columns whose tokens are mostly past M
+# loads slowly (64 x 32 at M = 1: 26.5 us), hence M 49-64 only there. They refuse batches (a batch of packed tokens
+# sharing B is folded into M first: fold_broadcast_batch, gemm_shape.hpp), K that does not divide into slices of
+# 16-byte multiples, and grids too large for split-K: the other rows run those.
 # Misaligned problems run on these rows too, with the operands that miss a row's rule copied into aligned
 # workspace first (src/cuda/gemm/gemm_staging.hpp): no extra instances.
 set(ATTNKIT_GEMM_KERNEL_TABLE
@@ -101,8 +107,16 @@ set(ATTNKIT_GEMM_KERNEL_TABLE
   "sm90  bf16    mn  k   128x128x64  1x1  auto   streamk  full"
   "sm90  f16     mn  mn  128x128x64  1x1  auto   streamk  full"
   "sm90  f16     mn  k   128x128x64  1x1  auto   streamk  full"
+  "sm90  bf16    k   mn  64x32x64    1x2  auto   pingpong dev"
+  "sm90  bf16    k   k   64x32x64    1x2  auto   pingpong dev"
+  "sm90  bf16    k   mn  64x16x64    1x1  auto   pingpong_swapped_splitk dev"
+  "sm90  bf16    k   k   64x16x64    1x1  auto   pingpong_swapped_splitk dev"
   "sm90  bf16    k   mn  128x64x64   1x1  auto   swapped_splitk dev"
   "sm90  bf16    k   k   128x64x64   1x1  auto   swapped_splitk dev"
+  "sm90  f16     k   mn  64x32x64    1x2  auto   pingpong dev"
+  "sm90  f16     k   k   64x32x64    1x2  auto   pingpong dev"
+  "sm90  f16     k   mn  64x16x64    1x1  auto   pingpong_swapped_splitk dev"
+  "sm90  f16     k   k   64x16x64    1x1  auto   pingpong_swapped_splitk dev"
   "sm90  f16     k   mn  128x64x64   1x1  auto   swapped_splitk dev"
   "sm90  f16     k   k   128x64x64   1x1  auto   swapped_splitk dev"
   "sm90  bf16    k   mn  128x128x64  1x1  auto   splitk   dev"

@@ -552,6 +552,20 @@ TEST(CudaGemmSelection, WavesCostModelPicksSmallTilesForSmallGridsAnd128x256ForL
   EXPECT_EQ(choose({big, tall_split_k, split_k}, 1024, 1024, 16384), 1);
   EXPECT_EQ(choose({big, tall_split_k, split_k}, 256, 4096, 16384), 1);
   EXPECT_EQ(choose({big, tall_split_k, split_k}, 384, 256, 3000), 2);
+  // Token tiles (64 x 32) run where M fills one tile row to more than three quarters and their tiles fill 0.9 to
+  // 1.0 of one wave, ahead of split-K; nowhere else, and never by the waves model.
+  const GemmCandidate token{64, 32, false, false, false, true};
+  const std::vector<GemmCandidate> with_token = {big, small, stream_k, token, swapped_split_k};
+  EXPECT_EQ(choose(with_token, 64, 4096, 4096), 3);
+  EXPECT_EQ(choose(with_token, 49, 4096, 16384), 3);
+  EXPECT_EQ(choose(with_token, 64, 3840, 4096), 3);  // 120 tiles
+  EXPECT_EQ(choose(with_token, 48, 4096, 4096), 4);
+  EXPECT_EQ(choose(with_token, 64, 4096, 4096, 2), 4);
+  EXPECT_EQ(choose(with_token, 64, 3712, 4096), 4);  // 116 tiles: under 0.9 of the SMs
+  EXPECT_EQ(choose(with_token, 64, 4480, 4096), 4);  // 140 tiles: a second wave
+  EXPECT_EQ(choose({big, small, token}, 512, 512, 4096), 1);
+  EXPECT_EQ(cuda::gemm::gemm_token_tile_fills_one_wave(64, 4096, 1, 64, 32, 132), true);
+  EXPECT_EQ(cuda::gemm::gemm_token_tile_fills_one_wave(65, 4096, 1, 64, 32, 132), false);
   // Stream-K when even the chosen tile leaves more than half the SMs idle (16 x 4096: 32 tiles of 64 x 128).
   EXPECT_EQ(choose({big, small, stream_k}, 16, 4096, 4099), 2);
   EXPECT_EQ(choose({big, small, stream_k}, 1024, 1024, 1024), 1);  // 128 tiles of 64 x 128
@@ -593,14 +607,22 @@ TEST(CudaGemmSelection, SmallGridsRunThe64x128PingPongRowsAndLargeOnesThe128x256
       };
       expect(1024, 1024, 1024, 1, "64x128x64_c1x1_pingpong");
       expect(256, 4096, 4096, 1, "64x128x64_c1x1_pingpong");
-      for (const int64_t m : {2, 16, 64}) {  // M 1-2, B MN-major: Narrow16BitDecodeShapesSelectTheNarrowKernel
+      for (const int64_t m : {2, 16, 17, 48, 49, 64}) {  // M 1-2, B MN-major: Narrow16BitDecodeShapesSelect...
         if (m == 2 && !b_k_major) continue;
         expect(m, 16384, 4096, 1, "64x128x64_c1x1_pingpong");
         expect(m, 16384, 16384, 1, "64x128x64_c1x1_pingpong");
-        // Long K on a small grid: split-K's rule holds (32 tiles of 64 x 128, 4 slices), on the swapped rows.
-        expect(m, 4096, 4096, 1, "128x64x64_c1x1_swapped_splitk");
-        expect(m, 4096, 16384, 1, "128x64x64_c1x1_swapped_splitk");
+        // Long K on a small grid: split-K's rule holds, on the swapped rows: M <= 16 on 64 weight rows x 16 tokens
+        // (64 tiles, 2 slices), M 17-48 on 128 x 64 (32 tiles, 4 slices); M 49-64 fills the 64 x 32 token tiles'
+        // one wave (128 tiles) and runs there in one launch.
+        const std::string decode = m <= 16   ? "64x16x64_c1x1_pingpong_swapped_splitk"
+                                   : m <= 48 ? "128x64x64_c1x1_swapped_splitk"
+                                             : "64x32x64_c1x2_pingpong";
+        expect(m, 4096, 4096, 1, decode);
+        expect(m, 4096, 16384, 1, decode);
       }
+      // The token tiles only where they fill one wave: not 2 waves at N 8192, nor a quarter of the SMs at 1024.
+      expect(64, 8192, 4096, 1, "128x128x64_c1x1_streamk");
+      expect(64, 1024, 4096, 1, "128x64x64_c1x1_swapped_splitk");
       expect(128, 4096, 4096, 1, "128x128x64_c1x1_splitk");
       expect(256, 256, 65536, 1, "128x64x64_c1x1_swapped_splitk");
       expect(2048, 2048, 2048, 1, "128x256x64_c2x1_coop");
@@ -1488,7 +1510,10 @@ TEST_F(CudaGemmKernelChoice, ForcedSwappedSplitKRowsMatchTheOracleOnDecodeShapes
       s.batch_a = 3, s.batch_b = 1, s.batch_c = 3, s.packed_batches = true;
       if (forced_run_matches_oracle(*kernel, s, precision, 195 + (transpose_b ? 1 : 0))) ++runs;
     }
-    EXPECT_EQ(runs, static_cast<int>(shapes.size()) + 2) << kernel->name;
+    // The rows of 16 token columns take M <= 16 in 2 slices (K of two halves of whole 16-byte vectors): M 1 and the
+    // two staged shapes, and C column-major (M 16); not M 7 / 16 with K 4104, M 64, nor the 48 packed rows.
+    const bool token_rows = std::string(kernel->name).find("x16x64_c1x1_pingpong_swapped") != std::string::npos;
+    EXPECT_EQ(runs, token_rows ? 4 : static_cast<int>(shapes.size()) + 2) << kernel->name;
     ++rows;
   }
   detail::clear_gemm_plans();

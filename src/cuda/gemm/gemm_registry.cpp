@@ -75,11 +75,28 @@ double gemm_tile_cost(int64_t m, int64_t n, int64_t k, int64_t batch, int tile_m
   return waves * tile_work / gemm_tile_efficiency(tile_m, tile_n);
 }
 
+bool gemm_token_tile(const GemmKernel& kernel) {
+  return kernel.tier == GemmTier::sm90 && !kernel.split_k && !kernel.stream_k &&
+         int64_t{kernel.tile_m} * kernel.tile_n < 64 * 128;
+}
+
+bool gemm_token_tile_fills_one_wave(int64_t m, int64_t n, int64_t batch, int tile_m, int tile_n, int multiprocessors) {
+  if (batch != 1 || m > tile_m || 4 * m <= 3 * int64_t{tile_m}) return false;
+  const int64_t tiles = output_tiles(m, n, batch, tile_m, tile_n);
+  return tiles <= multiprocessors && 10 * tiles >= 9 * int64_t{multiprocessors};
+}
+
 int choose_gemm_candidate(int64_t m, int64_t n, int64_t k, int64_t batch, const std::vector<GemmCandidate>& accepted,
                           int multiprocessors) {
   int split_k = -1, stream_k = -1, data_parallel = -1;
   double best = 0.0;
   int64_t split_k_area = 0;
+  for (int i = 0; i < static_cast<int>(accepted.size()); ++i) {
+    const GemmCandidate& c = accepted[static_cast<size_t>(i)];
+    if (c.token_tile && gemm_token_tile_fills_one_wave(m, n, batch, c.tile_m, c.tile_n, multiprocessors)) {
+      return i;
+    }
+  }
   for (int i = 0; i < static_cast<int>(accepted.size()); ++i) {
     const GemmCandidate& c = accepted[static_cast<size_t>(i)];
     if (c.split_k) {
@@ -89,7 +106,7 @@ int choose_gemm_candidate(int64_t m, int64_t n, int64_t k, int64_t batch, const 
       if (split_k < 0 || area < split_k_area) split_k = i, split_k_area = area;
     } else if (c.stream_k) {
       if (stream_k < 0) stream_k = i;
-    } else {
+    } else if (!c.token_tile) {
       const double cost = gemm_tile_cost(m, n, k, batch, c.tile_m, c.tile_n, multiprocessors, c.overlaps_epilogue);
       if (data_parallel < 0 || cost < best) data_parallel = i, best = cost;
     }
@@ -215,8 +232,8 @@ GemmChoice select_gemm_kernel(const GemmShape& shape, const GemmDevice& device, 
     GemmStaging staging;
     if (!gemm_kernel_refusal(*kernel, shape, device, &staging).empty()) continue;
     accepted.push_back({kernel, staging});
-    candidates.push_back(
-        {kernel->tile_m, kernel->tile_n, kernel->split_k, kernel->stream_k, kernel->overlaps_epilogue});
+    candidates.push_back({kernel->tile_m, kernel->tile_n, kernel->split_k, kernel->stream_k, kernel->overlaps_epilogue,
+                          gemm_token_tile(*kernel)});
   }
   const int chosen = choose_gemm_candidate(shape.m, shape.n, shape.k, shape.batch, candidates, device.multiprocessors);
   if (chosen >= 0) return accepted[static_cast<size_t>(chosen)];

@@ -60,13 +60,22 @@ struct GemmCandidate {
   bool split_k = false;
   bool stream_k = false;
   bool overlaps_epilogue = false;
+  bool token_tile = false;  // a Hopper data-parallel tile smaller than 64 x 128 (gemm_token_tile)
 };
 
+// Hopper data-parallel tiles smaller than 64 x 128 (token tiles: 64 x 32 in clusters of 1 x 2, whose pair shares the
+// tokens' tile) serve one case only: a batch-1 problem whose M fills one tile row to more than three quarters and
+// whose tiles fill 0.9 to 1.0 of one wave (64 x 4096 x K: 128 tiles). It runs there in one launch, ahead of split-K
+// and its second launch (H200, docs/perf.md: bf16 64 x 4096 x 4096 13.4 against 14.2 us by CUDA graph, per call
+// 0.90x cuBLAS against 0.70x); elsewhere the waves model below never sees them.
+bool gemm_token_tile(const GemmKernel& kernel);
+bool gemm_token_tile_fills_one_wave(int64_t m, int64_t n, int64_t batch, int tile_m, int tile_n, int multiprocessors);
+
 // The index in `accepted` (rows of one tier and math that accept the problem, in table order) of the row the
-// problem runs on, -1 when empty: the split-K row of the least padded output (tiles x tile_m x tile_n; the first
-// of equal ones); else the data-parallel row of the smallest
-// gemm_tile_cost (the first of equal ones), unless its tiles (times the batch) would occupy fewer than half the
-// SMs and a stream-K row accepts (the first); else the first stream-K row. Pure: tests call it on the CPU.
+// problem runs on, -1 when empty: a token-tile row that fills one wave (above; the first); else the split-K row of
+// the least padded output (tiles x tile_m x tile_n; the first of equal ones); else the data-parallel row of the
+// smallest gemm_tile_cost (the first of equal ones), unless its tiles (times the batch) would occupy fewer than half
+// the SMs and a stream-K row accepts (the first); else the first stream-K row. Pure: tests call it on the CPU.
 int choose_gemm_candidate(int64_t m, int64_t n, int64_t k, int64_t batch, const std::vector<GemmCandidate>& accepted,
                           int multiprocessors);
 

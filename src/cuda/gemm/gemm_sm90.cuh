@@ -135,6 +135,23 @@ struct CooperativeSplitKSwapped {
   static constexpr bool kSplitK = true;
   static constexpr bool kSwapped = true;
   static constexpr bool kOverlapsEpilogue = false;
+  static constexpr int kLeastSlices = kMinSplitKSlices;
+};
+// Swapped split-K on 64 weight rows a tile (one wgmma warp group, the ping-pong mainloop), for the fewest tokens
+// (M within the tile's 16 columns): at N = 4096 its 64 weight tiles in 2 K slices put 128 CTAs on the weight, each
+// streaming 64 rows of half of K through about 20 stages of 8 KB of weight. Its CTAs stream faster than the 128-row
+// tile's where the weight sits in L2 and as fast from DRAM (H200: bf16 1-16 x 4096 x 4096 main kernel 7.3-9.0
+// against 10.3-11.2 us, 11.1-11.3 against 11.2-11.9 with eight weights in turn), so it runs M <= 16 (the least
+// padded split-K row there).
+struct PingPongSplitKSwapped {
+  using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+  using Epilogue = cutlass::epilogue::TmaWarpSpecialized;
+  using Scheduler = cutlass::gemm::PersistentScheduler;
+  static constexpr bool kStreamK = false;
+  static constexpr bool kSplitK = true;
+  static constexpr bool kSwapped = true;
+  static constexpr bool kOverlapsEpilogue = false;
+  static constexpr int kLeastSlices = 2;
 };
 
 // The operand tag of the 3xTF32 rows: fp32 in and out with fp32-level error, computed by the mainloop of
@@ -217,6 +234,10 @@ struct Sm90Gemm {
   static constexpr bool kStreamK = Schedule::kStreamK;
   static constexpr bool kOverlapsEpilogue = Schedule::kOverlapsEpilogue;
   static constexpr bool kSwappedSplitK = Schedule::kSwapped;
+  static constexpr int kLeastSlices = [] {
+    if constexpr (Schedule::kSwapped) return Schedule::kLeastSlices;
+    return kMinSplitKSlices;
+  }();
 };
 
 // The K slices of a split-K row for `s` (0: the row refuses it): the swapped rows' rule (one slice for fp32 M within
@@ -225,7 +246,7 @@ template <class Gemm>
 int split_k_slices_of(const GemmShape& s, const GemmDevice& device) {
   if constexpr (Gemm::kSwappedSplitK) {
     return gemm_swapped_split_k_slices(s, Gemm::kProblemTileM, Gemm::kProblemTileN, Gemm::kTileK,
-                                       device.multiprocessors);
+                                       device.multiprocessors, Gemm::kLeastSlices);
   } else {
     return gemm_split_k_slices(s, Gemm::kProblemTileM, Gemm::kProblemTileN, Gemm::kTileK, device.multiprocessors);
   }
@@ -339,7 +360,8 @@ std::string refusal(const GemmShape& s, const GemmDevice& device) {
     if (slices == 0) {
       return "split-K runs batch-1 problems with fewer output tiles than a third of the SMs (half for fp32) and a "
              "K that divides into at least 3 slices (2 for fp32) of at least 4 K tiles, each a multiple of 16 bytes "
-             "(swapped fp32 rows: also one slice for M within the tile's 64 columns and K a multiple of 4)";
+             "(swapped fp32 rows: also one slice for M within the tile's 64 columns and K a multiple of 4; the "
+             "64-row ping-pong swapped rows: M within their 16 token columns, 2 slices or more)";
     }
   }
   // M and K rounded up for CUTLASS's packed-tensor alignment check (see above): TMA bounds the loads of A and

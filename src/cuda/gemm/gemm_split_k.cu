@@ -64,13 +64,13 @@ void launch_sum(unsigned blocks, bool programmatic, cudaStream_t stream, const f
 
 }  // namespace
 
-int gemm_split_k_slices(const GemmShape& s, int tile_m, int tile_n, int tile_k, int multiprocessors) {
+int gemm_split_k_slices(const GemmShape& s, int tile_m, int tile_n, int tile_k, int multiprocessors, int least_16_bit) {
   if (s.batch != 1 || s.product_zero || tile_m <= 0 || tile_n <= 0 || tile_k <= 0 || s.m <= 0 || s.n <= 0) return 0;
   const int64_t tiles = (s.m + tile_m - 1) / tile_m * ((s.n + tile_n - 1) / tile_n);
   const int64_t most = std::min<int64_t>(multiprocessors / tiles, kMaxSplitKSlices);
   // Slice offsets along K stay 16-byte aligned (TMA's rule for the batch stride that addresses them).
   const int64_t vector = 16 / static_cast<int64_t>(dtype_size(s.dtype));
-  const int least = s.dtype == DType::f32 ? kMinSplitKSlicesFp32 : kMinSplitKSlices;
+  const int least = s.dtype == DType::f32 ? kMinSplitKSlicesFp32 : least_16_bit;
   for (int64_t slices = most; slices >= least; --slices) {
     if (s.k % slices != 0) continue;
     const int64_t slice = s.k / slices;
@@ -79,8 +79,11 @@ int gemm_split_k_slices(const GemmShape& s, int tile_m, int tile_n, int tile_k, 
   return 0;
 }
 
-int gemm_swapped_split_k_slices(const GemmShape& s, int tile_m, int tile_n, int tile_k, int multiprocessors) {
-  const int slices = gemm_split_k_slices(s, tile_m, tile_n, tile_k, multiprocessors);
+int gemm_swapped_split_k_slices(const GemmShape& s, int tile_m, int tile_n, int tile_k, int multiprocessors,
+                                int least_16_bit) {
+  // Token tiles narrower than 64 columns (the ping-pong rows of 64 weight rows) take only the tokens of one tile.
+  if (tile_m < 64 && s.m > tile_m) return 0;
+  const int slices = gemm_split_k_slices(s, tile_m, tile_n, tile_k, multiprocessors, least_16_bit);
   if (slices > 0 || s.dtype != DType::f32) return slices;
   if (s.batch != 1 || s.product_zero || tile_m <= 0 || s.m <= 0 || s.m > tile_m || s.n <= 0 || s.k <= 0) return 0;
   return s.k % 4 == 0 ? 1 : 0;  // K of whole 16-byte vectors, as the slices of the rule above

@@ -33,8 +33,10 @@ inline constexpr int kMaxSplitKSlices = 64;
 inline constexpr int kMinSplitKTilesPerSlice = 4;  // K tiles each slice's main loop runs at least
 
 // The slice count for `shape` on a kernel with tiles of tile_m x tile_n x tile_k and a device of
-// `multiprocessors` SMs; 0 when split-K does not apply (see above).
-int gemm_split_k_slices(const GemmShape& shape, int tile_m, int tile_n, int tile_k, int multiprocessors);
+// `multiprocessors` SMs; 0 when split-K does not apply (see above). least_16_bit: the fewest slices of a 16-bit
+// problem (the 64-row swapped rows: 2).
+int gemm_split_k_slices(const GemmShape& shape, int tile_m, int tile_n, int tile_k, int multiprocessors,
+                        int least_16_bit = kMinSplitKSlices);
 
 // The slice count of a swapped split-K row (C^T = B^T A^T: tile_m of the problem's M is the tile's 64 wgmma
 // columns). The rule above; and for fp32 (TF32, 3xTF32), where it gives none, one slice when M fits one column of
@@ -42,8 +44,9 @@ int gemm_split_k_slices(const GemmShape& shape, int tile_m, int tile_n, int tile
 // decode against N 14336-16384: 112-128 tiles of 128 weight rows), and the tokens pad to 64 wgmma columns instead of
 // the 128 or 256 rows of the other fp32 rows' tiles. The partial sums of one slice are M x N fp32 (1 MiB at 16 x
 // 16384), small beside the weight (256 MiB). The 16-bit rows keep the rule above (their 64 x 128 ping-pong rows take
-// those grids).
-int gemm_swapped_split_k_slices(const GemmShape& shape, int tile_m, int tile_n, int tile_k, int multiprocessors);
+// those grids). A token tile narrower than 64 columns (tile_m: the 64-row ping-pong rows' 16) takes only M <= tile_m.
+int gemm_swapped_split_k_slices(const GemmShape& shape, int tile_m, int tile_n, int tile_k, int multiprocessors,
+                                int least_16_bit = kMinSplitKSlices);
 
 // Bytes of the fp32 partial sums of `slices` slices of shape's M x N (256-byte aligned).
 int64_t gemm_split_k_partial_bytes(const GemmShape& shape, int slices);

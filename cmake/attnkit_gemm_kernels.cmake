@@ -71,7 +71,7 @@
 # Decode (M 1-64 tokens against a 16-bit weight of N x K, N about 4096), in the two common layouts (dev set; x @ W is
 # a=k b=mn, x @ W^T a=k b=k): M 1-16 on the pingpong_swapped_splitk rows, C^T's tile 64 weight rows x 16 tokens x 64
 # of K (one consumer warp group, about 20 stages of 10 KB), the K split in 2 so that 128 of 132 SMs stream the weight
-# (64 tiles x 2 slices at N = 4096); M 17-48 on the swapped_splitk rows, 128 weight rows x 64 tokens (32 tiles x 4
+# (64 tiles x 2 slices at N = 4096; one slice where the tiles fill 0.9 to 2 waves, N 7600-16896); M 17-48 on the swapped_splitk rows, 128 weight rows x 64 tokens (32 tiles x 4
 # slices); M 49-64 where 64 x 32 tiles (pingpong, clusters of 1 x 2 sharing the tokens' tile) fill one wave (N 3800-
 # 4224) on those tiles in one launch, without the ordered sum's second one (gemm_token_tile, gemm_registry.hpp; the
 # waves model never picks them). The weight's bytes bound these problems: 1 x 4096 x 4096 reads 33.6 MB, 7.8 us at an

@@ -609,8 +609,12 @@ TEST(CudaGemmSelection, SmallGridsRunThe64x128PingPongRowsAndLargeOnesThe128x256
       expect(256, 4096, 4096, 1, "64x128x64_c1x1_pingpong");
       for (const int64_t m : {2, 16, 17, 48, 49, 64}) {  // M 1-2, B MN-major: Narrow16BitDecodeShapesSelect...
         if (m == 2 && !b_k_major) continue;
-        expect(m, 16384, 4096, 1, "64x128x64_c1x1_pingpong");
-        expect(m, 16384, 16384, 1, "64x128x64_c1x1_pingpong");
+        // A wide weight: M <= 16 on the 64-row token tiles in one slice (256 tiles: under 2 waves), else 64 x 128.
+        const std::string wide = m <= 16 ? "64x16x64_c1x1_pingpong_swapped_splitk" : "64x128x64_c1x1_pingpong";
+        expect(m, 16384, 4096, 1, wide);
+        expect(m, 16384, 16384, 1, wide);
+        expect(m, 11008, 4096, 1, wide);
+        expect(m, 32768, 4096, 1, "64x128x64_c1x1_pingpong");  // 512 token tiles: 4 waves
         // Long K on a small grid: split-K's rule holds, on the swapped rows: M <= 16 on 64 weight rows x 16 tokens
         // (64 tiles, 2 slices), M 17-48 on 128 x 64 (32 tiles, 4 slices); M 49-64 fills the 64 x 32 token tiles'
         // one wave (128 tiles) and runs there in one launch.
@@ -1513,7 +1517,14 @@ TEST_F(CudaGemmKernelChoice, ForcedSwappedSplitKRowsMatchTheOracleOnDecodeShapes
     // The rows of 16 token columns take M <= 16 in 2 slices (K of two halves of whole 16-byte vectors): M 1 and the
     // two staged shapes, and C column-major (M 16); not M 7 / 16 with K 4104, M 64, nor the 48 packed rows.
     const bool token_rows = std::string(kernel->name).find("x16x64_c1x1_pingpong_swapped") != std::string::npos;
-    EXPECT_EQ(runs, token_rows ? 4 : static_cast<int>(shapes.size()) + 2) << kernel->name;
+    // Those rows also take a weight whose tiles fill 0.9 to 2 waves in one slice: M 9 x 11008 (172 tiles).
+    for (const bool transpose_b : {false, true}) {
+      if (!token_rows) break;
+      GemmSpec s;
+      s.m = 9, s.n = 11008, s.k = 4096, s.transpose_b = transpose_b, s.alpha = 0.75, s.beta = 0.5;
+      if (forced_run_matches_oracle(*kernel, s, precision, 197 + (transpose_b ? 1 : 0))) ++runs;
+    }
+    EXPECT_EQ(runs, token_rows ? 5 : static_cast<int>(shapes.size()) + 2) << kernel->name;
     ++rows;
   }
   detail::clear_gemm_plans();
@@ -1576,7 +1587,7 @@ TEST_F(CudaGemmKernelChoice, DecodeShapesTheSwappedSplitKRowsRefuseRunElsewhere)
     specs[0].m = 16, specs[0].n = 4096, specs[0].k = 4096, specs[0].beta = 0.5;
     specs[0].batch_a = 3, specs[0].batch_b = 3, specs[0].batch_c = 3;
     specs[1].m = 7, specs[1].n = 4096, specs[1].k = 4100, specs[1].transpose_b = true;
-    specs[2].m = 16, specs[2].n = 16384, specs[2].k = 4096, specs[2].beta = -0.5;
+    specs[2].m = 17, specs[2].n = 16384, specs[2].k = 4096, specs[2].beta = -0.5;
     for (size_t i = 0; i < specs.size(); ++i) {
       if (hopper) {
         const std::string name = plan_kernel(specs[i], precision);

@@ -142,7 +142,9 @@ struct CooperativeSplitKSwapped {
 // streaming 64 rows of half of K through about 20 stages of 8 KB of weight. Its CTAs stream faster than the 128-row
 // tile's where the weight sits in L2 and as fast from DRAM (H200: bf16 1-16 x 4096 x 4096 main kernel 7.3-9.0
 // against 10.3-11.2 us, 11.1-11.3 against 11.2-11.9 with eight weights in turn), so it runs M <= 16 (the least
-// padded split-K row there).
+// padded split-K row there). Against wider weights whose 64-row tiles fill 0.9 to 2 waves (N 7600-16896) it runs
+// them in one slice (fp32 partials, then the sum): 16 x 16384 x 4096 37.0 against the 64 x 128 ping-pong row's 38.9
+// us (cuBLAS 33.2), 8 x 14336 x 4096 34.1 against 37.1.
 struct PingPongSplitKSwapped {
   using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
   using Epilogue = cutlass::epilogue::TmaWarpSpecialized;
@@ -361,7 +363,8 @@ std::string refusal(const GemmShape& s, const GemmDevice& device) {
       return "split-K runs batch-1 problems with fewer output tiles than a third of the SMs (half for fp32) and a "
              "K that divides into at least 3 slices (2 for fp32) of at least 4 K tiles, each a multiple of 16 bytes "
              "(swapped fp32 rows: also one slice for M within the tile's 64 columns and K a multiple of 4; the "
-             "64-row ping-pong swapped rows: M within their 16 token columns, 2 slices or more)";
+             "64-row ping-pong swapped rows: M within their 16 token columns, 2 slices or more, or one where their "
+             "tiles fill 0.9 to 2 waves)";
     }
   }
   // M and K rounded up for CUTLASS's packed-tensor alignment check (see above): TMA bounds the loads of A and

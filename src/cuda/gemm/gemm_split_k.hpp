@@ -44,7 +44,8 @@ int gemm_split_k_slices(const GemmShape& shape, int tile_m, int tile_n, int tile
 // decode against N 14336-16384: 112-128 tiles of 128 weight rows), and the tokens pad to 64 wgmma columns instead of
 // the 128 or 256 rows of the other fp32 rows' tiles. The partial sums of one slice are M x N fp32 (1 MiB at 16 x
 // 16384), small beside the weight (256 MiB). The 16-bit rows keep the rule above (their 64 x 128 ping-pong rows take
-// those grids). A token tile narrower than 64 columns (tile_m: the 64-row ping-pong rows' 16) takes only M <= tile_m.
+// those grids). A token tile narrower than 64 columns (tile_m: the 64-row ping-pong rows' 16) takes only M <= tile_m,
+// in one slice where its weight tiles fill 0.9 to 2 waves, else by the rule above with least_16_bit slices.
 int gemm_swapped_split_k_slices(const GemmShape& shape, int tile_m, int tile_n, int tile_k, int multiprocessors,
                                 int least_16_bit = kMinSplitKSlices);
 

@@ -478,6 +478,22 @@ TEST(CudaGemmSelection, SplitKSlicesFillTheDeviceOnlyWhereEachTileGetsThreeOrMor
     EXPECT_EQ(k / count % 8, 0);
     EXPECT_GE(k / count, 4 * 64);
   }
+  // The 64-row token rows (16 tokens a tile, 2 slices at least): M <= 16 only; one slice where their weight tiles
+  // fill 0.9 to 2 waves.
+  auto token_slices = [](int64_t m, int64_t n, int64_t k) {
+    cuda::gemm::GemmShape s;
+    s.dtype = DType::bf16;
+    s.m = m, s.n = n, s.k = k, s.batch = 1;
+    return cuda::gemm::gemm_swapped_split_k_slices(s, 16, 64, 64, 132, 2);
+  };
+  EXPECT_EQ(token_slices(16, 4096, 4096), 2);  // 64 tiles
+  EXPECT_EQ(token_slices(1, 4096, 16384), 2);
+  EXPECT_EQ(token_slices(17, 4096, 4096), 0);   // beyond one tile's tokens
+  EXPECT_EQ(token_slices(16, 16384, 4096), 1);  // 256 tiles
+  EXPECT_EQ(token_slices(9, 11008, 4096), 1);   // 172 tiles
+  EXPECT_EQ(token_slices(16, 7552, 4096), 0);   // 118 tiles: under 0.9 of a wave, and one slice a tile at most
+  EXPECT_EQ(token_slices(16, 32768, 4096), 0);  // 512 tiles: 4 waves
+  EXPECT_EQ(token_slices(16, 16384, 4100), 0);  // K not of whole 16-byte vectors
 }
 
 // The waves cost model and the rule on its own (choose_gemm_candidate: no compiled rows involved), on a

@@ -84,7 +84,8 @@ int gemm_swapped_split_k_slices(const GemmShape& s, int tile_m, int tile_n, int 
   // Token tiles narrower than 64 columns (the ping-pong rows of 64 weight rows) take only the tokens of one tile,
   // in one slice where the weight's tiles alone fill 0.9 to 2 waves.
   if (tile_m < 64 && s.m > tile_m) return 0;
-  if (tile_m < 64 && s.batch == 1 && !s.product_zero && s.n > 0 && s.k > 0 && s.k % 8 == 0) {
+  if (tile_m < 64 && s.batch == 1 && !s.product_zero && s.n > 0 && s.k > 0 &&
+      s.k * static_cast<int64_t>(dtype_size(s.dtype)) % 16 == 0) {
     const int64_t tiles = (s.n + tile_n - 1) / tile_n;
     if (10 * tiles >= 9 * int64_t{multiprocessors} && tiles <= 2 * int64_t{multiprocessors}) return 1;
   }

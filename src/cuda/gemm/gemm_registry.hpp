@@ -67,7 +67,7 @@ struct GemmCandidate {
 // tokens' tile) serve one case only: a batch-1 problem whose M fills one tile row to more than three quarters and
 // whose tiles fill 0.9 to 1.0 of one wave (64 x 4096 x K: 128 tiles). It runs there in one launch, ahead of split-K
 // and its second launch (H200, docs/perf.md: bf16 64 x 4096 x 4096 13.4 against 14.2 us by CUDA graph, per call
-// 0.93x cuBLAS against 0.70x); elsewhere the waves model below never sees them.
+// 0.87-0.96x cuBLAS against 0.69-0.74x); elsewhere the waves model below never sees them.
 bool gemm_token_tile(const GemmKernel& kernel);
 bool gemm_token_tile_fills_one_wave(int64_t m, int64_t n, int64_t batch, int tile_m, int tile_n, int multiprocessors);
 

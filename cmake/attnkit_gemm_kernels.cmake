@@ -70,20 +70,21 @@
 # ones, which weight gradients of small grids use), and fp32 (tf32 and 3xtf32) on Hopper and on sm80 for those two
 # layouts (sm80: 12-20 s each); fp32 in the other layouts runs on the SIMT fallback in a dev build.
 # Decode (M 1-64 tokens against a 16-bit weight of N x K, N about 4096), in the two common layouts (dev set; x @ W is
-# a=k b=mn, x @ W^T a=k b=k): M 1-16 on the pingpong_swapped_splitk rows, C^T's tile 64 weight rows x 16 tokens x 64
-# of K (one consumer warp group, about 20 stages of 10 KB), the K split in 2 so that 128 of 132 SMs stream the weight
-# (64 tiles x 2 slices at N = 4096; one slice where the tiles fill 0.9 to 2 waves, N 7600-16896); M 17-48 on the
-# swapped_splitk rows, 128 weight rows x 64 tokens (32 tiles x 4 slices); M 49-64 where 64 x 32 tiles (pingpong, clusters of 1 x 2 sharing the tokens' tile) fill one wave (N 3800-
-# 4224) on those tiles in one launch, without the ordered sum's second one (gemm_token_tile, gemm_registry.hpp; the
-# waves model never picks them). The weight's bytes bound these problems: 1 x 4096 x 4096 reads 33.6 MB, 7.8 us at an
-# H200's 4.3 TB/s, plus the ordered sum. Measured (H200, docs/perf.md: "Decode on token tiles"), bf16 by CUDA graph
-# against cuBLAS: 1 x 4096 x 4096 12.5 against 13.4 us (the 128 x 64 row: 13.4), 16 x 4096 x 4096 13.3 / 13.2 (13.9),
-# 64 x 4096 x 4096 13.3 / 11.5 (14.2, and per call 0.87-0.96x against 0.69-0.74x). The 64-row tile of 16 tokens streams the
-# weight faster than the 128 x 64 one wherever it sits in L2 (main kernel 7.3-9.0 against 10.3-11.2 us) and as fast
-# from DRAM (11.1-11.3 against 11.2-11.9 us); a 64-row tile of 64 tokens' columns whose tokens are mostly past M
-# loads slowly (64 x 32 at M = 1: 26.5 us), hence M 49-64 only there. They refuse batches (a batch of packed tokens
-# sharing B is folded into M first: fold_broadcast_batch, gemm_shape.hpp), K that does not divide into slices of
-# 16-byte multiples, and grids too large for split-K: the other rows run those.
+# a=k b=mn, x @ W^T a=k b=k): M 1-16 on the pingpong_swapped_splitk rows, C^T's tile 64 weight rows x 16 tokens x 64 of
+# K (one consumer warp group, about 20 stages of 10 KB), the K split in 2 so that 128 of 132 SMs stream the weight (64
+# tiles x 2 slices at N = 4096; one slice where the tiles fill 0.9 to 2 waves, N 7600-16896); M 17-48 on the
+# swapped_splitk rows, 128 weight rows x 64 tokens (32 tiles x 4 slices); M 49-64 where 64 x 32 tiles (pingpong,
+# clusters of 1 x 2 sharing the tokens' tile) fill one wave (N 3800-4224) on those tiles in one launch, without the
+# ordered sum's second one (gemm_token_tile, gemm_registry.hpp; the waves model never picks them). The weight's bytes
+# bound these problems: 1 x 4096 x 4096 reads 33.6 MB, 7.8 us at an H200's 4.3 TB/s, plus the ordered sum. Measured
+# (H200, docs/perf.md: "Decode on token tiles"), bf16 by CUDA graph against cuBLAS: 1 x 4096 x 4096 12.5 against 13.4 us
+# (the 128 x 64 row: 13.4), 16 x 4096 x 4096 13.3 / 13.2 (13.9), 64 x 4096 x 4096 13.3 / 11.5 (14.2, and per call
+# 0.87-0.96x against 0.69-0.74x). The 64-row tile of 16 tokens streams the weight faster than the 128 x 64 one wherever
+# it sits in L2 (main kernel 7.3-9.0 against 10.3-11.2 us) and as fast from DRAM (11.1-11.3 against 11.2-11.9 us); a
+# tile of 64 token rows that lie mostly past M loads slowly (64 x 32 at M = 1: 26.5 us), hence M
+# 49-64 only there. They refuse batches (a batch of packed tokens sharing B is folded into M first:
+# fold_broadcast_batch, gemm_shape.hpp), K that does not divide into slices of 16-byte multiples, and grids too large
+# for split-K: the other rows run those.
 # Misaligned problems run on these rows too, with the operands that miss a row's rule copied into aligned
 # workspace first (src/cuda/gemm/gemm_staging.hpp): no extra instances.
 set(ATTNKIT_GEMM_KERNEL_TABLE

@@ -25,6 +25,7 @@
 namespace attnkit::cuda::sparse {
 
 // A warp's 16 query rows: Q and dO fragments, lse2 and delta of its rows, the fp32 dQ accumulator; the step above.
+// The kernel is scattered_rows_kernel (scattered_forward_kernel.cuh) with these rows.
 template <class Element, int Width>
 struct ScatteredGradQRows {
   uint32_t q[Width / 16][4];
@@ -69,30 +70,5 @@ struct ScatteredGradQRows {
                                       lane);
   }
 };
-
-template <class Element, int Width, int Warps>
-__global__ void __launch_bounds__(Warps * 32, 1) scattered_backward_dq_kernel(const ScatteredBackwardParams p) {
-  using Traits = ScatteredForwardTraits<Element, Width, Warps>;  // same tiles: K and V, two stages
-  constexpr int kTile = Traits::kTile;
-  extern __shared__ __align__(256) unsigned char shared[];  // tiles at multiples of their row size
-  Element* tiles = reinterpret_cast<Element*>(shared);
-  const int thread = static_cast<int>(threadIdx.x);
-  const int warp = thread / 32;
-  const int lane = thread % 32;
-  uint32_t* lists = reinterpret_cast<uint32_t*>(tiles + 4 * Traits::kTileElements) + warp * 2 * Traits::kListEntries;
-
-  const int32_t batch = static_cast<int32_t>(blockIdx.z);
-  const int32_t head = static_cast<int32_t>(blockIdx.y);
-  const int32_t kv_head = head / p.heads_per_kv;
-  const int32_t first_row = static_cast<int32_t>(blockIdx.x) * Traits::kRows + warp * 16;
-  ScatteredGradQRows<Element, Width> rows;
-  rows.load(p, batch, head, first_row, lane);
-  auto step = [&](uint32_t k_address, uint32_t v_address, const StepEntries& entries) {
-    rows.step(p.scale_log2, k_address, v_address, entries, lane);
-  };
-  stream_key_value_steps<Element, Width, kTile, Traits::kThreads>(tiles, lists, p, batch, head, kv_head, first_row / 16,
-                                                                  thread, lane, step);
-  rows.store(p, batch, head, first_row, lane);
-}
 
 }  // namespace attnkit::cuda::sparse

@@ -52,8 +52,11 @@ struct ScatteredForwardTraits : ScatteredTileShape<Width, Warps> {
       2 * 2 * Shape::kTileElements * int(sizeof(Element)) + Warps * 2 * Shape::kListEntries * 4;
 };
 
-template <class Element, int Width, int Warps>
-__global__ void __launch_bounds__(Warps * 32, 1) scattered_forward_kernel(const ScatteredForwardParams p) {
+// The forward (Rows ScatteredForwardRows, Params ScatteredForwardParams) and the dQ kernel (ScatteredGradQRows,
+// ScatteredBackwardParams, scattered_backward_dq_kernel.cuh): rows of type Rows (load, step, store) walk the K / V
+// tiles of their KV head.
+template <class Element, int Width, int Warps, class Rows, class Params>
+__global__ void __launch_bounds__(Warps * 32, 1) scattered_rows_kernel(const Params p) {
   using Traits = ScatteredForwardTraits<Element, Width, Warps>;
   constexpr int kTile = Traits::kTile;
   extern __shared__ __align__(256) unsigned char shared[];  // tiles at multiples of their row size
@@ -68,7 +71,7 @@ __global__ void __launch_bounds__(Warps * 32, 1) scattered_forward_kernel(const 
   const int32_t kv_head = head / p.heads_per_kv;
   const int32_t first_row = static_cast<int32_t>(blockIdx.x) * Traits::kRows + warp * 16;
 
-  ScatteredForwardRows<Element, Width> rows;
+  Rows rows;
   rows.load(p, batch, head, first_row, lane);
   stream_key_value_steps<Element, Width, kTile, Traits::kThreads>(
       tiles, lists, p, batch, head, kv_head, first_row / 16, thread, lane,

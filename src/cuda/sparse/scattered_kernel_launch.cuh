@@ -76,11 +76,12 @@ void launch_forward_width(const ScatteredForwardParams& p, int32_t batch, bool h
   }
   constexpr int kWarps = kForwardWarps<Width>;
   using Traits = ScatteredForwardTraits<Element, Width, kWarps>;
-  auto* kernel = scattered_forward_kernel<Element, Width, kWarps>;
+  auto* kernel =
+      scattered_rows_kernel<Element, Width, kWarps, ScatteredForwardRows<Element, Width>, ScatteredForwardParams>;
   check_cuda(raise_dynamic_shared_memory_once(kernel, Traits::kSharedBytes), "scattered forward shared memory");
   const dim3 grid((p.seq_q + Traits::kRows - 1) / Traits::kRows, p.heads_q, batch);
   kernel<<<grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(p);
-  check_launch("scattered_forward_kernel");
+  check_launch("scattered_rows_kernel (forward)");
 }
 
 template <class Element, int Width, int Warps>
@@ -136,12 +137,13 @@ void launch_backward_width(const ScatteredBackwardParams& p, const ScatteredDevi
   }
   if (!dq_launched) {
     using Traits = ScatteredForwardTraits<Element, Width, kDqWarps<Width>>;
-    auto* kernel = scattered_backward_dq_kernel<Element, Width, kDqWarps<Width>>;
+    auto* kernel = scattered_rows_kernel<Element, Width, kDqWarps<Width>, ScatteredGradQRows<Element, Width>,
+                                         ScatteredBackwardParams>;
     check_cuda(raise_dynamic_shared_memory_once(kernel, Traits::kSharedBytes), "scattered dQ shared memory");
     const dim3 grid((p.seq_q + Traits::kRows - 1) / Traits::kRows, p.heads_q, p.batch);
     if (grid.x != 0) {  // no query: no dQ row (dK and dV are still written, as zeros, below)
       kernel<<<grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(p);
-      check_launch("scattered_backward_dq_kernel");
+      check_launch("scattered_rows_kernel (dQ)");
     }
   }
   if (dkdv_launched) return;

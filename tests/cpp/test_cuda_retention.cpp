@@ -1264,7 +1264,8 @@ TestTensor random_decay(const DecayCase& c, int64_t heads, uint64_t seed) {
   return decay;
 }
 
-void expect_decay_matrix_forward_matches_cpu(const DecayCase& c) {
+// `family`: the kernel family the call's plan must name (null: any).
+void expect_decay_matrix_forward_matches_cpu(const DecayCase& c, const char* family = nullptr) {
   SCOPED_TRACE(describe(c));
   const int64_t batch = c.batch, heads = c.heads;
   const std::vector<int64_t> pad = padding_for(c.layout);
@@ -1283,6 +1284,10 @@ void expect_decay_matrix_forward_matches_cpu(const DecayCase& c) {
   p.mode = RetentionMode::parallel;
   p.normalize = c.normalize;
   p.scale = c.normalize ? 1.0 : 0.125;  // with normalize, row sums of |score| above the clamp at 1
+  if (family != nullptr) {
+    const std::string name = detail::retention_forward_plan(p, on_cuda())->config().name;
+    EXPECT_NE(name.find(family), std::string::npos) << name;
+  }
   retention_forward(p, on_cuda());
   expect_cuda(cudaDeviceSynchronize(), "retention_forward (decay matrix)");
   out.download();
@@ -1324,6 +1329,44 @@ TEST_F(CudaRetention, DecayMatrixForwardMatchesCpu) {
   odd.decay_dtype = DType::bf16;
   odd.normalize = true;
   expect_decay_matrix_forward_matches_cpu(odd);
+}
+
+// The Hopper decay-matrix kernel (retention_wgmma_matrix_kernel.cuh), the default on 9.0 where every operand allows
+// 16-byte copies (here: packed or padded sequences, matrix rows of Tk entries a multiple of 16 bytes): Tq not a
+// multiple of its 128-row query blocks, Tk not one of its 64-key blocks, every pattern (all-zero tiles skipped), both
+// dtypes, the matrix in float32 or the inputs' dtype, shared or per head, each instance's (Dk, value block) and Dv in
+// several value blocks, odd batch counts. wgmma=0 keeps the normalised-form kernel.
+TEST_F(CudaRetention, WgmmaDecayMatrixForwardMatchesCpu) {
+  if (const std::string why = wgmma_chunk_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  struct Shape {
+    int64_t tq, tk, dk, dv;
+  };
+  const std::vector<Shape> shapes{{1, 8, 64, 64},      {129, 264, 128, 128}, {300, 200, 128, 64},
+                                  {64, 1000, 64, 128}, {200, 136, 128, 256}, {257, 64, 64, 192}};
+  int index = 0;
+  for (const Shape& shape : shapes) {
+    for (const DecayPattern pattern : {DecayPattern::dense, DecayPattern::causal, DecayPattern::zero_tiles}) {
+      DecayCase c;
+      c.tq = shape.tq;
+      c.tk = shape.tk;
+      c.dk = shape.dk;
+      c.dv = shape.dv;
+      c.pattern = pattern;
+      c.batch = 1 + index % 3;
+      c.dtype = index % 2 == 1 ? DType::f16 : DType::bf16;
+      c.decay_dtype = index % 3 == 1 ? c.dtype : DType::f32;
+      c.shared = index % 4 == 2;
+      c.normalize = index % 5 >= 3;
+      c.layout = index % 2 == 1 ? Layout::packed : Layout::padded;
+      ++index;
+      expect_decay_matrix_forward_matches_cpu(c, "wgmma_matrix");
+    }
+  }
+  const ScopedRetentionConfig forced("wgmma=0");
+  DecayCase c;
+  c.tq = 129;
+  c.tk = 264;
+  expect_decay_matrix_forward_matches_cpu(c, "normalized_grouped");
 }
 
 // The backward over a decay matrix on the GPU and on the CPU (float64); returns the GPU's three gradients

@@ -37,6 +37,11 @@ const ChunkKernel* find_wgmma_chunk_kernel(DType dtype, int head_dim, int value_
                        [&](const ChunkKernel& k) { return k.head_dim == head_dim && k.value_block == value_block; });
 }
 
+const ChunkKernel* find_wgmma_matrix_kernel(DType dtype, int head_dim, int value_block) {
+  return find_instance(&wgmma_matrix_kernels_f16, &wgmma_matrix_kernels_bf16, dtype,
+                       [&](const ChunkKernel& k) { return k.head_dim == head_dim && k.value_block == value_block; });
+}
+
 std::vector<const ChunkKernel*> chunk_kernels() {
   std::vector<const ChunkKernel*> kernels;
   for (const auto table_of : {&chunk_kernels_f16, &chunk_kernels_bf16}) {

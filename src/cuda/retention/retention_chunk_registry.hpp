@@ -19,8 +19,8 @@ namespace attnkit::cuda::retention {
 
 struct ChunkKernel {
   const char*
-      family;  // "chunk64", "wgmma_chunk64", "decode", "normalized", "normalized_grouped", "parallel_bwd_query",
-               // "parallel_bwd_key", "parallel_bwd_query_grouped" or "parallel_bwd_key_grouped"
+      family;  // "chunk64", "wgmma_chunk64", "decode", "normalized", "normalized_grouped", "wgmma_matrix",
+               // "parallel_bwd_query", "parallel_bwd_key", "parallel_bwd_query_grouped" or "parallel_bwd_key_grouped"
   DType dtype;
   int head_dim;     // Dk of the job
   int value_block;  // value columns per CTA; the job's Dv is a multiple of it
@@ -52,6 +52,13 @@ const ChunkKernel* find_wgmma_chunk_kernel(DType dtype, int head_dim, int value_
 inline bool is_wgmma_chunk_kernel(const ChunkKernel& kernel) {
   return std::strcmp(kernel.family, "wgmma_chunk64") == 0;
 }
+// The Hopper decay-matrix forward (retention_wgmma_matrix_kernel.cuh): one CTA per (head, 128 query rows, batch, value
+// block); null when none is compiled for (dtype, Dk, value block) (builds without the sm_90a target have none).
+inline constexpr const char* kWgmmaMatrixFamily = "wgmma_matrix";
+const ChunkKernel* find_wgmma_matrix_kernel(DType dtype, int head_dim, int value_block);
+inline bool is_wgmma_matrix_kernel(const ChunkKernel& kernel) {
+  return std::strcmp(kernel.family, kWgmmaMatrixFamily) == 0;
+}
 // The recurrent decode kernel (retention_decode_kernel.cuh) for (dtype, Dk): value block 64, or null.
 const ChunkKernel* find_decode_kernel(DType dtype, int head_dim);
 // The normalised parallel forward (retention_normalized_kernel.cuh) for (dtype, Dk) with `members` (batch, value
@@ -71,6 +78,8 @@ const ChunkKernel* chunk_kernels_f16(int* count);
 const ChunkKernel* chunk_kernels_bf16(int* count);
 const ChunkKernel* wgmma_chunk_kernels_f16(int* count);
 const ChunkKernel* wgmma_chunk_kernels_bf16(int* count);
+const ChunkKernel* wgmma_matrix_kernels_f16(int* count);
+const ChunkKernel* wgmma_matrix_kernels_bf16(int* count);
 const ChunkKernel* decode_kernels_f16(int* count);
 const ChunkKernel* decode_kernels_bf16(int* count);
 const ChunkKernel* normalized_kernels_f16(int* count);

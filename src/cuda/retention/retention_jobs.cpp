@@ -486,6 +486,7 @@ ForwardSelection select_forward(const RetentionForward& problem, int multiproces
   ForwardSelection selection;
   if (!runs_chunk_jobs(problem)) {
     selection.job = select_normalized(problem);
+    selection.wgmma = choice.wgmma;  // the plan's Hopper kernel for a decay matrix
     return selection;
   }
   const int64_t batch_heads = problem.q.extents[0] * problem.q.extents[2];
@@ -555,21 +556,35 @@ std::vector<float> log2_decay(const std::vector<double>& gamma, int64_t heads) {
 
 ChunkJob fill_forward(const RetentionForward& problem, const ForwardSelection& selection,
                       const std::vector<float>& log2_gamma) {
-  ChunkJob job = make_job(selection.job, problem.q, problem.k, problem.v, problem.out, false,
-                          scale_of(problem.scale, problem.q.extents[3]), log2_gamma);
-  job.params.initial_state = state(problem.initial_state, false);
-  job.params.final_state = state(problem.final_state, false);
-  if (detail::is_given(problem.decay)) {
-    job.params.decay = decay_operand(problem.decay, problem.normalize);
-    job.params.tokens_k = problem.k.extents[1];
-    job.params.batches = static_cast<int32_t>(problem.q.extents[0]);
+  const auto job_of = [&](const JobShape& shape) {
+    ChunkJob job = make_job(shape, problem.q, problem.k, problem.v, problem.out, false,
+                            scale_of(problem.scale, problem.q.extents[3]), log2_gamma);
+    job.params.initial_state = state(problem.initial_state, false);
+    job.params.final_state = state(problem.final_state, false);
+    if (detail::is_given(problem.decay)) {
+      job.params.decay = decay_operand(problem.decay, problem.normalize);
+      job.params.tokens_k = problem.k.extents[1];
+      job.params.batches = static_cast<int32_t>(problem.q.extents[0]);
+    }
+    return job;
+  };
+  ChunkJob job = job_of(selection.job);
+  // The Hopper decay-matrix kernel copies every operand in 16-byte pieces; other calls run the normalised-form kernel.
+  if (selection.matrix_fallback != nullptr && (job.params.vector_access == 0 || job.params.decay.vector_rows == 0)) {
+    JobShape fallback = selection.job;
+    fallback.kernel = selection.matrix_fallback;
+    job = job_of(fallback);
   }
-  if (problem.normalize || detail::is_given(problem.decay)) {
+  const int64_t heads = problem.q.extents[2], query_tokens = problem.q.extents[1];
+  if (is_wgmma_matrix_kernel(*job.kernel)) {
+    // One CTA per (head, 128-row query block, batch, value block).
+    job.ctas = problem.q.extents[0] * job.params.dv_slices * heads * ((query_tokens + 127) / 128);
+  } else if (problem.normalize || detail::is_given(problem.decay)) {
     // One CTA per (head, 64-row query block) and `members` of the (batch, value block) pairs; no states
     // (validation's rule).
     const int64_t pairs = problem.q.extents[0] * job.params.dv_slices;
-    const int64_t members = selection.job.kernel->members;
-    job.ctas = (pairs + members - 1) / members * problem.q.extents[2] * ((problem.q.extents[1] + 63) / 64);
+    const int64_t members = job.kernel->members;
+    job.ctas = (pairs + members - 1) / members * heads * ((query_tokens + 63) / 64);
   }
   return job;
 }

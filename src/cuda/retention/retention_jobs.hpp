@@ -82,6 +82,9 @@ struct ForwardSelection {
   bool wgmma = false;
   // Dv, when the wgmma kernel's CTAs may own 128 value columns (the choice forces no value block); else 0.
   int64_t wgmma_wide_dv = 0;
+  // Set where the plan runs the Hopper decay-matrix kernel (retention_wgmma_matrix_kernel.cuh): the normalised-form
+  // kernel a call runs instead when its operands do not allow 16-byte copies (fill_forward).
+  const ChunkKernel* matrix_fallback = nullptr;
 };
 
 struct BackwardSelection {

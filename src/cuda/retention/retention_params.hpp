@@ -43,7 +43,17 @@ struct DecayMatrixOperand {
   int32_t f32 = 0;          // 1: float32 entries; 0: the inputs' dtype
   int32_t normalize = 0;    // 1: scores divided by max(|row sum|, 1) (RetNet's score normalisation)
   int32_t vector_rows = 0;  // 1: data and the head and row strides are 16-byte aligned (16-byte cp.async)
+  // The Hopper decay-matrix kernel's map of the nonzero tiles (retention_decay_map_kernel.cuh), written by its first
+  // launch into the call's workspace: [H|1, ceil(Tq / 128), decay_map_row_bytes(Tk)] bytes.
+  unsigned char* tile_map = nullptr;
 };
+
+// The tile map: per (matrix, 128-row query block), one byte per 64-key block (bit 0: rows 0-63 of the tile hold a
+// nonzero entry, bit 1: rows 64-127), the row padded to whole 16-byte words.
+constexpr int64_t decay_map_row_bytes(int64_t tokens_k) { return ((tokens_k + 63) / 64 + 15) / 16 * 16; }
+constexpr int64_t decay_map_bytes(int64_t matrices, int64_t tokens_q, int64_t tokens_k) {
+  return matrices * ((tokens_q + 127) / 128) * decay_map_row_bytes(tokens_k);
+}
 
 // Shared memory of the matrix's tiles in the parallel form's kernels (retention_decay_tile.cuh): two pipeline
 // stages of a 64x64 tile of entries as stored, rows padded to kDecayTilePitch entries; 0 without a matrix.

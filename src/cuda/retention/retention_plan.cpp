@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <array>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
@@ -10,6 +11,7 @@
 
 #include "attnkit/error.hpp"
 #include "core/tuned_config.hpp"
+#include "core/zero_size.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/kernel_attributes.hpp"
 #include "cuda/retention/retention_jobs.hpp"
@@ -175,6 +177,12 @@ class SegmentStates {
   bool owned_ = false;
 };
 
+// The Hopper decay-matrix kernel's tile map: the workspace's first 16-byte aligned byte (its size counts 16 more).
+unsigned char* tile_map_of(float* workspace) {
+  const auto address = reinterpret_cast<std::uintptr_t>(workspace);
+  return reinterpret_cast<unsigned char*>((address + 15) / 16 * 16);
+}
+
 std::string kernel_name(const JobShape& job) {
   return std::string(dtype_name(job.kernel->dtype)) + "_" + job.kernel->family + "_dk" +
          std::to_string(job.kernel->head_dim) + "_dv" + std::to_string(job.kernel->value_block) + "_seg" +
@@ -214,7 +222,9 @@ class ForwardPlan final : public detail::OpPlan<RetentionForward> {
     const auto stream = static_cast<cudaStream_t>(options.stream);
     const SegmentStates states(selection_.workspace_bytes, options, stream, "retention forward");
     decay_.with(problem.gamma, [&](const std::vector<float>& log2_gamma) {
-      launch(fill_forward(problem, selection_, log2_gamma), states.data(), stream);
+      ChunkJob job = fill_forward(problem, selection_, log2_gamma);
+      if (is_wgmma_matrix_kernel(*job.kernel)) job.params.decay.tile_map = tile_map_of(states.data());
+      launch(job, states.data(), stream);
     });
   }
 
@@ -287,6 +297,21 @@ std::unique_ptr<detail::OpPlan<RetentionForward>> plan_of_selection(const Retent
     const int capability = compute_capability_of(device);
     if (const ChunkKernel* wgmma = wgmma_chunk_kernel_for(chosen.job.kernel, chosen.wgmma_wide_dv, capability)) {
       chosen.job.kernel = wgmma;
+    }
+    // A decay matrix: the Hopper decay-matrix kernel (CTAs of 128 value columns where Dk = 128 and Dv allows), the
+    // normalised-form kernel kept for calls that do not allow its 16-byte copies.
+    const int64_t dk = problem.q.extents[3], dv = problem.v.extents[3];
+    const ChunkKernel* matrix =
+        capability == 90 && detail::is_given(problem.decay) && dk <= 128
+            ? find_wgmma_matrix_kernel(problem.q.dtype, static_cast<int>(dk), dk == 128 && dv % 128 == 0 ? 128 : 64)
+            : nullptr;
+    if (matrix != nullptr) {
+      raise_shared_memory(chosen.job.kernel);
+      chosen.matrix_fallback = chosen.job.kernel;
+      chosen.job.kernel = matrix;
+      // Its map of the nonzero tiles, 16-byte aligned in the workspace (tile_map_of).
+      chosen.workspace_bytes =
+          decay_map_bytes(problem.decay.extents[0], problem.q.extents[1], problem.k.extents[1]) + 16;
     }
   }
   raise_shared_memory(chosen.job.kernel);

@@ -577,8 +577,9 @@ ChunkJob fill_forward(const RetentionForward& problem, const ForwardSelection& s
   }
   const int64_t heads = problem.q.extents[2], query_tokens = problem.q.extents[1];
   if (is_wgmma_matrix_kernel(*job.kernel)) {
-    // One CTA per (head, 128-row query block, batch, value block).
-    job.ctas = problem.q.extents[0] * job.params.dv_slices * heads * ((query_tokens + 127) / 128);
+    // One CTA per (head, 128-row query block, batch, value block), the batches in whole clusters.
+    job.ctas =
+        matrix_forward_ctas(problem.q.extents[0], heads, query_tokens, job.params.dv_slices, kWgmmaMatrixClusterSize);
   } else if (problem.normalize || detail::is_given(problem.decay)) {
     // One CTA per (head, 64-row query block) and `members` of the (batch, value block) pairs; no states
     // (validation's rule).

@@ -51,6 +51,12 @@ struct DecayMatrixOperand {
 // The tile map: per (matrix, 128-row query block), one byte per 64-key block (bit 0: rows 0-63 of the tile hold a
 // nonzero entry, bit 1: rows 64-127), the row padded to whole 16-byte words.
 constexpr int64_t decay_map_row_bytes(int64_t tokens_k) { return ((tokens_k + 63) / 64 + 15) / 16 * 16; }
+// Grid CTAs of the Hopper decay-matrix forward (retention_wgmma_matrix_producer.cuh, matrix_walk): the batch count
+// rounded up to whole clusters of `cluster` CTAs, times the value slices, heads and 128-row query blocks.
+ATTNKIT_HOST_DEVICE constexpr int64_t matrix_forward_ctas(int64_t batch, int64_t heads, int64_t tokens_q,
+                                                          int64_t slices, int cluster) {
+  return (batch + cluster - 1) / cluster * cluster * slices * heads * ((tokens_q + 127) / 128);
+}
 constexpr int64_t decay_map_bytes(int64_t matrices, int64_t tokens_q, int64_t tokens_k) {
   return matrices * ((tokens_q + 127) / 128) * decay_map_row_bytes(tokens_k);
 }

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/cluster_sync.cuh"
 #include "cuda/common/opaque.cuh"
 #include "cuda/fmha/fmha_operand_convert.cuh"
 #include "cuda/fmha_sm90/fmha_sm90_gmma.cuh"
@@ -22,24 +23,25 @@
 
 namespace attnkit::cuda::retention {
 
-// The thread's 32 entries of a matrix tile (the stage at shared address `tile`, rows row_lo and row_lo + 8 of it), in
-// accumulator order: value v at row row_lo + 8 ((v / 2) % 2), key 8 (v / 4) + 2 (lane % 4) + v % 2. 16-bit entries are
-// of the inputs' type.
+// The thread's 32 entries of a matrix tile (the stage at shared address `tile`, in the layout of its TMA boxes:
+// retention_wgmma_matrix_traits.cuh), rows row_lo and row_lo + 8 of it, in accumulator order: value v at row row_lo + 8
+// ((v / 2) % 2), key 8 (v / 4) + 2 (lane % 4) + v % 2. 16-bit entries are of the inputs' type.
 template <class Element>
 __device__ __forceinline__ void load_matrix_entries(uint32_t tile, bool f32, int row_lo, int lane, float (&d)[32]) {
   const uint32_t swizzle = static_cast<uint32_t>(row_lo & 7);
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    const uint32_t row = tile + static_cast<uint32_t>((row_lo + 8 * half) * 256);
+    const uint32_t row = tile + static_cast<uint32_t>((row_lo + 8 * half) * 128);
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
       float x, y;
       if (f32) {
-        // Entries 8k + 2 (lane % 4), + 1: piece 2k + (lane % 4) / 2, bytes 8 (lane % 2) of it.
-        const uint32_t piece = static_cast<uint32_t>(2 * k + (lane & 3) / 2);
-        asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
-                     : "=f"(x), "=f"(y)
-                     : "r"(row + ((((piece ^ swizzle) & 7u) | (piece & 8u)) << 4) + 8u * (lane & 1)));
+        // Keys 8k + 2 (lane % 4), + 1: the half of keys k / 4, piece 2 (k % 4) + (lane % 4) / 2, bytes 8 (lane % 2).
+        const uint32_t piece = static_cast<uint32_t>(2 * (k % 4) + (lane & 3) / 2);
+        asm volatile(
+            "ld.shared.v2.f32 {%0, %1}, [%2];\n"
+            : "=f"(x), "=f"(y)
+            : "r"(row + static_cast<uint32_t>((k / 4) * (64 * 256)) + ((piece ^ swizzle) << 4) + 8u * (lane & 1)));
       } else {
         // Piece k, bytes 4 (lane % 4) of it.
         uint32_t pair;
@@ -93,7 +95,7 @@ __device__ __forceinline__ void wgmma_matrix_consume(const ChunkParams& p, const
     const int stage = uses % kStages;
     barrier_wait(&ss.full[stage], (uses / kStages) & 1);
     float d[32];
-    load_matrix_entries<Element>(shared_address(ss.matrix[stage]) + static_cast<uint32_t>(64 * group * 256), f32,
+    load_matrix_entries<Element>(shared_address(ss.matrix[stage]) + static_cast<uint32_t>(64 * group * 128), f32,
                                  row_lo, lane, d);
     fmha_sm90::fence_generic_to_async_shared();  // the producer's copies of K and V, for this thread's wgmma reads
     Tensor sK = make_tensor(make_smem_ptr(opaque(&ss.k[stage][0])), typename Traits::LayoutKStage{});  // (key, d)
@@ -120,8 +122,9 @@ __device__ __forceinline__ void wgmma_matrix_consume(const ChunkParams& p, const
     warpgroup_commit_batch();
     warpgroup_wait<0>();
     warpgroup_fence_operand(acc_o);
-    barrier_arrive(&ss.empty[stage]);  // the stage goes back at once: the producer refills it while the other
-                                       // warpgroup's products run
+    // The stage goes back at once, to both CTAs' producers (each writes half of its matrix tile): they refill it while
+    // the other warpgroup's products run.
+    for (uint32_t rank = 0; rank < Traits::kClusterSize; ++rank) cluster_barrier_arrive(&ss.empty[stage], rank);
     ++uses;
   });
 

@@ -1,23 +1,30 @@
 // The producer warpgroup of the Hopper decay-matrix kernel (retention_wgmma_matrix_kernel.cuh), and the CTA's walk.
 //
 // The producer copies Q once, then walks the key blocks that the tile map (retention_decay_map_kernel.cuh) marks
-// nonzero for the CTA's 128 query rows: each goes into the next stage of the ring, its 128 x 64 tile of the matrix
-// (16-byte pieces, zeros past Tq and Tk), its K and its V (zeros past Tk), announced on the stage's `full` barrier
-// once they have landed (cp.async.mbarrier.arrive.noinc). The producer runs ahead as far as the stages allow; the
-// all-zero tiles of the matrix (a causal matrix's upper triangle) are neither read nor computed.
+// nonzero for the CTA's 128 query rows (the same blocks for both CTAs of the cluster: same head and query block). Each
+// goes into the next stage of the ring: thread 0 announces the matrix tile's bytes on the stage's `full` barrier and
+// issues the TMA boxes of this CTA's half of the tile's rows (rows 64 rank ..), multicast into both CTAs (zeros past Tq
+// and Tk); every thread copies its pieces of the block's K and V (cp.async, zeros past Tk) and arrives once they have
+// landed (cp.async.mbarrier.arrive.noinc). A stage is refilled once the consumers of both CTAs have released it (each
+// consumer thread arrives on both CTAs' `empty` barrier), since the other CTA's boxes write into it too. The all-zero
+// tiles of the matrix (a causal matrix's upper triangle) are neither read nor computed.
 #pragma once
 #include <cstdint>
 
+#include <cuda.h>
+
 #include "cuda/common/async_copy.cuh"
+#include "cuda/common/cluster_sync.cuh"
 #include "cuda/fmha_sm90/fmha_sm90_sync.cuh"
 #include "cuda/retention/retention_params.hpp"
 #include "cuda/retention/retention_wgmma_chunk_producer.cuh"
 
 namespace attnkit::cuda::retention {
 
-// CTA `cta`'s part of the decay-matrix forward: value slice fastest, then the batch (the CTAs that read the same
-// tiles of a head's matrix run side by side and all but the first read them from L2), then the query block (the last
-// ones first: under a causal matrix they have the most nonzero tiles), then the head.
+// CTA `cta`'s part of the decay-matrix forward: the batch fastest (the CTAs of a cluster take batches b and b + 1 of
+// the same tiles; an odd batch count's last cluster computes the last batch twice and writes it twice, the same
+// values), then the value slice, then the query block (the last ones first: under a causal matrix they have the most
+// nonzero tiles), then the head.
 struct MatrixWalk {
   int64_t b = 0;
   int h = 0;
@@ -26,40 +33,30 @@ struct MatrixWalk {
   int blocks = 0;  // key blocks
 };
 
-__device__ __forceinline__ MatrixWalk matrix_walk(const ChunkParams& p, int64_t cta) {
+__device__ __forceinline__ MatrixWalk matrix_walk(const ChunkParams& p, int64_t cta, int cluster) {
   MatrixWalk w;
   const int64_t query_blocks = (p.tokens + 127) / 128;
-  w.slice = static_cast<int>(cta % p.dv_slices);
-  int64_t rest = cta / p.dv_slices;
-  w.b = rest % p.batches;
-  rest /= p.batches;
+  const int64_t batches = (p.batches + cluster - 1) / cluster * cluster;
+  const int64_t b = cta % batches;
+  w.b = b < p.batches ? b : p.batches - 1;
+  int64_t rest = cta / batches;
+  w.slice = static_cast<int>(rest % p.dv_slices);
+  rest /= p.dv_slices;
   w.q0 = (query_blocks - 1 - rest % query_blocks) * 128;
   w.h = static_cast<int>(rest / query_blocks);
   w.blocks = static_cast<int>((p.tokens_k + 63) / 64);
   return w;
 }
 
-// Producer thread `ptid`'s pieces of the matrix's tile at rows [q0, q0 + 128) and keys [k0, k0 + 64): piece c of the
-// row (c < 16 with float32 entries, 8 with 16-bit ones) of rows ptid / pieces + (128 / pieces) i. For each piece calls
-// visit(shared offset in the stage, source, source bytes 0..16).
-template <class Visit>
-__device__ __forceinline__ void matrix_tile_pieces(const unsigned char* matrix, int64_t row_bytes, int entry_bytes,
-                                                   int64_t q0, int64_t tq, int64_t k0, int64_t tk, int ptid,
-                                                   Visit&& visit) {
-  const int pieces = entry_bytes * 4;  // 16-byte pieces a row of 64 entries
-  const int rows_per_pass = 128 / pieces;
-  const int c = ptid % pieces;
-  const int64_t row_limit = tq - q0;
-  const int64_t key_bytes_left = (tk - k0) * entry_bytes - 16 * c;
-  const int bytes = key_bytes_left >= 16 ? 16 : key_bytes_left > 0 ? static_cast<int>(key_bytes_left) : 0;
-  const unsigned char* source = matrix + q0 * row_bytes + k0 * entry_bytes + 16 * c;
-#pragma unroll 4
-  for (int r = ptid / pieces; r < 128; r += rows_per_pass) {
-    const bool row_in = r < row_limit;
-    visit(static_cast<uint32_t>(r * 256 + (((c ^ r) & 7) | (c & 8)) * 16),
-          row_in ? static_cast<const void*>(source + r * row_bytes) : static_cast<const void*>(matrix),
-          row_in ? bytes : 0);
-  }
+// Copies box {c0, c1, c2} of `map` to shared `destination` in every CTA of the cluster in `cta_mask`, completing the
+// bytes on the mbarrier at `barrier`'s offset in each.
+__device__ __forceinline__ void tma_multicast_box(const CUtensorMap* map, uint32_t destination, uint64_t* barrier,
+                                                  int c0, int c1, int c2, uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, "
+      "{%2, %3, %4}], [%5], %6;\n" ::"r"(destination),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(shared_address(barrier)), "h"(cta_mask)
+      : "memory");
 }
 
 // Calls visit(block) for each key block, in order, whose tile the map row marks nonzero: 16 map bytes a load, turned
@@ -89,8 +86,9 @@ __device__ __forceinline__ const unsigned char* matrix_map_row(const ChunkParams
 }
 
 template <class Traits>
-__device__ __forceinline__ void wgmma_matrix_produce(const ChunkParams& p, const MatrixWalk& w,
-                                                     typename Traits::SharedStorage& ss, int ptid) {
+__device__ __forceinline__ void wgmma_matrix_produce(const ChunkParams& p, const CUtensorMap* matrix_map,
+                                                     const MatrixWalk& w, typename Traits::SharedStorage& ss,
+                                                     uint32_t rank, int ptid) {
   using Element = typename Traits::Element;
   constexpr int kHeadDim = Traits::kHeadDim;
   constexpr int kValueBlock = Traits::kValueBlock;
@@ -99,9 +97,10 @@ __device__ __forceinline__ void wgmma_matrix_produce(const ChunkParams& p, const
   const auto* k_base = static_cast<const Element*>(p.k.data) + w.b * p.k.batch + w.h * p.k.head;
   const auto* v_base = static_cast<const Element*>(p.v.data) + w.b * p.v.batch + w.h * p.v.head +
                        static_cast<int64_t>(w.slice) * kValueBlock;
-  const int entry_bytes = p.decay.f32 != 0 ? 4 : 2;
-  const auto* matrix = static_cast<const unsigned char*>(p.decay.data) + w.h * p.decay.head * entry_bytes;
-  const int64_t row_bytes = p.decay.row * entry_bytes;
+  const bool f32 = p.decay.f32 != 0;
+  const int matrix = p.decay.head != 0 ? w.h : 0;
+  const int row0 = static_cast<int>(w.q0) + 64 * static_cast<int>(rank);  // this CTA's half of the tile's rows
+  constexpr uint16_t kBothCtas = (1u << Traits::kClusterSize) - 1u;
   const auto unused = [](int, int) -> Element* { return nullptr; };  // the element-wise path: never taken here
 
   // Q: two halves of 64 rows in the 64-column blocks of 128 rows.
@@ -115,13 +114,20 @@ __device__ __forceinline__ void wgmma_matrix_produce(const ChunkParams& p, const
   int uses = 0;
   for_each_nonzero_block(matrix_map_row(p, w), w.blocks, [&](int block) {
     const int stage = uses % kStages;
-    if (uses >= kStages) fmha_sm90::barrier_wait(&ss.empty[stage], ((uses / kStages) & 1) ^ 1);
+    if (uses >= kStages) cluster_barrier_wait(&ss.empty[stage], ((uses / kStages) & 1) ^ 1);
     const int64_t k0 = int64_t{64} * block;
-    const uint32_t tile = shared_address(ss.matrix[stage]);
-    matrix_tile_pieces(matrix, row_bytes, entry_bytes, w.q0, p.tokens, k0, p.tokens_k, ptid,
-                       [&](uint32_t offset, const void* source, int bytes) {
-                         copy_16_bytes_async_prefix(tile + offset, source, bytes);
-                       });
+    if (ptid == 0) {
+      // Both CTAs' halves land here: the stage's matrix bytes in all.
+      asm volatile(
+          "mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(shared_address(&ss.full[stage])),
+          "r"(static_cast<uint32_t>(f32 ? Traits::kMatrixStageBytes : Traits::kMatrixHalfBytes))
+          : "memory");
+      const uint32_t tile = shared_address(ss.matrix[stage]) + static_cast<uint32_t>(64 * 128 * rank);
+      for (int half = 0; half < (f32 ? 2 : 1); ++half) {
+        tma_multicast_box(matrix_map, tile + static_cast<uint32_t>(half * Traits::kMatrixHalfBytes), &ss.full[stage],
+                          static_cast<int>(k0) + 32 * half, row0, matrix, kBothCtas);
+      }
+    }
     wgmma_copy_rows<Element, kHeadDim>(shared_address(ss.k[stage]), 64 * 128, unused, k_base, p.k.token, k0, p.tokens_k,
                                        true, ptid);
     wgmma_copy_rows<Element, kValueBlock>(shared_address(ss.v[stage]), 64 * 128, unused, v_base, p.v.token, k0,

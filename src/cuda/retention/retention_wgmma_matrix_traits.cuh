@@ -4,9 +4,10 @@
 //
 // Q (128 rows), K (64 keys a stage) and V are stored in 128-byte swizzled rows (the GMMA SW128 atoms, as in
 // retention_wgmma_chunk_traits.cuh): Q and K as K-major operands of Q K^T, V as the MN-major B operand of P V. A stage
-// of the matrix is 128 rows of 256 bytes (64 float32 entries, or 64 16-bit entries in the first 128 bytes) whose
-// 16-byte pieces are swizzled: piece c of row r at position c ^ (r % 8), so that a warp's reads of its accumulator
-// positions (8 rows, 4 lanes a row) touch every bank once (16-bit) or twice (float32: 256 bytes, the least).
+// of the matrix is what its TMA boxes write with the 128-byte swizzle: rows of 128 bytes, 16-byte piece c of row r at
+// position c ^ (r % 8); float32 entries in two 16 KiB halves of 128 rows x 32 keys, 16-bit entries in one half of 128
+// rows x 64 keys. A warp's reads of its accumulator positions (8 rows, 4 lanes a row) touch every bank once (16-bit)
+// or twice (float32: 256 bytes, the least).
 #pragma once
 #include <cutlass/numeric_types.h>
 #include <cute/arch/mma_sm90.hpp>
@@ -34,6 +35,9 @@ struct WgmmaMatrixTraits {
   static constexpr int kKeys = 64;        // keys a block
   static constexpr int kWarpgroupThreads = 128;
   static constexpr int kConsumers = 2;
+  // CTAs of a cluster: the batches b and b + 1 of one (head, query block, value slice), each CTA's producer loading
+  // half of every matrix tile's rows into both CTAs (TMA multicast).
+  static constexpr int kClusterSize = 2;
   static constexpr int kThreads = (1 + kConsumers) * kWarpgroupThreads;  // the producer first
   // Registers after setmaxnreg (the launch gives 168 a thread): a consumer holds O (E / 2 fp32), the scores (32), P
   // (16) and the 32 matrix entries of its scores.
@@ -44,8 +48,8 @@ struct WgmmaMatrixTraits {
 
   // The load ring: a stage holds a nonzero block's 128 x 64 tile of the matrix, its K and its V; as many stages as the
   // shared memory holds beside Q, at most 4 (Dk = Dv = 128: 3 stages of 64 KiB).
-  static constexpr int kMatrixRowBytes = 256;
-  static constexpr int kMatrixStageBytes = kQueryRows * kMatrixRowBytes;
+  static constexpr int kMatrixStageBytes = kQueryRows * 256;
+  static constexpr int kMatrixHalfBytes = kMatrixStageBytes / 2;  // float32: 32 keys of the 128 rows
   static constexpr int kQBytes = kQueryRows * kHeadDim * 2;
   static constexpr int kKStageBytes = kKeys * kHeadDim * 2;
   static constexpr int kVStageBytes = kKeys * kValueBlock * 2;

@@ -88,7 +88,7 @@ __device__ __forceinline__ const unsigned char* matrix_map_row(const ChunkParams
 template <class Traits>
 __device__ __forceinline__ void wgmma_matrix_produce(const ChunkParams& p, const CUtensorMap* matrix_map,
                                                      const MatrixWalk& w, typename Traits::SharedStorage& ss,
-                                                     uint32_t rank, int ptid) {
+                                                     uint32_t rank, uint32_t cluster, int ptid) {
   using Element = typename Traits::Element;
   constexpr int kHeadDim = Traits::kHeadDim;
   constexpr int kValueBlock = Traits::kValueBlock;
@@ -99,8 +99,9 @@ __device__ __forceinline__ void wgmma_matrix_produce(const ChunkParams& p, const
                        static_cast<int64_t>(w.slice) * kValueBlock;
   const bool f32 = p.decay.f32 != 0;
   const int matrix = p.decay.head != 0 ? w.h : 0;
-  const int row0 = static_cast<int>(w.q0) + 64 * static_cast<int>(rank);  // this CTA's half of the tile's rows
-  constexpr uint16_t kBothCtas = (1u << Traits::kClusterSize) - 1u;
+  const int share = 128 / static_cast<int>(cluster);  // the tile's rows this CTA loads for the cluster
+  const int row0 = static_cast<int>(w.q0) + share * static_cast<int>(rank);
+  const auto every_cta = static_cast<uint16_t>((1u << cluster) - 1u);
   const auto unused = [](int, int) -> Element* { return nullptr; };  // the element-wise path: never taken here
 
   // Q: two halves of 64 rows in the 64-column blocks of 128 rows.
@@ -117,15 +118,15 @@ __device__ __forceinline__ void wgmma_matrix_produce(const ChunkParams& p, const
     if (uses >= kStages) cluster_barrier_wait(&ss.empty[stage], ((uses / kStages) & 1) ^ 1);
     const int64_t k0 = int64_t{64} * block;
     if (ptid == 0) {
-      // Both CTAs' halves land here: the stage's matrix bytes in all.
+      // Every CTA's share lands here: the stage's matrix bytes in all.
       asm volatile(
           "mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(shared_address(&ss.full[stage])),
           "r"(static_cast<uint32_t>(f32 ? Traits::kMatrixStageBytes : Traits::kMatrixHalfBytes))
           : "memory");
-      const uint32_t tile = shared_address(ss.matrix[stage]) + static_cast<uint32_t>(64 * 128 * rank);
+      const uint32_t tile = shared_address(ss.matrix[stage]) + static_cast<uint32_t>(share * 128 * rank);
       for (int half = 0; half < (f32 ? 2 : 1); ++half) {
         tma_multicast_box(matrix_map, tile + static_cast<uint32_t>(half * Traits::kMatrixHalfBytes), &ss.full[stage],
-                          static_cast<int>(k0) + 32 * half, row0, matrix, kBothCtas);
+                          static_cast<int>(k0) + 32 * half, row0, matrix, every_cta);
       }
     }
     wgmma_copy_rows<Element, kHeadDim>(shared_address(ss.k[stage]), 64 * 128, unused, k_base, p.k.token, k0, p.tokens_k,

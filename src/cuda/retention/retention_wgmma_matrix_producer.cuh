@@ -1,13 +1,14 @@
 // The producer warpgroup of the Hopper decay-matrix kernel (retention_wgmma_matrix_kernel.cuh), and the CTA's walk.
 //
 // The producer copies Q once, then walks the key blocks that the tile map (retention_decay_map_kernel.cuh) marks
-// nonzero for the CTA's 128 query rows (the same blocks for both CTAs of the cluster: same head and query block). Each
+// nonzero for the CTA's 128 query rows (the same blocks for every CTA of the cluster: same head and query block). Each
 // goes into the next stage of the ring: thread 0 announces the matrix tile's bytes on the stage's `full` barrier and
-// issues the TMA boxes of this CTA's half of the tile's rows (rows 64 rank ..), multicast into both CTAs (zeros past Tq
-// and Tk); every thread copies its pieces of the block's K and V (cp.async, zeros past Tk) and arrives once they have
-// landed (cp.async.mbarrier.arrive.noinc). A stage is refilled once the consumers of both CTAs have released it (each
-// consumer thread arrives on both CTAs' `empty` barrier), since the other CTA's boxes write into it too. The all-zero
-// tiles of the matrix (a causal matrix's upper triangle) are neither read nor computed.
+// issues the TMA boxes of this CTA's share of the tile's rows (128 / cluster rows from 128 / cluster x rank), multicast
+// into every CTA of the cluster (zeros past Tq and Tk); every thread copies its pieces of the block's K and V
+// (cp.async, zeros past Tk) and arrives once they have landed (cp.async.mbarrier.arrive.noinc). A stage is refilled
+// once the consumers of every CTA of the cluster have released it (each consumer warp arrives on every CTA's `empty`
+// barrier), since the other CTAs' boxes write into it too. The all-zero tiles of the matrix (a causal matrix's upper
+// triangle) are neither read nor computed.
 #pragma once
 #include <cstdint>
 
@@ -21,10 +22,10 @@
 
 namespace attnkit::cuda::retention {
 
-// CTA `cta`'s part of the decay-matrix forward: the batch fastest (the CTAs of a cluster take batches b and b + 1 of
-// the same tiles; an odd batch count's last cluster computes the last batch twice and writes it twice, the same
-// values), then the value slice, then the query block (the last ones first: under a causal matrix they have the most
-// nonzero tiles), then the head.
+// CTA `cta`'s part of the decay-matrix forward: the batch fastest (the CTAs of a cluster take batches b, b + 1, ... of
+// the same tiles; where the cluster size does not divide the batches, the last cluster computes the last batch again
+// and writes it again, the same values), then the value slice, then the query block (the last ones first: under a
+// causal matrix they have the most nonzero tiles), then the head.
 struct MatrixWalk {
   int64_t b = 0;
   int h = 0;

@@ -1370,15 +1370,14 @@ TEST_F(CudaRetention, WgmmaDecayMatrixForwardMatchesCpu) {
 }
 
 // The Hopper decay-matrix kernel's clusters (batches sharing each tile of the matrix) and its grid, on the host.
-TEST(CudaRetentionDecayMatrixGrid, ClustersTakeFourTwoOrOneBatchesAndTheGridRoundsTheBatchesUp) {
+TEST(CudaRetentionDecayMatrixGrid, ClustersTakeTwoBatchesOrOneAndTheGridRoundsTheBatchesUp) {
   using cuda::retention::matrix_cluster_size;
   using cuda::retention::matrix_forward_ctas;
   EXPECT_EQ(matrix_cluster_size(1), 1);
   EXPECT_EQ(matrix_cluster_size(2), 2);
   EXPECT_EQ(matrix_cluster_size(3), 2);  // one cluster computes the last batch twice
-  EXPECT_EQ(matrix_cluster_size(4), 4);
-  EXPECT_EQ(matrix_cluster_size(6), 2);
-  EXPECT_EQ(matrix_cluster_size(8), 4);
+  EXPECT_EQ(matrix_cluster_size(4), 2);
+  EXPECT_EQ(matrix_cluster_size(8), 2);
   // batches rounded up to the cluster x value slices x heads x 128-row query blocks
   EXPECT_EQ(matrix_forward_ctas(3, 16, 4096, 1, 2), 4 * 16 * 32);
   EXPECT_EQ(matrix_forward_ctas(8, 16, 4096, 1, 4), 8 * 16 * 32);

@@ -7,7 +7,8 @@
 //
 // Algorithm. Two launches. The first (retention_decay_map_kernel.cuh) reads the matrix once and writes a map of its
 // nonzero 128 x 64 tiles. In the second, one CTA owns one (head, 128 query rows, batch, slice of E value columns), in
-// clusters of 4, 2 or 1 CTAs (batches b, b + 1, ... of the same rows) that share the matrix's tiles, and walks the key
+// clusters of 2 CTAs (batches b, b + 1 of the same rows; 1 for one batch; the kernel takes 4 too: matrix_cluster_size)
+// that share the matrix's tiles, and walks the key
 // blocks of 64 that the map marks nonzero for its rows: a producer warpgroup (retention_wgmma_matrix_producer.cuh: Q
 // once, then per block the matrix's tile, each CTA multicasting its share of the rows into all, and the block's K and V
 // into a ring of stages) and two consumer warpgroups of 64 query rows (retention_wgmma_matrix_consumer.cuh: S = Q K^T,
@@ -17,7 +18,7 @@
 //
 // Work and bytes, B8 T4096 H16 Dk = Dv = 128 (one CTA per (b, h, 128 rows), E = 128), a causal float32 matrix
 // [16, 4096, 4096] (1 GiB): the map reads 1 GiB from DRAM (about 0.25 ms); the second launch's 4096 CTAs walk 33 of
-// the 64 blocks on average: into the SMs 1024 clusters of 4 x 33 x 32 KiB of matrix (1.05 GiB, a quarter of what
+// the 64 blocks on average: into the SMs 2048 clusters of 2 x 33 x 32 KiB of matrix (2.1 GiB, half of what
 // unclustered CTAs read) and 4096 x 33 x 32 KiB of K and V (4.1 GiB); DRAM sees each nonzero tile about once more (0.5
 // GiB: the clusters of a (head, query block) run side by side). Products 2 x 128 x 64 x (Dk + Dv) per block, 0.57 TFLOP
 // in all (the normalised-form kernel also repeats Q K^T per 64 value columns). On other architectures the kernel body

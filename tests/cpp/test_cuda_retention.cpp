@@ -1369,6 +1369,53 @@ TEST_F(CudaRetention, WgmmaDecayMatrixForwardMatchesCpu) {
   expect_decay_matrix_forward_matches_cpu(c, "normalized_grouped");
 }
 
+// The Hopper decay-matrix kernel's clusters (batches sharing each tile of the matrix) and its grid, on the host.
+TEST(CudaRetentionDecayMatrixGrid, ClustersTakeTwoBatchesOrOneAndTheGridRoundsTheBatchesUp) {
+  using cuda::retention::matrix_cluster_size;
+  using cuda::retention::matrix_forward_ctas;
+  EXPECT_EQ(matrix_cluster_size(1), 1);
+  EXPECT_EQ(matrix_cluster_size(2), 2);
+  EXPECT_EQ(matrix_cluster_size(3), 2);  // one cluster computes the last batch twice
+  EXPECT_EQ(matrix_cluster_size(4), 2);
+  EXPECT_EQ(matrix_cluster_size(8), 2);
+  // batches rounded up to the cluster x value slices x heads x 128-row query blocks
+  EXPECT_EQ(matrix_forward_ctas(3, 16, 4096, 1, 2), 4 * 16 * 32);
+  EXPECT_EQ(matrix_forward_ctas(8, 16, 4096, 1, 4), 8 * 16 * 32);
+  EXPECT_EQ(matrix_forward_ctas(1, 5, 129, 2, 1), 1 * 2 * 5 * 2);
+}
+
+// fill_forward where the plan chose the Hopper decay-matrix kernel: that kernel for a call whose operands allow 16-byte
+// copies (its clusters and grid), the normalised-form kernel for one whose matrix rows are not 16-byte aligned (Tk
+// float32 entries, Tk odd) and its own grid. Host only: nothing is launched.
+TEST(CudaRetentionDecayMatrixGrid, CallsWithoutSixteenByteMatrixRowsRunTheNormalisedFormKernel) {
+  using namespace cuda::retention;
+  const ChunkKernel* matrix_kernel = find_wgmma_matrix_kernel(DType::bf16, 128, 128);
+  if (matrix_kernel == nullptr) GTEST_SKIP() << "this build has no Hopper decay-matrix kernel (no sm_90a target)";
+  const ChunkKernel* fallback = find_normalized_kernel(DType::bf16, 128, kDecayMatrixMembers);
+  ASSERT_NE(fallback, nullptr);
+  alignas(64) static unsigned char storage[64];
+  const auto forward = [&](int64_t tk) {
+    RetentionForward p;
+    p.q = make_view(storage, DType::bf16, {3, 300, 4, 128});
+    p.k = make_view(storage, DType::bf16, {3, tk, 4, 128});
+    p.v = make_view(storage, DType::bf16, {3, tk, 4, 128});
+    p.out = make_view(storage, DType::bf16, {3, 300, 4, 128});
+    p.decay = make_view(storage, DType::f32, {4, 300, tk});
+    p.mode = RetentionMode::parallel;
+    ForwardSelection selection;
+    selection.job.kernel = matrix_kernel;
+    selection.matrix_fallback = fallback;
+    return fill_forward(p, selection, {});
+  };
+  const ChunkJob aligned = forward(260);
+  EXPECT_STREQ(aligned.kernel->family, "wgmma_matrix");
+  EXPECT_EQ(aligned.params.decay.cluster, 2);
+  EXPECT_EQ(aligned.ctas, 4 * 1 * 4 * 3);  // 3 batches in clusters of 2, one value block, 4 heads, 3 query blocks
+  const ChunkJob unaligned = forward(259);
+  EXPECT_STREQ(unaligned.kernel->family, "normalized_grouped");
+  EXPECT_EQ(unaligned.ctas, 3 * 4 * 5);  // 3 x 2 (batch, value slice) pairs two a CTA, 4 heads, 5 query blocks of 64
+}
+
 // The backward over a decay matrix on the GPU and on the CPU (float64); returns the GPU's three gradients
 // (for comparing runs).
 std::vector<std::vector<double> > expect_decay_matrix_backward_matches_cpu(const DecayCase& c) {

@@ -14,6 +14,13 @@ __device__ __forceinline__ uint32_t cluster_rank() {
   return rank;
 }
 
+// CTAs in the cluster.
+__device__ __forceinline__ uint32_t cluster_size() {
+  uint32_t size;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(size));
+  return size;
+}
+
 // Every thread of every CTA of the cluster (all threads of each warp) arrives and waits.
 __device__ __forceinline__ void cluster_sync() {
   asm volatile(

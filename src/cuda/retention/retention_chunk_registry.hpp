@@ -55,7 +55,6 @@ inline bool is_wgmma_chunk_kernel(const ChunkKernel& kernel) {
 // The Hopper decay-matrix forward (retention_wgmma_matrix_kernel.cuh): one CTA per (head, 128 query rows, batch, value
 // block); null when none is compiled for (dtype, Dk, value block) (builds without the sm_90a target have none).
 inline constexpr const char* kWgmmaMatrixFamily = "wgmma_matrix";
-inline constexpr int kWgmmaMatrixClusterSize = 2;  // its CTAs per cluster (WgmmaMatrixTraits::kClusterSize)
 const ChunkKernel* find_wgmma_matrix_kernel(DType dtype, int head_dim, int value_block);
 inline bool is_wgmma_matrix_kernel(const ChunkKernel& kernel) {
   return std::strcmp(kernel.family, kWgmmaMatrixFamily) == 0;

@@ -578,8 +578,9 @@ ChunkJob fill_forward(const RetentionForward& problem, const ForwardSelection& s
   const int64_t heads = problem.q.extents[2], query_tokens = problem.q.extents[1];
   if (is_wgmma_matrix_kernel(*job.kernel)) {
     // One CTA per (head, 128-row query block, batch, value block), the batches in whole clusters.
+    job.params.decay.cluster = matrix_cluster_size(problem.q.extents[0]);
     job.ctas =
-        matrix_forward_ctas(problem.q.extents[0], heads, query_tokens, job.params.dv_slices, kWgmmaMatrixClusterSize);
+        matrix_forward_ctas(problem.q.extents[0], heads, query_tokens, job.params.dv_slices, job.params.decay.cluster);
   } else if (problem.normalize || detail::is_given(problem.decay)) {
     // One CTA per (head, 64-row query block) and `members` of the (batch, value block) pairs; no states
     // (validation's rule).

@@ -46,11 +46,17 @@ struct DecayMatrixOperand {
   // The Hopper decay-matrix kernel's map of the nonzero tiles (retention_decay_map_kernel.cuh), written by its first
   // launch into the call's workspace: [H|1, ceil(Tq / 128), decay_map_row_bytes(Tk)] bytes.
   unsigned char* tile_map = nullptr;
+  // That kernel's CTAs per cluster (1, 2 or 4 batches sharing each tile of the matrix): matrix_cluster_size's.
+  int32_t cluster = 1;
 };
 
 // The tile map: per (matrix, 128-row query block), one byte per 64-key block (bit 0: rows 0-63 of the tile hold a
 // nonzero entry, bit 1: rows 64-127), the row padded to whole 16-byte words.
 constexpr int64_t decay_map_row_bytes(int64_t tokens_k) { return ((tokens_k + 63) / 64 + 15) / 16 * 16; }
+// The CTAs per cluster of the Hopper decay-matrix forward for `batch` batches: 2 where there are two or more (an odd
+// count's last cluster computes its last batch twice), else 1. The kernel takes clusters of 4 too, which measured
+// slower on an H200: 3.19 against 2.06 ms at B8 T4096 H16 D128 (docs/perf.md, retention "Twenty-fourth step").
+ATTNKIT_HOST_DEVICE constexpr int matrix_cluster_size(int64_t batch) { return batch >= 2 ? 2 : 1; }
 // Grid CTAs of the Hopper decay-matrix forward (retention_wgmma_matrix_producer.cuh, matrix_walk): the batch count
 // rounded up to whole clusters of `cluster` CTAs, times the value slices, heads and 128-row query blocks.
 ATTNKIT_HOST_DEVICE constexpr int64_t matrix_forward_ctas(int64_t batch, int64_t heads, int64_t tokens_q,

@@ -59,7 +59,8 @@ __device__ __forceinline__ void load_matrix_entries(uint32_t tile, bool f32, int
 
 template <class Traits>
 __device__ __forceinline__ void wgmma_matrix_consume(const ChunkParams& p, const MatrixWalk& w,
-                                                     typename Traits::SharedStorage& ss, int group, int wg_tid) {
+                                                     typename Traits::SharedStorage& ss, uint32_t cluster, int group,
+                                                     int wg_tid) {
   using namespace cute;
   using Element = typename Traits::Element;
   using fmha_sm90::barrier_arrive;
@@ -122,9 +123,12 @@ __device__ __forceinline__ void wgmma_matrix_consume(const ChunkParams& p, const
     warpgroup_commit_batch();
     warpgroup_wait<0>();
     warpgroup_fence_operand(acc_o);
-    // The stage goes back at once, to both CTAs' producers (each writes half of its matrix tile): they refill it while
-    // the other warpgroup's products run.
-    for (uint32_t rank = 0; rank < Traits::kClusterSize; ++rank) cluster_barrier_arrive(&ss.empty[stage], rank);
+    // The stage goes back at once, to every CTA's producer of the cluster (each writes a share of its matrix tile):
+    // they refill it while the other warpgroup's products run. One arrival a warp, once all its lanes are done.
+    __syncwarp();
+    if (lane == 0) {
+      for (uint32_t rank = 0; rank < cluster; ++rank) cluster_barrier_arrive(&ss.empty[stage], rank);
+    }
     ++uses;
   });
 

@@ -21,7 +21,7 @@
 namespace attnkit::cuda::retention {
 
 // The TMA descriptor of the matrix [H|1, Tq, Tk] (params.decay): boxes of 128 bytes of a row (32 float32 or 64 16-bit
-// entries) by 64 rows, the 128-byte swizzle, zeros past the edges.
+// entries) by a cluster CTA's share of a tile's 128 rows, the 128-byte swizzle, zeros past the edges.
 inline CUtensorMap matrix_tile_map(const ChunkParams& params, DType dtype) {
   const DecayMatrixOperand& d = params.decay;
   const int64_t entry = d.f32 != 0 ? 4 : 2;
@@ -31,7 +31,8 @@ inline CUtensorMap matrix_tile_map(const ChunkParams& params, DType dtype) {
   const cuuint64_t strides[2] = {
       static_cast<cuuint64_t>(d.row * entry),
       static_cast<cuuint64_t>(matrices > 1 ? d.head * entry : params.tokens * d.row * entry)};
-  const cuuint32_t box[3] = {static_cast<cuuint32_t>(128 / entry), 64, 1};
+  // Each CTA of a cluster loads 128 / cluster rows of a tile.
+  const cuuint32_t box[3] = {static_cast<cuuint32_t>(128 / entry), static_cast<cuuint32_t>(128 / d.cluster), 1};
   const cuuint32_t element_strides[3] = {1, 1, 1};
   const CUtensorMapDataType type = d.f32 != 0             ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
                                    : dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
@@ -69,7 +70,7 @@ void launch_wgmma_matrix_kernel(const ChunkParams& params, int64_t ctas, cudaStr
   config.stream = stream;
   cudaLaunchAttribute cluster{};
   cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = Traits::kClusterSize;
+  cluster.val.clusterDim.x = static_cast<unsigned>(params.decay.cluster);
   cluster.val.clusterDim.y = 1;
   cluster.val.clusterDim.z = 1;
   config.attrs = &cluster;
@@ -80,7 +81,6 @@ void launch_wgmma_matrix_kernel(const ChunkParams& params, int64_t ctas, cudaStr
 template <class Element, int HeadDim, int ValueBlock>
 ChunkKernel wgmma_matrix_kernel_entry(DType dtype) {
   using Traits = WgmmaMatrixTraits<Element, HeadDim, ValueBlock>;
-  static_assert(Traits::kClusterSize == kWgmmaMatrixClusterSize, "the plan counts the CTAs in these clusters");
   ChunkKernel kernel{kWgmmaMatrixFamily,
                      dtype,
                      HeadDim,

@@ -7,21 +7,22 @@
 //
 // Algorithm. Two launches. The first (retention_decay_map_kernel.cuh) reads the matrix once and writes a map of its
 // nonzero 128 x 64 tiles. In the second, one CTA owns one (head, 128 query rows, batch, slice of E value columns), in
-// clusters of two CTAs (batches b and b + 1 of the same rows) that share the matrix's tiles, and walks the key blocks
-// of 64 that the map marks nonzero for its rows: a producer warpgroup (retention_wgmma_matrix_producer.cuh: Q once,
-// then per block the matrix's tile, each CTA multicasting half of its rows into both, and the block's K and V into a
-// ring of stages) and two consumer warpgroups of 64 query rows (retention_wgmma_matrix_consumer.cuh: S = Q K^T,
+// clusters of 2 CTAs (batches b, b + 1 of the same rows; 1 for one batch; the kernel takes 4 too: matrix_cluster_size)
+// that share the matrix's tiles, and walks the key
+// blocks of 64 that the map marks nonzero for its rows: a producer warpgroup (retention_wgmma_matrix_producer.cuh: Q
+// once, then per block the matrix's tile, each CTA multicasting its share of the rows into all, and the block's K and V
+// into a ring of stages) and two consumer warpgroups of 64 query rows (retention_wgmma_matrix_consumer.cuh: S = Q K^T,
 // s = scale S D, O += P V on wgmma; no softmax, so the accumulators are never rescaled and the row normaliser is
 // divided out once at the end). All-zero tiles cost the map's read alone: neither their entries, K, V nor their
 // products are touched again.
 //
 // Work and bytes, B8 T4096 H16 Dk = Dv = 128 (one CTA per (b, h, 128 rows), E = 128), a causal float32 matrix
 // [16, 4096, 4096] (1 GiB): the map reads 1 GiB from DRAM (about 0.25 ms); the second launch's 4096 CTAs walk 33 of
-// the 64 blocks on average: into the SMs 2048 clusters x 33 x 32 KiB of matrix (2.1 GiB, half of what unclustered
-// CTAs read) and 4096 x 33 x 32 KiB of K and V (4.1 GiB); DRAM sees each nonzero tile about once more (0.5 GiB: the
-// clusters of a (head, query block) run side by side). Products 2 x 128 x 64 x (Dk + Dv) per block, 0.57 TFLOP in all
-// (the normalised-form kernel also repeats Q K^T per 64 value columns). On other architectures the kernel body is
-// empty: the plan selects it only on a compute capability 9.0 device (retention_plan.cpp).
+// the 64 blocks on average: into the SMs 2048 clusters of 2 x 33 x 32 KiB of matrix (2.1 GiB, half of what
+// unclustered CTAs read) and 4096 x 33 x 32 KiB of K and V (4.1 GiB); DRAM sees each nonzero tile about once more (0.5
+// GiB: the clusters of a (head, query block) run side by side). Products 2 x 128 x 64 x (Dk + Dv) per block, 0.57 TFLOP
+// in all (the normalised-form kernel also repeats Q K^T per 64 value columns). On other architectures the kernel body
+// is empty: the plan selects it only on a compute capability 9.0 device (retention_plan.cpp).
 #pragma once
 #include <cute/tensor.hpp>
 
@@ -43,8 +44,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   using Storage = typename Traits::SharedStorage;
   extern __shared__ __align__(1024) char smem[];
   Storage& ss = *reinterpret_cast<Storage*>(smem);
-  const MatrixWalk walk = matrix_walk(p, blockIdx.x, Traits::kClusterSize);
+  const uint32_t cluster = cluster_size();
   const uint32_t rank = cluster_rank();
+  const MatrixWalk walk = matrix_walk(p, blockIdx.x, static_cast<int>(cluster));
   const int tid = static_cast<int>(threadIdx.x);
   // Broadcast from lane 0 so that the compiler sees the role branches as warp-uniform.
   const int warp_group = __shfl_sync(0xffffffffu, tid / Traits::kWarpgroupThreads, 0);
@@ -53,21 +55,21 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     for (int s = 0; s < Traits::kStages; ++s) {
       // The producer threads' K/V arrivals, and thread 0's with the matrix bytes of both CTAs' boxes.
       fmha_sm90::barrier_init(&ss.full[s], Traits::kWarpgroupThreads + 1);
-      // Every consumer thread of the cluster.
-      fmha_sm90::barrier_init(&ss.empty[s], Traits::kClusterSize * Traits::kConsumers * Traits::kWarpgroupThreads);
+      // Every consumer warp of the cluster.
+      fmha_sm90::barrier_init(&ss.empty[s], cluster * Traits::kConsumers * (Traits::kWarpgroupThreads / 32));
     }
     fmha_sm90::barrier_init_fence();
   }
-  cluster_sync();  // both CTAs' barriers are initialised before either CTA's boxes or arrivals reach them
+  cluster_sync();  // every CTA's barriers are initialised before any CTA's boxes or arrivals reach them
   const int wg_tid = tid % Traits::kWarpgroupThreads;
   if (warp_group == 0) {
     fmha_sm90::warpgroup_registers_shrink<Traits::kProducerRegisters>();
-    wgmma_matrix_produce<Traits>(p, &matrix, walk, ss, rank, wg_tid);
+    wgmma_matrix_produce<Traits>(p, &matrix, walk, ss, rank, cluster, wg_tid);
   } else {
     fmha_sm90::warpgroup_registers_grow<Traits::kConsumerRegisters>();
-    wgmma_matrix_consume<Traits>(p, walk, ss, warp_group - 1, wg_tid);
+    wgmma_matrix_consume<Traits>(p, walk, ss, cluster, warp_group - 1, wg_tid);
   }
-  cluster_sync();  // no CTA leaves while the other's boxes or arrivals may still reach its shared memory
+  cluster_sync();  // no CTA leaves while another's boxes or arrivals may still reach its shared memory
 #endif
 }
 

@@ -1,13 +1,14 @@
 // The producer warpgroup of the Hopper decay-matrix kernel (retention_wgmma_matrix_kernel.cuh), and the CTA's walk.
 //
 // The producer copies Q once, then walks the key blocks that the tile map (retention_decay_map_kernel.cuh) marks
-// nonzero for the CTA's 128 query rows (the same blocks for both CTAs of the cluster: same head and query block). Each
+// nonzero for the CTA's 128 query rows (the same blocks for every CTA of the cluster: same head and query block). Each
 // goes into the next stage of the ring: thread 0 announces the matrix tile's bytes on the stage's `full` barrier and
-// issues the TMA boxes of this CTA's half of the tile's rows (rows 64 rank ..), multicast into both CTAs (zeros past Tq
-// and Tk); every thread copies its pieces of the block's K and V (cp.async, zeros past Tk) and arrives once they have
-// landed (cp.async.mbarrier.arrive.noinc). A stage is refilled once the consumers of both CTAs have released it (each
-// consumer thread arrives on both CTAs' `empty` barrier), since the other CTA's boxes write into it too. The all-zero
-// tiles of the matrix (a causal matrix's upper triangle) are neither read nor computed.
+// issues the TMA boxes of this CTA's share of the tile's rows (128 / cluster rows from 128 / cluster x rank), multicast
+// into every CTA of the cluster (zeros past Tq and Tk); every thread copies its pieces of the block's K and V
+// (cp.async, zeros past Tk) and arrives once they have landed (cp.async.mbarrier.arrive.noinc). A stage is refilled
+// once the consumers of every CTA of the cluster have released it (each consumer warp arrives on every CTA's `empty`
+// barrier), since the other CTAs' boxes write into it too. The all-zero tiles of the matrix (a causal matrix's upper
+// triangle) are neither read nor computed.
 #pragma once
 #include <cstdint>
 
@@ -21,10 +22,10 @@
 
 namespace attnkit::cuda::retention {
 
-// CTA `cta`'s part of the decay-matrix forward: the batch fastest (the CTAs of a cluster take batches b and b + 1 of
-// the same tiles; an odd batch count's last cluster computes the last batch twice and writes it twice, the same
-// values), then the value slice, then the query block (the last ones first: under a causal matrix they have the most
-// nonzero tiles), then the head.
+// CTA `cta`'s part of the decay-matrix forward: the batch fastest (the CTAs of a cluster take batches b, b + 1, ... of
+// the same tiles; where the cluster size does not divide the batches, the last cluster computes the last batch again
+// and writes it again, the same values), then the value slice, then the query block (the last ones first: under a
+// causal matrix they have the most nonzero tiles), then the head.
 struct MatrixWalk {
   int64_t b = 0;
   int h = 0;
@@ -88,7 +89,7 @@ __device__ __forceinline__ const unsigned char* matrix_map_row(const ChunkParams
 template <class Traits>
 __device__ __forceinline__ void wgmma_matrix_produce(const ChunkParams& p, const CUtensorMap* matrix_map,
                                                      const MatrixWalk& w, typename Traits::SharedStorage& ss,
-                                                     uint32_t rank, int ptid) {
+                                                     uint32_t rank, uint32_t cluster, int ptid) {
   using Element = typename Traits::Element;
   constexpr int kHeadDim = Traits::kHeadDim;
   constexpr int kValueBlock = Traits::kValueBlock;
@@ -99,8 +100,9 @@ __device__ __forceinline__ void wgmma_matrix_produce(const ChunkParams& p, const
                        static_cast<int64_t>(w.slice) * kValueBlock;
   const bool f32 = p.decay.f32 != 0;
   const int matrix = p.decay.head != 0 ? w.h : 0;
-  const int row0 = static_cast<int>(w.q0) + 64 * static_cast<int>(rank);  // this CTA's half of the tile's rows
-  constexpr uint16_t kBothCtas = (1u << Traits::kClusterSize) - 1u;
+  const int share = 128 / static_cast<int>(cluster);  // the tile's rows this CTA loads for the cluster
+  const int row0 = static_cast<int>(w.q0) + share * static_cast<int>(rank);
+  const auto every_cta = static_cast<uint16_t>((1u << cluster) - 1u);
   const auto unused = [](int, int) -> Element* { return nullptr; };  // the element-wise path: never taken here
 
   // Q: two halves of 64 rows in the 64-column blocks of 128 rows.
@@ -117,15 +119,15 @@ __device__ __forceinline__ void wgmma_matrix_produce(const ChunkParams& p, const
     if (uses >= kStages) cluster_barrier_wait(&ss.empty[stage], ((uses / kStages) & 1) ^ 1);
     const int64_t k0 = int64_t{64} * block;
     if (ptid == 0) {
-      // Both CTAs' halves land here: the stage's matrix bytes in all.
+      // Every CTA's share lands here: the stage's matrix bytes in all.
       asm volatile(
           "mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(shared_address(&ss.full[stage])),
           "r"(static_cast<uint32_t>(f32 ? Traits::kMatrixStageBytes : Traits::kMatrixHalfBytes))
           : "memory");
-      const uint32_t tile = shared_address(ss.matrix[stage]) + static_cast<uint32_t>(64 * 128 * rank);
+      const uint32_t tile = shared_address(ss.matrix[stage]) + static_cast<uint32_t>(share * 128 * rank);
       for (int half = 0; half < (f32 ? 2 : 1); ++half) {
         tma_multicast_box(matrix_map, tile + static_cast<uint32_t>(half * Traits::kMatrixHalfBytes), &ss.full[stage],
-                          static_cast<int>(k0) + 32 * half, row0, matrix, kBothCtas);
+                          static_cast<int>(k0) + 32 * half, row0, matrix, every_cta);
       }
     }
     wgmma_copy_rows<Element, kHeadDim>(shared_address(ss.k[stage]), 64 * 128, unused, k_base, p.k.token, k0, p.tokens_k,

@@ -35,9 +35,10 @@ struct WgmmaMatrixTraits {
   static constexpr int kKeys = 64;        // keys a block
   static constexpr int kWarpgroupThreads = 128;
   static constexpr int kConsumers = 2;
-  // CTAs of a cluster: the batches b and b + 1 of one (head, query block, value slice), each CTA's producer loading
-  // half of every matrix tile's rows into both CTAs (TMA multicast).
-  static constexpr int kClusterSize = 2;
+  // CTAs of a cluster (a launch's choice, matrix_cluster_size): batches b, b + 1, ... of one (head, query block, value
+  // slice), each CTA's producer loading its share of every matrix tile's rows into all of them (TMA multicast).
+  static constexpr int kMaxClusterSize = 4;
+  static_assert(kQueryRows / kMaxClusterSize % 8 == 0, "each CTA's share of a tile is whole 8-row swizzle atoms");
   static constexpr int kThreads = (1 + kConsumers) * kWarpgroupThreads;  // the producer first
   // Registers after setmaxnreg (the launch gives 168 a thread): a consumer holds O (E / 2 fp32), the scores (32), P
   // (16) and the 32 matrix entries of its scores.

@@ -10,7 +10,8 @@ retention ops take):
             D64, B4 T4096 H16 D128, B3 T4096 H12 D128
   parallel  B8 T4096 H16 D128 and D64: forward and backward (attnkit mode="parallel" against fla
             parallel_retention); the D128 row again with the same decay given as an explicit decay matrix
-            [H, T, T] (attnkit decay=..., fp32, no gradient for the matrix; fla: its gamma form)
+            [H, T, T] (attnkit decay=..., fp32, no gradient for the matrix; fla: its gamma form), and that
+            form at B2 T8192 H8 D128 and B4 T2048 H16 D64
   decode    B64 H16 D128, one token against an fp32 state, state out (attnkit mode="recurrent" against
             fla fused_recurrent_retention)
 
@@ -203,6 +204,9 @@ ROWS = [
     ("parallel_b8_t4096_h16_d128", "parallel", 8, 4096, 16, 128),
     ("parallel_b8_t4096_h16_d64", "parallel", 8, 4096, 16, 64),
     ("parallel_decay_b8_t4096_h16_d128", "parallel_decay", 8, 4096, 16, 128),
+    # The decay-matrix form with few batches to share each tile of the matrix, and at D64.
+    ("parallel_decay_b2_t8192_h8_d128", "parallel_decay", 2, 8192, 8, 128),
+    ("parallel_decay_b4_t2048_h16_d64", "parallel_decay", 4, 2048, 16, 64),
     ("decode_b64_h16_d128", "decode", 64, 1, 16, 128),
 ]
 

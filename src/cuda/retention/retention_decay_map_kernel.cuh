@@ -14,6 +14,15 @@ namespace attnkit::cuda::retention {
 
 inline constexpr int kDecayMapThreads = 256;
 
+// The call's decay matrices: one per head, or one that the heads share (head stride 0).
+ATTNKIT_HOST_DEVICE int64_t decay_matrices(const ChunkParams& p) { return p.decay.head != 0 ? p.heads : 1; }
+// Head h's matrix: h, or 0 for a shared one.
+ATTNKIT_HOST_DEVICE int decay_matrix_of_head(const ChunkParams& p, int h) { return p.decay.head != 0 ? h : 0; }
+// The map row of (matrix, 128-row query block): decay_map_row_bytes(Tk) bytes.
+__device__ __forceinline__ unsigned char* decay_map_row(const ChunkParams& p, int64_t matrix, int64_t query_block) {
+  return p.decay.tile_map + (matrix * ((p.tokens + 127) / 128) + query_block) * decay_map_row_bytes(p.tokens_k);
+}
+
 // grid (decay_map_row_bytes(Tk), ceil(Tq / 128), matrices); p: the decay-matrix kernel's params. Internal linkage: each
 // instance file that launches it has its own copy.
 static __global__ void __launch_bounds__(kDecayMapThreads)
@@ -23,7 +32,7 @@ static __global__ void __launch_bounds__(kDecayMapThreads)
   const int64_t query_block = blockIdx.y;
   const int64_t matrix = blockIdx.z;
   const int64_t key_blocks = (p.tokens_k + 63) / 64;
-  unsigned char* out = d.tile_map + (matrix * gridDim.y + query_block) * static_cast<int64_t>(gridDim.x) + block;
+  unsigned char* out = decay_map_row(p, matrix, query_block) + block;
   if (block >= key_blocks) {
     if (threadIdx.x == 0) *out = 0;
     return;

@@ -63,7 +63,6 @@ __device__ __forceinline__ void wgmma_matrix_consume(const ChunkParams& p, const
                                                      int wg_tid) {
   using namespace cute;
   using Element = typename Traits::Element;
-  using fmha_sm90::barrier_arrive;
   using fmha_sm90::barrier_wait;
   using fmha_sm90::issue_gemm;
   constexpr int kHeadDim = Traits::kHeadDim;

@@ -25,7 +25,7 @@ namespace attnkit::cuda::retention {
 inline CUtensorMap matrix_tile_map(const ChunkParams& params, DType dtype) {
   const DecayMatrixOperand& d = params.decay;
   const int64_t entry = d.f32 != 0 ? 4 : 2;
-  const int64_t matrices = d.head != 0 ? params.heads : 1;
+  const int64_t matrices = decay_matrices(params);
   const cuuint64_t dims[3] = {static_cast<cuuint64_t>(params.tokens_k), static_cast<cuuint64_t>(params.tokens),
                               static_cast<cuuint64_t>(matrices)};
   const cuuint64_t strides[2] = {
@@ -61,7 +61,7 @@ void launch_wgmma_matrix_kernel(const ChunkParams& params, int64_t ctas, cudaStr
       matrix_tile_map(params, std::is_same_v<typename Traits::Element, cutlass::bfloat16_t> ? DType::bf16 : DType::f16);
   const dim3 map_grid(static_cast<unsigned>(decay_map_row_bytes(params.tokens_k)),
                       static_cast<unsigned>((params.tokens + 127) / 128),
-                      static_cast<unsigned>(params.decay.head != 0 ? params.heads : 1));
+                      static_cast<unsigned>(decay_matrices(params)));
   retention_decay_map_kernel<<<map_grid, kDecayMapThreads, 0, stream>>>(params);
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(ctas));

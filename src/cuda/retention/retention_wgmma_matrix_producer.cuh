@@ -17,6 +17,7 @@
 #include "cuda/common/async_copy.cuh"
 #include "cuda/common/cluster_sync.cuh"
 #include "cuda/fmha_sm90/fmha_sm90_sync.cuh"
+#include "cuda/retention/retention_decay_map_kernel.cuh"
 #include "cuda/retention/retention_params.hpp"
 #include "cuda/retention/retention_wgmma_chunk_producer.cuh"
 
@@ -82,8 +83,7 @@ __device__ __forceinline__ void for_each_nonzero_block(const unsigned char* map_
 
 // The map row of the CTA's query rows.
 __device__ __forceinline__ const unsigned char* matrix_map_row(const ChunkParams& p, const MatrixWalk& w) {
-  const int64_t matrix = p.decay.head != 0 ? w.h : 0;
-  return p.decay.tile_map + (matrix * ((p.tokens + 127) / 128) + w.q0 / 128) * decay_map_row_bytes(p.tokens_k);
+  return decay_map_row(p, decay_matrix_of_head(p, w.h), w.q0 / 128);
 }
 
 template <class Traits>
@@ -99,7 +99,7 @@ __device__ __forceinline__ void wgmma_matrix_produce(const ChunkParams& p, const
   const auto* v_base = static_cast<const Element*>(p.v.data) + w.b * p.v.batch + w.h * p.v.head +
                        static_cast<int64_t>(w.slice) * kValueBlock;
   const bool f32 = p.decay.f32 != 0;
-  const int matrix = p.decay.head != 0 ? w.h : 0;
+  const int matrix = decay_matrix_of_head(p, w.h);
   const int share = 128 / static_cast<int>(cluster);  // the tile's rows this CTA loads for the cluster
   const int row0 = static_cast<int>(w.q0) + share * static_cast<int>(rank);
   const auto every_cta = static_cast<uint16_t>((1u << cluster) - 1u);

@@ -1126,6 +1126,56 @@ TEST(CudaGemmSelection, Tf32GridsThe128x256RowPadsRunThe128x128Row) {
   EXPECT_EQ(batched(8, 1024, 1024, 1024), large);
 }
 
+// TF32 x @ W (A K-major, B MN-major) over at least kTransposedBMinRows rows of A (times the batch when B is shared)
+// runs the K-major-B rows on a B transposed into the workspace (the MN-major-B rows move B through registers); fewer
+// rows, exact fp32, B K-major, A MN-major or an SM80 device keep their rows.
+TEST(CudaGemmSelection, Tf32OverManyRowsTransposesBForTheKMajorRows) {
+  const std::string transposed = "sm90_tf32_ak_bk_128x256x32_c2x1_coop";
+  bool built = false;
+  for (const cuda::gemm::GemmKernel* kernel : cuda::gemm::gemm_kernels()) built = built || transposed == kernel->name;
+  if (!built) GTEST_SKIP() << "this build has no TF32 K-major-B Hopper row (ATTNKIT_CUDA_ARCHS without 90a)";
+  const int64_t rows = cuda::gemm::kTransposedBMinRows;
+  EXPECT_EQ(selected_on(90, DType::f32, true, 8192, 8192, 8192, false, false, false), transposed + "+staged");
+  EXPECT_EQ(selected_on(90, DType::f32, true, 16384, 14336, 4096, false, false, false), transposed + "+staged");
+  EXPECT_EQ(selected_on(90, DType::f32, true, rows, 3000, 777, false, false, false), transposed + "+staged");
+  EXPECT_EQ(selected_on(90, DType::f32, true, rows - 1, 4096, 4096, false, false, false).find("_bk_"),
+            std::string::npos);
+  EXPECT_EQ(selected_on(90, DType::f32, true, 8192, 8192, 8192, false, true, false), transposed);  // B K-major
+  for (const std::string& name : {selected_on(90, DType::f32, false, 8192, 8192, 8192, false, false, false),
+                                  selected_on(90, DType::f32, true, 8192, 8192, 8192, true, false, false),
+                                  selected_on(80, DType::f32, true, 8192, 8192, 8192, false, false, false)}) {
+    EXPECT_EQ(name.find("+staged"), std::string::npos) << name;
+  }
+  // A batch of 8 x 1024 rows sharing B (folded into M 8192), and one whose batches are not packed (M stays 1024,
+  // B broadcast: its rows still count eight times).
+  const cuda::gemm::GemmDevice device{0, 90, 132, 227 * 1024};
+  for (const int64_t gap : {int64_t{0}, int64_t{64}}) {
+    GemmProblem p = batched_problem(8, 1024, 2048, 1024, 1, 1024 * 1024 + gap * 1024);
+    for (TensorView* v : {&p.a, &p.b, &p.c}) v->dtype = DType::f32;
+    EXPECT_EQ(cuda::gemm::select_gemm_kernel(cuda::gemm::describe_gemm(p), device, true).name(), transposed + "+staged")
+        << "gap " << gap;
+  }
+
+  // The staged shape: B K-major with rows of K rounded to 16 bytes, a batch stride of the padded matrix, an N that is
+  // not a multiple of 4 rounded up (pad_n).
+  cuda::gemm::GemmShape shape;
+  shape.dtype = DType::f32, shape.m = rows, shape.n = 1001, shape.k = 777, shape.batch = 2;
+  shape.a_row = 780, shape.a_col = 1, shape.a_batch = rows * 780;
+  shape.b_row = 1004, shape.b_col = 1, shape.b_batch = 777 * 1004;
+  shape.c_row = 1004, shape.c_batch = rows * 1004;
+  shape.a = shape.b = shape.c = reinterpret_cast<void*>(uintptr_t{1} << 40);
+  EXPECT_TRUE(cuda::gemm::gemm_transposed_b_pays(shape));
+  const cuda::gemm::GemmStaging staging = cuda::gemm::transposed_b_staging(shape);
+  EXPECT_TRUE(staging.b && staging.transpose_b && staging.pad_n);
+  const cuda::gemm::GemmShape staged = cuda::gemm::staged_shape(shape, staging);
+  EXPECT_TRUE(staged.b_k_major());
+  EXPECT_EQ(staged.n, 1004);
+  EXPECT_EQ(staged.b_col, 780);
+  EXPECT_EQ(staged.b_batch, 780 * 1004);
+  shape.m = rows - 1;
+  EXPECT_FALSE(cuda::gemm::gemm_transposed_b_pays(shape));
+}
+
 class CudaGemm : public ::testing::TestWithParam<Precision> {
  protected:
   void SetUp() override {
@@ -1481,6 +1531,57 @@ TEST_F(CudaGemmKernelChoice, Tf32SplitKWithBMnMajorRunsOnTallTilesWhereTheyPadNo
   GemmSpec k_heavy;
   k_heavy.m = 1024, k_heavy.n = 1024, k_heavy.k = 16384;
   EXPECT_EQ(plan_kernel(k_heavy, kTF32), "sm90_tf32_ak_bmn_128x256x32_c1x1_splitk");
+}
+
+// B transposed into the workspace (TF32 K-major-B rows on an MN-major B, forced): every TF32 K-major-B Hopper row
+// against the oracle with N, K and M off every tile (N 1001: pad_n's zero rows of B), beta, unaligned views (A and C
+// staged beside), batches with their own B and a shared B; then the automatic choice on 4096 rows.
+TEST_F(CudaGemmKernelChoice, TransposedBStagingMatchesTheOracle) {
+  if (device_capability() != 90) GTEST_SKIP() << "the Hopper GEMM runs on compute capability 9.0 only";
+  struct Shape {
+    int64_t m, n, k;
+    bool aligned;
+    double beta;
+    int64_t batch_b;  // -1: rank 2
+  };
+  const std::vector<Shape> shapes = {{129, 67, 33, true, 0.0, -1},     {256, 512, 128, true, 0.5, -1},
+                                     {300, 1001, 100, true, -1.0, -1}, {129, 67, 33, false, 0.5, -1},
+                                     {96, 136, 72, true, 0.25, 3},     {96, 136, 72, true, 0.0, 1}};
+  int rows = 0;
+  for (const cuda::gemm::GemmKernel* kernel : cuda::gemm::gemm_kernels()) {
+    if (kernel->tier != cuda::gemm::GemmTier::sm90 || kernel->math != cuda::gemm::GemmMath::tf32 ||
+        kernel->b_k_major != 1 || kernel->a_k_major != 1) {
+      continue;
+    }
+    const test::ScopedEnvironment forced(cuda::gemm::kForcedGemmConfigVariable, kernel->name);
+    detail::clear_gemm_plans();
+    SCOPED_TRACE(kernel->name);
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      GemmSpec s;
+      s.m = shapes[i].m, s.n = shapes[i].n, s.k = shapes[i].k, s.aligned = shapes[i].aligned;
+      s.alpha = 0.75, s.beta = shapes[i].beta;
+      if (shapes[i].batch_b > 0) s.batch_a = 3, s.batch_b = shapes[i].batch_b, s.batch_c = 3;
+      const GemmRun probe = prepare(s, kTF32, 201 + i, false, false);
+      cuda::gemm::GemmStaging staging;
+      if (!cuda::gemm::gemm_kernel_refusal(*kernel, cuda::gemm::describe_gemm(probe.problem),
+                                           cuda::gemm::gemm_device(0), &staging)
+               .empty()) {
+        continue;  // split-K and swapped rows take their own grids only
+      }
+      EXPECT_TRUE(staging.transpose_b) << s.describe();
+      EXPECT_EQ(detail::gemm_plan(probe.problem, RunOptions{})->config().name, std::string(kernel->name) + "+staged")
+          << s.describe();
+      expect_matches_oracle(s, kTF32, 201 + i);
+      ++rows;
+    }
+  }
+  detail::clear_gemm_plans();
+  EXPECT_GT(rows, 0) << "no TF32 K-major-B Hopper row accepted a shape";
+  GemmSpec many;
+  many.m = cuda::gemm::kTransposedBMinRows, many.n = 264, many.k = 200, many.beta = 0.5;
+  const std::string name = plan_kernel(many, kTF32);
+  EXPECT_TRUE(name.find("_ak_bk_") != std::string::npos && ends_with(name, "+staged")) << name;
+  expect_matches_oracle(many, kTF32, 211);
 }
 
 // The swapped split-K rows (decode: C^T = B^T A^T on tiles of 128 of N x 64 of M, K slices; bf16, f16, TF32 and

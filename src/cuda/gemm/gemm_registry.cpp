@@ -65,14 +65,20 @@ double gemm_tile_efficiency(int tile_m, int tile_n) {
   return 0.65;
 }
 
+double gemm_row_efficiency(const GemmKernel& kernel) {
+  const bool register_b =
+      kernel.tier == GemmTier::sm90 && kernel.math == GemmMath::tf32 && kernel.a_k_major == 1 && kernel.b_k_major == 0;
+  return register_b && kernel.tile_m < 256 ? 0.62 : 1.0;
+}
+
 double gemm_tile_cost(int64_t m, int64_t n, int64_t k, int64_t batch, int tile_m, int tile_n, int multiprocessors,
-                      bool overlaps_epilogue) {
+                      bool overlaps_epilogue, double row_efficiency) {
   const int64_t tiles = output_tiles(m, n, batch, tile_m, tile_n);
   const int64_t slots = std::max(multiprocessors, 1);
   const auto waves = static_cast<double>((tiles + slots - 1) / slots);
   const int64_t depth = std::max<int64_t>(k, 1) + (overlaps_epilogue ? 0 : kGemmEpilogueDepth);
   const double tile_work = static_cast<double>(tile_m) * tile_n * static_cast<double>(depth);
-  return waves * tile_work / gemm_tile_efficiency(tile_m, tile_n);
+  return waves * tile_work / (gemm_tile_efficiency(tile_m, tile_n) * row_efficiency);
 }
 
 bool gemm_token_tile(const GemmKernel& kernel) {
@@ -107,7 +113,8 @@ int choose_gemm_candidate(int64_t m, int64_t n, int64_t k, int64_t batch, const 
     } else if (c.stream_k) {
       if (stream_k < 0) stream_k = i;
     } else if (!c.token_tile) {
-      const double cost = gemm_tile_cost(m, n, k, batch, c.tile_m, c.tile_n, multiprocessors, c.overlaps_epilogue);
+      const double cost =
+          gemm_tile_cost(m, n, k, batch, c.tile_m, c.tile_n, multiprocessors, c.overlaps_epilogue, c.efficiency);
       if (data_parallel < 0 || cost < best) data_parallel = i, best = cost;
     }
   }
@@ -166,11 +173,23 @@ bool gemm_kernel_matches(const GemmKernel& kernel, const GemmShape& shape, bool 
   return true;
 }
 
+bool gemm_kernel_transposes_b(const GemmKernel& kernel, const GemmShape& shape, bool allow_tf32) {
+  return kernel.tier == GemmTier::sm90 && kernel.math == GemmMath::tf32 && allow_tf32 && kernel.dtype == shape.dtype &&
+         kernel.b_k_major == 1 && !shape.b_k_major() &&
+         (kernel.a_k_major < 0 || (kernel.a_k_major == 1) == shape.a_k_major());
+}
+
 std::string GemmChoice::name() const { return std::string(kernel->name) + (staging.any() ? "+staged" : ""); }
 
 std::string gemm_kernel_refusal(const GemmKernel& kernel, const GemmShape& shape, const GemmDevice& device,
                                 GemmStaging* staging) {
   *staging = GemmStaging{};
+  if (gemm_kernel_transposes_b(kernel, shape, true)) {
+    const GemmStaging transposed = transposed_b_staging(shape);
+    std::string why = kernel.refusal(staged_shape(shape, transposed), device);
+    if (why.empty()) *staging = transposed;
+    return why;
+  }
   std::string why = kernel.refusal(shape, device);
   if (why.empty() || kernel.tier == GemmTier::simt || kernel.tier == GemmTier::narrow) return why;
   // Staged: TMA rows copy the operands whose strides miss its rule, SM80 rows also pad the extents.
@@ -192,7 +211,8 @@ GemmChoice select_gemm_kernel(const GemmShape& shape, const GemmDevice& device, 
       } else if (!gemm_architecture_runs_on(kernel->architecture, device.capability)) {
         why = "it is built for sm_" + std::to_string(kernel->architecture) + ", the device is compute capability " +
               std::to_string(device.capability);
-      } else if (!shape.product_zero && !gemm_kernel_matches(*kernel, shape, true)) {
+      } else if (!shape.product_zero && !gemm_kernel_matches(*kernel, shape, true) &&
+                 !gemm_kernel_transposes_b(*kernel, shape, true)) {
         why = "its A / B majorness differ from the call's";
       } else if (!shape.product_zero) {
         why = gemm_kernel_refusal(*kernel, shape, device, &staging);
@@ -212,8 +232,14 @@ GemmChoice select_gemm_kernel(const GemmShape& shape, const GemmDevice& device, 
   // The accepting rows of the first accepting row's tier and math, in table order.
   std::vector<GemmChoice> accepted;
   std::vector<GemmCandidate> candidates;
+  // Where B's transposition pays, the TF32 Hopper rows are the K-major-B ones on a transposed B, not the MN-major-B
+  // ones that move B through registers.
+  const bool transpose_b = allow_tf32 && device.capability == 90 && gemm_transposed_b_pays(shape);
   for (const GemmKernel* kernel : gemm_kernels()) {
-    if (kernel->tier == GemmTier::simt || !gemm_kernel_matches(*kernel, shape, allow_tf32)) continue;
+    if (kernel->tier == GemmTier::simt) continue;
+    const bool transposes = transpose_b && gemm_kernel_transposes_b(*kernel, shape, allow_tf32);
+    if (!transposes && !gemm_kernel_matches(*kernel, shape, allow_tf32)) continue;
+    if (transpose_b && !transposes && kernel->tier == GemmTier::sm90 && kernel->math == GemmMath::tf32) continue;
     // Exact-only entries (the SIMT narrow 33-64-row ones), the narrow kernel above narrow_tf32_max_rows with TF32
     // allowed, its 16-bit entries outside narrow_16_bit_automatic and its 3xTF32 entries outside
     // narrow_3xtf32_automatic measured slower than (or level with) the tensor-core rows: only a forced config or the
@@ -233,7 +259,7 @@ GemmChoice select_gemm_kernel(const GemmShape& shape, const GemmDevice& device, 
     if (!gemm_kernel_refusal(*kernel, shape, device, &staging).empty()) continue;
     accepted.push_back({kernel, staging});
     candidates.push_back({kernel->tile_m, kernel->tile_n, kernel->split_k, kernel->stream_k, kernel->overlaps_epilogue,
-                          gemm_token_tile(*kernel)});
+                          gemm_token_tile(*kernel), gemm_row_efficiency(*kernel)});
   }
   const int chosen = choose_gemm_candidate(shape.m, shape.n, shape.k, shape.batch, candidates, device.multiprocessors);
   if (chosen >= 0) return accepted[static_cast<size_t>(chosen)];

@@ -34,6 +34,11 @@ bool gemm_architecture_runs_on(int architecture, int capability);
 // alignment or device checks: GemmKernel::refusal).
 bool gemm_kernel_matches(const GemmKernel& kernel, const GemmShape& shape, bool allow_tf32);
 
+// Whether `kernel`, a TF32 Hopper row for a K-major B, runs `shape` (fp32, A as the row wants it, B MN-major)
+// with B transposed into the workspace (transposed_b_staging). The automatic choice takes such rows instead of
+// the MN-major ones where gemm_transposed_b_pays; a forced config or the tuner may take them anywhere.
+bool gemm_kernel_transposes_b(const GemmKernel& kernel, const GemmShape& shape, bool allow_tf32);
+
 // The waves cost model. A data-parallel row runs ceil(M / tile_m) * ceil(N / tile_n) * batch output tiles,
 // `multiprocessors` at a time: its time is about waves * (the work of one tile, tile_m * tile_n * K) / the
 // fraction of peak its tile sustains (gemm_tile_efficiency). Small problems leave most SMs idle on large tiles
@@ -49,9 +54,14 @@ double gemm_tile_efficiency(int tile_m, int tile_n);
 // same 4 : 1 ratio) and keeps K = 256 on the larger tile up to 64: 48 takes the first's 33 % and gives up the second's
 // 7 %.
 inline constexpr int kGemmEpilogueDepth = 48;
-// The estimate above (arbitrary units; only comparisons mean anything).
+// A row's own factor on gemm_tile_efficiency, 1 but for the TF32 rows for A K-major and B MN-major (C^T = B^T A^T,
+// B^T through registers: CUTLASS's register-sourced collective), whose loads per multiply-add double as C's tile rows
+// halve: forced on 4096^3 (H100, docs/perf.md) the 128 x 128 row ran 0.50x cuBLAS where the 256 x 128 one ran 0.89x,
+// 0.56 of it where the shape factors put 0.9, so tiles of fewer than 256 rows of C take 0.62.
+double gemm_row_efficiency(const GemmKernel& kernel);
+// The estimate above (arbitrary units; only comparisons mean anything), with a row's own factor.
 double gemm_tile_cost(int64_t m, int64_t n, int64_t k, int64_t batch, int tile_m, int tile_n, int multiprocessors,
-                      bool overlaps_epilogue = false);
+                      bool overlaps_epilogue = false, double row_efficiency = 1.0);
 
 // A row that accepts the problem, as the rule sees it.
 struct GemmCandidate {
@@ -61,6 +71,7 @@ struct GemmCandidate {
   bool stream_k = false;
   bool overlaps_epilogue = false;
   bool token_tile = false;  // a Hopper data-parallel tile smaller than 64 x 128 (gemm_token_tile)
+  double efficiency = 1.0;  // gemm_row_efficiency
 };
 
 // Hopper data-parallel tiles smaller than 64 x 128 (token tiles: 64 x 32 in clusters of 1 x 2, whose pair shares the
@@ -87,7 +98,8 @@ struct GemmChoice {
   std::string name() const;
 };
 
-// Whether `kernel` computes `shape` on `device`, directly or staged: the staging in *staging; else why not.
+// Whether `kernel` computes `shape` on `device`, directly or staged (with B transposed where the kernel's B
+// majorness is not the problem's: gemm_kernel_transposes_b): the staging in *staging; else why not.
 std::string gemm_kernel_refusal(const GemmKernel& kernel, const GemmShape& shape, const GemmDevice& device,
                                 GemmStaging* staging);
 

@@ -136,6 +136,52 @@ __global__ void __launch_bounds__(kCopyThreads) copy_operands(const CopyJobs job
   }
 }
 
+// A transposing copy of one operand: the source [batches][rows][columns] (columns contiguous) into the
+// destination [batches][destination_rows][rows] (rows contiguous); destination rows from `columns` on (the
+// padding of a rounded N) are written zero. Each CTA moves one 32 x 32 tile through shared memory (a column
+// of 33 words, so that the column reads of the second half meet 32 banks): loads and stores of a warp are
+// each one 128-byte row of the tile.
+struct TransposeJob {
+  const unsigned char* source = nullptr;
+  unsigned char* destination = nullptr;
+  int64_t rows = 0, columns = 0, destination_rows = 0, batches = 0;
+  int64_t source_row_stride = 0, source_batch_stride = 0;  // elements
+  int64_t destination_row_stride = 0, destination_batch_stride = 0;
+};
+
+constexpr int kTransposeTile = 32;
+constexpr int kTransposeThreads = 256;
+constexpr int kTransposeRowsPerPass = kTransposeThreads / kTransposeTile;
+constexpr int64_t kMaxGridExtent = 65535;
+
+template <class Word>
+__global__ void __launch_bounds__(kTransposeThreads) transpose_operand(const TransposeJob j) {
+  __shared__ Word tile[kTransposeTile][kTransposeTile + 1];
+  const int x = static_cast<int>(threadIdx.x) % kTransposeTile, y = static_cast<int>(threadIdx.x) / kTransposeTile;
+  const int64_t column0 = static_cast<int64_t>(blockIdx.x) * kTransposeTile;  // source columns: destination rows
+  for (int64_t batch = blockIdx.z; batch < j.batches; batch += gridDim.z) {
+    const Word* source = reinterpret_cast<const Word*>(j.source) + batch * j.source_batch_stride;
+    Word* destination = reinterpret_cast<Word*>(j.destination) + batch * j.destination_batch_stride;
+    for (int64_t row0 = static_cast<int64_t>(blockIdx.y) * kTransposeTile; row0 < j.rows;
+         row0 += static_cast<int64_t>(gridDim.y) * kTransposeTile) {
+#pragma unroll
+      for (int r = y; r < kTransposeTile; r += kTransposeRowsPerPass) {
+        const int64_t row = row0 + r, column = column0 + x;
+        tile[r][x] = row < j.rows && column < j.columns ? __ldg(source + row * j.source_row_stride + column) : Word(0);
+      }
+      __syncthreads();
+#pragma unroll
+      for (int r = y; r < kTransposeTile; r += kTransposeRowsPerPass) {
+        const int64_t out_row = column0 + r, out_column = row0 + x;
+        if (out_row < j.destination_rows && out_column < j.rows) {
+          destination[out_row * j.destination_row_stride + out_column] = tile[x][r];
+        }
+      }
+      __syncthreads();  // the tile is rewritten by the next rows
+    }
+  }
+}
+
 class StagedRunner final : public GemmRunner {
  public:
   StagedRunner(const GemmShape& shape, const GemmStaging& staging, std::unique_ptr<GemmRunner> inner,
@@ -167,8 +213,9 @@ class StagedRunner final : public GemmRunner {
     CopyJobs in{};
     int count = 0;
     if (staging_.a) in.job[count++] = job_in(layout_a(shape), layout_a(staged), a_);
-    if (staging_.b) in.job[count++] = job_in(layout_b(shape), layout_b(staged), b_);
+    if (staging_.b && !staging_.transpose_b) in.job[count++] = job_in(layout_b(shape), layout_b(staged), b_);
     if (staging_.c && beta != 0.0f) in.job[count++] = job_in(layout_c(shape), layout_c(staged), c_);
+    if (staging_.transpose_b) transpose_b(shape, staged, stream);
     launch(in, count, stream);
     inner_->run(staged, alpha, beta, base, stream);
     if (staging_.c) {
@@ -204,6 +251,31 @@ class StagedRunner final : public GemmRunner {
     j.destination_outer_stride = r.ld;
     j.destination_batch_stride = r.matrix;
     return j;
+  }
+
+  // B (MN-major: K rows of N) into its K-major region (N rows, padded, of K).
+  void transpose_b(const GemmShape& shape, const GemmShape& staged, cudaStream_t stream) const {
+    const OperandLayout from = layout_b(shape), to = layout_b(staged);
+    TransposeJob j;
+    j.source = static_cast<const unsigned char*>(from.data);
+    j.destination = static_cast<unsigned char*>(const_cast<void*>(to.data));
+    j.rows = from.outer;
+    j.columns = from.inner;
+    j.destination_rows = to.outer;
+    j.batches = b_.batches;
+    j.source_row_stride = from.outer_stride;
+    j.source_batch_stride = from.batch_stride;
+    j.destination_row_stride = b_.ld;
+    j.destination_batch_stride = b_.matrix;
+    if (j.rows == 0 || j.destination_rows == 0 || j.batches == 0) return;
+    auto extent = [](int64_t n) {
+      return static_cast<unsigned>(std::min((n + kTransposeTile - 1) / kTransposeTile, kMaxGridExtent));
+    };
+    const dim3 grid(static_cast<unsigned>((j.destination_rows + kTransposeTile - 1) / kTransposeTile), extent(j.rows),
+                    static_cast<unsigned>(std::min(j.batches, kMaxGridExtent)));
+    if (size_ != 4) throw Error(Status::internal, "gemm staging: B is transposed for 4-byte elements only");
+    transpose_operand<uint32_t><<<grid, kTransposeThreads, 0, stream>>>(j);
+    check_launch("gemm staging transpose");
   }
 
   void launch(CopyJobs& jobs, int count, cudaStream_t stream) const {
@@ -253,6 +325,18 @@ GemmStaging tma_staging(const GemmShape& s) {
   return staging;
 }
 
+GemmStaging transposed_b_staging(const GemmShape& s) {
+  GemmStaging staging = tma_staging(s);
+  staging.b = true;
+  staging.transpose_b = true;
+  return staging;
+}
+
+bool gemm_transposed_b_pays(const GemmShape& s) {
+  const int64_t rows = s.m * (s.b_batch == 0 ? std::max<int64_t>(s.batch, 1) : 1);
+  return s.dtype == DType::f32 && s.a_k_major() && !s.b_k_major() && rows >= kTransposedBMinRows;
+}
+
 bool tma_addressable(const GemmShape& s) {
   const auto size = static_cast<int64_t>(dtype_size(s.dtype));
   return tma_ready(layout_a(s), size) && tma_ready(layout_b(s), size) && tma_ready(layout_c(s), size);
@@ -291,6 +375,10 @@ GemmShape staged_shape(const GemmShape& s, const GemmStaging& staging) {
     (t.a_k_major() ? t.a_row : t.a_col) = r.ld;
     t.a_batch = s.a_batch == 0 ? 0 : r.matrix;
     t.a = kPlaceholder;
+  }
+  if (staging.transpose_b) {  // K-major: element (p, j) at p + j * b_col, b_col set with the region below
+    t.b_row = 1;
+    t.b_col = std::max<int64_t>(t.k, 1);
   }
   if (staging.b) {
     const Region r = region_of(t.b_k_major() ? t.k : t.n, t.b_k_major() ? t.n : t.k, s.b_batch == 0, s.batch, size);

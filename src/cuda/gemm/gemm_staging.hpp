@@ -26,6 +26,12 @@
 // are staged anyway, so pad_n adds no copy there. It does add one where B is K-major and otherwise aligned
 // (x @ W^T with an odd number of weight rows): a read and a write of B per call, about twice the kernel's
 // own traffic when M is small (decode-like calls, where B is the large operand).
+//
+// A third kind changes B's majorness: TF32 wgmma reads K-major shared memory only, so a TF32 Hopper row for an
+// MN-major B (x @ W) moves the weight through registers, and its tiles run at 0.84-0.89x cuBLAS where the same
+// rows with B K-major run at 0.98-1.00x (docs/perf.md). `transpose_b` stages B K-major (a tiled transpose into the
+// workspace, N rounded as pad_n says, its extra rows zero) for a K-major row: 8 K N bytes more traffic, paid where
+// the problem reuses B over enough rows of A (gemm_transposed_b_pays).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -39,12 +45,25 @@ struct GemmStaging {
   bool a = false, b = false, c = false;
   bool pad_extents = false;  // SM80: contiguous extents padded with zeros (else TMA: strides only)
   bool pad_n = false;        // TMA: N rounded up to 16 bytes (B and C staged; B's extra columns / rows zero)
+  bool transpose_b = false;  // TMA: an MN-major B staged K-major (b is set too)
   bool any() const { return a || b || c; }
 };
 
 // The operands of `shape` that miss TMA's rule (see above), for a Hopper row, with pad_n when N is not a
 // multiple of 16 bytes.
 GemmStaging tma_staging(const GemmShape& shape);
+
+// tma_staging for a K-major row on an MN-major B: B transposed into the workspace, the other operands as
+// tma_staging has them.
+GemmStaging transposed_b_staging(const GemmShape& shape);
+
+// Whether an fp32 problem with B MN-major and A K-major reuses B over enough rows of A that transposing B
+// (transposed_b_staging) costs less than the register path's loss on the TF32 rows: M (times the batch when B
+// is shared) of at least kTransposedBMinRows. The transposition costs about 4 R / (W M) of the GEMM's time (R the
+// TF32 rate, W the copy bandwidth): 12 % at M 4096 on an H200, where the two ran level (per call 0.88-0.99x cuBLAS
+// either way, docs/perf.md), 6 % at 8192, where the transposed B ran 4-10 % faster.
+inline constexpr int64_t kTransposedBMinRows = 8192;
+bool gemm_transposed_b_pays(const GemmShape& shape);
 
 // Whether N (C's contiguous extent) is a multiple of 16 bytes, as the Hopper epilogue needs.
 bool gemm_n_aligned(const GemmShape& shape);

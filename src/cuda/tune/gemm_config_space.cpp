@@ -116,7 +116,7 @@ std::string gemm_config_refusal(const GemmKernel& kernel, const GemmShape& shape
   if (kernel.exact_only && allow_tf32) {
     return "exact fp32 for shapes where the TF32 rows are faster; the problem allows TF32";
   }
-  if (!gemm_kernel_matches(kernel, shape, allow_tf32)) {
+  if (!gemm_kernel_matches(kernel, shape, allow_tf32) && !gemm_kernel_transposes_b(kernel, shape, allow_tf32)) {
     return "built for A " + majorness_of(kernel.a_k_major) + ", B " + majorness_of(kernel.b_k_major) +
            "; the problem has A " + majorness(shape.a_k_major()) + ", B " + majorness(shape.b_k_major());
   }
@@ -143,7 +143,7 @@ tune::CostEstimate gemm_estimate(const GemmKernel& kernel, const GemmShape& shap
     cost.tiles = tiles;
     cost.waves = (tiles + processors - 1) / processors;
     const double tile_work = static_cast<double>(tiles) * kernel.tile_m * kernel.tile_n * k * 2.0 /
-                             gemm_tile_efficiency(kernel.tile_m, kernel.tile_n);
+                             (gemm_tile_efficiency(kernel.tile_m, kernel.tile_n) * gemm_row_efficiency(kernel));
     if (kernel.split_k || kernel.stream_k) {
       // The K loops of the output tiles spread evenly over every SM.
       compute = tile_work / rate;
@@ -156,7 +156,7 @@ tune::CostEstimate gemm_estimate(const GemmKernel& kernel, const GemmShape& shap
     } else {
       // gemm_tile_cost: waves x the work of one tile / its efficiency, in multiply-adds at one SM's rate.
       compute = gemm_tile_cost(shape.m, shape.n, shape.k, shape.batch, kernel.tile_m, kernel.tile_n, processors,
-                               kernel.overlaps_epilogue) *
+                               kernel.overlaps_epilogue, gemm_row_efficiency(kernel)) *
                 2.0 / (rate / processors);
     }
   }

@@ -10,8 +10,9 @@
 // to the contiguous extents, 16-byte aligned placeholder addresses); a call whose operands are strided or
 // misaligned is checked again by its plan (gemm_selection.hpp).
 //  - validity: the entry's dtype, the architecture it was built for, its math (TF32 only when allowed; exact_only
-//    entries only when not) and majorness (gemm_kernel_matches), then gemm_kernel_refusal on the packed problem,
-//    which accepts a row that runs the problem with operands staged (gemm_staging.hpp);
+//    entries only when not) and majorness (gemm_kernel_matches, or a TF32 K-major-B row on a transposed B:
+//    gemm_kernel_transposes_b), then gemm_kernel_refusal on the packed problem, which accepts a row that runs the
+//    problem with operands staged (gemm_staging.hpp);
 //  - estimate: the registry's waves cost model (gemm_tile_cost) for data-parallel rows; split-K and
 //    stream-K rows spread the same tile work evenly over the SMs (what they are for) and pay a second
 //    launch (split-K's ordered sum of fp32 partials); the SIMT entries run at the CUDA cores' rate. Each is

@@ -441,6 +441,31 @@ TEST(CudaGemmSelection, SmallGridsSelectSplitKOrStreamKAndLargeOnesTheDataParall
   }
 }
 
+// Grids whose data-parallel tiles leave a partial last wave run the stream-K row where its evenly spread work costs
+// less (gemm_stream_k_cost) and it has two tiles per SM or more: 3072^3 (288 tiles of 128 x 256: 2.18 waves) and 2048
+// x 3072 x 3072 (1.45 waves) on the 16-bit types, either B majorness; 1536^3 (144 stream-K tiles), 4096^3, 5120^3,
+// 8192^3 and the short-K 4096 x 4096 x 256 keep their data-parallel rows.
+TEST(CudaGemmSelection, PartialLastWavesRunTheStreamKRowWhereItsSpreadCostsLess) {
+  for (const DType dtype : {DType::f16, DType::bf16}) {
+    for (const bool transpose_b : {false, true}) {
+      for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3> >{{3072, 3072, 3072}, {2048, 3072, 3072}}) {
+        const std::string name = selected_on(90, dtype, false, m, n, k, false, transpose_b, false);
+        EXPECT_NE(name.find("_streamk"), std::string::npos) << name << " " << m << "x" << n << "x" << k;
+      }
+      for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3> >{
+               {1536, 1536, 1536}, {4096, 4096, 4096}, {5120, 5120, 5120}, {8192, 8192, 8192}, {4096, 4096, 256}}) {
+        const std::string name = selected_on(90, dtype, false, m, n, k, false, transpose_b, false);
+        EXPECT_EQ(name.find("_streamk"), std::string::npos) << name << " " << m << "x" << n << "x" << k;
+      }
+    }
+  }
+  // The estimate itself: the spread work of 576 tiles of 128 x 128 over 132 SMs, 1.1 times, against 3 waves of 128 x
+  // 256.
+  const double stream_k = cuda::gemm::gemm_stream_k_cost(3072, 3072, 3072, 1, 128, 128, 132);
+  EXPECT_NEAR(stream_k, 1.1 * 576 * 128 * 128 * (3072.0 + cuda::gemm::kGemmEpilogueDepth) / 0.9 / 132, 1.0);
+  EXPECT_LT(stream_k, cuda::gemm::gemm_tile_cost(3072, 3072, 3072, 1, 128, 256, 132));
+}
+
 // The slice rule (gemm_split_k.hpp) on a 132-SM device with 128 x 128 x 64 tiles.
 TEST(CudaGemmSelection, SplitKSlicesFillTheDeviceOnlyWhereEachTileGetsThreeOrMore) {
   auto slices = [](int64_t m, int64_t n, int64_t k, int64_t batch = 1, DType dtype = DType::bf16) {
@@ -1531,6 +1556,25 @@ TEST_F(CudaGemmKernelChoice, Tf32SplitKWithBMnMajorRunsOnTallTilesWhereTheyPadNo
   GemmSpec k_heavy;
   k_heavy.m = 1024, k_heavy.n = 1024, k_heavy.k = 16384;
   EXPECT_EQ(plan_kernel(k_heavy, kTF32), "sm90_tf32_ak_bmn_128x256x32_c1x1_splitk");
+}
+
+// A grid of a partial last wave that the rule sends to the stream-K row (2048 x 3072 x 1024: 192 tiles of 128 x 256,
+// 1.45 waves; 384 stream-K tiles): 16-bit types, B either majorness, alpha and beta, against the oracle.
+TEST_F(CudaGemmKernelChoice, PartialWaveGridsOnTheStreamKRowMatchTheOracle) {
+  if (device_capability() != 90) GTEST_SKIP() << "the Hopper GEMM runs on compute capability 9.0 only";
+  if (cuda::gemm::gemm_device(0).multiprocessors != 132) {
+    GTEST_SKIP() << "the grid is chosen for 132 SMs; this device has " << cuda::gemm::gemm_device(0).multiprocessors;
+  }
+  for (const Precision& precision : {kF16, kBF16}) {
+    for (const bool transpose_b : {false, true}) {
+      GemmSpec s;
+      s.m = 2048, s.n = 3072, s.k = 1024, s.transpose_b = transpose_b;
+      s.alpha = 0.75, s.beta = transpose_b ? 0.5 : 0.0;
+      const std::string name = plan_kernel(s, precision);
+      EXPECT_NE(name.find("_streamk"), std::string::npos) << name << " " << s.describe();
+      expect_matches_oracle(s, precision, 221 + (transpose_b ? 1 : 0));
+    }
+  }
 }
 
 // B transposed into the workspace (TF32 K-major-B rows on an MN-major B, forced): every TF32 K-major-B Hopper row

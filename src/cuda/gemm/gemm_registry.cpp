@@ -81,6 +81,13 @@ double gemm_tile_cost(int64_t m, int64_t n, int64_t k, int64_t batch, int tile_m
   return waves * tile_work / (gemm_tile_efficiency(tile_m, tile_n) * row_efficiency);
 }
 
+double gemm_stream_k_cost(int64_t m, int64_t n, int64_t k, int64_t batch, int tile_m, int tile_n, int multiprocessors) {
+  const auto tiles = static_cast<double>(output_tiles(m, n, batch, tile_m, tile_n));
+  const double tile_work =
+      static_cast<double>(tile_m) * tile_n * static_cast<double>(std::max<int64_t>(k, 1) + kGemmEpilogueDepth);
+  return kStreamKOverhead * tiles * tile_work / gemm_tile_efficiency(tile_m, tile_n) / std::max(multiprocessors, 1);
+}
+
 bool gemm_token_tile(const GemmKernel& kernel) {
   return kernel.tier == GemmTier::sm90 && !kernel.split_k && !kernel.stream_k &&
          int64_t{kernel.tile_m} * kernel.tile_n < 64 * 128;
@@ -125,6 +132,13 @@ int choose_gemm_candidate(int64_t m, int64_t n, int64_t k, int64_t batch, const 
   const GemmCandidate& chosen = accepted[static_cast<size_t>(data_parallel)];
   const bool small_grid = 2 * output_tiles(m, n, batch, chosen.tile_m, chosen.tile_n) < multiprocessors;
   if (small_grid && stream_k >= 0) return stream_k;
+  if (stream_k >= 0) {
+    const GemmCandidate& c = accepted[static_cast<size_t>(stream_k)];
+    if (output_tiles(m, n, batch, c.tile_m, c.tile_n) >= kStreamKMinTilesPerSm * int64_t{multiprocessors} &&
+        gemm_stream_k_cost(m, n, k, batch, c.tile_m, c.tile_n, multiprocessors) < best) {
+      return stream_k;
+    }
+  }
   return data_parallel;
 }
 

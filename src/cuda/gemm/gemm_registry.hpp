@@ -8,7 +8,8 @@
 // slices, at least three slices a tile) whose tiles pad the output least (decode-like M: the swapped rows' 64
 // columns), else the data-parallel row of the smallest waves estimate
 // (gemm_tile_cost: small tiles for small grids, 128 x 256 for large ones), replaced by the first stream-K row
-// when its output tiles would occupy fewer than half the SMs; the SIMT entry accepts everything.
+// when its output tiles would occupy fewer than half the SMs, or when the stream-K row's evenly spread work costs
+// less (a partial last wave: gemm_stream_k_cost); the SIMT entry accepts everything.
 // ATTNKIT_GEMM_CONFIG=<name> forces an entry (tests, benchmarks).
 #pragma once
 #include <cstdint>
@@ -63,6 +64,16 @@ double gemm_row_efficiency(const GemmKernel& kernel);
 double gemm_tile_cost(int64_t m, int64_t n, int64_t k, int64_t batch, int tile_m, int tile_n, int multiprocessors,
                       bool overlaps_epilogue = false, double row_efficiency = 1.0);
 
+// A stream-K row's estimate in gemm_tile_cost's units: its tiles' work (the epilogue depth included) spread evenly over
+// the SMs, times kStreamKOverhead, the cost of its partial tiles' fix-up against a data-parallel tile. Fitted to bf16
+// squares on an H200 (docs/perf.md, session 48; graph us per unit of the model: the 128 x 256 cooperative row
+// 0.36-0.39 on nine shapes, the 128 x 128 stream-K row 0.39-0.43: 1.1 of it). The rule takes the stream-K row only
+// where it has kStreamKMinTilesPerSm tiles per SM or more: at 1536^3 (144 tiles of 128 x 128) it ran 8 % slower than
+// the ping-pong row whatever the estimate said.
+inline constexpr double kStreamKOverhead = 1.1;
+inline constexpr int kStreamKMinTilesPerSm = 2;
+double gemm_stream_k_cost(int64_t m, int64_t n, int64_t k, int64_t batch, int tile_m, int tile_n, int multiprocessors);
+
 // A row that accepts the problem, as the rule sees it.
 struct GemmCandidate {
   int tile_m = 0;
@@ -86,7 +97,8 @@ bool gemm_token_tile_fills_one_wave(int64_t m, int64_t n, int64_t batch, int til
 // problem runs on, -1 when empty: a token-tile row that fills one wave (above; the first); else the split-K row of
 // the least padded output (tiles x tile_m x tile_n; the first of equal ones); else the data-parallel row of the
 // smallest gemm_tile_cost (the first of equal ones), unless its tiles (times the batch) would occupy fewer than half
-// the SMs and a stream-K row accepts (the first); else the first stream-K row. Pure: tests call it on the CPU.
+// the SMs and a stream-K row accepts (the first), or the first stream-K row has kStreamKMinTilesPerSm tiles per SM and
+// a smaller gemm_stream_k_cost; else the first stream-K row. Pure: tests call it on the CPU.
 int choose_gemm_candidate(int64_t m, int64_t n, int64_t k, int64_t batch, const std::vector<GemmCandidate>& accepted,
                           int multiprocessors);
 

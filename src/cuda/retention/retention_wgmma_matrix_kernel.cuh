@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       // The producer threads' K/V arrivals, and thread 0's with the matrix bytes of both CTAs' boxes.
       fmha_sm90::barrier_init(&ss.full[s], Traits::kWarpgroupThreads + 1);
       // Every consumer warp of the cluster.
-      fmha_sm90::barrier_init(&ss.empty[s], cluster * Traits::kConsumers * (Traits::kWarpgroupThreads / 32));
+      fmha_sm90::barrier_init(&ss.empty[s], cluster * Traits::kConsumers * Traits::kWarpgroupThreads);
     }
     fmha_sm90::barrier_init_fence();
   }

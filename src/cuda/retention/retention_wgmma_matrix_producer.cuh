@@ -6,9 +6,9 @@
 // issues the TMA boxes of this CTA's share of the tile's rows (128 / cluster rows from 128 / cluster x rank), multicast
 // into every CTA of the cluster (zeros past Tq and Tk); every thread copies its pieces of the block's K and V
 // (cp.async, zeros past Tk) and arrives once they have landed (cp.async.mbarrier.arrive.noinc). A stage is refilled
-// once the consumers of every CTA of the cluster have released it (each consumer warp arrives on every CTA's `empty`
-// barrier), since the other CTAs' boxes write into it too. The all-zero tiles of the matrix (a causal matrix's upper
-// triangle) are neither read nor computed.
+// once the consumers of every CTA of the cluster have released it (each consumer thread arrives on every CTA's
+// `empty` barrier), since the other CTAs' boxes write into it too. The all-zero tiles of the matrix (a causal matrix's
+// upper triangle) are neither read nor computed.
 #pragma once
 #include <cstdint>
 

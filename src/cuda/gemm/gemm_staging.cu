@@ -188,6 +188,9 @@ class StagedRunner final : public GemmRunner {
                const GemmDevice& device)
       : staging_(staging), inner_(std::move(inner)), multiprocessors_(std::max(device.multiprocessors, 1)) {
     size_ = static_cast<int64_t>(dtype_size(shape.dtype));
+    if (staging.transpose_b && size_ != 4) {
+      throw Error(Status::internal, "gemm staging: B is transposed for 4-byte elements only");
+    }
     staged_ = staged_shape(shape, staging);
     int64_t offset = round_up(inner_->workspace_bytes(), kRegionAlignment);
     auto place = [&](bool staged, const OperandLayout& padded, int64_t batch_stride, Region& r) {
@@ -273,7 +276,6 @@ class StagedRunner final : public GemmRunner {
     };
     const dim3 grid(static_cast<unsigned>((j.destination_rows + kTransposeTile - 1) / kTransposeTile), extent(j.rows),
                     static_cast<unsigned>(std::min(j.batches, kMaxGridExtent)));
-    if (size_ != 4) throw Error(Status::internal, "gemm staging: B is transposed for 4-byte elements only");
     transpose_operand<uint32_t><<<grid, kTransposeThreads, 0, stream>>>(j);
     check_launch("gemm staging transpose");
   }

@@ -55,7 +55,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     for (int s = 0; s < Traits::kStages; ++s) {
       // The producer threads' K/V arrivals, and thread 0's with the matrix bytes of both CTAs' boxes.
       fmha_sm90::barrier_init(&ss.full[s], Traits::kWarpgroupThreads + 1);
-      // Every consumer warp of the cluster.
+      // Every consumer thread of the cluster.
       fmha_sm90::barrier_init(&ss.empty[s], cluster * Traits::kConsumers * Traits::kWarpgroupThreads);
     }
     fmha_sm90::barrier_init_fence();

@@ -484,7 +484,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm)
   using Storage = typename Traits::SharedStorage;
   using Schedule = ScheduleTemplate<Traits::kBlockM>;
   extern __shared__ char smem_raw[];
-  Storage& ss = *reinterpret_cast<Storage*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  // Aligned to 1 KiB by an offset from smem_raw itself (not through an integer), so that the compiler still knows the
+  // storage is shared memory and reads its tables and flags with shared loads instead of generic ones.
+  Storage& ss = *reinterpret_cast<Storage*>(smem_raw + ((0u - shared_address(smem_raw)) & 1023u));
   // The KV tile's description is read by both roles and at the end (stores): kept in shared memory. Both
   // 16-byte aligned: the producer reads kv_shared with 16-byte loads while an MMA warp writes the
   // schedule state, and a load that began inside the state would read (and discard) bytes being written

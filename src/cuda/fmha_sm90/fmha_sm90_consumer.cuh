@@ -17,6 +17,8 @@
 
 #include <cstdint>
 
+#include "cuda/common/async_copy.cuh"
+#include "cuda/common/shared_access.cuh"
 #include "cuda/fmha/fmha_epilogue.cuh"
 #include "cuda/fmha/fmha_fragment.cuh"
 #include "cuda/fmha/fmha_mask_tables.cuh"
@@ -272,31 +274,46 @@ struct Sm90Consumer {
 
     fmha::store_lse_rows(p, cta, lse, row_of, ctid % 4 == 0);
 
-    // Registers -> this warpgroup's rows of the Q buffer (its last wgmma read of Q has completed).
+    // Registers -> this warpgroup's rows of the Q buffer (its last wgmma read of Q has completed), through 32-bit
+    // shared addresses: within a row of a swizzle atom (kChunkColumns columns) the swizzle permutes the 16-byte
+    // chunks by an XOR of address bits 4.. with a function of the row, so chunk c of a row lies at chunk 0's
+    // address XOR (c << 4). One address per row and atom column, not one per chunk (the compiler kept those 64-bit
+    // generic pointers live across the head loop and reloaded them from local memory here).
+    constexpr int kAtomColumns = Traits::kHeadDim / Traits::kChunkColumns;
+    constexpr int kChunksPerAtomRow = Traits::kChunkColumns / Traits::kElementsPerChunk;
+    static_assert(kAtomColumns * kChunksPerAtomRow == decltype(size<1>(o))::value / 2, "8 columns a chunk");
     const int first_col = 2 * (ctid % 4);
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
 #pragma unroll
-      for (int j = 0; j < size<1>(o) / 2; ++j) {
-        const int col = 8 * j + first_col;
-        *reinterpret_cast<uint32_t*>(&sQ(row_of[i], col)) = fmha::pack_pair<Element>(o(i, 2 * j), o(i, 2 * j + 1));
+      for (int b = 0; b < kAtomColumns; ++b) {
+        const uint32_t chunk0 = shared_address(&sQ(row_of[i], b * Traits::kChunkColumns + first_col));
+#pragma unroll
+        for (int c = 0; c < kChunksPerAtomRow; ++c) {
+          const int j = b * kChunksPerAtomRow + c;
+          store_shared_word(chunk0 ^ (uint32_t(c) << 4), fmha::pack_pair<Element>(o(i, 2 * j), o(i, 2 * j + 1)));
+        }
       }
     }
     named_barrier_sync(2 + group, 128);
 
-    // Shared -> global, one 16-byte chunk per thread and pass.
+    // Shared -> global, one 16-byte chunk per thread and pass. A pass advances kRowsPerPass rows, a multiple of the
+    // swizzle's period of 8 rows, inside one atom column: the same chunk lies kRowsPerPass rows further on.
     const int wg_tid = ctid % 128;
     const int col = (wg_tid % Traits::kChunksPerRow) * Traits::kElementsPerChunk;
     if (col >= p.head_dim_v) return;
     constexpr int kRowsPerPass = 128 / Traits::kChunksPerRow;
+    static_assert(kRowsPerPass % 8 == 0, "passes keep the swizzle's row phase");
+    constexpr uint32_t kPassBytes = kRowsPerPass * Traits::kChunkColumns * uint32_t(sizeof(Element));
+    const int first_row = group * Traits::kRowsPerConsumer + wg_tid / Traits::kChunksPerRow;
+    const uint32_t first_chunk = shared_address(&sQ(first_row, col));
     const int64_t head_offset = cta.batch * p.o.batch_stride + cta.head * p.o.head_stride;
     Element* out = static_cast<Element*>(p.o.data);
 #pragma unroll
     for (int pass = 0; pass < Traits::kRowsPerConsumer / kRowsPerPass; ++pass) {
-      const int row = group * Traits::kRowsPerConsumer + wg_tid / Traits::kChunksPerRow + pass * kRowsPerPass;
-      const fmha::RowToken t = fmha::row_token(p.q_space, p.dilation, cta.q, row);
+      const fmha::RowToken t = fmha::row_token(p.q_space, p.dilation, cta.q, first_row + pass * kRowsPerPass);
       if (t.valid) {
-        const uint4 chunk = *reinterpret_cast<const uint4*>(&sQ(row, col));
+        const uint4 chunk = load_shared_chunk(first_chunk + pass * kPassBytes);
         *reinterpret_cast<uint4*>(out + head_offset + fmha::token_offset(p.o, t) + col) = chunk;
       }
     }

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "cuda/common/async_copy.cuh"
+#include "cuda/common/shared_access.cuh"
 #include "cuda/fmha/fmha_tokens.cuh"
 #include "cuda/fmha_sm90/fmha_sm90_tma.hpp"
 
@@ -45,16 +46,6 @@ __device__ __forceinline__ void tma_load_box(const CUtensorMap* map, void* desti
         "l"(descriptor), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(c[4]), "r"(bar)
         : "memory");
   }
-}
-
-// A 32-bit word to shared memory at a 32-bit shared address (4-byte aligned).
-__device__ __forceinline__ void store_shared_word(uint32_t address, uint32_t value) {
-  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(value) : "memory");
-}
-
-// Two floats to shared memory at a 32-bit shared address (8-byte aligned).
-__device__ __forceinline__ void store_shared_pair(uint32_t address, float a, float b) {
-  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(address), "f"(a), "f"(b) : "memory");
 }
 
 // The global box at coordinates c of `map` (innermost first, `rank` of them) += the shared box `source`

@@ -42,6 +42,7 @@
 #include <cstdint>
 
 #include "cuda/common/async_copy.cuh"
+#include "cuda/common/shared_access.cuh"
 #include "cuda/fmha/fmha_backward_dq_convert.cuh"
 #include "cuda/fmha/fmha_backward_dq_order.cuh"
 #include "cuda/fmha/fmha_backward_params.hpp"
@@ -117,6 +118,10 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
     for (int d = 0; d < kMaxDims; ++d) key_index[i][d] = kv.origin.index[d] + in_box(p.kv_space, d, key_row[i]);
   }
 
+  // Columns of one swizzle atom's row, atoms across the head dim, 16-byte chunks in an atom's row (the epilogue).
+  constexpr int kAtomCols = Traits::kSwizzleBytes / int(sizeof(Element));
+  constexpr int kAtomColumns = kHeadDim / kAtomCols;
+  constexpr int kChunksPerAtomRow = kAtomCols / 8;
   Tensor sK = make_tensor(make_smem_ptr(ss.k), typename Traits::SmemLayoutKV{});
   Tensor sV = make_tensor(make_smem_ptr(ss.v), typename Traits::SmemLayoutKV{});
   auto fixed_tile = [](auto* pointer, auto layout) { return make_tensor(make_smem_ptr(pointer), layout); };
@@ -440,31 +445,46 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
 #pragma unroll
     for (int i = 0; i < size(acc_dk); ++i) acc_dk(i) *= p.scale;
     {
+      // Through 32-bit shared addresses, one per row and swizzle-atom column: the swizzle permutes a row's 16-byte
+      // chunks inside an atom by an XOR of address bits 4.., so chunk c lies at chunk 0's address XOR (c << 4)
+      // (CuTe's swizzled pointers are generic, which made these generic stores and loads).
       Tensor dk = gmma_rows_cols(acc_dk);
       Tensor dv = gmma_rows_cols(acc_dv);
+      static_assert(decltype(size<1>(dk))::value == kAtomColumns * kChunksPerAtomRow * 2, "8 columns a chunk");
 #pragma unroll
       for (int i = 0; i < size<0>(dk); ++i) {
         const int row = row0 + 8 * i;
 #pragma unroll
-        for (int j = 0; j < size<1>(dk); j += 2) {
-          const int col = col0 + 8 * (j / 2);
-          *reinterpret_cast<uint32_t*>(&sK(row, col)) = pack_pair<Element>(dk(i, j), dk(i, j + 1));
-          *reinterpret_cast<uint32_t*>(&sV(row, col)) = pack_pair<Element>(dv(i, j), dv(i, j + 1));
+        for (int b = 0; b < kAtomColumns; ++b) {
+          const uint32_t k_chunk0 = shared_address(&sK(row, b * kAtomCols + col0));
+          const uint32_t v_chunk0 = shared_address(&sV(row, b * kAtomCols + col0));
+#pragma unroll
+          for (int c = 0; c < kChunksPerAtomRow; ++c) {
+            const int j = 2 * (b * kChunksPerAtomRow + c);
+            store_shared_word(k_chunk0 ^ (uint32_t(c) << 4), pack_pair<Element>(dk(i, j), dk(i, j + 1)));
+            store_shared_word(v_chunk0 ^ (uint32_t(c) << 4), pack_pair<Element>(dv(i, j), dv(i, j + 1)));
+          }
         }
       }
     }
     named_barrier_sync(kBarrierMma, Traits::kMmaThreads);
+    // A pass advances kStoreRowsPerPass rows, a multiple of the swizzle's period of 8 rows, inside one atom column.
+    static_assert(Traits::kStoreRowsPerPass % 8 == 0, "passes keep the swizzle's row phase");
+    constexpr uint32_t kPassBytes = Traits::kStoreRowsPerPass * kAtomCols * uint32_t(sizeof(Element));
     const int col = (mtid % Traits::kChunksPerRow) * 8;
+    const int first_row = mtid / Traits::kChunksPerRow;
+    const uint32_t k_first = shared_address(&sK(first_row, col));
+    const uint32_t v_first = shared_address(&sV(first_row, col));
 #pragma unroll
     for (int pass = 0; pass < kBlockN / Traits::kStoreRowsPerPass; ++pass) {
-      const int row = mtid / Traits::kChunksPerRow + pass * Traits::kStoreRowsPerPass;
+      const int row = first_row + pass * Traits::kStoreRowsPerPass;
       Element* dk_row = output_rows[row];
       Element* dv_row = output_rows[kBlockN + row];
       if (col < p.head_dim && dk_row != nullptr) {
-        *reinterpret_cast<uint4*>(dk_row + col) = *reinterpret_cast<const uint4*>(&sK(row, col));
+        *reinterpret_cast<uint4*>(dk_row + col) = load_shared_chunk(k_first + pass * kPassBytes);
       }
       if (col < p.head_dim_v && dv_row != nullptr) {
-        *reinterpret_cast<uint4*>(dv_row + col) = *reinterpret_cast<const uint4*>(&sV(row, col));
+        *reinterpret_cast<uint4*>(dv_row + col) = load_shared_chunk(v_first + pass * kPassBytes);
       }
     }
     if (j + 1 < kv_heads) {  // this thread has read its rows of sK and sV: the producer may load the next head's

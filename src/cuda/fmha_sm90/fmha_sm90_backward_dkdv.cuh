@@ -447,7 +447,7 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
     {
       // Through 32-bit shared addresses, one per row and swizzle-atom column: the swizzle permutes a row's 16-byte
       // chunks inside an atom by an XOR of address bits 4.., so chunk c lies at chunk 0's address XOR (c << 4)
-      // (CuTe's swizzled pointers are generic, which made these generic stores and loads).
+      // (CuTe's swizzled pointers are generic: stores and loads through them are generic ones).
       Tensor dk = gmma_rows_cols(acc_dk);
       Tensor dv = gmma_rows_cols(acc_dv);
       static_assert(decltype(size<1>(dk))::value == kAtomColumns * kChunksPerAtomRow * 2, "8 columns a chunk");

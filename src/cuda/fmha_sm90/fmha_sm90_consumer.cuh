@@ -277,8 +277,8 @@ struct Sm90Consumer {
     // Registers -> this warpgroup's rows of the Q buffer (its last wgmma read of Q has completed), through 32-bit
     // shared addresses: within a row of a swizzle atom (kChunkColumns columns) the swizzle permutes the 16-byte
     // chunks by an XOR of address bits 4.. with a function of the row, so chunk c of a row lies at chunk 0's
-    // address XOR (c << 4). One address per row and atom column, not one per chunk (the compiler kept those 64-bit
-    // generic pointers live across the head loop and reloaded them from local memory here).
+    // address XOR (c << 4). One address per row and atom column, not one 64-bit generic pointer per chunk (those would
+    // stay live across the head loop and spill at the consumers' register budget).
     constexpr int kAtomColumns = Traits::kHeadDim / Traits::kChunkColumns;
     constexpr int kChunksPerAtomRow = Traits::kChunkColumns / Traits::kElementsPerChunk;
     static_assert(kAtomColumns * kChunksPerAtomRow == decltype(size<1>(o))::value / 2, "8 columns a chunk");

@@ -65,7 +65,9 @@
 # wgmma through registers there, and the wider tile halves those loads per multiply-add (H100, docs/perf.md: 1024 x
 # 1024 x 16384 180 -> 123 us against cuBLAS's 129, 256 x 4096 x 16384 182 -> 124; 256 x 256 x 65536 66 -> 71 us).
 # The dev set holds every layout of bf16 and f16 on Hopper (about 35-45 s of one core each to compile), the
-# 64 x 128 ping-pong rows of the two common layouts (small grids: 1024^3, decode-like M against a wide N), the
+# 64 x 128 ping-pong rows of the two common layouts (small grids: 1024^3, decode-like M against a wide N), 128 x 192
+# cooperative rows of those layouts in clusters of one (grids whose 128 x 256 tiles leave the last wave mostly empty or
+# the SMs half idle: 1536^3, 2304^3, 3072^3, 3072 x 3072 x 1024; H200, docs/perf.md, session 50), the
 # stream-K and split-K rows of the two common layouts (a=k b=mn, a=k b=k; the full set adds the A MN-major
 # ones, which weight gradients of small grids use), and fp32 (tf32 and 3xtf32) on Hopper and on sm80 for those two
 # layouts (sm80: 12-20 s each); fp32 in the other layouts runs on the SIMT fallback in a dev build.
@@ -93,6 +95,10 @@ set(ATTNKIT_GEMM_KERNEL_TABLE
   "sm90  bf16    k   k   128x256x64  2x1  auto   coop     dev"
   "sm90  f16     k   mn  128x256x64  2x1  auto   coop     dev"
   "sm90  f16     k   k   128x256x64  2x1  auto   coop     dev"
+  "sm90  bf16    k   mn  128x192x64  1x1  auto   coop     dev"
+  "sm90  bf16    k   k   128x192x64  1x1  auto   coop     dev"
+  "sm90  f16     k   mn  128x192x64  1x1  auto   coop     dev"
+  "sm90  f16     k   k   128x192x64  1x1  auto   coop     dev"
   "sm90  bf16    k   mn  64x128x64   1x1  auto   pingpong dev"
   "sm90  bf16    k   k   64x128x64   1x1  auto   pingpong dev"
   "sm90  f16     k   mn  64x128x64   1x1  auto   pingpong dev"

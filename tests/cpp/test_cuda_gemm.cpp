@@ -442,18 +442,16 @@ TEST(CudaGemmSelection, SmallGridsSelectSplitKOrStreamKAndLargeOnesTheDataParall
 }
 
 // Grids whose data-parallel tiles leave a partial last wave run the stream-K row where its evenly spread work costs
-// less (gemm_stream_k_cost) and it has two tiles per SM or more: 3072^3 (288 tiles of 128 x 256: 2.18 waves) and 2048
-// x 3072 x 3072 (1.45 waves) on the 16-bit types, either B majorness; 1536^3 (144 stream-K tiles), 4096^3, 5120^3,
-// 8192^3 and the short-K 4096 x 4096 x 256 keep their data-parallel rows.
+// less (gemm_stream_k_cost) and it has two tiles per SM or more: 2560^3 (200 tiles of 128 x 256: 1.52 waves; 280 of
+// 128 x 192: 2.12) on the 16-bit types, either B majorness; 4096^3, 5120^3, 8192^3 and the short-K 4096 x 4096 x 256
+// keep their data-parallel rows, and so do the grids the 128 x 192 rows fill (GridsThe128x256TilesLeaveHalfIdle...).
 TEST(CudaGemmSelection, PartialLastWavesRunTheStreamKRowWhereItsSpreadCostsLess) {
   for (const DType dtype : {DType::f16, DType::bf16}) {
     for (const bool transpose_b : {false, true}) {
-      for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3> >{{3072, 3072, 3072}, {2048, 3072, 3072}}) {
-        const std::string name = selected_on(90, dtype, false, m, n, k, false, transpose_b, false);
-        EXPECT_NE(name.find("_streamk"), std::string::npos) << name << " " << m << "x" << n << "x" << k;
-      }
+      const std::string name = selected_on(90, dtype, false, 2560, 2560, 2560, false, transpose_b, false);
+      EXPECT_NE(name.find("_streamk"), std::string::npos) << name;
       for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3> >{
-               {1536, 1536, 1536}, {4096, 4096, 4096}, {5120, 5120, 5120}, {8192, 8192, 8192}, {4096, 4096, 256}}) {
+               {4096, 4096, 4096}, {5120, 5120, 5120}, {8192, 8192, 8192}, {4096, 4096, 256}, {3072, 3072, 3072}}) {
         const std::string name = selected_on(90, dtype, false, m, n, k, false, transpose_b, false);
         EXPECT_EQ(name.find("_streamk"), std::string::npos) << name << " " << m << "x" << n << "x" << k;
       }
@@ -678,6 +676,41 @@ TEST(CudaGemmSelection, SmallGridsRunThe64x128PingPongRowsAndLargeOnesThe128x256
       // larger tile's efficiency wins again (measured: docs/perf.md, "Row choice for short K").
       expect(128, 4096, 128, 64, "64x128x64_c1x1_pingpong");
       expect(4096, 4096, 256, 1, "128x256x64_c2x1_coop");
+    }
+  }
+}
+
+// The 128 x 192 cooperative rows take the grids whose 128 x 256 tiles leave the SMs half idle or the last wave mostly
+// empty, where 128 x 192 tiles fill it better (H200, docs/perf.md, session 50, graph time against 128 x 256 / stream-K:
+// 1536^3 15.8 against 20.0 / 20.9 us, 3072^3 91.2 against 106.3 / 95.9, 3072 x 3072 x 1024 32.3 against 41.1 / 44.0,
+// 6144 x 3072 x 3072 176.6 against 186.9 / 187.6); 2048^3 (one wave of 128 x 256, two of 128 x 192), 4096^3, 5120^3 and
+// 16384 x 4096 x 4096 keep 128 x 256, 1024^3 the 64 x 128 ping-pong rows.
+TEST(CudaGemmSelection, GridsThe128x256TilesLeaveHalfIdleRunThe128x192Rows) {
+  const bool hopper = std::any_of(cuda::gemm::gemm_kernels().begin(), cuda::gemm::gemm_kernels().end(),
+                                  [](const cuda::gemm::GemmKernel* k) { return k->tile_n == 192; });
+  if (!hopper) GTEST_SKIP() << "this build has no 128 x 192 Hopper rows (ATTNKIT_CUDA_ARCHS without 90a)";
+  EXPECT_GT(cuda::gemm::gemm_tile_efficiency(128, 256), cuda::gemm::gemm_tile_efficiency(128, 192));
+  EXPECT_GT(cuda::gemm::gemm_tile_efficiency(128, 192), cuda::gemm::gemm_tile_efficiency(128, 128));
+  for (const DType dtype : {DType::f16, DType::bf16}) {
+    for (const bool b_k_major : {false, true}) {
+      const std::string prefix =
+          std::string("sm90_") + (dtype == DType::f16 ? "f16" : "bf16") + "_ak_b" + (b_k_major ? "k" : "mn") + "_";
+      auto expect = [&](int64_t m, int64_t n, int64_t k, const std::string& suffix) {
+        EXPECT_EQ(selected_canonical(dtype, m, n, k, b_k_major), prefix + suffix) << m << "x" << n << "x" << k;
+      };
+      for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3> >{{1536, 1536, 1536},
+                                                                        {3072, 3072, 3072},
+                                                                        {2048, 3072, 3072},
+                                                                        {3072, 3072, 1024},
+                                                                        {6144, 3072, 3072},
+                                                                        {1536, 4096, 1536}}) {
+        expect(m, n, k, "128x192x64_c1x1_coop");
+      }
+      for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3> >{
+               {2048, 2048, 2048}, {4096, 4096, 4096}, {5120, 5120, 5120}, {16384, 4096, 4096}}) {
+        expect(m, n, k, "128x256x64_c2x1_coop");
+      }
+      expect(1024, 1024, 1024, "64x128x64_c1x1_pingpong");
     }
   }
 }
@@ -1558,8 +1591,8 @@ TEST_F(CudaGemmKernelChoice, Tf32SplitKWithBMnMajorRunsOnTallTilesWhereTheyPadNo
   EXPECT_EQ(plan_kernel(k_heavy, kTF32), "sm90_tf32_ak_bmn_128x256x32_c1x1_splitk");
 }
 
-// A grid of a partial last wave that the rule sends to the stream-K row (2048 x 3072 x 1024: 192 tiles of 128 x 256,
-// 1.45 waves; 384 stream-K tiles): 16-bit types, B either majorness, alpha and beta, against the oracle.
+// A grid of a partial last wave that the rule sends to the stream-K row (2560 x 2560 x 1024: 200 tiles of 128 x 256,
+// 1.52 waves; 400 stream-K tiles): 16-bit types, B either majorness, alpha and beta, against the oracle.
 TEST_F(CudaGemmKernelChoice, PartialWaveGridsOnTheStreamKRowMatchTheOracle) {
   if (device_capability() != 90) GTEST_SKIP() << "the Hopper GEMM runs on compute capability 9.0 only";
   if (cuda::gemm::gemm_device(0).multiprocessors != 132) {
@@ -1568,13 +1601,62 @@ TEST_F(CudaGemmKernelChoice, PartialWaveGridsOnTheStreamKRowMatchTheOracle) {
   for (const Precision& precision : {kF16, kBF16}) {
     for (const bool transpose_b : {false, true}) {
       GemmSpec s;
-      s.m = 2048, s.n = 3072, s.k = 1024, s.transpose_b = transpose_b;
+      s.m = 2560, s.n = 2560, s.k = 1024, s.transpose_b = transpose_b;
       s.alpha = 0.75, s.beta = transpose_b ? 0.5 : 0.0;
       const std::string name = plan_kernel(s, precision);
       EXPECT_NE(name.find("_streamk"), std::string::npos) << name << " " << s.describe();
       expect_matches_oracle(s, precision, 221 + (transpose_b ? 1 : 0));
     }
   }
+}
+
+// The 128 x 192 rows: chosen on 2048 x 3072 x 1024 (256 tiles, two waves of 132 SMs where 128 x 256 leaves 1.45) with
+// alpha and beta, then forced on sizes off every tile (M, N, K), short and long K, A and B either majorness, C
+// column-major, odd N staged, batches with unaligned views; against the oracle.
+TEST_F(CudaGemmKernelChoice, The128x192RowsMatchTheOracle) {
+  if (device_capability() != 90) GTEST_SKIP() << "the Hopper GEMM runs on compute capability 9.0 only";
+  if (cuda::gemm::gemm_device(0).multiprocessors == 132) {
+    for (const Precision& precision : {kF16, kBF16}) {
+      for (const bool transpose_b : {false, true}) {
+        GemmSpec s;
+        s.m = 2048, s.n = 3072, s.k = 1024, s.transpose_b = transpose_b;
+        s.alpha = 1.25, s.beta = transpose_b ? 0.0 : -0.5;
+        const std::string name = plan_kernel(s, precision);
+        EXPECT_NE(name.find("_128x192x64_c1x1_coop"), std::string::npos) << name << " " << s.describe();
+        expect_matches_oracle(s, precision, 231 + (transpose_b ? 1 : 0));
+      }
+    }
+  }
+  const std::vector<std::array<int64_t, 3> > sizes = {
+      {37, 53, 71}, {129, 385, 200}, {1000, 1160, 40}, {300, 200, 1100}};
+  int rows = 0;
+  for (const cuda::gemm::GemmKernel* kernel : cuda::gemm::gemm_kernels()) {
+    if (kernel->tier != cuda::gemm::GemmTier::sm90 || kernel->tile_n != 192) continue;
+    const Precision& precision = kernel->dtype == DType::f16 ? kF16 : kBF16;
+    const test::ScopedEnvironment forced(cuda::gemm::kForcedGemmConfigVariable, kernel->name);
+    detail::clear_gemm_plans();
+    int runs = 0;
+    for (size_t i = 0; i < sizes.size() + 2; ++i) {
+      for (int layout = 0; layout < 8; ++layout) {
+        GemmSpec s;
+        if (i < sizes.size()) {
+          s.m = sizes[i][0], s.n = sizes[i][1], s.k = sizes[i][2];
+        } else {
+          s.m = 67, s.n = 131, s.k = 96;  // odd M and N (staged), then batched with unaligned views
+          s.aligned = i == sizes.size();
+          if (!s.aligned) s.batch_a = 3, s.batch_b = layout % 3 == 0 ? 1 : 3, s.batch_c = 3;
+        }
+        s.transpose_a = layout & 1, s.transpose_b = layout & 2, s.c_col_major = layout & 4;
+        s.beta = (layout + i) % 3 == 0 ? 0.5 : 0.0;
+        s.alpha = layout & 1 ? 1.25 : 1.0;
+        if (forced_run_matches_oracle(*kernel, s, precision, 241 + i * 8 + static_cast<uint64_t>(layout))) ++runs;
+      }
+    }
+    EXPECT_GE(runs, 2 * static_cast<int>(sizes.size())) << kernel->name;
+    ++rows;
+  }
+  detail::clear_gemm_plans();
+  EXPECT_EQ(rows, 4) << "bf16 and f16, B either majorness";
 }
 
 // B transposed into the workspace (TF32 K-major-B rows on an MN-major B, forced): every TF32 K-major-B Hopper row

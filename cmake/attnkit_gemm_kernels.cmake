@@ -67,7 +67,7 @@
 # The dev set holds every layout of bf16 and f16 on Hopper (about 35-45 s of one core each to compile), the
 # 64 x 128 ping-pong rows of the two common layouts (small grids: 1024^3, decode-like M against a wide N), 128 x 192
 # cooperative rows of those layouts in clusters of one (grids whose 128 x 256 tiles leave the last wave mostly empty or
-# the SMs half idle: 1536^3, 2304^3, 3072^3, 3072 x 3072 x 1024; H200, docs/perf.md, session 50), the
+# the SMs half idle: 1536^3, 3072^3, 2048 x 3072 x 3072, 3072 x 3072 x 1024; H200, docs/perf.md, session 50), the
 # stream-K and split-K rows of the two common layouts (a=k b=mn, a=k b=k; the full set adds the A MN-major
 # ones, which weight gradients of small grids use), and fp32 (tf32 and 3xtf32) on Hopper and on sm80 for those two
 # layouts (sm80: 12-20 s each); fp32 in the other layouts runs on the SIMT fallback in a dev build.

@@ -442,14 +442,24 @@ TEST(CudaGemmSelection, SmallGridsSelectSplitKOrStreamKAndLargeOnesTheDataParall
 }
 
 // Grids whose data-parallel tiles leave a partial last wave run the stream-K row where its evenly spread work costs
-// less (gemm_stream_k_cost) and it has two tiles per SM or more: 2560^3 (200 tiles of 128 x 256: 1.52 waves; 280 of
-// 128 x 192: 2.12) on the 16-bit types, either B majorness; 4096^3, 5120^3, 8192^3 and the short-K 4096 x 4096 x 256
-// keep their data-parallel rows, and so do the grids the 128 x 192 rows fill (GridsThe128x256TilesLeaveHalfIdle...).
+// less (gemm_stream_k_cost), it has two tiles per SM or more and no data-parallel row fills 1.4 to 2 waves: 2560 x 4096
+// x 4096 (320 tiles of 128 x 256: 2.42 waves; 440 of 128 x 192: 3.33) on the 16-bit types, either B majorness. Where a
+// data-parallel row fills 1.4 to 2 waves it runs instead: 2560^3 on 128 x 256 (200 tiles: 1.52 waves), 2304^3 and
+// 1536 x 3072 x 1024 on 128 x 192 (216 and 192 tiles). 4096^3, 5120^3, 8192^3 and the short-K 4096 x 4096 x 256 keep
+// their data-parallel rows, and so do the grids the 128 x 192 rows fill (GridsThe128x256TilesLeaveHalfIdle...).
 TEST(CudaGemmSelection, PartialLastWavesRunTheStreamKRowWhereItsSpreadCostsLess) {
   for (const DType dtype : {DType::f16, DType::bf16}) {
     for (const bool transpose_b : {false, true}) {
-      const std::string name = selected_on(90, dtype, false, 2560, 2560, 2560, false, transpose_b, false);
+      const std::string name = selected_on(90, dtype, false, 2560, 4096, 4096, false, transpose_b, false);
       EXPECT_NE(name.find("_streamk"), std::string::npos) << name;
+      EXPECT_NE(
+          selected_on(90, dtype, false, 2560, 2560, 2560, false, transpose_b, false).find("_128x256x64_c2x1_coop"),
+          std::string::npos);
+      for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3> >{{2304, 2304, 2304}, {1536, 3072, 1024}}) {
+        const std::string filling = selected_on(90, dtype, false, m, n, k, false, transpose_b, false);
+        EXPECT_NE(filling.find("_128x192x64_c1x1_coop"), std::string::npos)
+            << filling << " " << m << "x" << n << "x" << k;
+      }
       for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3> >{
                {4096, 4096, 4096}, {5120, 5120, 5120}, {8192, 8192, 8192}, {4096, 4096, 256}, {3072, 3072, 3072}}) {
         const std::string name = selected_on(90, dtype, false, m, n, k, false, transpose_b, false);
@@ -1591,8 +1601,9 @@ TEST_F(CudaGemmKernelChoice, Tf32SplitKWithBMnMajorRunsOnTallTilesWhereTheyPadNo
   EXPECT_EQ(plan_kernel(k_heavy, kTF32), "sm90_tf32_ak_bmn_128x256x32_c1x1_splitk");
 }
 
-// A grid of a partial last wave that the rule sends to the stream-K row (2560 x 2560 x 1024: 200 tiles of 128 x 256,
-// 1.52 waves; 400 stream-K tiles): 16-bit types, B either majorness, alpha and beta, against the oracle.
+// A grid of a partial last wave that the rule sends to the stream-K row (1024 x 4352 x 1024: 136 tiles of 128 x 256,
+// 1.03 waves; 184 of 128 x 192, 1.39; 272 stream-K tiles): 16-bit types, B either majorness, alpha and beta, against
+// the oracle.
 TEST_F(CudaGemmKernelChoice, PartialWaveGridsOnTheStreamKRowMatchTheOracle) {
   if (device_capability() != 90) GTEST_SKIP() << "the Hopper GEMM runs on compute capability 9.0 only";
   if (cuda::gemm::gemm_device(0).multiprocessors != 132) {
@@ -1601,7 +1612,7 @@ TEST_F(CudaGemmKernelChoice, PartialWaveGridsOnTheStreamKRowMatchTheOracle) {
   for (const Precision& precision : {kF16, kBF16}) {
     for (const bool transpose_b : {false, true}) {
       GemmSpec s;
-      s.m = 2560, s.n = 2560, s.k = 1024, s.transpose_b = transpose_b;
+      s.m = 1024, s.n = 4352, s.k = 1024, s.transpose_b = transpose_b;
       s.alpha = 0.75, s.beta = transpose_b ? 0.5 : 0.0;
       const std::string name = plan_kernel(s, precision);
       EXPECT_NE(name.find("_streamk"), std::string::npos) << name << " " << s.describe();

@@ -137,7 +137,19 @@ int choose_gemm_candidate(int64_t m, int64_t n, int64_t k, int64_t batch, const 
     const GemmCandidate& c = accepted[static_cast<size_t>(stream_k)];
     if (output_tiles(m, n, batch, c.tile_m, c.tile_n) >= kStreamKMinTilesPerSm * int64_t{multiprocessors} &&
         gemm_stream_k_cost(m, n, k, batch, c.tile_m, c.tile_n, multiprocessors) < best) {
-      return stream_k;
+      // A data-parallel row whose tiles fill kStreamKYieldingWaves to 2 waves runs instead (the cheapest such row).
+      int filling = -1;
+      double filling_cost = 0.0;
+      for (int i = 0; i < static_cast<int>(accepted.size()); ++i) {
+        const GemmCandidate& d = accepted[static_cast<size_t>(i)];
+        if (d.split_k || d.stream_k || d.token_tile) continue;
+        const auto waves = static_cast<double>(output_tiles(m, n, batch, d.tile_m, d.tile_n)) / multiprocessors;
+        if (waves < kStreamKYieldingWaves || waves > 2.0) continue;
+        const double cost =
+            gemm_tile_cost(m, n, k, batch, d.tile_m, d.tile_n, multiprocessors, d.overlaps_epilogue, d.efficiency);
+        if (filling < 0 || cost < filling_cost) filling = i, filling_cost = cost;
+      }
+      return filling >= 0 ? filling : stream_k;
     }
   }
   return data_parallel;

@@ -72,6 +72,11 @@ double gemm_tile_cost(int64_t m, int64_t n, int64_t k, int64_t batch, int tile_m
 // the ping-pong row whatever the estimate said.
 inline constexpr double kStreamKOverhead = 1.1;
 inline constexpr int kStreamKMinTilesPerSm = 2;
+// Where that rule picks stream-K, a data-parallel row whose tiles fill kStreamKYieldingWaves to 2 waves runs instead:
+// its last wave is at least 40 % full, and stream-K's fix-ups cost more than that wave leaves idle. Measured on 14
+// such grids (bf16, H200, docs/perf.md, session 50), the data-parallel row won 13 (2048 x 2304 x 1024 21.3 against
+// 27.1 us, 2304^3 40.5 against 47.4, 2560^3 on 128 x 256 61.3 against 63.4) and lost 768 x 6144 x 4096 by 5 %.
+inline constexpr double kStreamKYieldingWaves = 1.4;
 double gemm_stream_k_cost(int64_t m, int64_t n, int64_t k, int64_t batch, int tile_m, int tile_n, int multiprocessors);
 
 // A row that accepts the problem, as the rule sees it.
@@ -98,7 +103,8 @@ bool gemm_token_tile_fills_one_wave(int64_t m, int64_t n, int64_t batch, int til
 // the least padded output (tiles x tile_m x tile_n; the first of equal ones); else the data-parallel row of the
 // smallest gemm_tile_cost (the first of equal ones), unless its tiles (times the batch) would occupy fewer than half
 // the SMs and a stream-K row accepts (the first), or the first stream-K row has kStreamKMinTilesPerSm tiles per SM and
-// a smaller gemm_stream_k_cost; else the first stream-K row. Pure: tests call it on the CPU.
+// a smaller gemm_stream_k_cost and no data-parallel row fills kStreamKYieldingWaves to 2 waves (then the cheapest of
+// those); else the first stream-K row. Pure: tests call it on the CPU.
 int choose_gemm_candidate(int64_t m, int64_t n, int64_t k, int64_t batch, const std::vector<GemmCandidate>& accepted,
                           int multiprocessors);
 

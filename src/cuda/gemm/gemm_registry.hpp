@@ -75,7 +75,7 @@ inline constexpr int kStreamKMinTilesPerSm = 2;
 // Where that rule picks stream-K, a data-parallel row whose tiles fill kStreamKYieldingWaves to 2 waves runs instead:
 // its last wave is at least 40 % full, and stream-K's fix-ups cost more than that wave leaves idle. Measured on 14
 // such grids (bf16, H200, docs/perf.md, session 50), the data-parallel row won 13 (2048 x 2304 x 1024 21.3 against
-// 27.1 us, 2304^3 40.5 against 47.4, 2560^3 on 128 x 256 61.3 against 63.4) and lost 768 x 6144 x 4096 by 5 %.
+// 27.1 us, 2304^3 40.5 against 47.4, 2560^3 on 128 x 256 61.3 against 63.4) and lost 768 x 6144 x 4096 by 5-9 %.
 inline constexpr double kStreamKYieldingWaves = 1.4;
 double gemm_stream_k_cost(int64_t m, int64_t n, int64_t k, int64_t batch, int tile_m, int tile_n, int multiprocessors);
 

@@ -32,9 +32,9 @@
 // one per lane) and the others the tables from which partial box visits take their element masks
 // (fmha_sm90_backward_mask.cuh). With p.heads_per_cta > 1 (box policies in fast mode up to D 64: one box mask serves
 // every head) a CTA runs KV heads blockIdx.y * heads_per_cta on in turn: the schedule and the mask tables are built
-// once, K and V reload for each head once the previous head's dK and dV have gone out through their tiles
-// (kv_empty), while the next head's first Q and dO tiles already wait in their stage; a CTA's fixed cost (setup,
-// first loads, epilogue) is paid once per CTA instead of once per head. On other architectures the body is empty
+// once, K and V of head j + 1 load into the second of two K / V buffers while head j's visits run (once head j - 1's
+// dK and dV have gone out through that buffer: kv_empty); a CTA's fixed cost (setup, first loads, epilogue) is paid
+// once per CTA instead of once per head. On other architectures the body is empty
 // (the registry never selects it).
 #pragma once
 #include <cute/tensor.hpp>
@@ -122,8 +122,6 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
   constexpr int kAtomCols = Traits::kSwizzleBytes / int(sizeof(Element));
   constexpr int kAtomColumns = kHeadDim / kAtomCols;
   constexpr int kChunksPerAtomRow = kAtomCols / 8;
-  Tensor sK = make_tensor(make_smem_ptr(ss.k), typename Traits::SmemLayoutKV{});
-  Tensor sV = make_tensor(make_smem_ptr(ss.v), typename Traits::SmemLayoutKV{});
   auto fixed_tile = [](auto* pointer, auto layout) { return make_tensor(make_smem_ptr(pointer), layout); };
   auto key_slice = [&](Element* tile) {
     return local_tile(fixed_tile(tile, typename Traits::SmemLayoutKV{}), Shape<Int<kKeys>, Int<kHeadDim>>{},
@@ -204,7 +202,8 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
 
   const int per_head = count / kv_heads;  // visits [j, j + 1) * per_head are KV head head_kv + j's
   for (int j = 0; j < kv_heads; ++j) {
-    barrier_wait(&ss.kv_full, j & 1);
+    const int kv_buffer = j % Traits::kKvBuffers;
+    barrier_wait(&ss.kv_full[kv_buffer], (j / Traits::kKvBuffers) & 1);
     next_words_loaded = false;
     for (int it = j * per_head; it < (j + 1) * per_head; ++it) {
       const int b = it % Traits::kStages;
@@ -240,9 +239,9 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
       Tensor acc_s = partition_fragment_C(mma_s, Shape<Int<kKeys>, Int<kBlockM>>{});
       Tensor acc_dp = partition_fragment_C(mma_s, Shape<Int<kKeys>, Int<kBlockM>>{});
       {
-        Tensor tSrK = thread_s.partition_fragment_A(key_slice(ss.k));
+        Tensor tSrK = thread_s.partition_fragment_A(key_slice(ss.k[kv_buffer]));
         Tensor tSrQ = thread_s.partition_fragment_B(fixed_tile(ss.q[b], typename Traits::SmemLayoutQ{}));
-        Tensor tSrV = thread_s.partition_fragment_A(key_slice(ss.v));
+        Tensor tSrV = thread_s.partition_fragment_A(key_slice(ss.v[kv_buffer]));
         Tensor tSrdO = thread_s.partition_fragment_B(fixed_tile(ss.d_o[b], typename Traits::SmemLayoutQ{}));
         warpgroup_fence_operand(acc_s);
         warpgroup_fence_operand(acc_dp);
@@ -341,9 +340,9 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
       Tensor acc_dq = partition_fragment_C(mma_q, Shape<Int<kBlockM>, Int<Traits::kDqColumns>>{});
       auto issue_dq = [&] {
         Tensor tQrDs = thread_q.partition_fragment_A(sDs);
-        Tensor tQrKt = thread_q.partition_fragment_B(local_tile(fixed_tile(ss.k, typename Traits::SmemLayoutKt{}),
-                                                                Shape<Int<Traits::kDqColumns>, Int<Traits::kDqDepth>>{},
-                                                                make_coord(0, group)));
+        Tensor tQrKt = thread_q.partition_fragment_B(
+            local_tile(fixed_tile(ss.k[kv_buffer], typename Traits::SmemLayoutKt{}),
+                       Shape<Int<Traits::kDqColumns>, Int<Traits::kDqDepth>>{}, make_coord(0, group)));
         warpgroup_fence_operand(acc_dq);
         warpgroup_arrive();
         issue_gemm<false>(mma_q, tQrDs, tQrKt, acc_dq);
@@ -444,6 +443,8 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
     }
 #pragma unroll
     for (int i = 0; i < size(acc_dk); ++i) acc_dk(i) *= p.scale;
+    Tensor sK = make_tensor(make_smem_ptr(ss.k[kv_buffer]), typename Traits::SmemLayoutKV{});
+    Tensor sV = make_tensor(make_smem_ptr(ss.v[kv_buffer]), typename Traits::SmemLayoutKV{});
     {
       // Through 32-bit shared addresses, one per row and swizzle-atom column: the swizzle permutes a row's 16-byte
       // chunks inside an atom by an XOR of address bits 4.., so chunk c lies at chunk 0's address XOR (c << 4)
@@ -487,8 +488,9 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
         *reinterpret_cast<uint4*>(dv_row + col) = load_shared_chunk(v_first + pass * kPassBytes);
       }
     }
-    if (j + 1 < kv_heads) {  // this thread has read its rows of sK and sV: the producer may load the next head's
-      barrier_arrive(&ss.kv_empty);
+    // This thread has read its rows of sK and sV: the producer may load a later head into the buffer.
+    if (j + Traits::kKvBuffers < kv_heads) barrier_arrive(&ss.kv_empty[kv_buffer]);
+    if (j + 1 < kv_heads) {
       clear(acc_dk);
       clear(acc_dv);
     }
@@ -536,7 +538,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm)
   __syncthreads();  // kv_shared
   const fmha::DecodedTile& kv = kv_shared;
   // K and V load while the first MMA warp computes the visit schedule (the producer's first cp.async group).
-  if (warp_group == 0) issue_kv_loads<Traits>(p, kv, batch, head_kv, ss, tid);
+  if (warp_group == 0) issue_kv_loads<Traits>(p, kv, batch, head_kv, ss, tid, 0);
   Schedule schedule;
   schedule.init(p, kv, batch, head_kv, &schedule_state, tid - Traits::kProducerThreads, kv_heads);
   // The mask tables on the MMA warps that do not search the schedule (the first MMA warp does).
@@ -545,8 +547,11 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm)
     build_box_mask_tables(p, kv, ss.masks.box, tid - kTableThreadsStart, Traits::kThreads - kTableThreadsStart);
   }
   if (tid == 0) {
-    barrier_init(&ss.kv_full, Traits::kProducerThreads);
-    barrier_init(&ss.kv_empty, Traits::kMmaThreads);
+#pragma unroll
+    for (int b = 0; b < Traits::kKvBuffers; ++b) {
+      barrier_init(&ss.kv_full[b], Traits::kProducerThreads);
+      barrier_init(&ss.kv_empty[b], Traits::kMmaThreads);
+    }
 #pragma unroll
     for (int s = 0; s < Traits::kStages; ++s) {
       barrier_init(&ss.full[s], Traits::kProducerThreads);

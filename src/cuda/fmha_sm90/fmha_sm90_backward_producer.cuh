@@ -76,14 +76,13 @@ __device__ __forceinline__ void copy_tile_pair_from_rows(const typename Traits::
 template <class Traits>
 __device__ __forceinline__ void issue_kv_loads(const fmha::FmhaBackwardParams& p, const fmha::DecodedTile& kv,
                                                int32_t batch, int32_t head_kv, typename Traits::SharedStorage& ss,
-                                               int ptid) {
+                                               int ptid, int buffer) {
   using namespace cute;
   using Element = typename Traits::Element;
   using Copy = typename Traits::ProducerCopy;
   constexpr int kBlockN = Traits::kBlockN;
   static_assert((2 * kBlockN) % Traits::kProducerThreads == 0, "whole passes over the K and V rows");
-  static_assert(2 * kBlockN * sizeof(Element*) <= sizeof(ss.dq[0]), "the K / V row table fits a dQ buffer");
-  const Element** rows = reinterpret_cast<const Element**>(ss.dq[0]);
+  const Element** rows = ss.kv_rows;
 #pragma unroll
   for (int entry = ptid; entry < 2 * kBlockN; entry += Traits::kProducerThreads) {
     const bool is_v = entry >= kBlockN;
@@ -94,15 +93,16 @@ __device__ __forceinline__ void issue_kv_loads(const fmha::FmhaBackwardParams& p
   named_barrier_sync(kBarrierProducer, Traits::kProducerThreads);  // the row table
   const int col = (ptid % Copy::kChunksPerRow) * 8;
   const int first_row = ptid / Copy::kChunksPerRow;
-  Tensor sK = make_tensor(make_smem_ptr(ss.k), typename Traits::SmemLayoutKV{});
+  Tensor sK = make_tensor(make_smem_ptr(ss.k[buffer]), typename Traits::SmemLayoutKV{});
   copy_tile_pair_from_rows<Traits, kBlockN>(rows, first_row, col, shared_address(&sK(first_row, col)),
-                                            shared_address(ss.v) - shared_address(ss.k), {p.head_dim, p.head_dim_v},
-                                            p.k.data);
+                                            shared_address(ss.v[buffer]) - shared_address(ss.k[buffer]),
+                                            {p.head_dim, p.head_dim_v}, p.k.data);
 }
 
 // `kv_heads` KV heads from head_kv on, in turn (p.heads_per_cta): K and V of the first are the kernel's first
-// cp.async group; those of head j > 0 load once the MMA warpgroups stored head j - 1's dK and dV (kv_empty),
-// while the first visit of head j, loaded with the previous visits, waits in its stage.
+// cp.async group (buffer 0); those of head j + 1 go into buffer (j + 1) % 2 once head j's first visit has gone out and
+// the MMA warpgroups stored head j - 1's dK and dV through that buffer (kv_empty), and are announced (kv_full) with the
+// next visit.
 template <class Traits, bool kLists, class Schedule>
 __device__ __forceinline__ void produce_backward_visits(const fmha::FmhaBackwardParams& p, const Sm90DqMap& dq_map,
                                                         const fmha::DecodedTile& kv, int32_t batch, int32_t head_kv,
@@ -173,17 +173,22 @@ __device__ __forceinline__ void produce_backward_visits(const fmha::FmhaBackward
     wait_async_copies<0>();
   }
   fence_generic_to_async_shared();
-  barrier_arrive(&ss.kv_full);
+  barrier_arrive(&ss.kv_full[0]);
   const int per_head = count / kv_heads;  // the same visits for each KV head (box schedules)
+  // Head j + 1's K and V, into buffer (j + 1) % 2 once head j - 1's dK and dV have left it.
+  auto issue_next_head = [&](int j) {
+    const int buffer = (j + 1) % Traits::kKvBuffers;
+    if (j > 0) barrier_wait(&ss.kv_empty[buffer], ((j - 1) / Traits::kKvBuffers) & 1);
+    issue_kv_loads<Traits>(p, kv, batch, head_kv + j + 1, ss, ptid, buffer);
+    return buffer;
+  };
+  int kv_pending = -1;  // the buffer whose loads the next wait completes (announced with the next visit)
   for (int j = 0; j < kv_heads; ++j) {
-    if (j > 0) {
-      barrier_wait(&ss.kv_empty, (j - 1) & 1);
-      issue_kv_loads<Traits>(p, kv, batch, head_kv + j, ss, ptid);
-      if (per_head == 0) {
-        wait_async_copies<0>();
-        fence_generic_to_async_shared();
-        barrier_arrive(&ss.kv_full);
-      }
+    if (per_head == 0 && j + 1 < kv_heads) {
+      const int buffer = issue_next_head(j);
+      wait_async_copies<0>();
+      fence_generic_to_async_shared();
+      barrier_arrive(&ss.kv_full[buffer]);
     }
     for (int i = j * per_head; i < (j + 1) * per_head; ++i) {
       const int stage = i % Traits::kStages;
@@ -192,13 +197,16 @@ __device__ __forceinline__ void produce_backward_visits(const fmha::FmhaBackward
       if (more) next = prepare_visit(i + 1);  // while visit i's copies are in flight
       wait_async_copies<0>();
       fence_generic_to_async_shared();
-      if (j > 0 && i == j * per_head) barrier_arrive(&ss.kv_full);  // the head's K and V
+      if (kv_pending >= 0) barrier_arrive(&ss.kv_full[kv_pending]);  // a later head's K and V
+      kv_pending = -1;
       barrier_arrive(&ss.full[stage]);
       if (more) {
         const int next_stage = (i + 1) % Traits::kStages;
         if (i + 1 >= Traits::kStages) barrier_wait(&ss.empty[next_stage], (((i + 1) / Traits::kStages) + 1) & 1);
         publish_visit(i + 1, next);
       }
+      // After head j's first visit has gone out (and the next one is loading): the next head's K and V.
+      if (i == j * per_head && j + 1 < kv_heads) kv_pending = issue_next_head(j);
     }
   }
 }

@@ -91,6 +91,9 @@ struct Sm90BackwardTraits {
   // around the visits' loop left ptxas spilling ~0.8 KB (against 76 bytes) next to the 64 x 128 dK and dV
   // accumulators.
   static constexpr bool kSeveralHeadsPerCta = kHeadDim <= 64;
+  // K / V buffers: with several KV heads per CTA head j uses buffer j % 2, so the next head's K and V load while the
+  // MMA warpgroups work on this one (its outputs leave through this head's buffer).
+  static constexpr int kKvBuffers = kSeveralHeadsPerCta ? 2 : 1;
   // Tile lists with an element mask: partial visits' key-major mask words go through the stage (the producer's
   // copies) at D 64, where the MMA warpgroups' global loads of them delayed the probabilities (H200, S 8192,
   // 50 % mask: dK/dV kernel 3.41 -> 2.98 ms, unmasked 2.56), and at D 32, whose accumulators are smaller; at
@@ -170,8 +173,8 @@ struct Sm90BackwardTraits {
   static constexpr int kStages = 2;
 
   struct SharedStorage {
-    alignas(1024) Element k[kBlockN * kHeadDim];
-    alignas(1024) Element v[kBlockN * kHeadDim];
+    alignas(1024) Element k[kKvBuffers][kBlockN * kHeadDim];
+    alignas(1024) Element v[kKvBuffers][kBlockN * kHeadDim];
     alignas(1024) Element q[kStages][kBlockM * kHeadDim];
     alignas(1024) Element d_o[kStages][kBlockM * kHeadDim];
     alignas(1024) Element ds[kMmaGroups][kBlockM * kKeysPerGroup];
@@ -191,8 +194,9 @@ struct Sm90BackwardTraits {
     int32_t dq_box[kMmaGroups][5];                   // a warpgroup's current dQ box coordinates (its issuing thread's)
     DqTurn dq_turn[kMmaGroups];                      // ordered dQ: a warpgroup's current turn (its turn thread's)
     const Element* row_table[kStages][2 * kBlockM];  // producer: Q then dO row starts of a visit
-    uint64_t kv_full;                                // K and V of the CTA's current KV head landed
-    uint64_t kv_empty;  // the MMA warpgroups stored a KV head's dK and dV (K and V free for the next head)
+    const Element* kv_rows[2 * kBlockN];             // producer: K then V row starts of a KV head's tile
+    uint64_t kv_full[kKvBuffers];                    // K and V of a KV head landed in the buffer
+    uint64_t kv_empty[kKvBuffers];  // the MMA warpgroups stored a KV head's dK and dV (the buffer is free again)
     uint64_t full[kStages];
     uint64_t empty[kStages];
   };

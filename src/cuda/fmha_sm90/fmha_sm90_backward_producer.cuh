@@ -189,6 +189,9 @@ __device__ __forceinline__ void produce_backward_visits(const fmha::FmhaBackward
       wait_async_copies<0>();
       fence_generic_to_async_shared();
       barrier_arrive(&ss.kv_full[buffer]);
+      // Every producer thread has read its rows of ss.kv_rows before the next head's table overwrites them (with
+      // visits, a visit's row-table barrier lies between two heads' tables).
+      named_barrier_sync(kBarrierProducer, Traits::kProducerThreads);
     }
     for (int i = j * per_head; i < (j + 1) * per_head; ++i) {
       const int stage = i % Traits::kStages;

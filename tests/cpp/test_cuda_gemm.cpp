@@ -1436,6 +1436,34 @@ class CudaGemmKernelChoice : public ::testing::Test {
     return true;
   }
 
+  // The 16-bit Hopper row `kernel` forced on each of `sizes`, then on 67 x 131 x 96 (odd M and N, staged) aligned and
+  // batched with unaligned views, each in 8 layouts (A and B either majorness, C row- or column-major) with alpha and
+  // beta, against the oracle (seeds from seed0); returns how many runs the row accepted.
+  static int forced_row_runs(const cuda::gemm::GemmKernel& kernel, const std::vector<std::array<int64_t, 3> >& sizes,
+                             uint64_t seed0) {
+    const Precision& precision = kernel.dtype == DType::f16 ? kF16 : kBF16;
+    const test::ScopedEnvironment forced(cuda::gemm::kForcedGemmConfigVariable, kernel.name);
+    detail::clear_gemm_plans();
+    int runs = 0;
+    for (size_t i = 0; i < sizes.size() + 2; ++i) {
+      for (int layout = 0; layout < 8; ++layout) {
+        GemmSpec s;
+        if (i < sizes.size()) {
+          s.m = sizes[i][0], s.n = sizes[i][1], s.k = sizes[i][2];
+        } else {
+          s.m = 67, s.n = 131, s.k = 96;
+          s.aligned = i == sizes.size();
+          if (!s.aligned) s.batch_a = 3, s.batch_b = layout % 3 == 0 ? 1 : 3, s.batch_c = 3;
+        }
+        s.transpose_a = layout & 1, s.transpose_b = layout & 2, s.c_col_major = layout & 4;
+        s.beta = (layout + i) % 3 == 0 ? 0.5 : 0.0;
+        s.alpha = layout & 1 ? 1.25 : 1.0;
+        if (forced_run_matches_oracle(kernel, s, precision, seed0 + i * 8 + static_cast<uint64_t>(layout))) ++runs;
+      }
+    }
+    return runs;
+  }
+
   // Decode rows, x @ W^T (transpose_b) or x @ W, each forced on kernel_for(m) and run with A either majorness (seed
   // seed0 + 2 i, + 1 with A transposed); returns how many runs the forced kernel accepted.
   struct ForcedDecode {
@@ -1643,27 +1671,7 @@ TEST_F(CudaGemmKernelChoice, The128x192RowsMatchTheOracle) {
   int rows = 0;
   for (const cuda::gemm::GemmKernel* kernel : cuda::gemm::gemm_kernels()) {
     if (kernel->tier != cuda::gemm::GemmTier::sm90 || kernel->tile_n != 192) continue;
-    const Precision& precision = kernel->dtype == DType::f16 ? kF16 : kBF16;
-    const test::ScopedEnvironment forced(cuda::gemm::kForcedGemmConfigVariable, kernel->name);
-    detail::clear_gemm_plans();
-    int runs = 0;
-    for (size_t i = 0; i < sizes.size() + 2; ++i) {
-      for (int layout = 0; layout < 8; ++layout) {
-        GemmSpec s;
-        if (i < sizes.size()) {
-          s.m = sizes[i][0], s.n = sizes[i][1], s.k = sizes[i][2];
-        } else {
-          s.m = 67, s.n = 131, s.k = 96;  // odd M and N (staged), then batched with unaligned views
-          s.aligned = i == sizes.size();
-          if (!s.aligned) s.batch_a = 3, s.batch_b = layout % 3 == 0 ? 1 : 3, s.batch_c = 3;
-        }
-        s.transpose_a = layout & 1, s.transpose_b = layout & 2, s.c_col_major = layout & 4;
-        s.beta = (layout + i) % 3 == 0 ? 0.5 : 0.0;
-        s.alpha = layout & 1 ? 1.25 : 1.0;
-        if (forced_run_matches_oracle(*kernel, s, precision, 241 + i * 8 + static_cast<uint64_t>(layout))) ++runs;
-      }
-    }
-    EXPECT_GE(runs, 2 * static_cast<int>(sizes.size())) << kernel->name;
+    EXPECT_GE(forced_row_runs(*kernel, sizes, 241), 2 * static_cast<int>(sizes.size())) << kernel->name;
     ++rows;
   }
   detail::clear_gemm_plans();
@@ -1868,27 +1876,7 @@ TEST_F(CudaGemmKernelChoice, ForcedHopperRowsMatchTheOracle) {
   for (const cuda::gemm::GemmKernel* kernel : cuda::gemm::gemm_kernels()) {
     // fp32 rows: ForcedHopperFp32RowsMatchTheOracle.
     if (kernel->tier != cuda::gemm::GemmTier::sm90 || kernel->split_k || kernel->dtype == DType::f32) continue;
-    const Precision& precision = kernel->dtype == DType::f16 ? kF16 : kBF16;
-    const test::ScopedEnvironment forced(cuda::gemm::kForcedGemmConfigVariable, kernel->name);
-    detail::clear_gemm_plans();
-    int runs = 0;
-    for (size_t i = 0; i < sizes.size() + 2; ++i) {
-      for (int layout = 0; layout < 8; ++layout) {
-        GemmSpec s;
-        if (i < sizes.size()) {
-          s.m = sizes[i][0], s.n = sizes[i][1], s.k = sizes[i][2];
-        } else {
-          s.m = 67, s.n = 131, s.k = 96;  // odd M and N (staged), then batched with unaligned views
-          s.aligned = i == sizes.size();
-          if (!s.aligned) s.batch_a = 3, s.batch_b = layout % 3 == 0 ? 1 : 3, s.batch_c = 3;
-        }
-        s.transpose_a = layout & 1, s.transpose_b = layout & 2, s.c_col_major = layout & 4;
-        s.beta = (layout + i) % 3 == 0 ? 0.5 : 0.0;
-        s.alpha = layout & 1 ? 1.25 : 1.0;
-        if (forced_run_matches_oracle(*kernel, s, precision, 151 + i * 8 + static_cast<uint64_t>(layout))) ++runs;
-      }
-    }
-    EXPECT_GE(runs, 2 * static_cast<int>(sizes.size())) << kernel->name;
+    EXPECT_GE(forced_row_runs(*kernel, sizes, 151), 2 * static_cast<int>(sizes.size())) << kernel->name;
     ++rows;
   }
   detail::clear_gemm_plans();

@@ -33,9 +33,10 @@
 // (fmha_sm90_backward_mask.cuh). With p.heads_per_cta > 1 (box policies in fast mode up to D 64: one box mask serves
 // every head) a CTA runs KV heads blockIdx.y * heads_per_cta on in turn: the schedule and the mask tables are built
 // once, K and V of head j + 1 load into the second of two K / V buffers while head j's visits run (once head j - 1's
-// dK and dV have gone out through that buffer: kv_empty); a CTA's fixed cost (setup, first loads, epilogue) is paid
-// once per CTA instead of once per head. On other architectures the body is empty
-// (the registry never selects it).
+// dK and dV have gone out through that buffer: kv_empty), and the MMA warpgroups meet at a barrier after each head's
+// epilogue (its table of output rows lies in the first dQ buffer, which the next head's first dQ boxes overwrite); a
+// CTA's fixed cost (setup, first loads, epilogue) is paid once per CTA instead of once per head. On other architectures
+// the body is empty (the registry never selects it).
 #pragma once
 #include <cute/tensor.hpp>
 
@@ -493,6 +494,10 @@ __device__ __forceinline__ void consume_backward_visits(const fmha::FmhaBackward
     if (j + 1 < kv_heads) {
       clear(acc_dk);
       clear(acc_dv);
+      // Every MMA thread has read the output row table before either warpgroup stores the next head's first dQ
+      // boxes over it (the table lies in the first dQ buffer; the next head's K and V may already wait in the
+      // other buffer, so nothing else holds a warpgroup back).
+      named_barrier_sync(kBarrierMma, Traits::kMmaThreads);
     }
   }
   if (p.dq_done != nullptr) convert_dq_when_last<Traits>(p, mtid);

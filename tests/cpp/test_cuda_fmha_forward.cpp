@@ -626,6 +626,80 @@ TEST_F(CudaFmhaForward, SeveralHeadsPerCtaMatchTheOracle) {
   }
 }
 
+// Several query heads per CTA over repeated calls (bf16, D 64, eight heads a CTA forced): each CTA's heads share
+// the tiles, stage counters and two Q buffers, whose hand-over between heads only a long run exercises on every
+// timing (the dK/dV kernel's head change raced that way, CudaFmhaBackward.SeveralHeadsPerCtaStayCorrectOverRepeated
+// Calls). Every call gives out and lse bit-identical to the first call's; the first agrees with one head per CTA
+// within the dtype's tolerance. Dense B8 H16 S2048 (the 128-row kernel) and a 2-D window 32² K7 B32 H8 (the 64-row
+// one); every 8th call and the last are read back.
+TEST_F(CudaFmhaForward, SeveralHeadsPerCtaStayCorrectOverRepeatedCalls) {
+  struct Problem {
+    int64_t batch, heads;
+    std::vector<int64_t> tokens;
+    AttentionMask mask;
+  };
+  const std::vector<Problem> problems{{8, 16, {2048}, AttentionMask{}},
+                                      {32, 8, {32, 32}, neighborhood({nd(7), nd(7)})}};
+  for (const Problem& problem : problems) {
+    Case c;
+    c.dtype = DType::bf16;
+    if (!compiled_for(c)) GTEST_SKIP() << "bf16 head dim 64 not compiled";
+    SCOPED_TRACE(problem.tokens.size() == 1 ? "dense" : "2-D window");
+    std::mt19937_64 rng(710);
+    std::vector<int64_t> extents{problem.batch};
+    extents.insert(extents.end(), problem.tokens.begin(), problem.tokens.end());
+    std::vector<int64_t> lse_extents = extents;
+    lse_extents.push_back(problem.heads);
+    extents.push_back(problem.heads);
+    extents.push_back(64);
+    const std::vector<int64_t> flat(extents.size(), 0);
+    TestTensor q = TestTensor::make(c.dtype, extents, flat), k = TestTensor::make(c.dtype, extents, flat);
+    TestTensor v = TestTensor::make(c.dtype, extents, flat), out = TestTensor::make(c.dtype, extents, flat);
+    TestTensor lse = TestTensor::make(DType::f32, lse_extents, std::vector<int64_t>(lse_extents.size(), 0));
+    for (TestTensor* t : {&q, &k, &v}) {
+      test::fill_random(t->buffer.view, rng, -2.0, 2.0);
+      t->upload();
+    }
+    RunOptions options;
+    options.backend = Backend::cuda;
+    AttentionForward forward;
+    forward.q = q.device;
+    forward.k = k.device;
+    forward.v = v.device;
+    forward.out = out.device;
+    forward.lse = lse.device;
+    forward.mask = problem.mask;
+    TestTensor one_head = TestTensor::make(c.dtype, extents, flat);
+    {
+      const ForcedHeadsPerCta forced(1);
+      attention_forward(forward, options);
+      out.download();
+      std::memcpy(one_head.buffer.view.data, out.buffer.view.data, out.bytes);
+    }
+    const ForcedHeadsPerCta forced(8);
+    std::vector<std::byte> first_out, first_lse;
+    constexpr int kCalls = 300;
+    for (int call = 0; call < kCalls; ++call) {
+      expect_cuda(cudaMemset(out.device.data, 0xff, out.bytes), "cudaMemset (poisoned out)");
+      expect_cuda(cudaMemset(lse.device.data, 0xff, lse.bytes), "cudaMemset (poisoned lse)");
+      attention_forward(forward, options);
+      if (call > 0 && call % 8 != 0 && call + 1 < kCalls) continue;
+      out.download();
+      lse.download();
+      const auto* out_bytes = reinterpret_cast<const std::byte*>(out.buffer.view.data);
+      const auto* lse_bytes = reinterpret_cast<const std::byte*>(lse.buffer.view.data);
+      if (call == 0) {
+        first_out.assign(out_bytes, out_bytes + out.bytes);
+        first_lse.assign(lse_bytes, lse_bytes + lse.bytes);
+        EXPECT_LE(test::relative_l2(out.host, one_head.host), tolerance(c.dtype)) << "out against one head per CTA";
+        continue;
+      }
+      ASSERT_TRUE(std::equal(first_out.begin(), first_out.end(), out_bytes)) << "out of call " << call;
+      ASSERT_TRUE(std::equal(first_lse.begin(), first_lse.end(), lse_bytes)) << "lse of call " << call;
+    }
+  }
+}
+
 // Dilated windows on the Hopper TMA path (the maps step through a dilation group; CudaFmhaSm90TmaMaps): dilation
 // groups of unequal size (extents not multiples of the dilation), the largest dilation TMA steps (8) and one it
 // cannot (9: cp.async), 1-D boxes of 128 tokens at dilations 2 (256 spanned) and 3 (cp.async), a causal dilated

@@ -795,7 +795,7 @@ TEST_F(CudaFmhaBackward, SeveralHeadsPerCtaStayCorrectOverRepeatedCalls) {
   expect_several_heads_per_cta_repeat(8, 16, 2048, 400);
 }
 
-// The same on a problem small enough for compute-sanitizer (racecheck sees the hazard above on any timing).
+// The same on a problem small enough for compute-sanitizer's racecheck and memcheck.
 TEST_F(CudaFmhaBackward, SeveralHeadsPerCtaOnADenseProblemForSanitizers) {
   expect_several_heads_per_cta_repeat(1, 8, 256, 2);
 }

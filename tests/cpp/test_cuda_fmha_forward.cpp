@@ -627,10 +627,10 @@ TEST_F(CudaFmhaForward, SeveralHeadsPerCtaMatchTheOracle) {
 }
 
 // Several query heads per CTA over repeated calls (bf16, D 64, eight heads a CTA forced): each CTA's heads share
-// the tiles, stage counters and two Q buffers, whose hand-over between heads only a long run exercises on every
-// timing (the dK/dV kernel's head change raced that way, CudaFmhaBackward.SeveralHeadsPerCtaStayCorrectOverRepeated
-// Calls). Every call gives out and lse bit-identical to the first call's; the first agrees with one head per CTA
-// within the dtype's tolerance. Dense B8 H16 S2048 (the 128-row kernel) and a 2-D window 32² K7 B32 H8 (the 64-row
+// the tiles, stage counters and two Q buffers, whose hand-over between heads only a long run exercises on many
+// timings (the backward's dK/dV kernel raced at its head change; CudaFmhaBackward has the same test). Every call
+// gives out and lse bit-identical to the first call's; the first agrees with one head per CTA within the dtype's
+// tolerance. Dense B8 H16 S2048 (the 128-row kernel) and a 2-D window 32² K7 B32 H8 (the 64-row
 // one); every 8th call and the last are read back.
 TEST_F(CudaFmhaForward, SeveralHeadsPerCtaStayCorrectOverRepeatedCalls) {
   struct Problem {

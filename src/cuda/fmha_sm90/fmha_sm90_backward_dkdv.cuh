@@ -20,11 +20,11 @@
 // rewritten once those reads have completed, which the thread checks before the warpgroup's next dS
 // barrier); without one (dilation, flat decomposed tokens, odd D) every thread adds its accumulator
 // pairs with red.global; in small problems the CTA that finishes last then converts the whole accumulator
-// into dQ (p.dq_done, fmha_backward_dq_convert.cuh). The two MMA warpgroups never wait for each other (only the
-// producer's stages couple them), so one's tensor-core work can run while the other computes probabilities. The
-// deterministic mode (p.ordered_dq) adds the same partials in a fixed order: the thread that adds a
-// warpgroup's partial first waits for the warpgroup's turn on the Q tile (fmha_sm90_dq_turns.cuh; the
-// visit's rank read from tables while the score products run), and passes the turn on once the reductions have
+// into dQ (p.dq_done, fmha_backward_dq_convert.cuh). Over a head's visits the two MMA warpgroups never wait for each
+// other (only the producer's stages couple them; they meet in the epilogue), so one's tensor-core work can run while
+// the other computes probabilities. The deterministic mode (p.ordered_dq) adds the same partials in a fixed order: the
+// thread that adds a warpgroup's partial first waits for the warpgroup's turn on the Q tile (fmha_sm90_dq_turns.cuh;
+// the visit's rank read from tables while the score products run), and passes the turn on once the reductions have
 // completed — checked after the next visit's score products are issued, so that the wait overlaps them; a partial visit
 // the warpgroup skips still takes and passes its turn. dK and dV stay in registers over the whole GQA group and go out
 // through shared memory as whole 16-byte chunks (dK times the softmax scale) to rows whose starts the MMA threads

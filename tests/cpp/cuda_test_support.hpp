@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <initializer_list>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -181,6 +182,56 @@ inline test::HostTensor widen_to_f32(const TestTensor& t, TensorView& view) {
   view.data = wide.view.data;
   return wide;
 }
+
+// One contiguous attention problem on the device: q, k, v and grad_out [B, *tokens, H, D] of `dtype` filled from
+// `rng` in [-2, 2], out, lse [B, *tokens, H] (fp32) and the gradients allocated; forward() and backward() point a
+// problem at them.
+struct DeviceAttentionProblem {
+  TestTensor q, k, v, grad_out, out, lse, grad_q, grad_k, grad_v;
+
+  DeviceAttentionProblem(DType dtype, int64_t batch, const std::vector<int64_t>& tokens, int64_t heads,
+                         int64_t head_dim, std::mt19937_64& rng) {
+    std::vector<int64_t> extents{batch};
+    extents.insert(extents.end(), tokens.begin(), tokens.end());
+    std::vector<int64_t> row_extents = extents;
+    row_extents.push_back(heads);
+    extents.push_back(heads);
+    extents.push_back(head_dim);
+    const std::vector<int64_t> flat(extents.size(), 0);
+    for (TestTensor* t : {&q, &k, &v, &grad_out}) {
+      *t = TestTensor::make(dtype, extents, flat);
+      test::fill_random(t->buffer.view, rng, -2.0, 2.0);
+      t->upload();
+    }
+    for (TestTensor* t : {&out, &grad_q, &grad_k, &grad_v}) *t = TestTensor::make(dtype, extents, flat);
+    lse = TestTensor::make(DType::f32, row_extents, std::vector<int64_t>(row_extents.size(), 0));
+  }
+
+  AttentionForward forward(const AttentionMask& mask = {}) const {
+    AttentionForward f;
+    f.q = q.device;
+    f.k = k.device;
+    f.v = v.device;
+    f.out = out.device;
+    f.lse = lse.device;
+    f.mask = mask;
+    return f;
+  }
+  AttentionBackward backward(const AttentionMask& mask = {}) const {
+    AttentionBackward b;
+    b.q = q.device;
+    b.k = k.device;
+    b.v = v.device;
+    b.out = out.device;
+    b.lse = lse.device;
+    b.grad_out = grad_out.device;
+    b.grad_q = grad_q.device;
+    b.grad_k = grad_k.device;
+    b.grad_v = grad_v.device;
+    b.mask = mask;
+    return b;
+  }
+};
 
 inline bool cuda_device_present() {
   int count = 0;

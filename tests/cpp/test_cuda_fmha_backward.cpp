@@ -706,38 +706,15 @@ void expect_several_heads_per_cta_repeat(int64_t batch, int64_t heads, int64_t t
   }
   if (configs.empty()) GTEST_SKIP() << "no backward config with several KV heads per CTA runs on this device";
   std::mt19937_64 rng(1940 + static_cast<uint64_t>(tokens));
-  const std::vector<int64_t> extents{batch, tokens, heads, c.head_dim};
-  const std::vector<int64_t> flat(4, 0);
-  TestTensor q = TestTensor::make(c.dtype, extents, flat), k = TestTensor::make(c.dtype, extents, flat);
-  TestTensor v = TestTensor::make(c.dtype, extents, flat), out = TestTensor::make(c.dtype, extents, flat);
-  TestTensor grad_out = TestTensor::make(c.dtype, extents, flat);
-  TestTensor lse = TestTensor::make(DType::f32, {batch, tokens, heads}, {0, 0, 0});
-  TestTensor dq = TestTensor::make(c.dtype, extents, flat), dk = TestTensor::make(c.dtype, extents, flat);
-  TestTensor dv = TestTensor::make(c.dtype, extents, flat);
-  for (TestTensor* t : {&q, &k, &v, &grad_out}) {
-    test::fill_random(t->buffer.view, rng, -2.0, 2.0);
-    t->upload();
-  }
+  test::DeviceAttentionProblem problem(c.dtype, batch, c.tokens_q, heads, c.head_dim, rng);
+  TestTensor& dq = problem.grad_q;
+  TestTensor& dk = problem.grad_k;
+  TestTensor& dv = problem.grad_v;
   RunOptions options;
   options.backend = Backend::cuda;
-  AttentionForward forward;
-  forward.q = q.device;
-  forward.k = k.device;
-  forward.v = v.device;
-  forward.out = out.device;
-  forward.lse = lse.device;
-  attention_forward(forward, options);
+  attention_forward(problem.forward(), options);
   const ForcedHeadsPerCta forced(8);  // the backward's (the forward above ran on the rule's count)
-  AttentionBackward backward;
-  backward.q = q.device;
-  backward.k = k.device;
-  backward.v = v.device;
-  backward.out = out.device;
-  backward.lse = lse.device;
-  backward.grad_out = grad_out.device;
-  backward.grad_q = dq.device;
-  backward.grad_k = dk.device;
-  backward.grad_v = dv.device;
+  AttentionBackward backward = problem.backward();
   auto values = [](const TestTensor& t) {
     std::vector<double> x;
     test::for_each_offset(t.host,

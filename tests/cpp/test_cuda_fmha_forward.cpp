@@ -646,35 +646,20 @@ TEST_F(CudaFmhaForward, SeveralHeadsPerCtaStayCorrectOverRepeatedCalls) {
     if (!compiled_for(c)) GTEST_SKIP() << "bf16 head dim 64 not compiled";
     SCOPED_TRACE(problem.tokens.size() == 1 ? "dense" : "2-D window");
     std::mt19937_64 rng(710);
-    std::vector<int64_t> extents{problem.batch};
-    extents.insert(extents.end(), problem.tokens.begin(), problem.tokens.end());
-    std::vector<int64_t> lse_extents = extents;
-    lse_extents.push_back(problem.heads);
-    extents.push_back(problem.heads);
-    extents.push_back(64);
-    const std::vector<int64_t> flat(extents.size(), 0);
-    TestTensor q = TestTensor::make(c.dtype, extents, flat), k = TestTensor::make(c.dtype, extents, flat);
-    TestTensor v = TestTensor::make(c.dtype, extents, flat), out = TestTensor::make(c.dtype, extents, flat);
-    TestTensor lse = TestTensor::make(DType::f32, lse_extents, std::vector<int64_t>(lse_extents.size(), 0));
-    for (TestTensor* t : {&q, &k, &v}) {
-      test::fill_random(t->buffer.view, rng, -2.0, 2.0);
-      t->upload();
-    }
+    test::DeviceAttentionProblem device(c.dtype, problem.batch, problem.tokens, problem.heads, 64, rng);
+    TestTensor& out = device.out;
+    TestTensor& lse = device.lse;
     RunOptions options;
     options.backend = Backend::cuda;
-    AttentionForward forward;
-    forward.q = q.device;
-    forward.k = k.device;
-    forward.v = v.device;
-    forward.out = out.device;
-    forward.lse = lse.device;
-    forward.mask = problem.mask;
-    TestTensor one_head = TestTensor::make(c.dtype, extents, flat);
+    const AttentionForward forward = device.forward(problem.mask);
+    std::vector<std::byte> one_head_bytes(out.bytes);
+    TensorView one_head = out.host;  // the out of one head per CTA
+    one_head.data = one_head_bytes.data();
     {
       const ForcedHeadsPerCta forced(1);
       attention_forward(forward, options);
       out.download();
-      std::memcpy(one_head.buffer.view.data, out.buffer.view.data, out.bytes);
+      std::memcpy(one_head_bytes.data(), out.buffer.view.data, out.bytes);
     }
     const ForcedHeadsPerCta forced(8);
     std::vector<std::byte> first_out, first_lse;
@@ -691,7 +676,7 @@ TEST_F(CudaFmhaForward, SeveralHeadsPerCtaStayCorrectOverRepeatedCalls) {
       if (call == 0) {
         first_out.assign(out_bytes, out_bytes + out.bytes);
         first_lse.assign(lse_bytes, lse_bytes + lse.bytes);
-        EXPECT_LE(test::relative_l2(out.host, one_head.host), tolerance(c.dtype)) << "out against one head per CTA";
+        EXPECT_LE(test::relative_l2(out.host, one_head), tolerance(c.dtype)) << "out against one head per CTA";
         continue;
       }
       ASSERT_TRUE(std::equal(first_out.begin(), first_out.end(), out_bytes)) << "out of call " << call;

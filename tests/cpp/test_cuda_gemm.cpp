@@ -1436,24 +1436,31 @@ class CudaGemmKernelChoice : public ::testing::Test {
     return true;
   }
 
-  // The 16-bit Hopper row `kernel` forced on each of `sizes`, then on 67 x 131 x 96 (odd M and N, staged) aligned and
-  // batched with unaligned views, each in 8 layouts (A and B either majorness, C row- or column-major) with alpha and
-  // beta, against the oracle (seeds from seed0); returns how many runs the row accepted.
+  // The Hopper row `kernel` forced on each of `sizes`, then on 67 x 131 x 96 (odd M and N, staged) aligned and
+  // batched with unaligned views and, with `aligned_batches`, on 130 x 136 x 40 batched and aligned (TMA addresses the
+  // batches directly), each in 8 layouts (A and B either majorness, C row- or column-major) with alpha and beta,
+  // against the oracle at the row's precision (seeds from seed0); returns how many runs the row accepted.
   static int forced_row_runs(const cuda::gemm::GemmKernel& kernel, const std::vector<std::array<int64_t, 3> >& sizes,
-                             uint64_t seed0) {
-    const Precision& precision = kernel.dtype == DType::f16 ? kF16 : kBF16;
+                             uint64_t seed0, bool aligned_batches = false) {
+    const Precision& precision = kernel.dtype == DType::f16                  ? kF16
+                                 : kernel.dtype == DType::bf16               ? kBF16
+                                 : kernel.math == cuda::gemm::GemmMath::tf32 ? kTF32
+                                                                             : kF32;
     const test::ScopedEnvironment forced(cuda::gemm::kForcedGemmConfigVariable, kernel.name);
     detail::clear_gemm_plans();
     int runs = 0;
-    for (size_t i = 0; i < sizes.size() + 2; ++i) {
+    for (size_t i = 0; i < sizes.size() + (aligned_batches ? 3 : 2); ++i) {
       for (int layout = 0; layout < 8; ++layout) {
         GemmSpec s;
         if (i < sizes.size()) {
           s.m = sizes[i][0], s.n = sizes[i][1], s.k = sizes[i][2];
-        } else {
+        } else if (i < sizes.size() + 2) {
           s.m = 67, s.n = 131, s.k = 96;
           s.aligned = i == sizes.size();
           if (!s.aligned) s.batch_a = 3, s.batch_b = layout % 3 == 0 ? 1 : 3, s.batch_c = 3;
+        } else {
+          s.m = 130, s.n = 136, s.k = 40;
+          s.batch_a = layout % 2 == 0 ? 2 : -1, s.batch_b = 2, s.batch_c = 2;
         }
         s.transpose_a = layout & 1, s.transpose_b = layout & 2, s.c_col_major = layout & 4;
         s.beta = (layout + i) % 3 == 0 ? 0.5 : 0.0;
@@ -2181,29 +2188,7 @@ TEST_F(CudaGemmKernelChoice, ForcedHopperFp32RowsMatchTheOracle) {
   for (const cuda::gemm::GemmKernel* kernel : cuda::gemm::gemm_kernels()) {
     // Split-K rows: SplitKMatchesTheOracle (their rule admits few shapes).
     if (kernel->tier != cuda::gemm::GemmTier::sm90 || kernel->dtype != DType::f32 || kernel->split_k) continue;
-    const Precision& precision = kernel->math == cuda::gemm::GemmMath::tf32 ? kTF32 : kF32;
-    const test::ScopedEnvironment forced(cuda::gemm::kForcedGemmConfigVariable, kernel->name);
-    detail::clear_gemm_plans();
-    int runs = 0;
-    for (size_t i = 0; i < sizes.size() + 3; ++i) {
-      for (int layout = 0; layout < 8; ++layout) {
-        GemmSpec s;
-        if (i < sizes.size()) {
-          s.m = sizes[i][0], s.n = sizes[i][1], s.k = sizes[i][2];
-        } else if (i < sizes.size() + 2) {
-          s.m = 67, s.n = 131, s.k = 96;  // odd M and N (staged), then batched with unaligned views
-          s.aligned = i == sizes.size();
-          if (!s.aligned) s.batch_a = 3, s.batch_b = layout % 3 == 0 ? 1 : 3, s.batch_c = 3;
-        } else {
-          s.m = 130, s.n = 136, s.k = 40;  // batched, aligned: TMA addresses the batches directly
-          s.batch_a = layout % 2 == 0 ? 2 : -1, s.batch_b = 2, s.batch_c = 2;
-        }
-        s.transpose_a = layout & 1, s.transpose_b = layout & 2, s.c_col_major = layout & 4;
-        s.beta = (layout + i) % 3 == 0 ? 0.5 : 0.0;
-        s.alpha = layout & 1 ? 1.25 : 1.0;
-        if (forced_run_matches_oracle(*kernel, s, precision, 251 + i * 8 + static_cast<uint64_t>(layout))) ++runs;
-      }
-    }
+    const int runs = forced_row_runs(*kernel, sizes, 251, /*aligned_batches=*/true);
     EXPECT_GE(runs, 2 * static_cast<int>(sizes.size())) << kernel->name;
     ++rows;
   }

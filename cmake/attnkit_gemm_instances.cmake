@@ -56,8 +56,8 @@ function(attnkit_generate_gemm_kernels sources_var)
     if(tier STREQUAL "sm90")
       _attnkit_check_gemm_field("${row}" type "${type}" "f16|bf16|tf32|3xtf32" "f16, bf16, tf32, 3xtf32 for sm90")
       _attnkit_check_gemm_field("${row}" stages "${stages}" "auto" "auto for sm90")
-      _attnkit_check_gemm_field("${row}" schedule "${schedule}" "coop|pingpong|streamk|splitk|swapped_splitk|pingpong_swapped_splitk"
-                                "coop, pingpong, streamk, splitk, swapped_splitk, pingpong_swapped_splitk for sm90")
+      _attnkit_check_gemm_field("${row}" schedule "${schedule}" "coop|pingpong|streamk|splitk|swapped_splitk|pingpong_swapped_splitk|wide"
+                                "coop, pingpong, streamk, splitk, swapped_splitk, pingpong_swapped_splitk, wide for sm90")
       # Swapped split-K exchanges A and B in every layout: 16-bit wgmma reads either operand K- or MN-major from
       # shared memory; TF32 reads an MN-major CUTLASS A (the weight of x @ W) through registers and needs a K-major
       # CUTLASS B, which A^T is only for a K-major A; the 3xTF32 mainloop writes both operands K-major as it splits
@@ -80,6 +80,15 @@ function(attnkit_generate_gemm_kernels sources_var)
       if(type STREQUAL "3xtf32" AND NOT (schedule MATCHES "^(coop|splitk|swapped_splitk)$" AND grid STREQUAL "1x1"))
         message(FATAL_ERROR "cmake/attnkit_gemm_kernels.cmake: row \"${row}\": schedule ${schedule}, grid ${grid} "
                             "for 3xtf32; allowed: coop, splitk or swapped_splitk with grid 1x1")
+      endif()
+      # The wide-tile kernel (src/cuda/gemm/gemm_sm90_wide_tile.cuh): three consumer warp groups of 64 rows, the staged
+      # epilogue's 16-bit pairs, no multicast.
+      if(schedule STREQUAL "wide" AND NOT (sm90_tile_m EQUAL 192 AND type MATCHES "^b?f16$" AND grid STREQUAL "1x1"))
+        message(FATAL_ERROR "cmake/attnkit_gemm_kernels.cmake: row \"${row}\": schedule wide with tile ${tile}, type "
+                            "${type}, grid ${grid}; allowed: tile M 192, f16 or bf16, grid 1x1")
+      endif()
+      if(schedule STREQUAL "wide")
+        set(sm90_tile_m_rest 0)
       endif()
       if(NOT sm90_tile_m_rest EQUAL 0)
         message(FATAL_ERROR "cmake/attnkit_gemm_kernels.cmake: row \"${row}\": tile M ${sm90_tile_m} with schedule "
@@ -146,6 +155,8 @@ function(attnkit_generate_gemm_kernels sources_var)
         set(schedule_type CooperativeSplitKSwapped)
       elseif(schedule STREQUAL "pingpong_swapped_splitk")
         set(schedule_type PingPongSplitKSwapped)
+      elseif(schedule STREQUAL "wide")
+        set(schedule_type WideTile)
       else()
         set(schedule_type PingPong)
       endif()

@@ -28,7 +28,9 @@
 #             its N, a 64-wide tile; C^T stored column-major is C row-major; fp32 rows also in one slice where M
 #             fits the 64 columns) | pingpong_swapped_splitk (the same on a 64-row tile of one consumer warp group,
 #             the ping-pong mainloop; 16-bit decode of M <= 16 in 2 or more slices, or in one against weights whose
-#             64-row tiles fill 0.9 to 2 waves); sm80: -
+#             64-row tiles fill 0.9 to 2 waves) | wide (src/cuda/gemm/gemm_sm90_wide_tile.cuh: tiles of 192 rows
+#             on three consumer warp groups of 64, which CUTLASS's two-warp-group kernels cannot split; f16 / bf16,
+#             cluster 1x1); sm80: -
 #   set       dev: in every build | full: only with -DATTNKIT_KERNEL_SET=full (the default)
 #
 # The name of a row (its config id, the plan's TunedConfig name and ATTNKIT_GEMM_CONFIG's value) is
@@ -49,7 +51,7 @@
 # the fp32 128-row rows, listed first, keep those (their swapped rows measured slower there: TF32 256 x 256 x 65536
 # 74.9 against 57.9 us of cuBLAS). Tile M: a multiple of 128 for
 # coop, streamk, splitk and swapped_splitk (two consumer warp groups split it), of 64 for pingpong and
-# pingpong_swapped_splitk (enforced).
+# pingpong_swapped_splitk, 192 for wide (enforced).
 # fp32 on Hopper: TF32 rows from CUTLASS's builder in every layout (TF32 wgmma reads K-major shared memory only:
 # an MN-major A goes through registers, an MN-major B beside an MN-major A is transposed in shared memory, one
 # beside a K-major A is handled by computing C^T = B^T A^T, src/cuda/gemm/gemm_sm90.cuh), K tile 32 (128 bytes of
@@ -67,7 +69,9 @@
 # The dev set holds every layout of bf16 and f16 on Hopper (about 35-45 s of one core each to compile), the
 # 64 x 128 ping-pong rows of the two common layouts (small grids: 1024^3, decode-like M against a wide N), 128 x 192
 # cooperative rows of those layouts in clusters of one (grids whose 128 x 256 tiles leave the last wave mostly empty or
-# the SMs half idle: 1536^3, 3072^3, 2048 x 3072 x 3072, 3072 x 3072 x 1024; H200, docs/perf.md, session 50), the
+# the SMs half idle: 1536^3, 3072^3, 2048 x 3072 x 3072, 3072 x 3072 x 1024; H200, docs/perf.md, session 50), 192 x 192
+# wide rows of those layouts (one wave where the 128-row tiles make 1.1 to 1.5: 1536 x 3072, 2048 x 2304, 768 x 6144,
+# 6144 x 768; the waves model picks them where their estimate is the least; docs/perf.md, session 52), the
 # stream-K and split-K rows of the two common layouts (a=k b=mn, a=k b=k; the full set adds the A MN-major
 # ones, which weight gradients of small grids use), and fp32 (tf32 and 3xtf32) on Hopper and on sm80 for those two
 # layouts (sm80: 12-20 s each); fp32 in the other layouts runs on the SIMT fallback in a dev build.
@@ -99,6 +103,10 @@ set(ATTNKIT_GEMM_KERNEL_TABLE
   "sm90  bf16    k   k   128x192x64  1x1  auto   coop     dev"
   "sm90  f16     k   mn  128x192x64  1x1  auto   coop     dev"
   "sm90  f16     k   k   128x192x64  1x1  auto   coop     dev"
+  "sm90  bf16    k   mn  192x192x64  1x1  auto   wide     dev"
+  "sm90  bf16    k   k   192x192x64  1x1  auto   wide     dev"
+  "sm90  f16     k   mn  192x192x64  1x1  auto   wide     dev"
+  "sm90  f16     k   k   192x192x64  1x1  auto   wide     dev"
   "sm90  bf16    k   mn  64x128x64   1x1  auto   pingpong dev"
   "sm90  bf16    k   k   64x128x64   1x1  auto   pingpong dev"
   "sm90  f16     k   mn  64x128x64   1x1  auto   pingpong dev"

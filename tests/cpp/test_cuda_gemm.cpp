@@ -444,9 +444,9 @@ TEST(CudaGemmSelection, SmallGridsSelectSplitKOrStreamKAndLargeOnesTheDataParall
 // Grids whose data-parallel tiles leave a partial last wave run the stream-K row where its evenly spread work costs
 // less (gemm_stream_k_cost), it has two tiles per SM or more and no data-parallel row fills 1.4 to 2 waves: 2560 x 4096
 // x 4096 (320 tiles of 128 x 256: 2.42 waves; 440 of 128 x 192: 3.33) on the 16-bit types, either B majorness. Where a
-// data-parallel row fills 1.4 to 2 waves it runs instead: 2560^3 on 128 x 256 (200 tiles: 1.52 waves), 2304^3 and
-// 1536 x 3072 x 1024 on 128 x 192 (216 and 192 tiles). 4096^3, 5120^3, 8192^3 and the short-K 4096 x 4096 x 256 keep
-// their data-parallel rows, and so do the grids the 128 x 192 rows fill (GridsThe128x256TilesLeaveHalfIdle...).
+// data-parallel row fills 1.4 to 2 waves it runs instead: 2560^3 on 128 x 256 (200 tiles: 1.52 waves), 2304^3 on
+// 128 x 192 (216 tiles). 4096^3, 5120^3, 8192^3 and the short-K 4096 x 4096 x 256 keep their data-parallel rows, and so
+// do the grids the 128 x 192 and 192 x 192 rows fill (GridsThe128x256TilesLeaveHalfIdle..., GridsOfOneWaveOf192...).
 TEST(CudaGemmSelection, PartialLastWavesRunTheStreamKRowWhereItsSpreadCostsLess) {
   for (const DType dtype : {DType::f16, DType::bf16}) {
     for (const bool transpose_b : {false, true}) {
@@ -455,11 +455,8 @@ TEST(CudaGemmSelection, PartialLastWavesRunTheStreamKRowWhereItsSpreadCostsLess)
       EXPECT_NE(
           selected_on(90, dtype, false, 2560, 2560, 2560, false, transpose_b, false).find("_128x256x64_c2x1_coop"),
           std::string::npos);
-      for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3> >{{2304, 2304, 2304}, {1536, 3072, 1024}}) {
-        const std::string filling = selected_on(90, dtype, false, m, n, k, false, transpose_b, false);
-        EXPECT_NE(filling.find("_128x192x64_c1x1_coop"), std::string::npos)
-            << filling << " " << m << "x" << n << "x" << k;
-      }
+      const std::string filling = selected_on(90, dtype, false, 2304, 2304, 2304, false, transpose_b, false);
+      EXPECT_NE(filling.find("_128x192x64_c1x1_coop"), std::string::npos) << filling;
       for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3> >{
                {4096, 4096, 4096}, {5120, 5120, 5120}, {8192, 8192, 8192}, {4096, 4096, 256}, {3072, 3072, 3072}}) {
         const std::string name = selected_on(90, dtype, false, m, n, k, false, transpose_b, false);
@@ -640,6 +637,17 @@ std::string selected_canonical(DType dtype, int64_t m, int64_t n, int64_t k, boo
   return cuda::gemm::select_gemm_kernel(s, device, false).name();
 }
 
+// The rule's row for m x n x k is sm90_<type>_ak_b<k|mn>_<suffix> for both 16-bit types and B either majorness.
+void expect_16bit_rows(int64_t m, int64_t n, int64_t k, const std::string& suffix) {
+  for (const DType dtype : {DType::f16, DType::bf16}) {
+    for (const bool b_k_major : {false, true}) {
+      const std::string prefix =
+          std::string("sm90_") + (dtype == DType::f16 ? "f16" : "bf16") + "_ak_b" + (b_k_major ? "k" : "mn") + "_";
+      EXPECT_EQ(selected_canonical(dtype, m, n, k, b_k_major), prefix + suffix) << m << "x" << n << "x" << k;
+    }
+  }
+}
+
 TEST(CudaGemmSelection, SmallGridsRunThe64x128PingPongRowsAndLargeOnesThe128x256Rows) {
   bool hopper = false;
   for (const cuda::gemm::GemmKernel* kernel : cuda::gemm::gemm_kernels()) {
@@ -693,36 +701,48 @@ TEST(CudaGemmSelection, SmallGridsRunThe64x128PingPongRowsAndLargeOnesThe128x256
 // The 128 x 192 cooperative rows take the grids whose 128 x 256 tiles leave the SMs half idle or the last wave mostly
 // empty, where 128 x 192 tiles fill it better (H200, docs/perf.md, session 50, graph time against 128 x 256 / stream-K:
 // 1536^3 15.8 against 20.0 / 20.9 us, 3072^3 91.2 against 106.3 / 95.9, 3072 x 3072 x 1024 32.3 against 41.1 / 44.0,
-// 6144 x 3072 x 3072 176.6 against 186.9 / 187.6); 2048^3 (one wave of 128 x 256, two of 128 x 192), 4096^3, 5120^3 and
+// 6144 x 3072 x 3072 176.6 against 186.9 / 187.6; 3072^3 and 6144 x 3072 x 3072 moved on to the 192 x 192 rows since,
+// GridsOfOneWaveOf192x192TilesRunTheWideRows); 2048^3 (one wave of 128 x 256, two of 128 x 192), 4096^3 and
 // 16384 x 4096 x 4096 keep 128 x 256, 1024^3 the 64 x 128 ping-pong rows.
 TEST(CudaGemmSelection, GridsThe128x256TilesLeaveHalfIdleRunThe128x192Rows) {
-  const bool has_192_rows = std::any_of(cuda::gemm::gemm_kernels().begin(), cuda::gemm::gemm_kernels().end(),
-                                        [](const cuda::gemm::GemmKernel* k) { return k->tile_n == 192; });
+  const bool has_192_rows =
+      std::any_of(cuda::gemm::gemm_kernels().begin(), cuda::gemm::gemm_kernels().end(),
+                  [](const cuda::gemm::GemmKernel* k) { return k->tile_m == 128 && k->tile_n == 192; });
   if (!has_192_rows) GTEST_SKIP() << "this build has no 128 x 192 Hopper rows (ATTNKIT_CUDA_ARCHS without 90a)";
   EXPECT_GT(cuda::gemm::gemm_tile_efficiency(128, 256), cuda::gemm::gemm_tile_efficiency(128, 192));
   EXPECT_GT(cuda::gemm::gemm_tile_efficiency(128, 192), cuda::gemm::gemm_tile_efficiency(128, 128));
-  for (const DType dtype : {DType::f16, DType::bf16}) {
-    for (const bool b_k_major : {false, true}) {
-      const std::string prefix =
-          std::string("sm90_") + (dtype == DType::f16 ? "f16" : "bf16") + "_ak_b" + (b_k_major ? "k" : "mn") + "_";
-      auto expect = [&](int64_t m, int64_t n, int64_t k, const std::string& suffix) {
-        EXPECT_EQ(selected_canonical(dtype, m, n, k, b_k_major), prefix + suffix) << m << "x" << n << "x" << k;
-      };
-      for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3> >{{1536, 1536, 1536},
-                                                                        {3072, 3072, 3072},
-                                                                        {2048, 3072, 3072},
-                                                                        {3072, 3072, 1024},
-                                                                        {6144, 3072, 3072},
-                                                                        {1536, 4096, 1536}}) {
-        expect(m, n, k, "128x192x64_c1x1_coop");
-      }
-      for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3> >{
-               {2048, 2048, 2048}, {4096, 4096, 4096}, {5120, 5120, 5120}, {16384, 4096, 4096}}) {
-        expect(m, n, k, "128x256x64_c2x1_coop");
-      }
-      expect(1024, 1024, 1024, "64x128x64_c1x1_pingpong");
-    }
+  for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3> >{
+           {1536, 1536, 1536}, {2048, 3072, 3072}, {2048, 3072, 1024}, {1536, 4096, 1536}, {3072, 3072, 1024}}) {
+    expect_16bit_rows(m, n, k, "128x192x64_c1x1_coop");
   }
+  for (const auto& [m, n, k] :
+       std::vector<std::array<int64_t, 3> >{{2048, 2048, 2048}, {4096, 4096, 4096}, {16384, 4096, 4096}}) {
+    expect_16bit_rows(m, n, k, "128x256x64_c2x1_coop");
+  }
+  expect_16bit_rows(1024, 1024, 1024, "64x128x64_c1x1_pingpong");
+}
+
+// The 192 x 192 wide-tile rows take the grids their tiles fill in one wave (or whole waves) where the 128-row tiles
+// leave a partial one (H200, docs/perf.md, session 52, graph time against the rule's earlier row: 1536 x 3072 x 1024
+// 18.1-18.5 against 21.1 us, 2048 x 2304 x 2048 29.8-31.9 against 35.8-37.0, 768 x 6144 x 4096 53.4-59.0 against
+// 70.7-72.9, 6144 x 768 x 1024 18.9-19.4 against 21.1-21.4; 3072^3, 6144 x 3072 x 3072 and 5120^3 level with the 128 x
+// 192 and 128 x 256 rows or ahead); 1536^3 (64 of them: half the SMs) keeps 128 x 192, and so does 3072 x 3072 x 1024,
+// where two waves of the staged epilogue (kGemmStagedEpilogueDepth) ran 3-5 % slower than three of 128 x 192; 4096^3
+// keeps 128 x 256.
+TEST(CudaGemmSelection, GridsOfOneWaveOf192x192TilesRunTheWideRows) {
+  const bool has_wide_rows = std::any_of(cuda::gemm::gemm_kernels().begin(), cuda::gemm::gemm_kernels().end(),
+                                         [](const cuda::gemm::GemmKernel* k) { return k->tile_m == 192; });
+  if (!has_wide_rows) GTEST_SKIP() << "this build has no 192 x 192 Hopper rows (ATTNKIT_CUDA_ARCHS without 90a)";
+  const std::vector<std::array<int64_t, 3> > one_wave = {{1536, 3072, 1024}, {2048, 2304, 2048}, {2048, 2304, 1024},
+                                                         {768, 6144, 4096},  {6144, 768, 1024},  {3072, 3072, 3072},
+                                                         {6144, 3072, 3072}, {5120, 5120, 5120}};
+  for (const auto& [m, n, k] : one_wave) expect_16bit_rows(m, n, k, "192x192x64_c1x1_wide");
+  expect_16bit_rows(3072, 3072, 1024, "128x192x64_c1x1_coop");
+  expect_16bit_rows(1536, 1536, 1536, "128x192x64_c1x1_coop");
+  expect_16bit_rows(4096, 4096, 4096, "128x256x64_c2x1_coop");
+  // The staged epilogue's depth in the estimate: two waves of 192 x 192 at K = 1024.
+  EXPECT_EQ(cuda::gemm::gemm_tile_cost(3072, 3072, 1024, 1, 192, 192, 132, false, 1.0, true),
+            2.0 * 192 * 192 * (1024 + cuda::gemm::kGemmStagedEpilogueDepth));
 }
 
 // x [batch, M, K] @ W [K, N] with W shared by the batch (batch stride 0) and packed x and C: one problem of
@@ -1471,6 +1491,37 @@ class CudaGemmKernelChoice : public ::testing::Test {
     return runs;
   }
 
+  // On a 132-SM device: the rule runs m x n x k on a row whose name holds `row`, for both 16-bit types and B either
+  // majorness, alpha 1.25 and beta -0.5 on one of the B layouts (`beta_with_b_transposed`), against the oracle.
+  static void expect_rule_row_matches_oracle(int64_t m, int64_t n, int64_t k, const std::string& row, uint64_t seed0,
+                                             bool beta_with_b_transposed) {
+    if (cuda::gemm::gemm_device(0).multiprocessors != 132) return;
+    for (const Precision& precision : {kF16, kBF16}) {
+      for (const bool transpose_b : {false, true}) {
+        GemmSpec s;
+        s.m = m, s.n = n, s.k = k, s.transpose_b = transpose_b;
+        s.alpha = 1.25, s.beta = transpose_b == beta_with_b_transposed ? -0.5 : 0.0;
+        const std::string name = plan_kernel(s, precision);
+        EXPECT_NE(name.find(row), std::string::npos) << name << " " << s.describe();
+        expect_matches_oracle(s, precision, seed0 + (transpose_b ? 1 : 0));
+      }
+    }
+  }
+
+  // forced_row_runs on every Hopper row of a tile_m x tile_n tile; returns how many rows there are.
+  static int forced_tile_rows(int tile_m, int tile_n, const std::vector<std::array<int64_t, 3> >& sizes, uint64_t seed0,
+                              bool aligned_batches) {
+    int rows = 0;
+    for (const cuda::gemm::GemmKernel* kernel : cuda::gemm::gemm_kernels()) {
+      if (kernel->tier != cuda::gemm::GemmTier::sm90 || kernel->tile_m != tile_m || kernel->tile_n != tile_n) continue;
+      EXPECT_GE(forced_row_runs(*kernel, sizes, seed0, aligned_batches), 2 * static_cast<int>(sizes.size()))
+          << kernel->name;
+      ++rows;
+    }
+    detail::clear_gemm_plans();
+    return rows;
+  }
+
   // Decode rows, x @ W^T (transpose_b) or x @ W, each forced on kernel_for(m) and run with A either majorness (seed
   // seed0 + 2 i, + 1 with A transposed); returns how many runs the forced kernel accepted.
   struct ForcedDecode {
@@ -1661,28 +1712,40 @@ TEST_F(CudaGemmKernelChoice, PartialWaveGridsOnTheStreamKRowMatchTheOracle) {
 // column-major, odd N staged, batches with unaligned views; against the oracle.
 TEST_F(CudaGemmKernelChoice, The128x192RowsMatchTheOracle) {
   if (device_capability() != 90) GTEST_SKIP() << "the Hopper GEMM runs on compute capability 9.0 only";
-  if (cuda::gemm::gemm_device(0).multiprocessors == 132) {
-    for (const Precision& precision : {kF16, kBF16}) {
-      for (const bool transpose_b : {false, true}) {
-        GemmSpec s;
-        s.m = 2048, s.n = 3072, s.k = 1024, s.transpose_b = transpose_b;
-        s.alpha = 1.25, s.beta = transpose_b ? 0.0 : -0.5;
-        const std::string name = plan_kernel(s, precision);
-        EXPECT_NE(name.find("_128x192x64_c1x1_coop"), std::string::npos) << name << " " << s.describe();
-        expect_matches_oracle(s, precision, 231 + (transpose_b ? 1 : 0));
-      }
-    }
-  }
+  expect_rule_row_matches_oracle(2048, 3072, 1024, "_128x192x64_c1x1_coop", 231, false);
   const std::vector<std::array<int64_t, 3> > sizes = {
       {37, 53, 71}, {129, 385, 200}, {1000, 1160, 40}, {300, 200, 1100}};
-  int rows = 0;
-  for (const cuda::gemm::GemmKernel* kernel : cuda::gemm::gemm_kernels()) {
-    if (kernel->tier != cuda::gemm::GemmTier::sm90 || kernel->tile_n != 192) continue;
-    EXPECT_GE(forced_row_runs(*kernel, sizes, 241), 2 * static_cast<int>(sizes.size())) << kernel->name;
-    ++rows;
-  }
+  EXPECT_EQ(forced_tile_rows(128, 192, sizes, 241, false), 4) << "bf16 and f16, B either majorness";
+}
+
+// The 192 x 192 wide-tile rows (three consumer warp groups, the staged epilogue): chosen on 1536 x 3072 x 1024 (128
+// tiles: one wave) with alpha and beta, then forced on sizes off every tile (M, N, K; one K step and many), on a grid
+// of more tiles than SMs (each CTA's shared output tile reused by its next tile), A and B either majorness, C
+// column-major, odd N staged, batches with unaligned views and aligned ones; against the oracle.
+TEST_F(CudaGemmKernelChoice, TheWideTileRowsMatchTheOracle) {
+  if (device_capability() != 90) GTEST_SKIP() << "the Hopper GEMM runs on compute capability 9.0 only";
+  expect_rule_row_matches_oracle(1536, 3072, 1024, "_192x192x64_c1x1_wide", 251, true);
+  const std::vector<std::array<int64_t, 3> > sizes = {
+      {37, 53, 71}, {193, 392, 64}, {1000, 1160, 40}, {300, 200, 1100}, {2900, 3000, 136}};
+  EXPECT_EQ(forced_tile_rows(192, 192, sizes, 261, true), 4) << "bf16 and f16, B either majorness";
+}
+
+// One wide-tile row on a grid of 169 tiles, more than the SMs (CTAs that run two tiles reuse their shared output
+// tile), with beta, one K step: small enough for compute-sanitizer's racecheck and memcheck.
+TEST_F(CudaGemmKernelChoice, WideTileRowOnMoreTilesThanSmsForSanitizers) {
+  if (device_capability() != 90) GTEST_SKIP() << "the Hopper GEMM runs on compute capability 9.0 only";
+  const auto& kernels = cuda::gemm::gemm_kernels();
+  const auto wide = std::find_if(kernels.begin(), kernels.end(), [](const cuda::gemm::GemmKernel* k) {
+    return k->tile_m == 192 && k->dtype == DType::bf16 && k->b_k_major == 0;
+  });
+  ASSERT_NE(wide, kernels.end()) << "no bf16 192 x 192 row with B MN-major in this build";
+  const test::ScopedEnvironment forced(cuda::gemm::kForcedGemmConfigVariable, (*wide)->name);
   detail::clear_gemm_plans();
-  EXPECT_EQ(rows, 4) << "bf16 and f16, B either majorness";
+  GemmSpec s;
+  s.m = 2309, s.n = 2496, s.k = 64;  // 13 x 13 tiles, the last row of them 5 rows tall
+  s.alpha = 0.75, s.beta = 0.5;
+  EXPECT_TRUE(forced_run_matches_oracle(**wide, s, kBF16, 271)) << "the forced row refused " << s.describe();
+  detail::clear_gemm_plans();
 }
 
 // B transposed into the workspace (TF32 K-major-B rows on an MN-major B, forced): every TF32 K-major-B Hopper row

@@ -52,6 +52,7 @@ struct GemmKernel {
   bool stream_k = false;           // splits the K loop among CTAs for grids smaller than the device (needs workspace)
   bool split_k = false;            // K slices with fp32 partials and an ordered sum, gemm_split_k.hpp (needs workspace)
   bool overlaps_epilogue = false;  // ping-pong: one tile's epilogue runs under the next tile's main loop
+  bool staged_epilogue = false;    // the wide-tile rows: the epilogue through shared memory, not TMA stores
   bool exact_only = false;  // fp32 in fp32 FMA: never run when TF32 is allowed (a TF32 row is faster there), else
                             // forced or tuned only (the automatic choice, gemm_registry.cpp, measured it slower)
   // Empty when the kernel computes `shape` on `device`, else why not (alignment, extents, ...).

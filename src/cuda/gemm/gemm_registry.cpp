@@ -73,11 +73,12 @@ double gemm_row_efficiency(const GemmKernel& kernel) {
 }
 
 double gemm_tile_cost(int64_t m, int64_t n, int64_t k, int64_t batch, int tile_m, int tile_n, int multiprocessors,
-                      bool overlaps_epilogue, double row_efficiency) {
+                      bool overlaps_epilogue, double row_efficiency, bool staged_epilogue) {
   const int64_t tiles = output_tiles(m, n, batch, tile_m, tile_n);
   const int64_t slots = std::max(multiprocessors, 1);
   const auto waves = static_cast<double>((tiles + slots - 1) / slots);
-  const int64_t depth = std::max<int64_t>(k, 1) + (overlaps_epilogue ? 0 : kGemmEpilogueDepth);
+  const int64_t epilogue = overlaps_epilogue ? 0 : staged_epilogue ? kGemmStagedEpilogueDepth : kGemmEpilogueDepth;
+  const int64_t depth = std::max<int64_t>(k, 1) + epilogue;
   const double tile_work = static_cast<double>(tile_m) * tile_n * static_cast<double>(depth);
   return waves * tile_work / (gemm_tile_efficiency(tile_m, tile_n) * row_efficiency);
 }
@@ -121,8 +122,8 @@ int choose_gemm_candidate(int64_t m, int64_t n, int64_t k, int64_t batch, const 
     } else if (c.stream_k) {
       if (stream_k < 0) stream_k = i;
     } else if (!c.token_tile) {
-      const double cost =
-          gemm_tile_cost(m, n, k, batch, c.tile_m, c.tile_n, multiprocessors, c.overlaps_epilogue, c.efficiency);
+      const double cost = gemm_tile_cost(m, n, k, batch, c.tile_m, c.tile_n, multiprocessors, c.overlaps_epilogue,
+                                         c.efficiency, c.staged_epilogue);
       if (data_parallel < 0 || cost < best) data_parallel = i, best = cost;
     }
   }
@@ -145,8 +146,8 @@ int choose_gemm_candidate(int64_t m, int64_t n, int64_t k, int64_t batch, const 
         if (d.split_k || d.stream_k || d.token_tile) continue;
         const auto waves = static_cast<double>(output_tiles(m, n, batch, d.tile_m, d.tile_n)) / multiprocessors;
         if (waves < kStreamKYieldingWaves || waves > 2.0) continue;
-        const double cost =
-            gemm_tile_cost(m, n, k, batch, d.tile_m, d.tile_n, multiprocessors, d.overlaps_epilogue, d.efficiency);
+        const double cost = gemm_tile_cost(m, n, k, batch, d.tile_m, d.tile_n, multiprocessors, d.overlaps_epilogue,
+                                           d.efficiency, d.staged_epilogue);
         if (filling < 0 || cost < filling_cost) filling = i, filling_cost = cost;
       }
       return filling >= 0 ? filling : stream_k;
@@ -286,7 +287,7 @@ GemmChoice select_gemm_kernel(const GemmShape& shape, const GemmDevice& device, 
     if (!gemm_kernel_refusal(*kernel, shape, device, &staging).empty()) continue;
     accepted.push_back({kernel, staging});
     candidates.push_back({kernel->tile_m, kernel->tile_n, kernel->split_k, kernel->stream_k, kernel->overlaps_epilogue,
-                          gemm_token_tile(*kernel), gemm_row_efficiency(*kernel)});
+                          gemm_token_tile(*kernel), gemm_row_efficiency(*kernel), kernel->staged_epilogue});
   }
   const int chosen = choose_gemm_candidate(shape.m, shape.n, shape.k, shape.batch, candidates, device.multiprocessors);
   if (chosen >= 0) return accepted[static_cast<size_t>(chosen)];

@@ -55,6 +55,11 @@ double gemm_tile_efficiency(int tile_m, int tile_n);
 // same 4 : 1 ratio) and keeps K = 256 on the larger tile up to 64: 48 takes the first's 33 % and gives up the second's
 // 7 %.
 inline constexpr int kGemmEpilogueDepth = 48;
+// The same for the wide-tile rows' staged epilogue (shared memory, then 16-byte stores, nothing overlapped), fitted to
+// bf16 3072 x 3072 x 1024 on an H200 (docs/perf.md, session 52): two waves of 192 x 192 ran 34.8-35.7 us, three of
+// 128 x 192 33.8-33.9, where 48 rated the former lower; with 160 the rule keeps the wide rows on one-wave grids and
+// on 3072^3, 6144 x 3072 x 3072 and 5120^3, where they measured level with or ahead of the other rows.
+inline constexpr int kGemmStagedEpilogueDepth = 160;
 // A row's own factor on gemm_tile_efficiency, 1 but for the TF32 rows for A K-major and B MN-major (C^T = B^T A^T,
 // B^T through registers: CUTLASS's register-sourced collective), whose loads per multiply-add double as C's tile rows
 // halve: forced on 4096^3 (H100, docs/perf.md) the 128 x 128 row ran 0.50x cuBLAS where the 256 x 128 one ran 0.89x,
@@ -62,7 +67,7 @@ inline constexpr int kGemmEpilogueDepth = 48;
 double gemm_row_efficiency(const GemmKernel& kernel);
 // The estimate above (arbitrary units; only comparisons mean anything), with a row's own factor.
 double gemm_tile_cost(int64_t m, int64_t n, int64_t k, int64_t batch, int tile_m, int tile_n, int multiprocessors,
-                      bool overlaps_epilogue = false, double row_efficiency = 1.0);
+                      bool overlaps_epilogue = false, double row_efficiency = 1.0, bool staged_epilogue = false);
 
 // A stream-K row's estimate in gemm_tile_cost's units: its tiles' work (the epilogue depth included) spread evenly over
 // the SMs, times kStreamKOverhead, the cost of its partial tiles' fix-up against a data-parallel tile. Fitted to bf16
@@ -86,8 +91,9 @@ struct GemmCandidate {
   bool split_k = false;
   bool stream_k = false;
   bool overlaps_epilogue = false;
-  bool token_tile = false;  // a Hopper data-parallel tile smaller than 64 x 128 (gemm_token_tile)
-  double efficiency = 1.0;  // gemm_row_efficiency
+  bool token_tile = false;       // a Hopper data-parallel tile smaller than 64 x 128 (gemm_token_tile)
+  double efficiency = 1.0;       // gemm_row_efficiency
+  bool staged_epilogue = false;  // its epilogue costs kGemmStagedEpilogueDepth of K
 };
 
 // Hopper data-parallel tiles smaller than 64 x 128 (token tiles: 64 x 32 in clusters of 1 x 2, whose pair shares the

@@ -4,6 +4,9 @@
 // GemmUniversal kernel (one producer warp group issuing TMA loads, one or two consumer warp groups
 // issuing wgmma: cooperative splits one tile between two, ping-pong alternates two tiles) over the
 // persistent tile scheduler, batched through the L mode (batch stride 0 broadcasts: TMA drops the mode).
+// Wide-tile rows (WideTile: 192 x 192) run the same TMA + wgmma collective in a kernel of our own with three
+// consumer warp groups (gemm_sm90_wide_tile.cuh) and the staged epilogue (gemm_sm90_staged_epilogue.cuh: alpha * acc +
+// beta * C through shared memory, stored in 16-byte row chunks), whose Params hold C's address, not TMA descriptors.
 // Operands are the canonical form of gemm_shape.hpp: C row-major, A and B K- or MN-major by template.
 // Types: f16 / bf16 in and out with fp32 accumulation; fp32 on TF32 wgmma (TMA rounds each operand to TF32
 // on its way to shared memory; an MN-major A goes through registers, CUTLASS's register-sourced collective,
@@ -50,6 +53,8 @@
 #include "cuda/gemm/gemm_kernel.hpp"
 #include "cuda/gemm/gemm_params_cache.hpp"
 #include "cuda/gemm/gemm_sm90_3xtf32_mainloop.cuh"
+#include "cuda/gemm/gemm_sm90_staged_epilogue.cuh"
+#include "cuda/gemm/gemm_sm90_wide_tile.cuh"
 #include "cuda/gemm/gemm_split_k.hpp"
 #include "cuda/gemm/gemm_staging.hpp"
 #include "cute/tensor.hpp"
@@ -156,6 +161,11 @@ struct PingPongSplitKSwapped {
   static constexpr int kLeastSlices = 2;
 };
 
+// Tiles of 192 rows on the wide-tile kernel (gemm_sm90_wide_tile.cuh): three consumer warp groups of 64 rows, the
+// staged epilogue; clusters of one, 16-bit types, data-parallel over the tiles. Cooperative's flags; its CUTLASS
+// schedules are named beside the kernel's own types but not used by it.
+struct WideTile : Cooperative {};
+
 // The operand tag of the 3xTF32 rows: fp32 in and out with fp32-level error, computed by the mainloop of
 // gemm_sm90_3xtf32_mainloop.cuh (CUTLASS 4.2 has no Hopper 3xTF32 collective).
 struct Fast32 {};
@@ -178,6 +188,42 @@ struct Sm90Mainloop<true, Element, LayoutA, LayoutB, Alignment, AKMajor, BKMajor
                 "3xTF32 rows: the cooperative schedule only, data-parallel or on K slices, swapped or not (its two "
                 "consumer warp groups split the operands together, gemm_sm90_3xtf32_mainloop.cuh)");
   using type = Fast32Mainloop<TileShape, ClusterShape, AKMajor, BKMajor, EpilogueBytes>;
+};
+
+// The wide-tile rows' mainloop: CUTLASS's Hopper TMA + wgmma collective with the builder's shared-memory layouts
+// and copies, on a TiledMma of one 64-row warp group per band of the tile's rows.
+template <class Element, class LayoutA, class LayoutB, class TileShape, int EpilogueBytes>
+struct WideTileMainloop {
+  static constexpr cute::GMMA::Major kMajorA =
+      cutlass::gemm::collective::detail::gmma_ss_tag_to_major_A<Element, LayoutA>();
+  static constexpr cute::GMMA::Major kMajorB =
+      cutlass::gemm::collective::detail::gmma_ss_tag_to_major_B<Element, LayoutB>();
+  static constexpr int kWarpGroups = cute::size<0>(TileShape{}) / 64;
+  using TiledMma = decltype(cute::make_tiled_mma(
+      cute::GMMA::ss_op_selector<
+          Element, Element, float,
+          cute::Shape<cute::_64, decltype(cute::get<1>(TileShape{})), decltype(cute::get<2>(TileShape{}))>, kMajorA,
+          kMajorB>(),
+      cute::Layout<cute::Shape<cute::Int<kWarpGroups>, cute::_1, cute::_1>>{}));
+  using SmemLayoutAtomA =
+      decltype(cutlass::gemm::collective::detail::ss_smem_selector<
+               kMajorA, Element, decltype(cute::get<0>(TileShape{})), decltype(cute::get<2>(TileShape{}))>());
+  using SmemLayoutAtomB =
+      decltype(cutlass::gemm::collective::detail::ss_smem_selector<
+               kMajorB, Element, decltype(cute::get<1>(TileShape{})), decltype(cute::get<2>(TileShape{}))>());
+  static constexpr int kStages = cutlass::gemm::collective::detail::compute_stage_count_or_override<
+      cutlass::gemm::collective::detail::sm90_smem_capacity_bytes, Element, Element, TileShape>(
+      cutlass::gemm::collective::StageCountAutoCarveout<EpilogueBytes>{});
+  using type = cutlass::gemm::collective::CollectiveMma<
+      cutlass::gemm::MainloopSm90TmaGmmaWarpSpecialized<kStages, cute::Shape<cute::_1, cute::_1, cute::_1>,
+                                                        cutlass::gemm::KernelTmaWarpSpecializedCooperative>,
+      TileShape, Element, cutlass::detail::TagToStrideA_t<LayoutA>, Element, cutlass::detail::TagToStrideB_t<LayoutB>,
+      TiledMma, cute::SM90_TMA_LOAD, SmemLayoutAtomA, void, cute::identity, cute::SM90_TMA_LOAD, SmemLayoutAtomB, void,
+      cute::identity>;
+};
+template <class Element, class TileShape>
+struct WideTileEpilogue {
+  using CollectiveOp = StagedRowEpilogue<Element, TileShape, cute::size<0>(TileShape{}) / 64>;
 };
 
 // Operand: the element type (cutlass::half_t, cutlass::bfloat16_t; float: TF32, each operand rounded to TF32
@@ -214,16 +260,24 @@ struct Sm90Gemm {
   using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
   using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
 
-  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, ElementC, LayoutC, kAlignmentD, ElementD, LayoutC,
-      kAlignmentD, typename Schedule::Epilogue>::CollectiveOp;
-  using CollectiveMainloop =
-      typename Sm90Mainloop<kFast32, Element, LayoutA, LayoutB, kAlignment, kCutlassAKMajor, kCutlassBKMajor, TileShape,
-                            ClusterShape, static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage)),
-                            Schedule>::type;
-  using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
-                                                      CollectiveEpilogue, typename Schedule::Scheduler>;
+  static constexpr bool kWideTile = std::is_same_v<Schedule, WideTile>;
+  static_assert(!kWideTile || (sizeof(Element) == 2 && !kFast32 && ClusterM * ClusterN == 1),
+                "wide-tile rows: 16-bit types in clusters of one");
+  using CollectiveEpilogue = typename std::conditional_t<
+      kWideTile, WideTileEpilogue<Element, TileShape>,
+      cutlass::epilogue::collective::CollectiveBuilder<cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape,
+                                                       ClusterShape, cutlass::epilogue::collective::EpilogueTileAuto,
+                                                       float, float, ElementC, LayoutC, kAlignmentD, ElementD, LayoutC,
+                                                       kAlignmentD, typename Schedule::Epilogue>>::CollectiveOp;
+  static constexpr int kEpilogueBytes = static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage));
+  using CollectiveMainloop = typename std::conditional_t<
+      kWideTile, WideTileMainloop<Element, LayoutA, LayoutB, TileShape, kEpilogueBytes>,
+      Sm90Mainloop<kFast32, Element, LayoutA, LayoutB, kAlignment, kCutlassAKMajor, kCutlassBKMajor, TileShape,
+                   ClusterShape, kEpilogueBytes, Schedule>>::type;
+  using Kernel = typename std::conditional_t<
+      kWideTile, std::type_identity<WideTileGemmKernel<CollectiveMainloop, CollectiveEpilogue>>,
+      std::type_identity<cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
+                                                              CollectiveEpilogue, typename Schedule::Scheduler>>>::type;
   // The 3xTF32 mainloop sizes its stages itself (the builder's rows are sized by CUTLASS).
   static_assert(!kFast32 || Kernel::SharedStorageSize <= cutlass::gemm::collective::detail::sm90_smem_capacity_bytes,
                 "3xTF32 row: its shared memory exceeds the Hopper opt-in limit");
@@ -547,7 +601,10 @@ class Sm90Runner final : public GemmRunner {
   static void patch(Params& params, const GemmOperandAddresses& from, const GemmOperandAddresses& to) {
     if (from.a != to.a) replace_tensor_map_address(descriptor(params.mainloop.tma_load_a), to.a, "sm90 gemm A");
     if (from.b != to.b) replace_tensor_map_address(descriptor(params.mainloop.tma_load_b), to.b, "sm90 gemm B");
-    if constexpr (!Gemm::kSplitK) {
+    if constexpr (Gemm::kWideTile) {  // the staged epilogue stores through pointers
+      params.epilogue.ptr_C = static_cast<decltype(params.epilogue.ptr_C)>(to.c);
+      params.epilogue.ptr_D = static_cast<decltype(params.epilogue.ptr_D)>(const_cast<void*>(to.c));
+    } else if constexpr (!Gemm::kSplitK) {
       if (from.c != to.c) {
         replace_tensor_map_address(descriptor(params.epilogue.tma_load_c), to.c, "sm90 gemm C");
         replace_tensor_map_address(descriptor(params.epilogue.tma_store_d), to.c, "sm90 gemm D");
@@ -579,12 +636,14 @@ class Sm90Runner final : public GemmRunner {
   }
 
   static void check_descriptors(const Params& params) {
-    const bool encoded =
-        descriptor_encoded(params.mainloop.tma_load_a.get_tma_descriptor(), sizeof(cute::TmaDescriptor)) &&
-        descriptor_encoded(params.mainloop.tma_load_b.get_tma_descriptor(), sizeof(cute::TmaDescriptor)) &&
-        (Gemm::kSplitK ||  // split-K rows read no C
-         descriptor_encoded(params.epilogue.tma_load_c.get_tma_descriptor(), sizeof(cute::TmaDescriptor))) &&
-        descriptor_encoded(params.epilogue.tma_store_d.get_tma_descriptor(), sizeof(cute::TmaDescriptor));
+    bool encoded = descriptor_encoded(params.mainloop.tma_load_a.get_tma_descriptor(), sizeof(cute::TmaDescriptor)) &&
+                   descriptor_encoded(params.mainloop.tma_load_b.get_tma_descriptor(), sizeof(cute::TmaDescriptor));
+    if constexpr (!Gemm::kWideTile) {  // the staged epilogue has no descriptors
+      encoded = encoded &&
+                (Gemm::kSplitK ||  // split-K rows read no C
+                 descriptor_encoded(params.epilogue.tma_load_c.get_tma_descriptor(), sizeof(cute::TmaDescriptor))) &&
+                descriptor_encoded(params.epilogue.tma_store_d.get_tma_descriptor(), sizeof(cute::TmaDescriptor));
+    }
     if (!encoded) {
       throw Error(Status::cuda_error,
                   "sm90 gemm: the CUDA driver could not encode a TMA descriptor (cuTensorMapEncodeTiled failed; "
@@ -622,6 +681,7 @@ const GemmKernel& kernel_entry(const char* name, DType dtype, GemmMath math) {
     k.stream_k = Gemm::kStreamK;
     k.split_k = Gemm::kSplitK;
     k.overlaps_epilogue = Gemm::kOverlapsEpilogue;
+    k.staged_epilogue = Gemm::kWideTile;
     k.refusal = &refusal<Gemm>;
     k.make_runner = &make_runner<Gemm>;
     return k;

@@ -156,7 +156,7 @@ tune::CostEstimate gemm_estimate(const GemmKernel& kernel, const GemmShape& shap
     } else {
       // gemm_tile_cost: waves x the work of one tile / its efficiency, in multiply-adds at one SM's rate.
       compute = gemm_tile_cost(shape.m, shape.n, shape.k, shape.batch, kernel.tile_m, kernel.tile_n, processors,
-                               kernel.overlaps_epilogue, gemm_row_efficiency(kernel)) *
+                               kernel.overlaps_epilogue, gemm_row_efficiency(kernel), kernel.staged_epilogue) *
                 2.0 / (rate / processors);
     }
   }

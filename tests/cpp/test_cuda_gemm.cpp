@@ -2136,7 +2136,8 @@ void expect_many_buffer_sets_match_oracle(const char* row, const GemmSpec& s, co
 // Every Hopper row of the build, forced, runs one plan on many buffer sets (expect_many_buffer_sets_match_oracle)
 // with alpha and beta != 0 (C's descriptors are read and written), on the layout of each C majorness whose
 // canonical form is the row's without staging (C column-major: the canonical C^T = B^T A^T, A and B exchanged):
-// a data-parallel shape of a few tiles with tails, or for split-K rows a small grid with a long K. So every
+// a data-parallel shape of a few tiles with tails, or for split-K rows a small grid with a long K (M and N exchanged
+// with C column-major, so that the canonical problem keeps decode's few rows). So every
 // schedule, cluster shape and operand type is covered: the 2x1-cluster cooperative rows, ping-pong, stream-K
 // (barriers cleared per launch), split-K (A and B patched, the partial sums in the workspace), TF32 rows of
 // MN-major B beside K-major A (swapped inside the runner: CUTLASS's A is B^T) and 3xTF32.
@@ -2154,6 +2155,9 @@ TEST_F(CudaGemmKernelChoice, OnePlanRunOnManyBufferSetsMatchesTheOracleOnEach) {
     for (const bool c_col_major : {false, true}) {
       GemmSpec s = kernel->split_k ? small_grid : data_parallel;
       s.c_col_major = c_col_major;
+      // Split-K rows take decode-like M only (the swapped ones: at most 16 or 64 tokens): with C column-major the
+      // canonical problem is C^T's, so M and N trade places to keep the row-major case's canonical shape.
+      if (c_col_major && kernel->split_k) std::swap(s.m, s.n);
       bool found = false;
       for (int layout = 0; layout < 4 && !found; ++layout) {
         s.transpose_a = layout & 1, s.transpose_b = layout & 2;

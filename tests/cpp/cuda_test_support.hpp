@@ -14,6 +14,7 @@
 #include <initializer_list>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -209,26 +210,17 @@ struct DeviceAttentionProblem {
 
   AttentionForward forward(const AttentionMask& mask = {}) const {
     AttentionForward f;
-    f.q = q.device;
-    f.k = k.device;
-    f.v = v.device;
-    f.out = out.device;
-    f.lse = lse.device;
-    f.mask = mask;
+    std::tie(f.q, f.k, f.v, f.out, f.lse, f.mask) =
+        std::tie(q.device, k.device, v.device, out.device, lse.device, mask);
     return f;
   }
+  // The forward's operands with the gradients.
   AttentionBackward backward(const AttentionMask& mask = {}) const {
+    const AttentionForward f = forward(mask);
     AttentionBackward b;
-    b.q = q.device;
-    b.k = k.device;
-    b.v = v.device;
-    b.out = out.device;
-    b.lse = lse.device;
-    b.grad_out = grad_out.device;
-    b.grad_q = grad_q.device;
-    b.grad_k = grad_k.device;
-    b.grad_v = grad_v.device;
-    b.mask = mask;
+    std::tie(b.q, b.k, b.v, b.out, b.lse, b.mask) = std::tie(f.q, f.k, f.v, f.out, f.lse, f.mask);
+    std::tie(b.grad_out, b.grad_q, b.grad_k, b.grad_v) =
+        std::tie(grad_out.device, grad_q.device, grad_k.device, grad_v.device);
     return b;
   }
 };

@@ -28,8 +28,10 @@
 # 128 are an alternative the tuner chooses among (+18 % on na2d 64x64 K13, -18 % on dense, H100;
 # docs/perf.md). The dev set keeps head dims 64 and 128 with their default tiles, and the Hopper bf16
 # forward and backward at head dim 32 (NAT-style layers). The Hopper rows have a producer warpgroup and one
-# consumer warpgroup per 64 query rows (forward: 128 or 64 rows) or one MMA warpgroup per 64 keys (backward: 128
-# or 64 keys); the rows of 64 are alternatives the default rules pick (docs/tuner.md); the portable backward runs 64 x 64 x 4 warps for both widths (wider heads are refused with the list of widths).
+# consumer warpgroup per 64 query rows (forward: 192, 128 or 64 rows; 192 only for dense and causal masks) or one
+# MMA warpgroup per 64 keys (backward: 128 or 64 keys); the rows of 64 and 192 are alternatives the default rules
+# pick (docs/tuner.md); the portable backward runs 64 x 64 x 4 warps for both widths (wider heads are refused with
+# the list of widths).
 # A call runs on the narrowest width with a row of its dtype and policy that fits the device (fmha_width_on_device,
 # fmha_backward_width_on_device): D = 32 on the Hopper D 32 rows on 9.0, else on the portable D 32 forward
 # rows (full set) or the 64-wide rows (no portable backward row has D 32).
@@ -47,6 +49,7 @@ set(ATTNKIT_FMHA_KERNEL_TABLE
   "forward    sm90  f16   64   128  64   12  2  box    full"
   "forward    sm90  f16   64   64   64   8   2  box    full"
   "forward    sm90  f16   64   128  128  12  2  list   dev"
+  "forward    sm90  f16   64   192  128  16  2  box    dev"
   "forward    sm90  f16   128  128  128  12  2  box    dev"
   "forward    sm90  f16   128  64   64   8   2  box    full"
   "forward    sm90  f16   128  128  128  12  2  list   dev"
@@ -54,6 +57,7 @@ set(ATTNKIT_FMHA_KERNEL_TABLE
   "forward    sm90  bf16  64   128  64   12  2  box    dev"
   "forward    sm90  bf16  64   64   64   8   2  box    dev"
   "forward    sm90  bf16  64   128  128  12  2  list   dev"
+  "forward    sm90  bf16  64   192  128  16  2  box    dev"
   "forward    sm90  bf16  128  128  128  12  2  box    dev"
   "forward    sm90  bf16  128  64   64   8   2  box    dev"
   "forward    sm90  bf16  128  128  128  12  2  list   dev"

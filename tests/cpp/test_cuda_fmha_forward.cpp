@@ -126,7 +126,8 @@ std::vector<std::string> configs_for(const Case& c) {
   std::vector<std::string> names;
   for (const auto& k : cuda::fmha::fmha_forward_kernels()) {
     if (k.config.dtype == c.dtype && k.config.head_dim == width && k.config.policy == policy &&
-        cuda::fmha::fmha_config_fits(k.config, device)) {
+        cuda::fmha::fmha_config_fits(k.config, device) &&
+        (c.mask.kind != MaskKind::neighborhood || cuda::fmha::fmha_config_serves_neighborhoods(k.config))) {
       names.push_back(cuda::fmha::fmha_config_name(k.config));
     }
   }
@@ -626,6 +627,40 @@ TEST_F(CudaFmhaForward, SeveralHeadsPerCtaMatchTheOracle) {
   }
 }
 
+// The Hopper kernels of 192 query rows (three consumer warpgroups taking turns; dense and causal masks, D <= 64):
+// sequences of several tiles that end inside one (the last tile's second or third warpgroup without rows), causal
+// masks of both alignments whose tiles start mid-KV-tile, query rows without keys, several heads per CTA, and a
+// query side whose strides do not collapse (cp.async, decomposed tokens). Every case runs every compiled box
+// config of its width, the 192-row ones among them (configs_for).
+TEST_F(CudaFmhaForward, QueryTilesOf192RowsMatchTheOracle) {
+  bool any = false;
+  for (const auto& k : cuda::fmha::fmha_forward_kernels()) any = any || k.config.block_m == 192;
+  if (!any) GTEST_SKIP() << "no kernel of 192 query rows in this build (sm_90a kernels not compiled)";
+  uint64_t seed = 740;
+  for (int heads_per_cta : {0, 3}) {
+    SCOPED_TRACE("heads per CTA " + std::to_string(heads_per_cta) + " (0: the rule)");
+    const ForcedHeadsPerCta forced(heads_per_cta);
+    Case c;
+    c.heads_q = 6;
+    c.heads_kv = 3;
+    c.tokens_q = {577};  // tiles at 0, 192, 384, 576: the last holds one row
+    c.tokens_kv = {449};
+    run_both_dtypes(c, seed++);
+    c.tokens_q = {450};  // the last tile's third warpgroup has no rows
+    c.mask = causal_mask(CausalAlignment::top_left);
+    run_both_dtypes(c, seed++);
+    c.tokens_q = {700};
+    c.tokens_kv = {500};  // the first 200 rows see no key
+    c.mask = causal_mask(CausalAlignment::bottom_right);
+    run_both_dtypes(c, seed++);
+  }
+  Case c;
+  c.mask = causal_mask();
+  c.tokens_q = c.tokens_kv = {17, 23};
+  c.layout = Layout::noncollapsible_tokens;
+  run_both_dtypes(c, seed++);
+}
+
 // Several query heads per CTA over repeated calls (bf16, D 64, eight heads a CTA forced): each CTA's heads share
 // the tiles, stage counters and two Q buffers, whose hand-over between heads only a long run exercises on many
 // timings (the backward's dK/dV kernel raced at its head change; CudaFmhaBackward has the same test). Every call
@@ -728,7 +763,8 @@ TEST(FmhaSm90HeadsPerCta, HeadsPerCtaFollowTheWaveModel) {
   const cuda::fmha_sm90::CtaSlots one_per_sm{132, 1};
   const cuda::fmha_sm90::CtaSlots unknown{0, 1};
   cuda::fmha::FmhaParams p;
-  p.kv_space.extent[0] = 4096;  // dense, 4096 keys a query: long CTAs, whole waves
+  p.kv_space.extent[0] = 4096;  // dense, 4096 keys a query in KV tiles of 128: long CTAs, whole waves
+  p.kv_space.box_log2[0] = 7;
   p.heads_q = 16;
   p.batch = 16;
   p.total_q_tiles = 8;  // 2048 CTAs with one head each: 8 heads per CTA make 2 waves on 132 SMs
@@ -784,6 +820,35 @@ TEST(FmhaSm90HeadsPerCta, HeadsPerCtaFollowTheWaveModel) {
     small.heads_q = 8;
     small.total_q_tiles = 4;
     EXPECT_EQ(choose_heads_per_cta(small, true, cuda::fmha_sm90::CtaSlots{528, 4}), 4);
+  }
+  {
+    // Long heads spread the fixed cost over their KV tiles: dense S8192 B2 H16 on 192-row tiles (43 a head, 64 KV
+    // tiles): one head a CTA (10.4 waves, 11 x 1.02) against four (2.6 waves, 3 x 4.02), which the fixed cost of a
+    // four-tile head, 0.3, would pick (3 x 4.3 against 11 x 1.3). At 1024 keys (8 KV tiles) four heads still win.
+    cuda::fmha::FmhaParams dense = p;
+    dense.kv_space.extent[0] = 8192;
+    dense.batch = 2;
+    dense.total_q_tiles = 43;
+    EXPECT_EQ(choose_heads_per_cta(dense, true, one_per_sm), 1);
+    dense.kv_space.extent[0] = 1024;
+    dense.batch = 16;
+    dense.total_q_tiles = 6;
+    EXPECT_EQ(choose_heads_per_cta(dense, true, one_per_sm), 4);
+    // A causal 1-D window of 4096 keys in 64-key tiles (two CTAs per SM): unequal CTAs of 64 KV tiles a head pair
+    // at most two heads, where the model would pick eight as it does without causality; K256 keeps more.
+    cuda::fmha::FmhaParams window = dense;
+    window.kv_space.extent[0] = 8192;
+    window.kv_space.box_log2[0] = 6;
+    window.batch = 4;
+    window.total_q_tiles = 64;
+    window.rule[0].kind = cuda::WindowKind::neighborhood;
+    window.rule[0].window = 4096;
+    EXPECT_EQ(choose_heads_per_cta(window, true, cuda::fmha_sm90::CtaSlots{264, 2}), 8);
+    window.rule[0].causal = true;
+    EXPECT_EQ(choose_heads_per_cta(window, true, cuda::fmha_sm90::CtaSlots{264, 2}), 2);
+    window.rule[0].window = 256;
+    window.total_q_tiles = 128;
+    EXPECT_GT(choose_heads_per_cta(window, true, cuda::fmha_sm90::CtaSlots{528, 4}), 2);
   }
   p.heads_q = 1;
   EXPECT_EQ(choose_heads_per_cta(p, true, one_per_sm), 1);
@@ -960,6 +1025,7 @@ Status status_of_run(const Case& c, std::string* message) {
   p.k = k.device;
   p.v = v.device;
   p.out = out.device;
+  p.mask = c.mask;  // masks without tensors (none, causal, neighborhood)
   try {
     attention_forward(p, RunOptions{Backend::cuda, nullptr, 0});
   } catch (const Error& e) {
@@ -993,6 +1059,46 @@ TEST_F(CudaFmhaForward, RefusesStridesThatAreNotMultiplesOf8) {
   std::string message;
   EXPECT_EQ(status_of_run(c, &message), Status::unsupported);
   EXPECT_NE(message.find("v.strides"), std::string::npos) << message;
+}
+
+// The bf16 kernel of 192 query rows alone on a small causal problem of three heads in one CTA, for compute-sanitizer
+// (racecheck, memcheck): the three warpgroups' turns, the head change through both Q buffers, a partial last tile.
+TEST_F(CudaFmhaForward, QueryTilesOf192RowsOnASmallProblemForSanitizers) {
+  const cuda::fmha::FmhaKernel* kernel = nullptr;
+  for (const auto& k : cuda::fmha::fmha_forward_kernels()) {
+    if (k.config.block_m == 192 && k.config.dtype == DType::bf16) kernel = &k;
+  }
+  if (kernel == nullptr) GTEST_SKIP() << "no bf16 kernel of 192 query rows in this build";
+  if (!cuda::fmha::fmha_config_fits(kernel->config, cuda::fmha::fmha_device(0))) {
+    GTEST_SKIP() << "the 192-row kernels run on compute capability 9.0 only";
+  }
+  const ForcedHeadsPerCta forced_heads(3);
+  const test::ScopedEnvironment forced("ATTNKIT_FMHA_CONFIG", cuda::fmha::fmha_config_name(kernel->config));
+  Case c;
+  c.dtype = DType::bf16;
+  c.batch = 1;
+  c.heads_q = c.heads_kv = 3;
+  c.tokens_q = c.tokens_kv = {400};
+  c.mask = causal_mask();
+  run_case(c, 750);
+}
+
+// A neighborhood mask forced onto a kernel of 192 query rows is refused, naming what those kernels serve.
+TEST_F(CudaFmhaForward, NeighborhoodOnAKernelOf192RowsIsRefusedNamingTheMasksItServes) {
+  const cuda::fmha::FmhaKernel* kernel = nullptr;
+  for (const auto& k : cuda::fmha::fmha_forward_kernels()) {
+    if (k.config.block_m == 192 && k.config.dtype == DType::bf16) kernel = &k;
+  }
+  if (kernel == nullptr) GTEST_SKIP() << "no bf16 kernel of 192 query rows in this build";
+  Case c;
+  c.dtype = DType::bf16;
+  c.tokens_q = c.tokens_kv = {300};
+  c.mask = neighborhood({nd(31)});
+  const test::ScopedEnvironment forced("ATTNKIT_FMHA_CONFIG", cuda::fmha::fmha_config_name(kernel->config));
+  std::string message;
+  EXPECT_EQ(status_of_run(c, &message), Status::unsupported);
+  EXPECT_NE(message.find("192 rows serve dense and causal masks"), std::string::npos) << message;
+  EXPECT_NE(message.find("power of two"), std::string::npos) << message;
 }
 
 // --- timing (disabled by default) --------------------------------------------------------------

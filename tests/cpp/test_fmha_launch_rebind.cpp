@@ -491,7 +491,8 @@ TEST_P(FmhaLaunchRebind, AForwardLaunchReboundToAnotherProblemEqualsTheLaunchMad
     ASSERT_NO_THROW(cuda::fmha::check_forward_supported(b, shape)) << "test precondition";
     for (const FmhaKernel& kernel : cuda::fmha::fmha_forward_kernels()) {
       if (kernel.config.dtype != c.dtype || kernel.config.policy != policy ||
-          kernel.config.head_dim < std::max(shape.head_dim, shape.head_dim_v)) {
+          kernel.config.head_dim < std::max(shape.head_dim, shape.head_dim_v) ||
+          (c.mask.kind == MaskKind::neighborhood && !cuda::fmha::fmha_config_serves_neighborhoods(kernel.config))) {
         continue;
       }
       SCOPED_TRACE(cuda::fmha::fmha_config_name(kernel.config) + (with_lse ? " with lse" : " without lse"));

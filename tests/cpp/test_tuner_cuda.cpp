@@ -76,18 +76,29 @@ TEST(TunerCuda, ForwardSpaceHasOneConfigPerCompiledKernel) {
   EXPECT_NE(tune::builtin_config_spaces().find(tune::TuneOp::attention_forward, Backend::cuda), nullptr);
 }
 
-TEST(TunerCuda, DefaultConfigIsTheRegistryDefault) {
+// The tuner's default is the dispatcher's (fmha_forward_default_for): the registry's first kernel of the problem's
+// dtype, width and policy, except dense and causal D 64, which may take the Hopper kernel of 192 query rows.
+TEST(TunerCuda, DefaultConfigIsTheDispatchersDefault) {
   const tune::ConfigSpace space = fmha_forward_space();
   const tune::DeviceLimits limits = tune::cuda_device_limits(90, 132);
+  const cuda::fmha::FmhaDevice device{limits.compute_capability, static_cast<int>(limits.max_smem_per_block),
+                                      static_cast<int>(limits.processors)};
   for (const DType dtype : {DType::f16, DType::bf16}) {
     for (const int64_t head_dim : {64, 128}) {
       for (const MaskKind mask : {MaskKind::none, MaskKind::causal, MaskKind::block}) {
         const tune::ProblemSpec spec = dense_spec(dtype, head_dim, 1000, mask);
-        const auto* expected = cuda::fmha::fmha_default_kernel(
+        const auto* registry = cuda::fmha::fmha_default_kernel(
             dtype, head_dim, head_dim,
-            mask == MaskKind::block ? cuda::fmha::FmhaPolicyKind::tile_list : cuda::fmha::FmhaPolicyKind::box,
-            cuda::fmha::FmhaDevice{limits.compute_capability, static_cast<int>(limits.max_smem_per_block)});
-        if (expected == nullptr) continue;
+            mask == MaskKind::block ? cuda::fmha::FmhaPolicyKind::tile_list : cuda::fmha::FmhaPolicyKind::box, device);
+        if (registry == nullptr) continue;
+        const auto* expected = cuda::fmha::fmha_forward_default_for(spec, device);
+        ASSERT_NE(expected, nullptr);
+        if (head_dim != 64 || mask == MaskKind::block) {
+          EXPECT_EQ(expected, registry);
+        } else {
+          EXPECT_TRUE(expected == registry || expected->config.block_m == 192)
+              << cuda::fmha::fmha_config_name(expected->config);
+        }
         const tune::CandidateRanking ranking = tune::rank_candidates(space, spec, limits);
         const tune::Config* chosen = tune::default_config(space, ranking, spec, limits);
         ASSERT_NE(chosen, nullptr);
@@ -274,12 +285,26 @@ TEST(TunerCuda, HopperWindowsOfUpTo2048KeysDefaultToTheKernelOf64QueryRows) {
   EXPECT_EQ(cuda::fmha::forward_kernel_of(*on_ampere)->config.architecture, 80) << on_ampere->id;
 }
 
+// The names of two Hopper bf16 box kernels of `head_dim` (query rows, CTAs per SM each); `found` false where the
+// build lacks either.
+struct HopperKernelPair {
+  std::string first;
+  std::string second;
+  bool found = false;
+};
+
+HopperKernelPair hopper_box_kernels(int head_dim, int rows_first, int ctas_first, int rows_second, int ctas_second) {
+  const cuda::fmha::FmhaKernel* first = hopper_box_kernel(DType::bf16, head_dim, rows_first, ctas_first);
+  const cuda::fmha::FmhaKernel* second = hopper_box_kernel(DType::bf16, head_dim, rows_second, ctas_second);
+  if (first == nullptr || second == nullptr) return {};
+  return {cuda::fmha::fmha_config_name(first->config), cuda::fmha::fmha_config_name(second->config), true};
+}
+
 TEST(TunerCuda, HopperD128WindowsOfUpTo384KeysDefaultToTheKernelOf64QueryRows) {
-  const cuda::fmha::FmhaKernel* rows_64 = hopper_box_kernel(DType::bf16, 128, 64, 2);
-  const cuda::fmha::FmhaKernel* rows_128 = hopper_box_kernel(DType::bf16, 128, 128, 1);
-  if (rows_64 == nullptr || rows_128 == nullptr) GTEST_SKIP() << "this build compiles no Hopper bf16 D128 box kernels";
-  const std::string rows_64_name = cuda::fmha::fmha_config_name(rows_64->config);
-  const std::string rows_128_name = cuda::fmha::fmha_config_name(rows_128->config);
+  const HopperKernelPair kernels = hopper_box_kernels(128, 64, 2, 128, 1);
+  if (!kernels.found) GTEST_SKIP() << "this build compiles no Hopper bf16 D128 box kernels";
+  const std::string& rows_64_name = kernels.first;
+  const std::string& rows_128_name = kernels.second;
   // Small windows, dilated too (where the visited-work model would pick a portable tile), up to 19² = 361 keys, and
   // 1-D up to 384 keys.
   for (const WindowStage& stage :
@@ -316,6 +341,40 @@ TEST(TunerCuda, HopperD32WindowsBeyond2048KeysDefaultToTheKernelOfTwoCtasPerSmWh
   EXPECT_NE(changed.find("_sm90"), std::string::npos) << changed;
   // Dense D 32 keeps the registry's first Hopper kernel (one CTA per SM): the rule is for windows.
   EXPECT_NE(hopper_default_of(dense_spec(DType::bf16, 32, 4096, MaskKind::none)), two_cta_name);
+}
+
+// Dense and causal D 64 on Hopper: the kernel of 192 query rows where its visited work at 0.85 of the cost per row
+// is less than the 128-row kernel's: dense from a single tile up (not where two tiles of 192 pad more than two of
+// 128), causal where the diagonal's extra padding is small against the tile count (S 2048 and longer), not at S
+// 512-1024; never for neighborhood masks, D 128, or a forced kernel.
+TEST(TunerCuda, HopperD64DenseAndCausalDefaultToTheKernelOf192RowsWhereItsVisitedWorkIsLess) {
+  const HopperKernelPair kernels = hopper_box_kernels(64, 192, 1, 128, 1);
+  if (!kernels.found) GTEST_SKIP() << "this build compiles no Hopper bf16 D64 box kernels";
+  const std::string& rows_192_name = kernels.first;
+  const std::string& rows_128_name = kernels.second;
+  for (const int64_t tokens : {192, 512, 1000, 1024, 2048, 3000, 8192}) {
+    EXPECT_EQ(hopper_default_of(dense_spec(DType::bf16, 64, tokens, MaskKind::none)), rows_192_name) << tokens;
+  }
+  // 200 tokens: two tiles of 192 (384 rows) against two of 128 (256).
+  EXPECT_EQ(hopper_default_of(dense_spec(DType::bf16, 64, 200, MaskKind::none)), rows_128_name);
+  for (const int64_t tokens : {512, 1024}) {
+    EXPECT_EQ(hopper_default_of(dense_spec(DType::bf16, 64, tokens, MaskKind::causal)), rows_128_name) << tokens;
+  }
+  for (const int64_t tokens : {2048, 4096, 8192}) {
+    EXPECT_EQ(hopper_default_of(dense_spec(DType::bf16, 64, tokens, MaskKind::causal)), rows_192_name) << tokens;
+  }
+  EXPECT_NE(hopper_default_of(na1d_spec(64, 4096, false)), rows_192_name) << "na1d K4096";
+  EXPECT_NE(hopper_default_of(dense_spec(DType::bf16, 128, 8192, MaskKind::none)), rows_192_name) << "D 128";
+  const test::ScopedEnvironment forced("ATTNKIT_FMHA_CONFIG", rows_128_name);
+  EXPECT_EQ(hopper_default_of(dense_spec(DType::bf16, 64, 8192, MaskKind::none)), rows_128_name) << "forced";
+  // The tuner's space refuses the 192-row kernels for neighborhood masks.
+  const tune::ConfigSpace space = fmha_forward_space();
+  const tune::ProblemSpec window = na1d_spec(64, 256, false);
+  for (const tune::Config& config : space.configs) {
+    if (config.id != rows_192_name) continue;
+    const std::string reason = space.invalid_reason(config, window, tune::cuda_device_limits(90, 132));
+    EXPECT_NE(reason.find("power of two"), std::string::npos) << reason;
+  }
 }
 
 TEST(TunerCuda, HopperD64WindowsBeyond2048KeysOfOneAndTwoDimensionsDefaultToTheKernelOfTwoCtasPerSm) {

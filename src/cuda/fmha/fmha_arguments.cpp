@@ -72,6 +72,11 @@ FmhaLaunch make_forward_launch(const AttentionForward& problem, const detail::At
 
   const AttentionMask& mask = problem.mask;
   if (mask.kind == MaskKind::neighborhood) {
+    if (!fmha_config_serves_neighborhoods(config)) {
+      unsupported("kernel " + fmha_config_name(config) + ": query tiles of " + std::to_string(config.block_m) +
+                  " rows serve dense and causal masks; a neighborhood mask needs a kernel whose query tiles are a "
+                  "power of two rows (unset ATTNKIT_FMHA_CONFIG or name another kernel)");
+    }
     const BoxGeometry geometry = neighborhood_geometry(shape.token_dims, mask.neighborhood, shape.tokens);
     // BoxPolicy starts KV tiles at the window's first key: shapes scored by the tiles it will visit.
     const BoxShapes shapes = choose_box_shapes(geometry, block_m_log2, block_n_log2, false, KvTileOrigin::window);

@@ -29,6 +29,7 @@ class BoxPolicy {
   static constexpr int kRows = Traits::kRows;
   static constexpr bool kPositionalBias = true;  // neighborhood masks may carry one (FmhaParams::rpb)
   static constexpr int kCols = Traits::kCols;
+  static constexpr bool kPowerOfTwoRows = (Traits::kBlockM & (Traits::kBlockM - 1)) == 0;
 
   struct Tile {
     int32_t index[kMaxDims];  // first key index per dimension (group-index space)
@@ -65,7 +66,9 @@ class BoxPolicy {
     if (my_dim < p.dims) {
       const int log2 = p.kv_space.box_log2[my_dim];
       const int64_t q_first = at_dim(cta.q.index, my_dim);
-      const int64_t q_end = q_first + (int64_t{1} << p.q_space.box_log2[my_dim]);
+      // A query tile of BlockM rows not a power of two (flat query sides only) holds the first BlockM of its box.
+      const int64_t box_rows = int64_t{1} << p.q_space.box_log2[my_dim];
+      const int64_t q_end = q_first + (kPowerOfTwoRows ? box_rows : min(box_rows, int64_t{Traits::kBlockM}));
       const int64_t n_q = at_dim(cta.n_q, my_dim);
       const int64_t q_last = (q_end < n_q ? q_end : n_q) - 1;
       mine = dim_key_tiles(p.rule[my_dim], q_first, q_last, at_dim(cta.n_kv, my_dim), log2, KvTileOrigin::window);

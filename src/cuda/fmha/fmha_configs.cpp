@@ -43,6 +43,10 @@ bool fmha_config_runs_on(const FmhaConfig& config, int capability) {
   return fmha_architecture_runs_on(config.architecture, capability);
 }
 
+bool fmha_config_serves_neighborhoods(const FmhaConfig& config) {
+  return (config.block_m & (config.block_m - 1)) == 0 && (config.block_n & (config.block_n - 1)) == 0;
+}
+
 bool fmha_config_fits(const FmhaConfig& config, const FmhaDevice& device) {
   return fmha_config_runs_on(config, device.capability) && config.smem_bytes <= device.max_shared_bytes_optin &&
          !(device.portable_only && config.architecture == 90);

@@ -80,6 +80,10 @@ bool fmha_architecture_runs_on(int architecture, int capability);
 // memory fits the opt-in maximum per block.
 bool fmha_config_fits(const FmhaConfig& config, const FmhaDevice& device);
 
+// Whether a config's tiles can be neighborhood boxes: query and key tiles of a power of two rows (the Hopper
+// 192-row kernels serve dense and causal masks only).
+bool fmha_config_serves_neighborhoods(const FmhaConfig& config);
+
 // Environment variables that force a registry entry by name (benchmarks, config sweeps, tests); the
 // selection bypasses the tuner while one is set.
 inline constexpr const char* kForcedForwardConfigVariable = "ATTNKIT_FMHA_CONFIG";

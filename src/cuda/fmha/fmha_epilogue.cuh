@@ -67,6 +67,7 @@ struct FmhaEpilogue {
     const int first_row = tid / Traits::kChunksPerRow;
     const int64_t head_offset = cta.batch * p.o.batch_stride + cta.head * p.o.head_stride;
     Element* out = static_cast<Element*>(p.o.data);
+    static_assert(Traits::kBlockM % Traits::kRowsPerPass == 0, "passes must cover whole tiles");
 #pragma unroll
     for (int pass = 0; pass < Traits::kBlockM / Traits::kRowsPerPass; ++pass) {
       const int row = first_row + pass * Traits::kRowsPerPass;

@@ -141,6 +141,7 @@ __device__ __forceinline__ void load_rows_async(typename Traits::Element* smem, 
   // only evaluated through a tensor on the shared pointer: the layout function itself is not the address.
   constexpr bool kAddressSwizzle = requires { Traits::kAddressSwizzle; };
   constexpr bool kLinearPasses = Traits::kRowsPerPass % 8 == 0 && !kAddressSwizzle;
+  static_assert(Rows % Traits::kRowsPerPass == 0, "passes must cover whole tiles");
   auto tile = cute::make_tensor(cute::make_smem_ptr(smem), layout);
   const uint32_t first_destination =
       kAddressSwizzle ? shared_address(&tile(first_row, col)) : shared_address(smem + layout(first_row, col));

@@ -2,12 +2,13 @@
 //
 // Per KV tile i, on this warpgroup's turn: issue S = Q*K(i)^T (m64nBlockNk16 wgmmas, both operands in
 // shared memory, fp32 accumulators) and O += P(i-1)*V(i-1) (register-A wgmmas) as two commit groups,
-// hand the turn to the other warpgroup, wait for S(i) alone and release K(i); mask a partial tile
+// hand the turn to the next warpgroup, wait for S(i) alone and release K(i); mask a partial tile
 // through the portable policy's row masks and exponentiate (the online softmax's maxima, exponentials
 // and sums) while P(i-1)*V(i-1) still runs; then wait for that product, release V(i-1), rescale O and
 // convert P(i) to fp16/bf16 in place of the A-operand registers (the m64nN accumulator and the m64k16 A
-// fragment share their thread -> element map). Two warpgroups alternate (ping-pong), so one's softmax overlaps the
-// other's products; a 64-row CTA's one warpgroup issues as soon as its operands are there. The first turn issues S(0)
+// fragment share their thread -> element map). Two or three warpgroups take turns in a fixed rotation, so one's
+// softmax overlaps the others' products; a 64-row CTA's one warpgroup issues as soon as its operands are there. The
+// first turn issues S(0)
 // alone and the last P*V(last) alone: peeled, because a wgmma under a loop-variant condition is serialised by ptxas.
 // The epilogue normalises O, writes the LSE, stages O through this warpgroup's 64 rows of the Q buffer and stores whole
 // 16-byte chunks of token rows. A CTA may run several heads in turn with the same tiles (FmhaParams::heads_per_cta):
@@ -39,10 +40,15 @@ struct Sm90Consumer {
   using Storage = typename Traits::SharedStorage;
   static constexpr int kRows = PolicyTraits::kRows;
   static constexpr int kCols = PolicyTraits::kCols;
-  static constexpr int kTurnBarrier = 4;  // named barriers 4 and 5: whose turn it is to issue products
-  static constexpr bool kPingPong = Traits::kConsumerGroups == 2;
+  static constexpr int kGroups = Traits::kConsumerGroups;
+  static constexpr bool kTakesTurns = kGroups > 1;
+  // Named barriers: 1 the producer's, kEpilogueBarrier + group a warpgroup's epilogue, kTurnBarrier + group whose
+  // turn it is to issue products.
+  static constexpr int kEpilogueBarrier = 2;
+  static constexpr int kTurnBarrier = kEpilogueBarrier + 3;
+  static_assert(kGroups <= 3 && kTurnBarrier + kGroups <= 16, "named barrier ids");
 
-  // ctid: thread index among the consumers (0..255); group: 0 or 1 (query rows 64*group ...), warp-uniform.
+  // ctid: thread index among the consumers; group: 0 .. kGroups - 1 (query rows 64*group ...), warp-uniform.
   // Runs heads cta.head .. cta.head + heads - 1 in turn; their KV tiles share one run of stage/phase
   // counters (tile i of head j is the CTA's tile j * count + i). Head j reads Q buffer j % kQBuffers and stages
   // its O there; the buffer goes back to the producer through q_empty when a later head needs it.
@@ -69,7 +75,7 @@ struct Sm90Consumer {
     static_assert(decltype(size<0>(s))::value == kRows && decltype(size<1>(s))::value == kCols, "policy view");
     const int lane_class = ctid % 4;
     const int count = policy.count();
-    [[maybe_unused]] const int other = 1 - group;
+    [[maybe_unused]] const int next_group = group + 1 == kGroups ? 0 : group + 1;
 
     for (int head = 0; head < heads; ++head) {
       const int q_buffer = head % Traits::kQBuffers;
@@ -87,18 +93,19 @@ struct Sm90Consumer {
         finish_head(p, cta, head, heads, ss, acc_o, softmax, row_of, sQ, ctid, group);
         continue;
       }
-      // Ping-pong between the two consumer warpgroups: a warpgroup issues its products only after the
-      // other one has issued its own (named barriers kTurnBarrier + group), so the tensor cores run one
-      // warpgroup's S(i) = Q*K(i)^T and O += P(i-1)*V(i-1) while the other one's softmax runs. The one
-      // consumer warpgroup of a 64-row CTA has no partner: it issues when its operands are there.
+      // Turns among the consumer warpgroups, in the rotation 0, 1, (2,) 0, ...: a warpgroup issues its products
+      // only after the previous one has issued its own (named barrier kTurnBarrier + group: this warpgroup's
+      // sync and the previous one's arrival), so the tensor cores run one warpgroup's S(i) = Q*K(i)^T and
+      // O += P(i-1)*V(i-1) while the others' softmax runs. The one consumer warpgroup of a 64-row CTA has no
+      // partner: it issues when its operands are there.
       auto wait_for_turn = [&] {
-        if constexpr (kPingPong) named_barrier_sync(kTurnBarrier + group, 256);
+        if constexpr (kTakesTurns) named_barrier_sync(kTurnBarrier + group, 256);
       };
       auto pass_turn = [&] {
-        if constexpr (kPingPong) named_barrier_arrive(kTurnBarrier + other, 256);
+        if constexpr (kTakesTurns) named_barrier_arrive(kTurnBarrier + next_group, 256);
       };
-      if constexpr (kPingPong) {
-        if (group == 1) named_barrier_arrive(kTurnBarrier + 0, 256);  // group 0 goes first
+      if constexpr (kTakesTurns) {
+        if (group == kGroups - 1) named_barrier_arrive(kTurnBarrier + 0, 256);  // group 0 goes first
       }
       float correction[kRows];
       // Tile i's softmax between two turns, in two steps: masking and exponentials (needs S(i) only, so it
@@ -188,8 +195,8 @@ struct Sm90Consumer {
         warpgroup_fence_operand(tOrP);
         barrier_arrive(&ss.v_empty[last]);
       }
-      // Group 1 arrived once more than group 0 waited (its opening turn): consume it.
-      if constexpr (kPingPong) {
+      // The last group arrived once more than group 0 waited (its opening turn): consume it.
+      if constexpr (kTakesTurns) {
         if (group == 0) named_barrier_sync(kTurnBarrier + 0, 256);
       }
       finish_head(p, cta, head, heads, ss, acc_o, softmax, row_of, sQ, ctid, group);
@@ -295,7 +302,7 @@ struct Sm90Consumer {
         }
       }
     }
-    named_barrier_sync(2 + group, 128);
+    named_barrier_sync(kEpilogueBarrier + group, 128);
 
     // Shared -> global, one 16-byte chunk per thread and pass. A pass advances kRowsPerPass rows, a multiple of the
     // swizzle's period of 8 rows, inside one atom column: the same chunk lies kRowsPerPass rows further on.

@@ -32,12 +32,15 @@ struct CtaSlots {
 
 // The heads per CTA for a launch of `p` (p.heads_per_cta is ignored) on a GPU that keeps `cta_slots` of its CTAs
 // resident at once: 1 unless `head_independent_tma` (box policy, Q and K/V by TMA); else the count of at most 8 (2
-// with a causal prefix) whose grid takes the least time by heads_per_cta_cost.
+// with a causal prefix, or a causal neighborhood of more than 16 KV tiles a head) whose grid takes the least time by
+// heads_per_cta_cost.
 int choose_heads_per_cta(const fmha::FmhaParams& p, bool head_independent_tma, const CtaSlots& cta_slots);
 
 // The model behind that choice, in units of one head's work in a CTA: waves of CTAs (cta_slots.total a wave; a
 // partial last wave counts by its fraction from four CTAs per SM on or when every dimension is a neighborhood of at
-// most 512 keys a query in all, else whole) times each CTA's fixed cost plus its heads.
+// most 512 keys a query in all, else whole) times each CTA's fixed cost plus its heads. The fixed cost is 0.3 of a
+// head visiting up to four KV tiles and shrinks in proportion for longer heads (a head's KV tiles: the window's keys,
+// else the key sequence, half of it under a causal prefix, over a tile's keys).
 double heads_per_cta_cost(const fmha::FmhaParams& p, int heads, const CtaSlots& cta_slots);
 
 // The KV heads per CTA of the Hopper backward dK/dV kernel for a launch of `p` (FmhaBackwardParams::heads_per_cta,

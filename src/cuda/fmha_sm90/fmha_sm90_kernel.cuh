@@ -1,11 +1,11 @@
 // The Hopper fused-attention forward kernel (SM90a: wgmma, mbarriers, warp specialisation), one CTA
-// per (Q tile of 128 or 64 queries, query head or p.heads_per_cta heads in turn, batch) — the portable tier's
+// per (Q tile of 192, 128 or 64 queries, query head or p.heads_per_cta heads in turn, batch) — the portable tier's
 // grid, tiles and mask policies.
 //
 // Algorithm: FlashAttention-2 with warp specialisation. Warpgroup 0 produces (Sm90Producer: gathers Q
 // once, then K and V of each listed KV tile into two stage buffers each — TMA boxes when `maps` is
 // enabled, else cp.async row gathers — announced through mbarriers),
-// the next warpgroups consume 64 query rows each (two for 128-row tiles, one for 64; Sm90Consumer: wgmma
+// the next warpgroups consume 64 query rows each (three for 192-row tiles, two for 128, one for 64; Sm90Consumer: wgmma
 // Q*K^T, masks, online softmax, wgmma P*V, epilogue). The producer gives up registers (setmaxnreg) so the
 // consumers can keep O, S and P of 64 rows in registers (Sm90FmhaTraits: the CTAs per SM and the registers). Thread 0
 // initialises the mbarriers first, so that the Q tile (one TMA box per 64 columns where the maps allow, else cp.async)
@@ -58,6 +58,12 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm)
     barrier_init_fence();
   }
   fmha::CtaTile cta = fmha::resolve_cta(p);
+  if constexpr (!Traits::kPowerOfTwoRows) {
+    // A flat query side (dense or causal masks; the host refuses others): tile t starts at row t * BlockM, its
+    // box of 2^box_log2 >= BlockM rows maps row r to token first + r.
+    cta.q.index[0] = cta.q_tile[0] * Traits::kBlockM;
+    cta.valid = cta.q.index[0] < cta.n_q[0];
+  }
   if (!cta.valid) return;
   // Query heads cta.head .. cta.head + heads - 1 in turn (more than one only for box masks on the TMA path:
   // fmha_sm90_heads_per_cta.hpp).

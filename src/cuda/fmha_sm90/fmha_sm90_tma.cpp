@@ -63,7 +63,10 @@ MapShape shape_of(const fmha::TensorAddress& a, const TileGrid& g, bool& fold_ba
     }
     box_rows *= box;
   }
-  if (box_rows != g.block_rows) return {};
+  // A flat side's tile may hold fewer rows than its box (192-row query tiles in a box of 256): its boxes load
+  // block_rows tokens.
+  const bool flat_tile = g.dims == 1 && g.block_rows < box_rows;
+  if (box_rows != g.block_rows && !flat_tile) return {};
   const int64_t element_bytes = g.element_bytes;
   // A dimension of `extent` elements `stride_elements` apart whose boxes load `box` of them, every `step`-th.
   auto add = [&](int64_t extent, int64_t stride_elements, int box, int step) {
@@ -87,7 +90,7 @@ MapShape shape_of(const fmha::TensorAddress& a, const TileGrid& g, bool& fold_ba
   const int64_t outer_stride = a.token_stride[0];
   fold_batch = false;
   has_batch = false;
-  const int outer_box = 1 << space.box_log2[0];
+  const int outer_box = flat_tile ? g.block_rows : 1 << space.box_log2[0];
   const int outer_step = g.dilation[0];
   if (g.batch == 1) {
     ok = add(outer_extent, outer_stride, outer_box, outer_step);

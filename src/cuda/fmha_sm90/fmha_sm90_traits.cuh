@@ -1,15 +1,16 @@
 // Compile-time shape of one Hopper forward kernel instantiation (fmha_sm90_kernel.cuh): element type,
 // compiled head dim, tile sizes, the warpgroup MMAs, the shared-memory layouts and the shared storage.
 //
-// A CTA has a producer warpgroup (loads) and one consumer warpgroup per 64 of its BlockM = 128 or 64 query
-// rows. Q*K^T is a wgmma with both operands in shared memory (K-major, swizzled); P*V takes P from
-// registers and V from shared memory, read MN-major (V's rows are keys, its contiguous columns the head
-// dim). Rows are stored in chunks of min(D, 64) columns: 128-byte swizzled chunks of 64 columns at D 64 and
-// 128, one 64-byte swizzled chunk at D 32 (what one TMA box writes with the same swizzle). K and V have
-// kStages buffers each. The mask policies of the portable tier are reused unchanged through PolicyTraits:
-// the thread -> (row, column) map of a consumer warpgroup's m64nN wgmma accumulator is the one of an 8-warp
-// mma.sync tile of 128 x BlockN (warp w holds rows 16w + lane/4 (+8), columns 8j + 2 (lane % 4) (+1)), so
-// masks, tile-list bits and their preprocessing are shared.
+// A CTA has a producer warpgroup (loads) and one consumer warpgroup per 64 of its BlockM = 192, 128 or 64 query
+// rows (192: three consumer warpgroups taking turns, up to D 64, for dense and causal masks; its query tiles are
+// not a power of two, which box masks need). Q*K^T is a wgmma with both operands in shared memory (K-major, swizzled);
+// P*V takes P from registers and V from shared memory, read MN-major (V's rows are keys, its contiguous columns the
+// head dim). Rows are stored in chunks of min(D, 64) columns: 128-byte swizzled chunks of 64 columns at D 64 and 128,
+// one 64-byte swizzled chunk at D 32 (what one TMA box writes with the same swizzle). K and V have kStages buffers
+// each. The mask policies of the portable tier are reused unchanged through PolicyTraits: the thread -> (row, column)
+// map of a consumer warpgroup's m64nN wgmma accumulator is the one of an 8-warp mma.sync tile of 128 x BlockN (warp w
+// holds rows 16w + lane/4 (+8), columns 8j + 2 (lane % 4) (+1)), so masks, tile-list bits and their preprocessing are
+// shared.
 #pragma once
 #include <cutlass/numeric_types.h>
 #include <cute/arch/mma_sm90.hpp>
@@ -33,8 +34,12 @@ struct Sm90FmhaTraits {
   static constexpr int kHeadDim = HeadDim_;
   static constexpr int kBlockM = BlockM_;
   static constexpr int kBlockN = BlockN_;
-  static_assert(kBlockM == 128 || (kBlockM == 64 && kBlockN == 64),
-                "128 query rows (two consumer warpgroups), or 64 (one) with 64-key tiles");
+  static_assert(kBlockM == 128 || (kBlockM == 64 && kBlockN == 64) ||
+                    (kBlockM == 192 && kBlockN == 128 && kHeadDim <= 64),
+                "128 query rows (two consumer warpgroups), 64 (one) with 64-key tiles, or 192 (three) with 128-key "
+                "tiles up to D 64");
+  // Query tiles of a power of two rows: the box masks' tiles. Others (192) serve flat query sides only.
+  static constexpr bool kPowerOfTwoRows = (kBlockM & (kBlockM - 1)) == 0;
   static constexpr int kStages = 2;
   static constexpr int kRowsPerConsumer = 64;
   static constexpr int kConsumerGroups = kBlockM / kRowsPerConsumer;
@@ -50,15 +55,18 @@ struct Sm90FmhaTraits {
                                     : (kHeadDim <= 64 && kBlockN == 64) ? 2
                                                                         : 1;
   // Registers per thread after setmaxnreg: 128 x 96 + 256 x 200 <= 64K with one CTA per SM. ptxas allocates each
-  // region to its limit: at 40 the producer's copy loop spilled (docs/perf.md), at 96 nothing spills. Several CTAs
-  // per SM start at the launch bound's share and trade within the CTA: two of 128 rows 128 x 24 + 256 x 104 <=
-  // 384 x 80, four of 64 rows 128 x 24 + 128 x 104 <= 256 x 64, two of 64 rows 128 x 24 + 128 x 232 <= 256 x 128.
-  static constexpr int kProducerRegisters = kCtasPerSm == 1 ? 96 : 24;
-  static constexpr int kConsumerRegisters = kCtasPerSm == 1 ? 200 : (kBlockM == 64 && kCtasPerSm == 2) ? 232 : 104;
+  // region to its limit: at 40 the producer's copy loop spilled (docs/perf.md), at 96 nothing spills. Three consumer
+  // warpgroups: 128 x 32 + 384 x 160 = 64K (S, P and O of 64 rows at D 64 take 128). Several CTAs per SM start at
+  // the launch bound's share and trade within the CTA: two of 128 rows 128 x 24 + 256 x 104 <= 384 x 80, four of 64
+  // rows 128 x 24 + 128 x 104 <= 256 x 64, two of 64 rows 128 x 24 + 128 x 232 <= 256 x 128.
+  static constexpr int kProducerRegisters = kCtasPerSm > 1 ? 24 : kConsumerGroups == 3 ? 32 : 96;
+  static constexpr int kConsumerRegisters = kCtasPerSm == 1                      ? (kConsumerGroups == 3 ? 160 : 200)
+                                            : (kBlockM == 64 && kCtasPerSm == 2) ? 232
+                                                                                 : 104;
   // Whether a consumer's exponentials of S(i) run while its P(i-1) * V(i-1) is still in the tensor cores. That keeps
   // S(i), P(i-1) and O live at once: at D 64 and 104 registers ptxas spilled ~370 bytes, so there a consumer runs
   // serial turns (Sm90Consumer::serial_turns) and relies on the other warpgroups on the SM for overlap.
-  static constexpr bool kSoftmaxOverlapsPv = kConsumerRegisters >= 200 || kHeadDim == 32;
+  static constexpr bool kSoftmaxOverlapsPv = kConsumerRegisters >= 160 || kHeadDim == 32;
   static_assert(kProducerThreads * kProducerRegisters + kConsumerThreads * kConsumerRegisters <= 65536 / kCtasPerSm,
                 "the warpgroups' registers fit the CTA's share of the register file");
   static_assert(kHeadDim == 32 || kHeadDim == 64 || kHeadDim == 128,

@@ -73,6 +73,10 @@ std::string invalid_reason(const tune::Config& config, const tune::ProblemSpec& 
     return std::string("policy ") + fmha_policy_name(policy_of(config)) + "; mask " +
            std::string(tune::mask_name(spec.mask)) + " runs on policy " + fmha_policy_name(wanted);
   }
+  if (spec.mask == MaskKind::neighborhood && kernel != nullptr && !fmha_config_serves_neighborhoods(kernel->config)) {
+    return "query tiles of " + std::to_string(kernel->config.block_m) +
+           " rows: neighborhood masks need tiles of a power of two rows";
+  }
   return "";
 }
 
@@ -153,6 +157,22 @@ const FmhaKernel* hopper_two_cta_default(const FmhaKernel& fallback, const tune:
     return prefers_two_ctas_per_sm(spec, fallback.config, k.config) ? &k : &fallback;
   }
   return &fallback;
+}
+
+// The Hopper kernels of 192 query rows (three consumer warpgroups taking turns, up to D 64, dense and causal masks)
+// run a visited (query tile, KV tile) pair's rows at 0.78-0.89 of the 128-row kernel's cost per row (H200, bf16,
+// D 64, forward, two rounds: dense S 512 / 1024 / 2048 at 0.87 / 0.83 / 0.89, causal 0.78 / 0.80 / 0.84; docs/perf.md):
+// with three warpgroups each one's softmax hides behind two others' products instead of one. Their tiles pad the
+// sequence and the causal diagonal more, which the visited work counts.
+inline constexpr double kThreeConsumerGroupsRowCost = 0.85;
+
+// The Hopper kernel of 192 query rows that can stand in for `fallback`, or nullptr.
+const FmhaKernel* hopper_kernel_of_192_rows(const FmhaKernel& fallback, const FmhaDevice& device) {
+  if (fallback.config.architecture != 90) return nullptr;
+  for (const auto& k : fmha_forward_kernels()) {
+    if (k.config.architecture == 90 && k.config.block_m == 192 && runs_the_same_calls(k, fallback, device)) return &k;
+  }
+  return nullptr;
 }
 
 }  // namespace
@@ -237,10 +257,31 @@ double fmha_forward_tile_efficiency(const FmhaConfig& config) {
   return config.block_m / config.warps >= 32 ? 1.0 : 0.82;
 }
 
+namespace {
+
+// Visited work: padded (query tile, KV tile) pairs times their products' FLOPs.
+double visited_work(const FmhaConfig& config, const tune::ProblemSpec& spec) {
+  const tune::TileWork work = fmha_forward_tile_work(config, spec);
+  return static_cast<double>(work.tiles) * work.flops_per_tile;
+}
+
+// Dense and causal masks: the kernel of 192 query rows where its visited work, at its lower cost per row, is less
+// than the default kernel's; the default otherwise (and whenever ATTNKIT_FMHA_CONFIG names a kernel).
+const FmhaKernel* flat_default(const FmhaKernel& fallback, const tune::ProblemSpec& spec, const FmhaDevice& device) {
+  const FmhaKernel* rows_192 = hopper_kernel_of_192_rows(fallback, device);
+  if (rows_192 == nullptr || forced_config_name(kForcedForwardConfigVariable) != nullptr) return &fallback;
+  const double cost_192 = visited_work(rows_192->config, spec) * kThreeConsumerGroupsRowCost;
+  return cost_192 < visited_work(fallback.config, spec) ? rows_192 : &fallback;
+}
+
+}  // namespace
+
 const FmhaKernel* fmha_forward_default_for(const tune::ProblemSpec& spec, const FmhaDevice& device) {
   const FmhaKernel* fallback =
       fmha_default_kernel(spec.dtype, spec.head_dim, spec.head_dim_v, fmha_policy_for(spec.mask), device);
-  if (fallback == nullptr || spec.mask != MaskKind::neighborhood) return fallback;
+  if (fallback == nullptr) return nullptr;
+  if (spec.mask == MaskKind::none || spec.mask == MaskKind::causal) return flat_default(*fallback, spec, device);
+  if (spec.mask != MaskKind::neighborhood) return fallback;
   if (fallback->config.architecture == 90) {
     const FmhaKernel* rows_64 = hopper_kernel_of_64_rows(*fallback, device);
     if (rows_64 != nullptr && prefers_query_tiles_of_64_rows(spec, fallback->config.head_dim)) return rows_64;
@@ -262,7 +303,10 @@ const FmhaKernel* fmha_forward_default_for(const tune::ProblemSpec& spec, const 
   double best_cost = weighted_work(fallback->config);
   for (const auto& k : fmha_forward_kernels()) {
     // The Hopper kernels of 64 query rows run the windows prefers_query_tiles_of_64_rows names, none larger.
-    if (&k == fallback || !runs_the_same_calls(k, *fallback, device) || is_hopper_kernel_of_64_rows(k.config)) continue;
+    if (&k == fallback || !runs_the_same_calls(k, *fallback, device) || is_hopper_kernel_of_64_rows(k.config) ||
+        !fmha_config_serves_neighborhoods(k.config)) {
+      continue;
+    }
     const double cost = weighted_work(k.config);
     if (cost < best_cost) {
       best = &k;

@@ -28,7 +28,7 @@
 # 128 are an alternative the tuner chooses among (+18 % on na2d 64x64 K13, -18 % on dense, H100;
 # docs/perf.md). The dev set keeps head dims 64 and 128 with their default tiles, and the Hopper bf16
 # forward and backward at head dim 32 (NAT-style layers). The Hopper rows have a producer warpgroup and one
-# consumer warpgroup per 64 query rows (forward: 192, 128 or 64 rows; 192 only for dense and causal masks) or one
+# consumer warpgroup per 64 query rows (forward: 192, 128 or 64 rows; 192 for dense, causal and 1-D windows) or one
 # MMA warpgroup per 64 keys (backward: 128 or 64 keys); the rows of 64 and 192 are alternatives the default rules
 # pick (docs/tuner.md); the portable backward runs 64 x 64 x 4 warps for both widths (wider heads are refused with
 # the list of widths).

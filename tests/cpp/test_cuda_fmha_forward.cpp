@@ -127,7 +127,8 @@ std::vector<std::string> configs_for(const Case& c) {
   for (const auto& k : cuda::fmha::fmha_forward_kernels()) {
     if (k.config.dtype == c.dtype && k.config.head_dim == width && k.config.policy == policy &&
         cuda::fmha::fmha_config_fits(k.config, device) &&
-        (c.mask.kind != MaskKind::neighborhood || cuda::fmha::fmha_config_serves_neighborhoods(k.config))) {
+        (c.mask.kind != MaskKind::neighborhood ||
+         cuda::fmha::fmha_config_serves_neighborhood(k.config, static_cast<int64_t>(c.tokens_q.size())))) {
       names.push_back(cuda::fmha::fmha_config_name(k.config));
     }
   }
@@ -627,11 +628,12 @@ TEST_F(CudaFmhaForward, SeveralHeadsPerCtaMatchTheOracle) {
   }
 }
 
-// The Hopper kernels of 192 query rows (three consumer warpgroups taking turns; dense and causal masks, D <= 64):
-// sequences of several tiles that end inside one (the last tile's second or third warpgroup without rows), causal
-// masks of both alignments whose tiles start mid-KV-tile, query rows without keys, several heads per CTA, and a
-// query side whose strides do not collapse (cp.async, decomposed tokens). Every case runs every compiled box
-// config of its width, the 192-row ones among them (configs_for).
+// The Hopper kernels of 192 query rows (three consumer warpgroups taking turns; dense, causal and 1-D neighborhood
+// masks, D <= 64): sequences of several tiles that end inside one (the last tile's second or third warpgroup without
+// rows), causal masks of both alignments whose tiles start mid-KV-tile, query rows without keys, 1-D windows (a
+// dilated causal one over groups of unequal size), several heads per CTA, and a query side whose strides do not
+// collapse (cp.async, decomposed tokens). Every case runs every compiled box config of its width, the 192-row ones
+// among them (configs_for).
 TEST_F(CudaFmhaForward, QueryTilesOf192RowsMatchTheOracle) {
   bool any = false;
   for (const auto& k : cuda::fmha::fmha_forward_kernels()) any = any || k.config.block_m == 192;
@@ -652,6 +654,12 @@ TEST_F(CudaFmhaForward, QueryTilesOf192RowsMatchTheOracle) {
     c.tokens_q = {700};
     c.tokens_kv = {500};  // the first 200 rows see no key
     c.mask = causal_mask(CausalAlignment::bottom_right);
+    run_both_dtypes(c, seed++);
+    c.tokens_q = c.tokens_kv = {901};  // 1-D windows: dilation groups of 451 and 450 tokens, causal
+    c.mask = neighborhood({nd(129, 2, 1, true)});
+    run_both_dtypes(c, seed++);
+    c.tokens_q = c.tokens_kv = {1000};
+    c.mask = neighborhood({nd(255)});
     run_both_dtypes(c, seed++);
   }
   Case c;
@@ -1081,24 +1089,6 @@ TEST_F(CudaFmhaForward, QueryTilesOf192RowsOnASmallProblemForSanitizers) {
   c.tokens_q = c.tokens_kv = {400};
   c.mask = causal_mask();
   run_case(c, 750);
-}
-
-// A neighborhood mask forced onto a kernel of 192 query rows is refused, naming what those kernels serve.
-TEST_F(CudaFmhaForward, NeighborhoodOnAKernelOf192RowsIsRefusedNamingTheMasksItServes) {
-  const cuda::fmha::FmhaKernel* kernel = nullptr;
-  for (const auto& k : cuda::fmha::fmha_forward_kernels()) {
-    if (k.config.block_m == 192 && k.config.dtype == DType::bf16) kernel = &k;
-  }
-  if (kernel == nullptr) GTEST_SKIP() << "no bf16 kernel of 192 query rows in this build";
-  Case c;
-  c.dtype = DType::bf16;
-  c.tokens_q = c.tokens_kv = {300};
-  c.mask = neighborhood({nd(31)});
-  const test::ScopedEnvironment forced("ATTNKIT_FMHA_CONFIG", cuda::fmha::fmha_config_name(kernel->config));
-  std::string message;
-  EXPECT_EQ(status_of_run(c, &message), Status::unsupported);
-  EXPECT_NE(message.find("192 rows serve dense and causal masks"), std::string::npos) << message;
-  EXPECT_NE(message.find("power of two"), std::string::npos) << message;
 }
 
 // --- timing (disabled by default) --------------------------------------------------------------

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "attnkit/attention.hpp"
+#include "attnkit/error.hpp"
 
 #if defined(ATTNKIT_WITH_CUDA)
 #include "core/attention_shape.hpp"
@@ -492,7 +493,8 @@ TEST_P(FmhaLaunchRebind, AForwardLaunchReboundToAnotherProblemEqualsTheLaunchMad
     for (const FmhaKernel& kernel : cuda::fmha::fmha_forward_kernels()) {
       if (kernel.config.dtype != c.dtype || kernel.config.policy != policy ||
           kernel.config.head_dim < std::max(shape.head_dim, shape.head_dim_v) ||
-          (c.mask.kind == MaskKind::neighborhood && !cuda::fmha::fmha_config_serves_neighborhoods(kernel.config))) {
+          (c.mask.kind == MaskKind::neighborhood &&
+           !cuda::fmha::fmha_config_serves_neighborhood(kernel.config, shape.token_dims))) {
         continue;
       }
       SCOPED_TRACE(cuda::fmha::fmha_config_name(kernel.config) + (with_lse ? " with lse" : " without lse"));
@@ -579,6 +581,43 @@ TEST(FmhaLaunchMaskSlices, StrideZeroBatchAndHeadDimensionsOfAMaskBuildOneSetOfT
       EXPECT_GT(checked, 0) << "no f16 head-dim-64 tile-list kernel in this build";
     }
   }
+}
+
+// The kernels of 192 query rows: a 1-D window (dilated: groups of 101 and 100 tokens) is made into tiles of 192 rows
+// per dilation group in boxes of 256; a neighborhood of two dimensions is refused when its launch is made (a kernel
+// named by ATTNKIT_FMHA_CONFIG or a tuner cache), naming what those kernels serve.
+TEST(FmhaLaunchTiles, KernelsOf192QueryRowsServe1DWindowsAndRefuseWindowsOfMoreDimensions) {
+  int checked = 0;
+  for (const FmhaKernel& kernel : cuda::fmha::fmha_forward_kernels()) {
+    if (kernel.config.block_m != 192 || kernel.config.dtype != DType::f16) continue;
+    LaunchCase one_d{"OneDimension"};
+    one_d.tokens = {201};
+    one_d.mask = neighborhood_mask({65}, {2});
+    const AttentionForward forward = forward_of(make_problem(one_d, kBaseA), true);
+    const detail::AttentionShape shape = detail::describe_attention(forward.q, forward.k, forward.v, forward.scale);
+    const FmhaLaunch launch = cuda::fmha::make_forward_launch(forward, shape, kernel.config);
+    EXPECT_EQ(launch.params.q_tiles[0], 1) << "101 tokens a group: one tile of 192 rows";
+    EXPECT_EQ(launch.params.total_q_tiles, 2) << "one tile in each of two dilation groups";
+    EXPECT_EQ(launch.params.q_space.box_log2[0], 8);
+
+    LaunchCase two_d{"TwoDimensions"};
+    two_d.tokens = {20, 30};
+    two_d.mask = neighborhood_mask({7, 7});
+    const AttentionForward window = forward_of(make_problem(two_d, kBaseA), true);
+    const detail::AttentionShape window_shape = detail::describe_attention(window.q, window.k, window.v, window.scale);
+    try {
+      (void)cuda::fmha::make_forward_launch(window, window_shape, kernel.config);
+      ADD_FAILURE() << "a 2-D neighborhood on " << cuda::fmha::fmha_config_name(kernel.config) << " was not refused";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::unsupported);
+      const std::string message = e.what();
+      EXPECT_NE(message.find("192 rows serve dense, causal and 1-D neighborhood masks"), std::string::npos) << message;
+      EXPECT_NE(message.find("over 2 dimensions"), std::string::npos) << message;
+      EXPECT_NE(message.find("power of two"), std::string::npos) << message;
+    }
+    ++checked;
+  }
+  if (checked == 0) GTEST_SKIP() << "this build compiles no f16 kernel of 192 query rows (sm_90a kernels not built)";
 }
 
 INSTANTIATE_TEST_SUITE_P(Masks, FmhaLaunchRebind, ::testing::ValuesIn(launch_cases()),

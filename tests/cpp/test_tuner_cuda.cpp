@@ -363,13 +363,17 @@ TEST(TunerCuda, HopperD64DenseAndCausalDefaultToTheKernelOf192RowsWhereItsVisite
   for (const int64_t tokens : {2048, 4096, 8192}) {
     EXPECT_EQ(hopper_default_of(dense_spec(DType::bf16, 64, tokens, MaskKind::causal)), rows_192_name) << tokens;
   }
-  EXPECT_NE(hopper_default_of(na1d_spec(64, 4096, false)), rows_192_name) << "na1d K4096";
+  // 1-D windows beyond 2048 keys (those up to it run on the 64-row kernel), causal or not.
+  EXPECT_EQ(hopper_default_of(na1d_spec(64, 4096, false)), rows_192_name) << "na1d K4096";
+  EXPECT_EQ(hopper_default_of(na1d_spec(64, 2049, true)), rows_192_name) << "na1d K2049 causal";
+  EXPECT_NE(hopper_default_of(na1d_spec(64, 2048, false)), rows_192_name) << "na1d K2048";
   EXPECT_NE(hopper_default_of(dense_spec(DType::bf16, 128, 8192, MaskKind::none)), rows_192_name) << "D 128";
   const test::ScopedEnvironment forced("ATTNKIT_FMHA_CONFIG", rows_128_name);
   EXPECT_EQ(hopper_default_of(dense_spec(DType::bf16, 64, 8192, MaskKind::none)), rows_128_name) << "forced";
-  // The tuner's space refuses the 192-row kernels for neighborhood masks.
+  // The tuner's space refuses the 192-row kernels for neighborhoods of more than one dimension.
   const tune::ConfigSpace space = fmha_forward_space();
-  const tune::ProblemSpec window = na1d_spec(64, 256, false);
+  tune::ProblemSpec window = na2d_spec(28, 7);
+  window.head_dim = window.head_dim_v = 64;
   for (const tune::Config& config : space.configs) {
     if (config.id != rows_192_name) continue;
     const std::string reason = space.invalid_reason(config, window, tune::cuda_device_limits(90, 132));
@@ -382,8 +386,11 @@ TEST(TunerCuda, HopperD64WindowsBeyond2048KeysOfOneAndTwoDimensionsDefaultToTheK
   if (two_ctas == nullptr) GTEST_SKIP() << "this build compiles no Hopper bf16 D64 kernel of two CTAs per SM";
   const std::string two_cta_name = cuda::fmha::fmha_config_name(two_ctas->config);
   EXPECT_EQ(hopper_default_of(window_stage_spec(WindowStage{96, 47, 1, 2, 8}, 64)), two_cta_name) << "na2d 96^2 K47";
-  EXPECT_EQ(hopper_default_of(na1d_spec(64, 4096, false)), two_cta_name) << "na1d K4096";
-  EXPECT_EQ(hopper_default_of(na1d_spec(64, 4096, true)), two_cta_name) << "na1d K4096 causal";
+  // 1-D windows take the kernel of 192 query rows where the build has one.
+  const cuda::fmha::FmhaKernel* rows_192 = hopper_box_kernel(DType::bf16, 64, 192, 1);
+  const std::string one_d = rows_192 != nullptr ? cuda::fmha::fmha_config_name(rows_192->config) : two_cta_name;
+  EXPECT_EQ(hopper_default_of(na1d_spec(64, 4096, false)), one_d) << "na1d K4096";
+  EXPECT_EQ(hopper_default_of(na1d_spec(64, 4096, true)), one_d) << "na1d K4096 causal";
   // 3-D windows keep the one-CTA kernel of 128-key tiles, also where the 64-key boxes keep the query boxes.
   const std::string video_choice = hopper_default_of(na3d_spec(64, {16, 64, 64}, {9, 15, 17}));
   EXPECT_NE(video_choice, two_cta_name);

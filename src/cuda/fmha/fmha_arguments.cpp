@@ -58,6 +58,7 @@ FmhaLaunch make_forward_launch(const AttentionForward& problem, const detail::At
   FmhaParams& p = launch.params;
   const int block_m_log2 = log2_exact(config.block_m);
   const int block_n_log2 = log2_exact(config.block_n);
+  const bool power_of_two_rows = (config.block_m & (config.block_m - 1)) == 0;
   p.q = address_of(problem.q, shape.token_dims);
   p.o = address_of(problem.out, shape.token_dims);
   if (problem.lse.defined()) p.lse = address_of(problem.lse, shape.token_dims);
@@ -72,10 +73,12 @@ FmhaLaunch make_forward_launch(const AttentionForward& problem, const detail::At
 
   const AttentionMask& mask = problem.mask;
   if (mask.kind == MaskKind::neighborhood) {
-    if (!fmha_config_serves_neighborhoods(config)) {
+    if (!fmha_config_serves_neighborhood(config, shape.token_dims)) {
       unsupported("kernel " + fmha_config_name(config) + ": query tiles of " + std::to_string(config.block_m) +
-                  " rows serve dense and causal masks; a neighborhood mask needs a kernel whose query tiles are a "
-                  "power of two rows (unset ATTNKIT_FMHA_CONFIG or name another kernel)");
+                  " rows serve dense, causal and 1-D neighborhood masks; a neighborhood over " +
+                  std::to_string(shape.token_dims) +
+                  " dimensions needs a kernel whose query tiles are a power of two rows (unset ATTNKIT_FMHA_CONFIG "
+                  "or name another kernel)");
     }
     const BoxGeometry geometry = neighborhood_geometry(shape.token_dims, mask.neighborhood, shape.tokens);
     // BoxPolicy starts KV tiles at the window's first key: shapes scored by the tiles it will visit.
@@ -90,7 +93,9 @@ FmhaLaunch make_forward_launch(const AttentionForward& problem, const detail::At
         p.dilation[d] = static_cast<int32_t>(geometry.dilation[d]);
         p.rule[d] = geometry.rule[d];
         const int64_t group_size = ceil_div(shape.tokens[d], geometry.dilation[d]);
-        p.q_tiles[d] = static_cast<int32_t>(ceil_div(group_size, int64_t{1} << shapes.q_log2[d]));
+        // Query tiles of a power of two rows are the boxes; others (1-D only) hold the first block_m of theirs.
+        const int64_t tile_rows = power_of_two_rows ? int64_t{1} << shapes.q_log2[d] : config.block_m;
+        p.q_tiles[d] = static_cast<int32_t>(ceil_div(group_size, tile_rows));
       }
     }
     set_box_shifts(p.q_space);

@@ -80,9 +80,10 @@ bool fmha_architecture_runs_on(int architecture, int capability);
 // memory fits the opt-in maximum per block.
 bool fmha_config_fits(const FmhaConfig& config, const FmhaDevice& device);
 
-// Whether a config's tiles can be neighborhood boxes: query and key tiles of a power of two rows (the Hopper
-// 192-row kernels serve dense and causal masks only).
-bool fmha_config_serves_neighborhoods(const FmhaConfig& config);
+// Whether a config's tiles can be the boxes of a neighborhood over `token_dims` dimensions: query and key tiles of a
+// power of two rows serve every neighborhood; the Hopper kernels of 192 query rows serve 1-D ones (a flat query side,
+// as for dense and causal masks).
+bool fmha_config_serves_neighborhood(const FmhaConfig& config, int64_t token_dims);
 
 // Environment variables that force a registry entry by name (benchmarks, config sweeps, tests); the
 // selection bypasses the tuner while one is set.

@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm)
   }
   fmha::CtaTile cta = fmha::resolve_cta(p);
   if constexpr (!Traits::kPowerOfTwoRows) {
-    // A flat query side (dense or causal masks; the host refuses others): tile t starts at row t * BlockM, its
+    // A flat query side (dense, causal, 1-D windows; the host refuses others): tile t starts at row t * BlockM, its
     // box of 2^box_log2 >= BlockM rows maps row r to token first + r.
     cta.q.index[0] = cta.q_tile[0] * Traits::kBlockM;
     cta.valid = cta.q.index[0] < cta.n_q[0];

@@ -2,15 +2,15 @@
 // compiled head dim, tile sizes, the warpgroup MMAs, the shared-memory layouts and the shared storage.
 //
 // A CTA has a producer warpgroup (loads) and one consumer warpgroup per 64 of its BlockM = 192, 128 or 64 query
-// rows (192: three consumer warpgroups taking turns, up to D 64, for dense and causal masks; its query tiles are
-// not a power of two, which box masks need). Q*K^T is a wgmma with both operands in shared memory (K-major, swizzled);
-// P*V takes P from registers and V from shared memory, read MN-major (V's rows are keys, its contiguous columns the
-// head dim). Rows are stored in chunks of min(D, 64) columns: 128-byte swizzled chunks of 64 columns at D 64 and 128,
-// one 64-byte swizzled chunk at D 32 (what one TMA box writes with the same swizzle). K and V have kStages buffers
-// each. The mask policies of the portable tier are reused unchanged through PolicyTraits: the thread -> (row, column)
-// map of a consumer warpgroup's m64nN wgmma accumulator is the one of an 8-warp mma.sync tile of 128 x BlockN (warp w
-// holds rows 16w + lane/4 (+8), columns 8j + 2 (lane % 4) (+1)), so masks, tile-list bits and their preprocessing are
-// shared.
+// rows (192: three consumer warpgroups taking turns, up to D 64, for dense, causal and 1-D neighborhood masks; its
+// query tiles are not a power of two, which boxes of several dimensions need). Q*K^T is a wgmma with both operands in
+// shared memory (K-major, swizzled); P*V takes P from registers and V from shared memory, read MN-major (V's rows are
+// keys, its contiguous columns the head dim). Rows are stored in chunks of min(D, 64) columns: 128-byte swizzled chunks
+// of 64 columns at D 64 and 128, one 64-byte swizzled chunk at D 32 (what one TMA box writes with the same swizzle). K
+// and V have kStages buffers each. The mask policies of the portable tier are reused unchanged through PolicyTraits:
+// the thread -> (row, column) map of a consumer warpgroup's m64nN wgmma accumulator is the one of an 8-warp mma.sync
+// tile of 128 x BlockN (warp w holds rows 16w + lane/4 (+8), columns 8j + 2 (lane % 4) (+1)), so masks, tile-list bits
+// and their preprocessing are shared.
 #pragma once
 #include <cutlass/numeric_types.h>
 #include <cute/arch/mma_sm90.hpp>

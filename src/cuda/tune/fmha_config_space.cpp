@@ -73,9 +73,10 @@ std::string invalid_reason(const tune::Config& config, const tune::ProblemSpec& 
     return std::string("policy ") + fmha_policy_name(policy_of(config)) + "; mask " +
            std::string(tune::mask_name(spec.mask)) + " runs on policy " + fmha_policy_name(wanted);
   }
-  if (spec.mask == MaskKind::neighborhood && kernel != nullptr && !fmha_config_serves_neighborhoods(kernel->config)) {
-    return "query tiles of " + std::to_string(kernel->config.block_m) +
-           " rows: neighborhood masks need tiles of a power of two rows";
+  if (spec.mask == MaskKind::neighborhood && kernel != nullptr &&
+      !fmha_config_serves_neighborhood(kernel->config, spec.token_dims)) {
+    return "query tiles of " + std::to_string(kernel->config.block_m) + " rows: a neighborhood over " +
+           std::to_string(spec.token_dims) + " dimensions needs tiles of a power of two rows";
   }
   return "";
 }
@@ -159,7 +160,7 @@ const FmhaKernel* hopper_two_cta_default(const FmhaKernel& fallback, const tune:
   return &fallback;
 }
 
-// The Hopper kernels of 192 query rows (three consumer warpgroups taking turns, up to D 64, dense and causal masks)
+// The Hopper kernels of 192 query rows (three consumer warpgroups taking turns, up to D 64; dense, causal, 1-D windows)
 // run a visited (query tile, KV tile) pair's rows at 0.78-0.89 of the 128-row kernel's cost per row (H200, bf16,
 // D 64, forward, two rounds: dense S 512 / 1024 / 2048 at 0.87 / 0.83 / 0.89, causal 0.78 / 0.80 / 0.84; docs/perf.md):
 // with three warpgroups each one's softmax hides behind two others' products instead of one. Their tiles pad the
@@ -178,7 +179,10 @@ const FmhaKernel* hopper_kernel_of_192_rows(const FmhaKernel& fallback, const Fm
 }  // namespace
 
 tune::TileWork fmha_forward_tile_work(const FmhaConfig& config, const tune::ProblemSpec& spec) {
-  if (spec.mask != MaskKind::neighborhood) return tune::attention_tile_work(spec, config.block_m, config.block_n);
+  // Flat query tiles: dense and causal masks, and 1-D windows on tiles whose rows are not a power of two.
+  if (spec.mask != MaskKind::neighborhood || (config.block_m & (config.block_m - 1)) != 0) {
+    return tune::attention_tile_work(spec, config.block_m, config.block_n);
+  }
   const BoxGeometry geometry = neighborhood_geometry(spec.token_dims, spec.neighborhood, spec.tokens);
   // The forward kernels start KV tiles at the window's first key (BoxPolicy): the launch's shapes and visits.
   const BoxShapes shapes =
@@ -285,6 +289,13 @@ const FmhaKernel* fmha_forward_default_for(const tune::ProblemSpec& spec, const 
   if (fallback->config.architecture == 90) {
     const FmhaKernel* rows_64 = hopper_kernel_of_64_rows(*fallback, device);
     if (rows_64 != nullptr && prefers_query_tiles_of_64_rows(spec, fallback->config.head_dim)) return rows_64;
+    // 1-D windows beyond them run as banded dense attention on the kernel of 192 query rows where one is compiled
+    // (D 64): L8192 K4096 D64 B4 H16 12-15 % faster than on the two-CTA kernel, causal or not, L16384 K2049 7 %
+    // (H200; it was 4-60 % slower on windows of 64-1024 keys, where the 64-row kernel runs; docs/perf.md).
+    const FmhaKernel* rows_192 = hopper_kernel_of_192_rows(*fallback, device);
+    if (rows_192 != nullptr && spec.token_dims == 1 && forced_config_name(kForcedForwardConfigVariable) == nullptr) {
+      return rows_192;
+    }
     // The Hopper kernels up to head dim 64 run several heads per CTA (TMA path, dilated grids included), which
     // amortises the per-CTA cost the visited-work count below does not see: on an H100 the D 64 kernel beat the
     // portable 128 x 64 tile on every small window measured, 10-35 %, also where that tile visits half the keys
@@ -304,7 +315,7 @@ const FmhaKernel* fmha_forward_default_for(const tune::ProblemSpec& spec, const 
   for (const auto& k : fmha_forward_kernels()) {
     // The Hopper kernels of 64 query rows run the windows prefers_query_tiles_of_64_rows names, none larger.
     if (&k == fallback || !runs_the_same_calls(k, *fallback, device) || is_hopper_kernel_of_64_rows(k.config) ||
-        !fmha_config_serves_neighborhoods(k.config)) {
+        !fmha_config_serves_neighborhood(k.config, spec.token_dims)) {
       continue;
     }
     const double cost = weighted_work(k.config);

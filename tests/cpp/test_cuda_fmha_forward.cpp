@@ -1023,11 +1023,14 @@ TEST_F(CudaFmhaForward, ElementMaskWithWholeSixteenByteRows) {
 // --- what the CUDA kernels refuse --------------------------------------------------------------
 
 Status status_of_run(const Case& c, std::string* message) {
-  TestTensor q = TestTensor::make(c.dtype, concat(c.batch, c.tokens_q, {c.heads_q, c.head_dim}), {0, 0, 0, 0});
-  TestTensor k = TestTensor::make(c.dtype, concat(c.batch, c.tokens_kv, {c.heads_kv, c.head_dim}), {0, 0, 0, 0});
-  TestTensor v = TestTensor::make(c.dtype, concat(c.batch, c.tokens_kv, {c.heads_kv, c.head_dim_v}),
-                                  {0, 0, 0, c.layout == Layout::padded_heads ? 4 : 0});
-  TestTensor out = TestTensor::make(c.dtype, concat(c.batch, c.tokens_q, {c.heads_q, c.head_dim_v}), {0, 0, 0, 0});
+  const std::vector<int64_t> no_padding_q(c.tokens_q.size() + 3, 0);
+  const std::vector<int64_t> no_padding_kv(c.tokens_kv.size() + 3, 0);
+  std::vector<int64_t> padding_v = no_padding_kv;
+  if (c.layout == Layout::padded_heads) padding_v.back() = 4;
+  TestTensor q = TestTensor::make(c.dtype, concat(c.batch, c.tokens_q, {c.heads_q, c.head_dim}), no_padding_q);
+  TestTensor k = TestTensor::make(c.dtype, concat(c.batch, c.tokens_kv, {c.heads_kv, c.head_dim}), no_padding_kv);
+  TestTensor v = TestTensor::make(c.dtype, concat(c.batch, c.tokens_kv, {c.heads_kv, c.head_dim_v}), padding_v);
+  TestTensor out = TestTensor::make(c.dtype, concat(c.batch, c.tokens_q, {c.heads_q, c.head_dim_v}), no_padding_q);
   AttentionForward p;
   p.q = q.device;
   p.k = k.device;

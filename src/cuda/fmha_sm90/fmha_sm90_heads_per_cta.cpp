@@ -23,7 +23,7 @@ constexpr int kMaxHeadsPerCta = 8;
 // would leave a longer tail, so they pair at most two heads. So do the forward's causal neighborhoods of heads
 // longer than kUnequalKvTilesPerHead KV tiles (the first queries see fewer keys): na1d causal L8192 K4096 D64 B4
 // H16 ran 1.43 ms with the eight heads a CTA the wave model picks, 1.19 with two, 1.17 with one (H200; causal K256
-// and K64, about four KV tiles a head, were 8-17 % faster with four heads than with two).
+// and K64, about four KV tiles a head, were 7-10 % faster with four heads than with two).
 constexpr int kMaxHeadsPerCtaWithPrefix = 2;
 constexpr double kUnequalKvTilesPerHead = 16.0;
 constexpr int kDefaultCtaSlots = 132;

@@ -9,7 +9,6 @@
 // aligned C), bounded by the problem's M and N, and meets at the barrier again before the tile is reused. The
 // warp groups never wait for each other. Shared memory: TileM x (TileN + 16 bytes) 16-bit values.
 #pragma once
-#include <cstddef>
 #include <cstdint>
 
 #include "cute/tensor.hpp"
@@ -38,13 +37,8 @@ class StagedRowEpilogue {
   struct SharedStorage {
     alignas(128) Element tile[kTileM * kPitch];
   };
-  using TensorStorage = SharedStorage;
-  using ElementC = Element;
-  using ElementD = Element;
   using StrideC = cute::Stride<int64_t, cute::Int<1>, int64_t>;  // C row-major: (row, 1, batch)
   using StrideD = StrideC;
-  using GmemTiledCopyC = void;
-  using GmemTiledCopyD = void;
 
   struct Scalars {
     float alpha = 1.0f;
@@ -64,23 +58,12 @@ class StagedRowEpilogue {
     return args;
   }
   template <class ProblemShape>
-  static size_t get_workspace_size(const ProblemShape&, const Arguments&) {
-    return 0;
-  }
-  template <class ProblemShape>
-  static cutlass::Status initialize_workspace(const ProblemShape&, const Arguments&, void*, cudaStream_t,
-                                              cutlass::CudaHostAdapter* = nullptr) {
-    return cutlass::Status::kSuccess;
-  }
-  template <class ProblemShape>
   static bool can_implement(const ProblemShape&, const Arguments&) {
     return true;
   }
 
   CUTLASS_HOST_DEVICE explicit StagedRowEpilogue(const Params& params, const SharedStorage& = SharedStorage())
       : params_(params) {}
-
-  CUTLASS_DEVICE bool is_source_needed() const { return params_.thread.beta != 0.0f; }
 
   template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine, class FrgLayout,
             class TiledMma, class ResidueMNK>

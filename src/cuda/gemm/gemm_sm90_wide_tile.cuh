@@ -81,28 +81,30 @@ class WideTileGemmKernel {
     int ctas = 0;
   };
 
+  // Output tiles along M (mode 0) or N (mode 1) of a problem.
+  template <int Mode>
+  static int64_t tiles_along(const ProblemShape& problem) {
+    constexpr int64_t kTile = cute::size<Mode>(TileShape{});
+    return (int64_t{cute::get<Mode>(problem)} + kTile - 1) / kTile;
+  }
+
   static Params to_underlying_arguments(const Arguments& args, void* workspace) {
     Params params;
     params.problem_shape = args.problem_shape;
     params.mainloop = Mainloop::to_underlying_arguments(args.problem_shape, args.mainloop, workspace);
     params.epilogue = Epilogue::to_underlying_arguments(args.problem_shape, args.epilogue, workspace);
-    const int m = cute::get<0>(args.problem_shape), n = cute::get<1>(args.problem_shape);
-    const int batch = cute::get<3>(args.problem_shape);
-    params.tiles_m = (m + cute::size<0>(TileShape{}) - 1) / cute::size<0>(TileShape{});
-    params.tiles_n = (n + cute::size<1>(TileShape{}) - 1) / cute::size<1>(TileShape{});
-    params.tiles = params.tiles_m * params.tiles_n * batch;
+    params.tiles_m = static_cast<int>(tiles_along<0>(args.problem_shape));
+    params.tiles_n = static_cast<int>(tiles_along<1>(args.problem_shape));
+    params.tiles = params.tiles_m * params.tiles_n * cute::get<3>(args.problem_shape);
     const int multiprocessors = args.hw_info.sm_count > 0 ? args.hw_info.sm_count : 1;
     params.ctas = params.tiles < multiprocessors ? params.tiles : multiprocessors;
     return params;
   }
 
   static bool can_implement(const Arguments& args) {
-    const int64_t tiles_m =
-        (int64_t{cute::get<0>(args.problem_shape)} + cute::size<0>(TileShape{}) - 1) / cute::size<0>(TileShape{});
-    const int64_t tiles_n =
-        (int64_t{cute::get<1>(args.problem_shape)} + cute::size<1>(TileShape{}) - 1) / cute::size<1>(TileShape{});
     return args.mode == cutlass::gemm::GemmUniversalMode::kGemm &&
-           tiles_m * tiles_n * cute::get<3>(args.problem_shape) <= INT32_MAX &&
+           tiles_along<0>(args.problem_shape) * tiles_along<1>(args.problem_shape) * cute::get<3>(args.problem_shape) <=
+               INT32_MAX &&
            Mainloop::can_implement(args.problem_shape, args.mainloop) &&
            Epilogue::can_implement(args.problem_shape, args.epilogue);
   }

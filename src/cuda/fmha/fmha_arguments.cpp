@@ -58,7 +58,7 @@ FmhaLaunch make_forward_launch(const AttentionForward& problem, const detail::At
   FmhaParams& p = launch.params;
   const int block_m_log2 = log2_exact(config.block_m);
   const int block_n_log2 = log2_exact(config.block_n);
-  const bool power_of_two_rows = (config.block_m & (config.block_m - 1)) == 0;
+  const bool power_of_two_rows = fmha_query_tiles_are_power_of_two(config);
   p.q = address_of(problem.q, shape.token_dims);
   p.o = address_of(problem.out, shape.token_dims);
   if (problem.lse.defined()) p.lse = address_of(problem.lse, shape.token_dims);

@@ -43,9 +43,12 @@ bool fmha_config_runs_on(const FmhaConfig& config, int capability) {
   return fmha_architecture_runs_on(config.architecture, capability);
 }
 
+bool fmha_query_tiles_are_power_of_two(const FmhaConfig& config) {
+  return (config.block_m & (config.block_m - 1)) == 0;
+}
+
 bool fmha_config_serves_neighborhood(const FmhaConfig& config, int64_t token_dims) {
-  const bool power_of_two_rows = (config.block_m & (config.block_m - 1)) == 0;
-  return (config.block_n & (config.block_n - 1)) == 0 && (power_of_two_rows || token_dims == 1);
+  return (config.block_n & (config.block_n - 1)) == 0 && (fmha_query_tiles_are_power_of_two(config) || token_dims == 1);
 }
 
 bool fmha_config_fits(const FmhaConfig& config, const FmhaDevice& device) {

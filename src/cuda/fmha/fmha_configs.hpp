@@ -80,6 +80,10 @@ bool fmha_architecture_runs_on(int architecture, int capability);
 // memory fits the opt-in maximum per block.
 bool fmha_config_fits(const FmhaConfig& config, const FmhaDevice& device);
 
+// Whether a config's query tiles are a power of two rows (boxes of any shape); the Hopper kernels of 192 query
+// rows' are not.
+bool fmha_query_tiles_are_power_of_two(const FmhaConfig& config);
+
 // Whether a config's tiles can be the boxes of a neighborhood over `token_dims` dimensions: query and key tiles of a
 // power of two rows serve every neighborhood; the Hopper kernels of 192 query rows serve 1-D ones (a flat query side,
 // as for dense and causal masks).

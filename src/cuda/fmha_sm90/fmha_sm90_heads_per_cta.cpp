@@ -81,9 +81,10 @@ double kv_tiles_per_head(const fmha::FmhaParams& p) {
   return static_cast<double>(keys) / (prefix ? 2.0 : 1.0) / static_cast<double>(int64_t{1} << tile_log2);
 }
 
-// The forward's fixed cost per CTA, in heads: kFixedCostPerHead for heads of up to kFittedKvTilesPerHead tiles.
-double forward_fixed_cost(const fmha::FmhaParams& p) {
-  return kFixedCostPerHead * std::min(1.0, kFittedKvTilesPerHead / std::max(kv_tiles_per_head(p), 1.0));
+// The forward's fixed cost per CTA, in heads, for heads of `kv_tiles` KV tiles: kFixedCostPerHead up to
+// kFittedKvTilesPerHead tiles.
+double forward_fixed_cost(double kv_tiles) {
+  return kFixedCostPerHead * std::min(1.0, kFittedKvTilesPerHead / std::max(kv_tiles, 1.0));
 }
 
 template <class Params>
@@ -137,17 +138,18 @@ int most_heads(const Params& p) {
 
 double heads_per_cta_cost(const fmha::FmhaParams& p, int heads, const CtaSlots& cta_slots) {
   return wave_cost(int64_t{p.total_q_tiles} * p.batch, p.heads_q, heads, cta_slots,
-                   partial_waves_by_fraction(p, cta_slots), forward_fixed_cost(p));
+                   partial_waves_by_fraction(p, cta_slots), forward_fixed_cost(kv_tiles_per_head(p)));
 }
 
 int choose_heads_per_cta(const fmha::FmhaParams& p, bool head_independent_tma, const CtaSlots& cta_slots) {
   if (!head_independent_tma || p.heads_q < 2) return 1;
+  const double kv_tiles = kv_tiles_per_head(p);
   int most = most_heads(p);
   bool causal_window = false;
   for (int d = 0; d < p.dims; ++d) causal_window = causal_window || p.rule[d].causal;
-  if (causal_window && kv_tiles_per_head(p) > kUnequalKvTilesPerHead) most = std::min(most, kMaxHeadsPerCtaWithPrefix);
+  if (causal_window && kv_tiles > kUnequalKvTilesPerHead) most = std::min(most, kMaxHeadsPerCtaWithPrefix);
   return cheapest_heads(int64_t{p.total_q_tiles} * p.batch, p.heads_q, most, cta_slots,
-                        partial_waves_by_fraction(p, cta_slots), forward_fixed_cost(p));
+                        partial_waves_by_fraction(p, cta_slots), forward_fixed_cost(kv_tiles));
 }
 
 int choose_backward_heads_per_cta(const fmha::FmhaBackwardParams& p, bool head_independent, const CtaSlots& cta_slots) {

@@ -136,12 +136,14 @@ bool prefers_query_tiles_of_64_rows(const tune::ProblemSpec& spec, int head_dim)
   return window_keys(spec) <= (head_dim <= 64 ? 2048 : kD128WindowKeysOf64Rows);
 }
 
-bool is_hopper_kernel_of_64_rows(const FmhaConfig& config) { return config.architecture == 90 && config.block_m == 64; }
+bool is_hopper_kernel_of_rows(const FmhaConfig& config, int rows) {
+  return config.architecture == 90 && config.block_m == rows;
+}
 
-// The Hopper kernel of 64 query rows that can stand in for `fallback`, or nullptr.
-const FmhaKernel* hopper_kernel_of_64_rows(const FmhaKernel& fallback, const FmhaDevice& device) {
+// The Hopper kernel of `rows` query rows (64, 192) that can stand in for `fallback`, or nullptr.
+const FmhaKernel* hopper_kernel_of_rows(int rows, const FmhaKernel& fallback, const FmhaDevice& device) {
   for (const auto& k : fmha_forward_kernels()) {
-    if (is_hopper_kernel_of_64_rows(k.config) && runs_the_same_calls(k, fallback, device)) return &k;
+    if (is_hopper_kernel_of_rows(k.config, rows) && runs_the_same_calls(k, fallback, device)) return &k;
   }
   return nullptr;
 }
@@ -167,20 +169,11 @@ const FmhaKernel* hopper_two_cta_default(const FmhaKernel& fallback, const tune:
 // sequence and the causal diagonal more, which the visited work counts.
 inline constexpr double kThreeConsumerGroupsRowCost = 0.85;
 
-// The Hopper kernel of 192 query rows that can stand in for `fallback`, or nullptr.
-const FmhaKernel* hopper_kernel_of_192_rows(const FmhaKernel& fallback, const FmhaDevice& device) {
-  if (fallback.config.architecture != 90) return nullptr;
-  for (const auto& k : fmha_forward_kernels()) {
-    if (k.config.architecture == 90 && k.config.block_m == 192 && runs_the_same_calls(k, fallback, device)) return &k;
-  }
-  return nullptr;
-}
-
 }  // namespace
 
 tune::TileWork fmha_forward_tile_work(const FmhaConfig& config, const tune::ProblemSpec& spec) {
   // Flat query tiles: dense and causal masks, and 1-D windows on tiles whose rows are not a power of two.
-  if (spec.mask != MaskKind::neighborhood || (config.block_m & (config.block_m - 1)) != 0) {
+  if (spec.mask != MaskKind::neighborhood || !fmha_query_tiles_are_power_of_two(config)) {
     return tune::attention_tile_work(spec, config.block_m, config.block_n);
   }
   const BoxGeometry geometry = neighborhood_geometry(spec.token_dims, spec.neighborhood, spec.tokens);
@@ -272,7 +265,7 @@ double visited_work(const FmhaConfig& config, const tune::ProblemSpec& spec) {
 // Dense and causal masks: the kernel of 192 query rows where its visited work, at its lower cost per row, is less
 // than the default kernel's; the default otherwise (and whenever ATTNKIT_FMHA_CONFIG names a kernel).
 const FmhaKernel* flat_default(const FmhaKernel& fallback, const tune::ProblemSpec& spec, const FmhaDevice& device) {
-  const FmhaKernel* rows_192 = hopper_kernel_of_192_rows(fallback, device);
+  const FmhaKernel* rows_192 = hopper_kernel_of_rows(192, fallback, device);
   if (rows_192 == nullptr || forced_config_name(kForcedForwardConfigVariable) != nullptr) return &fallback;
   const double cost_192 = visited_work(rows_192->config, spec) * kThreeConsumerGroupsRowCost;
   return cost_192 < visited_work(fallback.config, spec) ? rows_192 : &fallback;
@@ -287,12 +280,12 @@ const FmhaKernel* fmha_forward_default_for(const tune::ProblemSpec& spec, const 
   if (spec.mask == MaskKind::none || spec.mask == MaskKind::causal) return flat_default(*fallback, spec, device);
   if (spec.mask != MaskKind::neighborhood) return fallback;
   if (fallback->config.architecture == 90) {
-    const FmhaKernel* rows_64 = hopper_kernel_of_64_rows(*fallback, device);
+    const FmhaKernel* rows_64 = hopper_kernel_of_rows(64, *fallback, device);
     if (rows_64 != nullptr && prefers_query_tiles_of_64_rows(spec, fallback->config.head_dim)) return rows_64;
     // 1-D windows beyond them run as banded dense attention on the kernel of 192 query rows where one is compiled
     // (D 64): L8192 K4096 D64 B4 H16 12-15 % faster than on the two-CTA kernel, causal or not, L16384 K2049 7 %
     // (H200; it was 4-60 % slower on windows of 64-1024 keys, where the 64-row kernel runs; docs/perf.md).
-    const FmhaKernel* rows_192 = hopper_kernel_of_192_rows(*fallback, device);
+    const FmhaKernel* rows_192 = hopper_kernel_of_rows(192, *fallback, device);
     if (rows_192 != nullptr && spec.token_dims == 1 && forced_config_name(kForcedForwardConfigVariable) == nullptr) {
       return rows_192;
     }
@@ -314,7 +307,7 @@ const FmhaKernel* fmha_forward_default_for(const tune::ProblemSpec& spec, const 
   double best_cost = weighted_work(fallback->config);
   for (const auto& k : fmha_forward_kernels()) {
     // The Hopper kernels of 64 query rows run the windows prefers_query_tiles_of_64_rows names, none larger.
-    if (&k == fallback || !runs_the_same_calls(k, *fallback, device) || is_hopper_kernel_of_64_rows(k.config) ||
+    if (&k == fallback || !runs_the_same_calls(k, *fallback, device) || is_hopper_kernel_of_rows(k.config, 64) ||
         !fmha_config_serves_neighborhood(k.config, spec.token_dims)) {
       continue;
     }

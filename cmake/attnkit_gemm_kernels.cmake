@@ -71,7 +71,9 @@
 # cooperative rows of those layouts in clusters of one (grids whose 128 x 256 tiles leave the last wave mostly empty or
 # the SMs half idle: 1536^3, 3072^3, 2048 x 3072 x 3072, 3072 x 3072 x 1024; H200, docs/perf.md, session 50), 192 x 192
 # wide rows of those layouts (one wave where the 128-row tiles make 1.1 to 1.5: 1536 x 3072, 2048 x 2304, 768 x 6144,
-# 6144 x 768; the waves model picks them where their estimate is the least; docs/perf.md, session 52), the
+# 6144 x 768; the waves model picks them where their estimate is the least; docs/perf.md, session 52), 192 x 96 wide
+# rows of those layouts (one wave where 128 x 192 tiles leave a third of the SMs idle and 64 x 128 ones make two or
+# three: 1536^3, 1536 x 1536 x 4096, 768 x 3072 x 2048; docs/perf.md, session 54), the
 # stream-K and split-K rows of the two common layouts (a=k b=mn, a=k b=k; the full set adds the A MN-major
 # ones, which weight gradients of small grids use), and fp32 (tf32 and 3xtf32) on Hopper and on sm80 for those two
 # layouts (sm80: 12-20 s each); fp32 in the other layouts runs on the SIMT fallback in a dev build.
@@ -107,6 +109,10 @@ set(ATTNKIT_GEMM_KERNEL_TABLE
   "sm90  bf16    k   k   192x192x64  1x1  auto   wide     dev"
   "sm90  f16     k   mn  192x192x64  1x1  auto   wide     dev"
   "sm90  f16     k   k   192x192x64  1x1  auto   wide     dev"
+  "sm90  bf16    k   mn  192x96x64   1x1  auto   wide     dev"
+  "sm90  bf16    k   k   192x96x64   1x1  auto   wide     dev"
+  "sm90  f16     k   mn  192x96x64   1x1  auto   wide     dev"
+  "sm90  f16     k   k   192x96x64   1x1  auto   wide     dev"
   "sm90  bf16    k   mn  64x128x64   1x1  auto   pingpong dev"
   "sm90  bf16    k   k   64x128x64   1x1  auto   pingpong dev"
   "sm90  f16     k   mn  64x128x64   1x1  auto   pingpong dev"

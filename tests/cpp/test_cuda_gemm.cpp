@@ -540,12 +540,23 @@ TEST(CudaGemmSelection, WavesCostModelPicksSmallTilesForSmallGridsAnd128x256ForL
   // 1024^3: 32 tiles of 128 x 256 (a quarter-full wave) against one wave of 128 tiles of 64 x 128.
   EXPECT_LT(cuda::gemm::gemm_tile_cost(1024, 1024, 1024, 1, 64, 128, kSms),
             cuda::gemm::gemm_tile_cost(1024, 1024, 1024, 1, 128, 256, kSms));
-  // Waves: 2048^3 is one wave of 128 x 256 or four of 64 x 128 (equal work: the factor decides); a tile
-  // whose epilogue does not overlap a main loop pays kGemmEpilogueDepth more of K.
+  // Waves: 2048^3 is one wave of 128 x 256 or four 64 x 128 tiles an SM (equal work), which a ping-pong row runs as
+  // two pairs of tiles, each tile with kGemmPingPongTileDepth more of K; a tile whose epilogue does not overlap a main
+  // loop pays kGemmEpilogueDepth more of K.
   constexpr int kEpilogue = cuda::gemm::kGemmEpilogueDepth;
+  constexpr int kRamp = cuda::gemm::kGemmPingPongTileDepth;
+  const double small_efficiency = cuda::gemm::gemm_tile_efficiency(64, 128);
   EXPECT_EQ(cuda::gemm::gemm_tile_cost(2048, 2048, 2048, 1, 128, 256, kSms), 1.0 * 128 * 256 * (2048 + kEpilogue));
-  EXPECT_EQ(cuda::gemm::gemm_tile_cost(2048, 2048, 2048, 1, 64, 128, kSms, true),
-            4.0 * 64 * 128 * 2048 / cuda::gemm::gemm_tile_efficiency(64, 128));
+  EXPECT_NEAR(cuda::gemm::gemm_tile_cost(2048, 2048, 2048, 1, 64, 128, kSms, true),
+              4.0 * 64 * 128 * (2048 + kRamp) / small_efficiency, 1.0);
+  // Three tiles an SM: a pair and a lone tile; 1024^3 a lone tile. Short K: the waves and the common factor.
+  EXPECT_NEAR(cuda::gemm::gemm_tile_cost(1792, 1792, 1792, 1, 64, 128, kSms, true),
+              (2.0 / small_efficiency + 1.0 / cuda::gemm::kGemmPingPongLoneEfficiency) * 64 * 128 * (1792 + kRamp),
+              1.0);
+  EXPECT_NEAR(cuda::gemm::gemm_tile_cost(1024, 1024, 1024, 1, 64, 128, kSms, true),
+              64.0 * 128 * (1024 + kRamp) / cuda::gemm::kGemmPingPongLoneEfficiency, 1.0);
+  EXPECT_EQ(cuda::gemm::gemm_tile_cost(128, 4096, 128, 64, 64, 128, kSms, true),
+            32.0 * 64 * 128 * 128 / small_efficiency);
   EXPECT_EQ(cuda::gemm::gemm_tile_cost(128, 4096, 128, 64, 128, 256, kSms),
             8.0 * 128 * 256 * (128 + kEpilogue));  // 1024 tiles
 
@@ -563,7 +574,10 @@ TEST(CudaGemmSelection, WavesCostModelPicksSmallTilesForSmallGridsAnd128x256ForL
       EXPECT_EQ(choose(data_parallel, m, 4096, k), 1) << m << " " << k;
     }
   }
-  for (const int64_t size : {2048, 4096, 8192}) {
+  // 1792^3: 98 tiles of 128 x 256 against three 64 x 128 tiles an SM (measured 22.3 against 27.0 us, bf16, H200);
+  // 512 x 4096 x 4096: one pair of 64 x 128 tiles an SM against 32 tiles of 128 x 256.
+  EXPECT_EQ(choose(data_parallel, 512, 4096, 4096), 1);
+  for (const int64_t size : {1792, 2048, 4096, 8192}) {
     EXPECT_EQ(choose(data_parallel, size, size, size), 0) << size;
     EXPECT_EQ(choose({small, big}, size, size, size), 1) << size << ": not the table order";
   }
@@ -702,8 +716,9 @@ TEST(CudaGemmSelection, SmallGridsRunThe64x128PingPongRowsAndLargeOnesThe128x256
 // empty, where 128 x 192 tiles fill it better (H200, docs/perf.md, session 50, graph time against 128 x 256 / stream-K:
 // 1536^3 15.8 against 20.0 / 20.9 us, 3072^3 91.2 against 106.3 / 95.9, 3072 x 3072 x 1024 32.3 against 41.1 / 44.0,
 // 6144 x 3072 x 3072 176.6 against 186.9 / 187.6; 3072^3 and 6144 x 3072 x 3072 moved on to the 192 x 192 rows since,
-// GridsOfOneWaveOf192x192TilesRunTheWideRows); 2048^3 (one wave of 128 x 256, two of 128 x 192), 4096^3 and
-// 16384 x 4096 x 4096 keep 128 x 256, 1024^3 the 64 x 128 ping-pong rows.
+// GridsOfOneWaveOf192x192TilesRunTheWideRows, and 1536^3 to the 192 x 96 ones, GridsOfOneWaveOf192x96Tiles...); 2048^3
+// (one wave of 128 x 256, two of 128 x 192), 4096^3 and 16384 x 4096 x 4096 keep 128 x 256, 1024^3 the 64 x 128
+// ping-pong rows.
 TEST(CudaGemmSelection, GridsThe128x256TilesLeaveHalfIdleRunThe128x192Rows) {
   const bool has_192_rows =
       std::any_of(cuda::gemm::gemm_kernels().begin(), cuda::gemm::gemm_kernels().end(),
@@ -712,7 +727,7 @@ TEST(CudaGemmSelection, GridsThe128x256TilesLeaveHalfIdleRunThe128x192Rows) {
   EXPECT_GT(cuda::gemm::gemm_tile_efficiency(128, 256), cuda::gemm::gemm_tile_efficiency(128, 192));
   EXPECT_GT(cuda::gemm::gemm_tile_efficiency(128, 192), cuda::gemm::gemm_tile_efficiency(128, 128));
   for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3> >{
-           {1536, 1536, 1536}, {2048, 3072, 3072}, {2048, 3072, 1024}, {1536, 4096, 1536}, {3072, 3072, 1024}}) {
+           {2048, 3072, 3072}, {2048, 3072, 1024}, {1536, 4096, 1536}, {3072, 3072, 1024}}) {
     expect_16bit_rows(m, n, k, "128x192x64_c1x1_coop");
   }
   for (const auto& [m, n, k] :
@@ -726,9 +741,9 @@ TEST(CudaGemmSelection, GridsThe128x256TilesLeaveHalfIdleRunThe128x192Rows) {
 // leave a partial one (H200, docs/perf.md, session 52, graph time against the rule's earlier row: 1536 x 3072 x 1024
 // 18.1-18.5 against 21.1 us, 2048 x 2304 x 2048 29.8-31.9 against 35.8-37.0, 768 x 6144 x 4096 53.4-59.0 against
 // 70.7-72.9, 6144 x 768 x 1024 18.9-19.4 against 21.1-21.4; 3072^3, 6144 x 3072 x 3072 and 5120^3 level with the 128 x
-// 192 and 128 x 256 rows or ahead); 1536^3 (64 of them: half the SMs) keeps 128 x 192, and so does 3072 x 3072 x 1024,
-// where two waves of the staged epilogue (kGemmStagedEpilogueDepth) ran 3-5 % slower than three of 128 x 192; 4096^3
-// keeps 128 x 256.
+// 192 and 128 x 256 rows or ahead); 1536^3 (64 of them: half the SMs) runs on 192 x 96
+// (GridsOfOneWaveOf192x96Tiles...), 3072 x 3072 x 1024 keeps 128 x 192, where two waves of the staged epilogue
+// (kGemmStagedEpilogueDepth) ran 3-5 % slower than three of 128 x 192; 4096^3 keeps 128 x 256.
 TEST(CudaGemmSelection, GridsOfOneWaveOf192x192TilesRunTheWideRows) {
   const bool has_wide_rows = std::any_of(cuda::gemm::gemm_kernels().begin(), cuda::gemm::gemm_kernels().end(),
                                          [](const cuda::gemm::GemmKernel* k) { return k->tile_m == 192; });
@@ -738,11 +753,32 @@ TEST(CudaGemmSelection, GridsOfOneWaveOf192x192TilesRunTheWideRows) {
                                                          {6144, 3072, 3072}, {5120, 5120, 5120}};
   for (const auto& [m, n, k] : one_wave) expect_16bit_rows(m, n, k, "192x192x64_c1x1_wide");
   expect_16bit_rows(3072, 3072, 1024, "128x192x64_c1x1_coop");
-  expect_16bit_rows(1536, 1536, 1536, "128x192x64_c1x1_coop");
+  expect_16bit_rows(1536, 1536, 1536, "192x96x64_c1x1_wide");
   expect_16bit_rows(4096, 4096, 4096, "128x256x64_c2x1_coop");
   // The staged epilogue's depth in the estimate: two waves of 192 x 192 at K = 1024.
   EXPECT_EQ(cuda::gemm::gemm_tile_cost(3072, 3072, 1024, 1, 192, 192, 132, false, 1.0, true),
             2.0 * 192 * 192 * (1024 + cuda::gemm::kGemmStagedEpilogueDepth));
+}
+
+// The 192 x 96 wide-tile rows take the grids their tiles fill in one wave where 128 x 192 tiles leave a third of the
+// SMs idle and 64 x 128 ones make two or three a multiprocessor (H200, docs/perf.md, session 54, bf16 graph time
+// against the rule's earlier row, B MN | K-major: 1536^3 14.5 | 14.0 against 16.0 | 15.7 us, 1536 x 1536 x 4096 31.4 |
+// 30.3 against 34.6 | 36.6, 768 x 3072 x 2048 17.5 | 17.8 against 19.9 | 20.1); 1024^3 keeps the 64 x 128 ping-pong
+// rows (6.8 against 9.9 us), and so does 512 x 4096 x 4096 (one pair of their tiles an SM: 28.0 against 36.1),
+// 1792^3 (three an SM) runs on 128 x 256 (22.3 against 27.0), 1536 x 3072 x 1024 on 192 x 192.
+TEST(CudaGemmSelection, GridsOfOneWaveOf192x96TilesRunTheNarrowWideRows) {
+  const bool has_rows =
+      std::any_of(cuda::gemm::gemm_kernels().begin(), cuda::gemm::gemm_kernels().end(),
+                  [](const cuda::gemm::GemmKernel* k) { return k->tile_m == 192 && k->tile_n == 96; });
+  if (!has_rows) GTEST_SKIP() << "this build has no 192 x 96 Hopper rows (ATTNKIT_CUDA_ARCHS without 90a)";
+  for (const auto& [m, n, k] :
+       std::vector<std::array<int64_t, 3> >{{1536, 1536, 1536}, {1536, 1536, 4096}, {768, 3072, 2048}}) {
+    expect_16bit_rows(m, n, k, "192x96x64_c1x1_wide");
+  }
+  expect_16bit_rows(1024, 1024, 1024, "64x128x64_c1x1_pingpong");
+  expect_16bit_rows(512, 4096, 4096, "64x128x64_c1x1_pingpong");
+  expect_16bit_rows(1792, 1792, 1792, "128x256x64_c2x1_coop");
+  expect_16bit_rows(1536, 3072, 1024, "192x192x64_c1x1_wide");
 }
 
 // x [batch, M, K] @ W [K, N] with W shared by the batch (batch stride 0) and packed x and C: one problem of
@@ -1718,34 +1754,45 @@ TEST_F(CudaGemmKernelChoice, The128x192RowsMatchTheOracle) {
   EXPECT_EQ(forced_tile_rows(128, 192, sizes, 241, false), 4) << "bf16 and f16, B either majorness";
 }
 
-// The 192 x 192 wide-tile rows (three consumer warp groups, the staged epilogue): chosen on 1536 x 3072 x 1024 (128
-// tiles: one wave) with alpha and beta, then forced on sizes off every tile (M, N, K; one K step and many), on a grid
-// of more tiles than SMs (each CTA's shared output tile reused by its next tile), A and B either majorness, C
-// column-major, odd N staged, batches with unaligned views and aligned ones; against the oracle.
+// The wide-tile rows (three consumer warp groups, the staged epilogue), 192 x 192 and 192 x 96: each chosen by the rule
+// on a grid of one wave (1536 x 3072 x 1024: 128 tiles of 192 x 192; 1536^3: 128 of 192 x 96) with alpha and beta,
+// then forced on sizes off every tile (M, N, K; one K step and many), on a grid of more tiles than SMs (each CTA's
+// shared output tile reused by its next tile), A and B either majorness, C column-major, odd N staged, batches with
+// unaligned views and aligned ones; against the oracle.
 TEST_F(CudaGemmKernelChoice, TheWideTileRowsMatchTheOracle) {
   if (device_capability() != 90) GTEST_SKIP() << "the Hopper GEMM runs on compute capability 9.0 only";
   expect_rule_row_matches_oracle(1536, 3072, 1024, "_192x192x64_c1x1_wide", 251, true);
-  const std::vector<std::array<int64_t, 3> > sizes = {
-      {37, 53, 71}, {193, 392, 64}, {1000, 1160, 40}, {300, 200, 1100}, {2900, 3000, 136}};
-  EXPECT_EQ(forced_tile_rows(192, 192, sizes, 261, true), 4) << "bf16 and f16, B either majorness";
+  expect_rule_row_matches_oracle(1536, 1536, 1536, "_192x96x64_c1x1_wide", 281, true);
+  for (const int tile_n : {192, 96}) {
+    // N one tile and a partial one past the tile; grids of 256 and 176 tiles, so that CTAs run two.
+    const std::vector<std::array<int64_t, 3> > sizes = {{37, 53, 71},
+                                                        {193, tile_n == 192 ? 392 : 104, 64},
+                                                        {1000, 1160, 40},
+                                                        {300, 200, 1100},
+                                                        {2900, tile_n == 192 ? 3000 : 1000, 136}};
+    EXPECT_EQ(forced_tile_rows(192, tile_n, sizes, tile_n == 192 ? 261 : 291, true), 4)
+        << "bf16 and f16, B either majorness, 192 x " << tile_n;
+  }
 }
 
-// One wide-tile row on a grid of 169 tiles, more than the SMs (CTAs that run two tiles reuse their shared output
-// tile), with beta, one K step: small enough for compute-sanitizer's racecheck and memcheck.
+// The bf16 wide-tile rows with B MN-major (192 x 192 and 192 x 96) on grids of more tiles than SMs (169 and 338: CTAs
+// that run two tiles reuse their shared output tile), with beta, one K step: small enough for compute-sanitizer's
+// racecheck and memcheck.
 TEST_F(CudaGemmKernelChoice, WideTileRowOnMoreTilesThanSmsForSanitizers) {
   if (device_capability() != 90) GTEST_SKIP() << "the Hopper GEMM runs on compute capability 9.0 only";
-  const auto& kernels = cuda::gemm::gemm_kernels();
-  const auto wide = std::find_if(kernels.begin(), kernels.end(), [](const cuda::gemm::GemmKernel* k) {
-    return k->tile_m == 192 && k->dtype == DType::bf16 && k->b_k_major == 0;
-  });
-  ASSERT_NE(wide, kernels.end()) << "no bf16 192 x 192 row with B MN-major in this build";
-  const test::ScopedEnvironment forced(cuda::gemm::kForcedGemmConfigVariable, (*wide)->name);
+  int rows = 0;
+  for (const cuda::gemm::GemmKernel* kernel : cuda::gemm::gemm_kernels()) {
+    if (kernel->tile_m != 192 || kernel->dtype != DType::bf16 || kernel->b_k_major != 0) continue;
+    const test::ScopedEnvironment forced(cuda::gemm::kForcedGemmConfigVariable, kernel->name);
+    detail::clear_gemm_plans();
+    GemmSpec s;
+    s.m = 2309, s.n = 2496, s.k = 64;  // 13 tiles of M, the last 5 rows tall
+    s.alpha = 0.75, s.beta = 0.5;
+    EXPECT_TRUE(forced_run_matches_oracle(*kernel, s, kBF16, 271)) << kernel->name << " refused " << s.describe();
+    ++rows;
+  }
   detail::clear_gemm_plans();
-  GemmSpec s;
-  s.m = 2309, s.n = 2496, s.k = 64;  // 13 x 13 tiles, the last row of them 5 rows tall
-  s.alpha = 0.75, s.beta = 0.5;
-  EXPECT_TRUE(forced_run_matches_oracle(**wide, s, kBF16, 271)) << "the forced row refused " << s.describe();
-  detail::clear_gemm_plans();
+  EXPECT_EQ(rows, 2) << "the bf16 192 x 192 and 192 x 96 rows with B MN-major";
 }
 
 // B transposed into the workspace (TF32 K-major-B rows on an MN-major B, forced): every TF32 K-major-B Hopper row

@@ -76,7 +76,13 @@ double gemm_tile_cost(int64_t m, int64_t n, int64_t k, int64_t batch, int tile_m
                       bool overlaps_epilogue, double row_efficiency, bool staged_epilogue) {
   const int64_t tiles = output_tiles(m, n, batch, tile_m, tile_n);
   const int64_t slots = std::max(multiprocessors, 1);
-  const auto waves = static_cast<double>((tiles + slots - 1) / slots);
+  const int64_t tiles_per_sm = (tiles + slots - 1) / slots;
+  if (overlaps_epilogue && k > kGemmPingPongShortK) {
+    const double pairs = static_cast<double>(tiles_per_sm / 2) * 2.0 / gemm_tile_efficiency(tile_m, tile_n);
+    const double lone = static_cast<double>(tiles_per_sm % 2) / kGemmPingPongLoneEfficiency;
+    return (pairs + lone) * tile_m * tile_n * static_cast<double>(k + kGemmPingPongTileDepth) / row_efficiency;
+  }
+  const auto waves = static_cast<double>(tiles_per_sm);
   const int64_t epilogue = overlaps_epilogue ? 0 : staged_epilogue ? kGemmStagedEpilogueDepth : kGemmEpilogueDepth;
   const int64_t depth = std::max<int64_t>(k, 1) + epilogue;
   const double tile_work = static_cast<double>(tile_m) * tile_n * static_cast<double>(depth);

@@ -60,12 +60,25 @@ inline constexpr int kGemmEpilogueDepth = 48;
 // 128 x 192 33.8-33.9, where 48 rated the former lower; with 160 the rule keeps the wide rows on one-wave grids and
 // on 3072^3, 6144 x 3072 x 3072 and 5120^3, where they measured level with or ahead of the other rows.
 inline constexpr int kGemmStagedEpilogueDepth = 160;
+// Ping-pong rows (the rows whose epilogue overlaps a main loop) on K beyond kGemmPingPongShortK: a CTA's two consumer
+// warp groups take one tile each, so an SM's tiles run as pairs (both warp groups alternating on the tensor cores, at
+// gemm_tile_efficiency) and at most one lone tile, which runs at kGemmPingPongLoneEfficiency, and every tile pays
+// kGemmPingPongTileDepth of K for its pipeline's ramp. Fitted to bf16 grids on an H200 (docs/perf.md, session 54,
+// graph time): three 64 x 128 tiles an SM lost to one wave of 128 x 256 (1792^3 27.0 against 22.3 us), five or six to
+// one and a half waves of 128 x 192 or 128 x 256 (2304 x 2304 x 1024 28.1 against 21.7, 2304 x 2816 x 1024 33.0
+// against 27.1), while one pair an SM kept ahead of one wave of 192 x 96 (512 x 4096 x 4096 28.0 against 36.1). At
+// K <= 512 stores bound the problem and the overlap is what counts (batched 64 x 128 x 4096 x 128: 37.3 against 128 x
+// 256's 55.8 us): the waves and gemm_tile_efficiency as for the other rows.
+inline constexpr int kGemmPingPongShortK = 512;
+inline constexpr double kGemmPingPongLoneEfficiency = 0.59;
+inline constexpr int kGemmPingPongTileDepth = 128;
 // A row's own factor on gemm_tile_efficiency, 1 but for the TF32 rows for A K-major and B MN-major (C^T = B^T A^T,
 // B^T through registers: CUTLASS's register-sourced collective), whose loads per multiply-add double as C's tile rows
 // halve: forced on 4096^3 (H100, docs/perf.md) the 128 x 128 row ran 0.50x cuBLAS where the 256 x 128 one ran 0.89x,
 // 0.56 of it where the shape factors put 0.9, so tiles of fewer than 256 rows of C take 0.62.
 double gemm_row_efficiency(const GemmKernel& kernel);
-// The estimate above (arbitrary units; only comparisons mean anything), with a row's own factor.
+// The estimate above (arbitrary units; only comparisons mean anything), with a row's own factor; ping-pong rows
+// (overlaps_epilogue) by pairs of tiles beyond kGemmPingPongShortK.
 double gemm_tile_cost(int64_t m, int64_t n, int64_t k, int64_t batch, int tile_m, int tile_n, int multiprocessors,
                       bool overlaps_epilogue = false, double row_efficiency = 1.0, bool staged_epilogue = false);
 

@@ -4,7 +4,7 @@
 // GemmUniversal kernel (one producer warp group issuing TMA loads, one or two consumer warp groups
 // issuing wgmma: cooperative splits one tile between two, ping-pong alternates two tiles) over the
 // persistent tile scheduler, batched through the L mode (batch stride 0 broadcasts: TMA drops the mode).
-// Wide-tile rows (WideTile: 192 x 192) run the same TMA + wgmma collective in a kernel of our own with three
+// Wide-tile rows (WideTile: 192 x 192, 192 x 96) run the same TMA + wgmma collective in a kernel of our own with three
 // consumer warp groups (gemm_sm90_wide_tile.cuh) and the staged epilogue (gemm_sm90_staged_epilogue.cuh: alpha * acc +
 // beta * C through shared memory, stored in 16-byte row chunks), whose Params hold C's address, not TMA descriptors.
 // Operands are the canonical form of gemm_shape.hpp: C row-major, A and B K- or MN-major by template.

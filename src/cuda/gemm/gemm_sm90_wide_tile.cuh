@@ -1,5 +1,6 @@
 // A Hopper GEMM kernel of three consumer warp groups, for tiles of 192 rows (192 x 192 x 64: one wave of tiles on
-// grids that 128 x 256 and 128 x 192 tiles fill to 1.1-1.5 waves, e.g. 1536 x 3072, 2048 x 2304, 768 x 6144).
+// grids that 128 x 256 and 128 x 192 tiles fill to 1.1-1.5 waves, e.g. 1536 x 3072, 2048 x 2304, 768 x 6144; 192 x 96
+// x 64: one wave where 128 x 192 tiles leave a third of the SMs idle, e.g. 1536^3, 768 x 3072).
 // CUTLASS 4.2's cooperative kernel runs exactly two consumer warp groups, which cannot split 192 rows into whole
 // 64-row wgmma steps; splitting N instead (each warp group 192 x 96) leaves each wgmma so narrow that shared-memory
 // reads of A bound it (H200: 0.98 us per 64-deep K step of a 192 x 192 tile against cuBLAS's 0.79).
@@ -8,10 +9,10 @@
 // M fastest, then N, then the batch). Warp group 0 is the producer: one warp issues the TMA loads of A and B for
 // every K step of every tile of the CTA into a ring of shared-memory stages (CUTLASS's Hopper TMA + wgmma
 // collective and its full / empty barriers). Warp groups 1-3 are the consumers: each owns 64 rows of the tile and
-// runs the collective's wgmma main loop on them (one m64n192k16 wgmma a 16-deep K slice), then the staged
+// runs the collective's wgmma main loop on them (one m64nNk16 wgmma a 16-deep K slice, N the tile's), then the staged
 // epilogue (gemm_sm90_staged_epilogue.cuh) writes its rows to C while the producer already loads the next tile's
 // first stages. Registers: the producer gives its own back (40 a thread), the consumers take 152 (96 of them the
-// fp32 accumulator). Clusters of one CTA only (no multicast).
+// fp32 accumulator at N = 192, 48 at 96). Clusters of one CTA only (no multicast).
 #pragma once
 #include <cuda_runtime_api.h>
 

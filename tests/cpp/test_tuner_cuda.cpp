@@ -77,7 +77,8 @@ TEST(TunerCuda, ForwardSpaceHasOneConfigPerCompiledKernel) {
 }
 
 // The tuner's default is the dispatcher's (fmha_forward_default_for): the registry's first kernel of the problem's
-// dtype, width and policy, except dense and causal D 64, which may take the Hopper kernel of 192 query rows.
+// dtype, width and policy, except dense and causal D 64, which may take the Hopper kernel of 192 query rows (short
+// causal masks the one of 64).
 TEST(TunerCuda, DefaultConfigIsTheDispatchersDefault) {
   const tune::ConfigSpace space = fmha_forward_space();
   const tune::DeviceLimits limits = tune::cuda_device_limits(90, 132);
@@ -96,7 +97,8 @@ TEST(TunerCuda, DefaultConfigIsTheDispatchersDefault) {
         if (head_dim != 64 || mask == MaskKind::block) {
           EXPECT_EQ(expected, registry);
         } else {
-          EXPECT_TRUE(expected == registry || expected->config.block_m == 192)
+          EXPECT_TRUE(expected == registry || expected->config.block_m == 192 ||
+                      (mask == MaskKind::causal && expected->config.block_m == 64))
               << cuda::fmha::fmha_config_name(expected->config);
         }
         const tune::CandidateRanking ranking = tune::rank_candidates(space, spec, limits);
@@ -345,8 +347,8 @@ TEST(TunerCuda, HopperD32WindowsBeyond2048KeysDefaultToTheKernelOfTwoCtasPerSmWh
 
 // Dense and causal D 64 on Hopper: the kernel of 192 query rows where its visited work at 0.85 of the cost per row
 // is less than the 128-row kernel's: dense from a single tile up (not where two tiles of 192 pad more than two of
-// 128), causal where the diagonal's extra padding is small against the tile count (S 2048 and longer), not at S
-// 512-1024; never for neighborhood masks, D 128, or a forced kernel.
+// 128), causal beyond 2048 keys (up to them, D 32 and 64 run on the kernel of 64 query rows); never for neighborhood
+// masks, D 128, or a forced kernel.
 TEST(TunerCuda, HopperD64DenseAndCausalDefaultToTheKernelOf192RowsWhereItsVisitedWorkIsLess) {
   const HopperKernelPair kernels = hopper_box_kernels(64, 192, 1, 128, 1);
   if (!kernels.found) GTEST_SKIP() << "this build compiles no Hopper bf16 D64 box kernels";
@@ -357,11 +359,27 @@ TEST(TunerCuda, HopperD64DenseAndCausalDefaultToTheKernelOf192RowsWhereItsVisite
   }
   // 200 tokens: two tiles of 192 (384 rows) against two of 128 (256).
   EXPECT_EQ(hopper_default_of(dense_spec(DType::bf16, 64, 200, MaskKind::none)), rows_128_name);
-  for (const int64_t tokens : {512, 1024}) {
-    EXPECT_EQ(hopper_default_of(dense_spec(DType::bf16, 64, tokens, MaskKind::causal)), rows_128_name) << tokens;
+  // Causal masks of up to 2048 keys: the kernel of 64 query rows (four CTAs per SM), at D 32 too; beyond, 192 rows.
+  const cuda::fmha::FmhaKernel* rows_64 = hopper_box_kernel(DType::bf16, 64, 64, 4);
+  const cuda::fmha::FmhaKernel* rows_64_d32 = hopper_box_kernel(DType::bf16, 32, 64, 4);
+  ASSERT_NE(rows_64, nullptr) << "a build with the D 64 kernels of 192 rows has those of 64 rows";
+  for (const int64_t tokens : {1, 100, 512, 768, 1024, 2048}) {
+    EXPECT_EQ(hopper_default_of(dense_spec(DType::bf16, 64, tokens, MaskKind::causal)),
+              cuda::fmha::fmha_config_name(rows_64->config))
+        << tokens;
+    if (rows_64_d32 != nullptr) {
+      EXPECT_EQ(hopper_default_of(dense_spec(DType::bf16, 32, tokens, MaskKind::causal)),
+                cuda::fmha::fmha_config_name(rows_64_d32->config))
+          << tokens;
+    }
   }
-  for (const int64_t tokens : {2048, 4096, 8192}) {
+  for (const int64_t tokens : {2049, 4096, 8192}) {
     EXPECT_EQ(hopper_default_of(dense_spec(DType::bf16, 64, tokens, MaskKind::causal)), rows_192_name) << tokens;
+  }
+  if (const cuda::fmha::FmhaKernel* rows_64_d128 = hopper_box_kernel(DType::bf16, 128, 64, 2)) {
+    EXPECT_NE(hopper_default_of(dense_spec(DType::bf16, 128, 1024, MaskKind::causal)),
+              cuda::fmha::fmha_config_name(rows_64_d128->config))
+        << "D 128 causal keeps the larger kernels";
   }
   // 1-D windows beyond 2048 keys (those up to it run on the 64-row kernel), causal or not.
   EXPECT_EQ(hopper_default_of(na1d_spec(64, 4096, false)), rows_192_name) << "na1d K4096";

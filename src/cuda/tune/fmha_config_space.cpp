@@ -262,11 +262,29 @@ double visited_work(const FmhaConfig& config, const tune::ProblemSpec& spec) {
   return static_cast<double>(work.tiles) * work.flops_per_tile;
 }
 
-// Dense and causal masks: the kernel of 192 query rows where its visited work, at its lower cost per row, is less
-// than the default kernel's; the default otherwise (and whenever ATTNKIT_FMHA_CONFIG names a kernel).
+// Causal masks of at most kCausalKeysOf64Rows keys up to D 64 run on the Hopper kernel of 64 query rows (four CTAs
+// per SM): their short, uneven KV loops (query tile t visits t + 1 tiles) leave each CTA's setup, first loads and
+// epilogue a large share, which the other resident CTAs hide. Measured against the rule before (H200, bf16, D 64,
+// forward, ms; docs/perf.md, session 54): S 512 B32 H16 0.101 against 0.117, S 768 B16 0.099 against 0.107, S 1024
+// B16 0.148 against 0.169 and B4 0.053 against 0.060, S 2048 B8 0.250 against 0.250, S 2500 B4 H32 0.361 against
+// 0.364; beyond, the 192-row kernel keeps them (S 4096 0.786 against 0.855, S 8192 0.704 against 0.857). At D 128 the
+// 64-row kernel ran 15-23 % slower on causal S 512-2048: the larger kernels keep those.
+inline constexpr int64_t kCausalKeysOf64Rows = 2048;
+
+bool causal_prefers_query_tiles_of_64_rows(const tune::ProblemSpec& spec) {
+  return spec.mask == MaskKind::causal && spec.head_dim <= 64 && spec.head_dim_v <= 64 &&
+         spec.seq_k() <= kCausalKeysOf64Rows;
+}
+
+// Dense and causal masks: short causal ones on the kernel of 64 query rows (above); else the kernel of 192 query rows
+// where its visited work, at its lower cost per row, is less than the default kernel's; the default otherwise (and
+// whenever ATTNKIT_FMHA_CONFIG names a kernel).
 const FmhaKernel* flat_default(const FmhaKernel& fallback, const tune::ProblemSpec& spec, const FmhaDevice& device) {
+  if (forced_config_name(kForcedForwardConfigVariable) != nullptr) return &fallback;
+  const FmhaKernel* rows_64 = hopper_kernel_of_rows(64, fallback, device);
+  if (rows_64 != nullptr && causal_prefers_query_tiles_of_64_rows(spec)) return rows_64;
   const FmhaKernel* rows_192 = hopper_kernel_of_rows(192, fallback, device);
-  if (rows_192 == nullptr || forced_config_name(kForcedForwardConfigVariable) != nullptr) return &fallback;
+  if (rows_192 == nullptr) return &fallback;
   const double cost_192 = visited_work(rows_192->config, spec) * kThreeConsumerGroupsRowCost;
   return cost_192 < visited_work(fallback.config, spec) ? rows_192 : &fallback;
 }

@@ -455,6 +455,10 @@ TEST(CudaGemmSelection, PartialLastWavesRunTheStreamKRowWhereItsSpreadCostsLess)
       EXPECT_NE(
           selected_on(90, dtype, false, 2560, 2560, 2560, false, transpose_b, false).find("_128x256x64_c2x1_coop"),
           std::string::npos);
+      for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3> >{{1024, 2048, 2048}, {640, 2048, 4096}}) {
+        const std::string one_wave = selected_on(90, dtype, false, m, n, k, false, transpose_b, false);
+        EXPECT_NE(one_wave.find("_streamk"), std::string::npos) << one_wave << " " << m << "x" << n << "x" << k;
+      }
       const std::string filling = selected_on(90, dtype, false, 2304, 2304, 2304, false, transpose_b, false);
       EXPECT_NE(filling.find("_128x192x64_c1x1_coop"), std::string::npos) << filling;
       for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3> >{
@@ -632,6 +636,14 @@ TEST(CudaGemmSelection, WavesCostModelPicksSmallTilesForSmallGridsAnd128x256ForL
   EXPECT_EQ(choose({big, stream_k}, 1024, 1024, 1024), 1);         // 32 tiles of 128 x 256
   EXPECT_EQ(choose({big, small, stream_k}, 4096, 4096, 4096), 0);
   EXPECT_EQ(choose({stream_k}, 1024, 1024, 1024), 0);
+  // One wave of stream-K tiles over more than half the SMs where the chosen row needs more tiles than SMs, at K of
+  // kStreamKOneWaveMinK or more: 1024 x 2048 x 2048 (128 tiles of 128 x 128, 256 of 64 x 128), 768 x 1536 x 2048 (72);
+  // not at half the SMs or fewer (256 x 4096 x 4096, 1024 x 1024 x 4096: 64), nor at a shorter K.
+  EXPECT_EQ(choose({big, small, stream_k}, 1024, 2048, 2048), 2);
+  EXPECT_EQ(choose({big, small, stream_k}, 768, 1536, 2048), 2);
+  EXPECT_EQ(choose({big, small, stream_k}, 256, 4096, 4096), 1);
+  EXPECT_EQ(choose({big, small, stream_k}, 1024, 1024, 4096), 1);
+  EXPECT_EQ(choose({big, small, stream_k}, 1024, 2048, 1024), 1);
   EXPECT_EQ(choose({}, 1024, 1024, 1024), -1);
 }
 
@@ -764,8 +776,8 @@ TEST(CudaGemmSelection, GridsOfOneWaveOf192x192TilesRunTheWideRows) {
 // SMs idle and 64 x 128 ones make two or three a multiprocessor (H200, docs/perf.md, session 54, bf16 graph time
 // against the rule's earlier row, B MN | K-major: 1536^3 14.5 | 14.0 against 16.0 | 15.7 us, 1536 x 1536 x 4096 31.4 |
 // 30.3 against 34.6 | 36.6, 768 x 3072 x 2048 17.5 | 17.8 against 19.9 | 20.1); 1024^3 keeps the 64 x 128 ping-pong
-// rows (6.8 against 9.9 us), and so does 512 x 4096 x 4096 (one pair of their tiles an SM: 28.0 against 36.1),
-// 1792^3 (three an SM) runs on 128 x 256 (22.3 against 27.0), 1536 x 3072 x 1024 on 192 x 192.
+// rows (6.8 against 9.9 us), 512 x 4096 x 4096 runs one wave of stream-K tiles (27.4, ping-pong's pairs 28.0, 192 x 96
+// 36.1), 1792^3 128 x 256 (22.3 against 27.0 on ping-pong's three tiles an SM), 1536 x 3072 x 1024 192 x 192.
 TEST(CudaGemmSelection, GridsOfOneWaveOf192x96TilesRunTheNarrowWideRows) {
   const bool has_rows =
       std::any_of(cuda::gemm::gemm_kernels().begin(), cuda::gemm::gemm_kernels().end(),
@@ -776,7 +788,7 @@ TEST(CudaGemmSelection, GridsOfOneWaveOf192x96TilesRunTheNarrowWideRows) {
     expect_16bit_rows(m, n, k, "192x96x64_c1x1_wide");
   }
   expect_16bit_rows(1024, 1024, 1024, "64x128x64_c1x1_pingpong");
-  expect_16bit_rows(512, 4096, 4096, "64x128x64_c1x1_pingpong");
+  expect_16bit_rows(512, 4096, 4096, "128x128x64_c1x1_streamk");
   expect_16bit_rows(1792, 1792, 1792, "128x256x64_c2x1_coop");
   expect_16bit_rows(1536, 3072, 1024, "192x192x64_c1x1_wide");
 }
@@ -1724,8 +1736,9 @@ TEST_F(CudaGemmKernelChoice, Tf32SplitKWithBMnMajorRunsOnTallTilesWhereTheyPadNo
 }
 
 // A grid of a partial last wave that the rule sends to the stream-K row (1024 x 4352 x 1024: 136 tiles of 128 x 256,
-// 1.03 waves; 184 of 128 x 192, 1.39; 272 stream-K tiles): 16-bit types, B either majorness, alpha and beta, against
-// the oracle.
+// 1.03 waves; 184 of 128 x 192, 1.39; 272 stream-K tiles), and one of a single wave of stream-K tiles over more than
+// half the SMs (768 x 1536 x 2048: 72 tiles, 144 of 64 x 128): 16-bit types, B either majorness, alpha and beta,
+// against the oracle.
 TEST_F(CudaGemmKernelChoice, PartialWaveGridsOnTheStreamKRowMatchTheOracle) {
   if (device_capability() != 90) GTEST_SKIP() << "the Hopper GEMM runs on compute capability 9.0 only";
   if (cuda::gemm::gemm_device(0).multiprocessors != 132) {
@@ -1733,12 +1746,14 @@ TEST_F(CudaGemmKernelChoice, PartialWaveGridsOnTheStreamKRowMatchTheOracle) {
   }
   for (const Precision& precision : {kF16, kBF16}) {
     for (const bool transpose_b : {false, true}) {
-      GemmSpec s;
-      s.m = 1024, s.n = 4352, s.k = 1024, s.transpose_b = transpose_b;
-      s.alpha = 0.75, s.beta = transpose_b ? 0.5 : 0.0;
-      const std::string name = plan_kernel(s, precision);
-      EXPECT_NE(name.find("_streamk"), std::string::npos) << name << " " << s.describe();
-      expect_matches_oracle(s, precision, 221 + (transpose_b ? 1 : 0));
+      for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3> >{{1024, 4352, 1024}, {768, 1536, 2048}}) {
+        GemmSpec s;
+        s.m = m, s.n = n, s.k = k, s.transpose_b = transpose_b;
+        s.alpha = 0.75, s.beta = transpose_b ? 0.5 : 0.0;
+        const std::string name = plan_kernel(s, precision);
+        EXPECT_NE(name.find("_streamk"), std::string::npos) << name << " " << s.describe();
+        expect_matches_oracle(s, precision, 221 + (transpose_b ? 1 : 0) + (m == 768 ? 2 : 0));
+      }
     }
   }
 }

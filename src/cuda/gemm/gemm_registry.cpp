@@ -142,7 +142,12 @@ int choose_gemm_candidate(int64_t m, int64_t n, int64_t k, int64_t batch, const 
   if (small_grid && stream_k >= 0) return stream_k;
   if (stream_k >= 0) {
     const GemmCandidate& c = accepted[static_cast<size_t>(stream_k)];
-    if (output_tiles(m, n, batch, c.tile_m, c.tile_n) >= kStreamKMinTilesPerSm * int64_t{multiprocessors} &&
+    const int64_t stream_k_tiles = output_tiles(m, n, batch, c.tile_m, c.tile_n);
+    if (k >= kStreamKOneWaveMinK && 2 * stream_k_tiles > multiprocessors && stream_k_tiles <= multiprocessors &&
+        output_tiles(m, n, batch, chosen.tile_m, chosen.tile_n) > multiprocessors) {
+      return stream_k;
+    }
+    if (stream_k_tiles >= kStreamKMinTilesPerSm * int64_t{multiprocessors} &&
         gemm_stream_k_cost(m, n, k, batch, c.tile_m, c.tile_n, multiprocessors) < best) {
       // A data-parallel row whose tiles fill kStreamKYieldingWaves to 2 waves runs instead (the cheapest such row).
       int filling = -1;

@@ -95,6 +95,13 @@ inline constexpr int kStreamKMinTilesPerSm = 2;
 // such grids (bf16, H200, docs/perf.md, session 50), the data-parallel row won 13 (2048 x 2304 x 1024 21.3 against
 // 27.1 us, 2304^3 40.5 against 47.4, 2560^3 on 128 x 256 61.3 against 63.4) and lost 768 x 6144 x 4096 by 5-9 %.
 inline constexpr double kStreamKYieldingWaves = 1.4;
+// Stream-K also where its tiles fill more than half the SMs but no more than all of them, K is at least
+// kStreamKOneWaveMinK, and the chosen data-parallel row needs more tiles than SMs (ping-pong's pairs): bf16 on an H200
+// (docs/perf.md, session 54), graph us against the ping-pong row: 1024 x 2048 x 2048 16.2 against 21.6, 1024 x 1792 x
+// 2048 15.5 against 21.6, 640 x 2048 x 4096 25.5 against 29.3, 1280 x 1280 x 2560 18.3 against 20.0, 256 x 8192 x 4096
+// 28.2 against 30.2, level on three more; with half the SMs or fewer (256 x 4096 x 4096, 1024 x 1024 x 4096: 64 tiles)
+// it ran 1.5-1.8x slower than one ping-pong tile an SM, as at K 1536 on 144 tiles (1536^3).
+inline constexpr int64_t kStreamKOneWaveMinK = 2048;
 double gemm_stream_k_cost(int64_t m, int64_t n, int64_t k, int64_t batch, int tile_m, int tile_n, int multiprocessors);
 
 // A row that accepts the problem, as the rule sees it.
@@ -121,7 +128,8 @@ bool gemm_token_tile_fills_one_wave(int64_t m, int64_t n, int64_t batch, int til
 // problem runs on, -1 when empty: a token-tile row that fills one wave (above; the first); else the split-K row of
 // the least padded output (tiles x tile_m x tile_n; the first of equal ones); else the data-parallel row of the
 // smallest gemm_tile_cost (the first of equal ones), unless its tiles (times the batch) would occupy fewer than half
-// the SMs and a stream-K row accepts (the first), or the first stream-K row has kStreamKMinTilesPerSm tiles per SM and
+// the SMs and a stream-K row accepts (the first), or the first stream-K row fills one wave of more than half the SMs
+// where that row needs more (kStreamKOneWaveMinK), or it has kStreamKMinTilesPerSm tiles per SM and
 // a smaller gemm_stream_k_cost and no data-parallel row fills kStreamKYieldingWaves to 2 waves (then the cheapest of
 // those); else the first stream-K row. Pure: tests call it on the CPU.
 int choose_gemm_candidate(int64_t m, int64_t n, int64_t k, int64_t batch, const std::vector<GemmCandidate>& accepted,

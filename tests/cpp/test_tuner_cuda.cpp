@@ -346,19 +346,31 @@ TEST(TunerCuda, HopperD32WindowsBeyond2048KeysDefaultToTheKernelOfTwoCtasPerSmWh
 }
 
 // Dense and causal D 64 on Hopper: the kernel of 192 query rows where its visited work at 0.85 of the cost per row
-// is less than the 128-row kernel's: dense from a single tile up (not where two tiles of 192 pad more than two of
-// 128), causal beyond 2048 keys (up to them, D 32 and 64 run on the kernel of 64 query rows); never for neighborhood
-// masks, D 128, or a forced kernel.
+// is less than the 128-row kernels' (the two-CTA one's at its own cost): dense from a single tile up but where 192-row
+// tiles pad most, causal beyond 2048 keys (up to them, D 32 and 64 run on the kernel of 64 query rows); never for
+// neighborhood masks, D 128, or a forced kernel.
 TEST(TunerCuda, HopperD64DenseAndCausalDefaultToTheKernelOf192RowsWhereItsVisitedWorkIsLess) {
   const HopperKernelPair kernels = hopper_box_kernels(64, 192, 1, 128, 1);
   if (!kernels.found) GTEST_SKIP() << "this build compiles no Hopper bf16 D64 box kernels";
   const std::string& rows_192_name = kernels.first;
   const std::string& rows_128_name = kernels.second;
-  for (const int64_t tokens : {192, 512, 1000, 1024, 2048, 3000, 8192}) {
+  for (const int64_t tokens : {129, 192, 384, 768, 1000, 1024, 2048, 3000, 8192}) {
     EXPECT_EQ(hopper_default_of(dense_spec(DType::bf16, 64, tokens, MaskKind::none)), rows_192_name) << tokens;
   }
-  // 200 tokens: two tiles of 192 (384 rows) against two of 128 (256).
-  EXPECT_EQ(hopper_default_of(dense_spec(DType::bf16, 64, 200, MaskKind::none)), rows_128_name);
+  // Dense D 64 where 192-row tiles pad most: the kernel of two CTAs per SM (128 rows, 64-key tiles), whose second CTA
+  // hides the first's fixed cost on short KV loops (up to 128 tokens; 200: two tiles of 192, 384 rows, against two of
+  // 128; 512: three of 192 against four of 128; 640, 800).
+  const cuda::fmha::FmhaKernel* two_ctas = hopper_box_kernel(DType::bf16, 64, 128, 2);
+  if (two_ctas != nullptr) {
+    for (const int64_t tokens : {1, 128, 200, 256, 512, 640, 800}) {
+      EXPECT_EQ(hopper_default_of(dense_spec(DType::bf16, 64, tokens, MaskKind::none)),
+                cuda::fmha::fmha_config_name(two_ctas->config))
+          << tokens;
+    }
+    EXPECT_NE(hopper_default_of(dense_spec(DType::bf16, 32, 512, MaskKind::none)),
+              cuda::fmha::fmha_config_name(two_ctas->config))
+        << "D 32 dense keeps the registry's first kernel";
+  }
   // Causal masks of up to 2048 keys: the kernel of 64 query rows (four CTAs per SM), at D 32 too; beyond, 192 rows.
   const cuda::fmha::FmhaKernel* rows_64 = hopper_box_kernel(DType::bf16, 64, 64, 4);
   const cuda::fmha::FmhaKernel* rows_64_d32 = hopper_box_kernel(DType::bf16, 32, 64, 4);

@@ -1,6 +1,7 @@
 #include "cuda/tune/fmha_config_space.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -148,18 +149,24 @@ const FmhaKernel* hopper_kernel_of_rows(int rows, const FmhaKernel& fallback, co
   return nullptr;
 }
 
+// The Hopper kernel of 128 query rows built for two CTAs per SM (64-key tiles) that can stand in for `fallback`, or
+// nullptr.
+const FmhaKernel* hopper_two_cta_kernel(const FmhaKernel& fallback, const FmhaDevice& device) {
+  for (const auto& k : fmha_forward_kernels()) {
+    if (k.config.architecture == 90 && k.config.block_m == 128 && k.config.ctas_per_sm == 2 &&
+        runs_the_same_calls(k, fallback, device)) {
+      return &k;
+    }
+  }
+  return nullptr;
+}
+
 // The Hopper default up to D 64 for windows the 64-row kernels leave: the two-CTA kernel where
 // prefers_two_ctas_per_sm says so, else `fallback`.
 const FmhaKernel* hopper_two_cta_default(const FmhaKernel& fallback, const tune::ProblemSpec& spec,
                                          const FmhaDevice& device) {
-  for (const auto& k : fmha_forward_kernels()) {
-    if (k.config.architecture != 90 || k.config.block_m != 128 || k.config.ctas_per_sm != 2 ||
-        !runs_the_same_calls(k, fallback, device)) {
-      continue;
-    }
-    return prefers_two_ctas_per_sm(spec, fallback.config, k.config) ? &k : &fallback;
-  }
-  return &fallback;
+  const FmhaKernel* two_ctas = hopper_two_cta_kernel(fallback, device);
+  return two_ctas != nullptr && prefers_two_ctas_per_sm(spec, fallback.config, two_ctas->config) ? two_ctas : &fallback;
 }
 
 // The Hopper kernels of 192 query rows (three consumer warpgroups taking turns, up to D 64; dense, causal, 1-D windows)
@@ -276,17 +283,36 @@ bool causal_prefers_query_tiles_of_64_rows(const tune::ProblemSpec& spec) {
          spec.seq_k() <= kCausalKeysOf64Rows;
 }
 
-// Dense and causal masks: short causal ones on the kernel of 64 query rows (above); else the kernel of 192 query rows
-// where its visited work, at its lower cost per row, is less than the default kernel's; the default otherwise (and
-// whenever ATTNKIT_FMHA_CONFIG names a kernel).
+// Dense D 64 also weighs the Hopper kernel of two CTAs per SM (128 query rows, 64-key tiles): the second resident CTA
+// hides one CTA's setup, first loads and epilogue, a share of the time that shrinks as a head's KV loop grows. Measured
+// against the one-CTA 128-row kernel (H200, bf16, forward; docs/perf.md, session 54), time ratios at S 256 / 512 / 640
+// / 1024 / 2048: 0.88 / 0.92 / 0.93 / 0.95 / 0.98; modelled as 1 - kTwoCtasFixedShare x min(1, 8 / KV tiles of 64).
+inline constexpr double kTwoCtasFixedShare = 0.08;
+
+double two_ctas_row_cost(const tune::ProblemSpec& spec) {
+  const double kv_tiles = std::max(1.0, std::ceil(static_cast<double>(spec.seq_k()) / 64.0));
+  return 1.0 - kTwoCtasFixedShare * std::min(1.0, 8.0 / kv_tiles);
+}
+
+// Dense and causal masks: short causal ones on the kernel of 64 query rows (above); else the least of the default
+// kernel's visited work, the 192-row kernel's at its lower cost per row and, for dense D 64, the two-CTA kernel's at
+// its own; the default whenever ATTNKIT_FMHA_CONFIG names a kernel.
 const FmhaKernel* flat_default(const FmhaKernel& fallback, const tune::ProblemSpec& spec, const FmhaDevice& device) {
   if (forced_config_name(kForcedForwardConfigVariable) != nullptr) return &fallback;
   const FmhaKernel* rows_64 = hopper_kernel_of_rows(64, fallback, device);
   if (rows_64 != nullptr && causal_prefers_query_tiles_of_64_rows(spec)) return rows_64;
-  const FmhaKernel* rows_192 = hopper_kernel_of_rows(192, fallback, device);
-  if (rows_192 == nullptr) return &fallback;
-  const double cost_192 = visited_work(rows_192->config, spec) * kThreeConsumerGroupsRowCost;
-  return cost_192 < visited_work(fallback.config, spec) ? rows_192 : &fallback;
+  const FmhaKernel* best = &fallback;
+  double best_cost = visited_work(fallback.config, spec);
+  if (const FmhaKernel* rows_192 = hopper_kernel_of_rows(192, fallback, device)) {
+    const double cost = visited_work(rows_192->config, spec) * kThreeConsumerGroupsRowCost;
+    if (cost < best_cost) best = rows_192, best_cost = cost;
+  }
+  const FmhaKernel* two_ctas = hopper_two_cta_kernel(fallback, device);
+  if (two_ctas != nullptr && spec.mask == MaskKind::none && spec.head_dim == 64 && spec.head_dim_v == 64) {
+    const double cost = visited_work(two_ctas->config, spec) * two_ctas_row_cost(spec);
+    if (cost < best_cost) best = two_ctas, best_cost = cost;
+  }
+  return best;
 }
 
 }  // namespace

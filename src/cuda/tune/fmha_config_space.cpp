@@ -141,19 +141,12 @@ bool is_hopper_kernel_of_rows(const FmhaConfig& config, int rows) {
   return config.architecture == 90 && config.block_m == rows;
 }
 
-// The Hopper kernel of `rows` query rows (64, 192) that can stand in for `fallback`, or nullptr.
-const FmhaKernel* hopper_kernel_of_rows(int rows, const FmhaKernel& fallback, const FmhaDevice& device) {
+// The Hopper kernel of `rows` query rows (64, 128, 192), built for `ctas_per_sm` CTAs per SM when that is not 0, that
+// can stand in for `fallback`, or nullptr.
+const FmhaKernel* hopper_kernel_of_rows(int rows, const FmhaKernel& fallback, const FmhaDevice& device,
+                                        int ctas_per_sm = 0) {
   for (const auto& k : fmha_forward_kernels()) {
-    if (is_hopper_kernel_of_rows(k.config, rows) && runs_the_same_calls(k, fallback, device)) return &k;
-  }
-  return nullptr;
-}
-
-// The Hopper kernel of 128 query rows built for two CTAs per SM (64-key tiles) that can stand in for `fallback`, or
-// nullptr.
-const FmhaKernel* hopper_two_cta_kernel(const FmhaKernel& fallback, const FmhaDevice& device) {
-  for (const auto& k : fmha_forward_kernels()) {
-    if (k.config.architecture == 90 && k.config.block_m == 128 && k.config.ctas_per_sm == 2 &&
+    if (is_hopper_kernel_of_rows(k.config, rows) && (ctas_per_sm == 0 || k.config.ctas_per_sm == ctas_per_sm) &&
         runs_the_same_calls(k, fallback, device)) {
       return &k;
     }
@@ -165,7 +158,7 @@ const FmhaKernel* hopper_two_cta_kernel(const FmhaKernel& fallback, const FmhaDe
 // prefers_two_ctas_per_sm says so, else `fallback`.
 const FmhaKernel* hopper_two_cta_default(const FmhaKernel& fallback, const tune::ProblemSpec& spec,
                                          const FmhaDevice& device) {
-  const FmhaKernel* two_ctas = hopper_two_cta_kernel(fallback, device);
+  const FmhaKernel* two_ctas = hopper_kernel_of_rows(128, fallback, device, 2);
   return two_ctas != nullptr && prefers_two_ctas_per_sm(spec, fallback.config, two_ctas->config) ? two_ctas : &fallback;
 }
 
@@ -307,7 +300,7 @@ const FmhaKernel* flat_default(const FmhaKernel& fallback, const tune::ProblemSp
     const double cost = visited_work(rows_192->config, spec) * kThreeConsumerGroupsRowCost;
     if (cost < best_cost) best = rows_192, best_cost = cost;
   }
-  const FmhaKernel* two_ctas = hopper_two_cta_kernel(fallback, device);
+  const FmhaKernel* two_ctas = hopper_kernel_of_rows(128, fallback, device, 2);
   if (two_ctas != nullptr && spec.mask == MaskKind::none && spec.head_dim == 64 && spec.head_dim_v == 64) {
     const double cost = visited_work(two_ctas->config, spec) * two_ctas_row_cost(spec);
     if (cost < best_cost) best = two_ctas, best_cost = cost;
